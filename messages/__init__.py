@@ -1,0 +1,1 @@
+"""Sniper's wire vocabulary: feed events, decisions and the actors' protocol as msgspec structs."""

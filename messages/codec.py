@@ -1,0 +1,70 @@
+"""Encoders and decoders, built once: JSON Lines for traces, msgpack on the wire.
+
+Reading a trace never raises on a bad line: each malformed or invalid line is reported with its
+line number and the reason and skipped.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+import msgspec
+
+from messages.decisions import DecisionMsg
+from messages.feed import Feed
+from messages.protocol import ChangeMsg, ProposalStream, ViewStream
+
+T = TypeVar("T")
+
+json_encoder = msgspec.json.Encoder()
+msgpack_encoder = msgspec.msgpack.Encoder()
+
+feed_json = msgspec.json.Decoder(Feed)
+feed_msgpack = msgspec.msgpack.Decoder(Feed)
+decision_json = msgspec.json.Decoder(DecisionMsg)
+decision_msgpack = msgspec.msgpack.Decoder(DecisionMsg)
+view_msgpack = msgspec.msgpack.Decoder(ViewStream)
+proposal_msgpack = msgspec.msgpack.Decoder(ProposalStream)
+changes_msgpack = msgspec.msgpack.Decoder(list[ChangeMsg])
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class BadInput:
+    """One line or record that could not be decoded, and why."""
+
+    where: str
+    reason: str
+
+    def __str__(self) -> str:
+        return f"{self.where}: {self.reason}"
+
+
+def decode_feed_lines(lines: Iterable[str | bytes], source: str = "trace") -> Iterator[Feed | BadInput]:
+    """Decode JSON Lines feed events; blank lines and ``#`` comments are skipped."""
+    for number, line in enumerate(lines, start=1):
+        text = line.strip()
+        if not text or text.startswith(b"#" if isinstance(text, bytes) else "#"):
+            continue
+        try:
+            yield feed_json.decode(text)
+        except msgspec.DecodeError as err:
+            yield BadInput(f"{source}:{number}", str(err))
+
+
+def read_trace(path: str | Path) -> tuple[list[Feed], list[BadInput]]:
+    events: list[Feed] = []
+    bad: list[BadInput] = []
+    with open(path, "rb") as handle:
+        for item in decode_feed_lines(handle, str(path)):
+            if isinstance(item, BadInput):
+                bad.append(item)
+            else:
+                events.append(item)
+    return events, bad
+
+
+def encode_json_line(msg: Any) -> bytes:
+    return json_encoder.encode(msg) + b"\n"

@@ -1,0 +1,92 @@
+"""Decisions: what the cache committed, published to resource managers (ARCHITECTURE section 4).
+
+The decisions stream is the commit log: ``seq`` increases by one per decision within a partition
+and ``epoch`` names the owner that committed it, so a consumer can drop a deposed owner's output.
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+
+class Decision(msgspec.Struct, tag_field="type", kw_only=True, frozen=True, gc=False):
+    partition: str = "default"
+    seq: int = 0
+    epoch: int = 0
+    t: float = 0.0
+
+
+class Allocated(Decision, tag="allocated", frozen=True, gc=False):
+    allocation: str
+    app: str
+    ask: str
+    queue: str
+    node: str
+    resource: dict[str, int]
+    am: bool = False
+    reservation: str | None = None  # set when the allocation fulfils a preemption reservation
+
+
+class Preempt(Decision, tag="preempt", frozen=True, gc=False):
+    allocation: str
+    app: str
+    queue: str
+    node: str
+    resource: dict[str, int]
+    for_ask: str
+    for_app: str
+    for_queue: str
+    deadline: float
+    reservation: str
+    policy: str = "sniper"
+    cost: float = 0.0
+    reason: str = ""
+
+
+class Kill(Decision, tag="kill", frozen=True, gc=False):
+    allocation: str
+    app: str
+    queue: str
+    node: str
+    reason: str = "grace period expired"
+
+
+class Released(Decision, tag="released", frozen=True, gc=False):
+    """An allocation the resource manager reported finished (or that a kill completed)."""
+
+    allocation: str
+    app: str
+    queue: str
+    node: str
+    resource: dict[str, int]
+
+
+class AllocationLost(Decision, tag="allocation_lost", frozen=True, gc=False):
+    allocation: str
+    app: str
+    ask: str
+    queue: str
+    node: str
+    resource: dict[str, int]
+
+
+class Rejected(Decision, tag="rejected", frozen=True, gc=False):
+    """An event or ask the scheduler refuses (can never fit, unknown queue, ...), with the reason."""
+
+    reason: str
+    app: str = ""
+    ask: str = ""
+    event: str = ""
+
+
+class ReservationEnded(Decision, tag="reservation_ended", frozen=True, gc=False):
+    """A preemption reservation that ended without an allocation (withdrawn ask or timeout)."""
+
+    reservation: str
+    app: str
+    ask: str
+    node: str
+    reason: str
+
+
+DecisionMsg = Allocated | Preempt | Kill | Released | AllocationLost | Rejected | ReservationEnded

@@ -1,0 +1,88 @@
+"""Feed events: what resource managers publish (ARCHITECTURE section 4), one tagged union.
+
+Every event names its partition and may carry an ``id`` for at-least-once de-duplication; ``t`` is
+seconds since the trace start (trace files) or the producer's clock (Kafka). Resource values are
+non-negative integers. New fields must come with defaults (msgspec schema evolution).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import msgspec
+
+Quantity = Annotated[int, msgspec.Meta(ge=0, le=2**53)]
+ResourceMap = dict[str, Quantity]
+Name = Annotated[str, msgspec.Meta(min_length=1, max_length=512)]
+
+
+class FeedEvent(msgspec.Struct, tag_field="type", kw_only=True, frozen=True, gc=False):
+    t: Annotated[float, msgspec.Meta(ge=0)] = 0.0
+    partition: Name = "default"
+    id: str = ""
+
+
+class PartitionConfigEvent(FeedEvent, tag="partition_config", frozen=True, gc=False):
+    config: dict[str, Any]
+
+
+class NodeAdded(FeedEvent, tag="node_added", frozen=True, gc=False):
+    node: Name
+    capacity: ResourceMap
+    labels: dict[str, str] = {}
+    schedulable: bool = True
+
+
+class NodeUpdated(FeedEvent, tag="node_updated", frozen=True, gc=False):
+    node: Name
+    capacity: ResourceMap | None = None
+    schedulable: bool | None = None
+
+
+class NodeRemoved(FeedEvent, tag="node_removed", frozen=True, gc=False):
+    node: Name
+
+
+class AppAdded(FeedEvent, tag="app_added", frozen=True, gc=False):
+    app: Name
+    queue: Name
+    user: str = ""
+    priority: int = 0
+
+
+class AppRemoved(FeedEvent, tag="app_removed", frozen=True, gc=False):
+    app: Name
+
+
+class AskAdded(FeedEvent, tag="ask_added", frozen=True, gc=False):
+    app: Name
+    ask: Name
+    resource: ResourceMap
+    count: Annotated[int, msgspec.Meta(ge=0, le=10**7)] = 1
+    priority: int = 0
+    am: bool = False
+    duration: Annotated[float, msgspec.Meta(ge=0)] | None = None
+    retry: bool = True
+    node: str | None = None  # a required node, if any
+
+
+class AskRemoved(FeedEvent, tag="ask_removed", frozen=True, gc=False):
+    app: Name
+    ask: Name
+
+
+class AllocationReleased(FeedEvent, tag="allocation_released", frozen=True, gc=False):
+    allocation: Name
+
+
+Feed = (
+    PartitionConfigEvent
+    | NodeAdded
+    | NodeUpdated
+    | NodeRemoved
+    | AppAdded
+    | AppRemoved
+    | AskAdded
+    | AskRemoved
+    | AllocationReleased
+)

@@ -1,0 +1,217 @@
+"""The actors' own protocol: view deltas, proposals and their outcomes, placement requests, ticks.
+
+View deltas carry a strictly increasing ``seq`` per partition; a replica applies them in order and
+ignores any it has already applied. Proposals name the view ``seq`` they were computed on. Every
+change is a fact the cache has committed; replicas apply the very same changes (one mutation path).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+# ---------------------------------------------------------------- changes (the state's only mutations)
+
+
+class Change(msgspec.Struct, tag_field="kind", frozen=True, gc=False):
+    pass
+
+
+class ConfigSet(Change, tag="config", frozen=True, gc=False):
+    config: dict[str, Any]
+
+
+class NodeSet(Change, tag="node", frozen=True, gc=False):
+    node: str
+    capacity: dict[str, int]
+    schedulable: bool = True
+    labels: dict[str, str] = {}
+
+
+class NodeGone(Change, tag="node_gone", frozen=True, gc=False):
+    node: str
+
+
+class AppSet(Change, tag="app", frozen=True, gc=False):
+    app: str
+    queue: str
+    user: str = ""
+    priority: int = 0
+    submit_seq: int = 0
+    submit_time: float = 0.0
+
+
+class AppGone(Change, tag="app_gone", frozen=True, gc=False):
+    app: str
+
+
+class AskSet(Change, tag="ask", frozen=True, gc=False):
+    app: str
+    ask: str
+    resource: dict[str, int]
+    count: int
+    priority: int = 0
+    am: bool = False
+    seq: int = 0
+    created: float = 0.0
+    required_node: str | None = None
+    duration: float | None = None
+    retry: bool = True
+
+
+class AskGone(Change, tag="ask_gone", frozen=True, gc=False):
+    app: str
+    ask: str
+
+
+class AllocationSet(Change, tag="alloc", frozen=True, gc=False):
+    allocation: str
+    app: str
+    ask: str
+    node: str
+    resource: dict[str, int]
+    start: float = 0.0
+    am: bool = False
+    reservation: str | None = None
+
+
+class AllocationGone(Change, tag="alloc_gone", frozen=True, gc=False):
+    allocation: str
+
+
+class ReservationSet(Change, tag="reservation", frozen=True, gc=False):
+    """A committed preemption: victims marked preempting, the room on ``node`` held for the ask."""
+
+    reservation: str
+    app: str
+    ask: str
+    node: str
+    resource: dict[str, int]
+    victims: list[str]
+    deadline: float
+    expires: float
+    policy: str = "sniper"
+
+
+class ReservationGone(Change, tag="reservation_gone", frozen=True, gc=False):
+    reservation: str
+
+
+class VictimsMarked(Change, tag="victims", frozen=True, gc=False):
+    """Victims preempted without a reservation (the proportional policy's shotgun)."""
+
+    victims: list[str]
+    deadline: float
+    policy: str = "proportional"
+
+
+class Clock(Change, tag="clock", frozen=True, gc=False):
+    now: float
+
+
+ChangeMsg = (
+    ConfigSet
+    | NodeSet
+    | NodeGone
+    | AppSet
+    | AppGone
+    | AskSet
+    | AskGone
+    | AllocationSet
+    | AllocationGone
+    | ReservationSet
+    | ReservationGone
+    | VictimsMarked
+    | Clock
+)
+
+
+# ---------------------------------------------------------------- proposals and outcomes
+
+
+class Placement(msgspec.Struct, frozen=True, gc=False, array_like=True):
+    app: str
+    ask: str
+    node: str
+
+
+class Victimized(msgspec.Struct, frozen=True, gc=False):
+    """A preemption placement: the ask goes to ``node`` once ``victims`` are gone."""
+
+    app: str
+    ask: str
+    node: str
+    victims: list[str]
+    cost: float = 0.0
+    reason: str = ""
+
+
+class ProposalOutcome(msgspec.Struct, frozen=True, gc=False):
+    proposal: str
+    accepted: int
+    rejected: dict[str, str] = {}  # "app/ask@node" -> reason
+
+
+class Message(msgspec.Struct, tag_field="type", kw_only=True, frozen=True, gc=False):
+    partition: str = "default"
+
+
+class ViewDelta(Message, tag="view", frozen=True, gc=False):
+    seq: int
+    now: float = 0.0
+    changes: list[ChangeMsg] = []
+    outcomes: list[ProposalOutcome] = []
+    reset: bool = False  # a full state: the replica starts over from these changes
+
+
+class AllocationProposal(Message, tag="allocate", frozen=True, gc=False):
+    id: str
+    view_seq: int
+    placements: list[Placement]
+
+
+class PreemptionProposal(Message, tag="preempt", frozen=True, gc=False):
+    id: str
+    view_seq: int
+    policy: str
+    placements: list[Victimized] = []
+    victims: list[str] = []  # proportional: victims with no beneficiary
+    observe_only: bool = False
+
+
+class Tick(Message, tag="tick", frozen=True, gc=False):
+    now: float
+
+
+class PlacementRequest(Message, tag="placement_request", frozen=True, gc=False):
+    """A policy asks the allocator to place starving asks in preemption mode."""
+
+    id: str
+    policy: str
+    view_seq: int
+    budget: dict[str, int]  # total resources the round may preempt
+    quotas: dict[str, dict[str, int]]  # queue path -> how much it may lose
+    beneficiaries: list[str]  # queue paths below their ideal
+    mask: list[str] = []  # "app/ask" keys to skip
+    min_missed: int = 1
+    victim_cost: str = "running_time"
+    max_candidate_nodes: int = 100
+    intra_queue: bool = False
+
+
+class PlacementReply(Message, tag="placement_reply", frozen=True, gc=False):
+    id: str
+    placements: list[Victimized] = []
+    unplaceable: list[str] = []  # "app/ask" keys no victim set can help
+
+
+class ResyncRequest(Message, tag="resync", frozen=True, gc=False):
+    """A replica that saw a gap in view sequence numbers asks for a full state."""
+
+    reader: str
+    after_seq: int
+
+
+ViewStream = ViewDelta | PlacementReply
+ProposalStream = AllocationProposal | PreemptionProposal | ResyncRequest

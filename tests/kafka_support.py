@@ -1,0 +1,1 @@
+"""Kafka test fixtures (filled in by the Kafka transport work)."""

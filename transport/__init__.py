@@ -1,0 +1,1 @@
+"""Transports behind one bus interface: in-process memory streams and Kafka (aiokafka)."""
