@@ -163,6 +163,7 @@ class ViewDelta(Message, tag="view", frozen=True, gc=False):
     changes: list[ChangeMsg] = []
     outcomes: list[ProposalOutcome] = []
     reset: bool = False  # a full state: the replica starts over from these changes
+    to: str = ""  # a reset meant for one reader only (others ignore it)
 
 
 class AllocationProposal(Message, tag="allocate", frozen=True, gc=False):
@@ -213,5 +214,5 @@ class ResyncRequest(Message, tag="resync", frozen=True, gc=False):
     after_seq: int
 
 
-ViewStream = ViewDelta | PlacementReply
+ViewStream = ViewDelta | PlacementRequest | PlacementReply
 ProposalStream = AllocationProposal | PreemptionProposal | ResyncRequest

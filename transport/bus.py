@@ -18,6 +18,7 @@ VIEW = "view"
 SNAPSHOTS = "snapshots"
 DEADLETTER = "deadletter"
 TOPICS = (FEED, DECISIONS, PROPOSALS, VIEW, SNAPSHOTS, DEADLETTER)
+TICK = "tick"  # in-process only: each process's clock drives its own actors
 
 
 class Subscription(abc.ABC):

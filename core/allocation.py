@@ -1,0 +1,252 @@
+"""The allocation cycle of seed 002: ``find_ask_candidates`` and ``try_allocate``, sans-IO.
+
+``find_ask_candidates`` walks the queue tree most-under-served first (business priority, then below
+guarantee, then dominant share of usage against guarantee, then more pending), apps by their queue's
+sort policy, asks by priority then age, within every ``max`` up the tree. It keeps one heap per
+parent queue and re-keys only the path it just served, so a cycle of n picks costs O(n log q).
+``try_allocate`` places candidates one container at a time through a :class:`Placer`: the node
+index in normal mode, a victim index in preemption mode (same loop, same accounting).
+Nothing here mutates committed state; placements only add to the allocator's ``allocating`` counters.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from core import resources as res
+from core.resources import Resource
+from core.state import App, Ask, AskKey, Node, PartitionState, Queue
+
+QueueKey = Callable[[Queue, Resource], tuple[object, ...]]
+
+
+def usage_key(queue: Queue, usage: Resource, capacity: Resource) -> tuple[object, ...]:
+    """Normal-mode queue order: higher priority, below guarantee, lower share, more pending."""
+    if queue.guaranteed:
+        share = res.dominant_share(usage, queue.guaranteed)
+        below = 0 if share < 1.0 else 1
+    else:
+        share = res.dominant_share(usage, capacity) if capacity else (math.inf if res.any_positive(usage) else 0.0)
+        below = 1
+    pending = res.dominant_share(queue.pending, capacity) if capacity else 0.0
+    return (-queue.priority, below, share, -pending, queue.path)
+
+
+def app_key(policy: str, app: App, selected: Resource | None, capacity: Resource) -> tuple[object, ...]:
+    if policy == "priority":
+        return (-app.priority, app.submit_seq)
+    if policy == "fair":
+        used = app.allocated if not selected else res.add(app.allocated, selected)
+        return (res.dominant_share(used, capacity) if capacity else 0.0, app.submit_seq)
+    return (app.submit_seq,)
+
+
+class _AppCursor:
+    __slots__ = ("app", "asks", "idx", "selected")
+
+    def __init__(self, app: App) -> None:
+        self.app = app
+        self.asks: list[Ask] = list(app.pending_asks)
+        self.idx = 0
+        self.selected: Resource = {}
+
+
+class _LeafCursor:
+    """Per-call iteration over one leaf queue's pending asks in app-policy order."""
+
+    __slots__ = ("apps", "policy")
+
+    def __init__(self, leaf: Queue, capacity: Resource, eligible: Callable[[App], bool] | None) -> None:
+        self.policy = leaf.config.sort_policy
+        heap: list[tuple[tuple[object, ...], int, _AppCursor]] = []
+        for app in leaf.apps.values():
+            if app.pending_asks and (eligible is None or eligible(app)):
+                heap.append((app_key(self.policy, app, None, capacity), app.submit_seq, _AppCursor(app)))
+        heapq.heapify(heap)
+        self.apps = heap
+
+
+@dataclass(slots=True)
+class CandidateFilter:
+    """Which asks are eligible in one call (preemption mode narrows it); ``None`` admits everything."""
+
+    skip: set[AskKey] = field(default_factory=set)
+    queue: Callable[[Queue], bool] | None = None
+    app: Callable[[App], bool] | None = None
+    ask: Callable[[Ask], bool] | None = None
+
+
+def find_ask_candidates(
+    state: PartitionState,
+    n: int,
+    *,
+    preemption: bool = False,
+    filters: CandidateFilter | None = None,
+    queue_key: QueueKey | None = None,
+    headroom_extra: dict[str, Resource] | None = None,
+) -> list[Ask]:
+    """Up to ``n`` containers to try, one list entry per container, most deserving first.
+
+    ``preemption`` only documents the mode here: preemption narrows ``filters`` (starving asks of
+    queues below their ideal, not masked) and orders queues with ``queue_key``; the walk is the same.
+    ``headroom_extra`` adds per-queue usage that the caller holds but the state does not show yet.
+    """
+    root = state.root
+    if root is None or n <= 0:
+        return []
+    filters = filters or CandidateFilter()
+    capacity = state.capacity
+    key_of: QueueKey = queue_key or (lambda q, u: usage_key(q, u, capacity))
+    # Usage picked in this call (plus what the caller holds), per queue path, all levels.
+    extra: dict[str, Resource] = {k: dict(v) for k, v in headroom_extra.items()} if headroom_extra else {}
+    picked: dict[AskKey, int] = {}
+    heaps: dict[str, list[tuple[tuple[object, ...], Queue]]] = {}
+    cursors: dict[str, _LeafCursor] = {}
+
+    def usage(q: Queue) -> Resource:
+        u = q.usage()
+        more = extra.get(q.path)
+        if more:
+            res.add_into(u, more)
+        return u
+
+    def heap_of(parent: Queue) -> list[tuple[tuple[object, ...], Queue]]:
+        h = heaps.get(parent.path)
+        if h is None:
+            h = [
+                (key_of(c, usage(c)), c)
+                for c in parent.children
+                if res.any_positive(c.pending) and (filters.queue is None or filters.queue(c))
+            ]
+            heapq.heapify(h)
+            heaps[parent.path] = h
+        return h
+
+    def next_from_leaf(leaf: Queue) -> Ask | None:
+        cur = cursors.get(leaf.path)
+        if cur is None:
+            cur = cursors[leaf.path] = _LeafCursor(leaf, capacity, filters.app)
+        apps = cur.apps
+        while apps:
+            _, seq, app_cur = apps[0]
+            asks = app_cur.asks
+            while app_cur.idx < len(asks):
+                ask = asks[app_cur.idx]
+                if (
+                    ask.key in filters.skip
+                    or (filters.ask is not None and not filters.ask(ask))
+                    or ask.pending - picked.get(ask.key, 0) <= 0
+                    or not state.headroom_allows(leaf, ask.resource, extra)
+                ):
+                    app_cur.idx += 1
+                    continue
+                if cur.policy == "fair":
+                    res.add_into(app_cur.selected, ask.resource)
+                    new_key = app_key("fair", app_cur.app, app_cur.selected, capacity)
+                    heapq.heapreplace(apps, (new_key, seq, app_cur))
+                return ask
+            heapq.heappop(apps)
+        return None
+
+    def pick(parent: Queue) -> Ask | None:
+        h = heap_of(parent)
+        while h:
+            _, child = h[0]
+            ask = next_from_leaf(child) if child.is_leaf else pick(child)
+            if ask is None:
+                heapq.heappop(h)
+                continue
+            # Charge the pick to the child and re-key it in its parent's heap.
+            res.add_into(extra.setdefault(child.path, {}), ask.resource)
+            heapq.heapreplace(h, (key_of(child, usage(child)), child))
+            return ask
+        return None
+
+    out: list[Ask] = []
+    while len(out) < n:
+        ask = pick(root)
+        if ask is None:
+            break
+        res.add_into(extra.setdefault(root.path, {}), ask.resource)
+        picked[ask.key] = picked.get(ask.key, 0) + 1
+        out.append(ask)
+    return out
+
+
+# ---------------------------------------------------------------------- placement
+
+
+class Placer(Protocol):
+    """Finds a node for one container; normal mode uses free room, preemption mode adds victims."""
+
+    def place(self, state: PartitionState, ask: Ask) -> Node | None: ...
+
+
+class FreeRoomPlacer:
+    """Normal mode: the first node in the partition's node order with free room for the ask."""
+
+    def place(self, state: PartitionState, ask: Ask) -> Node | None:
+        nodes = state.nodes
+        request = ask.resource
+        if ask.required_node is not None:
+            node = nodes.get(ask.required_node)
+            return node if node is not None and node.schedulable and node.can_hold(request) else None
+        for name in state.node_index.candidates(request):
+            node = nodes[name]
+            if node.can_hold(request):
+                return node
+        return None
+
+
+@dataclass(slots=True)
+class TryResult:
+    placed: list[tuple[Ask, Node]] = field(default_factory=list)
+    failed: set[AskKey] = field(default_factory=set)
+
+
+def try_allocate(
+    state: PartitionState,
+    candidates: list[Ask],
+    *,
+    preemption: bool = False,
+    placer: Placer | None = None,
+    hold: bool = True,
+) -> TryResult:
+    """Place each candidate container; an ask that fails once is not tried again in this call.
+
+    With ``hold`` the placed room is added to the allocator's ``allocating`` counters (node, queue,
+    ask) so it is never proposed twice before the cache answers. ``preemption=True`` requires a
+    ``placer`` that counts victims' room (see :mod:`core.preemption.sniper`).
+    """
+    if preemption and placer is None:
+        raise ValueError("preemption mode needs a placer that knows the victims")
+    placer = placer or FreeRoomPlacer()
+    result = TryResult()
+    for ask in candidates:
+        if ask.key in result.failed:
+            continue
+        if ask.pending <= 0 or not state.headroom_allows(ask.app.queue, ask.resource):
+            result.failed.add(ask.key)
+            continue
+        node = placer.place(state, ask)
+        if node is None:
+            result.failed.add(ask.key)
+            continue
+        result.placed.append((ask, node))
+        if hold:
+            hold_room(state, ask, node, 1)
+    return result
+
+
+def hold_room(state: PartitionState, ask: Ask, node: Node, times: int) -> None:
+    """Add (or with ``times=-1`` remove) one proposed container to the allocator's in-flight counters."""
+    ask.allocating += times
+    res.add_into(node.allocating, ask.resource, times)
+    for q in ask.app.queue.lineage():
+        res.add_into(q.allocating, ask.resource, times)
+    if state.nodes.get(node.name) is node:
+        state.reindex(node)

@@ -1,0 +1,141 @@
+"""The allocator's sans-IO core: a view replica, proposals in flight, missed opportunities, cycles.
+
+Invariants: view deltas are applied strictly in sequence order (a duplicate is ignored, a gap asks
+for a reset); every container proposed stays counted in ``allocating`` until the cache's outcome for
+that proposal arrives, so it is never proposed twice; an ask's missed-opportunity count grows by one
+per cycle in which it was a candidate and got nothing, and drops to zero when it gets a container.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from core.allocation import CandidateFilter, find_ask_candidates, hold_room, try_allocate
+from core.state import Ask, AskKey, Node, PartitionState
+from messages import protocol as p
+
+DEFAULT_BATCH = 4096
+# Changes after which a cycle may place something it could not place before.
+ENABLING = frozenset({p.AskSet, p.AllocationGone, p.NodeSet, p.ReservationGone, p.ConfigSet})
+
+
+@dataclasses.dataclass(slots=True)
+class AllocatorStats:
+    cycles: int = 0
+    proposed: int = 0
+    accepted: int = 0
+    rejected: int = 0
+    resets: int = 0
+
+
+class AllocatorCore:
+    def __init__(self, partition: str, *, batch: int = DEFAULT_BATCH) -> None:
+        self.partition = partition
+        self.batch = batch
+        self.state = PartitionState(partition)
+        self.view_seq = 0
+        self.inflight: dict[str, list[tuple[Ask, Node]]] = {}
+        self.missed: dict[AskKey, int] = {}
+        self.stats = AllocatorStats()
+        self.dirty = False  # something changed since the last cycle that may allow an allocation
+        self._next_proposal = 0
+
+    # ------------------------------------------------------------------ view replica
+
+    def apply_view(self, delta: p.ViewDelta) -> bool:
+        """Apply one delta; ``False`` means a gap: the caller must ask the cache for a reset."""
+        if delta.reset:
+            self._reset(delta)
+            return True
+        if delta.seq <= self.view_seq:
+            return True  # already applied (at-least-once delivery)
+        if delta.seq != self.view_seq + 1:
+            return False
+        self.view_seq = delta.seq
+        state = self.state
+        handlers = state._handlers
+        reconfigured = False
+        for change in delta.changes:
+            kind = type(change)
+            handlers[kind](change)
+            if kind in ENABLING:
+                self.dirty = True
+                if kind is p.ConfigSet:
+                    reconfigured = True
+            elif kind is p.AskGone:
+                self.missed.pop((change.app, change.ask), None)  # type: ignore[union-attr]
+        for outcome in delta.outcomes:
+            self._settle(outcome)
+        if reconfigured:
+            self._recount_inflight()
+        return True
+
+    def _reset(self, delta: p.ViewDelta) -> None:
+        self.stats.resets += 1
+        self.state = PartitionState(self.partition)
+        self.state.apply_all(delta.changes)
+        self.view_seq = delta.seq
+        self.inflight.clear()  # the reset state already holds whatever the cache committed
+        self.dirty = True
+
+    def _settle(self, outcome: p.ProposalOutcome) -> None:
+        placed = self.inflight.pop(outcome.proposal, None)
+        if placed is None:
+            return
+        self.stats.accepted += outcome.accepted
+        self.stats.rejected += len(outcome.rejected)
+        for ask, node in placed:
+            hold_room(self.state, ask, node, -1)
+        if outcome.rejected:
+            self.dirty = True
+
+    def _recount_inflight(self) -> None:
+        """Queues were rebuilt by a config change: re-add what is still in flight to the new ones."""
+        for placed in self.inflight.values():
+            for ask, _ in placed:
+                for q in ask.app.queue.lineage():
+                    for k, v in ask.resource.items():
+                        q.allocating[k] = q.allocating.get(k, 0) + v
+
+    # ------------------------------------------------------------------ the cycle
+
+    def cycle(self, budget: int | None = None) -> p.AllocationProposal | None:
+        """One allocation cycle (seed 002): candidates, placement, missed opportunities, one proposal."""
+        self.dirty = False
+        n_alloc = self.batch if budget is None else budget
+        state = self.state
+        placed_all: list[tuple[Ask, Node]] = []
+        tried: set[AskKey] = set()
+        failed: set[AskKey] = set()
+        while n_alloc > 0:
+            candidates = find_ask_candidates(state, n_alloc, preemption=False, filters=CandidateFilter(skip=failed))
+            if not candidates:
+                break
+            result = try_allocate(state, candidates, preemption=False)
+            for ask in candidates:
+                tried.add(ask.key)
+            placed_all.extend(result.placed)
+            failed |= result.failed
+            n_alloc -= len(result.placed)
+            if not result.placed:
+                break
+        self.stats.cycles += 1
+        got = {ask.key for ask, _ in placed_all}
+        missed = self.missed
+        for key in tried:
+            if key in got:
+                missed.pop(key, None)
+            else:
+                missed[key] = missed.get(key, 0) + 1
+        if not placed_all:
+            return None
+        self._next_proposal += 1
+        pid = f"{self.partition}/a{self._next_proposal}"
+        self.inflight[pid] = placed_all
+        self.stats.proposed += len(placed_all)
+        return p.AllocationProposal(
+            partition=self.partition,
+            id=pid,
+            view_seq=self.view_seq,
+            placements=[p.Placement(app=ask.key[0], ask=ask.key[1], node=node.name) for ask, node in placed_all],
+        )

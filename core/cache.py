@@ -1,0 +1,474 @@
+"""The cache's decision logic, sans-IO: the single writer of a partition's state.
+
+Feed events and proposals go in; committed changes (for replicas), decisions (for resource managers)
+and proposal outcomes come out, collected until :meth:`CacheCore.drain`. Every input is validated
+against the current state first: a duplicate event changes nothing, an invalid one becomes a
+``rejected`` decision, a stale proposal is rejected with its reason. Time only moves with ticks.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import OrderedDict
+from typing import Any
+
+from core import resources as res
+from core.config import ConfigError, PartitionConfig, parse_partition, partition_to_raw
+from core.state import Allocation, AskKey, PartitionState, Reservation, StateError, ask_label
+from messages import decisions as d
+from messages import feed as f
+from messages import protocol as p
+
+SEEN_IDS = 100_000  # how many recent event ids are remembered for de-duplication
+
+
+@dataclasses.dataclass(slots=True)
+class CacheOutput:
+    view: p.ViewDelta | None
+    decisions: list[d.DecisionMsg]
+
+
+@dataclasses.dataclass(slots=True)
+class CacheStats:
+    events: int = 0
+    duplicates: int = 0
+    rejected_events: int = 0
+    proposals: int = 0
+    placements_accepted: int = 0
+    placements_rejected: int = 0
+
+
+class CacheCore:
+    def __init__(self, partition: str, config: PartitionConfig | None = None, *, epoch: int = 0) -> None:
+        self.partition = partition
+        self.epoch = epoch
+        self.state = PartitionState(partition)
+        self.decision_seq = 0
+        self.view_seq = 0
+        self.counters = {"alloc": 0, "app": 0, "ask": 0, "reservation": 0}
+        self.seen: OrderedDict[str, None] = OrderedDict()
+        self.stats = CacheStats()
+        self._changes: list[p.ChangeMsg] = []
+        self._decisions: list[d.DecisionMsg] = []
+        self._outcomes: list[p.ProposalOutcome] = []
+        if config is not None:
+            self._commit(p.ConfigSet(config=partition_to_raw(config)))
+
+    # ------------------------------------------------------------------ output
+
+    def _commit(self, change: p.ChangeMsg) -> None:
+        self.state.apply(change)
+        self._changes.append(change)
+
+    def _decide(self, decision_type: type[d.DecisionMsg], **fields: Any) -> None:
+        self.decision_seq += 1
+        self._decisions.append(
+            decision_type(partition=self.partition, seq=self.decision_seq, epoch=self.epoch, t=self.state.now, **fields)
+        )
+
+    def _reject(self, reason: str, *, app: str = "", ask: str = "", event: str = "") -> None:
+        self.stats.rejected_events += 1
+        self._decide(d.Rejected, reason=reason, app=app, ask=ask, event=event)
+
+    def has_output(self) -> bool:
+        return bool(self._changes or self._decisions or self._outcomes)
+
+    def drain(self) -> CacheOutput:
+        view = None
+        if self._changes or self._outcomes:
+            self.view_seq += 1
+            view = p.ViewDelta(
+                partition=self.partition,
+                seq=self.view_seq,
+                now=self.state.now,
+                changes=self._changes,
+                outcomes=self._outcomes,
+            )
+        out = CacheOutput(view=view, decisions=self._decisions)
+        self._changes, self._decisions, self._outcomes = [], [], []
+        return out
+
+    def full_view(self) -> p.ViewDelta:
+        """The whole state as one reset delta (for a replica that lost track)."""
+        return p.ViewDelta(
+            partition=self.partition,
+            seq=self.view_seq,
+            now=self.state.now,
+            changes=state_changes(self.state),
+            reset=True,
+        )
+
+    # ------------------------------------------------------------------ time
+
+    def tick(self, now: float) -> None:
+        if now > self.state.now:
+            self._commit(p.Clock(now=now))
+        self._kill_overdue()
+        self._expire_reservations()
+
+    def _kill_overdue(self) -> None:
+        now = self.state.now
+        for alloc in list(self.state.allocations.values()):
+            if alloc.preempt_deadline is not None and not alloc.killed and alloc.preempt_deadline <= now:
+                alloc.killed = True
+                self._decide(d.Kill, allocation=alloc.id, app=alloc.app, queue=alloc.queue.path, node=alloc.node)
+
+    def _expire_reservations(self) -> None:
+        now = self.state.now
+        for r in list(self.state.reservations.values()):
+            if r.expires <= now:
+                self._end_reservation(r, "reservation timed out before its victims were gone")
+
+    # ------------------------------------------------------------------ feed
+
+    def handle_event(self, event: f.Feed) -> None:
+        self.stats.events += 1
+        if event.id:
+            if event.id in self.seen:
+                self.stats.duplicates += 1
+                return
+            self.seen[event.id] = None
+            if len(self.seen) > SEEN_IDS:
+                self.seen.popitem(last=False)
+        if self.state.root is None and not isinstance(event, f.PartitionConfigEvent):
+            self._reject(f"partition {self.partition} has no configuration yet", event=type(event).__name__)
+            return
+        try:
+            self._dispatch(event)
+        except (StateError, ConfigError, res.QuantityError, KeyError) as err:
+            self._reject(f"{type(event).__name__}: {err}", event=event.id)
+
+    def _dispatch(self, event: f.Feed) -> None:
+        match event:
+            case f.PartitionConfigEvent(config=raw):
+                self._configure(raw)
+            case f.NodeAdded(node=name, capacity=capacity, labels=labels, schedulable=schedulable):
+                self._node_set(name, capacity, schedulable, labels)
+            case f.NodeUpdated(node=name, capacity=capacity, schedulable=schedulable):
+                node = self.state.nodes.get(name)
+                if node is None:
+                    self._reject(f"node_updated: unknown node {name}", event=event.id)
+                    return
+                self._node_set(
+                    name,
+                    node.capacity if capacity is None else capacity,
+                    node.schedulable if schedulable is None else schedulable,
+                    node.labels,
+                )
+            case f.NodeRemoved(node=name):
+                self._node_removed(name)
+            case f.AppAdded():
+                self._app_added(event)
+            case f.AppRemoved(app=name):
+                self._app_removed(name)
+            case f.AskAdded():
+                self._ask_added(event)
+            case f.AskRemoved(app=app, ask=ask):
+                self._ask_removed((app, ask))
+            case f.AllocationReleased(allocation=aid):
+                alloc = self.state.allocations.get(aid)
+                if alloc is not None:
+                    self._release(alloc)
+
+    def _configure(self, raw: dict[str, Any]) -> None:
+        config = parse_partition(raw, f"partition {self.partition}")
+        for app in self.state.apps.values():
+            leaf = config.leaf(app.queue.path)
+            if leaf is None:
+                raise ConfigError(f"queue {app.queue.path} is used by app {app.name} and cannot be removed")
+        if self.state.config is not None and partition_to_raw(config) == partition_to_raw(self.state.config):
+            return
+        self._commit(p.ConfigSet(config=partition_to_raw(config)))
+
+    def _node_set(self, name: str, capacity: dict[str, int], schedulable: bool, labels: dict[str, str]) -> None:
+        cap = res.normalized(capacity)
+        node = self.state.nodes.get(name)
+        if node is not None and node.capacity == cap and node.schedulable == schedulable and node.labels == labels:
+            return
+        if node is not None and not res.fits(res.add(node.allocated, node.reserved), cap):
+            # The node shrank below what it holds: newest allocations are lost until the rest fits.
+            for rid in sorted(node.reservations):
+                self._end_reservation(self.state.reservations[rid], f"node {name} shrank")
+            for alloc in sorted((self.state.allocations[a] for a in node.allocations), key=lambda a: (-a.start, a.id)):
+                if res.fits(node.allocated, cap):
+                    break
+                self._lose(alloc, f"node {name} shrank")
+        self._commit(p.NodeSet(node=name, capacity=cap, schedulable=schedulable, labels=dict(labels)))
+
+    def _node_removed(self, name: str) -> None:
+        node = self.state.nodes.get(name)
+        if node is None:
+            return
+        for rid in sorted(node.reservations):
+            self._end_reservation(self.state.reservations[rid], f"node {name} was removed")
+        for aid in sorted(node.allocations):
+            self._lose(self.state.allocations[aid], f"node {name} was removed")
+        self._commit(p.NodeGone(node=name))
+
+    def _lose(self, alloc: Allocation, reason: str) -> None:
+        self._decide(
+            d.AllocationLost,
+            allocation=alloc.id,
+            app=alloc.app,
+            ask=alloc.ask,
+            queue=alloc.queue.path,
+            node=alloc.node,
+            resource=alloc.resource,
+        )
+        self._drop_allocation(alloc)
+
+    def _app_added(self, e: f.AppAdded) -> None:
+        existing = self.state.apps.get(e.app)
+        if existing is not None:
+            if existing.queue.path != e.queue:
+                self._reject(f"app {e.app} already runs in {existing.queue.path}", app=e.app, event=e.id)
+            return
+        if self.state.leaf(e.queue) is None:
+            why = "a parent queue" if e.queue in self.state.queues else "an unknown queue"
+            self._reject(f"app {e.app}: {e.queue} is {why}; apps go to leaf queues", app=e.app, event=e.id)
+            return
+        self.counters["app"] += 1
+        self._commit(
+            p.AppSet(
+                app=e.app,
+                queue=e.queue,
+                user=e.user,
+                priority=e.priority,
+                submit_seq=self.counters["app"],
+                submit_time=self.state.now,
+            )
+        )
+
+    def _app_removed(self, name: str) -> None:
+        app = self.state.apps.get(name)
+        if app is None:
+            return
+        for ask in list(app.asks):
+            self._ask_removed((name, ask))
+        for aid in sorted(app.allocations):
+            self._release(self.state.allocations[aid])
+        self._commit(p.AppGone(app=name))
+
+    def _ask_added(self, e: f.AskAdded) -> None:
+        app = self.state.apps.get(e.app)
+        if app is None:
+            self._reject(f"ask {e.ask}: unknown app {e.app}", app=e.app, ask=e.ask, event=e.id)
+            return
+        if e.ask in app.asks:
+            return
+        resource = res.normalized(e.resource)
+        if not resource:
+            self._reject(f"ask {e.app}/{e.ask} asks for nothing", app=e.app, ask=e.ask, event=e.id)
+            return
+        for q in app.queue.lineage():
+            if q.max is not None and not res.fits({k: v for k, v in resource.items() if k in q.max}, q.max):
+                self._reject(
+                    f"ask {e.app}/{e.ask} ({res.fmt(resource)}) can never fit queue {q.path}'s max ({res.fmt(q.max)})",
+                    app=e.app,
+                    ask=e.ask,
+                    event=e.id,
+                )
+                return
+        self.counters["ask"] += 1
+        self._commit(
+            p.AskSet(
+                app=e.app,
+                ask=e.ask,
+                resource=resource,
+                count=e.count,
+                priority=e.priority,
+                am=e.am,
+                seq=self.counters["ask"],
+                created=self.state.now,
+                required_node=e.node,
+                duration=e.duration,
+                retry=e.retry,
+            )
+        )
+
+    def _ask_removed(self, key: AskKey) -> None:
+        ask = self.state.ask(key)
+        if ask is None:
+            return
+        for r in [r for r in self.state.reservations.values() if (r.app, r.ask) == key]:
+            self._end_reservation(r, f"ask {ask_label(key)} was withdrawn")
+        self._commit(p.AskGone(app=key[0], ask=key[1]))
+
+    def _release(self, alloc: Allocation) -> None:
+        self._decide(
+            d.Released,
+            allocation=alloc.id,
+            app=alloc.app,
+            queue=alloc.queue.path,
+            node=alloc.node,
+            resource=alloc.resource,
+        )
+        self._drop_allocation(alloc)
+
+    def _drop_allocation(self, alloc: Allocation) -> None:
+        node = alloc.node
+        self._commit(p.AllocationGone(allocation=alloc.id))
+        self._fulfil_reservations(node)
+
+    # ------------------------------------------------------------------ reservations (preemption)
+
+    def _fulfil_reservations(self, node_name: str) -> None:
+        """Turn reservations on ``node_name`` into allocations once the room is really free."""
+        node = self.state.nodes.get(node_name)
+        if node is None or not node.reservations:
+            return
+        for rid in sorted(node.reservations, key=lambda r: self.state.reservations[r].deadline):
+            r = self.state.reservations[rid]
+            free = res.sub(res.sub(node.capacity, node.allocated), node.reserved)
+            if res.fits(r.resource, res.add(free, r.resource)):
+                self._allocate(r.app, r.ask, node_name, reservation=r)
+
+    def _end_reservation(self, r: Reservation, reason: str) -> None:
+        self._decide(d.ReservationEnded, reservation=r.id, app=r.app, ask=r.ask, node=r.node, reason=reason)
+        self._commit(p.ReservationGone(reservation=r.id))
+
+    # ------------------------------------------------------------------ proposals
+
+    def handle_proposal(self, proposal: p.AllocationProposal | p.PreemptionProposal) -> None:
+        self.stats.proposals += 1
+        if isinstance(proposal, p.AllocationProposal):
+            self._handle_allocation_proposal(proposal)
+        else:
+            from core.preemption.commit import commit_preemption  # local: preemption plugs in here
+
+            commit_preemption(self, proposal)
+
+    def _handle_allocation_proposal(self, proposal: p.AllocationProposal) -> None:
+        accepted = 0
+        rejected: dict[str, str] = {}
+        for pl in proposal.placements:
+            why = self.check_placement(pl.app, pl.ask, pl.node)
+            if why is None:
+                self._allocate(pl.app, pl.ask, pl.node)
+                accepted += 1
+            else:
+                rejected[f"{pl.app}/{pl.ask}@{pl.node}#{len(rejected)}"] = why
+        self.stats.placements_accepted += accepted
+        self.stats.placements_rejected += len(rejected)
+        self._outcomes.append(p.ProposalOutcome(proposal=proposal.id, accepted=accepted, rejected=rejected))
+
+    def check_placement(self, app_name: str, ask_name: str, node_name: str) -> str | None:
+        """Why one container of the ask cannot go to the node now, or ``None`` when it can."""
+        state = self.state
+        app = state.apps.get(app_name)
+        if app is None:
+            return "app is gone"
+        ask = app.asks.get(ask_name)
+        if ask is None:
+            return "ask is gone"
+        if ask.count - ask.allocated - ask.reserved <= 0:
+            return "ask is already fully allocated"
+        node = state.nodes.get(node_name)
+        if node is None:
+            return "node is gone"
+        if not node.schedulable:
+            return "node is not schedulable"
+        if ask.required_node is not None and ask.required_node != node_name:
+            return f"ask requires node {ask.required_node}"
+        if not node.can_hold(ask.resource):
+            return "does not fit the node's free room"
+        if not state.headroom_allows(app.queue, ask.resource):
+            return "queue max would be exceeded"
+        return None
+
+    def _allocate(self, app_name: str, ask_name: str, node_name: str, reservation: Reservation | None = None) -> None:
+        app = self.state.apps[app_name]
+        ask = app.asks[ask_name]
+        self.counters["alloc"] += 1
+        aid = f"alloc-{self.counters['alloc']}"
+        self._commit(
+            p.AllocationSet(
+                allocation=aid,
+                app=app_name,
+                ask=ask_name,
+                node=node_name,
+                resource=ask.resource,
+                start=self.state.now,
+                am=ask.am,
+                reservation=None if reservation is None else reservation.id,
+            )
+        )
+        self._decide(
+            d.Allocated,
+            allocation=aid,
+            app=app_name,
+            ask=ask_name,
+            queue=app.queue.path,
+            node=node_name,
+            resource=ask.resource,
+            am=ask.am,
+            reservation=None if reservation is None else reservation.id,
+        )
+
+
+def state_changes(state: PartitionState) -> list[p.ChangeMsg]:
+    """Changes that rebuild ``state`` from nothing (replica reset and snapshots)."""
+    out: list[p.ChangeMsg] = [p.Clock(now=state.now)]
+    if state.config is not None:
+        out.append(p.ConfigSet(config=partition_to_raw(state.config)))
+    for node in state.nodes.values():
+        out.append(p.NodeSet(node=node.name, capacity=node.capacity, schedulable=node.schedulable, labels=node.labels))
+    for app in sorted(state.apps.values(), key=lambda a: a.submit_seq):
+        live = [state.allocations[a] for a in app.allocations]
+        out.append(
+            p.AppSet(
+                app=app.name,
+                queue=app.queue.path,
+                user=app.user,
+                priority=app.priority,
+                submit_seq=app.submit_seq,
+                submit_time=app.submit_time,
+            )
+        )
+        for ask in sorted(app.asks.values(), key=lambda a: a.seq):
+            out.append(
+                p.AskSet(
+                    app=app.name,
+                    ask=ask.name,
+                    resource=ask.resource,
+                    # Finished containers are gone from the state; live ones are re-added below.
+                    count=ask.count - ask.allocated + sum(1 for a in live if a.ask == ask.name),
+                    priority=ask.priority,
+                    am=ask.am,
+                    seq=ask.seq,
+                    created=ask.created,
+                    required_node=ask.required_node,
+                    duration=ask.duration,
+                    retry=ask.retry,
+                )
+            )
+    for alloc in state.allocations.values():
+        out.append(
+            p.AllocationSet(
+                allocation=alloc.id,
+                app=alloc.app,
+                ask=alloc.ask,
+                node=alloc.node,
+                resource=alloc.resource,
+                start=alloc.start,
+                am=alloc.am,
+            )
+        )
+    for r in state.reservations.values():
+        out.append(
+            p.ReservationSet(
+                reservation=r.id,
+                app=r.app,
+                ask=r.ask,
+                node=r.node,
+                resource=r.resource,
+                victims=[v for v in r.victims if v in state.allocations],
+                deadline=r.deadline,
+                expires=r.expires,
+                policy=r.policy,
+            )
+        )
+    marked = [a for a in state.allocations.values() if a.preempting and a.reservation is None]
+    for deadline in sorted({a.preempt_deadline for a in marked if a.preempt_deadline is not None}):
+        out.append(p.VictimsMarked(victims=[a.id for a in marked if a.preempt_deadline == deadline], deadline=deadline))
+    return out

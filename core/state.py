@@ -1,0 +1,572 @@
+"""Partition state (nodes, queues, apps, asks, allocations, reservations) and its one mutation path.
+
+The cache owns the authoritative copy; the allocator and the policies own replicas. Every copy changes
+only through :meth:`PartitionState.apply` of committed :mod:`messages.protocol` changes, so a replica
+that applied the same changes in the same order is identical to the cache. Derived totals (node
+allocated / reserved, queue allocated / pending / preempting / reserved up the hierarchy, ask
+allocated counts) are maintained incrementally by ``apply`` and are never written elsewhere, except
+the allocator's ``allocating`` counters, which only the allocator touches (proposals in flight).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from sortedcontainers import SortedList
+
+from core import resources as res
+from core.config import PartitionConfig, QueueConfig, parse_partition
+from core.node_index import NodeIndex
+from core.resources import MEMORY, Resource
+from messages import protocol as p
+
+AskKey = tuple[str, str]  # (app, ask)
+
+
+def ask_label(key: AskKey) -> str:
+    return f"{key[0]}/{key[1]}"
+
+
+class Node:
+    __slots__ = (
+        "allocated",
+        "allocating",
+        "allocations",
+        "capacity",
+        "labels",
+        "name",
+        "reservations",
+        "reserved",
+        "schedulable",
+    )
+
+    def __init__(self, name: str, capacity: Resource, schedulable: bool, labels: dict[str, str]) -> None:
+        self.name = name
+        self.capacity = capacity
+        self.schedulable = schedulable
+        self.labels = labels
+        self.allocated: Resource = {}
+        self.reserved: Resource = {}
+        self.allocating: Resource = {}
+        self.allocations: set[str] = set()
+        self.reservations: set[str] = set()
+
+    def free(self) -> Resource:
+        """Room nobody holds: capacity minus allocated, reserved and (allocator only) allocating."""
+        out = dict(self.capacity)
+        res.sub_into(out, self.allocated)
+        res.sub_into(out, self.reserved)
+        res.sub_into(out, self.allocating)
+        return out
+
+    def free_of(self, name: str) -> int:
+        return (
+            self.capacity.get(name, 0)
+            - self.allocated.get(name, 0)
+            - self.reserved.get(name, 0)
+            - self.allocating.get(name, 0)
+        )
+
+    def can_hold(self, request: Resource) -> bool:
+        cap, alloc, resv, ing = self.capacity, self.allocated, self.reserved, self.allocating
+        for k, v in request.items():
+            if v > cap.get(k, 0) - alloc.get(k, 0) - resv.get(k, 0) - ing.get(k, 0):
+                return False
+        return True
+
+
+class Queue:
+    __slots__ = (
+        "allocated",
+        "allocating",
+        "apps",
+        "children",
+        "config",
+        "guaranteed",
+        "max",
+        "name",
+        "parent",
+        "path",
+        "pending",
+        "preempting",
+        "priority",
+        "reserved",
+    )
+
+    def __init__(self, config: QueueConfig, parent: Queue | None) -> None:
+        self.config = config
+        self.name = config.name
+        self.path = config.path
+        self.parent = parent
+        self.children: list[Queue] = []
+        self.guaranteed: Resource = dict(config.guaranteed)
+        self.max: Resource | None = None if config.max is None else dict(config.max)
+        self.priority = config.priority_offset
+        self.allocated: Resource = {}
+        self.pending: Resource = {}
+        self.preempting: Resource = {}
+        self.reserved: Resource = {}
+        self.allocating: Resource = {}
+        self.apps: dict[str, App] = {}
+
+    @property
+    def is_leaf(self) -> bool:
+        return not self.children
+
+    def lineage(self) -> Iterator[Queue]:
+        """This queue and its ancestors up to the root."""
+        q: Queue | None = self
+        while q is not None:
+            yield q
+            q = q.parent
+
+    def is_within(self, other: Queue) -> bool:
+        """True when this queue is ``other`` or one of its descendants."""
+        return self.path == other.path or self.path.startswith(other.path + ".")
+
+    def usage(self) -> Resource:
+        """Committed usage plus held reservations plus the allocator's in-flight proposals."""
+        out = dict(self.allocated)
+        res.add_into(out, self.reserved)
+        res.add_into(out, self.allocating)
+        return out
+
+
+class Ask:
+    __slots__ = (
+        "allocated",
+        "allocating",
+        "am",
+        "app",
+        "count",
+        "created",
+        "duration",
+        "key",
+        "name",
+        "priority",
+        "required_node",
+        "reserved",
+        "resource",
+        "retry",
+        "seq",
+        "sort_key",
+    )
+
+    def __init__(self, app: App, change: p.AskSet) -> None:
+        self.app = app
+        self.name = change.ask
+        self.key: AskKey = (change.app, change.ask)
+        self.resource: Resource = res.normalized(change.resource)
+        self.count = change.count
+        self.priority = change.priority
+        self.am = change.am
+        self.seq = change.seq
+        self.created = change.created
+        self.required_node = change.required_node
+        self.duration = change.duration
+        self.retry = change.retry
+        self.allocated = 0  # containers committed for this ask, ever
+        self.reserved = 0  # preemption reservations held for it
+        self.allocating = 0  # allocator only: proposed, result not back yet
+        self.sort_key = (-change.priority, change.seq)
+
+    @property
+    def pending(self) -> int:
+        """Containers still wanted that nobody holds or proposed."""
+        return self.count - self.allocated - self.reserved - self.allocating
+
+
+class App:
+    __slots__ = (
+        "allocated",
+        "allocations",
+        "asks",
+        "name",
+        "pending_asks",
+        "priority",
+        "queue",
+        "submit_seq",
+        "submit_time",
+        "user",
+    )
+
+    def __init__(self, change: p.AppSet, queue: Queue) -> None:
+        self.name = change.app
+        self.queue = queue
+        self.user = change.user
+        self.priority = change.priority
+        self.submit_seq = change.submit_seq
+        self.submit_time = change.submit_time
+        self.asks: dict[str, Ask] = {}
+        self.allocated: Resource = {}
+        self.allocations: set[str] = set()
+        # Asks with pending containers in scheduling order: priority high first, then oldest.
+        self.pending_asks: SortedList = SortedList(key=lambda a: a.sort_key)
+
+
+class Allocation:
+    __slots__ = (
+        "am",
+        "app",
+        "ask",
+        "id",
+        "killed",
+        "node",
+        "preempt_deadline",
+        "queue",
+        "reservation",
+        "resource",
+        "start",
+    )
+
+    def __init__(self, change: p.AllocationSet, queue: Queue) -> None:
+        self.id = change.allocation
+        self.app = change.app
+        self.ask = change.ask
+        self.node = change.node
+        self.resource: Resource = res.normalized(change.resource)
+        self.start = change.start
+        self.am = change.am
+        self.queue = queue
+        self.reservation: str | None = None  # set while it is a victim held for this reservation
+        self.preempt_deadline: float | None = None  # set while it is a victim
+        self.killed = False
+
+    @property
+    def preempting(self) -> bool:
+        return self.preempt_deadline is not None
+
+
+class Reservation:
+    __slots__ = ("app", "ask", "deadline", "expires", "id", "node", "policy", "resource", "victims")
+
+    def __init__(self, change: p.ReservationSet) -> None:
+        self.id = change.reservation
+        self.app = change.app
+        self.ask = change.ask
+        self.node = change.node
+        self.resource: Resource = res.normalized(change.resource)
+        self.victims = list(change.victims)
+        self.deadline = change.deadline
+        self.expires = change.expires
+        self.policy = change.policy
+
+
+class StateError(RuntimeError):
+    """A change that contradicts the state (a bug in the cache: changes are validated before apply)."""
+
+
+class PartitionState:
+    """One partition's state. ``apply`` is the only way to change it."""
+
+    def __init__(self, name: str, config: PartitionConfig | None = None) -> None:
+        self.name = name
+        self.config: PartitionConfig | None = None
+        self.root: Queue | None = None
+        self.queues: dict[str, Queue] = {}
+        self.nodes: dict[str, Node] = {}
+        self.apps: dict[str, App] = {}
+        self.allocations: dict[str, Allocation] = {}
+        self.reservations: dict[str, Reservation] = {}
+        self.capacity: Resource = {}  # all schedulable nodes
+        self.now = 0.0
+        self.node_index = NodeIndex(config.node_sort_policy if config else "binpacking")
+        self.on_allocation_gone: Callable[[Allocation], None] | None = None
+        self._handlers: dict[type, Callable[[Any], None]] = {
+            p.ConfigSet: self._config,
+            p.NodeSet: self._node,
+            p.NodeGone: self._node_gone,
+            p.AppSet: self._app,
+            p.AppGone: self._app_gone,
+            p.AskSet: self._ask,
+            p.AskGone: self._ask_gone,
+            p.AllocationSet: self._alloc,
+            p.AllocationGone: self._alloc_gone,
+            p.ReservationSet: self._reservation,
+            p.ReservationGone: self._reservation_gone,
+            p.VictimsMarked: self._victims,
+            p.Clock: self._clock,
+        }
+        if config is not None:
+            self._install_config(config)
+
+    # ------------------------------------------------------------------ queries
+
+    def leaf(self, path: str) -> Queue | None:
+        q = self.queues.get(path)
+        return q if q is not None and q.is_leaf else None
+
+    def ask(self, key: AskKey) -> Ask | None:
+        app = self.apps.get(key[0])
+        return None if app is None else app.asks.get(key[1])
+
+    def pending_resource(self, queue: Queue) -> Resource:
+        return queue.pending
+
+    def headroom_allows(self, queue: Queue, request: Resource, extra: dict[str, Resource] | None = None) -> bool:
+        """True when ``request`` on top of each queue's usage stays within every ``max`` up the tree."""
+        for q in queue.lineage():
+            if q.max is None:
+                continue
+            add = extra.get(q.path) if extra else None
+            for k, v in request.items():
+                if k not in q.max:
+                    continue
+                used = q.allocated.get(k, 0) + q.reserved.get(k, 0) + q.allocating.get(k, 0)
+                if add:
+                    used += add.get(k, 0)
+                if used + v > q.max[k]:
+                    return False
+        return True
+
+    def leaves(self) -> list[Queue]:
+        return [q for q in self.queues.values() if q.is_leaf]
+
+    # ------------------------------------------------------------------ the one mutation path
+
+    def apply(self, change: p.ChangeMsg) -> None:
+        self._handlers[type(change)](change)
+
+    def apply_all(self, changes: list[p.ChangeMsg]) -> None:
+        handlers = self._handlers
+        for change in changes:
+            handlers[type(change)](change)
+
+    # ------------------------------------------------------------------ handlers
+
+    def _clock(self, c: p.Clock) -> None:
+        if c.now > self.now:
+            self.now = c.now
+
+    def _config(self, c: p.ConfigSet) -> None:
+        self._install_config(parse_partition(c.config, f"partition {self.name}"))
+
+    def _install_config(self, config: PartitionConfig) -> None:
+        self.config = config
+        if self.node_index.policy != config.node_sort_policy:
+            self.node_index = NodeIndex(config.node_sort_policy)
+            for node in self.nodes.values():
+                self._index(node)
+        queues: dict[str, Queue] = {}
+
+        def build(qc: QueueConfig, parent: Queue | None) -> Queue:
+            q = Queue(qc, parent)
+            queues[q.path] = q
+            q.children = [build(c, q) for c in qc.children]
+            return q
+
+        self.root = build(config.root, None)
+        self.queues = queues
+        # Re-attach apps and recompute every queue total from the objects that carry them.
+        for app in self.apps.values():
+            leaf = queues.get(app.queue.path)
+            if leaf is None or not leaf.is_leaf:
+                raise StateError(f"config drops queue {app.queue.path} that app {app.name} still uses")
+            app.queue = leaf
+            leaf.apps[app.name] = app
+            for ask in app.asks.values():
+                self._add_pending(leaf, ask.resource, ask.count - ask.allocated - ask.reserved)
+        for alloc in self.allocations.values():
+            alloc.queue = queues[alloc.queue.path]
+            self._add_usage(alloc.queue, "allocated", alloc.resource, 1)
+            if alloc.preempting:
+                self._add_usage(alloc.queue, "preempting", alloc.resource, 1)
+        for r in self.reservations.values():
+            self._add_usage(self.apps[r.app].queue, "reserved", r.resource, 1)
+
+    def _index(self, node: Node) -> None:
+        if node.schedulable:
+            self.node_index.update(node.name, node.free_of(MEMORY))
+        else:
+            self.node_index.discard(node.name)
+
+    def reindex(self, node: Node) -> None:
+        """Re-key a node whose free room changed (also used by the allocator for in-flight room)."""
+        self._index(node)
+
+    def _recount_capacity(self) -> None:
+        self.capacity = res.total(n.capacity for n in self.nodes.values() if n.schedulable)
+
+    def _node(self, c: p.NodeSet) -> None:
+        node = self.nodes.get(c.node)
+        if node is None:
+            node = Node(c.node, res.normalized(c.capacity), c.schedulable, dict(c.labels))
+            self.nodes[c.node] = node
+        else:
+            node.capacity = res.normalized(c.capacity)
+            node.schedulable = c.schedulable
+            node.labels = dict(c.labels)
+        self._recount_capacity()
+        self._index(node)
+
+    def _node_gone(self, c: p.NodeGone) -> None:
+        node = self.nodes.get(c.node)
+        if node is None:
+            raise StateError(f"node {c.node} is not known")
+        if node.allocations or node.reservations:
+            raise StateError(f"node {c.node} still holds allocations or reservations")
+        del self.nodes[c.node]
+        self.node_index.discard(c.node)
+        self._recount_capacity()
+
+    def _app(self, c: p.AppSet) -> None:
+        if c.app in self.apps:
+            raise StateError(f"app {c.app} already exists")
+        leaf = self.leaf(c.queue)
+        if leaf is None:
+            raise StateError(f"app {c.app}: {c.queue} is not a leaf queue")
+        app = App(c, leaf)
+        self.apps[c.app] = app
+        leaf.apps[c.app] = app
+
+    def _app_gone(self, c: p.AppGone) -> None:
+        app = self.apps.get(c.app)
+        if app is None:
+            raise StateError(f"app {c.app} is not known")
+        if app.allocations:
+            raise StateError(f"app {c.app} still holds allocations")
+        for name in list(app.asks):
+            self._ask_gone(p.AskGone(app=c.app, ask=name))
+        del self.apps[c.app]
+        del app.queue.apps[c.app]
+
+    def _ask(self, c: p.AskSet) -> None:
+        app = self.apps.get(c.app)
+        if app is None:
+            raise StateError(f"ask {c.ask}: app {c.app} is not known")
+        if c.ask in app.asks:
+            raise StateError(f"ask {c.app}/{c.ask} already exists")
+        ask = Ask(app, c)
+        app.asks[c.ask] = ask
+        if ask.count > 0:
+            self._add_pending(app.queue, ask.resource, ask.count)
+            app.pending_asks.add(ask)
+
+    def _ask_gone(self, c: p.AskGone) -> None:
+        app = self.apps.get(c.app)
+        ask = None if app is None else app.asks.get(c.ask)
+        if app is None or ask is None:
+            raise StateError(f"ask {c.app}/{c.ask} is not known")
+        if ask.reserved:
+            raise StateError(f"ask {c.app}/{c.ask} still holds reservations")
+        remaining = ask.count - ask.allocated
+        if remaining > 0:
+            self._add_pending(app.queue, ask.resource, -remaining)
+            app.pending_asks.discard(ask)
+        del app.asks[c.ask]
+
+    def _alloc(self, c: p.AllocationSet) -> None:
+        if c.allocation in self.allocations:
+            raise StateError(f"allocation {c.allocation} committed twice")
+        app = self.apps.get(c.app)
+        node = self.nodes.get(c.node)
+        if app is None or node is None:
+            raise StateError(f"allocation {c.allocation}: unknown app {c.app} or node {c.node}")
+        alloc = Allocation(c, app.queue)
+        self.allocations[alloc.id] = alloc
+        node.allocations.add(alloc.id)
+        res.add_into(node.allocated, alloc.resource)
+        app.allocations.add(alloc.id)
+        res.add_into(app.allocated, alloc.resource)
+        self._add_usage(app.queue, "allocated", alloc.resource, 1)
+        ask = app.asks.get(c.ask)
+        if c.reservation is not None:
+            # The reserved container was already taken out of pending when it was reserved.
+            self._end_reservation(c.reservation)
+            if ask is not None:
+                ask.allocated += 1
+        elif ask is not None:
+            ask.allocated += 1
+            self._add_pending(app.queue, ask.resource, -1)
+            if ask.count - ask.allocated - ask.reserved <= 0:
+                app.pending_asks.discard(ask)
+        self._index(node)
+
+    def _alloc_gone(self, c: p.AllocationGone) -> None:
+        alloc = self.allocations.pop(c.allocation, None)
+        if alloc is None:
+            raise StateError(f"allocation {c.allocation} is not known")
+        node = self.nodes[alloc.node]
+        node.allocations.discard(alloc.id)
+        res.sub_into(node.allocated, alloc.resource)
+        app = self.apps.get(alloc.app)
+        if app is not None:
+            app.allocations.discard(alloc.id)
+            res.sub_into(app.allocated, alloc.resource)
+        self._add_usage(alloc.queue, "allocated", alloc.resource, -1)
+        if alloc.preempting:
+            self._add_usage(alloc.queue, "preempting", alloc.resource, -1)
+        self._index(node)
+        if self.on_allocation_gone is not None:
+            self.on_allocation_gone(alloc)
+
+    def _reservation(self, c: p.ReservationSet) -> None:
+        if c.reservation in self.reservations:
+            raise StateError(f"reservation {c.reservation} committed twice")
+        app = self.apps[c.app]
+        ask = app.asks[c.ask]
+        r = Reservation(c)
+        self.reservations[r.id] = r
+        node = self.nodes[c.node]
+        node.reservations.add(r.id)
+        res.add_into(node.reserved, r.resource)
+        ask.reserved += 1
+        self._add_pending(app.queue, ask.resource, -1)
+        self._add_usage(app.queue, "reserved", r.resource, 1)
+        if ask.count - ask.allocated - ask.reserved <= 0:
+            app.pending_asks.discard(ask)
+        self._mark_victims(r.victims, c.deadline, r.id)
+        self._index(node)
+
+    def _mark_victims(self, victims: list[str], deadline: float, reservation: str | None) -> None:
+        for vid in victims:
+            victim = self.allocations[vid]
+            if not victim.preempting:
+                self._add_usage(victim.queue, "preempting", victim.resource, 1)
+            victim.preempt_deadline = deadline
+            victim.reservation = reservation
+
+    def _victims(self, c: p.VictimsMarked) -> None:
+        self._mark_victims(c.victims, c.deadline, None)
+
+    def _reservation_gone(self, c: p.ReservationGone) -> None:
+        r = self.reservations.get(c.reservation)
+        if r is None:
+            raise StateError(f"reservation {c.reservation} is not known")
+        app = self.apps[r.app]
+        ask = app.asks.get(r.ask)
+        self._end_reservation(r.id)
+        if ask is not None and ask.count - ask.allocated - ask.reserved > 0:
+            # The reserved container is wanted again: back to pending.
+            self._add_pending(app.queue, ask.resource, 1)
+            if ask not in app.pending_asks:
+                app.pending_asks.add(ask)
+
+    def _end_reservation(self, rid: str) -> None:
+        r = self.reservations.pop(rid)
+        node = self.nodes[r.node]
+        node.reservations.discard(rid)
+        res.sub_into(node.reserved, r.resource)
+        app = self.apps[r.app]
+        self._add_usage(app.queue, "reserved", r.resource, -1)
+        ask = app.asks.get(r.ask)
+        if ask is not None:
+            ask.reserved -= 1
+        for vid in r.victims:
+            victim = self.allocations.get(vid)
+            if victim is not None and victim.reservation == rid:
+                victim.reservation = None
+        self._index(node)
+
+    # ------------------------------------------------------------------ totals up the tree
+
+    @staticmethod
+    def _add_usage(queue: Queue, attr: str, amount: Resource, times: int) -> None:
+        for q in queue.lineage():
+            res.add_into(getattr(q, attr), amount, times)
+
+    @staticmethod
+    def _add_pending(queue: Queue, amount: Resource, times: int) -> None:
+        for q in queue.lineage():
+            res.add_into(q.pending, amount, times)

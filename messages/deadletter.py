@@ -1,0 +1,24 @@
+"""Dead letters: input that could not be decoded or validated, with the reason (ARCHITECTURE section 3).
+
+A transport that receives a record it cannot turn into a message publishes one :class:`DeadLetter` on
+the ``deadletter`` topic and carries on. The original bytes are kept verbatim in ``payload`` so an
+operator can inspect or replay them; ``topic`` is the logical topic name (without any prefix), and
+``partition``/``offset`` locate the record in the transport (-1 when it has no such notion).
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+
+class DeadLetter(msgspec.Struct, kw_only=True, frozen=True, gc=False):
+    topic: str
+    partition: int
+    offset: int
+    key: str
+    reason: str
+    payload: bytes
+    t: float = 0.0  # wall-clock seconds (time.time()) when the record was dead-lettered
+
+
+deadletter_msgpack = msgspec.msgpack.Decoder(DeadLetter)

@@ -1,0 +1,193 @@
+"""The simulator's metrics (ARCHITECTURE section 7), from samples of the independent cluster model and
+from the decision log. Every time here is simulated seconds, except ``allocations_per_s`` (wall clock,
+measured by the caller).
+"""
+
+from __future__ import annotations
+
+import bisect
+import dataclasses
+import math
+from collections import defaultdict
+from collections.abc import Callable
+from typing import Any
+
+from core import resources as res
+from core.resources import Resource
+from messages import decisions as d
+from simulator.model import ClusterModel
+
+IdealFn = Callable[[ClusterModel], dict[str, Resource]]
+
+
+@dataclasses.dataclass(slots=True)
+class Sample:
+    t: float
+    usage: dict[str, Resource]
+    pending: dict[str, Resource]
+    capacity: Resource
+    ideal: dict[str, Resource] | None
+
+
+def _percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    if not ordered:
+        return math.nan
+    rank = max(0, min(len(ordered) - 1, math.ceil(q * len(ordered)) - 1))
+    return ordered[rank]
+
+
+class Metrics:
+    def __init__(self, model: ClusterModel, ideal_fn: IdealFn | None = None) -> None:
+        self.model = model
+        self.ideal_fn = ideal_fn
+        self.samples: list[Sample] = []
+        self.decisions: list[d.DecisionMsg] = []
+        self._open: dict[str, float] = {}
+        self._episodes: dict[str, list[float]] = defaultdict(list)
+        self._times: list[float] | None = None
+
+    def record(self, dec: d.DecisionMsg) -> None:
+        self.decisions.append(dec)
+
+    def sample(self, t: float) -> None:
+        model = self.model
+        usage = model.queue_usage()
+        pending = model.queue_pending()
+        ideal = self.ideal_fn(model) if self.ideal_fn is not None else None
+        if self.samples and self.samples[-1].t == t:
+            self.samples.pop()
+        self.samples.append(Sample(t, dict(usage), dict(pending), model.capacity(), ideal))
+        for path, cfg in model.queue_cfg.items():
+            if cfg.children or not cfg.guaranteed:
+                continue
+            u, p = usage.get(path, {}), pending.get(path, {})
+            satisfied = all(u.get(k, 0) >= min(g, u.get(k, 0) + p.get(k, 0)) for k, g in cfg.guaranteed.items())
+            if not satisfied and path not in self._open:
+                self._open[path] = t
+            elif satisfied and path in self._open:
+                self._episodes[path].append(t - self._open.pop(path))
+
+    # ------------------------------------------------------------------ summaries
+
+    def utilization(self) -> dict[str, float]:
+        used: Resource = {}
+        cap: Resource = {}
+        weighted_used: dict[str, float] = defaultdict(float)
+        weighted_cap: dict[str, float] = defaultdict(float)
+        for a, b in zip(self.samples, self.samples[1:], strict=False):
+            dt = b.t - a.t
+            used = a.usage.get("root", {})
+            cap = a.capacity
+            for k, v in cap.items():
+                weighted_cap[k] += v * dt
+                weighted_used[k] += used.get(k, 0) * dt
+        return {k: round(weighted_used[k] / c, 4) for k, c in sorted(weighted_cap.items()) if c > 0}
+
+    def fairness_gap(self) -> float | None:
+        leaves = [p for p, c in self.model.queue_cfg.items() if not c.children]
+        total = 0.0
+        span = 0.0
+        for a, b in zip(self.samples, self.samples[1:], strict=False):
+            if a.ideal is None or not a.capacity:
+                return None
+            dt = b.t - a.t
+            gap_by_resource: dict[str, float] = defaultdict(float)
+            for path in leaves:
+                u, i = a.usage.get(path, {}), a.ideal.get(path, {})
+                for k in a.capacity:
+                    gap_by_resource[k] += abs(u.get(k, 0) - i.get(k, 0))
+            dominant = max((g / a.capacity[k] for k, g in gap_by_resource.items() if a.capacity.get(k)), default=0.0)
+            total += dominant * dt
+            span += dt
+        return round(total / span, 4) if span > 0 else 0.0
+
+    def time_to_guarantee(self) -> dict[str, dict[str, Any]]:
+        out: dict[str, dict[str, Any]] = {}
+        paths = sorted(set(self._episodes) | set(self._open))
+        for path in paths:
+            done = self._episodes.get(path, [])
+            out[path] = {
+                "episodes": len(done) + (1 if path in self._open else 0),
+                "unmet": 1 if path in self._open else 0,
+                "p50": round(_percentile(done, 0.5), 3) if done else None,
+                "p99": round(_percentile(done, 0.99), 3) if done else None,
+                "max": round(max(done), 3) if done else None,
+            }
+        return out
+
+    def _below_ideal(self, queue: str, t: float) -> bool:
+        sample = self._sample_at(t)
+        if sample is None:
+            return False
+        usage = sample.usage.get(queue, {})
+        target = (sample.ideal or {}).get(queue) if sample.ideal is not None else None
+        if target is None:
+            cfg = self.model.queue_cfg.get(queue)
+            target = cfg.guaranteed if cfg is not None else {}
+        return any(usage.get(k, 0) < v for k, v in target.items())
+
+    def _sample_at(self, t: float) -> Sample | None:
+        i = (
+            bisect.bisect_right([s.t for s in self.samples], t)
+            if self._times is None
+            else bisect.bisect_right(self._times, t)
+        )
+        return self.samples[i - 1] if i else None
+
+    def preemption_outcomes(self, grace: float, cycle: float) -> tuple[int, int]:
+        """``(wasted, ping_pong)`` over every victim in the decision log."""
+        preempts = [x for x in self.decisions if isinstance(x, d.Preempt)]
+        if not preempts:
+            return 0, 0
+        gone_at: dict[str, float] = {}
+        fulfilled: dict[str, float] = {}
+        allocs_on_node: dict[str, list[d.Allocated]] = defaultdict(list)
+        for x in self.decisions:
+            if isinstance(x, d.Kill | d.Released | d.AllocationLost):
+                gone_at.setdefault(x.allocation, x.t)
+            elif isinstance(x, d.Allocated):
+                allocs_on_node[x.node].append(x)
+                if x.reservation:
+                    fulfilled.setdefault(x.reservation, x.t)
+        wasted = ping_pong = 0
+        self._times = [s.t for s in self.samples]
+        for pre in preempts:
+            t_gone = gone_at.get(pre.allocation)
+            if t_gone is None:
+                wasted += 1  # never left: its room was never freed
+                continue
+            window_end = max(t_gone, pre.t + grace) + cycle
+            if pre.reservation:
+                got = fulfilled.get(pre.reservation)
+                if got is None or got > window_end:
+                    wasted += 1
+                continue
+            later = [a for a in allocs_on_node.get(pre.node, []) if t_gone <= a.t <= window_end]
+            if any(a.queue != pre.queue and self._below_ideal(a.queue, a.t) for a in later):
+                continue
+            wasted += 1
+            if any(a.queue == pre.queue for a in later):
+                ping_pong += 1
+        return wasted, ping_pong
+
+    def preemption_totals(self) -> dict[str, Any]:
+        preempts = [x for x in self.decisions if isinstance(x, d.Preempt)]
+        return {"victims": len(preempts), "resources": res.total(x.resource for x in preempts)}
+
+    def preemption_log(self, limit: int = 1000) -> list[dict[str, Any]]:
+        return [
+            {
+                "t": x.t,
+                "victim": x.allocation,
+                "victim_queue": x.queue,
+                "node": x.node,
+                "beneficiary_ask": x.for_ask,
+                "beneficiary_queue": x.for_queue,
+                "cost": x.cost,
+                "policy": x.policy,
+                "reason": x.reason,
+            }
+            for x in self.decisions
+            if isinstance(x, d.Preempt)
+        ][:limit]

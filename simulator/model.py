@@ -1,0 +1,264 @@
+"""An independent model of the cluster built only from the feed and the decisions, and the invariant
+checks of ARCHITECTURE section 6 over it.
+
+It shares no code with the cache's state on purpose: it is the outside observer the simulator, the
+chaos tests and ``sniper feed --report`` trust. Violations are recorded with the time and the reason;
+checking never raises.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import defaultdict
+
+from core import resources as res
+from core.config import PartitionConfig, QueueConfig, parse_partition
+from core.resources import Resource
+from messages import decisions as d
+from messages import feed as f
+
+
+@dataclasses.dataclass(slots=True)
+class ModelAllocation:
+    id: str
+    app: str
+    ask: str
+    queue: str
+    node: str
+    resource: Resource
+    start: float
+    am: bool
+    victim_of: str | None = None  # reservation id while it is a victim
+    preempted_at: float | None = None
+
+
+@dataclasses.dataclass(slots=True)
+class ModelReservation:
+    id: str
+    app: str
+    ask: str
+    queue: str
+    node: str
+    resource: Resource
+    victims: set[str]
+    created: float
+
+
+@dataclasses.dataclass(slots=True)
+class Violation:
+    t: float
+    invariant: int
+    reason: str
+
+
+class ClusterModel:
+    """One partition as seen from outside."""
+
+    def __init__(self, partition: str, config: PartitionConfig | None = None) -> None:
+        self.partition = partition
+        self.config: PartitionConfig | None = None
+        self.queue_cfg: dict[str, QueueConfig] = {}
+        self.nodes: dict[str, Resource] = {}
+        self.removed_nodes: set[str] = set()
+        self.apps: dict[str, str] = {}  # app -> queue
+        self.asks: dict[tuple[str, str], tuple[Resource, int]] = {}  # -> (resource, count)
+        self.ask_allocated: dict[tuple[str, str], int] = defaultdict(int)
+        self.withdrawn: set[tuple[str, str]] = set()
+        self.allocations: dict[str, ModelAllocation] = {}
+        self.seen_allocations: set[str] = set()
+        self.reservations: dict[str, ModelReservation] = {}
+        self.violations: list[Violation] = []
+        self.decisions = 0
+        self.last_seq = 0
+        self.rejected_asks: set[tuple[str, str]] = set()
+        if config is not None:
+            self.configure(config)
+
+    # ------------------------------------------------------------------ inputs
+
+    def configure(self, config: PartitionConfig) -> None:
+        self.config = config
+        self.queue_cfg = {q.path: q for q in config.queues()}
+
+    def on_event(self, event: f.Feed) -> None:
+        match event:
+            case f.PartitionConfigEvent(config=raw):
+                try:
+                    self.configure(parse_partition(raw, f"partition {self.partition}"))
+                except ValueError:
+                    pass  # the cache rejects it too
+            case f.NodeAdded(node=n, capacity=cap):
+                self.nodes[n] = res.normalized(cap)
+                self.removed_nodes.discard(n)
+            case f.NodeUpdated(node=n, capacity=cap):
+                if cap is not None and n in self.nodes:
+                    self.nodes[n] = res.normalized(cap)
+            case f.NodeRemoved(node=n):
+                if n in self.nodes:
+                    del self.nodes[n]
+                    self.removed_nodes.add(n)
+            case f.AppAdded(app=a, queue=q):
+                self.apps.setdefault(a, q)
+            case f.AppRemoved(app=a):
+                self.apps.pop(a, None)
+                self.withdrawn.update(k for k in self.asks if k[0] == a)
+            case f.AskAdded(app=a, ask=k, resource=r, count=c):
+                self.asks.setdefault((a, k), (res.normalized(r), c))
+            case f.AskRemoved(app=a, ask=k):
+                self.withdrawn.add((a, k))
+            case _:
+                pass
+
+    def _violate(self, t: float, invariant: int, reason: str) -> None:
+        self.violations.append(Violation(t, invariant, reason))
+
+    def on_decision(self, dec: d.DecisionMsg) -> None:
+        self.decisions += 1
+        if dec.seq and dec.seq <= self.last_seq:
+            return  # a duplicate delivery of the commit log
+        self.last_seq = max(self.last_seq, dec.seq)
+        match dec:
+            case d.Allocated():
+                self._allocated(dec)
+            case d.Released(allocation=aid) | d.Kill(allocation=aid):
+                self._gone(aid)
+            case d.AllocationLost(allocation=aid):
+                self._gone(aid)
+            case d.Preempt():
+                alloc = self.allocations.get(dec.allocation)
+                if alloc is None:
+                    self._violate(dec.t, 5, f"preempt of unknown allocation {dec.allocation}")
+                    return
+                alloc.preempted_at = dec.t if alloc.preempted_at is None else alloc.preempted_at
+                if dec.reservation:
+                    r = self.reservations.get(dec.reservation)
+                    if r is None:
+                        r = ModelReservation(
+                            dec.reservation, dec.for_app, dec.for_ask, dec.for_queue, dec.node, {}, set(), dec.t
+                        )
+                        self.reservations[dec.reservation] = r
+                    r.victims.add(dec.allocation)
+                    alloc.victim_of = dec.reservation
+                    if dec.node != alloc.node:
+                        self._violate(
+                            dec.t, 6, f"victim {alloc.id} is on {alloc.node}, not the reserved node {dec.node}"
+                        )
+            case d.ReservationEnded(reservation=rid):
+                self.reservations.pop(rid, None)
+            case d.Rejected(app=a, ask=k):
+                if k:
+                    self.rejected_asks.add((a, k))
+            case _:
+                pass
+
+    def _allocated(self, dec: d.Allocated) -> None:
+        t = dec.t
+        if dec.allocation in self.seen_allocations:
+            self._violate(t, 3, f"allocation {dec.allocation} committed twice")
+            return
+        self.seen_allocations.add(dec.allocation)
+        key = (dec.app, dec.ask)
+        ask = self.asks.get(key)
+        if ask is None:
+            self._violate(t, 3, f"allocation {dec.allocation} for unknown ask {dec.app}/{dec.ask}")
+        else:
+            self.ask_allocated[key] += 1
+            if self.ask_allocated[key] > ask[1]:
+                self._violate(
+                    t, 3, f"ask {dec.app}/{dec.ask} allocated {self.ask_allocated[key]} times, count {ask[1]}"
+                )
+        if dec.node not in self.nodes:
+            self._violate(t, 4, f"allocation {dec.allocation} on missing node {dec.node}")
+        queue = self.apps.get(dec.app, dec.queue)
+        resource = res.normalized(dec.resource)
+        # Invariant 2: a new allocation never takes a queue over its max.
+        if not dec.reservation:
+            usage = self.queue_usage()
+            for path in _lineage(queue):
+                cfg = self.queue_cfg.get(path)
+                if cfg is None or cfg.max is None:
+                    continue
+                after = res.add(usage.get(path, {}), resource)
+                for k, m in cfg.max.items():
+                    if after.get(k, 0) > m:
+                        self._violate(t, 2, f"allocation {dec.allocation} takes {path} to {k}={after[k]} over max {m}")
+        if dec.reservation:
+            r = self.reservations.pop(dec.reservation, None)
+            if r is None or (r.app, r.ask) != (dec.app, dec.ask) or r.node != dec.node:
+                self._violate(t, 6, f"allocation {dec.allocation} claims reservation {dec.reservation} it does not own")
+        else:
+            # Invariant 6: nobody else takes room reserved for a beneficiary on this node.
+            held = res.total(r.resource for r in self.reservations.values() if r.node == dec.node and r.resource)
+            if held:
+                used = res.total(a.resource for a in self.allocations.values() if a.node == dec.node)
+                cap = self.nodes.get(dec.node, {})
+                if not res.fits(res.add(res.add(used, held), resource), cap):
+                    self._violate(
+                        t, 6, f"allocation {dec.allocation} on {dec.node} takes room reserved for a beneficiary"
+                    )
+        self.allocations[dec.allocation] = ModelAllocation(
+            dec.allocation, dec.app, dec.ask, queue, dec.node, resource, t, dec.am
+        )
+
+    def _gone(self, aid: str) -> None:
+        self.allocations.pop(aid, None)
+
+    # ------------------------------------------------------------------ checks at quiescence
+
+    def check(self, t: float) -> None:
+        """Invariants that hold whenever the scheduler has handled everything it was given."""
+        per_node: dict[str, Resource] = defaultdict(dict)
+        for a in self.allocations.values():
+            res.add_into(per_node[a.node], a.resource)
+            if a.node in self.removed_nodes:
+                self._violate(t, 4, f"allocation {a.id} still on removed node {a.node}")
+        for node, used in per_node.items():
+            cap = self.nodes.get(node)
+            if cap is not None and not res.fits(used, cap):
+                self._violate(t, 1, f"node {node} over capacity: {res.fmt(used)} > {res.fmt(cap)}")
+
+    # ------------------------------------------------------------------ views for metrics
+
+    def queue_usage(self) -> dict[str, Resource]:
+        """Committed usage per queue path, parents included."""
+        out: dict[str, Resource] = defaultdict(dict)
+        for a in self.allocations.values():
+            for path in _lineage(a.queue):
+                res.add_into(out[path], a.resource)
+        return out
+
+    def queue_pending(self) -> dict[str, Resource]:
+        """Outstanding demand per queue path, parents included (withdrawn and rejected asks excluded)."""
+        out: dict[str, Resource] = defaultdict(dict)
+        for key, (resource, count) in self.asks.items():
+            if key in self.withdrawn or key in self.rejected_asks:
+                continue
+            left = (
+                count
+                - self.ask_allocated.get(key, 0)
+                - sum(1 for r in self.reservations.values() if (r.app, r.ask) == key)
+            )
+            if left <= 0:
+                continue
+            queue = self.apps.get(key[0])
+            if queue is None:
+                continue
+            for path in _lineage(queue):
+                res.add_into(out[path], resource, left)
+        return out
+
+    def pending_containers(self) -> int:
+        total = 0
+        for key, (_, count) in self.asks.items():
+            if key in self.withdrawn or key in self.rejected_asks or key[0] not in self.apps:
+                continue
+            total += max(0, count - self.ask_allocated.get(key, 0))
+        return total
+
+    def capacity(self) -> Resource:
+        return res.total(self.nodes.values())
+
+
+def _lineage(path: str) -> list[str]:
+    parts = path.split(".")
+    return [".".join(parts[: i + 1]) for i in range(len(parts) - 1, -1, -1)]

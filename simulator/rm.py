@@ -1,0 +1,117 @@
+"""The simulator's stand-in resource manager: it answers decisions as a YARN RM and its apps would.
+
+Each container is released ``duration`` seconds after it starts; a killed container is released at
+once; a preempted, killed or lost container's work is asked for again as a new one-container ask
+(unless the trace said ``"retry": false``). Apps ignore the preempt signal (seed 002: none reacts),
+so victims leave at their kill. Deterministic: events come out in (time, sequence) order.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import heapq
+
+from messages import decisions as d
+from messages import feed as f
+
+
+@dataclasses.dataclass(slots=True)
+class AskInfo:
+    resource: dict[str, int]
+    priority: int
+    am: bool
+    duration: float | None
+    retry: bool
+
+
+class StandInRM:
+    def __init__(self) -> None:
+        self.asks: dict[tuple[str, str, str], AskInfo] = {}  # (partition, app, ask)
+        self.apps: set[tuple[str, str]] = set()
+        self.timers: list[tuple[float, int, f.Feed]] = []
+        self.release_at: dict[tuple[str, str], float] = {}
+        self.retries = 0
+        self.lost_work = 0.0  # container-seconds of work lost to kills and node loss
+        self._seq = 0
+        self._retry_names: dict[tuple[str, str, str], int] = {}
+        self.alloc_ask: dict[tuple[str, str], str] = {}
+
+    def observe(self, event: f.Feed) -> None:
+        """Learn from a feed event on its way to the scheduler."""
+        if isinstance(event, f.AskAdded):
+            self.asks[(event.partition, event.app, event.ask)] = AskInfo(
+                dict(event.resource), event.priority, event.am, event.duration, event.retry
+            )
+        elif isinstance(event, f.AppAdded):
+            self.apps.add((event.partition, event.app))
+        elif isinstance(event, f.AppRemoved):
+            self.apps.discard((event.partition, event.app))
+
+    def _schedule(self, t: float, event: f.Feed) -> None:
+        self._seq += 1
+        heapq.heappush(self.timers, (t, self._seq, event))
+
+    def next_time(self) -> float | None:
+        return self.timers[0][0] if self.timers else None
+
+    def due(self, now: float) -> list[f.Feed]:
+        out: list[f.Feed] = []
+        while self.timers and self.timers[0][0] <= now:
+            out.append(heapq.heappop(self.timers)[2])
+        return out
+
+    def on_decision(self, dec: d.DecisionMsg, now: float) -> list[f.Feed]:
+        """React to a decision; returns feed events to publish right now."""
+        match dec:
+            case d.Allocated():
+                self.alloc_ask[(dec.partition, dec.allocation)] = dec.ask
+                info = self.asks.get((dec.partition, dec.app, dec.ask))
+                if info is not None and info.duration is not None:
+                    at = now + info.duration
+                    self.release_at[(dec.partition, dec.allocation)] = at
+                    self._schedule(at, f.AllocationReleased(t=at, partition=dec.partition, allocation=dec.allocation))
+                return []
+            case d.Kill():
+                started = self.release_at.pop((dec.partition, dec.allocation), None)
+                ask = self.alloc_ask.pop((dec.partition, dec.allocation), "")
+                out: list[f.Feed] = [f.AllocationReleased(t=now, partition=dec.partition, allocation=dec.allocation)]
+                out.extend(self._again(dec.partition, dec.app, ask, now, started))
+                return out
+            case d.AllocationLost():
+                self.alloc_ask.pop((dec.partition, dec.allocation), None)
+                started = self.release_at.pop((dec.partition, dec.allocation), None)
+                return self._again(dec.partition, dec.app, dec.ask, now, started)
+            case d.Released():
+                self.alloc_ask.pop((dec.partition, dec.allocation), None)
+                self.release_at.pop((dec.partition, dec.allocation), None)
+                return []
+            case _:
+                return []
+
+    def _again(self, partition: str, app: str, ask: str, now: float, release_at: float | None) -> list[f.Feed]:
+        info = self.asks.get((partition, app, ask))
+        if info is None or not info.retry or (partition, app) not in self.apps:
+            return []
+        base = ask.split("~", 1)[0]
+        n = self._retry_names.get((partition, app, base), 0) + 1
+        self._retry_names[(partition, app, base)] = n
+        self.retries += 1
+        duration = info.duration
+        if duration is not None and release_at is not None:
+            self.lost_work += max(0.0, duration - (release_at - now))
+        name = f"{base}~{n}"
+        self.asks[(partition, app, name)] = info
+        return [
+            f.AskAdded(
+                t=now,
+                partition=partition,
+                app=app,
+                ask=name,
+                resource=info.resource,
+                count=1,
+                priority=info.priority,
+                am=info.am,
+                duration=duration,
+                retry=info.retry,
+            )
+        ]

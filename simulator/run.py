@@ -1,0 +1,264 @@
+"""The simulation driver: replays a trace in virtual time through the real actors on the memory bus.
+
+Each step moves the clock to the next interesting time (a trace event, a container's end, a tick),
+publishes the tick and the events due, waits until every actor has handled everything (the bus is
+quiescent), then checks the invariants and samples the metrics. Nothing here reads the wall clock
+except to measure ``allocations_per_s``; the same trace and seed give the same decisions.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from collections.abc import Callable
+from typing import Any
+
+import anyio
+
+from actors.partition import PartitionRuntime
+from actors.router import Router
+from core.config import PartitionConfig, SchedulerConfig, parse_partition
+from messages import decisions as d
+from messages import feed as f
+from messages import protocol as p
+from simulator.metrics import IdealFn, Metrics
+from simulator.model import ClusterModel
+from simulator.rm import StandInRM
+from transport.bus import DECISIONS, FEED, TICK
+from transport.memory import MemoryBus
+
+Progress = Callable[[float, float | None], None]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class SimulationSettings:
+    until: float | None = None
+    seed: int = 0
+    tick: float = 1.0
+    policy: str | None = None  # overrides every partition's configured policy
+    batch: int = 4096
+    quiet: float = 60.0  # after the trace, stop once nothing happened for this long
+
+
+@dataclasses.dataclass(slots=True)
+class SimulationResult:
+    report: dict[str, Any]
+    decisions: list[d.DecisionMsg]
+    metrics: dict[str, Metrics]
+    models: dict[str, ClusterModel]
+    runtimes: dict[str, PartitionRuntime]
+
+    @property
+    def violations(self) -> int:
+        return sum(len(m.violations) for m in self.models.values())
+
+
+def _with_policy(event: f.Feed, policy: str | None) -> f.Feed:
+    if policy is None or not isinstance(event, f.PartitionConfigEvent):
+        return event
+    raw = dict(event.config)
+    raw["preemption"] = {**dict(raw.get("preemption") or {}), "policy": policy}
+    return f.PartitionConfigEvent(t=event.t, partition=event.partition, id=event.id, config=raw)
+
+
+def _initial_config(
+    name: str, config: SchedulerConfig | None, events: list[f.Feed], policy: str | None
+) -> PartitionConfig | None:
+    if config is not None:
+        for part in config.partitions:
+            if part.name == name:
+                return part if policy is None else part.with_policy(policy)
+    for e in events:
+        if isinstance(e, f.PartitionConfigEvent) and e.partition == name:
+            try:
+                return parse_partition(e.config, f"partition {name}")
+            except ValueError:
+                return None
+    return None
+
+
+async def simulate(
+    events: list[f.Feed],
+    config: SchedulerConfig | None = None,
+    settings: SimulationSettings | None = None,
+    *,
+    progress: Progress | None = None,
+    ideal_fn: IdealFn | None = None,
+) -> SimulationResult:
+    settings = settings or SimulationSettings()
+    trace = sorted((_with_policy(e, settings.policy) for e in events), key=lambda e: e.t)
+    names = sorted({e.partition for e in trace} | {part.name for part in (config.partitions if config else ())})
+    bus = MemoryBus()
+    router = Router(bus)
+    runtimes: dict[str, PartitionRuntime] = {}
+    models: dict[str, ClusterModel] = {}
+    metrics: dict[str, Metrics] = {}
+    for name in names:
+        initial = _initial_config(name, config, trace, settings.policy)
+        provided = config is not None and any(part.name == name for part in config.partitions)
+        runtimes[name] = PartitionRuntime(name, router, config=initial if provided else None, batch=settings.batch)
+        models[name] = ClusterModel(name, initial)
+        metrics[name] = Metrics(models[name], ideal_fn)
+    rm = StandInRM()
+    decisions_log: list[d.DecisionMsg] = []
+    decisions = bus.subscribe(DECISIONS, group="resource-manager", capacity=1 << 16)
+    clock = {"now": 0.0, "last_activity": 0.0}
+    end_hint = settings.until if settings.until is not None else (trace[-1].t if trace else 0.0)
+
+    async def publish_feed(event: f.Feed) -> None:
+        model = models.get(event.partition)
+        if model is not None:
+            model.on_event(event)
+        rm.observe(event)
+        await bus.publish(FEED, event.partition, event)
+
+    async def consume_decisions() -> None:
+        while True:
+            try:
+                dec = await decisions.receive()
+            except anyio.EndOfStream:
+                return
+            decisions_log.append(dec)
+            if not isinstance(dec, d.Rejected | d.ReservationEnded):
+                clock["last_activity"] = clock["now"]
+            model = models.get(dec.partition)
+            if model is not None:
+                model.on_decision(dec)
+                metrics[dec.partition].record(dec)
+            for event in rm.on_decision(dec, clock["now"]):
+                await publish_feed(event)
+            decisions.ack()
+
+    wall_start = time.perf_counter()
+    async with anyio.create_task_group() as tg:
+        for runtime in runtimes.values():
+            await tg.start(runtime.run)
+        tg.start_soon(consume_decisions)
+        await bus.wait_idle()
+        i = 0
+        next_tick = 0.0
+        while True:
+            upcoming = [next_tick]
+            if i < len(trace):
+                upcoming.append(trace[i].t)
+            rm_next = rm.next_time()
+            if rm_next is not None:
+                upcoming.append(rm_next)
+            nxt = min(upcoming)
+            if settings.until is not None:
+                if nxt > settings.until:
+                    break
+            elif i >= len(trace) and rm_next is None:
+                waiting = any(m.pending_containers() for m in models.values())
+                if not waiting or nxt - clock["last_activity"] > settings.quiet:
+                    break
+            now = clock["now"] = nxt
+            if now >= next_tick:
+                next_tick = (math.floor(now / settings.tick + 1e-9) + 1) * settings.tick
+            await bus.publish(TICK, "*", p.Tick(now=now))
+            while i < len(trace) and trace[i].t <= now:
+                await publish_feed(trace[i])
+                i += 1
+            for event in rm.due(now):
+                await publish_feed(event)
+            await bus.wait_idle()
+            for name, model in models.items():
+                model.check(now)
+                metrics[name].sample(now)
+            if progress is not None:
+                progress(now, settings.until if settings.until is not None else max(end_hint, now))
+        wall = time.perf_counter() - wall_start
+        tg.cancel_scope.cancel()
+    await bus.aclose()
+    report = build_report(runtimes, models, metrics, decisions_log, clock["now"], wall, settings, rm)
+    return SimulationResult(report, decisions_log, metrics, models, runtimes)
+
+
+def build_report(
+    runtimes: dict[str, PartitionRuntime],
+    models: dict[str, ClusterModel],
+    metrics: dict[str, Metrics],
+    decisions: list[d.DecisionMsg],
+    sim_seconds: float,
+    wall: float,
+    settings: SimulationSettings,
+    rm: StandInRM,
+) -> dict[str, Any]:
+    per_partition: dict[str, dict[str, Any]] = {}
+    for name, runtime in runtimes.items():
+        core = runtime.cache_core
+        assert core is not None
+        model, m = models[name], metrics[name]
+        cfg = core.state.config
+        pre = cfg.preemption if cfg is not None else None
+        grace = pre.grace if pre is not None else 15.0
+        wasted, ping_pong = m.preemption_outcomes(grace, settings.tick)
+        allocations = sum(1 for x in decisions if isinstance(x, d.Allocated) and x.partition == name)
+        per_partition[name] = {
+            "policy": pre.policy if pre is not None else "none",
+            "allocations": allocations,
+            "preemptions": m.preemption_totals(),
+            "wasted_preemptions": wasted,
+            "ping_pong": ping_pong,
+            "time_to_guarantee": m.time_to_guarantee(),
+            "utilization": m.utilization(),
+            "fairness_gap": m.fairness_gap(),
+            "pending_at_end": model.pending_containers(),
+            "rejected": sum(1 for x in decisions if isinstance(x, d.Rejected) and x.partition == name),
+            "proposals_rejected": core.stats.placements_rejected,
+            "invariant_violations": len(model.violations),
+            "violations": [dataclasses.asdict(v) for v in model.violations[:50]],
+            "preemption_log": m.preemption_log(),
+        }
+    total_allocations = sum(r["allocations"] for r in per_partition.values())
+    report: dict[str, Any] = {
+        "policy": settings.policy or next(iter(per_partition.values()), {}).get("policy", "none"),
+        "sim_seconds": round(sim_seconds, 3),
+        "seed": settings.seed,
+        "allocations": total_allocations,
+        "allocations_per_s": round(total_allocations / wall, 1) if wall > 0 else None,
+        "wall_seconds": round(wall, 3),
+        "decisions": len(decisions),
+        "retries": rm.retries,
+        "lost_work_seconds": round(rm.lost_work, 3),
+    }
+    if len(per_partition) == 1:
+        report.update({k: v for k, v in next(iter(per_partition.values())).items() if k != "policy"})
+    else:
+        for key in ("wasted_preemptions", "ping_pong", "pending_at_end", "rejected", "proposals_rejected"):
+            report[key] = sum(r[key] for r in per_partition.values())
+        report["invariant_violations"] = sum(r["invariant_violations"] for r in per_partition.values())
+        report["preemptions"] = {
+            "victims": sum(r["preemptions"]["victims"] for r in per_partition.values()),
+            "resources": _sum_resources(r["preemptions"]["resources"] for r in per_partition.values()),
+        }
+        report["time_to_guarantee"] = {
+            f"{name}:{q}": v for name, r in per_partition.items() for q, v in r["time_to_guarantee"].items()
+        }
+        report["partitions"] = per_partition
+    return report
+
+
+def _sum_resources(items: Any) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for r in items:
+        for k, v in r.items():
+            out[k] = out.get(k, 0) + v
+    return out
+
+
+def run_simulation(
+    events: list[f.Feed],
+    config: SchedulerConfig | None = None,
+    settings: SimulationSettings | None = None,
+    *,
+    progress: Progress | None = None,
+    ideal_fn: IdealFn | None = None,
+) -> SimulationResult:
+    """Synchronous entry point: runs :func:`simulate` on uvloop."""
+
+    async def main() -> SimulationResult:
+        return await simulate(events, config, settings, progress=progress, ideal_fn=ideal_fn)
+
+    return anyio.run(main, backend="asyncio", backend_options={"use_uvloop": True})

@@ -1,0 +1,804 @@
+"""The Kafka transport: :class:`KafkaBus`, the bus interface of ``transport.bus`` on aiokafka.
+
+What it owns: one producer per bus, one consumer (in its own consumer group) per subscription, the
+creation of the prefixed topics, the msgpack wire format and the dead-letter path. Invariants:
+
+- **Wire format**: one Kafka record per message; the record key is the scheduler partition (the
+  ``key`` argument, UTF-8) so Kafka's key hashing keeps one key's messages in one Kafka partition, in
+  publish order; the value is the message encoded with msgspec msgpack and decoded with the topic's
+  decoder (``feed`` -> ``Feed``, ``decisions`` -> ``DecisionMsg``, ``view`` -> ``ViewStream``,
+  ``proposals`` -> ``ProposalStream``, ``deadletter`` -> ``DeadLetter``, ``snapshots`` -> any msgpack).
+  Topic names are ``settings.prefix + name``.
+- **Producer**: ``acks="all"``, never idempotent, never transactional (the bundled broker supports
+  neither, and ARCHITECTURE section 3 forbids relying on them). :meth:`KafkaBus.publish` returns once the
+  broker acknowledged the record. Messages larger than ``max_message_bytes`` are refused before sending.
+- **Subscriptions**: a subscription never buffers more than ``capacity`` records (it pauses fetching
+  while its inbox is full, so a slow reader applies backpressure instead of growing memory). Records
+  whose key differs from the wanted key are skipped. A record that cannot be decoded or validated is
+  published on the ``deadletter`` topic with the reason and skipped; the consumer carries on (bad
+  records on the deadletter topic itself are only logged, never re-dead-lettered).
+- **At-least-once**: offsets are committed manually, periodically, on revocation and on close, and
+  only up to the first record that is not handled yet (a record is handled once acknowledged, skipped
+  or dead-lettered). A record is never committed before it was handled; after a crash or a
+  rebalance the records after the last commit are delivered again (handlers are idempotent).
+- **Rebalancing**: on revocation the subscription calls the listener's ``on_revoked``, commits what was
+  handled and drops the buffered records of the revoked partitions (their new owner re-reads them);
+  acknowledgements of records of a revoked partition are ignored. On assignment it calls
+  ``on_assigned``. Closing a subscription reports its partitions as revoked.
+- **Shutdown** is bounded by ``close_timeout`` (aiokafka's ``stop()`` can hang on a dead broker).
+
+The consumer and committer run as asyncio tasks (aiokafka is asyncio-only) owned by the subscription.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+import os
+import time
+from collections import deque
+from collections.abc import Iterable, Mapping
+from types import TracebackType
+from typing import Any, Literal, Self, get_args
+
+import anyio
+import msgspec
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka.abc import ConsumerRebalanceListener
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.errors import KafkaError
+from aiokafka.helpers import create_ssl_context
+from aiokafka.partitioner import murmur2
+
+from messages.codec import decision_msgpack, feed_msgpack, msgpack_encoder, proposal_msgpack, view_msgpack
+from messages.deadletter import DeadLetter, deadletter_msgpack
+from transport.broker import BOOTSTRAP_ENV, resolve_bootstrap
+from transport.bus import DEADLETTER, DECISIONS, FEED, PROPOSALS, SNAPSHOTS, VIEW, Bus, Subscription
+
+log = logging.getLogger(__name__)
+
+SecurityProtocol = Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"]
+SaslMechanism = Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"]
+OffsetReset = Literal["earliest", "latest"]
+
+ENV_PREFIX = "SNIPER_KAFKA_"
+_TOPIC_ALREADY_EXISTS = 36
+_DEADLETTER_MARGIN = 4096  # room for the dead-letter envelope around a payload
+
+
+class KafkaTransportError(RuntimeError):
+    """The Kafka transport failed (a subscription's consumer stopped on an error)."""
+
+
+class MessageTooLarge(ValueError):
+    """An encoded message exceeds ``KafkaSettings.max_message_bytes``."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class KafkaSettings:
+    """How to reach the brokers and how the bus uses them (``from_env`` reads ``SNIPER_KAFKA_*``)."""
+
+    bootstrap: str
+    prefix: str = "sniper."
+    partitions: int = 8
+    replication: int = 1
+    security_protocol: SecurityProtocol = "PLAINTEXT"
+    sasl_mechanism: SaslMechanism | None = None
+    username: str | None = None
+    password: str | None = dataclasses.field(default=None, repr=False)
+    ssl_cafile: str | None = None
+    ssl_certfile: str | None = None
+    ssl_keyfile: str | None = None
+    max_message_bytes: int = 1 << 20
+    client_id: str = "sniper"
+    fetch_max_wait_ms: int = 5
+    auto_offset_reset: OffsetReset = "earliest"
+    commit_interval: float = 1.0
+    close_timeout: float = 10.0
+    # The bundled broker holds a group join for about half the session timeout; 6 s is Kafka's minimum.
+    session_timeout_ms: int = 6_000
+    heartbeat_interval_ms: int = 1_000
+    request_timeout_ms: int = 30_000
+
+    def __post_init__(self) -> None:
+        if not self.bootstrap.strip():
+            raise ValueError("KafkaSettings.bootstrap is empty")
+        if self.security_protocol not in get_args(SecurityProtocol):
+            raise ValueError(f"security_protocol must be one of {get_args(SecurityProtocol)}")
+        if self.security_protocol.startswith("SASL_"):
+            if self.sasl_mechanism not in get_args(SaslMechanism):
+                raise ValueError(f"{self.security_protocol} needs sasl_mechanism in {get_args(SaslMechanism)}")
+            if not self.username or self.password is None:
+                raise ValueError(f"{self.security_protocol} needs a username and a password")
+        elif self.sasl_mechanism is not None and self.sasl_mechanism not in get_args(SaslMechanism):
+            raise ValueError(f"sasl_mechanism must be one of {get_args(SaslMechanism)}")
+        if self.auto_offset_reset not in get_args(OffsetReset):
+            raise ValueError(f"auto_offset_reset must be one of {get_args(OffsetReset)}")
+        if self.partitions < 1 or self.replication < 1:
+            raise ValueError("partitions and replication must be at least 1")
+        if self.max_message_bytes < 2 * _DEADLETTER_MARGIN:
+            raise ValueError(f"max_message_bytes must be at least {2 * _DEADLETTER_MARGIN}")
+        if self.commit_interval <= 0 or self.close_timeout <= 0:
+            raise ValueError("commit_interval and close_timeout must be positive")
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> KafkaSettings:
+        """Settings from ``SNIPER_KAFKA_*`` variables; keyword ``overrides`` win over the environment.
+
+        Variables: BOOTSTRAP (required unless given as an override), PREFIX, PARTITIONS,
+        SECURITY_PROTOCOL, SASL_MECHANISM, USERNAME, PASSWORD, SSL_CAFILE, SSL_CERTFILE, SSL_KEYFILE,
+        MAX_MESSAGE_BYTES, CLIENT_ID, FETCH_MAX_WAIT_MS.
+        """
+        env = os.environ if environ is None else environ
+
+        def get(name: str) -> str | None:
+            value = env.get(ENV_PREFIX + name, "").strip()
+            return value or None
+
+        values: dict[str, Any] = {}
+        text_fields = {
+            "prefix": "PREFIX",
+            "security_protocol": "SECURITY_PROTOCOL",
+            "sasl_mechanism": "SASL_MECHANISM",
+            "username": "USERNAME",
+            "password": "PASSWORD",
+            "ssl_cafile": "SSL_CAFILE",
+            "ssl_certfile": "SSL_CERTFILE",
+            "ssl_keyfile": "SSL_KEYFILE",
+            "client_id": "CLIENT_ID",
+        }
+        for field, name in text_fields.items():
+            value = get(name)
+            if value is not None:
+                values[field] = value.upper() if field in ("security_protocol", "sasl_mechanism") else value
+        for field, name in {
+            "partitions": "PARTITIONS",
+            "max_message_bytes": "MAX_MESSAGE_BYTES",
+            "fetch_max_wait_ms": "FETCH_MAX_WAIT_MS",
+        }.items():
+            value = get(name)
+            if value is not None:
+                try:
+                    values[field] = int(value)
+                except ValueError:
+                    raise ValueError(f"{ENV_PREFIX}{name}={value!r} is not an integer") from None
+        bootstrap = resolve_bootstrap(None) if environ is None else get("BOOTSTRAP")
+        if bootstrap is not None:
+            values["bootstrap"] = bootstrap
+        values.update(overrides)
+        if "bootstrap" not in values:
+            raise ValueError(f"no Kafka bootstrap address: set {BOOTSTRAP_ENV} or start an EmbeddedBroker")
+        return cls(**values)
+
+    def topic(self, name: str) -> str:
+        """The Kafka topic name of the logical topic ``name``."""
+        return self.prefix + name
+
+    def client_options(self) -> dict[str, Any]:
+        """Connection and security keyword arguments shared by aiokafka's clients."""
+        options: dict[str, Any] = {
+            "bootstrap_servers": self.bootstrap,
+            "client_id": self.client_id,
+            "security_protocol": self.security_protocol,
+            "request_timeout_ms": self.request_timeout_ms,
+        }
+        if self.security_protocol in ("SSL", "SASL_SSL"):
+            options["ssl_context"] = create_ssl_context(
+                cafile=self.ssl_cafile, certfile=self.ssl_certfile, keyfile=self.ssl_keyfile
+            )
+        if self.security_protocol.startswith("SASL_"):
+            options["sasl_mechanism"] = self.sasl_mechanism
+            options["sasl_plain_username"] = self.username  # aiokafka uses these for SCRAM too
+            options["sasl_plain_password"] = self.password
+        return options
+
+
+def kafka_partition(key: str, partitions: int) -> int:
+    """The Kafka partition aiokafka's default partitioner picks for ``key`` among ``partitions``."""
+    return int(murmur2(key.encode()) & 0x7FFFFFFF) % partitions
+
+
+DEFAULT_DECODERS: Mapping[str, msgspec.msgpack.Decoder[Any]] = {
+    FEED: feed_msgpack,
+    DECISIONS: decision_msgpack,
+    VIEW: view_msgpack,
+    PROPOSALS: proposal_msgpack,
+    SNAPSHOTS: msgspec.msgpack.Decoder(),
+    DEADLETTER: deadletter_msgpack,
+}
+
+
+class RebalanceListener:
+    """Hooks a subscription calls with its Kafka partition numbers when the group assigns or revokes them.
+
+    ``on_revoked`` runs before the subscription commits and drops the revoked partitions' records, so
+    per-partition actors can finish and acknowledge; exceptions are logged and ignored.
+    """
+
+    async def on_assigned(self, partitions: frozenset[int]) -> None:
+        """The group gave these Kafka partitions to this subscription."""
+
+    async def on_revoked(self, partitions: frozenset[int]) -> None:
+        """These Kafka partitions are no longer this subscription's (rebalance or close)."""
+
+
+# ---------------------------------------------------------------------------------------------- bus
+
+
+class KafkaBus(Bus):
+    """The bus on Kafka. Starts lazily on first use; ``await bus.start()`` surfaces errors early."""
+
+    def __init__(
+        self, settings: KafkaSettings, *, decoders: Mapping[str, msgspec.msgpack.Decoder[Any]] | None = None
+    ) -> None:
+        self.settings = settings
+        self._decoders = {**DEFAULT_DECODERS, **(decoders or {})}
+        self._producer: Any = None
+        self._start_lock = asyncio.Lock()
+        self._closed = False
+        self._subscriptions: set[KafkaSubscription] = set()
+        self.published = 0
+        self.dead_lettered = 0
+
+    # ---- lifecycle
+    async def start(self) -> None:
+        """Create the missing topics and start the producer (idempotent)."""
+        if self._producer is not None:
+            return
+        async with self._start_lock:
+            if self._closed:
+                raise anyio.ClosedResourceError("the Kafka bus is closed")
+            if self._producer is not None:
+                return
+            await self.ensure_topics()
+            producer = AIOKafkaProducer(
+                **self.settings.client_options(),
+                acks="all",
+                enable_idempotence=False,
+                max_request_size=self.settings.max_message_bytes,
+                linger_ms=0,
+            )
+            try:
+                await producer.start()
+            except BaseException:
+                await self._bounded(producer.stop(), "producer stop after a failed start")
+                raise
+            self._producer = producer
+
+    async def ensure_topics(self) -> None:
+        """Create every topic this bus decodes, if missing (``settings.partitions``, replication as set)."""
+        admin = AIOKafkaAdminClient(**self.settings.client_options())
+        try:
+            await admin.start()
+            existing = set(await admin.list_topics())
+            missing = [
+                NewTopic(
+                    name=self.settings.topic(name),
+                    num_partitions=self.settings.partitions,
+                    replication_factor=self.settings.replication,
+                )
+                for name in self._decoders
+                if self.settings.topic(name) not in existing
+            ]
+            if missing:
+                response = await admin.create_topics(missing)
+                for entry in response.topic_errors:
+                    topic, code = entry[0], entry[1]
+                    if code not in (0, _TOPIC_ALREADY_EXISTS):
+                        message = entry[2] if len(entry) > 2 else ""
+                        raise KafkaTransportError(f"cannot create topic {topic}: error {code} {message or ''}")
+                log.info("created topics %s", [t.name for t in missing])
+        finally:
+            await self._bounded(admin.close(), "admin client close")
+
+    async def aclose(self) -> None:
+        """Close every subscription, then the producer; bounded by ``close_timeout`` each."""
+        if self._closed:
+            return
+        self._closed = True
+        subscriptions = list(self._subscriptions)
+        if subscriptions:
+            await asyncio.gather(*(sub._close(anyio.EndOfStream) for sub in subscriptions))
+        async with self._start_lock:
+            producer, self._producer = self._producer, None
+        if producer is not None:
+            await self._bounded(producer.stop(), "producer stop")
+
+    async def __aenter__(self) -> Self:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.aclose()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    # ---- producing
+    def partition_for(self, key: str) -> int:
+        """The Kafka partition of ``key`` (assuming the topics have ``settings.partitions`` partitions)."""
+        return kafka_partition(key, self.settings.partitions)
+
+    async def publish(self, topic: str, key: str, message: Any) -> None:
+        if topic not in self._decoders:
+            raise ValueError(f"unknown topic {topic!r} (known: {sorted(self._decoders)})")
+        payload = msgpack_encoder.encode(message)
+        if len(payload) > self.settings.max_message_bytes:
+            raise MessageTooLarge(
+                f"{type(message).__name__} on {topic} is {len(payload)} bytes, "
+                f"over max_message_bytes={self.settings.max_message_bytes}"
+            )
+        await self.publish_raw(topic, key, payload)
+
+    async def publish_raw(self, topic: str, key: str | bytes | None, payload: bytes) -> None:
+        """Send already encoded bytes on the logical ``topic``; returns once the broker acknowledged."""
+        if self._closed:
+            raise anyio.ClosedResourceError("the Kafka bus is closed")
+        await self.start()
+        raw_key = key.encode() if isinstance(key, str) else key
+        await self._producer.send_and_wait(self.settings.topic(topic), payload, key=raw_key)
+        self.published += 1
+
+    async def _dead_letter(self, letter: DeadLetter) -> None:
+        """Publish ``letter`` on the deadletter topic; failures are logged, never raised."""
+        limit = self.settings.max_message_bytes - _DEADLETTER_MARGIN
+        if len(letter.payload) > limit:
+            letter = msgspec.structs.replace(
+                letter,
+                payload=letter.payload[:limit],
+                reason=f"{letter.reason} (payload truncated from {len(letter.payload)} bytes)",
+            )
+        log.warning(
+            "dead letter: %s[%d]@%d key=%r: %s",
+            letter.topic,
+            letter.partition,
+            letter.offset,
+            letter.key,
+            letter.reason,
+        )
+        try:
+            await self.publish_raw(DEADLETTER, letter.key, msgpack_encoder.encode(letter))
+            self.dead_lettered += 1
+        except Exception:
+            log.exception(
+                "could not publish a dead letter for %s[%d]@%d", letter.topic, letter.partition, letter.offset
+            )
+
+    # ---- consuming
+    def subscribe(
+        self,
+        topic: str,
+        *,
+        group: str,
+        key: str | None = None,
+        capacity: int = 1024,
+        listener: RebalanceListener | None = None,
+    ) -> KafkaSubscription:
+        """A consumer of ``topic`` in consumer group ``group`` (must be called inside a running event loop).
+
+        Use ``await subscription.ready()`` to wait until it joined its group and got its partitions.
+        """
+        if self._closed:
+            raise anyio.ClosedResourceError("the Kafka bus is closed")
+        if topic not in self._decoders:
+            raise ValueError(f"unknown topic {topic!r} (known: {sorted(self._decoders)})")
+        if capacity < 1:
+            raise ValueError("capacity must be at least 1")
+        sub = KafkaSubscription(self, topic, group=group, key=key, capacity=capacity, listener=listener)
+        self._subscriptions.add(sub)
+        sub._start()
+        return sub
+
+    async def subscribe_ready(
+        self,
+        topic: str,
+        *,
+        group: str,
+        key: str | None = None,
+        capacity: int = 1024,
+        listener: RebalanceListener | None = None,
+    ) -> KafkaSubscription:
+        """:meth:`subscribe`, then wait until the subscription has its assignment."""
+        sub = self.subscribe(topic, group=group, key=key, capacity=capacity, listener=listener)
+        try:
+            await sub.ready()
+        except BaseException:
+            with anyio.CancelScope(shield=True):
+                await sub.aclose()
+            raise
+        return sub
+
+    def _decoder(self, topic: str) -> msgspec.msgpack.Decoder[Any]:
+        return self._decoders[topic]
+
+    def _forget(self, sub: KafkaSubscription) -> None:
+        self._subscriptions.discard(sub)
+
+    async def _bounded(self, awaitable: Any, what: str) -> bool:
+        """Await ``awaitable`` for at most ``close_timeout``; False (and a warning) if it timed out."""
+        try:
+            await asyncio.wait_for(awaitable, self.settings.close_timeout)
+        except TimeoutError:
+            log.warning("%s did not finish within %gs; abandoned", what, self.settings.close_timeout)
+            return False
+        except Exception:
+            log.warning("%s failed", what, exc_info=True)
+            return False
+        return True
+
+
+# ---------------------------------------------------------------------------------------------- subscription
+
+
+@dataclasses.dataclass(slots=True, eq=False)
+class _Partition:
+    """One assigned Kafka partition: records fetched and not yet handled, and the offsets to commit."""
+
+    tp: Any  # aiokafka TopicPartition
+    pending: deque[_Record] = dataclasses.field(default_factory=deque)
+    committable: int | None = None  # the offset after the handled prefix
+    committed: int | None = None
+    live: bool = True
+
+    def handled(self, record: _Record) -> None:
+        record.handled = True
+        pending = self.pending
+        while pending and pending[0].handled:
+            self.committable = pending.popleft().offset + 1
+
+
+@dataclasses.dataclass(slots=True, eq=False)
+class _Record:
+    part: _Partition
+    offset: int
+    message: Any
+    handled: bool = False
+
+
+class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]  # aiokafka is untyped
+    def __init__(self, sub: KafkaSubscription) -> None:
+        self._sub = sub
+
+    async def on_partitions_revoked(self, revoked: Iterable[Any]) -> None:
+        await self._sub._on_revoked(revoked)
+
+    async def on_partitions_assigned(self, assigned: Iterable[Any]) -> None:
+        await self._sub._on_assigned(assigned)
+
+
+class KafkaSubscription(Subscription):
+    """One consumer-group member's bounded, ordered inbox on one topic (see the module invariants).
+
+    ``ack()`` acknowledges the oldest received and not yet acknowledged message (in a receive, handle,
+    ack loop: the last one received).
+    """
+
+    def __init__(
+        self,
+        bus: KafkaBus,
+        topic: str,
+        *,
+        group: str,
+        key: str | None,
+        capacity: int,
+        listener: RebalanceListener | None,
+    ) -> None:
+        self._bus = bus
+        self.topic = topic
+        self.kafka_topic = bus.settings.topic(topic)
+        self.group = group
+        self.key = key
+        self.capacity = capacity
+        self._key_bytes = key.encode() if key is not None else None
+        self._listener = listener
+        self._decoder = bus._decoder(topic)
+        self._queue: deque[_Record] = deque()
+        self._unacked: deque[_Record] = deque()
+        self._parts: dict[int, _Partition] = {}
+        self._assigned: frozenset[int] = frozenset()
+        self._nonempty = asyncio.Event()
+        self._space = asyncio.Event()
+        self._ready = asyncio.Event()
+        self._commit_lock = asyncio.Lock()
+        self._consumer: Any = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self._error: BaseException | None = None
+        self._end: type[Exception] | None = None  # set once closed: what receive() raises
+        self._closing = False
+        self.skipped = 0
+        self.dead_lettered = 0
+        self.commits = 0
+
+    # ---- the Subscription interface
+    async def receive(self) -> Any:
+        while True:
+            if self._queue:
+                return self._take()
+            self._raise_if_over()
+            self._nonempty.clear()
+            await self._nonempty.wait()
+
+    def receive_nowait(self) -> Any:
+        if self._queue:
+            return self._take()
+        self._raise_if_over()
+        raise anyio.WouldBlock
+
+    def ack(self) -> None:
+        if not self._unacked:
+            return
+        record = self._unacked.popleft()
+        if record.part.live:
+            record.part.handled(record)
+
+    def depth(self) -> int:
+        return len(self._queue)
+
+    async def aclose(self) -> None:
+        await self._close(anyio.ClosedResourceError)
+
+    # ---- extras
+    async def ready(self) -> frozenset[int]:
+        """Wait until the consumer joined its group and got an assignment; returns its Kafka partitions.
+
+        Raises :class:`KafkaTransportError` if the consumer failed first.
+        """
+        await self._ready.wait()
+        if self._error is not None:
+            raise KafkaTransportError(f"subscription to {self.kafka_topic} failed: {self._error!r}") from self._error
+        if self._end is not None:
+            raise self._end()
+        return self._assigned
+
+    @property
+    def assigned(self) -> frozenset[int]:
+        """The Kafka partitions this subscription currently owns."""
+        return self._assigned
+
+    @property
+    def unacked(self) -> int:
+        return len(self._unacked)
+
+    def committable(self) -> dict[int, int]:
+        """Per owned Kafka partition, the offset a commit would store now (only partitions with progress)."""
+        return {p: part.committable for p, part in self._parts.items() if part.committable is not None}
+
+    async def commit(self) -> None:
+        """Commit the offsets of handled records now (also done every ``commit_interval`` and on close)."""
+        await self._commit(None)
+
+    # ---- internals: delivery
+    def _take(self) -> Any:
+        record = self._queue.popleft()
+        self._unacked.append(record)
+        self._space.set()
+        return record.message
+
+    def _raise_if_over(self) -> None:
+        if self._error is not None:
+            raise KafkaTransportError(f"subscription to {self.kafka_topic} failed: {self._error!r}") from self._error
+        if self._end is not None:
+            raise self._end()
+
+    def _start(self) -> None:
+        loop = asyncio.get_running_loop()
+        self._tasks.append(loop.create_task(self._consume(), name=f"kafka-consume-{self.kafka_topic}-{self.group}"))
+
+    async def _consume(self) -> None:
+        try:
+            await self._bus.start()
+            settings = self._bus.settings
+            consumer = AIOKafkaConsumer(
+                **settings.client_options(),
+                group_id=self.group,
+                enable_auto_commit=False,
+                auto_offset_reset=settings.auto_offset_reset,
+                fetch_max_wait_ms=settings.fetch_max_wait_ms,
+                max_partition_fetch_bytes=max(settings.max_message_bytes, 1 << 20),
+                fetch_max_bytes=max(settings.max_message_bytes, 50 << 20),
+                session_timeout_ms=settings.session_timeout_ms,
+                heartbeat_interval_ms=settings.heartbeat_interval_ms,
+            )
+            self._consumer = consumer
+            await consumer.start()
+            consumer.subscribe([self.kafka_topic], listener=_Listener(self))
+            self._tasks.append(asyncio.get_running_loop().create_task(self._commit_periodically()))
+            await self._fetch(consumer)
+        except asyncio.CancelledError:
+            raise
+        except Exception as err:
+            log.exception("subscription to %s (group %s) failed", self.kafka_topic, self.group)
+            self._error = err
+            self._ready.set()
+            self._nonempty.set()
+
+    async def _fetch(self, consumer: Any) -> None:
+        # How long one fetch call may block: short, so a full inbox and the closing are noticed promptly.
+        keepalive_ms = max(100, int(min(self._bus.settings.commit_interval, 1.0) * 1000))
+        paused = False
+        while True:
+            free = self.capacity - len(self._queue)
+            if free <= 0:
+                # Full inbox: stop fetching (paused partitions drop their prefetched data), and keep
+                # polling with nothing to return so the group does not consider this member dead.
+                consumer.pause(*consumer.assignment())
+                paused = True
+                self._space.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._space.wait(), keepalive_ms / 1000)
+                if len(self._queue) >= self.capacity:
+                    consumer.pause(*consumer.assignment())
+                    await consumer.getmany(timeout_ms=0, max_records=1)
+                continue
+            if paused:
+                consumer.resume(*consumer.assignment())
+                paused = False
+            batches = await consumer.getmany(timeout_ms=keepalive_ms, max_records=free)
+            for tp, records in batches.items():
+                for record in records:
+                    await self._ingest(tp, record)
+
+    async def _ingest(self, tp: Any, record: Any) -> None:
+        part = self._parts.get(tp.partition)
+        if part is None or not part.live or tp.topic != self.kafka_topic:
+            return  # a record of a partition revoked meanwhile: its new owner reads it
+        if self._key_bytes is not None and record.key != self._key_bytes:
+            self.skipped += 1
+            entry = _Record(part, record.offset, None)
+            part.pending.append(entry)
+            part.handled(entry)
+            return
+        value: bytes | None = record.value
+        reason = ""
+        message: Any = None
+        if value is None:
+            reason = "empty record (no value)"
+        else:
+            try:
+                message = self._decoder.decode(value)
+            except msgspec.ValidationError as err:
+                reason = f"invalid {self.topic} message: {err}"
+            except msgspec.DecodeError as err:
+                reason = f"undecodable {self.topic} record: {err}"
+        entry = _Record(part, record.offset, message)
+        part.pending.append(entry)
+        if not reason:
+            self._queue.append(entry)
+            self._nonempty.set()
+            return
+        raw_key = record.key or b""
+        if self.topic == DEADLETTER:
+            log.error("bad record on the deadletter topic %s[%d]@%d: %s", tp.topic, tp.partition, record.offset, reason)
+        else:
+            await self._bus._dead_letter(
+                DeadLetter(
+                    topic=self.topic,
+                    partition=tp.partition,
+                    offset=record.offset,
+                    key=raw_key.decode(errors="replace"),
+                    reason=reason,
+                    payload=value or b"",
+                    t=time.time(),
+                )
+            )
+        self.dead_lettered += 1
+        if part.live:
+            part.handled(entry)
+
+    # ---- internals: offsets and rebalancing
+    async def _commit(self, partitions: frozenset[int] | None) -> None:
+        consumer = self._consumer
+        if consumer is None:
+            return
+        async with self._commit_lock:
+            offsets: dict[Any, int] = {}
+            for number, part in self._parts.items():
+                if partitions is not None and number not in partitions:
+                    continue
+                if part.live and part.committable is not None and part.committable != part.committed:
+                    offsets[part.tp] = part.committable
+            if not offsets:
+                return
+            try:
+                await consumer.commit(offsets)
+            except (KafkaError, ValueError) as err:
+                log.warning("commit of %s for group %s failed: %r", offsets, self.group, err)
+                return
+            self.commits += 1
+            for tp, offset in offsets.items():
+                current = self._parts.get(tp.partition)
+                if current is not None and current.tp == tp:
+                    current.committed = offset
+
+    async def _commit_periodically(self) -> None:
+        interval = self._bus.settings.commit_interval
+        while True:
+            await asyncio.sleep(interval)  # a timer, not a synchronisation
+            try:
+                await self._commit(None)
+            except Exception:
+                log.warning("periodic commit failed", exc_info=True)
+
+    async def _on_assigned(self, assigned: Iterable[Any]) -> None:
+        mine = [tp for tp in assigned if tp.topic == self.kafka_topic]
+        for tp in mine:
+            if tp.partition not in self._parts:
+                self._parts[tp.partition] = _Partition(TopicPartition(tp.topic, tp.partition))
+        self._assigned = frozenset(self._parts)
+        log.debug("%s group %s assigned %s", self.kafka_topic, self.group, sorted(self._assigned))
+        if self._listener is not None:
+            try:
+                await self._listener.on_assigned(frozenset(tp.partition for tp in mine))
+            except Exception:
+                log.exception("rebalance listener on_assigned failed")
+        self._ready.set()
+
+    async def _on_revoked(self, revoked: Iterable[Any]) -> None:
+        numbers = frozenset(tp.partition for tp in revoked if tp.topic == self.kafka_topic)
+        await self._revoke(numbers)
+
+    async def _revoke(self, numbers: frozenset[int]) -> None:
+        if not numbers:
+            return
+        log.debug("%s group %s revoked %s", self.kafka_topic, self.group, sorted(numbers))
+        if self._listener is not None:
+            try:
+                await self._listener.on_revoked(numbers)
+            except Exception:
+                log.exception("rebalance listener on_revoked failed")
+        await self._commit(numbers)
+        for number in numbers:
+            part = self._parts.pop(number, None)
+            if part is not None:
+                part.live = False
+        self._assigned = frozenset(self._parts)
+        if any(not record.part.live for record in self._queue):
+            self._queue = deque(record for record in self._queue if record.part.live)
+            self._space.set()
+
+    # ---- internals: shutdown
+    async def _close(self, end: type[Exception]) -> None:
+        if self._closing:
+            return
+        self._closing = True
+        bus = self._bus
+        try:
+            for task in self._tasks:
+                task.cancel()
+            for task in self._tasks:
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
+            consumer, self._consumer = self._consumer, None
+            if consumer is not None:
+                # Commit while still a member (the final revoke), then leave the group.
+                self._consumer = consumer
+                await bus._bounded(self._revoke(frozenset(self._parts)), f"final commit on {self.kafka_topic}")
+                self._consumer = None
+                await bus._bounded(consumer.stop(), f"consumer stop on {self.kafka_topic}")
+        finally:
+            self._end = end
+            self._queue.clear()
+            self._unacked.clear()
+            self._parts.clear()
+            self._assigned = frozenset()
+            self._ready.set()
+            self._nonempty.set()
+            self._space.set()
+            bus._forget(self)
+
+
+__all__ = [
+    "DEFAULT_DECODERS",
+    "KafkaBus",
+    "KafkaSettings",
+    "KafkaSubscription",
+    "KafkaTransportError",
+    "MessageTooLarge",
+    "RebalanceListener",
+    "kafka_partition",
+]
