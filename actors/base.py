@@ -97,10 +97,10 @@ class Actor(abc.ABC):
     @abc.abstractmethod
     async def handle(self, message: Any) -> None: ...
 
-    async def on_idle(self) -> None:
+    async def on_idle(self) -> None:  # noqa: B027 - a hook, empty by default
         """Called when the inbox is empty after at least one message; publish coalesced output here."""
 
-    async def on_start(self) -> None:
+    async def on_start(self) -> None:  # noqa: B027 - a hook, empty by default
         """Called once before the first message (restore, announce, ...)."""
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:

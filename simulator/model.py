@@ -8,6 +8,7 @@ checking never raises.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from collections import defaultdict
 
@@ -83,10 +84,8 @@ class ClusterModel:
     def on_event(self, event: f.Feed) -> None:
         match event:
             case f.PartitionConfigEvent(config=raw):
-                try:
+                with contextlib.suppress(ValueError):  # the cache rejects it too
                     self.configure(parse_partition(raw, f"partition {self.partition}"))
-                except ValueError:
-                    pass  # the cache rejects it too
             case f.NodeAdded(node=n, capacity=cap):
                 self.nodes[n] = res.normalized(cap)
                 self.removed_nodes.discard(n)
