@@ -202,8 +202,8 @@ class DominantCalculator(ResourceCalculator):
             return 1 if a_greater else -1
         sa = sorted(self._shares(total, a), reverse=True)
         sb = sorted(self._shares(total, b), reverse=True)
-        for x, y in zip(sa, sb, strict=True):
-            diff = x - y
+        for share_a, share_b in zip(sa, sb, strict=True):
+            diff = share_a - share_b
             if diff != 0.0:
                 return 1 if diff > 0 else -1
         return 0
@@ -221,7 +221,7 @@ class DominantCalculator(ResourceCalculator):
 
 
 def _max_share(shares: Iterable[float]) -> float:
-    best = 0.0
+    best: float = 0.0
     for s in shares:
         if s > best:
             best = s

@@ -189,9 +189,9 @@ def _validate(snap: ClusterSnapshot) -> None:
             if app.id in app_ids:
                 raise SnapshotError(f"app {app.id}: listed twice")
             app_ids.add(app.id)
-            for c in app.containers:
-                if c.app != app.id:
-                    raise SnapshotError(f"container {c.id}: says app {c.app!r} but is held by {app.id}")
-                if c.id in container_ids:
-                    raise SnapshotError(f"container {c.id}: listed twice")
-                container_ids.add(c.id)
+            for container in app.containers:
+                if container.app != app.id:
+                    raise SnapshotError(f"container {container.id}: says app {container.app!r} but is held by {app.id}")
+                if container.id in container_ids:
+                    raise SnapshotError(f"container {container.id}: listed twice")
+                container_ids.add(container.id)
