@@ -51,6 +51,7 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import KafkaError
 from aiokafka.helpers import create_ssl_context
 from aiokafka.partitioner import murmur2
+from aiokafka.protocol.group import LeaveGroupRequest
 
 from messages.codec import decision_msgpack, feed_msgpack, msgpack_encoder, proposal_msgpack, view_msgpack
 from messages.deadletter import DeadLetter, deadletter_msgpack
@@ -66,6 +67,7 @@ OffsetReset = Literal["earliest", "latest"]
 ENV_PREFIX = "SNIPER_KAFKA_"
 _TOPIC_ALREADY_EXISTS = 36
 _DEADLETTER_MARGIN = 4096  # room for the dead-letter envelope around a payload
+_ABANDON_GRACE = 0.5  # seconds a cancelled shutdown step gets before it is abandoned
 
 
 class KafkaTransportError(RuntimeError):
@@ -265,6 +267,9 @@ class KafkaBus(Bus):
             except BaseException:
                 await self._bounded(producer.stop(), "producer stop after a failed start")
                 raise
+            if self._closed:  # closed while starting
+                await self._bounded(producer.stop(), "producer stop")
+                raise anyio.ClosedResourceError("the Kafka bus is closed")
             self._producer = producer
 
     async def ensure_topics(self) -> None:
@@ -294,17 +299,20 @@ class KafkaBus(Bus):
             await self._bounded(admin.close(), "admin client close")
 
     async def aclose(self) -> None:
-        """Close every subscription, then the producer; bounded by ``close_timeout`` each."""
+        """Close every subscription (their receivers get ``EndOfStream``), then the producer.
+
+        Bounded by ``close_timeout`` plus short graces: a step that overruns is cancelled or abandoned.
+        """
         if self._closed:
             return
         self._closed = True
+        deadline = time.monotonic() + self.settings.close_timeout
         subscriptions = list(self._subscriptions)
         if subscriptions:
-            await asyncio.gather(*(sub._close(anyio.EndOfStream) for sub in subscriptions))
-        async with self._start_lock:
-            producer, self._producer = self._producer, None
+            await asyncio.gather(*(sub._close(anyio.EndOfStream, deadline) for sub in subscriptions))
+        producer, self._producer = self._producer, None
         if producer is not None:
-            await self._bounded(producer.stop(), "producer stop")
+            await self._bounded(producer.stop(), "producer stop", max(deadline - time.monotonic(), _ABANDON_GRACE))
 
     async def __aenter__(self) -> Self:
         await self.start()
@@ -419,15 +427,32 @@ class KafkaBus(Bus):
     def _forget(self, sub: KafkaSubscription) -> None:
         self._subscriptions.discard(sub)
 
-    async def _bounded(self, awaitable: Any, what: str) -> bool:
-        """Await ``awaitable`` for at most ``close_timeout``; False (and a warning) if it timed out."""
+    async def _bounded(self, awaitable: Any, what: str, limit: float | None = None) -> bool:
+        """Run ``awaitable`` for at most ``limit`` seconds (default ``close_timeout``); False if it failed or timed out.
+
+        On timeout the work is cancelled and given a short grace; if it still does not finish it is
+        abandoned (aiokafka's ``stop()`` can hang on a dead broker), so this never waits much longer.
+        """
+        limit = self.settings.close_timeout if limit is None else limit
+        task = asyncio.ensure_future(awaitable)
         try:
-            await asyncio.wait_for(awaitable, self.settings.close_timeout)
-        except TimeoutError:
-            log.warning("%s did not finish within %gs; abandoned", what, self.settings.close_timeout)
+            done, _ = await asyncio.wait({task}, timeout=max(0.0, limit))
+            if not done:
+                task.cancel()
+                done, _ = await asyncio.wait({task}, timeout=_ABANDON_GRACE)
+                if not done:
+                    log.warning("%s did not finish within %.3gs and ignored cancellation; abandoned", what, limit)
+                    return False
+                log.warning("%s did not finish within %.3gs; cancelled", what, limit)
+                return False
+        except asyncio.CancelledError:
+            task.cancel()
+            raise
+        if task.cancelled():
             return False
-        except Exception:
-            log.warning("%s failed", what, exc_info=True)
+        error = task.exception()
+        if error is not None:
+            log.warning("%s failed: %r", what, error)
             return False
         return True
 
@@ -540,7 +565,8 @@ class KafkaSubscription(Subscription):
         return len(self._queue)
 
     async def aclose(self) -> None:
-        await self._close(anyio.ClosedResourceError)
+        """Commit what was handled, report the partitions revoked and leave the group (bounded in time)."""
+        await self._close(anyio.ClosedResourceError, time.monotonic() + self._bus.settings.close_timeout)
 
     # ---- extras
     async def ready(self) -> frozenset[int]:
@@ -762,7 +788,7 @@ class KafkaSubscription(Subscription):
             self._space.set()
 
     # ---- internals: shutdown
-    async def _close(self, end: type[Exception]) -> None:
+    async def _close(self, end: type[Exception], deadline: float) -> None:
         if self._closing:
             return
         self._closing = True
@@ -770,18 +796,28 @@ class KafkaSubscription(Subscription):
         try:
             for task in self._tasks:
                 task.cancel()
+            if self._tasks:
+                await asyncio.wait(self._tasks, timeout=_ABANDON_GRACE)
             for task in self._tasks:
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await task
-            consumer, self._consumer = self._consumer, None
+                if task.done() and not task.cancelled() and task.exception() is not None:
+                    log.debug("subscription task ended with %r", task.exception())
+            consumer = self._consumer
             if consumer is not None:
-                # Commit while still a member (the final revoke), then leave the group.
-                self._consumer = consumer
-                await bus._bounded(self._revoke(frozenset(self._parts)), f"final commit on {self.kafka_topic}")
+                # Commit while still a member (the final revoke), then leave the group; half the time
+                # left goes to the commit (without it records are only delivered again).
+                await bus._bounded(
+                    self._revoke(frozenset(self._parts)),
+                    f"final commit on {self.kafka_topic}",
+                    (deadline - time.monotonic()) / 2,
+                )
                 self._consumer = None
-                await bus._bounded(consumer.stop(), f"consumer stop on {self.kafka_topic}")
+                _leave_even_at_generation_zero(consumer)
+                await bus._bounded(
+                    consumer.stop(), f"consumer stop on {self.kafka_topic}", max(deadline - time.monotonic(), 0.1)
+                )
         finally:
             self._end = end
+            self._consumer = None
             self._queue.clear()
             self._unacked.clear()
             self._parts.clear()
@@ -790,6 +826,34 @@ class KafkaSubscription(Subscription):
             self._nonempty.set()
             self._space.set()
             bus._forget(self)
+
+
+def _leave_even_at_generation_zero(consumer: Any) -> None:
+    """Make ``consumer.stop()`` send LeaveGroup even when the group generation is 0.
+
+    aiokafka only leaves a group whose generation is above 0 (Kafka starts at 1), but tansu numbers a
+    group's first generation 0: without this the next member of the group waits for the departed one
+    to time out (the session timeout) before it gets its assignment. Best effort: this relies on
+    aiokafka's coordinator internals and does nothing if they are not there.
+    """
+    coordinator = getattr(consumer, "_coordinator", None)
+    original = getattr(coordinator, "_maybe_leave_group", None)
+    if coordinator is None or original is None or not hasattr(coordinator, "_send_req"):
+        return
+
+    async def leave() -> None:
+        if (
+            getattr(coordinator, "generation", None) == 0
+            and getattr(coordinator, "member_id", "")
+            and getattr(coordinator, "_group_instance_id", None) is None
+        ):
+            try:
+                await coordinator._send_req(LeaveGroupRequest(coordinator.group_id, coordinator.member_id))
+            except KafkaError as err:
+                log.debug("LeaveGroup (generation 0) failed: %r", err)
+        await original()
+
+    coordinator._maybe_leave_group = leave
 
 
 __all__ = [
