@@ -120,6 +120,8 @@ class AllocatorCore:
             if not result.placed:
                 break
         self.stats.cycles += 1
+        if n_alloc <= 0:
+            self.dirty = True  # the batch ran out before the candidates did: go on next time
         got = {ask.key for ask, _ in placed_all}
         missed = self.missed
         for key in tried:

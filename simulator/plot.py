@@ -1,0 +1,64 @@
+"""Plots of a simulation: per-queue usage against guarantee over time, with preemptions marked.
+
+Pure rendering of samples already taken; files are PNG written with matplotlib's Agg backend.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+
+from core.resources import MEMORY
+from messages import decisions as d
+from simulator.metrics import Metrics
+
+
+def plot_usage(metrics: Metrics, out: Path, title: str, resource: str = MEMORY) -> None:
+    """One panel per leaf queue: usage and ideal (when known) as a share of the cluster, guarantee dashed."""
+    model = metrics.model
+    leaves = [p for p, c in model.queue_cfg.items() if not c.children]
+    samples = metrics.samples
+    if not samples or not leaves:
+        return
+    times = [s.t for s in samples]
+    fig, axes = plt.subplots(len(leaves), 1, figsize=(10, 2.2 * len(leaves) + 0.8), sharex=True, squeeze=False)
+    preempt_times: dict[str, list[float]] = {}
+    for x in metrics.decisions:
+        if isinstance(x, d.Preempt):
+            preempt_times.setdefault(x.queue, []).append(x.t)
+    for ax, path in zip(axes[:, 0], leaves, strict=True):
+
+        def share(values: dict[str, dict[str, int]], s_cap: dict[str, int], path: str = path) -> float:
+            cap = s_cap.get(resource, 0)
+            return values.get(path, {}).get(resource, 0) / cap if cap else 0.0
+
+        ax.plot(times, [share(s.usage, s.capacity) for s in samples], label="usage", color="tab:blue")
+        ax.plot(times, [share(s.pending, s.capacity) for s in samples], label="pending", color="tab:gray", alpha=0.5)
+        if any(s.ideal is not None for s in samples):
+            ax.plot(
+                times, [share(s.ideal or {}, s.capacity) for s in samples], label="ideal", color="tab:green", alpha=0.7
+            )
+        guaranteed = model.queue_cfg[path].guaranteed.get(resource, 0)
+        ax.plot(
+            times,
+            [guaranteed / s.capacity[resource] if s.capacity.get(resource) else 0.0 for s in samples],
+            "--",
+            color="tab:red",
+            label="guaranteed",
+        )
+        for t in preempt_times.get(path, []):
+            ax.axvline(t, color="tab:orange", alpha=0.15, linewidth=1)
+        ax.set_ylabel(path, rotation=0, ha="right", fontsize=8)
+        ax.set_ylim(bottom=0)
+        ax.grid(alpha=0.3)
+    axes[0, 0].legend(loc="upper right", fontsize=7, ncol=4)
+    axes[-1, 0].set_xlabel("simulated seconds")
+    fig.suptitle(title, fontsize=10)
+    axes[0, 0].set_title(f"{resource} as a share of the cluster; orange lines: preemptions of that queue", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    plt.close(fig)

@@ -1,0 +1,155 @@
+"""Bundled scenarios: traces and queue configs generated deterministically from a seed.
+
+Each scenario is a function of the seed only (``random.Random(seed)``, never global randomness), so a
+scenario name and a seed name one exact trace. ``sniper scenario NAME --out DIR`` writes it to files.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+from collections.abc import Callable
+from typing import Any
+
+from core.config import SchedulerConfig, parse_config
+from messages import feed as f
+
+GiB = 1024
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Scenario:
+    name: str
+    description: str
+    queues: dict[str, Any]  # the queues.yaml content
+    events: list[f.Feed]
+
+    @property
+    def config(self) -> SchedulerConfig:
+        return parse_config(self.queues)
+
+
+def _queue(
+    name: str, guaranteed: dict[str, int] | None = None, maximum: dict[str, int] | None = None, **props: str
+) -> dict[str, Any]:
+    q: dict[str, Any] = {"name": name}
+    resources: dict[str, Any] = {}
+    if guaranteed:
+        resources["guaranteed"] = guaranteed
+    if maximum:
+        resources["max"] = maximum
+    if resources:
+        q["resources"] = resources
+    if props:
+        q["properties"] = {k.replace("_", "."): v for k, v in props.items()}
+    return q
+
+
+def _partition(
+    queues: list[dict[str, Any]], preemption: dict[str, Any], node_sort: str = "binpacking"
+) -> dict[str, Any]:
+    return {
+        "partitions": [
+            {
+                "name": "default",
+                "nodesortpolicy": {"type": node_sort},
+                "preemption": preemption,
+                "queues": [{"name": "root", "queues": queues}],
+            }
+        ]
+    }
+
+
+def _nodes(count: int, memory: int, vcore: int, t: float = 0.0, prefix: str = "n") -> list[f.Feed]:
+    return [
+        f.NodeAdded(t=t, node=f"{prefix}{i:03d}", capacity={"memory": memory, "vcore": vcore}) for i in range(count)
+    ]
+
+
+def demo(seed: int = 0) -> Scenario:
+    """Three teams on 32 nodes over ten minutes: waves of jobs, a bursty batch queue borrowing idle
+    capacity, a production queue with priority-sorted apps, and two nodes lost and one added mid-run."""
+    rng = random.Random(seed)
+    cluster_mem, cluster_cpu = 32 * 64 * GiB, 32 * 16_000
+    queues = [
+        _queue(
+            "prod",
+            {"memory": cluster_mem // 2, "vcore": cluster_cpu // 2},
+            None,
+            application_sort_policy="priority",
+            priority_offset="10",
+        ),
+        _queue(
+            "dev",
+            {"memory": cluster_mem // 4, "vcore": cluster_cpu // 4},
+            {"memory": cluster_mem // 2, "vcore": cluster_cpu // 2},
+            application_sort_policy="fair",
+        ),
+        _queue("batch", {"memory": cluster_mem // 4, "vcore": cluster_cpu // 4}, None, application_sort_policy="fifo"),
+    ]
+    raw = _partition(queues, {"policy": "none"})
+    events: list[f.Feed] = list(_nodes(32, 64 * GiB, 16_000))
+    app_no = 0
+
+    def job(t: float, queue: str, containers: int, mem: int, cpu: int, duration: float, priority: int = 0) -> None:
+        nonlocal app_no
+        app_no += 1
+        app = f"{queue.rsplit('.', 1)[-1]}-{app_no:03d}"
+        events.append(f.AppAdded(t=t, app=app, queue=queue, user=f"u{app_no % 5}", priority=priority))
+        events.append(
+            f.AskAdded(
+                t=t,
+                app=app,
+                ask=f"{app}-am",
+                resource={"memory": 2 * GiB, "vcore": 1000},
+                am=True,
+                duration=duration + 30,
+            )
+        )
+        events.append(
+            f.AskAdded(
+                t=t,
+                app=app,
+                ask=f"{app}-task",
+                resource={"memory": mem, "vcore": cpu},
+                count=containers,
+                priority=priority,
+                duration=duration,
+            )
+        )
+
+    # Batch borrows the whole idle cluster early on.
+    for k in range(6):
+        job(5 + k * 2, "root.batch", rng.randint(80, 140), 4 * GiB, 1000, rng.uniform(60, 140))
+    # Production arrives in waves with mixed priorities.
+    for wave in range(4):
+        for _ in range(rng.randint(2, 4)):
+            job(
+                60 + wave * 120 + rng.uniform(0, 20),
+                "root.prod",
+                rng.randint(20, 60),
+                8 * GiB,
+                2000,
+                rng.uniform(40, 90),
+                priority=rng.choice([0, 5, 10]),
+            )
+    # Dev runs many small jobs, capped at its max.
+    for k in range(25):
+        job(20 + k * 20 + rng.uniform(0, 5), "root.dev", rng.randint(5, 30), 2 * GiB, 500, rng.uniform(20, 60))
+    # Node churn: two nodes fail, one new node joins.
+    events.append(f.NodeRemoved(t=200, node="n007"))
+    events.append(f.NodeRemoved(t=320, node="n019"))
+    events.append(f.NodeAdded(t=400, node="n100", capacity={"memory": 128 * GiB, "vcore": 32_000}))
+    events.sort(key=lambda e: e.t)
+    return Scenario("demo", demo.__doc__ or "", raw, events)
+
+
+ScenarioFn = Callable[[int], Scenario]
+SCENARIOS: dict[str, ScenarioFn] = {"demo": demo}
+
+
+def scenario(name: str, seed: int = 0) -> Scenario:
+    try:
+        return SCENARIOS[name](seed)
+    except KeyError:
+        raise ValueError(f"unknown scenario {name!r}; bundled: {', '.join(sorted(SCENARIOS))}") from None

@@ -1,0 +1,5 @@
+"""``python -m sniper``."""
+
+from sniper.cli import main
+
+main()

@@ -1,0 +1,245 @@
+"""The ``sniper`` command line: simulate, compare, preview, bench, scenario (and the Kafka commands).
+
+A thin shell: it parses arguments, loads files, shows progress and tables, writes reports and plots,
+and maps outcomes to exit codes (0 fine, 1 invariant violated, 2 bad input).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import msgspec
+import typer
+import yaml
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from core.config import ConfigError, SchedulerConfig, load_config
+from messages import feed as f
+from messages.codec import encode_json_line, read_trace
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, help="Sniper: a scheduler core with sniper preemption.")
+bench_app = typer.Typer(no_args_is_help=True, help="Benchmarks (print figures; never assert).")
+app.add_typer(bench_app, name="bench")
+console = Console(stderr=True)
+out = Console()
+
+
+def _setup_logging(verbose: bool) -> None:
+    logging.basicConfig(
+        level=logging.INFO if verbose else logging.WARNING,
+        format="%(asctime)s %(levelname)s %(name)s %(message)s",
+        stream=sys.stderr,
+    )
+
+
+def _load_inputs(
+    trace: Path | None, queues: Path | None, seed: int
+) -> tuple[list[f.Feed], SchedulerConfig | None, str]:
+    from simulator.scenarios import scenario
+
+    if trace is None:
+        sc = scenario("demo", seed)
+        config = load_config(queues) if queues is not None else sc.config
+        return sc.events, config, f"bundled scenario '{sc.name}' (seed {seed})"
+    if not trace.exists() and not trace.suffix:
+        sc = scenario(str(trace), seed)  # a bundled scenario by name
+        config = load_config(queues) if queues is not None else sc.config
+        return sc.events, config, f"bundled scenario '{sc.name}' (seed {seed})"
+    events, bad = read_trace(trace)
+    for problem in bad[:20]:
+        console.print(f"[yellow]skipped[/] {problem}")
+    if len(bad) > 20:
+        console.print(f"[yellow]... and {len(bad) - 20} more bad lines[/]")
+    config = load_config(queues) if queues is not None else None
+    return events, config, str(trace)
+
+
+def _print_summary(report: dict[str, Any], title: str) -> None:
+    table = Table(title=title, show_header=True)
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    for key in (
+        "policy",
+        "sim_seconds",
+        "allocations",
+        "allocations_per_s",
+        "preemptions",
+        "wasted_preemptions",
+        "ping_pong",
+        "utilization",
+        "fairness_gap",
+        "pending_at_end",
+        "rejected",
+        "proposals_rejected",
+        "invariant_violations",
+    ):
+        if key in report:
+            value = report[key]
+            if key == "preemptions":
+                value = value["victims"]
+            table.add_row(key, json.dumps(value) if isinstance(value, dict) else str(value))
+    for queue, ttg in report.get("time_to_guarantee", {}).items():
+        table.add_row(
+            f"time_to_guarantee {queue}",
+            f"episodes {ttg['episodes']} unmet {ttg['unmet']} p50 {ttg['p50']} max {ttg['max']}",
+        )
+    console.print(table)
+
+
+@app.command()
+def simulate(
+    trace: Annotated[
+        Path | None, typer.Argument(help="JSON Lines trace, or a bundled scenario name; default: the demo")
+    ] = None,
+    queues: Annotated[Path | None, typer.Option(help="queues.yaml (defaults to the scenario's own)")] = None,
+    report: Annotated[Path | None, typer.Option(help="write the JSON report here")] = None,
+    plot: Annotated[Path | None, typer.Option(help="write a PNG of per-queue usage against guarantee")] = None,
+    until: Annotated[float | None, typer.Option(help="stop at this simulated second")] = None,
+    seed: Annotated[int, typer.Option(help="seed of the bundled scenario")] = 0,
+    policy: Annotated[str | None, typer.Option(help="override the preemption policy: sniper|proportional|none")] = None,
+    transport: Annotated[str, typer.Option(help="memory (default) or kafka")] = "memory",
+    bootstrap: Annotated[str | None, typer.Option(help="Kafka bootstrap for --transport kafka")] = None,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
+) -> None:
+    """Replay a trace in virtual time through the real actors and report (exit 1 on an invariant violation)."""
+    from simulator.ideal_view import ideal_for_model
+    from simulator.plot import plot_usage
+    from simulator.run import SimulationSettings, run_simulation
+
+    _setup_logging(verbose)
+    try:
+        events, config, source = _load_inputs(trace, queues, seed)
+        if policy is not None and policy not in ("sniper", "proportional", "none"):
+            raise ConfigError(f"unknown policy {policy!r}")
+    except (ConfigError, ValueError, OSError) as err:
+        console.print(f"[red]error:[/] {err}")
+        raise typer.Exit(2) from None
+    if transport not in ("memory", "kafka"):
+        console.print(f"[red]error:[/] unknown transport {transport!r}")
+        raise typer.Exit(2)
+    settings = SimulationSettings(until=until, seed=seed, policy=policy)
+    console.print(f"simulating {source}: {len(events)} events")
+    with Progress(
+        TextColumn("[bold]sim[/]"),
+        BarColumn(),
+        TextColumn("{task.fields[now]:>8.1f}s"),
+        TimeElapsedColumn(),
+        console=console,
+    ) as bar:
+        task = bar.add_task("sim", total=1.0, now=0.0)
+
+        def progress(now: float, end: float | None) -> None:
+            bar.update(task, completed=min(1.0, now / end) if end else 0.0, now=now)
+
+        if transport == "kafka":
+            from simulator.kafka_run import run_simulation_kafka
+
+            result = run_simulation_kafka(
+                events, config, settings, progress=progress, ideal_fn=ideal_for_model, bootstrap=bootstrap
+            )
+        else:
+            result = run_simulation(events, config, settings, progress=progress, ideal_fn=ideal_for_model)
+        bar.update(task, completed=1.0)
+    _print_summary(result.report, f"Sniper simulation: {source}")
+    if report is not None:
+        report.write_text(json.dumps(result.report, indent=2) + "\n")
+        console.print(f"report written to {report}")
+    if plot is not None:
+        for name, metrics in result.metrics.items():
+            target = plot if len(result.metrics) == 1 else plot.with_name(f"{plot.stem}-{name}{plot.suffix}")
+            plot_usage(metrics, target, f"{source} [{name}] policy={result.report['policy']}")
+            console.print(f"plot written to {target}")
+    if result.violations:
+        console.print(f"[red]{result.violations} invariant violation(s)[/]")
+        raise typer.Exit(1)
+
+
+@app.command("scenario")
+def write_scenario(
+    name: Annotated[str, typer.Argument(help="bundled scenario name")],
+    out_dir: Annotated[Path, typer.Option("--out", help="directory for NAME.jsonl and NAME.yaml")] = Path("."),
+    seed: Annotated[int, typer.Option()] = 0,
+) -> None:
+    """Write a bundled scenario as a trace file and a queues.yaml."""
+    from simulator.scenarios import scenario
+
+    try:
+        sc = scenario(name, seed)
+    except ValueError as err:
+        console.print(f"[red]error:[/] {err}")
+        raise typer.Exit(2) from None
+    out_dir.mkdir(parents=True, exist_ok=True)
+    partition = sc.queues["partitions"][0]
+    config_event = f.PartitionConfigEvent(t=0.0, partition=partition["name"], config=partition)
+    with open(out_dir / f"{name}.jsonl", "wb") as handle:
+        handle.write(encode_json_line(config_event))
+        for event in sc.events:
+            handle.write(encode_json_line(event))
+    (out_dir / f"{name}.yaml").write_text(yaml.safe_dump(sc.queues, sort_keys=False))
+    console.print(f"wrote {out_dir / (name + '.jsonl')} and {out_dir / (name + '.yaml')}: {sc.description}")
+
+
+@app.command()
+def preview(
+    snapshot: Annotated[Path, typer.Argument(help="queue-state snapshot (conformance format)")],
+    policy: Annotated[str, typer.Option(help="policy to preview")] = "proportional",
+    as_json: Annotated[bool, typer.Option("--json", help="JSON Lines, one object per case")] = False,
+) -> None:
+    """What would preemption do to this cluster state right now? (observe-only, one round per case)."""
+    from sniper.preview import preview as run_preview
+    from sniper.preview import render_table
+
+    try:
+        results = run_preview(snapshot, policy)
+    except (ValueError, OSError, msgspec.DecodeError, KeyError) as err:
+        console.print(f"[red]error:[/] {err}")
+        raise typer.Exit(2) from None
+    if as_json:
+        for item in results:
+            sys.stdout.write(json.dumps(item) + "\n")
+    else:
+        out.print(render_table(results))
+
+
+@bench_app.command("allocate")
+def bench_allocate_cmd(
+    nodes: Annotated[int, typer.Option()] = 5000,
+    queues: Annotated[int, typer.Option()] = 100,
+    asks: Annotated[int, typer.Option()] = 100_000,
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
+    """Committed allocations per second through the actors on the memory transport."""
+    from sniper.bench import bench_allocate
+
+    result = bench_allocate(nodes, queues, asks)
+    if as_json:
+        sys.stdout.write(json.dumps(result) + "\n")
+    else:
+        out.print(result)
+
+
+@app.command("check-config")
+def check_config(path: Annotated[Path, typer.Argument(help="queues.yaml")]) -> None:
+    """Validate a queues.yaml and print the parsed queue tree."""
+    try:
+        config = load_config(path)
+    except (ConfigError, OSError) as err:
+        console.print(f"[red]invalid:[/] {err}")
+        raise typer.Exit(2) from None
+    for part in config.partitions:
+        out.print(f"partition {part.name}: nodes {part.node_sort_policy}, preemption {part.preemption.policy}")
+        for q in part.queues():
+            depth = q.path.count(".")
+            out.print(
+                f"{'  ' * depth}{q.name}  guaranteed={q.guaranteed} max={q.max} sort={q.sort_policy} priority={q.priority_offset}"
+            )
+
+
+def main() -> None:
+    app()
