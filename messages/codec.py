@@ -45,8 +45,8 @@ class BadInput:
 def decode_feed_lines(lines: Iterable[str | bytes], source: str = "trace") -> Iterator[Feed | BadInput]:
     """Decode JSON Lines feed events; blank lines and ``#`` comments are skipped."""
     for number, line in enumerate(lines, start=1):
-        text = line.strip()
-        if not text or text.startswith(b"#" if isinstance(text, bytes) else "#"):
+        text = line.strip() if isinstance(line, bytes) else line.strip().encode()
+        if not text or text.startswith(b"#"):
             continue
         try:
             yield feed_json.decode(text)

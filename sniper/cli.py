@@ -44,9 +44,7 @@ def _load_inputs(
     from simulator.scenarios import scenario
 
     if trace is None:
-        sc = scenario("demo", seed)
-        config = load_config(queues) if queues is not None else sc.config
-        return sc.events, config, f"bundled scenario '{sc.name}' (seed {seed})"
+        trace = Path("demo")
     if not trace.exists() and not trace.suffix:
         sc = scenario(str(trace), seed)  # a bundled scenario by name
         config = load_config(queues) if queues is not None else sc.config
@@ -56,8 +54,7 @@ def _load_inputs(
         console.print(f"[yellow]skipped[/] {problem}")
     if len(bad) > 20:
         console.print(f"[yellow]... and {len(bad) - 20} more bad lines[/]")
-    config = load_config(queues) if queues is not None else None
-    return events, config, str(trace)
+    return events, (load_config(queues) if queues is not None else None), str(trace)
 
 
 def _print_summary(report: dict[str, Any], title: str) -> None:
@@ -237,7 +234,8 @@ def check_config(path: Annotated[Path, typer.Argument(help="queues.yaml")]) -> N
         for q in part.queues():
             depth = q.path.count(".")
             out.print(
-                f"{'  ' * depth}{q.name}  guaranteed={q.guaranteed} max={q.max} sort={q.sort_policy} priority={q.priority_offset}"
+                f"{'  ' * depth}{q.name}  guaranteed={q.guaranteed} max={q.max} "
+                f"sort={q.sort_policy} priority={q.priority_offset}"
             )
 
 
