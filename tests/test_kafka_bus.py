@@ -20,12 +20,13 @@ from messages.deadletter import DeadLetter
 from messages.decisions import Allocated, Rejected
 from messages.feed import AppAdded, AskAdded, NodeAdded
 from messages.protocol import AllocationProposal, Placement, ResyncRequest, ViewDelta
-from transport.broker import EmbeddedBroker
+from transport.broker import EmbeddedBroker, free_port
 from transport.bus import DEADLETTER, DECISIONS, FEED, PROPOSALS, SNAPSHOTS, VIEW
 from transport.kafka import (
     KafkaBus,
     KafkaSettings,
     KafkaSubscription,
+    KafkaTransportError,
     MessageTooLarge,
     RebalanceListener,
     kafka_partition,
@@ -140,6 +141,26 @@ async def test_key_filter_skips_other_keys(kafka_settings: KafkaSettings) -> Non
             same_partition = [k for k in ("p0", "p2") if bus.partition_for(k) == bus.partition_for("p1")]
             assert 6 * len(same_partition) <= sub.skipped <= 12  # other partitions may still be in flight
             assert sub.depth() == 0
+
+
+async def test_skipped_records_are_committed(kafka_settings: KafkaSettings) -> None:
+    settings = dataclasses.replace(kafka_settings, partitions=1)  # every key shares the one partition
+    with anyio.fail_after(WAIT):
+        async with KafkaBus(settings) as bus:
+            filtered = await bus.subscribe_ready(FEED, group="g", key="mine")
+            for i in range(5):
+                await bus.publish(FEED, "other", AppAdded(partition="other", id=f"o{i}", app="a", queue="q"))
+            marker = AppAdded(partition="mine", id="marker", app="a", queue="q")
+            await bus.publish(FEED, "mine", marker)
+            assert await filtered.receive() == marker
+            filtered.ack()
+            assert filtered.skipped == 5 and filtered.committable() == {0: 6}
+            await filtered.aclose()
+
+            everything = await bus.subscribe_ready(FEED, group="g")
+            after = AppAdded(partition="other", id="after", app="a", queue="q")
+            await bus.publish(FEED, "other", after)
+            assert await everything.receive() == after  # the skipped records were committed, not re-read
 
 
 async def test_malformed_records_go_to_the_deadletter_topic(kafka_settings: KafkaSettings) -> None:
@@ -300,6 +321,18 @@ async def test_close_is_bounded_when_the_broker_is_gone(kafka_settings: KafkaSet
         # complete normally; closing must still end within its bounds.
         with anyio.fail_after(4 * settings.close_timeout):
             await bus.aclose()
+
+
+async def test_unreachable_broker_fails_the_subscription_clearly(kafka_settings: KafkaSettings) -> None:
+    settings = dataclasses.replace(kafka_settings, bootstrap=f"127.0.0.1:{free_port()}")
+    with anyio.fail_after(WAIT):
+        bus = KafkaBus(settings)
+        sub = bus.subscribe(FEED, group="g")
+        with pytest.raises(KafkaTransportError, match="bootstrap"):
+            await sub.ready()
+        with pytest.raises(KafkaTransportError):
+            await sub.receive()
+        await bus.aclose()
 
 
 async def test_publish_refuses_oversized_and_unknown(kafka_settings: KafkaSettings) -> None:

@@ -16,7 +16,8 @@ creation of the prefixed topics, the msgpack wire format and the dead-letter pat
   while its inbox is full, so a slow reader applies backpressure instead of growing memory). Records
   whose key differs from the wanted key are skipped. A record that cannot be decoded or validated is
   published on the ``deadletter`` topic with the reason and skipped; the consumer carries on (bad
-  records on the deadletter topic itself are only logged, never re-dead-lettered).
+  records on the deadletter topic itself are only logged, never re-dead-lettered; a dead letter that
+  cannot be published after a few retries is logged instead).
 - **At-least-once**: offsets are committed manually, periodically, on revocation and on close, and
   only up to the first record that is not handled yet (a record is handled once acknowledged, skipped
   or dead-lettered). A record is never committed before it was handled; after a crash or a
@@ -67,6 +68,7 @@ OffsetReset = Literal["earliest", "latest"]
 ENV_PREFIX = "SNIPER_KAFKA_"
 _TOPIC_ALREADY_EXISTS = 36
 _DEADLETTER_MARGIN = 4096  # room for the dead-letter envelope around a payload
+_DEADLETTER_RETRIES = (0.2, 1.0, 3.0)  # backoff after each failed attempt to publish a dead letter
 _ABANDON_GRACE = 0.5  # seconds a cancelled shutdown step gets before it is abandoned
 
 
@@ -272,8 +274,18 @@ class KafkaBus(Bus):
                 raise anyio.ClosedResourceError("the Kafka bus is closed")
             self._producer = producer
 
+    def topic_configs(self, topic: str) -> dict[str, str]:
+        """Kafka topic configuration of a topic this bus creates (snapshots are compacted)."""
+        configs = {"max.message.bytes": str(self.settings.max_message_bytes)}
+        if topic == SNAPSHOTS:
+            configs["cleanup.policy"] = "compact"
+        return configs
+
     async def ensure_topics(self) -> None:
-        """Create every topic this bus decodes, if missing (``settings.partitions``, replication as set)."""
+        """Create every topic this bus decodes, if missing (``settings.partitions``, replication as set).
+
+        Existing topics are left as they are (their partition count is not checked).
+        """
         admin = AIOKafkaAdminClient(**self.settings.client_options())
         try:
             await admin.start()
@@ -283,6 +295,7 @@ class KafkaBus(Bus):
                     name=self.settings.topic(name),
                     num_partitions=self.settings.partitions,
                     replication_factor=self.settings.replication,
+                    topic_configs=self.topic_configs(name),
                 )
                 for name in self._decoders
                 if self.settings.topic(name) not in existing
@@ -348,12 +361,18 @@ class KafkaBus(Bus):
         if self._closed:
             raise anyio.ClosedResourceError("the Kafka bus is closed")
         await self.start()
+        producer = self._producer
+        if producer is None:
+            raise anyio.ClosedResourceError("the Kafka bus is closed")
         raw_key = key.encode() if isinstance(key, str) else key
-        await self._producer.send_and_wait(self.settings.topic(topic), payload, key=raw_key)
+        await producer.send_and_wait(self.settings.topic(topic), payload, key=raw_key)
         self.published += 1
 
-    async def _dead_letter(self, letter: DeadLetter) -> None:
-        """Publish ``letter`` on the deadletter topic; failures are logged, never raised."""
+    async def _dead_letter(self, letter: DeadLetter) -> bool:
+        """Publish ``letter`` on the deadletter topic, retrying a few times; never raises.
+
+        False if it could not be published: the letter is then only logged (with the start of its payload).
+        """
         limit = self.settings.max_message_bytes - _DEADLETTER_MARGIN
         if len(letter.payload) > limit:
             letter = msgspec.structs.replace(
@@ -361,21 +380,22 @@ class KafkaBus(Bus):
                 payload=letter.payload[:limit],
                 reason=f"{letter.reason} (payload truncated from {len(letter.payload)} bytes)",
             )
-        log.warning(
-            "dead letter: %s[%d]@%d key=%r: %s",
-            letter.topic,
-            letter.partition,
-            letter.offset,
-            letter.key,
-            letter.reason,
-        )
-        try:
-            await self.publish_raw(DEADLETTER, letter.key, msgpack_encoder.encode(letter))
+        where = f"{letter.topic}[{letter.partition}]@{letter.offset} key={letter.key!r}"
+        log.warning("dead letter: %s: %s", where, letter.reason)
+        encoded = msgpack_encoder.encode(letter)
+        for attempt, pause in enumerate(_DEADLETTER_RETRIES):
+            try:
+                await self.publish_raw(DEADLETTER, letter.key, encoded)
+            except anyio.ClosedResourceError:
+                break
+            except Exception as err:
+                log.warning("publishing the dead letter for %s failed (attempt %d): %r", where, attempt + 1, err)
+                await asyncio.sleep(pause)  # a retry backoff, not a synchronisation
+                continue
             self.dead_lettered += 1
-        except Exception:
-            log.exception(
-                "could not publish a dead letter for %s[%d]@%d", letter.topic, letter.partition, letter.offset
-            )
+            return True
+        log.error("dead letter for %s lost: %s; payload starts %r", where, letter.reason, letter.payload[:200])
+        return False
 
     # ---- consuming
     def subscribe(
@@ -462,11 +482,15 @@ class KafkaBus(Bus):
 
 @dataclasses.dataclass(slots=True, eq=False)
 class _Partition:
-    """One assigned Kafka partition: records fetched and not yet handled, and the offsets to commit."""
+    """One assigned Kafka partition: its records not yet handled, and what may be committed.
+
+    Only records still to be handled are kept (skipped ones just advance ``fetched``), so the memory
+    held is bounded by the inbox capacity plus the records received and not yet acknowledged.
+    """
 
     tp: Any  # aiokafka TopicPartition
-    pending: deque[_Record] = dataclasses.field(default_factory=deque)
-    committable: int | None = None  # the offset after the handled prefix
+    pending: deque[_Record] = dataclasses.field(default_factory=deque)  # in offset order
+    fetched: int | None = None  # the offset after the last record taken from the consumer
     committed: int | None = None
     live: bool = True
 
@@ -474,7 +498,12 @@ class _Partition:
         record.handled = True
         pending = self.pending
         while pending and pending[0].handled:
-            self.committable = pending.popleft().offset + 1
+            pending.popleft()
+
+    @property
+    def committable(self) -> int | None:
+        """The offset to commit: the first record not yet handled, else the one after the last fetched."""
+        return self.pending[0].offset if self.pending else self.fetched
 
 
 @dataclasses.dataclass(slots=True, eq=False)
@@ -592,7 +621,8 @@ class KafkaSubscription(Subscription):
 
     def committable(self) -> dict[int, int]:
         """Per owned Kafka partition, the offset a commit would store now (only partitions with progress)."""
-        return {p: part.committable for p, part in self._parts.items() if part.committable is not None}
+        offsets = {p: part.committable for p, part in self._parts.items()}
+        return {p: offset for p, offset in offsets.items() if offset is not None}
 
     async def commit(self) -> None:
         """Commit the offsets of handled records now (also done every ``commit_interval`` and on close)."""
@@ -673,11 +703,9 @@ class KafkaSubscription(Subscription):
         part = self._parts.get(tp.partition)
         if part is None or not part.live or tp.topic != self.kafka_topic:
             return  # a record of a partition revoked meanwhile: its new owner reads it
+        part.fetched = record.offset + 1
         if self._key_bytes is not None and record.key != self._key_bytes:
-            self.skipped += 1
-            entry = _Record(part, record.offset, None)
-            part.pending.append(entry)
-            part.handled(entry)
+            self.skipped += 1  # handled by skipping it: nothing to keep
             return
         value: bytes | None = record.value
         reason = ""
@@ -726,8 +754,9 @@ class KafkaSubscription(Subscription):
             for number, part in self._parts.items():
                 if partitions is not None and number not in partitions:
                     continue
-                if part.live and part.committable is not None and part.committable != part.committed:
-                    offsets[part.tp] = part.committable
+                offset = part.committable
+                if part.live and offset is not None and offset != part.committed:
+                    offsets[part.tp] = offset
             if not offsets:
                 return
             try:
