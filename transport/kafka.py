@@ -12,8 +12,9 @@ creation of the prefixed topics, the msgpack wire format and the dead-letter pat
 - **Producer**: ``acks="all"``, never idempotent, never transactional (the bundled broker supports
   neither, and ARCHITECTURE section 3 forbids relying on them). :meth:`KafkaBus.publish` returns once the
   broker acknowledged the record. Messages larger than ``max_message_bytes`` are refused before sending.
-- **Subscriptions**: a subscription never buffers more than ``capacity`` records (it pauses fetching
-  while its inbox is full, so a slow reader applies backpressure instead of growing memory). Records
+- **Subscriptions**: a subscription buffers at most ``capacity`` records (one more in a rare race with a
+  rebalance): it pauses fetching while its inbox is full, so a slow reader applies backpressure
+  instead of growing memory. Records
   whose key differs from the wanted key are skipped. A record that cannot be decoded or validated is
   published on the ``deadletter`` topic with the reason and skipped; the consumer carries on (bad
   records on the deadletter topic itself are only logged, never re-dead-lettered; a dead letter that
@@ -564,9 +565,10 @@ class KafkaSubscription(Subscription):
         self._error: BaseException | None = None
         self._end: type[Exception] | None = None  # set once closed: what receive() raises
         self._closing = False
-        self.skipped = 0
+        self.skipped = 0  # records of other keys
         self.dead_lettered = 0
         self.commits = 0
+        self.pauses = 0  # times fetching paused because the inbox was full
 
     # ---- the Subscription interface
     async def receive(self) -> Any:
@@ -682,6 +684,8 @@ class KafkaSubscription(Subscription):
             if free <= 0:
                 # Full inbox: stop fetching (paused partitions drop their prefetched data), and keep
                 # polling with nothing to return so the group does not consider this member dead.
+                if not paused:
+                    self.pauses += 1
                 consumer.pause(*consumer.assignment())
                 paused = True
                 self._space.clear()
@@ -689,15 +693,20 @@ class KafkaSubscription(Subscription):
                     await asyncio.wait_for(self._space.wait(), keepalive_ms / 1000)
                 if len(self._queue) >= self.capacity:
                     consumer.pause(*consumer.assignment())
-                    await consumer.getmany(timeout_ms=0, max_records=1)
+                    batches = await consumer.getmany(timeout_ms=0, max_records=1)
+                    # Normally empty; a partition assigned after the pause may return one record
+                    # (the inbox then holds capacity + 1), which must not be dropped.
+                    await self._ingest_all(batches)
                 continue
             if paused:
                 consumer.resume(*consumer.assignment())
                 paused = False
-            batches = await consumer.getmany(timeout_ms=keepalive_ms, max_records=free)
-            for tp, records in batches.items():
-                for record in records:
-                    await self._ingest(tp, record)
+            await self._ingest_all(await consumer.getmany(timeout_ms=keepalive_ms, max_records=free))
+
+    async def _ingest_all(self, batches: Mapping[Any, list[Any]]) -> None:
+        for tp, records in batches.items():
+            for record in records:
+                await self._ingest(tp, record)
 
     async def _ingest(self, tp: Any, record: Any) -> None:
         part = self._parts.get(tp.partition)
@@ -719,6 +728,8 @@ class KafkaSubscription(Subscription):
                 reason = f"invalid {self.topic} message: {err}"
             except msgspec.DecodeError as err:
                 reason = f"undecodable {self.topic} record: {err}"
+            except Exception as err:  # whatever else a decoder may raise must not stop the consumer
+                reason = f"undecodable {self.topic} record: {err!r}"
         entry = _Record(part, record.offset, message)
         part.pending.append(entry)
         if not reason:
