@@ -11,7 +11,8 @@ from __future__ import annotations
 import dataclasses
 
 from core.allocation import CandidateFilter, find_ask_candidates, hold_room, try_allocate
-from core.state import Ask, AskKey, Node, PartitionState
+from core.replica import ViewReplica
+from core.state import Ask, AskKey, Node
 from messages import protocol as p
 
 DEFAULT_BATCH = 4096
@@ -28,57 +29,34 @@ class AllocatorStats:
     resets: int = 0
 
 
-class AllocatorCore:
+class AllocatorCore(ViewReplica):
     def __init__(self, partition: str, *, batch: int = DEFAULT_BATCH) -> None:
-        self.partition = partition
+        super().__init__(partition)
         self.batch = batch
-        self.state = PartitionState(partition)
-        self.view_seq = 0
         self.inflight: dict[str, list[tuple[Ask, Node]]] = {}
         self.missed: dict[AskKey, int] = {}
         self.stats = AllocatorStats()
         self.dirty = False  # something changed since the last cycle that may allow an allocation
         self._next_proposal = 0
+        self._reconfigured = False
 
-    # ------------------------------------------------------------------ view replica
+    # ------------------------------------------------------------------ view replica hooks
 
-    def apply_view(self, delta: p.ViewDelta) -> bool:
-        """Apply one delta; ``False`` means a gap: the caller must ask the cache for a reset."""
-        if delta.reset:
-            self._reset(delta)
-            return True
-        if delta.seq <= self.view_seq:
-            return True  # already applied (at-least-once delivery)
-        if delta.seq != self.view_seq + 1:
-            return False
-        self.view_seq = delta.seq
-        state = self.state
-        handlers = state._handlers
-        reconfigured = False
-        for change in delta.changes:
-            kind = type(change)
-            handlers[kind](change)
-            if kind in ENABLING:
-                self.dirty = True
-                if kind is p.ConfigSet:
-                    reconfigured = True
-            elif kind is p.AskGone:
-                self.missed.pop((change.app, change.ask), None)  # type: ignore[union-attr]
-        for outcome in delta.outcomes:
-            self._settle(outcome)
-        if reconfigured:
-            self._recount_inflight()
-        return True
-
-    def _reset(self, delta: p.ViewDelta) -> None:
+    def on_reset(self) -> None:
         self.stats.resets += 1
-        self.state = PartitionState(self.partition)
-        self.state.apply_all(delta.changes)
-        self.view_seq = delta.seq
         self.inflight.clear()  # the reset state already holds whatever the cache committed
         self.dirty = True
 
-    def _settle(self, outcome: p.ProposalOutcome) -> None:
+    def on_change(self, change: p.ChangeMsg) -> None:
+        kind = type(change)
+        if kind in ENABLING:
+            self.dirty = True
+            if kind is p.ConfigSet:
+                self._reconfigured = True
+        elif kind is p.AskGone:
+            self.missed.pop((change.app, change.ask), None)  # type: ignore[union-attr]
+
+    def on_outcome(self, outcome: p.ProposalOutcome) -> None:
         placed = self.inflight.pop(outcome.proposal, None)
         if placed is None:
             return
@@ -89,6 +67,11 @@ class AllocatorCore:
         if outcome.rejected:
             self.dirty = True
 
+    def after_delta(self, delta: p.ViewDelta) -> None:
+        if self._reconfigured:
+            self._reconfigured = False
+            self._recount_inflight()
+
     def _recount_inflight(self) -> None:
         """Queues were rebuilt by a config change: re-add what is still in flight to the new ones."""
         for placed in self.inflight.values():
@@ -96,6 +79,10 @@ class AllocatorCore:
                 for q in ask.app.queue.lineage():
                     for k, v in ask.resource.items():
                         q.allocating[k] = q.allocating.get(k, 0) + v
+
+    def hold(self, proposal: str, placed: list[tuple[Ask, Node]]) -> None:
+        """Count ``placed`` as in flight until the cache answers ``proposal`` (already held by try_allocate)."""
+        self.inflight[proposal] = placed
 
     # ------------------------------------------------------------------ the cycle
 
@@ -133,7 +120,7 @@ class AllocatorCore:
             return None
         self._next_proposal += 1
         pid = f"{self.partition}/a{self._next_proposal}"
-        self.inflight[pid] = placed_all
+        self.hold(pid, placed_all)
         self.stats.proposed += len(placed_all)
         return p.AllocationProposal(
             partition=self.partition,

@@ -52,15 +52,15 @@ class CacheCore:
         self._decisions: list[d.DecisionMsg] = []
         self._outcomes: list[p.ProposalOutcome] = []
         if config is not None:
-            self._commit(p.ConfigSet(config=partition_to_raw(config)))
+            self.commit(p.ConfigSet(config=partition_to_raw(config)))
 
     # ------------------------------------------------------------------ output
 
-    def _commit(self, change: p.ChangeMsg) -> None:
+    def commit(self, change: p.ChangeMsg) -> None:
         self.state.apply(change)
         self._changes.append(change)
 
-    def _decide(self, decision_type: type[d.DecisionMsg], **fields: Any) -> None:
+    def decide(self, decision_type: type[d.DecisionMsg], **fields: Any) -> None:
         self.decision_seq += 1
         self._decisions.append(
             decision_type(partition=self.partition, seq=self.decision_seq, epoch=self.epoch, t=self.state.now, **fields)
@@ -68,7 +68,16 @@ class CacheCore:
 
     def _reject(self, reason: str, *, app: str = "", ask: str = "", event: str = "") -> None:
         self.stats.rejected_events += 1
-        self._decide(d.Rejected, reason=reason, app=app, ask=ask, event=event)
+        self.decide(d.Rejected, reason=reason, app=app, ask=ask, event=event)
+
+    def outcome(self, proposal: str, accepted: int, rejected: dict[str, str]) -> None:
+        self.stats.placements_accepted += accepted
+        self.stats.placements_rejected += len(rejected)
+        self._outcomes.append(p.ProposalOutcome(proposal=proposal, accepted=accepted, rejected=rejected))
+
+    def next_id(self, kind: str) -> int:
+        self.counters[kind] += 1
+        return self.counters[kind]
 
     def has_output(self) -> bool:
         return bool(self._changes or self._decisions or self._outcomes)
@@ -102,7 +111,7 @@ class CacheCore:
 
     def tick(self, now: float) -> None:
         if now > self.state.now:
-            self._commit(p.Clock(now=now))
+            self.commit(p.Clock(now=now))
         self._kill_overdue()
         self._expire_reservations()
 
@@ -111,7 +120,7 @@ class CacheCore:
         for alloc in list(self.state.allocations.values()):
             if alloc.preempt_deadline is not None and not alloc.killed and alloc.preempt_deadline <= now:
                 alloc.killed = True
-                self._decide(d.Kill, allocation=alloc.id, app=alloc.app, queue=alloc.queue.path, node=alloc.node)
+                self.decide(d.Kill, allocation=alloc.id, app=alloc.app, queue=alloc.queue.path, node=alloc.node)
 
     def _expire_reservations(self) -> None:
         now = self.state.now
@@ -178,7 +187,7 @@ class CacheCore:
                 raise ConfigError(f"queue {app.queue.path} is used by app {app.name} and cannot be removed")
         if self.state.config is not None and partition_to_raw(config) == partition_to_raw(self.state.config):
             return
-        self._commit(p.ConfigSet(config=partition_to_raw(config)))
+        self.commit(p.ConfigSet(config=partition_to_raw(config)))
 
     def _node_set(self, name: str, capacity: dict[str, int], schedulable: bool, labels: dict[str, str]) -> None:
         cap = res.normalized(capacity)
@@ -193,7 +202,7 @@ class CacheCore:
                 if res.fits(node.allocated, cap):
                     break
                 self._lose(alloc, f"node {name} shrank")
-        self._commit(p.NodeSet(node=name, capacity=cap, schedulable=schedulable, labels=dict(labels)))
+        self.commit(p.NodeSet(node=name, capacity=cap, schedulable=schedulable, labels=dict(labels)))
 
     def _node_removed(self, name: str) -> None:
         node = self.state.nodes.get(name)
@@ -203,10 +212,10 @@ class CacheCore:
             self._end_reservation(self.state.reservations[rid], f"node {name} was removed")
         for aid in sorted(node.allocations):
             self._lose(self.state.allocations[aid], f"node {name} was removed")
-        self._commit(p.NodeGone(node=name))
+        self.commit(p.NodeGone(node=name))
 
     def _lose(self, alloc: Allocation, reason: str) -> None:
-        self._decide(
+        self.decide(
             d.AllocationLost,
             allocation=alloc.id,
             app=alloc.app,
@@ -228,7 +237,7 @@ class CacheCore:
             self._reject(f"app {e.app}: {e.queue} is {why}; apps go to leaf queues", app=e.app, event=e.id)
             return
         self.counters["app"] += 1
-        self._commit(
+        self.commit(
             p.AppSet(
                 app=e.app,
                 queue=e.queue,
@@ -247,7 +256,7 @@ class CacheCore:
             self._ask_removed((name, ask))
         for aid in sorted(app.allocations):
             self._release(self.state.allocations[aid])
-        self._commit(p.AppGone(app=name))
+        self.commit(p.AppGone(app=name))
 
     def _ask_added(self, e: f.AskAdded) -> None:
         app = self.state.apps.get(e.app)
@@ -270,7 +279,7 @@ class CacheCore:
                 )
                 return
         self.counters["ask"] += 1
-        self._commit(
+        self.commit(
             p.AskSet(
                 app=e.app,
                 ask=e.ask,
@@ -292,10 +301,10 @@ class CacheCore:
             return
         for r in [r for r in self.state.reservations.values() if (r.app, r.ask) == key]:
             self._end_reservation(r, f"ask {ask_label(key)} was withdrawn")
-        self._commit(p.AskGone(app=key[0], ask=key[1]))
+        self.commit(p.AskGone(app=key[0], ask=key[1]))
 
     def _release(self, alloc: Allocation) -> None:
-        self._decide(
+        self.decide(
             d.Released,
             allocation=alloc.id,
             app=alloc.app,
@@ -307,12 +316,12 @@ class CacheCore:
 
     def _drop_allocation(self, alloc: Allocation) -> None:
         node = alloc.node
-        self._commit(p.AllocationGone(allocation=alloc.id))
-        self._fulfil_reservations(node)
+        self.commit(p.AllocationGone(allocation=alloc.id))
+        self.fulfil_reservations(node)
 
     # ------------------------------------------------------------------ reservations (preemption)
 
-    def _fulfil_reservations(self, node_name: str) -> None:
+    def fulfil_reservations(self, node_name: str) -> None:
         """Turn reservations on ``node_name`` into allocations once the room is really free."""
         node = self.state.nodes.get(node_name)
         if node is None or not node.reservations:
@@ -321,11 +330,11 @@ class CacheCore:
             r = self.state.reservations[rid]
             free = res.sub(res.sub(node.capacity, node.allocated), node.reserved)
             if res.fits(r.resource, res.add(free, r.resource)):
-                self._allocate(r.app, r.ask, node_name, reservation=r)
+                self.allocate(r.app, r.ask, node_name, reservation=r)
 
     def _end_reservation(self, r: Reservation, reason: str) -> None:
-        self._decide(d.ReservationEnded, reservation=r.id, app=r.app, ask=r.ask, node=r.node, reason=reason)
-        self._commit(p.ReservationGone(reservation=r.id))
+        self.decide(d.ReservationEnded, reservation=r.id, app=r.app, ask=r.ask, node=r.node, reason=reason)
+        self.commit(p.ReservationGone(reservation=r.id))
 
     # ------------------------------------------------------------------ proposals
 
@@ -344,13 +353,11 @@ class CacheCore:
         for pl in proposal.placements:
             why = self.check_placement(pl.app, pl.ask, pl.node)
             if why is None:
-                self._allocate(pl.app, pl.ask, pl.node)
+                self.allocate(pl.app, pl.ask, pl.node)
                 accepted += 1
             else:
                 rejected[f"{pl.app}/{pl.ask}@{pl.node}#{len(rejected)}"] = why
-        self.stats.placements_accepted += accepted
-        self.stats.placements_rejected += len(rejected)
-        self._outcomes.append(p.ProposalOutcome(proposal=proposal.id, accepted=accepted, rejected=rejected))
+        self.outcome(proposal.id, accepted, rejected)
 
     def check_placement(self, app_name: str, ask_name: str, node_name: str) -> str | None:
         """Why one container of the ask cannot go to the node now, or ``None`` when it can."""
@@ -376,12 +383,12 @@ class CacheCore:
             return "queue max would be exceeded"
         return None
 
-    def _allocate(self, app_name: str, ask_name: str, node_name: str, reservation: Reservation | None = None) -> None:
+    def allocate(self, app_name: str, ask_name: str, node_name: str, reservation: Reservation | None = None) -> None:
         app = self.state.apps[app_name]
         ask = app.asks[ask_name]
         self.counters["alloc"] += 1
         aid = f"alloc-{self.counters['alloc']}"
-        self._commit(
+        self.commit(
             p.AllocationSet(
                 allocation=aid,
                 app=app_name,
@@ -391,9 +398,10 @@ class CacheCore:
                 start=self.state.now,
                 am=ask.am,
                 reservation=None if reservation is None else reservation.id,
+                priority=ask.priority,
             )
         )
-        self._decide(
+        self.decide(
             d.Allocated,
             allocation=aid,
             app=app_name,
@@ -452,6 +460,7 @@ def state_changes(state: PartitionState) -> list[p.ChangeMsg]:
                 resource=alloc.resource,
                 start=alloc.start,
                 am=alloc.am,
+                priority=alloc.priority,
             )
         )
     for r in state.reservations.values():

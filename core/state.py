@@ -214,6 +214,7 @@ class Allocation:
         "killed",
         "node",
         "preempt_deadline",
+        "priority",
         "queue",
         "reservation",
         "resource",
@@ -229,6 +230,7 @@ class Allocation:
         self.start = change.start
         self.am = change.am
         self.queue = queue
+        self.priority = change.priority
         self.reservation: str | None = None  # set while it is a victim held for this reservation
         self.preempt_deadline: float | None = None  # set while it is a victim
         self.killed = False

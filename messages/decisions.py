@@ -41,6 +41,9 @@ class Preempt(Decision, tag="preempt", frozen=True, gc=False):
     policy: str = "sniper"
     cost: float = 0.0
     reason: str = ""
+    observe_only: bool = False  # what would be preempted; nothing changed
+    victim_queue_ideal: dict[str, int] = {}
+    for_resource: dict[str, int] = {}
 
 
 class Kill(Decision, tag="kill", frozen=True, gc=False):

@@ -74,6 +74,7 @@ class AllocationSet(Change, tag="alloc", frozen=True, gc=False):
     start: float = 0.0
     am: bool = False
     reservation: str | None = None
+    priority: int = 0  # the ask's priority (intra-queue preemption compares it)
 
 
 class AllocationGone(Change, tag="alloc_gone", frozen=True, gc=False):
@@ -194,6 +195,7 @@ class PlacementRequest(Message, tag="placement_request", frozen=True, gc=False):
     budget: dict[str, int]  # total resources the round may preempt
     quotas: dict[str, dict[str, int]]  # queue path -> how much it may lose
     beneficiaries: list[str]  # queue paths below their ideal
+    targets: dict[str, dict[str, int]] = {}  # beneficiary path -> its ideal (placements stop there)
     mask: list[str] = []  # "app/ask" keys to skip
     min_missed: int = 1
     victim_cost: str = "running_time"
@@ -205,6 +207,8 @@ class PlacementReply(Message, tag="placement_reply", frozen=True, gc=False):
     id: str
     placements: list[Victimized] = []
     unplaceable: list[str] = []  # "app/ask" keys no victim set can help
+    mask_hits: int = 0  # candidates skipped because they were masked
+    view_seq: int = 0
 
 
 class ResyncRequest(Message, tag="resync", frozen=True, gc=False):

@@ -232,11 +232,7 @@ class ClusterModel:
         for key, (resource, count) in self.asks.items():
             if key in self.withdrawn or key in self.rejected_asks:
                 continue
-            left = (
-                count
-                - self.ask_allocated.get(key, 0)
-                - sum(1 for r in self.reservations.values() if (r.app, r.ask) == key)
-            )
+            left = count - self.ask_allocated.get(key, 0)  # reserved containers still wait: demand
             if left <= 0:
                 continue
             queue = self.apps.get(key[0])

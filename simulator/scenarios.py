@@ -144,8 +144,52 @@ def demo(seed: int = 0) -> Scenario:
     return Scenario("demo", demo.__doc__ or "", raw, events)
 
 
+PREEMPTION = {
+    "policy": "sniper",
+    "interval": 1.0,
+    "total_preemption_per_round": 0.1,
+    "max_ignored_over_capacity": 0.1,
+    "natural_termination_factor": 0.2,
+    "grace": 15.0,
+    "mask_ttl": 30.0,
+    "min_missed_opportunities": 1,
+}
+
+
+def large_containers(seed: int = 0) -> Scenario:
+    """Seed 000's failure of the shotgun: on 10 nodes of 64 GiB, queue b borrowed everything with small
+    2 GiB containers and keeps asking for more; then queue a (guarantee: half the cluster) asks for four
+    60 GiB containers, almost a whole node each. Freed room scattered over nodes never fits them."""
+    rng = random.Random(seed)
+    nodes = 10
+    half = {"memory": nodes * 64 * GiB // 2, "vcore": nodes * 16_000 // 2}
+    queues = [_queue("a", half), _queue("b", half)]
+    raw = _partition(queues, dict(PREEMPTION))
+    events: list[f.Feed] = list(_nodes(nodes, 64 * GiB, 16_000))
+    for k in range(4):
+        app = f"b-{k}"
+        events.append(f.AppAdded(t=1 + k, app=app, queue="root.b"))
+        events.append(
+            f.AskAdded(
+                t=1 + k,
+                app=app,
+                ask=f"{app}-task",
+                resource={"memory": 2 * GiB, "vcore": 500},
+                count=120,
+                duration=rng.uniform(400, 600),
+            )
+        )
+    events.append(f.AppAdded(t=60, app="a-big", queue="root.a"))
+    events.append(
+        f.AskAdded(
+            t=60, app="a-big", ask="a-big-task", resource={"memory": 60 * GiB, "vcore": 4000}, count=4, duration=120
+        )
+    )
+    return Scenario("large_containers", large_containers.__doc__ or "", raw, events)
+
+
 ScenarioFn = Callable[[int], Scenario]
-SCENARIOS: dict[str, ScenarioFn] = {"demo": demo}
+SCENARIOS: dict[str, ScenarioFn] = {"demo": demo, "large_containers": large_containers}
 
 
 def scenario(name: str, seed: int = 0) -> Scenario:

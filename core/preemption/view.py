@@ -69,9 +69,11 @@ def ideal_of(snapshot: ClusterSnapshot, *, avoid_ineffective: bool = True) -> Id
 
 
 def snapshot_from_state(state: PartitionState, *, with_containers: bool = False) -> ClusterSnapshot:
-    """The replica's queues as a snapshot: usage net of victims already preempting, demand, smallest asks.
+    """The replica's queues as a snapshot: usage, demand, smallest asks.
 
-    With ``with_containers`` every leaf carries its apps and running containers (for victim selection).
+    Without containers, usage is net of victims already preempting (they are leaving). With
+    ``with_containers`` (YARN's baseline selects victims itself) usage is gross and every leaf carries
+    its apps and running containers, those already preempting marked ``killable``.
     """
     if state.config is None:
         raise ValueError(f"partition {state.name} has no configuration")
@@ -80,8 +82,8 @@ def snapshot_from_state(state: PartitionState, *, with_containers: bool = False)
     smallest: dict[str, Resource] = {}
     apps: dict[str, tuple[AppSnapshot, ...]] = {}
     for path, q in state.queues.items():
-        net = res.sub(res.add(q.allocated, q.reserved), q.preempting)
-        used[path] = res.clamp_min_zero(net)
+        gross = res.add(q.allocated, q.reserved)
+        used[path] = gross if with_containers else res.clamp_min_zero(res.sub(gross, q.preempting))
         pending[path] = dict(q.pending)
         if q.is_leaf:
             asks = [a.resource for app in q.apps.values() for a in app.pending_asks]

@@ -1,0 +1,209 @@
+"""The cache's side of preemption: re-validate a proposal on the authoritative state and commit it.
+
+A sniper (or intra-queue) placement is committed as one record that ties the victims, the beneficiary
+ask, the node and a reservation together (YuniKorn's lesson YUNIKORN-2270/1988): victims are marked
+preempting with a grace deadline, the room on that node is held for the beneficiary until they are
+gone (or the reservation times out), and the beneficiary is allocated there the moment it fits. The
+checks repeat invariant 5 on the cache's own figures: the victim's queue is above its ideal plus the
+deadzone and keeps at least ``max(ideal, guaranteed)``; the beneficiary's queue is below its ideal;
+no priority inversion, no fence crossed, no disabled queue; the victim set is minimal. Observe-only
+proposals publish what would be preempted and change nothing.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from core import resources as res
+from core.preemption.quotas import Quotas, compute_quotas, net_usage
+from core.preemption.rules import may_preempt_for, preemption_disabled
+from core.resources import Resource
+from core.state import Allocation, Ask
+from messages import decisions as d
+from messages import protocol as p
+
+if TYPE_CHECKING:
+    from core.cache import CacheCore
+
+
+def commit_preemption(cache: CacheCore, proposal: p.PreemptionProposal) -> None:
+    if proposal.placements:
+        _commit_placements(cache, proposal)
+    else:
+        _commit_shotgun(cache, proposal)
+
+
+def _commit_shotgun(cache: CacheCore, proposal: p.PreemptionProposal) -> None:
+    """YARN's proportional baseline: victims without a beneficiary; the room goes back to the pool."""
+    state = cache.state
+    config = state.config
+    assert config is not None
+    grace = config.preemption.grace
+    accepted: list[Allocation] = []
+    rejected: dict[str, str] = {}
+    for vid in proposal.victims:
+        alloc = state.allocations.get(vid)
+        if alloc is None:
+            rejected[vid] = "victim is gone"
+        elif alloc.preempting:
+            rejected[vid] = "victim is already preempting"
+        elif preemption_disabled(alloc.queue):
+            rejected[vid] = "victim's queue has preemption disabled"
+        else:
+            accepted.append(alloc)
+    deadline = state.now + grace
+    for alloc in accepted:
+        cache.decide(
+            d.Preempt,
+            allocation=alloc.id,
+            app=alloc.app,
+            queue=alloc.queue.path,
+            node=alloc.node,
+            resource=alloc.resource,
+            for_ask="",
+            for_app="",
+            for_queue="",
+            deadline=deadline,
+            reservation="",
+            policy=proposal.policy,
+            reason="proportional: queue over its ideal assignment (no beneficiary)",
+            observe_only=proposal.observe_only,
+        )
+    if accepted and not proposal.observe_only:
+        cache.commit(p.VictimsMarked(victims=[a.id for a in accepted], deadline=deadline, policy=proposal.policy))
+    cache.outcome(proposal.id, len(accepted), rejected)
+
+
+def _commit_placements(cache: CacheCore, proposal: p.PreemptionProposal) -> None:
+    state = cache.state
+    config = state.config
+    assert config is not None
+    pre = config.preemption
+    intra = proposal.policy == "intra_queue"
+    quotas = None if intra else compute_quotas(state, pre)
+    lose_left: dict[str, Resource] = {} if quotas is None else {k: dict(v) for k, v in quotas.may_lose.items()}
+    accepted = 0
+    rejected: dict[str, str] = {}
+    for n, pl in enumerate(proposal.placements):
+        why = _check(cache, pl, quotas, lose_left, intra)
+        if why is not None:
+            rejected[f"{pl.app}/{pl.ask}@{pl.node}#{n}"] = why
+            continue
+        accepted += 1
+        _commit_one(cache, pl, quotas, lose_left, proposal)
+    cache.outcome(proposal.id, accepted, rejected)
+
+
+def _check(
+    cache: CacheCore, pl: p.Victimized, quotas: Quotas | None, lose_left: dict[str, Resource], intra: bool
+) -> str | None:
+    state = cache.state
+    app = state.apps.get(pl.app)
+    ask: Ask | None = None if app is None else app.asks.get(pl.ask)
+    if app is None or ask is None:
+        return "beneficiary ask is gone"
+    if ask.count - ask.allocated - ask.reserved <= 0:
+        return "beneficiary ask needs nothing more"
+    node = state.nodes.get(pl.node)
+    if node is None or not node.schedulable:
+        return "node is gone or not schedulable"
+    if ask.required_node is not None and ask.required_node != pl.node:
+        return f"ask requires node {ask.required_node}"
+    if not state.headroom_allows(app.queue, ask.resource):
+        return "beneficiary's queue max would be exceeded"
+    victims: list[Allocation] = []
+    for vid in pl.victims:
+        v = state.allocations.get(vid)
+        if v is None:
+            return f"victim {vid} is gone"
+        if v.node != pl.node:
+            return f"victim {vid} is not on {pl.node}"
+        if v.preempting:
+            return f"victim {vid} is already preempting"
+        victims.append(v)
+    if len({v.id for v in victims}) != len(victims):
+        return "a victim is named twice"
+    if quotas is not None and app.queue.path not in quotas.beneficiaries:
+        return f"beneficiary's queue {app.queue.path} is not below its ideal"
+    taking: dict[str, Resource] = {}
+    for v in victims:
+        if intra:
+            if v.queue is not app.queue or v.app == app.name or v.priority >= ask.priority or v.am:
+                return f"victim {v.id} is not a lower-priority container of another app in {app.queue.path}"
+        elif not may_preempt_for(v.queue, app.queue):
+            return f"victim {v.id}'s queue {v.queue.path} may not be preempted for {app.queue.path}"
+        res.add_into(taking.setdefault(v.queue.path, {}), v.resource)
+    if not intra:
+        for path, amount in taking.items():
+            if not res.fits(amount, lose_left.get(path, {})):
+                return f"victims would take {path} below its guarantee or ideal, or it is within the deadzone"
+    free = res.sub(res.sub(node.capacity, node.allocated), node.reserved)
+    room = res.add(free, res.total(v.resource for v in victims))
+    if not res.fits(ask.resource, room):
+        return "victims do not free enough room"
+    for v in victims:
+        if res.fits(ask.resource, res.sub(room, v.resource)):
+            return f"victim {v.id} is not needed (the victim set is not minimal)"
+    return None
+
+
+def _commit_one(
+    cache: CacheCore,
+    pl: p.Victimized,
+    quotas: Quotas | None,
+    lose_left: dict[str, Resource],
+    proposal: p.PreemptionProposal,
+) -> None:
+    state = cache.state
+    config = state.config
+    assert config is not None
+    pre = config.preemption
+    app = state.apps[pl.app]
+    ask = app.asks[pl.ask]
+    victims = [state.allocations[v] for v in pl.victims]
+    now = state.now
+    deadline = now + pre.grace
+    rid = f"resv-{cache.next_id('reservation')}"
+    for v in victims:
+        ideal = quotas.ideal.get(v.queue.path, {}) if quotas is not None else {}
+        if quotas is not None:
+            over = res.clamp_min_zero(res.sub(net_usage(v.queue), ideal))
+            why = f"{v.queue.path} over its ideal by {res.fmt(over)}"
+            res.sub_into(lose_left[v.queue.path], v.resource)
+        else:
+            why = f"{v.queue.path}: priority {v.priority} below the ask's {ask.priority}"
+        cache.decide(
+            d.Preempt,
+            allocation=v.id,
+            app=v.app,
+            queue=v.queue.path,
+            node=v.node,
+            resource=v.resource,
+            for_ask=pl.ask,
+            for_app=pl.app,
+            for_queue=app.queue.path,
+            deadline=deadline,
+            reservation="" if proposal.observe_only else rid,
+            policy=proposal.policy,
+            cost=pl.cost,
+            reason=f"{why}; {pl.reason}; node {pl.node} cost {pl.cost}",
+            observe_only=proposal.observe_only,
+            victim_queue_ideal=ideal,
+            for_resource=ask.resource,
+        )
+    if proposal.observe_only:
+        return
+    cache.commit(
+        p.ReservationSet(
+            reservation=rid,
+            app=pl.app,
+            ask=pl.ask,
+            node=pl.node,
+            resource=ask.resource,
+            victims=[v.id for v in victims],
+            deadline=deadline,
+            expires=deadline + pre.reservation_timeout,
+            policy=proposal.policy,
+        )
+    )
+    cache.fulfil_reservations(pl.node)

@@ -1,0 +1,240 @@
+"""Preemption-mode placement (seed 002 ``tryAllocate(..., preemption=true)``), run by the allocator.
+
+:class:`VictimPlacer` plugs into the same :func:`core.allocation.try_allocate` loop as normal
+allocation; a node's usable room is its free room plus the victims the round allows there. Nodes are
+indexed by that potential room (free memory plus candidate victims' memory), so an ask only looks at
+nodes that could possibly hold it, and at most ``max_candidate_nodes`` feasible ones. On each node the
+victim set is minimal: cheapest victims first (AM containers last), then every victim whose removal
+still leaves room is dropped again. Among nodes the cheapest set wins (AM-free sets first).
+Invariants: a victim is taken at most once per round; no queue loses more than its quota in any
+resource; the round stops once the preempted total reaches its budget.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from sortedcontainers import SortedList
+
+from core import resources as res
+from core.allocation import CandidateFilter, find_ask_candidates, try_allocate, usage_key
+from core.allocator import AllocatorCore
+from core.preemption.costs import victim_cost
+from core.preemption.quotas import below_ideal
+from core.preemption.rules import may_preempt_for, preemption_disabled
+from core.resources import MEMORY, Resource
+from core.state import Allocation, Ask, AskKey, Node, PartitionState, Queue, ask_label
+from messages import protocol as p
+
+
+@dataclasses.dataclass(slots=True)
+class VictimSet:
+    node: Node
+    victims: list[Allocation]
+    cost: float
+    has_am: bool
+
+
+class VictimPlacer:
+    """Finds, for one ask at a time, the cheapest node where a minimal victim set makes room."""
+
+    def __init__(self, state: PartitionState, request: p.PlacementRequest) -> None:
+        self.state = state
+        self.request = request
+        self.now = state.now
+        self.cost_of = victim_cost(request.victim_cost)
+        self.quota_left: dict[str, Resource] = {k: dict(v) for k, v in request.quotas.items()}
+        self.budget_left: Resource = dict(request.budget)
+        self.sets: list[VictimSet] = []
+        self.taken: set[str] = set()
+        self.exhausted = False
+        self.intra = request.intra_queue
+        # Candidate victims per node, cheapest first and AM containers last; cost is fixed for the round.
+        self.by_node: dict[str, list[tuple[bool, float, str, Allocation]]] = {}
+        for alloc in state.allocations.values():
+            if alloc.preempting or not self._victim_queue_ok(alloc.queue):
+                continue
+            entry = (alloc.am, self.cost_of(alloc, self.now), alloc.id, alloc)
+            self.by_node.setdefault(alloc.node, []).append(entry)
+        self.index: SortedList = SortedList()
+        self.potential: dict[str, int] = {}
+        for name, entries in self.by_node.items():
+            entries.sort(key=lambda e: (e[0], e[1], e[2]))
+            node = state.nodes.get(name)
+            if node is None or not node.schedulable:
+                continue
+            room = node.free_of(MEMORY) + sum(e[3].resource.get(MEMORY, 0) for e in entries)
+            self.potential[name] = room
+            self.index.add((room, name))
+
+    def _victim_queue_ok(self, queue: Queue) -> bool:
+        if self.intra:
+            return not preemption_disabled(queue)
+        return queue.path in self.quota_left
+
+    def _allowed(self, alloc: Allocation, ask: Ask) -> bool:
+        if alloc.id in self.taken or alloc.preempting:
+            return False
+        if self.intra:
+            return (
+                alloc.queue is ask.app.queue
+                and alloc.app != ask.app.name
+                and alloc.priority < ask.priority
+                and not alloc.am
+            )
+        return may_preempt_for(alloc.queue, ask.app.queue)
+
+    # ------------------------------------------------------------------ Placer
+
+    def place(self, state: PartitionState, ask: Ask) -> Node | None:
+        if self.exhausted:
+            return None
+        need = ask.resource
+        best: VictimSet | None = None
+        feasible = 0
+        start = self.index.bisect_left((need.get(MEMORY, 0), ""))
+        for _, name in list(self.index.islice(start)):
+            node = state.nodes[name]
+            if ask.required_node is not None and ask.required_node != name:
+                continue
+            found = self._minimal_set(node, ask)
+            if found is None:
+                continue
+            feasible += 1
+            if best is None or (found.has_am, found.cost, found.node.name) < (best.has_am, best.cost, best.node.name):
+                best = found
+            if feasible >= self.request.max_candidate_nodes:
+                break
+        if best is None:
+            return None
+        self._take(best)
+        return best.node
+
+    def _minimal_set(self, node: Node, ask: Ask) -> VictimSet | None:
+        free = node.free()
+        shortfall = res.clamp_min_zero(res.sub(ask.resource, free))
+        if not shortfall:
+            return VictimSet(node, [], 0.0, False)
+        chosen: list[tuple[bool, float, str, Allocation]] = []
+        lose: dict[str, Resource] = {}
+        freed: Resource = {}
+        for entry in self.by_node.get(node.name, ()):
+            alloc = entry[3]
+            if not self._allowed(alloc, ask):
+                continue
+            if not self.intra:
+                left = self.quota_left.get(alloc.queue.path, {})
+                after = res.add(lose.get(alloc.queue.path, {}), alloc.resource)
+                if not res.fits(after, left):
+                    continue
+                lose[alloc.queue.path] = after
+            chosen.append(entry)
+            res.add_into(freed, alloc.resource)
+            if res.fits(shortfall, freed):
+                break
+        else:
+            return None
+        # Trim: drop, most expensive first, every victim the room does not need (never one it needs).
+        for entry in sorted(chosen, key=lambda e: (e[0], e[1]), reverse=True):
+            without = res.sub(freed, entry[3].resource)
+            if res.fits(shortfall, without):
+                chosen.remove(entry)
+                freed = without
+        victims = [e[3] for e in chosen]
+        return VictimSet(node, victims, sum(e[1] for e in chosen), any(e[0] for e in chosen))
+
+    def _take(self, chosen: VictimSet) -> None:
+        self.sets.append(chosen)
+        name = chosen.node.name
+        for alloc in chosen.victims:
+            self.taken.add(alloc.id)
+            if not self.intra:
+                res.sub_into(self.quota_left[alloc.queue.path], alloc.resource)
+            res.sub_into(self.budget_left, alloc.resource)
+        self.by_node[name] = [e for e in self.by_node.get(name, []) if e[3].id not in self.taken]
+        old = self.potential.get(name)
+        if old is not None:
+            self.index.remove((old, name))
+            node = chosen.node
+            room = node.free_of(MEMORY) + sum(e[3].resource.get(MEMORY, 0) for e in self.by_node[name])
+            self.potential[name] = room
+            self.index.add((room, name))
+        if any(v <= 0 for k, v in self.budget_left.items() if k in self.request.budget and self.request.budget[k] > 0):
+            self.exhausted = True
+
+
+def _net_usage_key(capacity: Resource) -> object:
+    def key(q: Queue, usage: Resource) -> tuple[object, ...]:
+        return usage_key(q, res.clamp_min_zero(res.sub(usage, q.preempting)), capacity)
+
+    return key
+
+
+def answer_placement_request(core: AllocatorCore, request: p.PlacementRequest) -> p.PlacementReply:
+    """One preemption round on the allocator's replica (seed 002's inter-queue loop, rate-capped)."""
+    state = core.state
+    missed = core.missed
+    mask = set(request.mask)
+    mask_hits = 0
+    targets = request.targets
+    beneficiaries = set(request.beneficiaries)
+
+    def queue_ok(q: Queue) -> bool:
+        if q.is_leaf:
+            if q.path not in beneficiaries:
+                return False
+            target = targets.get(q.path)
+            return target is None or below_ideal(q.usage(), target)
+        return any(b.startswith(q.path + ".") for b in beneficiaries)
+
+    def ask_ok(ask: Ask) -> bool:
+        nonlocal mask_hits
+        if missed.get(ask.key, 0) < request.min_missed:
+            return False
+        if ask_label(ask.key) in mask:
+            mask_hits += 1
+            return False
+        return True
+
+    placer = VictimPlacer(state, request)
+    failed: set[AskKey] = set()
+    placed: list[tuple[Ask, Node]] = []
+    while not placer.exhausted:
+        candidates = find_ask_candidates(
+            state,
+            max(1, len(beneficiaries)),
+            preemption=True,
+            filters=CandidateFilter(skip=failed, queue=queue_ok, ask=ask_ok),
+            queue_key=_net_usage_key(state.capacity),  # type: ignore[arg-type]
+        )
+        if not candidates:
+            break
+        result = try_allocate(state, candidates, preemption=True, placer=placer)
+        failed |= result.failed
+        placed.extend(result.placed)
+        if not result.placed:
+            break
+    placements: list[p.Victimized] = []
+    for (ask, node), chosen in zip(placed, placer.sets, strict=True):
+        waited = missed.pop(ask.key, 0)  # the ask got its container (update-missed-opportunity)
+        reason = f"{ask_label(ask.key)} missed {waited} cycles"
+        placements.append(
+            p.Victimized(
+                app=ask.key[0],
+                ask=ask.key[1],
+                node=node.name,
+                victims=[v.id for v in chosen.victims],
+                cost=round(chosen.cost, 3),
+                reason=reason,
+            )
+        )
+    if placed:
+        core.hold(request.id, placed)
+    return p.PlacementReply(
+        partition=core.partition,
+        id=request.id,
+        placements=placements,
+        unplaceable=sorted(ask_label(k) for k in failed),
+        mask_hits=mask_hits,
+        view_seq=core.view_seq,
+    )

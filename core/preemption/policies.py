@@ -1,0 +1,211 @@
+"""Preemption policies as sans-IO classes registered by name; each runs in its own actor.
+
+A policy sees the partition through a view replica. ``round`` (every ``interval``) returns either a
+placement request for the allocator (sniper and intra-queue: the allocator places starving asks in
+preemption mode with the same placement code) or a preemption proposal for the cache (the YARN
+proportional baseline, which frees resources without a beneficiary). ``on_reply`` turns the
+allocator's placements into a proposal. No clock, no I/O: ``now`` is an argument.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Protocol
+
+from core import resources as res
+from core.config import PreemptionConfig
+from core.preemption.mask import PreemptionMask
+from core.preemption.proportional import ProportionalConfig, ProportionalPolicy
+from core.preemption.quotas import Quotas, compute_quotas
+from core.preemption.view import snapshot_from_state
+from core.state import PartitionState
+from messages import protocol as p
+
+Output = p.PlacementRequest | p.PreemptionProposal | None
+
+# Changes after which a masked ask may have become placeable: room appeared somewhere.
+ROOM_CHANGES = frozenset({p.NodeSet, p.AllocationGone, p.ReservationGone, p.ConfigSet})
+
+
+class Policy(Protocol):
+    name: str
+    config: PreemptionConfig
+    mask: PreemptionMask | None
+
+    def round(self, state: PartitionState, view_seq: int, now: float) -> Output: ...
+
+    def on_reply(self, reply: p.PlacementReply, now: float) -> p.PreemptionProposal | None: ...
+
+    def on_change(self, change: p.ChangeMsg) -> None: ...
+
+
+PolicyType = Callable[[str, PreemptionConfig], Policy]
+REGISTRY: dict[str, PolicyType] = {}
+
+
+def register_policy(name: str) -> Callable[[PolicyType], PolicyType]:
+    def wrap(cls: PolicyType) -> PolicyType:
+        REGISTRY[name] = cls
+        return cls
+
+    return wrap
+
+
+def make_policy(name: str, partition: str, config: PreemptionConfig) -> Policy:
+    try:
+        return REGISTRY[name](partition, config)
+    except KeyError:
+        raise ValueError(f"unknown preemption policy {name!r}; registered: {', '.join(sorted(REGISTRY))}") from None
+
+
+def enabled_policies(config: PreemptionConfig) -> list[str]:
+    """The policies a partition's ``preemption`` section turns on."""
+    names = [] if config.policy == "none" else [config.policy]
+    if config.intra_queue:
+        names.append("intra_queue")
+    return names
+
+
+class _Placing:
+    """Shared by the policies that ask the allocator to place in preemption mode."""
+
+    name = "placing"
+    intra = False
+
+    def __init__(self, partition: str, config: PreemptionConfig) -> None:
+        self.partition = partition
+        self.config = config
+        self.mask: PreemptionMask | None = PreemptionMask(config.mask_ttl)
+        self.rounds = 0
+        self.waiting: str | None = None  # the request whose reply has not come back
+        self.waiting_since = 0.0
+
+    def on_change(self, change: p.ChangeMsg) -> None:
+        if type(change) in ROOM_CHANGES and self.mask is not None:
+            self.mask.clear()
+
+    def _request(self, state: PartitionState, view_seq: int, now: float, quotas: Quotas) -> p.PlacementRequest | None:
+        mask = self.mask
+        assert mask is not None
+        mask.expire(now)
+        if self.waiting is not None and now - self.waiting_since < 2 * self.config.interval:
+            return None  # one request in flight at a time (a lost reply expires)
+        if not quotas.beneficiaries or (not self.intra and not quotas.may_lose):
+            return None
+        self.rounds += 1
+        self.waiting = f"{self.partition}/{self.name}-{self.rounds}"
+        self.waiting_since = now
+        return p.PlacementRequest(
+            partition=self.partition,
+            id=self.waiting,
+            policy=self.name,
+            view_seq=view_seq,
+            budget=quotas.budget,
+            quotas=quotas.may_lose,
+            beneficiaries=list(quotas.beneficiaries),
+            targets={b: quotas.ideal[b] for b in quotas.beneficiaries if b in quotas.ideal},
+            mask=mask.keys(),
+            min_missed=self.config.min_missed_opportunities,
+            victim_cost=self.config.victim_cost,
+            max_candidate_nodes=self.config.max_candidate_nodes,
+            intra_queue=self.intra,
+        )
+
+    def on_reply(self, reply: p.PlacementReply, now: float) -> p.PreemptionProposal | None:
+        if reply.id != self.waiting:
+            return None
+        self.waiting = None
+        if self.mask is not None:
+            self.mask.add(reply.unplaceable, now)
+            self.mask.hits += reply.mask_hits
+        if not reply.placements:
+            return None
+        return p.PreemptionProposal(
+            partition=self.partition,
+            id=reply.id,
+            view_seq=reply.view_seq,
+            policy=self.name,
+            placements=reply.placements,
+            observe_only=self.config.observe_only,
+        )
+
+
+@register_policy("sniper")
+class SniperPolicy(_Placing):
+    """Inter-queue sniper preemption (seed 002): quotas from the ideal, targeted placement by the allocator."""
+
+    name = "sniper"
+
+    def __init__(self, partition: str, config: PreemptionConfig) -> None:
+        super().__init__(partition, config)
+        self.last_quotas: Quotas | None = None
+
+    def round(self, state: PartitionState, view_seq: int, now: float) -> Output:
+        quotas = compute_quotas(state, self.config)
+        if not quotas.same_as(self.last_quotas) and self.mask is not None:
+            self.mask.clear()
+        self.last_quotas = quotas
+        return self._request(state, view_seq, now, quotas)
+
+
+@register_policy("intra_queue")
+class IntraQueuePolicy(_Placing):
+    """Inside one leaf queue, asks of higher priority preempt lower-priority containers of other apps."""
+
+    name = "intra_queue"
+    intra = True
+
+    def round(self, state: PartitionState, view_seq: int, now: float) -> Output:
+        beneficiaries: list[str] = []
+        for path, queue in state.queues.items():
+            if not queue.is_leaf or not res.any_positive(queue.pending):
+                continue
+            running = [state.allocations[a] for app in queue.apps.values() for a in app.allocations]
+            lowest = min((a.priority for a in running if not a.am and not a.preempting), default=None)
+            if lowest is None:
+                continue
+            top = max((ask.priority for app in queue.apps.values() for ask in app.pending_asks), default=None)
+            if top is not None and top > lowest:
+                beneficiaries.append(path)
+        budget = {k: int(v * self.config.total_preemption_per_round) for k, v in state.capacity.items()}
+        quotas = Quotas({}, {}, tuple(beneficiaries), budget)
+        return self._request(state, view_seq, now, quotas)
+
+
+@register_policy("proportional")
+class ProportionalBaseline:
+    """YARN's ProportionalCapacityPreemptionPolicy (seeds 001, 004): frees resources, targets nobody."""
+
+    name = "proportional"
+
+    def __init__(self, partition: str, config: PreemptionConfig) -> None:
+        self.partition = partition
+        self.config = config
+        self.mask: PreemptionMask | None = None
+        self.policy = ProportionalPolicy(
+            ProportionalConfig.from_preemption_config(config, resource_calculator="dominant")
+        )
+        self.rounds = 0
+
+    def on_change(self, change: p.ChangeMsg) -> None:
+        return
+
+    def on_reply(self, reply: p.PlacementReply, now: float) -> p.PreemptionProposal | None:
+        return None
+
+    def round(self, state: PartitionState, view_seq: int, now: float) -> Output:
+        if state.config is None or not state.capacity:
+            return None
+        result = self.policy.round(snapshot_from_state(state, with_containers=True), round(now * 1000))
+        victims = [c.container.id for c in result.marked]
+        if not victims:
+            return None
+        self.rounds += 1
+        return p.PreemptionProposal(
+            partition=self.partition,
+            id=f"{self.partition}/proportional-{self.rounds}",
+            view_seq=view_seq,
+            policy=self.name,
+            victims=victims,
+            observe_only=self.config.observe_only,
+        )

@@ -1,0 +1,78 @@
+"""Sniper's inter-queue preemption quotas (seed 002 ``calculate-preemption-quotas``), sans-IO.
+
+From the ideal assignment (YARN's fix-point under DRF, layered by priority, ineffective increments
+dropped): a leaf queue whose net usage (victims already preempting excluded) exceeds its ideal plus
+the deadzone on some resource may lose, on each resource it is over its ideal, what it holds above
+``max(ideal, guaranteed)``, and on the others what it holds above its guarantee (DRF: a queue over
+its share on its dominant resource gives back whole containers); never anything from a ``disabled``
+queue. A leaf at or below its ideal on every resource and below it on one, with demand, is a
+beneficiary. Invariant: no quota ever takes a queue below its guarantee in any resource, nor below its
+ideal in a resource it is over.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from core import resources as res
+from core.config import PreemptionConfig
+from core.preemption.rules import preemption_disabled
+from core.preemption.view import ideal_of, snapshot_from_state
+from core.resources import Resource
+from core.state import PartitionState, Queue
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Quotas:
+    ideal: dict[str, Resource]  # every queue path
+    may_lose: dict[str, Resource]  # leaf path -> resources it may lose this round
+    beneficiaries: tuple[str, ...]  # leaf paths below their ideal, with demand
+    budget: Resource  # the round's cap on preempted resources
+
+    def same_as(self, other: Quotas | None) -> bool:
+        return other is not None and self.may_lose == other.may_lose and self.beneficiaries == other.beneficiaries
+
+
+def net_usage(queue: Queue) -> Resource:
+    return res.clamp_min_zero(res.sub(res.add(queue.allocated, queue.reserved), queue.preempting))
+
+
+def floor_of(queue: Queue, usage: Resource, ideal: Resource) -> Resource:
+    """What the queue keeps whatever happens: see the module docstring."""
+    g = queue.guaranteed
+    return {
+        k: max(g.get(k, 0), ideal.get(k, 0)) if v > ideal.get(k, 0) else min(v, g.get(k, 0)) for k, v in usage.items()
+    }
+
+
+def below_ideal(usage: Resource, ideal: Resource) -> bool:
+    keys = set(usage) | set(ideal)
+    return all(usage.get(k, 0) <= ideal.get(k, 0) for k in keys) and any(
+        usage.get(k, 0) < ideal.get(k, 0) for k in keys
+    )
+
+
+def over_deadzone(usage: Resource, ideal: Resource, deadzone: float) -> bool:
+    return any(v > int(ideal.get(k, 0) * (1.0 + deadzone)) for k, v in usage.items())
+
+
+def compute_quotas(state: PartitionState, config: PreemptionConfig) -> Quotas:
+    if state.config is None or not state.capacity:
+        return Quotas({}, {}, (), {})
+    assignment = ideal_of(snapshot_from_state(state))
+    ideal = {q.path: q.ideal_assigned for q in assignment}
+    may_lose: dict[str, Resource] = {}
+    beneficiaries: list[str] = []
+    for path, queue in state.queues.items():
+        if not queue.is_leaf:
+            continue
+        usage = net_usage(queue)
+        target = ideal.get(path, {})
+        if not preemption_disabled(queue) and over_deadzone(usage, target, config.max_ignored_over_capacity):
+            lose = res.clamp_min_zero(res.sub(usage, floor_of(queue, usage, target)))
+            if lose:
+                may_lose[path] = lose
+        if res.any_positive(queue.pending) and below_ideal(usage, target):
+            beneficiaries.append(path)
+    budget = {k: int(v * config.total_preemption_per_round) for k, v in state.capacity.items()}
+    return Quotas(ideal, may_lose, tuple(sorted(beneficiaries)), budget)

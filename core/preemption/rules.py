@@ -1,0 +1,41 @@
+"""Who may be preempted for whom: the queue relations of ARCHITECTURE sections 1 and 6 (invariant 5).
+
+- a ``disabled`` queue (or any queue under one) is never a victim;
+- a ``fence`` queue (or any queue under one) is never preempted for a queue outside the fence's subtree;
+- a queue is never preempted for a queue of lower business priority, compared where the two paths part
+  (siblings' ``priority.offset``, as YARN's and YuniKorn's relative queue priorities).
+Pure functions of the queue tree.
+"""
+
+from __future__ import annotations
+
+from core.state import Queue
+
+
+def preemption_disabled(queue: Queue) -> bool:
+    return any(q.config.preemption_policy == "disabled" for q in queue.lineage())
+
+
+def _branches(a: Queue, b: Queue) -> tuple[Queue, Queue] | None:
+    """The two children of the lowest common ancestor on the way to ``a`` and to ``b``."""
+    a_line = list(a.lineage())[::-1]
+    b_line = list(b.lineage())[::-1]
+    for x, y in zip(a_line, b_line, strict=False):
+        if x is not y:
+            return x, y
+    return None  # one contains the other
+
+
+def may_preempt_for(victim: Queue, beneficiary: Queue) -> bool:
+    """Whether ``victim``'s containers may be preempted for an ask of ``beneficiary`` (inter-queue)."""
+    if victim is beneficiary or preemption_disabled(victim):
+        return False
+    for q in victim.lineage():
+        if q.config.preemption_policy == "fence" and not beneficiary.is_within(q):
+            return False
+    parted = _branches(victim, beneficiary)
+    if parted is not None:
+        victim_side, beneficiary_side = parted
+        if victim_side.priority > beneficiary_side.priority:
+            return False
+    return True
