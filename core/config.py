@@ -186,7 +186,10 @@ def _parse_queue(raw: object, parent_path: str | None, where: str) -> QueueConfi
     try:
         guaranteed = res.parse_resource(_mapping(resources.get("guaranteed"), f"{at}.guaranteed"), f"{at}.guaranteed")
         max_raw = resources.get("max")
-        maximum = None if max_raw is None else res.parse_resource(_mapping(max_raw, f"{at}.max"), f"{at}.max")
+        # A zero in a max is kept: it means none of that resource (YuniKorn), unlike a missing name (no limit).
+        maximum = (
+            None if max_raw is None else res.parse_resource(_mapping(max_raw, f"{at}.max"), f"{at}.max", keep_zero=True)
+        )
     except res.QuantityError as err:
         raise ConfigError(str(err)) from None
     props = _mapping(data.get("properties"), f"{at}.properties")
@@ -200,7 +203,7 @@ def _parse_queue(raw: object, parent_path: str | None, where: str) -> QueueConfi
         if isinstance(offset_raw, bool):
             raise ValueError
         priority_offset = int(offset_raw)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         raise ConfigError(f"{at}.{PRIORITY_OFFSET_KEY}: {offset_raw!r} is not an integer") from None
     children_raw = data.get("queues") or []
     if not isinstance(children_raw, list):
@@ -296,6 +299,8 @@ def load_config(path: str | Path) -> SchedulerConfig:
         raw = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
     except yaml.YAMLError as err:
         raise ConfigError(f"{path}: not valid YAML: {err}") from None
+    except UnicodeDecodeError as err:
+        raise ConfigError(f"{path}: not UTF-8 text: {err}") from None
     return parse_config(raw)
 
 

@@ -75,8 +75,8 @@ def parse_quantity(name: str, value: object) -> int:
     return int(result)
 
 
-def parse_resource(raw: Mapping[str, object], where: str = "resource") -> Resource:
-    """Parse a mapping of resource names to quantities; zero entries are dropped."""
+def parse_resource(raw: Mapping[str, object], where: str = "resource", *, keep_zero: bool = False) -> Resource:
+    """Parse a mapping of resource names to quantities; zero entries are dropped unless ``keep_zero``."""
     out: Resource = {}
     for name, value in raw.items():
         if not isinstance(name, str) or not name:
@@ -85,7 +85,7 @@ def parse_resource(raw: Mapping[str, object], where: str = "resource") -> Resour
             amount = parse_quantity(name, value)
         except QuantityError as err:
             raise QuantityError(f"{where}: {err}") from None
-        if amount:
+        if amount or keep_zero:
             out[name] = amount
     return out
 

@@ -1,0 +1,294 @@
+"""Helpers shared by the scheduling-core tests: config builders, state fingerprints, a sans-IO harness.
+
+The harness wires :class:`CacheCore` and :class:`AllocatorCore` by hand (drained view deltas go to the
+allocator, its proposals go back to the cache) and feeds the independent :class:`ClusterModel` with the
+same events and decisions, the way the simulator does, without actors or a bus.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import Counter
+from typing import Any
+
+from core import resources as res
+from core.allocator import AllocatorCore
+from core.cache import CacheCore
+from core.config import PartitionConfig, parse_partition
+from core.resources import Resource
+from core.state import PartitionState
+from messages import decisions as d
+from messages import feed as f
+from messages import protocol as p
+from simulator.model import ClusterModel
+
+PARTITION = "default"
+
+
+def queue(
+    name: str,
+    *children: dict[str, Any],
+    guaranteed: dict[str, Any] | None = None,
+    maximum: dict[str, Any] | None = None,
+    **props: Any,
+) -> dict[str, Any]:
+    """One raw queue; ``props`` use ``_`` for ``.`` (``priority_offset="10"``)."""
+    q: dict[str, Any] = {"name": name}
+    resources: dict[str, Any] = {}
+    if guaranteed is not None:
+        resources["guaranteed"] = guaranteed
+    if maximum is not None:
+        resources["max"] = maximum
+    if resources:
+        q["resources"] = resources
+    if props:
+        q["properties"] = {k.replace("_", "."): v for k, v in props.items()}
+    if children:
+        q["queues"] = list(children)
+    return q
+
+
+def partition_raw(
+    *leaves: dict[str, Any], node_sort: str = "binpacking", policy: str = "none", name: str = PARTITION
+) -> dict[str, Any]:
+    """A raw partition whose root holds ``leaves``."""
+    return {
+        "name": name,
+        "nodesortpolicy": {"type": node_sort},
+        "preemption": {"policy": policy},
+        "queues": [queue("root", *leaves)],
+    }
+
+
+def config_of(*leaves: dict[str, Any], node_sort: str = "binpacking") -> PartitionConfig:
+    return parse_partition(partition_raw(*leaves, node_sort=node_sort))
+
+
+def mem(memory: int, vcore: int | None = None) -> Resource:
+    out: Resource = {"memory": memory}
+    if vcore is not None:
+        out["vcore"] = vcore
+    return out
+
+
+# ---------------------------------------------------------------------- state inspection
+
+
+def fingerprint(state: PartitionState, *, allocating: bool = False) -> dict[str, Any]:
+    """A canonical, comparable description of a state (derived totals included).
+
+    ``allocating`` adds the allocator's in-flight counters (zero everywhere on the cache).
+    """
+
+    def r(x: Resource) -> dict[str, int]:
+        return dict(sorted(res.normalized(x).items()))
+
+    nodes = {
+        n.name: {
+            "capacity": r(n.capacity),
+            "schedulable": n.schedulable,
+            "labels": dict(n.labels),
+            "allocated": r(n.allocated),
+            "reserved": r(n.reserved),
+            "allocations": sorted(n.allocations),
+            "reservations": sorted(n.reservations),
+            **({"allocating": r(n.allocating)} if allocating else {}),
+        }
+        for n in state.nodes.values()
+    }
+    queues = {
+        q.path: {
+            "allocated": r(q.allocated),
+            "pending": r(q.pending),
+            "reserved": r(q.reserved),
+            "preempting": r(q.preempting),
+            "apps": sorted(q.apps),
+            **({"allocating": r(q.allocating)} if allocating else {}),
+        }
+        for q in state.queues.values()
+    }
+    apps = {
+        a.name: {
+            "queue": a.queue.path,
+            "priority": a.priority,
+            "submit_seq": a.submit_seq,
+            "allocated": r(a.allocated),
+            "allocations": sorted(a.allocations),
+            "pending_asks": [k.name for k in a.pending_asks],
+            "asks": {
+                k.name: {
+                    "resource": r(k.resource),
+                    "count": k.count,
+                    "allocated": k.allocated,
+                    "reserved": k.reserved,
+                    "priority": k.priority,
+                    "seq": k.seq,
+                    "required_node": k.required_node,
+                    **({"allocating": k.allocating} if allocating else {}),
+                }
+                for k in a.asks.values()
+            },
+        }
+        for a in state.apps.values()
+    }
+    allocations = {
+        a.id: {"app": a.app, "ask": a.ask, "node": a.node, "resource": r(a.resource), "queue": a.queue.path}
+        for a in state.allocations.values()
+    }
+    return {
+        "now": state.now,
+        "config": None if state.config is None else state.config.root,
+        "capacity": r(state.capacity),
+        "nodes": nodes,
+        "queues": queues,
+        "apps": apps,
+        "allocations": allocations,
+        "reservations": sorted(state.reservations),
+        "node_order": state.node_index.ordered() if not allocating else None,
+    }
+
+
+def consistency_problems(state: PartitionState) -> list[str]:
+    """Recompute every derived total from the objects that carry it; list where ``apply`` drifted."""
+    problems: list[str] = []
+    for node in state.nodes.values():
+        used = res.total(state.allocations[a].resource for a in node.allocations)
+        if res.normalized(used) != res.normalized(node.allocated):
+            problems.append(f"node {node.name}: allocated {node.allocated} != sum {used}")
+        for aid in node.allocations:
+            if state.allocations[aid].node != node.name:
+                problems.append(f"node {node.name} lists {aid} placed elsewhere")
+    for alloc in state.allocations.values():
+        if alloc.id not in state.nodes[alloc.node].allocations:
+            problems.append(f"allocation {alloc.id} missing from node {alloc.node}")
+    usage: dict[str, Resource] = {path: {} for path in state.queues}
+    pending: dict[str, Resource] = {path: {} for path in state.queues}
+    for alloc in state.allocations.values():
+        for q in alloc.queue.lineage():
+            res.add_into(usage[q.path], alloc.resource)
+    for app in state.apps.values():
+        for ask in app.asks.values():
+            left = ask.count - ask.allocated - ask.reserved
+            if left < 0:
+                problems.append(f"ask {app.name}/{ask.name} allocated {ask.allocated} over count {ask.count}")
+            for q in app.queue.lineage():
+                res.add_into(pending[q.path], ask.resource, max(left, 0))
+            in_pending = ask in app.pending_asks
+            if (left > 0) != in_pending:
+                problems.append(f"ask {app.name}/{ask.name}: left {left} but in pending_asks={in_pending}")
+    for path, q in state.queues.items():
+        if res.normalized(usage[path]) != res.normalized(q.allocated):
+            problems.append(f"queue {path}: allocated {q.allocated} != sum {usage[path]}")
+        if res.normalized(pending[path]) != res.normalized(q.pending):
+            problems.append(f"queue {path}: pending {q.pending} != sum {pending[path]}")
+    schedulable = res.total(n.capacity for n in state.nodes.values() if n.schedulable)
+    if res.normalized(schedulable) != res.normalized(state.capacity):
+        problems.append(f"capacity {state.capacity} != schedulable sum {schedulable}")
+    return problems
+
+
+def invariant_problems(state: PartitionState) -> list[str]:
+    """ARCHITECTURE section 6, invariants 1-4, on a committed state (queue max: for a static config)."""
+    problems: list[str] = []
+    for node in state.nodes.values():  # 1
+        held = res.add(node.allocated, node.reserved)
+        if not res.fits(held, node.capacity):
+            problems.append(f"inv1: node {node.name} holds {held} over capacity {node.capacity}")
+    for q in state.queues.values():  # 2
+        if q.max is not None:
+            over = {k: v for k, v in q.allocated.items() if k in q.max and v > q.max[k]}
+            if over:
+                problems.append(f"inv2: queue {q.path} over max {q.max}: {over}")
+    for app in state.apps.values():  # 3
+        for ask in app.asks.values():
+            if ask.allocated > ask.count:
+                problems.append(f"inv3: ask {app.name}/{ask.name} allocated {ask.allocated} of {ask.count}")
+    for alloc in state.allocations.values():  # 4
+        if alloc.node not in state.nodes:
+            problems.append(f"inv4: allocation {alloc.id} on missing node {alloc.node}")
+    return problems + consistency_problems(state)
+
+
+# ---------------------------------------------------------------------- the sans-IO harness
+
+
+@dataclasses.dataclass
+class Harness:
+    """Cache + allocator + independent model, wired by hand."""
+
+    config: PartitionConfig | None
+    cache: CacheCore = dataclasses.field(init=False)
+    allocator: AllocatorCore = dataclasses.field(init=False)
+    model: ClusterModel = dataclasses.field(init=False)
+    decisions: list[d.DecisionMsg] = dataclasses.field(default_factory=list)
+    views: list[p.ViewDelta] = dataclasses.field(default_factory=list)
+    outcomes: dict[str, p.ProposalOutcome] = dataclasses.field(default_factory=dict)
+    in_flight: list[p.AllocationProposal] = dataclasses.field(default_factory=list)
+    now: float = 0.0
+
+    def __post_init__(self) -> None:
+        self.cache = CacheCore(PARTITION, self.config)
+        self.allocator = AllocatorCore(PARTITION)
+        self.model = ClusterModel(PARTITION, self.config)
+        self.pump()
+
+    def pump(self) -> list[d.DecisionMsg]:
+        """Drain the cache: the view delta to the allocator, the decisions to the model."""
+        out = self.cache.drain()
+        if out.view is not None:
+            self.views.append(out.view)
+            assert self.allocator.apply_view(out.view), f"gap at view seq {out.view.seq}"
+            for outcome in out.view.outcomes:
+                self.outcomes[outcome.proposal] = outcome
+        for dec in out.decisions:
+            self.model.on_decision(dec)
+        self.decisions.extend(out.decisions)
+        return out.decisions
+
+    def feed(self, *events: f.Feed) -> list[d.DecisionMsg]:
+        for event in events:
+            self.model.on_event(event)
+            self.cache.handle_event(event)
+        return self.pump()
+
+    def tick(self, now: float) -> list[d.DecisionMsg]:
+        self.now = now
+        self.cache.tick(now)
+        return self.pump()
+
+    def propose(self) -> p.AllocationProposal | None:
+        """One allocator cycle; the proposal is held until :meth:`deliver`."""
+        proposal = self.allocator.cycle()
+        if proposal is not None:
+            self.in_flight.append(proposal)
+        return proposal
+
+    def deliver(self, index: int = 0) -> p.ProposalOutcome:
+        proposal = self.in_flight.pop(index)
+        self.cache.handle_proposal(proposal)
+        self.pump()
+        return self.outcomes[proposal.id]
+
+    def settle(self, max_rounds: int = 100) -> None:
+        """Deliver everything in flight and run cycles until the allocator has nothing to propose."""
+        for _ in range(max_rounds):
+            while self.in_flight:
+                self.deliver()
+            if self.propose() is None:
+                return
+        raise AssertionError("the allocator never settled")
+
+    def allocated(self) -> list[d.Allocated]:
+        return [x for x in self.decisions if isinstance(x, d.Allocated)]
+
+    def placements(self) -> list[tuple[str, str]]:
+        """``(ask, node)`` of every committed allocation, in commit order."""
+        return [(x.ask, x.node) for x in self.allocated()]
+
+
+def decision_counts(decisions: list[d.DecisionMsg]) -> Counter[str]:
+    return Counter(type(x).__name__ for x in decisions)
+
+
+def rejected_reasons(decisions: list[d.DecisionMsg]) -> list[str]:
+    return [x.reason for x in decisions if isinstance(x, d.Rejected)]

@@ -1,0 +1,162 @@
+"""Resource vectors: quantity parsing (Kubernetes / YuniKorn style) and integer arithmetic."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from core import resources as res
+from core.resources import QuantityError, parse_quantity, parse_resource
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "expected"),
+    [
+        ("memory", "64Gi", 65536),
+        ("memory", "1Gi", 1024),
+        ("memory", "1.5Gi", 1536),
+        ("memory", "512Mi", 512),
+        ("memory", "1Ti", 1024 * 1024),
+        ("memory", "2048Ki", 2),
+        ("memory", "1Ki", 1),  # rounded up to a whole MiB
+        ("memory", "1G", 954),  # 10**9 bytes, rounded up to MiB
+        ("memory", "4096", 4096),  # a bare number is MiB, like the integer form
+        ("memory", " 8Gi ", 8192),
+        ("memory", 4096, 4096),
+        ("memory", 0, 0),
+        ("memory", 4096.0, 4096),
+        ("vcore", "500m", 500),
+        ("vcore", "2", 2000),
+        ("vcore", "1.5", 1500),
+        ("vcore", "0.1m", 1),  # rounded up
+        ("vcore", "1k", 1_000_000),
+        ("vcore", 2, 2),  # integers are already milli-cores
+        ("vcore", 16000, 16000),
+        ("gpu", "2", 2),
+        ("gpu", 3, 3),
+        ("gpu", "1k", 1000),
+        ("gpu", "1Ki", 1024),
+    ],
+)
+def test_parse_quantity(name: str, value: object, expected: int) -> None:
+    assert parse_quantity(name, value) == expected
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "fragment"),
+    [
+        ("memory", -1, "negative"),
+        ("memory", "-1Gi", "cannot parse"),
+        ("memory", "abc", "cannot parse"),
+        ("memory", "1Xi", "cannot parse"),
+        ("memory", "", "cannot parse"),
+        ("memory", "1e3", "cannot parse"),
+        ("memory", "500m", "milli-units make no sense for memory"),
+        ("vcore", "1Gi", "binary suffix on a CPU quantity"),
+        ("gpu", "500m", "milli-units need a resource measured in milli-units"),
+        ("memory", True, "boolean"),
+        ("memory", 1.5, "not a non-negative integer"),
+        ("memory", -2.0, "not a non-negative integer"),
+        ("memory", math.inf, "not a non-negative integer"),
+        ("memory", math.nan, "not a non-negative integer"),
+        ("memory", None, "is not a quantity"),
+        ("memory", [1], "is not a quantity"),
+    ],
+)
+def test_parse_quantity_errors(name: str, value: object, fragment: str) -> None:
+    with pytest.raises(QuantityError, match=fragment) as info:
+        parse_quantity(name, value)
+    assert str(info.value).startswith(f"{name}:")
+
+
+def test_parse_resource_drops_zero_entries_and_names_where() -> None:
+    assert parse_resource({"memory": "2Gi", "vcore": "0", "gpu": 1}) == {"memory": 2048, "gpu": 1}
+    with pytest.raises(QuantityError, match=r"^queue root\.a\.guaranteed: vcore: cannot parse"):
+        parse_resource({"vcore": "lots"}, "queue root.a.guaranteed")
+    with pytest.raises(QuantityError, match="non-empty strings"):
+        parse_resource({"": 1})
+
+
+def test_parse_resource_can_keep_zero_entries() -> None:
+    """A zero in a ``max`` means "none of this resource", so the config parser keeps it."""
+    assert parse_resource({"memory": "1Gi", "gpu": 0}, keep_zero=True) == {"memory": 1024, "gpu": 0}
+
+
+@pytest.mark.parametrize(
+    ("request_", "available", "expected"),
+    [
+        ({"memory": 4}, {"memory": 4}, True),
+        ({"memory": 5}, {"memory": 4}, False),
+        ({"memory": 1, "gpu": 1}, {"memory": 4}, False),  # a missing name is zero
+        ({}, {}, True),
+        ({"memory": 0}, {}, True),
+        ({"memory": 4, "vcore": 1000}, {"memory": 8, "vcore": 999}, False),
+    ],
+)
+def test_fits(request_: dict[str, int], available: dict[str, int], expected: bool) -> None:
+    assert res.fits(request_, available) is expected
+
+
+@pytest.mark.parametrize(
+    ("request_", "base", "extra", "expected"),
+    [
+        ({"memory": 6}, {"memory": 4}, {"memory": 2}, True),
+        ({"memory": 7}, {"memory": 4}, {"memory": 2}, False),
+        ({"gpu": 1}, {}, {"gpu": 1}, True),
+    ],
+)
+def test_fits_sum(request_: dict[str, int], base: dict[str, int], extra: dict[str, int], expected: bool) -> None:
+    assert res.fits_sum(request_, base, extra) is expected
+    assert res.fits_sum(request_, base, extra) is res.fits(request_, res.add(base, extra))
+
+
+@pytest.mark.parametrize(
+    ("usage", "against", "expected"),
+    [
+        ({"memory": 50, "vcore": 10}, {"memory": 100, "vcore": 100}, 0.5),
+        ({"memory": 10, "vcore": 80}, {"memory": 100, "vcore": 100}, 0.8),
+        ({}, {"memory": 100}, 0.0),
+        ({"memory": 0, "gpu": 0}, {"memory": 100}, 0.0),  # zero usage counts as nothing
+        ({"gpu": 1}, {"memory": 100}, math.inf),  # usage of a resource the total lacks
+    ],
+)
+def test_dominant_share(usage: dict[str, int], against: dict[str, int], expected: float) -> None:
+    assert res.dominant_share(usage, against) == expected
+
+
+def test_arithmetic_never_mutates_its_arguments() -> None:
+    a = {"memory": 4, "vcore": 1}
+    b = {"memory": 1, "gpu": 2}
+    assert res.add(a, b) == {"memory": 5, "vcore": 1, "gpu": 2}
+    assert res.sub(a, b) == {"memory": 3, "vcore": 1, "gpu": -2}
+    assert res.scale(b, 3) == {"memory": 3, "gpu": 6}
+    assert res.component_min(a, b) == {"memory": 1, "vcore": 0, "gpu": 0}
+    assert res.component_max(a, b) == {"memory": 4, "vcore": 1, "gpu": 2}
+    assert res.clamp_min_zero(res.sub(a, b)) == {"memory": 3, "vcore": 1}
+    assert res.total([a, b, b]) == {"memory": 6, "vcore": 1, "gpu": 4}
+    assert a == {"memory": 4, "vcore": 1}
+    assert b == {"memory": 1, "gpu": 2}
+
+
+def test_in_place_arithmetic() -> None:
+    acc = {"memory": 4}
+    res.add_into(acc, {"memory": 2, "vcore": 1}, times=3)
+    assert acc == {"memory": 10, "vcore": 3}
+    res.sub_into(acc, {"vcore": 1}, times=3)
+    assert acc == {"memory": 10, "vcore": 0}
+    assert res.normalized(acc) == {"memory": 10}
+
+
+@pytest.mark.parametrize(
+    ("value", "zero", "positive"),
+    [({}, True, False), ({"memory": 0}, True, False), ({"memory": -1}, False, False), ({"gpu": 1}, False, True)],
+)
+def test_is_zero_and_any_positive(value: dict[str, int], zero: bool, positive: bool) -> None:
+    assert res.is_zero(value) is zero
+    assert res.any_positive(value) is positive
+
+
+def test_fmt_is_stable_and_skips_zeros() -> None:
+    assert res.fmt({"vcore": 1000, "memory": 4096, "gpu": 0}) == "memory=4096,vcore=1000"
+    assert res.fmt({}) == "0"
