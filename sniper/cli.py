@@ -157,6 +157,63 @@ def simulate(
         raise typer.Exit(1)
 
 
+@app.command()
+def compare(
+    trace: Annotated[Path, typer.Argument(help="JSON Lines trace, or a bundled scenario name")],
+    queues: Annotated[Path | None, typer.Option(help="queues.yaml (defaults to the scenario's own)")] = None,
+    policies: Annotated[str, typer.Option(help="comma-separated policies")] = "sniper,proportional,none",
+    report: Annotated[Path | None, typer.Option(help="write {policy: report} as JSON here")] = None,
+    plot: Annotated[Path | None, typer.Option(help="write a PNG comparing the policies")] = None,
+    until: Annotated[float | None, typer.Option(help="stop each run at this simulated second")] = None,
+    seed: Annotated[int, typer.Option(help="seed of a bundled scenario")] = 0,
+    as_markdown: Annotated[bool, typer.Option("--markdown", help="print the table as Markdown")] = False,
+) -> None:
+    """Run the same trace under several policies and print the metrics side by side."""
+    from simulator.compare import compare as run_compare
+    from simulator.compare import plot_compare, table_rows
+    from simulator.run import SimulationSettings
+
+    names = [x.strip() for x in policies.split(",") if x.strip()]
+    bad = [x for x in names if x not in ("sniper", "proportional", "none")]
+    if bad or not names:
+        console.print(f"[red]error:[/] unknown policies {bad}")
+        raise typer.Exit(2)
+    try:
+        events, config, source = _load_inputs(trace, queues, seed)
+    except (ConfigError, ValueError, OSError) as err:
+        console.print(f"[red]error:[/] {err}")
+        raise typer.Exit(2) from None
+    with Progress(TextColumn("[bold]{task.description}[/]"), BarColumn(), TimeElapsedColumn(), console=console) as bar:
+        tasks = {name: bar.add_task(name, total=1.0) for name in names}
+
+        def progress(policy: str, now: float, end: float | None) -> None:
+            bar.update(tasks[policy], completed=min(1.0, now / end) if end else 0.0)
+
+        results = run_compare(events, config, names, SimulationSettings(until=until, seed=seed), progress)
+    rows = table_rows(results)
+    if as_markdown:
+        out.print("| metric | " + " | ".join(names) + " |", soft_wrap=True)
+        out.print("|---|" + "---:|" * len(names), soft_wrap=True)
+        for row in rows:
+            out.print("| " + " | ".join(row) + " |", soft_wrap=True)
+    else:
+        table = Table(title=f"{source}: policies compared")
+        table.add_column("metric")
+        for name in names:
+            table.add_column(name, justify="right")
+        for row in rows:
+            table.add_row(*row)
+        out.print(table)
+    if report is not None:
+        report.write_text(json.dumps({k: r.report for k, r in results.items()}, indent=2) + "\n")
+        console.print(f"report written to {report}")
+    if plot is not None:
+        plot_compare(results, plot, source)
+        console.print(f"plot written to {plot}")
+    if any(r.violations for r in results.values()):
+        raise typer.Exit(1)
+
+
 @app.command("scenario")
 def write_scenario(
     name: Annotated[str, typer.Argument(help="bundled scenario name")],
