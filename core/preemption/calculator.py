@@ -4,7 +4,10 @@ Owns: :class:`ResourceCalculator` with :class:`DefaultCalculator` (YARN's ``Defa
 comparison and ratio looks at memory only) and :class:`DominantCalculator` (YARN's
 ``DominantResourceCalculator``: DRF; shares against a total, compared from the largest share down), the
 factory :func:`make_calculator`, and the Java number semantics the policy's exact figures depend on
-(``float`` weights and ratios, truncating ``(long)`` casts, ``(long)(x + 0.5)`` rounding).
+(``float`` weights and ratios, truncating ``(long)`` casts). Products are rounded to integers as each YARN
+calculator does: the default one half up (``(long)(x + 0.5)``), the dominant one up
+(``(long) Math.ceil((float) x)``; YARN's DRF tests, e.g. the natural termination factor one, depend on it).
+Under the default calculator only the memory component of a result is meaningful (as in YARN).
 
 Invariants: every function is pure (inputs are never mutated, results are fresh dicts); a missing resource
 name counts as zero; ``compare`` returns -1, 0 or 1; ``rmin``/``rmax`` return one of their two arguments
@@ -133,16 +136,21 @@ class ResourceCalculator(ABC):
         return keys
 
     def multiply_round(self, r: ResourceLike, by: Mapping[str, float]) -> Resource:
-        """Each component times its own factor, rounded half up as Java ``(long)(x + 0.5)``.
+        """Each component times its own factor, rounded up to an integer (YARN's ``multiplyAndNormalizeUp``).
 
-        This is the offer of the fix-point (``multiplyAndNormalizeUp`` with a step of 1); names missing from
-        ``by`` get a factor of 0.
+        This is the offer of the fix-point; names missing from ``by`` get a factor of 0. The rounding is the
+        calculator's (:meth:`round_up`).
         """
-        return {k: java_long(r.get(k, 0) * by.get(k, 0.0) + 0.5) for k in self._keys(r)}
+        return {k: self.round_up(r.get(k, 0) * by.get(k, 0.0)) for k in self._keys(r)}
 
     def multiply_round_scalar(self, r: ResourceLike, factor: float) -> Resource:
-        """Every component times ``factor``, rounded half up (the natural termination factor's rounding)."""
-        return {k: java_long(v * factor + 0.5) for k, v in r.items()}
+        """Every component times ``factor``, rounded as :meth:`multiply_round` (the natural termination)."""
+        return {k: self.round_up(v * factor) for k, v in r.items()}
+
+    @staticmethod
+    def round_up(x: float) -> int:
+        """The calculator's rounding of a product to an integer (step 1)."""
+        return java_long(x + 0.5)
 
 
 class DefaultCalculator(ResourceCalculator):
@@ -218,6 +226,12 @@ class DominantCalculator(ResourceCalculator):
 
     def any_major_above_zero(self, r: ResourceLike) -> bool:
         return any(r.get(n, 0) > 0 for n in self.names)
+
+    @staticmethod
+    def round_up(x: float) -> int:
+        """YARN's DRC rounds products up: ``(long) Math.ceil((float) x)``."""
+        f = java_float(x)
+        return java_long(math.ceil(f)) if math.isfinite(f) else java_long(f)
 
 
 def _max_share(shares: Iterable[float]) -> float:

@@ -6,7 +6,7 @@ Owns :func:`compute_ideal`, a faithful re-implementation of YARN's ``computeIdea
 itself (both off for the YARN baseline):
 
 - ``priority_layers``: siblings are served by business priority, highest layer first (seed 000). The spare
-  pool still holds every queue's usage above its protected part (``min(used, guaranteed)``), so a higher
+  pool still holds every queue's usage above its protected part (its initial ideal), so a higher
   layer may take from a lower one; a lower layer only gets what is left once the higher layers are satisfied
   (their own usage included), so it never takes from a higher one.
 - ``avoid_ineffective``: a queue whose increment over its usage cannot start even its smallest pending ask
@@ -15,12 +15,13 @@ itself (both off for the YARN baseline):
 
 The computation, level by level from the root (whose ideal is its guarantee):
 
-1. Initial ideal: ``used`` when ``used <= guaranteed``, else ``min(guaranteed, used) + untouchable_extra``;
+1. Initial ideal: ``used`` when ``used <= guaranteed``, else ``guaranteed + untouchable_extra``;
    ``unassigned = parent ideal - sum(initial)``. A queue is needy while ``ideal < used + pending``.
 2. Fix-point: every round serves the group tied for the smallest ``ideal / guaranteed`` (queue priorities
    break ties as in YARN's ``PriorityUtilizationQueueOrderingPolicy``), weights are ``guaranteed / sum of
    guaranteed of the needy queues`` (Java ``float``), each queue of the group is offered
-   ``(long)(unassigned at the round's start * weight + 0.5)`` capped at what is unassigned, and accepts
+   ``unassigned at the round's start * weight`` rounded by the calculator (default: ``(long)(x + 0.5)``;
+   dominant: ``ceil``, as YARN's ``DominantResourceCalculator``), capped at what is unassigned, and accepts
    ``min(offer, max - ideal, used + pending_considering_reserved - ideal)`` and, for leaves unless
    ``preempt_to_balance``, ``<= max(used, guaranteed) - ideal``. A queue stays needy only if it accepted more
    than nothing. Zero-guarantee queues get a second pass with equal weights if something is left.
@@ -342,7 +343,7 @@ class _Solver:
 
     def _initial(self, tot: Resource, q: _Q) -> Resource:
         if self.calc.gt(tot, q.used, q.guaranteed):
-            return add(component_min(q.guaranteed, q.used), q.untouchable)
+            return add(q.guaranteed, q.untouchable)
         return dict(q.used)
 
     def _fixpoint(

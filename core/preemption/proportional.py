@@ -9,7 +9,7 @@ tracking. It reproduces YARN's ``ProportionalCapacityPreemptionPolicy.editSchedu
    ``trunc(cluster * total_preemption_per_round)``.
 2. Per leaf (pre-order), unless its preemption is disabled: acted on only when
    ``used > trunc(guaranteed * (1 + max_ignored_over_capacity))`` (deadzone); the amount to obtain is
-   ``round_half_up(to_be_preempted * natural_termination_factor)``.
+   ``to_be_preempted * natural_termination_factor`` rounded by the calculator (default: half up; dominant: up).
 3. Selection: apps last-submitted first; in an app its reservations first, then running containers by
    numerically larger priority, then larger ``seq`` (YARN's container id); AM containers are skipped and
    remembered; a container is taken while something remains to obtain (the last may overshoot) and only if
