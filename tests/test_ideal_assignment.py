@@ -459,10 +459,13 @@ def test_calculator_divide_fits_and_rounding() -> None:
     assert drf.fits_in(_res((10, 2)), _res((10, 2)))
     assert not drf.fits_in(_res((10, 3)), _res((90, 2)))
     assert DefaultCalculator(MV).fits_in(_res((10, 3)), _res((90, 2)))
-    # (long)(x + 0.5) per component; float weights as Java computes them
+    # default: (long)(x + 0.5) per component; dominant: (long) ceil((float) x); float weights as in Java
     weight = java_float_div(1, 3)
-    assert drf.multiply_round(_res((30, 7)), {"memory": weight, "vcore": weight}) == {"memory": 10, "vcore": 2}
-    assert drf.multiply_round_scalar(_res((5, 3)), 0.5) == {"memory": 3, "vcore": 2}
+    by = {"memory": weight, "vcore": weight}
+    assert DefaultCalculator(MV).multiply_round(_res((30, 7)), by) == {"memory": 10, "vcore": 2}
+    assert drf.multiply_round(_res((30, 7)), by) == {"memory": 10, "vcore": 3}  # 30 * 0.33333334f is 10.0f
+    assert DefaultCalculator(MV).multiply_round_scalar(_res((-48, 1)), java_float(0.2)) == {"memory": -9, "vcore": 0}
+    assert drf.multiply_round_scalar(_res((-48, 1)), java_float(0.2)) == {"memory": -9, "vcore": 1}
     assert java_float(0.7) * 100 < 70  # why config fractions go through java_float
     assert double_compare(float("nan"), 1.0) == 1
     with pytest.raises(ValueError, match="calculator"):
@@ -470,9 +473,11 @@ def test_calculator_divide_fits_and_rounding() -> None:
 
 
 def test_drf_fixpoint_follows_the_dominant_resource() -> None:
-    # a uses (10, 40), wants 20 more memory and no vcores; b uses (80, 20), over its guarantee in memory.
-    # DRF: init a=(10,40), b=min(g, used)=(50,20), pool (40,40). a is offered (20,20) and takes the smaller
-    # of offer and want as a whole: (20,0); b then takes (20,0) of its (30,0) want; (0,40) is left unused.
+    # a uses (10, 40), wants 20 more memory and no vcores; b uses (80, 20), over its guarantee (dominant .8).
+    # DRF: init a=(10,40) (under its guarantee), b=guaranteed=(50,50), pool (40,10). a (ratio .8) is offered
+    # (20,5) and takes the smaller of offer and want as a whole: (20,0); then it wants nothing more. b is
+    # offered the rest (20,10) and its want (30,-30) is larger (dominant .3 > .2): b=(70,60). Only the
+    # dominant comparison matters, so b's to-be-preempted is (80,20)-(70,60) = (10,-40) as in YARN.
     snapshot = tree(
         (100, 100),
         Q("root", (100, 100), (90, 60)),
@@ -481,12 +486,28 @@ def test_drf_fixpoint_follows_the_dominant_resource() -> None:
     )
     drf = run(snapshot, "dominant")
     assert drf["root.a"].ideal_assigned == {"memory": 30, "vcore": 40}
-    assert drf["root.b"].ideal_assigned == {"memory": 70, "vcore": 20}
-    assert drf["root.b"].to_be_preempted == {"memory": 10, "vcore": 0}
+    assert drf["root.b"].ideal_assigned == {"memory": 70, "vcore": 60}
+    assert drf["root.b"].to_be_preempted == {"memory": 10, "vcore": -40}
     # the default calculator reaches the same memory figures (only memory is meaningful there)
     default = run(snapshot, "default")
     assert mem(default, "ideal_assigned") == {"root": 100, "root.a": 30, "root.b": 70}
     assert mem(default, "to_be_preempted") == {"root.b": 10}
+
+
+def test_drf_yarn_vcore_case() -> None:
+    # YARN's testPreemptionWithVCoreResource: a uses (10,100) of its (50,50), b wants (10,100). a's initial
+    # ideal is its guarantee; b is served up to its guarantee (offers 25,13,6,3,2,1 per resource); a keeps
+    # (50,50) and must give (-40,50): five of its (1,10) containers free the 50 vcores.
+    snapshot = tree(
+        (100, 100),
+        Q("root", (100, 100), (10, 100)),
+        Q("root.a", (50, 50), (10, 100), pending=(70, 20)),
+        Q("root.b", (50, 50), (0, 0), pending=(10, 100)),
+    )
+    result = run(snapshot, "dominant")
+    assert result["root.a"].ideal_assigned == {"memory": 50, "vcore": 50}
+    assert result["root.b"].ideal_assigned == {"memory": 50, "vcore": 50}
+    assert result["root.a"].to_be_preempted == {"memory": -40, "vcore": 50}
 
 
 def test_drf_sees_vcore_contention_that_memory_misses() -> None:
