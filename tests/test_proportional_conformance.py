@@ -16,7 +16,7 @@ import pytest
 
 from core.preemption.proportional import ProportionalPolicy
 from core.preemption.snapshot import ConformanceCase, parse_case
-from sniper.preview import QUEUE_FIELDS, preview, preview_case
+from sniper.preview import QUEUE_FIELDS, preview, preview_case, render_table
 
 CASES_PATH = Path(__file__).resolve().parents[2] / "shared/conformance/yarn-proportional/cases.json"
 
@@ -119,3 +119,12 @@ def test_preview_reads_a_single_case_file(tmp_path: Path) -> None:
 def test_preview_rejects_unknown_policy() -> None:
     with pytest.raises(ValueError, match="sniper"):
         preview(CASES_PATH, policy="sniper")
+
+
+def test_render_table_names_cases_apps_and_queues() -> None:
+    results = preview(CASES_PATH)
+    text = render_table(results)
+    for raw in RAW_CASES:
+        assert raw["id"] in text
+    assert "root.queueC" in text and "app2" in text
+    assert "rm1 rm2 rm3 rm4 rm5" in text
