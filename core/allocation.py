@@ -27,7 +27,10 @@ QueueKey = Callable[[Queue, Resource], tuple[object, ...]]
 def usage_key(queue: Queue, usage: Resource, capacity: Resource) -> tuple[object, ...]:
     """Normal-mode queue order: higher priority, below guarantee, lower share, more pending."""
     if queue.guaranteed:
-        share = res.dominant_share(usage, queue.guaranteed)
+        # Only guaranteed resources count: a resource the guarantee does not name is not guaranteed
+        # (as for ``max``), so using it must not make the queue look over its guarantee.
+        guaranteed = queue.guaranteed
+        share = res.dominant_share({k: v for k, v in usage.items() if k in guaranteed}, guaranteed)
         below = 0 if share < 1.0 else 1
     else:
         share = res.dominant_share(usage, capacity) if capacity else (math.inf if res.any_positive(usage) else 0.0)

@@ -1,0 +1,428 @@
+"""The allocation cycle, sans-IO: ``find_ask_candidates`` ordering and headroom, ``try_allocate`` placement."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from core.allocation import CandidateFilter, FreeRoomPlacer, find_ask_candidates, try_allocate
+from core.config import partition_to_raw
+from core.node_index import NodeIndex
+from core.state import PartitionState
+from messages import protocol as p
+from tests.core_support import config_of, consistency_problems, queue
+
+CAPACITY = {"memory": 100_000, "vcore": 100_000}
+
+
+def _state(leaves: list[dict[str, Any]], changes: list[p.ChangeMsg], node_sort: str = "binpacking") -> PartitionState:
+    state = PartitionState("default")
+    state.apply(p.ConfigSet(config=partition_to_raw(config_of(*leaves, node_sort=node_sort))))
+    state.apply_all(changes)
+    return state
+
+
+class Build:
+    """Changes for a state: one app per queue (or more), asks, and committed usage."""
+
+    def __init__(self, *, node_capacity: dict[str, int] | None = None) -> None:
+        self.changes: list[p.ChangeMsg] = [p.NodeSet(node="big", capacity=node_capacity or CAPACITY)]
+        self.seq = 0
+        self.alloc = 0
+
+    def app(self, name: str, queue_path: str, priority: int = 0) -> Build:
+        self.seq += 1
+        self.changes.append(p.AppSet(app=name, queue=queue_path, priority=priority, submit_seq=self.seq))
+        return self
+
+    def ask(
+        self, app: str, ask: str, memory: int, count: int = 1, priority: int = 0, vcore: int = 0, gpu: int = 0
+    ) -> Build:
+        self.seq += 1
+        resource = {"memory": memory, **({"vcore": vcore} if vcore else {}), **({"gpu": gpu} if gpu else {})}
+        self.changes.append(p.AskSet(app=app, ask=ask, resource=resource, count=count, priority=priority, seq=self.seq))
+        return self
+
+    def used(self, app: str, memory: int, vcore: int = 0, node: str = "big") -> Build:
+        """Committed usage for ``app`` (an allocation of an ask that is not pending any more)."""
+        self.alloc += 1
+        self.changes.append(
+            p.AllocationSet(
+                allocation=f"u{self.alloc}",
+                app=app,
+                ask="done",
+                node=node,
+                resource={"memory": memory, **({"vcore": vcore} if vcore else {})},
+            )
+        )
+        return self
+
+
+def _first_queue(state: PartitionState) -> str:
+    picked = find_ask_candidates(state, 1)
+    assert len(picked) == 1
+    return picked[0].app.queue.path
+
+
+# ---------------------------------------------------------------------- queue order
+
+QUEUE_ORDER: list[tuple[str, list[dict[str, Any]], Build, str]] = [
+    (
+        "priority.offset first, even far over its guarantee",
+        [queue("a", guaranteed={"memory": 1000}, priority_offset="10"), queue("b", guaranteed={"memory": 50_000})],
+        Build().app("A", "root.a").app("B", "root.b").used("A", 40_000).ask("A", "x", 100).ask("B", "y", 100),
+        "root.a",
+    ),
+    (
+        "a negative offset goes last",
+        [queue("a", priority_offset="-1"), queue("b")],
+        Build().app("A", "root.a").app("B", "root.b").used("B", 90_000).ask("A", "x", 100).ask("B", "y", 100),
+        "root.b",
+    ),
+    (
+        "below its guarantee before a queue without one, whatever the shares",
+        [queue("a", guaranteed={"memory": 10_000}), queue("b")],
+        Build().app("A", "root.a").app("B", "root.b").used("A", 9_000).ask("A", "x", 100).ask("B", "y", 100),
+        "root.a",
+    ),
+    (
+        "below its guarantee before one over it",
+        [queue("a", guaranteed={"memory": 10_000}), queue("b", guaranteed={"memory": 1_000})],
+        Build()
+        .app("A", "root.a")
+        .app("B", "root.b")
+        .used("A", 9_000)
+        .used("B", 1_000)
+        .ask("A", "x", 1)
+        .ask("B", "y", 1),
+        "root.a",
+    ),
+    (
+        "lower dominant share of the guarantee first",
+        [queue("a", guaranteed={"memory": 10_000, "vcore": 10_000}), queue("b", guaranteed={"memory": 10_000})],
+        # a: memory 10%, vcore 60% -> 0.6; b: memory 50% -> 0.5
+        Build()
+        .app("A", "root.a")
+        .app("B", "root.b")
+        .used("A", 1_000, vcore=6_000)
+        .used("B", 5_000)
+        .ask("A", "x", 1)
+        .ask("B", "y", 1),
+        "root.b",
+    ),
+    (
+        "lower share of the cluster first among queues without guarantee",
+        [queue("a"), queue("b")],
+        Build()
+        .app("A", "root.a")
+        .app("B", "root.b")
+        .used("A", 3_000)
+        .used("B", 2_000)
+        .ask("A", "x", 1)
+        .ask("B", "y", 1),
+        "root.b",
+    ),
+    (
+        "equal shares: the queue with more pending first",
+        [queue("a"), queue("b")],
+        Build().app("A", "root.a").app("B", "root.b").ask("A", "x", 100).ask("B", "y", 100, count=5),
+        "root.b",
+    ),
+    (
+        "a guarantee naming only memory: other resources do not count against it",
+        [queue("a", guaranteed={"memory": 10_000}), queue("b")],
+        Build()
+        .app("A", "root.a")
+        .app("B", "root.b")
+        .used("A", 1_000, vcore=5_000)
+        .used("B", 2_000)
+        .ask("A", "x", 100, vcore=100)
+        .ask("B", "y", 100),
+        "root.a",
+    ),
+    (
+        "order holds at every level: the parent below its guarantee wins",
+        [
+            queue("p", queue("p1"), guaranteed={"memory": 50_000}),
+            queue("q", queue("q1"), guaranteed={"memory": 10_000}),
+        ],
+        Build()
+        .app("P", "root.p.p1")
+        .app("Q", "root.q.q1")
+        .used("P", 20_000)
+        .used("Q", 10_000)
+        .ask("P", "x", 1)
+        .ask("Q", "y", 1),
+        "root.p.p1",
+    ),
+]
+
+
+@pytest.mark.parametrize(("leaves", "build", "expected"), [c[1:] for c in QUEUE_ORDER], ids=[c[0] for c in QUEUE_ORDER])
+def test_queue_order(leaves: list[dict[str, Any]], build: Build, expected: str) -> None:
+    assert _first_queue(_state(leaves, build.changes)) == expected
+
+
+def test_picks_are_charged_so_queues_take_turns() -> None:
+    """Within one call every pick counts as usage: two equal queues alternate."""
+    state = _state(
+        [queue("a"), queue("b")],
+        Build().app("A", "root.a").app("B", "root.b").ask("A", "x", 1000, count=3).ask("B", "y", 1000, count=3).changes,
+    )
+    picked = [ask.name for ask in find_ask_candidates(state, 6)]
+    assert sorted(picked) == ["x", "x", "x", "y", "y", "y"]
+    assert all(picked[i] != picked[i + 1] for i in range(5)), picked
+
+
+# ---------------------------------------------------------------------- apps and asks inside a queue
+
+
+@pytest.mark.parametrize(
+    ("policy", "build", "expected"),
+    [
+        (
+            "fifo",
+            Build().app("A1", "root.a").app("A2", "root.a", priority=9).ask("A2", "y", 10, 2).ask("A1", "x", 10, 2),
+            ["x", "x", "y", "y"],  # by submission, app priority ignored
+        ),
+        (
+            "priority",
+            Build().app("A1", "root.a").app("A2", "root.a", priority=9).ask("A1", "x", 10, 2).ask("A2", "y", 10, 2),
+            ["y", "y", "x", "x"],
+        ),
+        (
+            "priority",  # equal priorities fall back to submission order
+            Build()
+            .app("A1", "root.a", priority=3)
+            .app("A2", "root.a", priority=3)
+            .ask("A2", "y", 10)
+            .ask("A1", "x", 10),
+            ["x", "y"],
+        ),
+        (
+            "fair",
+            Build().app("A1", "root.a").app("A2", "root.a").ask("A1", "x", 10, 3).ask("A2", "y", 10, 3),
+            ["x", "y", "x", "y", "x", "y"],  # picks count as usage: apps alternate
+        ),
+        (
+            "fair",
+            Build()
+            .app("A1", "root.a")
+            .app("A2", "root.a")
+            .used("A1", 5_000)
+            .ask("A1", "x", 1000, 2)
+            .ask("A2", "y", 1000, 3),
+            ["y", "y", "y", "x", "x"],  # A1 already holds more than A2 will get
+        ),
+    ],
+)
+def test_app_sort_policies(policy: str, build: Build, expected: list[str]) -> None:
+    state = _state([queue("a", application_sort_policy=policy)], build.changes)
+    assert [ask.name for ask in find_ask_candidates(state, 10)] == expected
+
+
+def test_asks_by_priority_then_age() -> None:
+    build = (
+        Build()
+        .app("A", "root.a")
+        .ask("A", "old-low", 10, priority=0)
+        .ask("A", "old-high", 10, priority=5)
+        .ask("A", "new-high", 10, priority=5, count=2)
+        .ask("A", "negative", 10, priority=-3)
+    )
+    state = _state([queue("a")], build.changes)
+    assert [ask.name for ask in find_ask_candidates(state, 10)] == [
+        "old-high",
+        "new-high",
+        "new-high",
+        "old-low",
+        "negative",
+    ]
+
+
+def test_one_entry_per_container_and_at_most_n() -> None:
+    state = _state([queue("a")], Build().app("A", "root.a").ask("A", "x", 10, count=5).changes)
+    assert [a.name for a in find_ask_candidates(state, 3)] == ["x"] * 3
+    assert len(find_ask_candidates(state, 100)) == 5
+    assert find_ask_candidates(state, 0) == []
+    assert find_ask_candidates(PartitionState("default"), 5) == []  # no config yet
+
+
+def test_filters_skip_asks_apps_and_queues() -> None:
+    build = Build().app("A", "root.a").app("B", "root.b").ask("A", "x", 10).ask("A", "z", 10).ask("B", "y", 10)
+    state = _state([queue("a"), queue("b")], build.changes)
+    names = lambda flt: sorted(a.name for a in find_ask_candidates(state, 10, filters=flt))  # noqa: E731
+    assert names(CandidateFilter(skip={("A", "x")})) == ["y", "z"]
+    assert names(CandidateFilter(queue=lambda q: q.path != "root.b")) == ["x", "z"]
+    assert names(CandidateFilter(app=lambda a: a.name == "B")) == ["y"]
+    assert names(CandidateFilter(ask=lambda a: a.name != "z")) == ["x", "y"]
+
+
+# ---------------------------------------------------------------------- headroom
+
+
+@pytest.mark.parametrize(
+    ("leaves", "build", "expected"),
+    [
+        (
+            [queue("a", maximum={"memory": 3000})],
+            Build().app("A", "root.a").ask("A", "x", 1000, count=5),
+            ["x", "x", "x"],
+        ),
+        (
+            [queue("a", maximum={"memory": 3000})],
+            Build().app("A", "root.a").used("A", 2500).ask("A", "x", 1000, count=5),
+            [],
+        ),
+        (
+            [queue("a", maximum={"memory": 3000})],  # a big ask blocked by max does not block a small one
+            Build().app("A", "root.a").ask("A", "big", 5000, priority=9).ask("A", "small", 1000, count=2),
+            ["small", "small"],
+        ),
+        (
+            # the parent's max binds its children together
+            [queue("p", queue("x", maximum={"memory": 3000}), queue("y"), maximum={"memory": 4000})],
+            Build().app("X", "root.p.x").app("Y", "root.p.y").ask("X", "x", 1000, count=5).ask("Y", "y", 1000, count=5),
+            ["x", "x", "y", "y"],
+        ),
+        (
+            [queue("a", maximum={"memory": 100_000, "gpu": 0})],  # a zero max forbids that resource
+            Build().app("A", "root.a").ask("A", "x", 10).ask("A", "g", 10, gpu=1),
+            ["x"],
+        ),
+    ],
+)
+def test_headroom_limits_candidates(leaves: list[dict[str, Any]], build: Build, expected: list[str]) -> None:
+    state = _state(leaves, build.changes)
+    assert sorted(a.name for a in find_ask_candidates(state, 10)) == sorted(expected)
+
+
+# ---------------------------------------------------------------------- placement
+
+
+def _nodes(*caps: tuple[str, int, int], schedulable: tuple[str, ...] = ()) -> list[p.ChangeMsg]:
+    return [
+        p.NodeSet(node=name, capacity={"memory": memory, "vcore": vcore}, schedulable=name not in schedulable)
+        for name, memory, vcore in caps
+    ]
+
+
+NODES = [("n1", 8192, 8000), ("n2", 4096, 8000), ("n3", 16384, 8000), ("n4", 6144, 100)]
+
+
+def _placement_state(node_sort: str, asks: list[p.AskSet], unschedulable: tuple[str, ...] = ()) -> PartitionState:
+    return _state(
+        [queue("a")],
+        [*_nodes(*NODES, schedulable=unschedulable), p.AppSet(app="A", queue="root.a", submit_seq=1), *asks],
+        node_sort=node_sort,
+    )
+
+
+def _ask(name: str, memory: int, count: int = 1, vcore: int = 1000, node: str | None = None) -> p.AskSet:
+    return p.AskSet(
+        app="A", ask=name, resource={"memory": memory, "vcore": vcore}, count=count, seq=1, required_node=node
+    )
+
+
+@pytest.mark.parametrize(
+    ("node_sort", "asks", "unschedulable", "expected"),
+    [
+        # binpacking: best fit by free memory (the least free room that holds the ask)
+        ("binpacking", [_ask("x", 4096)], (), ["n2"]),
+        ("binpacking", [_ask("x", 5000)], (), ["n1"]),  # n4 has the memory but not the vcore
+        ("binpacking", [_ask("x", 5000, vcore=50)], (), ["n4"]),
+        ("binpacking", [_ask("x", 4096, count=4)], (), ["n2", "n1", "n1", "n3"]),
+        ("binpacking", [_ask("x", 4096)], ("n2",), ["n1"]),  # unschedulable nodes are skipped
+        ("binpacking", [_ask("x", 20000)], (), []),
+        # fair: the most free room first
+        ("fair", [_ask("x", 4096)], (), ["n3"]),
+        ("fair", [_ask("x", 4096, count=4)], (), ["n3", "n3", "n1", "n3"]),
+        ("fair", [_ask("x", 4096)], ("n3",), ["n1"]),
+        # a required node, whatever the policy
+        ("binpacking", [_ask("x", 4096, node="n3")], (), ["n3"]),
+        ("fair", [_ask("x", 4096, count=3, node="n2")], (), ["n2"]),  # it fills up, no spill elsewhere
+        ("binpacking", [_ask("x", 4096, node="gone")], (), []),
+        ("binpacking", [_ask("x", 4096, node="n3")], ("n3",), []),
+    ],
+)
+def test_placement(node_sort: str, asks: list[p.AskSet], unschedulable: tuple[str, ...], expected: list[str]) -> None:
+    state = _placement_state(node_sort, asks, unschedulable)
+    result = try_allocate(state, find_ask_candidates(state, 10))
+    assert [node.name for _, node in result.placed] == expected
+    assert bool(result.failed) == (len(expected) < sum(a.count for a in asks))
+
+
+def test_try_allocate_holds_the_room_it_places() -> None:
+    state = _placement_state("binpacking", [_ask("x", 4096, count=2)])
+    result = try_allocate(state, find_ask_candidates(state, 10))
+    assert len(result.placed) == 2
+    ask = state.ask(("A", "x"))
+    assert ask is not None
+    assert (ask.allocating, ask.pending) == (2, 0)
+    assert state.queues["root.a"].allocating == {"memory": 8192, "vcore": 2000}
+    assert state.queues["root"].allocating == {"memory": 8192, "vcore": 2000}
+    held = {node.name: node.allocating for _, node in result.placed}
+    assert held == {"n2": {"memory": 4096, "vcore": 1000}, "n1": {"memory": 4096, "vcore": 1000}}
+    # nothing committed, and nothing more to propose for this ask
+    assert state.allocations == {}
+    assert find_ask_candidates(state, 10) == []
+    assert consistency_problems(state) == []
+
+
+def test_try_allocate_without_hold_leaves_counters_alone() -> None:
+    state = _placement_state("binpacking", [_ask("x", 4096, count=2)])
+    result = try_allocate(state, find_ask_candidates(state, 10), hold=False)
+    assert [n.name for _, n in result.placed] == ["n2", "n2"]  # the same best fit, twice: nothing held
+    assert all(not any(n.allocating.values()) for n in state.nodes.values())
+
+
+def test_an_ask_that_fails_once_is_not_tried_again_in_the_call() -> None:
+    state = _placement_state("binpacking", [_ask("x", 20000, count=3)])
+    result = try_allocate(state, find_ask_candidates(state, 10))
+    assert result.placed == []
+    assert result.failed == {("A", "x")}
+
+
+def test_preemption_mode_needs_a_victim_placer() -> None:
+    state = _placement_state("binpacking", [_ask("x", 1)])
+    with pytest.raises(ValueError, match="placer"):
+        try_allocate(state, find_ask_candidates(state, 1), preemption=True)
+    result = try_allocate(state, find_ask_candidates(state, 1), preemption=True, placer=FreeRoomPlacer())
+    assert len(result.placed) == 1
+
+
+# ---------------------------------------------------------------------- the node index
+
+
+@pytest.mark.parametrize(
+    ("policy", "need", "expected"),
+    [
+        ("binpacking", 0, ["c", "a", "b", "d"]),
+        ("binpacking", 300, ["b", "d"]),
+        ("binpacking", 1000, ["d"]),
+        ("binpacking", 1001, []),
+        ("fair", 0, ["d", "b", "a", "c"]),
+        ("fair", 300, ["d", "b"]),
+        ("fair", 1001, []),
+    ],
+)
+def test_node_index_order(policy: str, need: int, expected: list[str]) -> None:
+    index = NodeIndex(policy)
+    for name, free in (("a", 200), ("b", 500), ("c", 100), ("d", 1000)):
+        index.update(name, free)
+    assert list(index.candidates({"memory": need})) == expected
+
+
+def test_node_index_moves_and_discards() -> None:
+    index = NodeIndex("binpacking")
+    index.update("a", 10)
+    index.update("b", 20)
+    index.update("a", 30)
+    assert index.ordered() == ["b", "a"]
+    index.discard("b")
+    index.discard("ghost")
+    assert index.ordered() == ["a"] and len(index) == 1 and "a" in index and "b" not in index
+    assert index.first_fit({"memory": 5}, lambda n: n != "a") is None
+    with pytest.raises(ValueError, match="unknown node sort policy"):
+        NodeIndex("random")
