@@ -188,8 +188,166 @@ def large_containers(seed: int = 0) -> Scenario:
     return Scenario("large_containers", large_containers.__doc__ or "", raw, events)
 
 
+def _job(
+    events: list[f.Feed],
+    t: float,
+    app: str,
+    queue: str,
+    count: int,
+    memory: int,
+    vcore: int,
+    duration: float,
+    *,
+    am: bool = False,
+    priority: int = 0,
+) -> None:
+    events.append(f.AppAdded(t=t, app=app, queue=queue, priority=priority))
+    if am:
+        events.append(
+            f.AskAdded(
+                t=t,
+                app=app,
+                ask=f"{app}-am",
+                resource={"memory": 2 * GiB, "vcore": 1000},
+                am=True,
+                duration=duration + 20,
+            )
+        )
+    events.append(
+        f.AskAdded(
+            t=t,
+            app=app,
+            ask=f"{app}-task",
+            resource={"memory": memory, "vcore": vcore},
+            count=count,
+            duration=duration,
+            priority=priority,
+        )
+    )
+
+
+def priority_queues(seed: int = 0) -> Scenario:
+    """Business priority (seed 000): root.low (priority 0) borrows the whole cluster; then root.high
+    (priority 10) and root.mid (priority 5) ask for their guarantees. Higher may preempt lower, never the
+    reverse: low's later demand never takes anything back from high or mid."""
+    rng = random.Random(seed)
+    nodes = 16
+    cap = {"memory": nodes * 64 * GiB, "vcore": nodes * 16_000}
+    share = {k: v * 3 // 10 for k, v in cap.items()}
+    mid_share = {k: v * 4 // 10 for k, v in cap.items()}
+    queues = [
+        _queue("high", share, None, priority_offset="10"),
+        _queue("mid", mid_share, None, priority_offset="5"),
+        _queue("low", share, None, priority_offset="0"),
+    ]
+    raw = _partition(queues, dict(PREEMPTION))
+    events: list[f.Feed] = list(_nodes(nodes, 64 * GiB, 16_000))
+    for k in range(3):
+        _job(events, 1 + k, f"low-{k}", "root.low", 200, 4 * GiB, 1000, rng.uniform(300, 500))
+    _job(events, 40, "high-0", "root.high", 70, 4 * GiB, 1000, 200)
+    _job(events, 60, "mid-0", "root.mid", 90, 4 * GiB, 1000, 200)
+    _job(events, 90, "low-late", "root.low", 100, 4 * GiB, 1000, 100)
+    return Scenario("priority_queues", priority_queues.__doc__ or "", raw, events)
+
+
+def fence(seed: int = 0) -> Scenario:
+    """A fenced subtree: root.team (fence) holds team.x and team.y; root.other is outside. team.x borrowed
+    everything; other and team.y then ask. team.y may preempt team.x (inside the fence); other may not
+    preempt team.x across the fence, so it waits for natural completions."""
+    rng = random.Random(seed)
+    nodes = 12
+    cap = {"memory": nodes * 64 * GiB, "vcore": nodes * 16_000}
+    half = {k: v // 2 for k, v in cap.items()}
+    quarter = {k: v // 4 for k, v in cap.items()}
+    team = {
+        "name": "team",
+        "resources": {"guaranteed": half},
+        "properties": {"preemption.policy": "fence"},
+        "queues": [_queue("x", quarter), _queue("y", quarter)],
+    }
+    raw = _partition([team, _queue("other", half)], dict(PREEMPTION))
+    events: list[f.Feed] = list(_nodes(nodes, 64 * GiB, 16_000))
+    for k in range(2):
+        _job(events, 1 + k, f"x-{k}", "root.team.x", 100, 4 * GiB, 1000, rng.uniform(150, 300))
+    _job(events, 50, "y-0", "root.team.y", 40, 4 * GiB, 1000, 120)
+    _job(events, 50, "other-0", "root.other", 80, 4 * GiB, 1000, 120)
+    return Scenario("fence", fence.__doc__ or "", raw, events)
+
+
+def am_heavy(seed: int = 0) -> Scenario:
+    """AM-heavy queues: root.b runs many small apps, each an application master plus two tasks, across the
+    whole cluster; root.a then asks for its guarantee in 16 GiB containers. Preempting an AM kills its whole
+    app, so AM containers are victims only as a last resort: victims should be tasks."""
+    rng = random.Random(seed)
+    nodes = 8
+    cap = {"memory": nodes * 64 * GiB, "vcore": nodes * 16_000}
+    half = {k: v // 2 for k, v in cap.items()}
+    raw = _partition([_queue("a", half), _queue("b", half)], dict(PREEMPTION))
+    events: list[f.Feed] = list(_nodes(nodes, 64 * GiB, 16_000))
+    for k in range(60):
+        _job(events, 1 + k * 0.2, f"b-{k:02d}", "root.b", 2, 6 * GiB, 1000, rng.uniform(300, 500), am=True)
+    _job(events, 40, "a-0", "root.a", 14, 16 * GiB, 2000, 150, am=True)
+    return Scenario("am_heavy", am_heavy.__doc__ or "", raw, events)
+
+
+def random_mix(seed: int = 0) -> Scenario:
+    """Many queues, random work: 3 parents with 4 leaves each, random guarantees, 60 jobs of random sizes
+    (some near half a node) arriving over 10 minutes, app priorities, and random node churn."""
+    rng = random.Random(seed)
+    nodes = 40
+    cap = {"memory": nodes * 64 * GiB, "vcore": nodes * 16_000}
+    weights = [rng.randint(1, 4) for _ in range(12)]
+    total_w = sum(weights)
+    parents = []
+    leaves: list[str] = []
+    for i in range(3):
+        kids = []
+        parent_g = {k: 0 for k in cap}
+        for j in range(4):
+            w = weights[i * 4 + j]
+            g = {k: v * w // total_w for k, v in cap.items()}
+            for k in cap:
+                parent_g[k] += g[k]
+            kids.append(_queue(f"l{j}", g, None, application_sort_policy=rng.choice(["fifo", "fair", "priority"])))
+            leaves.append(f"root.p{i}.l{j}")
+        parents.append({"name": f"p{i}", "resources": {"guaranteed": parent_g}, "queues": kids})
+    raw = _partition(parents, dict(PREEMPTION))
+    events: list[f.Feed] = list(_nodes(nodes, 64 * GiB, 16_000))
+    for n in range(60):
+        t = rng.uniform(0, 600)
+        big = rng.random() < 0.15
+        _job(
+            events,
+            t,
+            f"job-{n:02d}",
+            rng.choice(leaves),
+            rng.randint(2, 8) if big else rng.randint(10, 120),
+            rng.choice([24, 32]) * GiB if big else rng.choice([1, 2, 4, 8]) * GiB,
+            rng.choice([2000, 4000]) if big else rng.choice([500, 1000, 2000]),
+            rng.uniform(30, 240),
+            am=rng.random() < 0.5,
+            priority=rng.choice([0, 0, 5]),
+        )
+    for _ in range(4):
+        victim = f"n{rng.randrange(nodes):03d}"
+        t = rng.uniform(60, 500)
+        events.append(f.NodeRemoved(t=t, node=victim))
+        events.append(
+            f.NodeAdded(t=t + rng.uniform(20, 90), node=victim, capacity={"memory": 64 * GiB, "vcore": 16_000})
+        )
+    events.sort(key=lambda e: e.t)
+    return Scenario("random_mix", random_mix.__doc__ or "", raw, events)
+
+
 ScenarioFn = Callable[[int], Scenario]
-SCENARIOS: dict[str, ScenarioFn] = {"demo": demo, "large_containers": large_containers}
+SCENARIOS: dict[str, ScenarioFn] = {
+    "demo": demo,
+    "large_containers": large_containers,
+    "priority_queues": priority_queues,
+    "fence": fence,
+    "am_heavy": am_heavy,
+    "random_mix": random_mix,
+}
 
 
 def scenario(name: str, seed: int = 0) -> Scenario:
