@@ -155,7 +155,7 @@ def test_a_config_change_keeps_apps_and_recomputes_totals() -> None:
     assert state.apps["a1"].queue is state.queues["root.p.x"]
     assert consistency_problems(state) == []
     dropping = config_of(queue("b"))
-    with pytest.raises(StateError, match="config drops queue root.p.x that app a1 still uses"):
+    with pytest.raises(StateError, match=r"config drops queue root\.p\.x that app a1 still uses"):
         state.apply(p.ConfigSet(config=partition_to_raw(dropping)))
 
 
