@@ -326,10 +326,21 @@ class CacheCore:
         node = self.state.nodes.get(node_name)
         if node is None or not node.reservations:
             return
-        for rid in sorted(node.reservations, key=lambda r: self.state.reservations[r].deadline):
-            r = self.state.reservations[rid]
-            free = res.sub(res.sub(node.capacity, node.allocated), node.reserved)
-            if res.fits(r.resource, res.add(free, r.resource)):
+        allocations = self.state.allocations
+        for rid in sorted(node.reservations, key=lambda r: (self.state.reservations[r].deadline, r)):
+            r = self.state.reservations.get(rid)
+            if r is None:
+                continue
+            # Another reservation claims only what its own still-running victims will not free.
+            claimed: dict[str, int] = {}
+            for other_id in node.reservations:
+                if other_id == rid:
+                    continue
+                other = self.state.reservations[other_id]
+                running = res.total(allocations[v].resource for v in other.victims if v in allocations)
+                res.add_into(claimed, res.clamp_min_zero(res.sub(other.resource, running)))
+            available = res.sub(res.sub(node.capacity, node.allocated), claimed)
+            if res.fits(r.resource, available):
                 self.allocate(r.app, r.ask, node_name, reservation=r)
 
     def _end_reservation(self, r: Reservation, reason: str) -> None:

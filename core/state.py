@@ -322,6 +322,16 @@ class PartitionState:
                     return False
         return True
 
+    def room_once_victims_leave(self, node: Node) -> Resource:
+        """Free room plus what victims already preempting on the node will free (it is promised to
+        their reservations, which ``node.reserved`` already holds)."""
+        room = node.free()
+        for aid in node.allocations:
+            alloc = self.allocations[aid]
+            if alloc.preempting:
+                res.add_into(room, alloc.resource)
+        return room
+
     def leaves(self) -> list[Queue]:
         return [q for q in self.queues.values() if q.is_leaf]
 

@@ -137,7 +137,7 @@ def _check(
         for path, amount in taking.items():
             if not res.fits(amount, lose_left.get(path, {})):
                 return f"victims would take {path} below its guarantee or ideal, or it is within the deadzone"
-    free = res.sub(res.sub(node.capacity, node.allocated), node.reserved)
+    free = state.room_once_victims_leave(node)
     room = res.add(free, res.total(v.resource for v in victims))
     if not res.fits(ask.resource, room):
         return "victims do not free enough room"

@@ -47,6 +47,7 @@ class VictimPlacer:
         self.budget_left: Resource = dict(request.budget)
         self.sets: list[VictimSet] = []
         self.taken: set[str] = set()
+        self.freed: dict[str, Resource] = {}  # node -> victims taken there this round
         self.exhausted = False
         self.intra = request.intra_queue
         # Candidate victims per node, cheapest first and AM containers last; cost is fixed for the round.
@@ -63,9 +64,14 @@ class VictimPlacer:
             node = state.nodes.get(name)
             if node is None or not node.schedulable:
                 continue
-            room = node.free_of(MEMORY) + sum(e[3].resource.get(MEMORY, 0) for e in entries)
+            room = self._potential(node, entries)
             self.potential[name] = room
             self.index.add((room, name))
+
+    def _potential(self, node: Node, entries: list[tuple[bool, float, str, Allocation]]) -> int:
+        """An upper bound of the memory a placement could get on the node (the index key)."""
+        base = self.state.room_once_victims_leave(node).get(MEMORY, 0)
+        return base + sum(e[3].resource.get(MEMORY, 0) for e in entries)
 
     def _victim_queue_ok(self, queue: Queue) -> bool:
         if self.intra:
@@ -111,10 +117,13 @@ class VictimPlacer:
         return best.node
 
     def _minimal_set(self, node: Node, ask: Ask) -> VictimSet | None:
-        free = node.free()
+        free = self.state.room_once_victims_leave(node)
+        taken_here = self.freed.get(node.name)
+        if taken_here:
+            res.add_into(free, taken_here)
         shortfall = res.clamp_min_zero(res.sub(ask.resource, free))
         if not shortfall:
-            return VictimSet(node, [], 0.0, False)
+            return None  # room already free there is the normal allocator's to give, not preemption's
         chosen: list[tuple[bool, float, str, Allocation]] = []
         lose: dict[str, Resource] = {}
         freed: Resource = {}
@@ -148,6 +157,7 @@ class VictimPlacer:
         name = chosen.node.name
         for alloc in chosen.victims:
             self.taken.add(alloc.id)
+            res.add_into(self.freed.setdefault(name, {}), alloc.resource)
             if not self.intra:
                 res.sub_into(self.quota_left[alloc.queue.path], alloc.resource)
             res.sub_into(self.budget_left, alloc.resource)
@@ -156,7 +166,7 @@ class VictimPlacer:
         if old is not None:
             self.index.remove((old, name))
             node = chosen.node
-            room = node.free_of(MEMORY) + sum(e[3].resource.get(MEMORY, 0) for e in self.by_node[name])
+            room = self._potential(node, self.by_node[name]) + self.freed.get(name, {}).get(MEMORY, 0)
             self.potential[name] = room
             self.index.add((room, name))
         if any(v <= 0 for k, v in self.budget_left.items() if k in self.request.budget and self.request.budget[k] > 0):

@@ -1,8 +1,9 @@
 """Sniper's inter-queue preemption quotas (seed 002 ``calculate-preemption-quotas``), sans-IO.
 
 From the ideal assignment (YARN's fix-point under DRF, layered by priority, ineffective increments
-dropped): a leaf queue whose net usage (victims already preempting excluded) exceeds its ideal plus
-the deadzone on some resource may lose, on each resource it is over its ideal, what it holds above
+dropped): a leaf queue whose net usage (victims already preempting excluded) exceeds, on some
+resource, both its ideal and its guarantee plus the deadzone (YARN's ``max_ignored_over_capacity``) may
+lose, on each resource it is over its ideal, what it holds above
 ``max(ideal, guaranteed)``, and on the others what it holds above its guarantee (DRF: a queue over
 its share on its dominant resource gives back whole containers); never anything from a ``disabled``
 queue. A leaf at or below its ideal on every resource and below it on one, with demand, is a
@@ -52,8 +53,11 @@ def below_ideal(usage: Resource, ideal: Resource) -> bool:
     )
 
 
-def over_deadzone(usage: Resource, ideal: Resource, deadzone: float) -> bool:
-    return any(v > int(ideal.get(k, 0) * (1.0 + deadzone)) for k, v in usage.items())
+def over_deadzone(queue: Queue, usage: Resource, ideal: Resource, deadzone: float) -> bool:
+    """Over ``max(ideal, guaranteed * (1 + deadzone))`` on some resource: YARN's and seed 000's deadzone
+    (``used > (1 + max_ignored_over_capacity) * guaranteed``), and above the ideal as well."""
+    g = queue.guaranteed
+    return any(v > max(ideal.get(k, 0), int(g.get(k, 0) * (1.0 + deadzone))) for k, v in usage.items())
 
 
 def compute_quotas(state: PartitionState, config: PreemptionConfig) -> Quotas:
@@ -68,7 +72,7 @@ def compute_quotas(state: PartitionState, config: PreemptionConfig) -> Quotas:
             continue
         usage = net_usage(queue)
         target = ideal.get(path, {})
-        if not preemption_disabled(queue) and over_deadzone(usage, target, config.max_ignored_over_capacity):
+        if not preemption_disabled(queue) and over_deadzone(queue, usage, target, config.max_ignored_over_capacity):
             lose = res.clamp_min_zero(res.sub(usage, floor_of(queue, usage, target)))
             if lose:
                 may_lose[path] = lose
