@@ -102,9 +102,11 @@ class AllocatorCore(ViewReplica):
             for ask in candidates:
                 tried.add(ask.key)
             placed_all.extend(result.placed)
+            # Asks that failed no longer hide the ones behind them (batch, headroom): look again.
+            progress = bool(result.placed) or not result.failed <= failed
             failed |= result.failed
             n_alloc -= len(result.placed)
-            if not result.placed:
+            if not progress:
                 break
         self.stats.cycles += 1
         if n_alloc <= 0:

@@ -297,3 +297,31 @@ def test_replica_matches_the_cache_after_a_busy_sequence() -> None:
     assert fingerprint(h.allocator.state, allocating=True) == fingerprint(h.cache.state, allocating=True)
     assert fingerprint(h.allocator.state) == fingerprint(h.cache.state)
     assert h.model.violations == []
+
+
+def test_an_unplaceable_ask_filling_the_batch_does_not_starve_the_others() -> None:
+    """Candidates that all fail are skipped and the cycle asks for the next ones."""
+    h = _harness(
+        NODE,
+        f.AppAdded(app="b1", queue="root.b"),  # no max: only the batch bounds the candidates
+        f.AskAdded(app="b1", ask="huge", resource={"memory": 65536}, count=10, priority=9),
+        f.AskAdded(app="b1", ask="small", resource={"memory": 1024}),
+    )
+    h.allocator.batch = 4
+    proposal = h.propose()
+    assert proposal is not None
+    assert [(pl.ask, pl.node) for pl in proposal.placements] == [("small", "n1")]
+    assert h.allocator.missed == {("b1", "huge"): 1}
+
+
+def test_an_unplaceable_ask_does_not_hold_headroom_from_the_next_ones() -> None:
+    """A pinned ask that cannot fit its node takes no room under the queue max from the others."""
+    h = _harness(
+        f.NodeAdded(node="small", capacity={"memory": 2048, "vcore": 8000}),
+        f.NodeAdded(node="big", capacity={"memory": 65536, "vcore": 64000}),
+        APP,
+        f.AskAdded(app="a1", ask="pinned", resource={"memory": 16384}, count=2, node="small"),
+        f.AskAdded(app="a1", ask="free", resource={"memory": 16384}),
+    )
+    h.settle()
+    assert h.placements() == [("free", "big")]  # root.a max 32768 holds "free" once "pinned" is out
