@@ -72,6 +72,7 @@ class ClusterModel:
         self.decisions = 0
         self.last_seq = 0
         self.rejected_asks: set[tuple[str, str]] = set()
+        self.seen_events: set[str] = set()
         if config is not None:
             self.configure(config)
 
@@ -82,6 +83,10 @@ class ClusterModel:
         self.queue_cfg = {q.path: q for q in config.queues()}
 
     def on_event(self, event: f.Feed) -> None:
+        if event.id:
+            if event.id in self.seen_events:
+                return  # a replayed event (at-least-once delivery) changes nothing, as for the cache
+            self.seen_events.add(event.id)
         match event:
             case f.PartitionConfigEvent(config=raw):
                 with contextlib.suppress(ValueError):  # the cache rejects it too
