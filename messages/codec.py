@@ -50,7 +50,7 @@ def decode_feed_lines(lines: Iterable[str | bytes], source: str = "trace") -> It
             continue
         try:
             yield feed_json.decode(text)
-        except msgspec.DecodeError as err:
+        except (msgspec.DecodeError, UnicodeDecodeError) as err:  # a string field that is not UTF-8
             yield BadInput(f"{source}:{number}", str(err))
 
 
