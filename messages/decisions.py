@@ -14,6 +14,9 @@ class Decision(msgspec.Struct, tag_field="type", kw_only=True, frozen=True, gc=F
     seq: int = 0
     epoch: int = 0
     t: float = 0.0
+    # The Kafka offset of the last feed record the cache had handled when it made this decision (-1:
+    # none, or not on Kafka); a new owner replays the feed up to it before applying the decision.
+    feed_offset: int = -1
 
 
 class Allocated(Decision, tag="allocated", frozen=True, gc=False):

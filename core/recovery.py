@@ -1,0 +1,324 @@
+"""Durable caches, sans-IO: snapshots, restore, and the replay a new partition owner does.
+
+What it owns:
+
+- :class:`DurableCacheCore`, a :class:`~core.cache.CacheCore` that stamps every decision with the
+  Kafka offset of the last feed record it had handled (``feed_offset``) and refuses absurd resource
+  quantities (over :data:`MAX_QUANTITY`) with a ``rejected`` decision;
+- :func:`take_snapshot` / :func:`restore`: a cache to a :class:`~messages.snapshot.Snapshot` and back;
+- :func:`apply_logged`: one logged decision that came from a proposal or a tick turned back into the
+  state changes that made it (``allocated``, ``preempt`` with its reservation, ``kill``, and, if replay
+  ever diverged, ``released``, ``allocation_lost``, ``reservation_ended``);
+- :func:`replay`: the feed records after a snapshot interleaved with the decisions logged after it.
+
+Invariants of :func:`replay` (ARCHITECTURE section 3, "the decisions topic is the commit log"):
+
+- it never re-decides the past: a feed record is re-applied with its decisions suppressed when the
+  log already holds them (their ``seq`` is at most the last logged one), and a logged decision that
+  came from a proposal or a tick is applied as the change it recorded, never recomputed;
+- a logged decision is applied only once the replayed feed has reached its ``feed_offset``, in
+  ``seq`` order, so the state sees events and decisions in the order the old owner did;
+- decisions that replay produces beyond the last logged ``seq`` (the old owner handled the record but
+  died before publishing them) are returned as ``fresh``: the caller publishes them;
+- nothing here does I/O or reads a clock; time only moves to the ``t`` of logged decisions.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections import OrderedDict
+from collections.abc import Sequence
+from typing import Any
+
+from core.cache import SEEN_IDS, CacheCore, state_changes
+from core.config import PartitionConfig
+from messages import decisions as d
+from messages import feed as f
+from messages import protocol as p
+from messages.snapshot import Snapshot, SnapshotBody, decode_body, encode_body
+
+MAX_QUANTITY = 2**40  # a sanity cap on one resource value (2**40 MiB is an exbibyte of memory)
+
+_ID_NUMBER = re.compile(r"^(?:alloc|resv)-(\d+)$")
+
+
+def absurd_quantity(event: f.Feed) -> str | None:
+    """Why ``event`` carries an absurd resource value, or ``None`` when it does not."""
+    resource: dict[str, int] | None = None
+    if isinstance(event, f.NodeAdded | f.NodeUpdated):
+        resource = event.capacity
+    elif isinstance(event, f.AskAdded):
+        resource = event.resource
+    for name, value in (resource or {}).items():
+        if value > MAX_QUANTITY:
+            return f"{name}={value} is over the sanity cap of {MAX_QUANTITY}"
+    return None
+
+
+class DurableCacheCore(CacheCore):
+    """A cache whose decisions say which feed record they were made after (for replay)."""
+
+    def __init__(self, partition: str, config: PartitionConfig | None = None, *, epoch: int = 0) -> None:
+        self.feed_offset = -1
+        super().__init__(partition, config, epoch=epoch)
+
+    def decide(self, decision_type: type[d.DecisionMsg], **fields: Any) -> None:
+        super().decide(decision_type, feed_offset=self.feed_offset, **fields)
+
+    def handle_event(self, event: f.Feed) -> None:
+        why = absurd_quantity(event)
+        if why is not None:
+            self.stats.events += 1
+            self._reject(f"{type(event).__name__}: absurd resource: {why}", event=event.id)
+            return
+        super().handle_event(event)
+
+
+# ---------------------------------------------------------------------------------------------- snapshots
+
+
+def take_snapshot(core: DurableCacheCore, *, kafka_partition: int = -1, wall_time: float = 0.0) -> Snapshot:
+    """The whole state of ``core`` as a snapshot (take it only when the core has no unpublished output)."""
+    killed = [a.id for a in core.state.allocations.values() if a.killed]
+    codec, body = encode_body(SnapshotBody(changes=state_changes(core.state), seen=list(core.seen), killed=killed))
+    return Snapshot(
+        partition=core.partition,
+        epoch=core.epoch,
+        decision_seq=core.decision_seq,
+        feed_offset=core.feed_offset,
+        kafka_partition=kafka_partition,
+        view_seq=core.view_seq,
+        now=core.state.now,
+        counters=dict(core.counters),
+        codec=codec,
+        body=body,
+        wall_time=wall_time,
+    )
+
+
+def restore(snapshot: Snapshot, *, epoch: int | None = None) -> DurableCacheCore:
+    """A cache in the state ``snapshot`` recorded (raises ``SnapshotError`` on an unreadable body)."""
+    body = decode_body(snapshot)
+    core = DurableCacheCore(snapshot.partition, epoch=snapshot.epoch if epoch is None else epoch)
+    core.state.apply_all(body.changes)
+    for aid in body.killed:
+        alloc = core.state.allocations.get(aid)
+        if alloc is not None:
+            alloc.killed = True
+    core.decision_seq = snapshot.decision_seq
+    core.feed_offset = snapshot.feed_offset
+    core.view_seq = snapshot.view_seq
+    for kind, value in snapshot.counters.items():
+        core.counters[kind] = max(core.counters.get(kind, 0), value)
+    core.seen = OrderedDict((event_id, None) for event_id in body.seen[-SEEN_IDS:])
+    core.drain()  # the restored changes are not news for anyone
+    return core
+
+
+# ---------------------------------------------------------------------------------------------- replay
+
+
+@dataclasses.dataclass(slots=True)
+class ReplayResult:
+    fresh: list[d.DecisionMsg]  # decided during replay after the last logged one: still to publish
+    feed_replayed: int = 0
+    decisions_applied: int = 0  # logged decisions turned back into changes
+    decisions_regenerated: int = 0  # logged decisions a replayed feed record produced again
+    divergences: list[str] = dataclasses.field(default_factory=list)
+
+
+def _bump_counter(core: CacheCore, kind: str, ident: str) -> None:
+    match = _ID_NUMBER.match(ident)
+    if match is not None:
+        core.counters[kind] = max(core.counters.get(kind, 0), int(match.group(1)))
+
+
+def _advance_clock(core: CacheCore, t: float) -> None:
+    if t > core.state.now:
+        core.commit(p.Clock(now=t))
+
+
+def _same(a: d.DecisionMsg, b: d.DecisionMsg) -> bool:
+    """Whether a regenerated decision is the logged one (type and subject; ``t`` and epoch may differ)."""
+    if type(a) is not type(b):
+        return False
+    for name in ("allocation", "reservation", "app", "ask", "node"):
+        if getattr(a, name, None) != getattr(b, name, None):
+            return False
+    return True
+
+
+def apply_logged(core: CacheCore, log: Sequence[d.DecisionMsg], index: int) -> tuple[int, list[str]]:
+    """Apply ``log[index]`` (and the preempt records of the same commit) to ``core`` as state changes.
+
+    Returns the index of the next decision to look at, and what could not be applied (divergences:
+    the state no longer matches the log there; the rest of the log is still applied as far as it can).
+    ``core.decision_seq`` becomes the seq of the last decision consumed.
+    """
+    dec = log[index]
+    state = core.state
+    problems: list[str] = []
+    _advance_clock(core, dec.t)
+    end = index + 1
+    match dec:
+        case d.Allocated():
+            _bump_counter(core, "alloc", dec.allocation)
+            app = state.apps.get(dec.app)
+            ask = None if app is None else app.asks.get(dec.ask)
+            if dec.allocation in state.allocations:
+                pass  # already there (a duplicate in the log)
+            elif app is None or dec.node not in state.nodes:
+                problems.append(f"allocated {dec.allocation}: app {dec.app} or node {dec.node} is not known")
+            else:
+                reservation = dec.reservation if dec.reservation in state.reservations else None
+                core.commit(
+                    p.AllocationSet(
+                        allocation=dec.allocation,
+                        app=dec.app,
+                        ask=dec.ask,
+                        node=dec.node,
+                        resource=dict(dec.resource),
+                        start=dec.t,
+                        am=dec.am,
+                        reservation=reservation,
+                        priority=ask.priority if ask is not None else 0,
+                    )
+                )
+        case d.Preempt():
+            # One committed preemption is a run of consecutive preempt records (one per victim).
+            while end < len(log):
+                following = log[end]
+                if not isinstance(following, d.Preempt) or not _same_commit(dec, following):
+                    break
+                end += 1
+            group: list[d.Preempt] = [x for x in log[index:end] if isinstance(x, d.Preempt)]
+            if not dec.observe_only:
+                problems.extend(_apply_preempts(core, group))
+        case d.Kill():
+            alloc = state.allocations.get(dec.allocation)
+            if alloc is not None:
+                alloc.killed = True
+        case d.Released() | d.AllocationLost():
+            # Normally regenerated by the replayed feed record; applied here only if replay diverged.
+            if dec.allocation in state.allocations:
+                core.commit(p.AllocationGone(allocation=dec.allocation))
+        case d.ReservationEnded():
+            if dec.reservation in state.reservations:
+                core.commit(p.ReservationGone(reservation=dec.reservation))
+        case _:
+            pass  # rejected: no state
+    core.decision_seq = max(core.decision_seq, log[end - 1].seq)
+    return end, problems
+
+
+def _same_commit(first: d.Preempt, other: d.Preempt) -> bool:
+    if first.observe_only != other.observe_only or first.policy != other.policy:
+        return False
+    if first.reservation:
+        return other.reservation == first.reservation
+    return not other.reservation and other.deadline == first.deadline
+
+
+def _apply_preempts(core: CacheCore, group: list[d.Preempt]) -> list[str]:
+    state = core.state
+    first = group[0]
+    victims = [x.allocation for x in group if x.allocation in state.allocations]
+    problems = [f"preempt of unknown allocation {x.allocation}" for x in group if x.allocation not in state.allocations]
+    if not first.reservation:
+        if victims:
+            core.commit(p.VictimsMarked(victims=victims, deadline=first.deadline, policy=first.policy))
+        return problems
+    _bump_counter(core, "reservation", first.reservation)
+    if first.reservation in state.reservations:
+        return problems
+    app = state.apps.get(first.for_app)
+    ask = None if app is None else app.asks.get(first.for_ask)
+    if app is None or ask is None or first.node not in state.nodes:
+        return [*problems, f"reservation {first.reservation}: ask {first.for_app}/{first.for_ask} or node is gone"]
+    config = state.config
+    timeout = config.preemption.reservation_timeout if config is not None else 60.0
+    core.commit(
+        p.ReservationSet(
+            reservation=first.reservation,
+            app=first.for_app,
+            ask=first.for_ask,
+            node=first.node,
+            resource=dict(first.for_resource) if first.for_resource else dict(ask.resource),
+            victims=victims,
+            deadline=first.deadline,
+            expires=first.deadline + timeout,
+            policy=first.policy,
+        )
+    )
+    return problems
+
+
+def replay(
+    core: DurableCacheCore,
+    feed: Sequence[tuple[int, f.Feed]],
+    log: Sequence[d.DecisionMsg],
+) -> ReplayResult:
+    """Bring ``core`` (restored from a snapshot) up to date; see the module invariants.
+
+    ``feed``: ``(offset, event)`` records of this partition after the snapshot's ``feed_offset``, in
+    offset order. ``log``: the logged decisions of this partition with ``seq`` above the snapshot's, in
+    ``seq`` order (one per seq). The core's output is drained; its decisions are either suppressed or
+    returned as ``fresh``.
+    """
+    last_logged = max((x.seq for x in log), default=core.decision_seq)
+    logged_by_seq = {x.seq: x for x in log}
+    result = ReplayResult(fresh=[])
+    i = j = 0
+
+    def feed_one(offset: int, event: f.Feed) -> None:
+        core.feed_offset = offset
+        core.handle_event(event)
+        result.feed_replayed += 1
+        for dec in core.drain().decisions:
+            if dec.seq > last_logged:
+                result.fresh.append(dec)
+                continue
+            logged = logged_by_seq.get(dec.seq)
+            if logged is None or not _same(dec, logged):
+                result.divergences.append(f"replayed feed offset {offset} decided {dec!r}, the log has {logged!r}")
+            else:
+                result.decisions_regenerated += 1
+
+    while j < len(log):
+        dec = log[j]
+        if dec.seq <= core.decision_seq:
+            j += 1  # regenerated by a replayed feed record (or before the snapshot)
+            continue
+        if i < len(feed) and feed[i][0] <= dec.feed_offset:
+            feed_one(*feed[i])
+            i += 1
+            continue
+        j, problems = apply_logged(core, log, j)
+        result.decisions_applied += 1
+        result.divergences.extend(problems)
+    while i < len(feed):
+        feed_one(*feed[i])
+        i += 1
+    core.drain()
+    return result
+
+
+def stamp(decisions: Sequence[d.DecisionMsg], **fields: Any) -> list[d.DecisionMsg]:
+    """Copies of ``decisions`` with ``fields`` replaced (e.g. the new owner's epoch on fresh ones)."""
+    import msgspec
+
+    return [msgspec.structs.replace(x, **fields) for x in decisions]
+
+
+__all__ = [
+    "MAX_QUANTITY",
+    "DurableCacheCore",
+    "ReplayResult",
+    "absurd_quantity",
+    "apply_logged",
+    "replay",
+    "restore",
+    "stamp",
+    "take_snapshot",
+]

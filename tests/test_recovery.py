@@ -1,0 +1,229 @@
+"""core/recovery: snapshots round-trip, and a new owner's replay rebuilds exactly the old owner's state.
+
+The "old owner" is a :class:`DurableCacheCore` driven by hand (feed records with Kafka-like offsets,
+allocator proposals, preemption proposals, ticks); its decisions are the log. A snapshot is taken at
+some point; a second core restored from it replays the feed records after it interleaved with the
+logged decisions, and must end in the same state without re-deciding anything.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+import pytest
+
+from core.allocator import AllocatorCore
+from core.recovery import MAX_QUANTITY, DurableCacheCore, apply_logged, replay, restore, take_snapshot
+from messages import decisions as d
+from messages import feed as f
+from messages import protocol as p
+from messages.snapshot import Snapshot, SnapshotError, snapshot_msgpack
+from tests.core_support import fingerprint, partition_raw, queue
+
+P = "default"
+
+
+def _fp(core: DurableCacheCore) -> dict[str, Any]:
+    out = fingerprint(core.state)
+    out.pop("now")
+    return out
+
+
+class Owner:
+    """An old owner: feed records get offsets, every decision goes to ``log``."""
+
+    def __init__(self, policy: str = "sniper") -> None:
+        self.core = DurableCacheCore(P)
+        self.allocator = AllocatorCore(P)
+        self.log: list[d.DecisionMsg] = []
+        self.feed: list[tuple[int, f.Feed]] = []
+        self.offset = 100  # Kafka offsets need not start at 0
+        self.feed_event(
+            f.PartitionConfigEvent(
+                partition=P,
+                config=partition_raw(
+                    queue("a", guaranteed={"memory": 8}),
+                    queue("b", guaranteed={"memory": 8}),
+                    policy=policy,
+                ),
+            )
+        )
+
+    def pump(self) -> None:
+        out = self.core.drain()
+        if out.view is not None:
+            assert self.allocator.apply_view(out.view)
+        self.log.extend(out.decisions)
+
+    def feed_event(self, *events: f.Feed) -> None:
+        for event in events:
+            self.offset += 1 + (self.offset % 3 == 0)  # gaps, like other keys' records in between
+            self.feed.append((self.offset, event))
+            self.core.feed_offset = self.offset
+            self.core.handle_event(event)
+        self.pump()
+
+    def settle(self) -> None:
+        for _ in range(50):
+            proposal = self.allocator.cycle()
+            if proposal is None:
+                return
+            self.core.handle_proposal(proposal)
+            self.pump()
+        raise AssertionError("never settled")
+
+    def tick(self, now: float) -> None:
+        self.core.tick(now)
+        self.pump()
+
+    def propose(self, proposal: p.PreemptionProposal) -> None:
+        self.core.handle_proposal(proposal)
+        self.pump()
+
+
+def _busy_owner() -> Owner:
+    o = Owner()
+    o.feed_event(
+        f.NodeAdded(partition=P, id="n1", node="n1", capacity={"memory": 8}),
+        f.NodeAdded(partition=P, id="n2", node="n2", capacity={"memory": 8}),
+        f.AppAdded(partition=P, id="b1", app="b1", queue="root.b"),
+        f.AskAdded(partition=P, id="b1k", app="b1", ask="k", resource={"memory": 4}, count=4),
+    )
+    o.settle()
+    return o
+
+
+def _recover(o: Owner, snapshot: Snapshot, log: list[d.DecisionMsg] | None = None) -> tuple[DurableCacheCore, Any]:
+    log = o.log if log is None else log
+    core = restore(snapshot, epoch=snapshot.epoch + 1)
+    feed = [(off, e) for off, e in o.feed if off > snapshot.feed_offset]
+    after = [x for x in log if x.seq > snapshot.decision_seq]
+    return core, replay(core, feed, after)
+
+
+def test_snapshot_round_trips_through_msgpack() -> None:
+    o = _busy_owner()
+    o.tick(3.0)
+    snap = take_snapshot(o.core, kafka_partition=2, wall_time=1.5)
+    decoded = snapshot_msgpack.decode(msgspec.msgpack.encode(snap))
+    assert decoded == snap
+    core = restore(decoded)
+    assert _fp(core) == _fp(o.core)
+    assert (core.decision_seq, core.feed_offset, core.counters) == (
+        o.core.decision_seq,
+        o.core.feed_offset,
+        o.core.counters,
+    )
+    assert list(core.seen) == list(o.core.seen)
+    assert core.state.now == o.core.state.now
+
+
+def test_an_unreadable_snapshot_body_is_a_clear_error() -> None:
+    snap = msgspec.structs.replace(take_snapshot(_busy_owner().core), body=b"garbage")
+    with pytest.raises(SnapshotError, match="unreadable"):
+        restore(snap)
+
+
+def test_replay_from_the_start_rebuilds_the_state_without_deciding_anything() -> None:
+    o = _busy_owner()
+    empty = take_snapshot(DurableCacheCore(P))
+    core, result = _recover(o, empty)
+    assert _fp(core) == _fp(o.core)
+    assert result.fresh == [] and result.divergences == []
+    assert result.decisions_applied == 4  # the four allocations came from proposals
+    assert core.decision_seq == o.core.decision_seq
+    assert core.counters["alloc"] == o.core.counters["alloc"]
+
+
+def test_replay_after_a_snapshot_with_releases_preemption_kill_and_node_loss() -> None:
+    o = _busy_owner()
+    snap = take_snapshot(o.core)
+    # After the snapshot: a beneficiary arrives, the sniper preempts for it, a kill, a release, node loss.
+    o.feed_event(
+        f.AppAdded(partition=P, id="a1", app="a1", queue="root.a"),
+        f.AskAdded(partition=P, id="a1k", app="a1", ask="k", resource={"memory": 4}, count=1),
+    )
+    o.settle()
+    victim = next(a for a in o.core.state.allocations.values() if a.node == "n1")
+    o.propose(
+        p.PreemptionProposal(
+            partition=P,
+            id="pp/1",
+            view_seq=o.allocator.view_seq,
+            policy="sniper",
+            placements=[p.Victimized(app="a1", ask="k", node="n1", victims=[victim.id])],
+        )
+    )
+    assert any(isinstance(x, d.Preempt) for x in o.log), o.log[-3:]
+    o.tick(100.0)  # past the grace: kill
+    assert any(isinstance(x, d.Kill) for x in o.log)
+    o.feed_event(f.AllocationReleased(partition=P, id="rel", allocation=victim.id))  # fulfils the reservation
+    o.settle()
+    o.feed_event(f.NodeRemoved(partition=P, id="gone", node="n2"))
+    o.feed_event(f.AppAdded(partition=P, id="a1", app="a1", queue="root.a"))  # a duplicate: no effect
+    core, result = _recover(o, snap)
+    assert result.divergences == []
+    assert result.fresh == []
+    assert _fp(core) == _fp(o.core)
+    assert core.decision_seq == o.core.decision_seq
+    assert core.counters == o.core.counters
+    assert {a.id for a in core.state.allocations.values() if a.killed} == {
+        a.id for a in o.core.state.allocations.values() if a.killed
+    }
+
+
+def test_decisions_never_published_come_back_fresh_and_nothing_is_decided_twice() -> None:
+    o = _busy_owner()
+    snap = take_snapshot(o.core)
+    o.feed_event(f.NodeRemoved(partition=P, id="gone", node="n1"))  # two allocation_lost decisions
+    lost = [x for x in o.log if isinstance(x, d.AllocationLost)]
+    assert len(lost) == 2
+    # The old owner died after publishing only the first of them.
+    published = [x for x in o.log if x.seq <= lost[0].seq]
+    core, result = _recover(o, snap, published)
+    assert [(type(x), x.allocation) for x in result.fresh] == [(d.AllocationLost, lost[1].allocation)]  # type: ignore[union-attr]
+    assert result.fresh[0].seq == lost[1].seq
+    assert _fp(core) == _fp(o.core)
+
+
+def test_apply_logged_groups_the_victims_of_one_reservation() -> None:
+    o = _busy_owner()
+    snap = take_snapshot(o.core)
+    base = {"partition": P, "app": "b1", "queue": "root.b", "node": "n1", "resource": {"memory": 4}}
+    extra = {"for_app": "a1", "for_queue": "root.a", "deadline": 20.0, "for_resource": {"memory": 8}}
+    o.feed_event(
+        f.AppAdded(partition=P, id="a1", app="a1", queue="root.a"),
+        f.AskAdded(partition=P, id="a1k", app="a1", ask="big", resource={"memory": 8}, count=1),
+    )
+    core = restore(snap)
+    replay(core, [(off, e) for off, e in o.feed if off > snap.feed_offset], [])
+    victims = sorted(a.id for a in core.state.allocations.values() if a.node == "n1")
+    seq = core.decision_seq
+    log: list[d.DecisionMsg] = [
+        d.Preempt(seq=seq + 1 + i, allocation=v, for_ask="big", reservation="resv-7", t=5.0, **base, **extra)  # type: ignore[arg-type]
+        for i, v in enumerate(victims)
+    ]
+    nxt, problems = apply_logged(core, log, 0)
+    assert (nxt, problems) == (2, [])
+    r = core.state.reservations["resv-7"]
+    assert sorted(r.victims) == victims and r.resource == {"memory": 8}
+    assert core.counters["reservation"] == 7 and core.decision_seq == seq + 2
+    assert all(core.state.allocations[v].preempting for v in victims)
+    assert core.state.now == 5.0
+
+
+def test_absurd_quantities_are_rejected_with_the_reason() -> None:
+    o = _busy_owner()
+    o.feed_event(f.NodeAdded(partition=P, id="huge", node="huge", capacity={"memory": MAX_QUANTITY + 1}))
+    rejected = [x for x in o.log if isinstance(x, d.Rejected)]
+    assert rejected and "sanity cap" in rejected[-1].reason
+    assert "huge" not in o.core.state.nodes
+    assert rejected[-1].feed_offset == o.offset
+
+
+def test_decisions_carry_the_feed_offset_they_were_made_after() -> None:
+    o = _busy_owner()
+    allocated = [x for x in o.log if isinstance(x, d.Allocated)]
+    last_feed = o.feed[-1][0]
+    assert allocated and all(x.feed_offset == last_feed for x in allocated)
