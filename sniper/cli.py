@@ -296,5 +296,11 @@ def check_config(path: Annotated[Path, typer.Argument(help="queues.yaml")]) -> N
             )
 
 
+# ---- Kafka cluster commands (broker, core, feed, record, bench e2e): defined in cluster/cli.py
+from cluster.cli import register as _register_cluster_commands  # noqa: E402
+
+_register_cluster_commands(app, bench_app)
+
+
 def main() -> None:
     app()

@@ -1,0 +1,191 @@
+"""The Kafka commands of the ``sniper`` CLI: broker, core, feed, record and ``bench e2e``.
+
+:func:`register` adds them to the main typer app (``sniper.cli``). A thin shell like the rest of the
+CLI: it parses flags, builds :class:`~transport.kafka.KafkaSettings` (flags, then ``SNIPER_KAFKA_*``),
+starts the embedded broker when no bootstrap is given, runs the asyncio program on uvloop and maps
+outcomes to exit codes (0 fine, 1 invariant violated, 2 bad input or configuration).
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+
+console = Console(stderr=True)
+
+Bootstrap = Annotated[
+    str | None,
+    typer.Option(help="Kafka bootstrap HOST:PORT (default: $SNIPER_KAFKA_BOOTSTRAP, else an embedded broker)"),
+]
+Prefix = Annotated[str | None, typer.Option(help="topic name prefix (default sniper.; env SNIPER_KAFKA_PREFIX)")]
+Partitions = Annotated[int | None, typer.Option("--kafka-partitions", help="partitions of topics it creates")]
+SecurityProtocol = Annotated[
+    str | None, typer.Option(help="PLAINTEXT|SSL|SASL_PLAINTEXT|SASL_SSL (env SNIPER_KAFKA_SECURITY_PROTOCOL)")
+]
+SaslMechanism = Annotated[str | None, typer.Option(help="PLAIN|SCRAM-SHA-256|SCRAM-SHA-512")]
+Username = Annotated[str | None, typer.Option(help="SASL user (env SNIPER_KAFKA_USERNAME)")]
+Password = Annotated[str | None, typer.Option(help="SASL password (prefer env SNIPER_KAFKA_PASSWORD)")]
+CaFile = Annotated[Path | None, typer.Option(help="TLS CA bundle")]
+CertFile = Annotated[Path | None, typer.Option(help="TLS client certificate")]
+KeyFile = Annotated[Path | None, typer.Option(help="TLS client key")]
+MaxMessage = Annotated[int | None, typer.Option(help="largest record in bytes (topics and clients)")]
+SessionTimeout = Annotated[int | None, typer.Option(help="consumer-group session timeout (ms)")]
+
+
+def _settings(bootstrap: str, embedded: bool, **flags: Any) -> Any:
+    from cluster.kafka_env import build_settings
+
+    for name in ("ssl_cafile", "ssl_certfile", "ssl_keyfile"):
+        if flags.get(name) is not None:
+            flags[name] = str(flags[name])
+    return build_settings(bootstrap, embedded=embedded, **flags)
+
+
+def _run(main: Any) -> Any:
+    import anyio
+
+    return anyio.run(main, backend="asyncio", backend_options={"use_uvloop": True})
+
+
+def _fail(message: str, code: int = 2) -> typer.Exit:
+    console.print(f"[red]error:[/] {message}")
+    return typer.Exit(code)
+
+
+async def _until_signal() -> None:
+    """Return on SIGINT or SIGTERM."""
+    import anyio
+
+    with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async for _ in signals:
+            return
+
+
+def broker(
+    port: Annotated[int | None, typer.Option(help="port to listen on (default: a free one)")] = None,
+    host: Annotated[str, typer.Option(help="address to listen on and advertise")] = "127.0.0.1",
+) -> None:
+    """Run the embedded Kafka-compatible broker (tansu, in-memory) in the foreground until Ctrl-C."""
+    from transport.broker import BrokerStartError, EmbeddedBroker
+
+    async def main() -> None:
+        async with EmbeddedBroker(host=host, port=port) as embedded:
+            sys.stdout.write(f"{embedded.bootstrap}\n")
+            sys.stdout.flush()
+            console.print(
+                f"embedded broker listening on {embedded.bootstrap} (storage in memory); Ctrl-C stops it\n"
+                f"  export SNIPER_KAFKA_BOOTSTRAP={embedded.bootstrap}"
+            )
+            await _until_signal()
+
+    try:
+        _run(main)
+    except BrokerStartError as err:
+        raise _fail(str(err), 1) from None
+    except KeyboardInterrupt:
+        pass
+
+
+def core(
+    bootstrap: Bootstrap = None,
+    role: Annotated[str, typer.Option(help="all | cache | allocator | policy")] = "all",
+    group: Annotated[str, typer.Option(help="consumer group of the core processes")] = "sniper-core",
+    queues: Annotated[Path | None, typer.Option(help="queues.yaml: partitions configured up front")] = None,
+    metrics_port: Annotated[int | None, typer.Option(help="serve Prometheus metrics on this port")] = None,
+    tick: Annotated[float, typer.Option(help="seconds between clock ticks")] = 0.5,
+    snapshot_interval: Annotated[float, typer.Option(help="seconds between snapshots of a busy partition")] = 5.0,
+    snapshot_every: Annotated[int, typer.Option(help="snapshot after this many decisions")] = 1000,
+    log_format: Annotated[str, typer.Option(help="kv | json")] = "kv",
+    verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
+    prefix: Prefix = None,
+    kafka_partitions: Partitions = None,
+    security_protocol: SecurityProtocol = None,
+    sasl_mechanism: SaslMechanism = None,
+    username: Username = None,
+    password: Password = None,
+    ssl_cafile: CaFile = None,
+    ssl_certfile: CertFile = None,
+    ssl_keyfile: KeyFile = None,
+    max_message_bytes: MaxMessage = None,
+    session_timeout_ms: SessionTimeout = None,
+) -> None:
+    """Run one scheduler-core process: it joins the group and hosts the partitions Kafka assigns it."""
+    from cluster.core import CoreOptions, CoreProcess
+    from cluster.kafka_env import bootstrap_or_embedded
+    from cluster.obs import CoreMetrics, setup_logging
+    from core.config import ConfigError, load_config
+
+    try:
+        setup_logging(log_format, logging.DEBUG if verbose else logging.INFO)
+        config = load_config(queues) if queues is not None else None
+        options = CoreOptions(
+            group=group,
+            role=role,
+            config=config,
+            tick=tick,
+            snapshot_interval=snapshot_interval,
+            snapshot_every=snapshot_every,
+        )
+    except (ConfigError, ValueError, OSError) as err:
+        raise _fail(str(err)) from None
+
+    async def main() -> None:
+        import anyio
+
+        async with bootstrap_or_embedded(bootstrap, announce=console.print) as (address, embedded):
+            settings = _settings(
+                address,
+                embedded,
+                prefix=prefix,
+                partitions=kafka_partitions,
+                security_protocol=security_protocol,
+                sasl_mechanism=sasl_mechanism,
+                username=username,
+                password=password,
+                ssl_cafile=ssl_cafile,
+                ssl_certfile=ssl_certfile,
+                ssl_keyfile=ssl_keyfile,
+                max_message_bytes=max_message_bytes,
+                session_timeout_ms=session_timeout_ms,
+            )
+            process = CoreProcess(settings, options)
+            metrics = None
+            if metrics_port is not None:
+                metrics = CoreMetrics(process)
+                port = metrics.serve(metrics_port)
+                logging.getLogger("sniper.core").info("metrics on http://0.0.0.0:%d/metrics", port)
+            try:
+                async with anyio.create_task_group() as tg:
+
+                    async def stop_on_signal() -> None:
+                        await _until_signal()
+                        tg.cancel_scope.cancel()
+
+                    tg.start_soon(stop_on_signal)
+                    await process.run()
+                    tg.cancel_scope.cancel()
+            finally:
+                if metrics is not None:
+                    metrics.close()
+
+    try:
+        _run(main)
+    except ValueError as err:
+        raise _fail(str(err)) from None
+    except KeyboardInterrupt:
+        pass
+
+
+def register(app: typer.Typer, bench_app: typer.Typer) -> None:
+    """Add the Kafka commands to the ``sniper`` app (and ``bench e2e`` to its bench group)."""
+    app.command("broker")(broker)
+    app.command("core")(core)
+
+
+__all__ = ["register"]
