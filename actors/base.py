@@ -35,10 +35,14 @@ class MergedInbox(Subscription):
         self._holding = 0  # pumps that took a message and wait to hand it over
 
     async def pump_all(self) -> None:
-        async with anyio.create_task_group() as tg:
-            for source in self._sources:
-                tg.start_soon(self._pump, source)
-        await self._send.aclose()
+        try:
+            async with anyio.create_task_group() as tg:
+                for source in self._sources:
+                    tg.start_soon(self._pump, source)
+        finally:
+            # The sources ended or the actor stopped: the receiver gets EndOfStream, both ends are released.
+            self._send.close()
+            self._receive.close()
 
     async def _pump(self, source: Subscription) -> None:
         while True:

@@ -50,6 +50,7 @@ class _MemorySubscription(Subscription):
 class MemoryBus(Bus):
     def __init__(self) -> None:
         self._subscribers: dict[str, list[tuple[str | None, MemoryObjectSendStream[Any]]]] = defaultdict(list)
+        self._receivers: list[MemoryObjectReceiveStream[Any]] = []
         self._in_flight = 0
         self._idle = anyio.Event()
         self._idle.set()
@@ -70,6 +71,7 @@ class MemoryBus(Bus):
     def subscribe(self, topic: str, *, group: str, key: str | None = None, capacity: int = 1024) -> Subscription:
         send, receive = anyio.create_memory_object_stream[Any](capacity)
         self._subscribers[topic].append((key, send))
+        self._receivers.append(receive)
         return _MemorySubscription(self, receive)
 
     async def aclose(self) -> None:
@@ -77,6 +79,9 @@ class MemoryBus(Bus):
             for _, send in subs:
                 await send.aclose()
         self._subscribers.clear()
+        for receive in self._receivers:  # receivers already woke with EndOfStream; release the streams
+            receive.close()
+        self._receivers.clear()
 
     # ---- quiescence
     def _delivering(self) -> None:
