@@ -52,7 +52,7 @@ class PreemptionConfig:
     min_missed_opportunities: int = 1
     victim_cost: str = "running_time"
     intra_queue: bool = False
-    max_candidate_nodes: int = 100
+    max_candidate_nodes: int = 16  # feasible nodes compared per preemption placement (cheapest wins)
     reservation_timeout: float = 60.0
 
 

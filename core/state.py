@@ -33,9 +33,11 @@ class Node:
         "allocated",
         "allocating",
         "allocations",
+        "by_queue",
         "capacity",
         "labels",
         "name",
+        "preempting",
         "reservations",
         "reserved",
         "schedulable",
@@ -51,6 +53,8 @@ class Node:
         self.allocating: Resource = {}
         self.allocations: set[str] = set()
         self.reservations: set[str] = set()
+        self.by_queue: dict[str, Resource] = {}  # allocated per leaf queue path
+        self.preempting: Resource = {}  # allocated to victims already preempting
 
     def free(self) -> Resource:
         """Room nobody holds: capacity minus allocated, reserved and (allocator only) allocating."""
@@ -326,10 +330,7 @@ class PartitionState:
         """Free room plus what victims already preempting on the node will free (it is promised to
         their reservations, which ``node.reserved`` already holds)."""
         room = node.free()
-        for aid in node.allocations:
-            alloc = self.allocations[aid]
-            if alloc.preempting:
-                res.add_into(room, alloc.resource)
+        res.add_into(room, node.preempting)
         return room
 
     def leaves(self) -> list[Queue]:
@@ -397,8 +398,11 @@ class PartitionState:
         """Re-key a node whose free room changed (also used by the allocator for in-flight room)."""
         self._index(node)
 
-    def _recount_capacity(self) -> None:
-        self.capacity = res.total(n.capacity for n in self.nodes.values() if n.schedulable)
+    def _count_capacity(self, node: Node, times: int) -> None:
+        """Keep ``capacity`` the sum of schedulable nodes' capacity, incrementally."""
+        if node.schedulable:
+            res.add_into(self.capacity, node.capacity, times)
+            self.capacity = res.normalized(self.capacity)
 
     def _node(self, c: p.NodeSet) -> None:
         node = self.nodes.get(c.node)
@@ -406,10 +410,11 @@ class PartitionState:
             node = Node(c.node, res.normalized(c.capacity), c.schedulable, dict(c.labels))
             self.nodes[c.node] = node
         else:
+            self._count_capacity(node, -1)
             node.capacity = res.normalized(c.capacity)
             node.schedulable = c.schedulable
             node.labels = dict(c.labels)
-        self._recount_capacity()
+        self._count_capacity(node, 1)
         self._index(node)
 
     def _node_gone(self, c: p.NodeGone) -> None:
@@ -420,7 +425,7 @@ class PartitionState:
             raise StateError(f"node {c.node} still holds allocations or reservations")
         del self.nodes[c.node]
         self.node_index.discard(c.node)
-        self._recount_capacity()
+        self._count_capacity(node, -1)
 
     def _app(self, c: p.AppSet) -> None:
         if c.app in self.apps:
@@ -479,6 +484,7 @@ class PartitionState:
         self.allocations[alloc.id] = alloc
         node.allocations.add(alloc.id)
         res.add_into(node.allocated, alloc.resource)
+        res.add_into(node.by_queue.setdefault(alloc.queue.path, {}), alloc.resource)
         app.allocations.add(alloc.id)
         res.add_into(app.allocated, alloc.resource)
         self._add_usage(app.queue, "allocated", alloc.resource, 1)
@@ -502,6 +508,9 @@ class PartitionState:
         node = self.nodes[alloc.node]
         node.allocations.discard(alloc.id)
         res.sub_into(node.allocated, alloc.resource)
+        res.sub_into(node.by_queue[alloc.queue.path], alloc.resource)
+        if alloc.preempting:
+            res.sub_into(node.preempting, alloc.resource)
         app = self.apps.get(alloc.app)
         if app is not None:
             app.allocations.discard(alloc.id)
@@ -536,6 +545,7 @@ class PartitionState:
             victim = self.allocations[vid]
             if not victim.preempting:
                 self._add_usage(victim.queue, "preempting", victim.resource, 1)
+                res.add_into(self.nodes[victim.node].preempting, victim.resource)
             victim.preempt_deadline = deadline
             victim.reservation = reservation
 

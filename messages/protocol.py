@@ -199,7 +199,7 @@ class PlacementRequest(Message, tag="placement_request", frozen=True, gc=False):
     mask: list[str] = []  # "app/ask" keys to skip
     min_missed: int = 1
     victim_cost: str = "running_time"
-    max_candidate_nodes: int = 100
+    max_candidate_nodes: int = 16
     intra_queue: bool = False
 
 

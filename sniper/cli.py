@@ -278,6 +278,24 @@ def bench_allocate_cmd(
         out.print(result)
 
 
+@bench_app.command("preempt")
+def bench_preempt_cmd(
+    nodes: Annotated[int, typer.Option()] = 10_000,
+    running: Annotated[int, typer.Option()] = 100_000,
+    starving: Annotated[int, typer.Option()] = 1_000,
+    candidates: Annotated[int, typer.Option(help="preemption.max_candidate_nodes")] = 16,
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
+    """One full sniper preemption round on a packed cluster: round time and targeted victims per second."""
+    from sniper.bench import bench_preempt
+
+    result = bench_preempt(nodes, running, starving, candidates=candidates)
+    if as_json:
+        sys.stdout.write(json.dumps(result) + "\n")
+    else:
+        out.print(result)
+
+
 @app.command("check-config")
 def check_config(path: Annotated[Path, typer.Argument(help="queues.yaml")]) -> None:
     """Validate a queues.yaml and print the parsed queue tree."""

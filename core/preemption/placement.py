@@ -48,30 +48,41 @@ class VictimPlacer:
         self.sets: list[VictimSet] = []
         self.taken: set[str] = set()
         self.freed: dict[str, Resource] = {}  # node -> victims taken there this round
+        self._relations: dict[tuple[str, str], bool] = {}  # (victim queue, beneficiary queue) -> allowed
+        self._room: dict[str, Resource] = {}
         self.exhausted = False
         self.intra = request.intra_queue
-        # Candidate victims per node, cheapest first and AM containers last; cost is fixed for the round.
+        # Candidate victims per node, cheapest first and AM containers last, built on a node's first
+        # evaluation (cost is fixed for the round). The index key is an upper bound of the memory a
+        # placement could get there, from per-node aggregates: O(nodes) to build, not O(containers).
         self.by_node: dict[str, list[tuple[bool, float, str, Allocation]]] = {}
-        for alloc in state.allocations.values():
-            if alloc.preempting or not self._victim_queue_ok(alloc.queue):
-                continue
-            entry = (alloc.am, self.cost_of(alloc, self.now), alloc.id, alloc)
-            self.by_node.setdefault(alloc.node, []).append(entry)
+        self.victim_queues = [q.path for q in state.queues.values() if q.is_leaf and self._victim_queue_ok(q)]
         self.index: SortedList = SortedList()
         self.potential: dict[str, int] = {}
-        for name, entries in self.by_node.items():
-            entries.sort(key=lambda e: (e[0], e[1], e[2]))
-            node = state.nodes.get(name)
-            if node is None or not node.schedulable:
+        self.max_slack = 0  # the most memory any node offers without new victims (an upper bound)
+        for name, node in state.nodes.items():
+            if not node.schedulable:
                 continue
-            room = self._potential(node, entries)
-            self.potential[name] = room
-            self.index.add((room, name))
+            held = sum(node.by_queue.get(q, {}).get(MEMORY, 0) for q in self.victim_queues)
+            if held <= 0:
+                continue
+            base = state.room_once_victims_leave(node).get(MEMORY, 0)
+            self.max_slack = max(self.max_slack, base)
+            self.potential[name] = base + held
+            self.index.add((base + held, name))
 
-    def _potential(self, node: Node, entries: list[tuple[bool, float, str, Allocation]]) -> int:
-        """An upper bound of the memory a placement could get on the node (the index key)."""
-        base = self.state.room_once_victims_leave(node).get(MEMORY, 0)
-        return base + sum(e[3].resource.get(MEMORY, 0) for e in entries)
+    def _victims_on(self, name: str) -> list[tuple[bool, float, str, Allocation]]:
+        entries = self.by_node.get(name)
+        if entries is None:
+            allocations = self.state.allocations
+            entries = []
+            for aid in self.state.nodes[name].allocations:
+                alloc = allocations[aid]
+                if not alloc.preempting and self._victim_queue_ok(alloc.queue):
+                    entries.append((alloc.am, self.cost_of(alloc, self.now), alloc.id, alloc))
+            entries.sort(key=lambda e: (e[0], e[1], e[2]))
+            self.by_node[name] = entries
+        return entries
 
     def _victim_queue_ok(self, queue: Queue) -> bool:
         if self.intra:
@@ -79,8 +90,7 @@ class VictimPlacer:
         return queue.path in self.quota_left
 
     def _allowed(self, alloc: Allocation, ask: Ask) -> bool:
-        if alloc.id in self.taken or alloc.preempting:
-            return False
+        """Victims taken this round are already gone from ``by_node``; preempting ones never entered."""
         if self.intra:
             return (
                 alloc.queue is ask.app.queue
@@ -88,7 +98,11 @@ class VictimPlacer:
                 and alloc.priority < ask.priority
                 and not alloc.am
             )
-        return may_preempt_for(alloc.queue, ask.app.queue)
+        pair = (alloc.queue.path, ask.app.queue.path)
+        allowed = self._relations.get(pair)
+        if allowed is None:
+            allowed = self._relations[pair] = may_preempt_for(alloc.queue, ask.app.queue)
+        return allowed
 
     # ------------------------------------------------------------------ Placer
 
@@ -96,10 +110,14 @@ class VictimPlacer:
         if self.exhausted:
             return None
         need = ask.resource
+        if not self.intra:
+            quota = sum(q.get(MEMORY, 0) for q in self.quota_left.values())
+            if need.get(MEMORY, 0) > self.max_slack + quota:
+                return None  # exact: no node's slack plus every victim queue's remaining quota covers it
         best: VictimSet | None = None
         feasible = 0
         start = self.index.bisect_left((need.get(MEMORY, 0), ""))
-        for _, name in list(self.index.islice(start)):
+        for _, name in self.index.islice(start):
             node = state.nodes[name]
             if ask.required_node is not None and ask.required_node != name:
                 continue
@@ -113,60 +131,79 @@ class VictimPlacer:
                 break
         if best is None:
             return None
-        self._take(best)
+        self._take(best, ask)
         return best.node
 
+    def _base_room(self, node: Node) -> Resource:
+        """Room once committed victims leave, minus what this round promised there (cached per round)."""
+        room = self._room.get(node.name)
+        if room is None:
+            room = self._room[node.name] = self.state.room_once_victims_leave(node)
+        return room
+
     def _minimal_set(self, node: Node, ask: Ask) -> VictimSet | None:
-        free = self.state.room_once_victims_leave(node)
-        taken_here = self.freed.get(node.name)
-        if taken_here:
-            res.add_into(free, taken_here)
-        shortfall = res.clamp_min_zero(res.sub(ask.resource, free))
+        base = self._base_room(node)
+        freed_here = self.freed.get(node.name) or {}
+        shortfall: dict[str, int] = {}
+        for k, v in ask.resource.items():
+            have = base.get(k, 0) + freed_here.get(k, 0)
+            if v > have:
+                shortfall[k] = v - have
         if not shortfall:
             return None  # room already free there is the normal allocator's to give, not preemption's
         chosen: list[tuple[bool, float, str, Allocation]] = []
+        got = dict.fromkeys(shortfall, 0)
         lose: dict[str, Resource] = {}
-        freed: Resource = {}
-        for entry in self.by_node.get(node.name, ()):
+        for entry in self._victims_on(node.name):
             alloc = entry[3]
             if not self._allowed(alloc, ask):
                 continue
             if not self.intra:
-                left = self.quota_left.get(alloc.queue.path, {})
-                after = res.add(lose.get(alloc.queue.path, {}), alloc.resource)
-                if not res.fits(after, left):
+                path = alloc.queue.path
+                left = self.quota_left[path]
+                taken = lose.get(path)
+                if taken is None:
+                    taken = lose[path] = {}
+                if not all(taken.get(k, 0) + v <= left.get(k, 0) for k, v in alloc.resource.items()):
                     continue
-                lose[alloc.queue.path] = after
+                for k, v in alloc.resource.items():
+                    taken[k] = taken.get(k, 0) + v
             chosen.append(entry)
-            res.add_into(freed, alloc.resource)
-            if res.fits(shortfall, freed):
+            for k in got:
+                got[k] += alloc.resource.get(k, 0)
+            if all(got[k] >= shortfall[k] for k in got):
                 break
         else:
             return None
         # Trim: drop, most expensive first, every victim the room does not need (never one it needs).
-        for entry in sorted(chosen, key=lambda e: (e[0], e[1]), reverse=True):
-            without = res.sub(freed, entry[3].resource)
-            if res.fits(shortfall, without):
-                chosen.remove(entry)
-                freed = without
-        victims = [e[3] for e in chosen]
-        return VictimSet(node, victims, sum(e[1] for e in chosen), any(e[0] for e in chosen))
+        if len(chosen) > 1:
+            for entry in sorted(chosen, key=lambda e: (e[0], e[1]), reverse=True):
+                r = entry[3].resource
+                if all(got[k] - r.get(k, 0) >= shortfall[k] for k in got):
+                    chosen.remove(entry)
+                    for k in got:
+                        got[k] -= r.get(k, 0)
+        return VictimSet(node, [e[3] for e in chosen], sum(e[1] for e in chosen), any(e[0] for e in chosen))
 
-    def _take(self, chosen: VictimSet) -> None:
+    def _take(self, chosen: VictimSet, ask: Ask) -> None:
         self.sets.append(chosen)
         name = chosen.node.name
+        # The ask will hold its room on the node (try_allocate adds it to the node's allocating).
+        res.sub_into(self._base_room(chosen.node), ask.resource)
         for alloc in chosen.victims:
             self.taken.add(alloc.id)
             res.add_into(self.freed.setdefault(name, {}), alloc.resource)
             if not self.intra:
                 res.sub_into(self.quota_left[alloc.queue.path], alloc.resource)
             res.sub_into(self.budget_left, alloc.resource)
-        self.by_node[name] = [e for e in self.by_node.get(name, []) if e[3].id not in self.taken]
+        slack = self._base_room(chosen.node).get(MEMORY, 0) + self.freed[name].get(MEMORY, 0)
+        self.max_slack = max(self.max_slack, slack)
+        self.by_node[name] = [e for e in self._victims_on(name) if e[3].id not in self.taken]
         old = self.potential.get(name)
         if old is not None:
+            # Victims moved from candidates to freed (no change); the ask's room is now promised.
+            room = old - ask.resource.get(MEMORY, 0)
             self.index.remove((old, name))
-            node = chosen.node
-            room = self._potential(node, self.by_node[name]) + self.freed.get(name, {}).get(MEMORY, 0)
             self.potential[name] = room
             self.index.add((room, name))
         if any(v <= 0 for k, v in self.budget_left.items() if k in self.request.budget and self.request.budget[k] > 0):

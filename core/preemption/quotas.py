@@ -3,12 +3,12 @@
 From the ideal assignment (YARN's fix-point under DRF, layered by priority, ineffective increments
 dropped): a leaf queue whose net usage (victims already preempting excluded) exceeds, on some
 resource, both its ideal and its guarantee plus the deadzone (YARN's ``max_ignored_over_capacity``) may
-lose, on each resource it is over its ideal, what it holds above
-``max(ideal, guaranteed)``, and on the others what it holds above its guarantee (DRF: a queue over
-its share on its dominant resource gives back whole containers); never anything from a ``disabled``
-queue. A leaf at or below its ideal on every resource and below it on one, with demand, is a
-beneficiary. Invariant: no quota ever takes a queue below its guarantee in any resource, nor below its
-ideal in a resource it is over.
+lose what it holds above its floor: its ideal on the resource it is most over relative to the cluster
+(its DRF-dominant excess; containers are bundles, so the rest of its ideal elsewhere is out of reach
+anyway) and its guarantee on every resource. Never anything from a ``disabled`` queue. A leaf at or
+below its ideal on every resource and below it on one, with demand, is a beneficiary.
+Invariant: no quota ever takes a queue below its guarantee in any resource, nor below its ideal on the
+resource it is most over.
 """
 
 from __future__ import annotations
@@ -38,12 +38,18 @@ def net_usage(queue: Queue) -> Resource:
     return res.clamp_min_zero(res.sub(res.add(queue.allocated, queue.reserved), queue.preempting))
 
 
-def floor_of(queue: Queue, usage: Resource, ideal: Resource) -> Resource:
-    """What the queue keeps whatever happens: see the module docstring."""
+def floor_of(queue: Queue, usage: Resource, ideal: Resource, capacity: Resource) -> Resource:
+    """What the queue keeps whatever happens: its guarantee on every resource, and its ideal on the
+    resource it is most over (relative to the cluster: its DRF-dominant excess). Containers are bundles:
+    a queue brought back to its ideal on that resource cannot use the rest of its ideal elsewhere."""
     g = queue.guaranteed
-    return {
-        k: max(g.get(k, 0), ideal.get(k, 0)) if v > ideal.get(k, 0) else min(v, g.get(k, 0)) for k, v in usage.items()
-    }
+    floor = {k: min(v, g.get(k, 0)) for k, v in usage.items()}
+    excess = {k: (v - ideal.get(k, 0)) / capacity[k] for k, v in usage.items() if capacity.get(k)}
+    if excess:
+        worst = max(sorted(excess), key=lambda k: excess[k])
+        if excess[worst] > 0:
+            floor[worst] = max(g.get(worst, 0), ideal.get(worst, 0))
+    return floor
 
 
 def below_ideal(usage: Resource, ideal: Resource) -> bool:
@@ -73,7 +79,7 @@ def compute_quotas(state: PartitionState, config: PreemptionConfig) -> Quotas:
         usage = net_usage(queue)
         target = ideal.get(path, {})
         if not preemption_disabled(queue) and over_deadzone(queue, usage, target, config.max_ignored_over_capacity):
-            lose = res.clamp_min_zero(res.sub(usage, floor_of(queue, usage, target)))
+            lose = res.clamp_min_zero(res.sub(usage, floor_of(queue, usage, target, state.capacity)))
             if lose:
                 may_lose[path] = lose
         if res.any_positive(queue.pending) and below_ideal(usage, target):
