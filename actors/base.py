@@ -147,6 +147,19 @@ class Actor(abc.ABC):
 ActorFactory = Callable[[], Actor]
 
 
+class _StartedOnce:
+    """Hands ``started()`` on to the supervisor once, whichever run of a restarted actor gets there."""
+
+    def __init__(self, inner: TaskStatus[None]) -> None:
+        self._inner = inner
+        self._done = False
+
+    def started(self, value: None = None) -> None:
+        if not self._done:
+            self._done = True
+            self._inner.started(value)
+
+
 async def supervise(
     name: str,
     factories: Sequence[tuple[ActorFactory, bool]],
@@ -167,23 +180,23 @@ async def supervise(
 
         async def keep(factory: ActorFactory, restartable: bool, *, task_status: TaskStatus[None]) -> None:
             restarts = 0
-            first = True
+            status = _StartedOnce(task_status)  # a restart of an actor that never started still reports it
             while True:
                 actor = factory()
                 try:
-                    if first:
-                        await actor.run(task_status=task_status)
-                    else:
-                        await actor.run()
+                    await actor.run(task_status=status)
                     return
                 except Exception as err:
                     log.exception("%s: actor %s crashed", name, actor.name)
+                    try:
+                        await actor.inbox.aclose()  # what it held is never handled: release it
+                    except Exception:
+                        log.exception("%s: closing the inbox of %s failed", name, actor.name)
                     if not restartable or restarts >= max_restarts:
                         if on_give_up is not None:
                             await on_give_up(actor.name, err)
                         raise
                     restarts += 1
-                    first = False
                     log.warning("%s: restarting %s (%d/%d)", name, actor.name, restarts, max_restarts)
 
         for factory, restartable in factories:

@@ -67,6 +67,7 @@ class MemoryBus(Bus):
             except (anyio.BrokenResourceError, anyio.ClosedResourceError):
                 self._handled(1)
                 self._subscribers[topic].remove((wanted, send))
+                send.close()  # its subscriber is gone for good
 
     def subscribe(self, topic: str, *, group: str, key: str | None = None, capacity: int = 1024) -> Subscription:
         send, receive = anyio.create_memory_object_stream[Any](capacity)
