@@ -1,0 +1,152 @@
+"""The ``sniper`` command line through typer's CliRunner: simulate, check-config, scenario."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import msgspec
+import pytest
+import yaml
+from typer.testing import CliRunner, Result
+
+from sniper.cli import app
+from tests.core_support import partition_raw, queue
+
+REPORT_KEYS = {
+    "policy",
+    "sim_seconds",
+    "allocations",
+    "allocations_per_s",
+    "preemptions",
+    "wasted_preemptions",
+    "ping_pong",
+    "time_to_guarantee",
+    "utilization",
+    "fairness_gap",
+    "pending_at_end",
+    "rejected",
+    "proposals_rejected",
+    "invariant_violations",
+    "preemption_log",
+}
+
+TINY = [
+    {"t": 0, "type": "partition_config", "config": partition_raw(queue("a", guaranteed={"memory": 4096}))},
+    {"t": 0, "type": "node_added", "node": "n1", "capacity": {"memory": 8192, "vcore": 8000}},
+    {"t": 1, "type": "app_added", "app": "a1", "queue": "root.a"},
+    {"t": 1, "type": "ask_added", "app": "a1", "ask": "k", "resource": {"memory": 2048}, "count": 3, "duration": 4},
+]
+
+
+def _invoke(*args: str) -> Result:
+    return CliRunner().invoke(app, list(args))
+
+
+def _text(result: Result) -> str:
+    """The output with rich's line wrapping undone."""
+    return " ".join(result.output.split())
+
+
+def _tiny_trace(tmp_path: Path, extra: list[str] | None = None) -> Path:
+    path = tmp_path / "tiny.jsonl"
+    lines = [msgspec.json.encode(e).decode() for e in TINY] + (extra or [])
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_simulate_writes_the_report(tmp_path: Path) -> None:
+    report = tmp_path / "report.json"
+    result = _invoke("simulate", str(_tiny_trace(tmp_path)), "--report", str(report))
+    assert result.exit_code == 0, result.output
+    data = json.loads(report.read_text())
+    assert set(data) >= REPORT_KEYS
+    assert data["allocations"] == 3
+    assert data["invariant_violations"] == 0
+    assert data["pending_at_end"] == 0
+    assert data["preemptions"] == {"victims": 0, "resources": {}}
+    assert data["sim_seconds"] == 5.0  # the three containers end at t=5, then nothing is left to do
+    assert data["utilization"]["vcore"] == 0.0 < data["utilization"]["memory"]  # the asks want memory only
+    assert "invariant_violations" in result.output
+
+
+def test_simulate_reports_bad_lines_and_goes_on(tmp_path: Path) -> None:
+    trace = _tiny_trace(tmp_path, extra=["{broken", '{"type":"app_added","app":"x"}'])
+    report = tmp_path / "report.json"
+    result = _invoke("simulate", str(trace), "--report", str(report))
+    assert result.exit_code == 0, result.output
+    text = _text(result)
+    assert f"skipped {trace}:5" in text
+    assert f"skipped {trace}:6" in text
+    assert json.loads(report.read_text())["allocations"] == 3
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["simulate", "no-such-scenario"], "unknown scenario 'no-such-scenario'"),
+        (["simulate", "missing.jsonl"], "No such file or directory"),
+        (["simulate", "demo", "--policy", "shotgun"], "unknown policy 'shotgun'"),
+        (["scenario", "no-such-scenario"], "unknown scenario"),
+    ],
+)
+def test_bad_input_exits_2_with_the_reason(args: list[str], message: str) -> None:
+    result = _invoke(*args)
+    assert result.exit_code == 2, result.output
+    assert message in _text(result)
+
+
+def test_check_config_accepts_a_good_file(tmp_path: Path) -> None:
+    path = tmp_path / "queues.yaml"
+    path.write_text(yaml.safe_dump({"partitions": [partition_raw(queue("a"), queue("b", guaranteed={"memory": 1}))]}))
+    result = _invoke("check-config", str(path))
+    assert result.exit_code == 0, result.output
+    assert "partition default" in result.output
+    assert "root.a" not in result.output and "  a  guaranteed={}" in result.output
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (
+            {"partitions": [partition_raw(queue("a", guaranteed={"memory": 8}, maximum={"memory": 4}))]},
+            "queue root.a: max memory=4 is below guaranteed memory=8",
+        ),
+        ({"partitions": [partition_raw(queue("a", colour="red"))]}, "unknown key(s) 'colour'"),
+        ({"partitions": [partition_raw(queue("a"), queue("a"))]}, "duplicate child queue name 'a'"),
+        ({"partitions": [partition_raw(queue("a"), node_sort="random")]}, "'random' is not one of binpacking, fair"),
+        ("partitions: [", "not valid YAML"),
+    ],
+)
+def test_check_config_refuses_a_bad_file_with_exit_2(tmp_path: Path, content: object, message: str) -> None:
+    path = tmp_path / "queues.yaml"
+    path.write_text(content if isinstance(content, str) else yaml.safe_dump(content))
+    result = _invoke("check-config", str(path))
+    assert result.exit_code == 2, result.output
+    assert "invalid:" in result.output
+    assert message in _text(result)
+
+
+def test_check_config_of_a_missing_file_exits_2(tmp_path: Path) -> None:
+    result = _invoke("check-config", str(tmp_path / "nope.yaml"))
+    assert result.exit_code == 2
+    assert "No such file" in _text(result)
+
+
+def test_scenario_files_are_accepted_by_simulate(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    result = _invoke("scenario", "demo", "--out", str(out))
+    assert result.exit_code == 0, result.output
+    trace, queues = out / "demo.jsonl", out / "demo.yaml"
+    assert trace.exists() and queues.exists()
+    assert _invoke("check-config", str(queues)).exit_code == 0
+    first = json.loads(trace.read_text().splitlines()[0])
+    assert first["type"] == "partition_config"
+    report = tmp_path / "report.json"
+    result = _invoke("simulate", str(trace), "--until", "60", "--report", str(report))
+    assert result.exit_code == 0, result.output
+    assert "skipped" not in result.output
+    data = json.loads(report.read_text())
+    assert data["invariant_violations"] == 0
+    assert data["allocations"] > 0
+    assert data["sim_seconds"] == 60.0
