@@ -320,3 +320,23 @@ def test_the_stand_in_rm_releases_after_duration_and_asks_again_for_lost_work() 
     lost2 = d.AllocationLost(allocation="x9", app="a1", ask="k~1", queue="root.a", node="n1", resource={})
     assert rm.on_decision(lost2, now=10.0) == []  # the app is gone: nobody asks again
     assert rm.retries == 1
+
+
+def test_an_ask_withdrawn_and_asked_again_under_its_name_is_a_new_ask(tmp_path: Path) -> None:
+    """The cache treats a re-added ask as new (its count starts over); so must the model."""
+    lines = [
+        *TRACE_LINES[:4],
+        '{"t":1,"type":"ask_added","app":"a1","ask":"k","resource":{"memory":1024},"count":1,"duration":2}',
+        '{"t":4,"type":"ask_removed","app":"a1","ask":"k"}',
+        '{"t":5,"type":"ask_added","app":"a1","ask":"k","resource":{"memory":2048},"count":2,"duration":2}',
+        '{"t":6,"type":"app_removed","app":"a1"}',
+        '{"t":7,"type":"app_added","app":"a1","queue":"root.a"}',
+        '{"t":7,"type":"ask_added","app":"a1","ask":"k","resource":{"memory":1024},"count":1,"duration":2}',
+    ]
+    events, bad = read_trace(_trace(tmp_path, lines))
+    assert bad == []
+    result = run_simulation(events)
+    allocated = [(x.t, x.ask, x.resource["memory"]) for x in result.decisions if isinstance(x, d.Allocated)]
+    assert allocated == [(1.0, "k", 1024), (5.0, "k", 2048), (5.0, "k", 2048), (7.0, "k", 1024)]
+    assert result.violations == 0, result.report["violations"]
+    assert result.report["pending_at_end"] == 0
