@@ -1,0 +1,572 @@
+"""One scheduler-core process on Kafka (``sniper core``): which partitions it hosts, and their recovery.
+
+What it owns:
+
+- **Ownership.** The process joins consumer group ``group`` on the ``feed`` topic; the Kafka partitions
+  the group assigns to it decide which scheduler partitions it hosts (scheduler partition ``P`` lives
+  on Kafka partition ``bus.partition_for(P)`` of every topic). A hosted partition is started lazily on
+  its first feed record, or at assignment when the ``snapshots`` topic (or ``--queues``) names it; it is
+  stopped, bounded in time, when its Kafka partition is revoked.
+- **The links.** Feed records are read once per process (one group member) and handed to the
+  partition's cache in-process; decisions and snapshots go to Kafka. With ``role="all"`` the view,
+  proposal and tick links stay on a per-partition :class:`~transport.memory.MemoryBus`.
+- **Recovery** (ARCHITECTURE section 3). Starting a partition loads its last snapshot, reads the feed
+  records after the snapshot's ``feed_offset`` and the decisions logged after its ``decision_seq``, and
+  replays them (:func:`core.recovery.replay`): nothing committed is decided again, lost or doubled. It
+  then runs with ``epoch`` = the highest epoch seen + 1 and publishes a snapshot at once.
+- **Commit points.** A feed record's offset is acknowledged (and so committed by the subscription)
+  only after the cache handled it and published the decisions it caused; records are acknowledged in
+  fetch order. Recovery never depends on the committed offset: it re-reads the feed from the
+  snapshot's own ``feed_offset``, so records committed but not yet in a snapshot are replayed.
+- **Snapshots** are taken at an idle point of the cache (everything it decided is published) every
+  ``snapshot_interval`` seconds or every ``snapshot_every`` decisions, if anything changed.
+- **Bad input** never stops the process: a record whose partition does not hash to the Kafka partition
+  it came on is dead-lettered with the reason; undecodable records are dead-lettered by the transport;
+  invalid events become ``rejected`` decisions in the cache.
+
+The wall clock is read here (ticks, snapshot timers), never in ``core``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from collections import deque
+from typing import Any
+
+import anyio
+import msgspec
+from anyio.abc import TaskGroup, TaskStatus
+
+from actors.base import Actor, ActorFactory
+from actors.cache import CacheActor
+from actors.partition import PartitionRuntime
+from actors.router import Router
+from cluster.logread import read_partition
+from core.allocator import DEFAULT_BATCH
+from core.config import PartitionConfig, SchedulerConfig
+from core.recovery import DurableCacheCore, replay, restore, stamp, take_snapshot
+from messages import decisions as d
+from messages import feed as f
+from messages import protocol as p
+from messages.codec import decision_msgpack, feed_msgpack
+from messages.deadletter import DeadLetter
+from messages.snapshot import Snapshot, SnapshotError, snapshot_msgpack
+from transport.bus import DEADLETTER, DECISIONS, FEED, SNAPSHOTS, TICK, VIEW
+from transport.kafka import KafkaBus, KafkaSettings, KafkaSubscription, MessageTooLarge, RebalanceListener
+from transport.memory import MemoryBus
+
+log = logging.getLogger("sniper.core")
+
+ROLES = ("all", "cache", "allocator", "policy")
+FLUSH_EVERY = 256  # feed records a busy cache handles before it publishes their decisions anyway
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class CoreOptions:
+    group: str = "sniper-core"
+    role: str = "all"
+    config: SchedulerConfig | None = None  # --queues: partitions known up front
+    tick: float = 0.5  # seconds between ticks
+    snapshot_interval: float = 5.0
+    snapshot_every: int = 1_000
+    stop_timeout: float = 5.0  # bound on stopping one partition at revocation
+    recovery_timeout: float = 60.0
+    batch: int = DEFAULT_BATCH
+    capacity: int = 1_024
+    member: str = ""  # a name for the logs
+
+    def __post_init__(self) -> None:
+        if self.role not in ROLES:
+            raise ValueError(f"role must be one of {ROLES}, not {self.role!r}")
+        if self.tick <= 0 or self.snapshot_interval <= 0 or self.snapshot_every < 1:
+            raise ValueError("tick and snapshot_interval must be positive, snapshot_every at least 1")
+
+
+@dataclasses.dataclass(slots=True, eq=False)
+class Delivery:
+    """One feed record on its way from the Kafka subscription to a partition's cache."""
+
+    event: f.Feed
+    offset: int
+    kafka_partition: int
+    done: bool = False
+
+
+@dataclasses.dataclass(slots=True)
+class PartitionCounters:
+    allocations: int = 0
+    preemptions: int = 0
+    rejected: int = 0
+    kills: int = 0
+    lost: int = 0
+    decisions: int = 0
+    snapshots: int = 0
+    recovered_feed: int = 0
+    recovered_decisions: int = 0
+    recovery_divergences: int = 0
+
+
+class DurableCacheActor(CacheActor):
+    """The cache actor of a hosted partition: feed records with their offsets in, decisions to Kafka."""
+
+    def __init__(self, host: HostedPartition, router: Router, *, capacity: int = 1024) -> None:
+        super().__init__(host.core, router, capacity=capacity)
+        self.host = host
+        self.busy = False  # between the first message of a batch and the end of its flush
+        self._batch: list[Delivery] = []
+        self._dirty = False
+
+    async def handle(self, message: Any) -> None:
+        self.busy = True
+        if isinstance(message, Delivery):
+            core = self.host.core
+            core.feed_offset = message.offset
+            core.handle_event(message.event)
+            self._batch.append(message)
+            self._dirty = True
+            if len(self._batch) >= FLUSH_EVERY:
+                await self.flush()
+            return
+        if isinstance(message, p.AllocationProposal | p.PreemptionProposal):
+            self._dirty = True
+        await super().handle(message)
+
+    async def on_idle(self) -> None:
+        await self.flush()
+        self.busy = False
+
+    async def flush(self) -> None:
+        core = self.host.core
+        out = core.drain()
+        key = self.partition
+        if out.view is not None:
+            await self.router.publish(VIEW, key, out.view)
+        for reader in self._resets:
+            reset = core.full_view()
+            await self.router.publish(VIEW, key, msgspec.structs.replace(reset, to=reader))
+        self._resets.clear()
+        await self.host.publish_decisions(out.decisions)
+        if self._dirty and self.host.snapshot_due():
+            await self.host.publish_snapshot()
+            self._dirty = False
+        batch, self._batch = self._batch, []
+        for delivery in batch:
+            delivery.done = True
+        self.host.process.advance_acks()
+
+
+@dataclasses.dataclass(eq=False)
+class _Runtime(PartitionRuntime):
+    host: HostedPartition | None = None
+
+    def _factories(self) -> list[tuple[ActorFactory, bool]]:
+        factories = super()._factories()
+        host = self.host
+        assert host is not None
+
+        def cache() -> Actor:
+            return self._track(DurableCacheActor(host, self.router))
+
+        factories[0] = (cache, False)
+        return factories
+
+
+class HostedPartition:
+    """One scheduler partition this process owns: its cache core, actors, memory bus and clock."""
+
+    def __init__(self, process: CoreProcess, name: str, kafka_partition: int, core: DurableCacheCore) -> None:
+        self.process = process
+        self.name = name
+        self.kafka_partition = kafka_partition
+        self.core = core
+        self.memory = MemoryBus()
+        self.router = Router(self.memory, {DECISIONS: process.bus})
+        self.runtime = _Runtime(name, self.router, cache_core=core, batch=process.options.batch, host=self)
+        self.applied_offset = core.feed_offset  # feed records up to here are in the core already
+        self.counters = process.counters_for(name)
+        self.scope = anyio.CancelScope()
+        self.stopped = anyio.Event()
+        self.failed: BaseException | None = None
+        self._closed = False
+        self._last_snapshot = time.monotonic()
+        self._decisions_since_snapshot = 0
+        self._clock_base = core.state.now
+        self._clock_start = time.monotonic()
+
+    @property
+    def cache_actor(self) -> DurableCacheActor | None:
+        for actor in self.runtime.actors:
+            if isinstance(actor, DurableCacheActor):
+                return actor
+        return None
+
+    def now(self) -> float:
+        return self._clock_base + (time.monotonic() - self._clock_start)
+
+    async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        try:
+            with self.scope:
+                async with anyio.create_task_group() as tg:
+                    await tg.start(self.runtime.run)
+                    tg.start_soon(self._clock)
+                    task_status.started()
+        except Exception as err:  # the partition's cache crashed: it is restored again on its next event
+            self.failed = err
+            log.exception("partition %s stopped on an error", self.name, extra={"partition": self.name})
+            self.process._forget(self)
+            with anyio.CancelScope(shield=True):
+                await self.close_inboxes()
+            task_status.started()
+        finally:
+            self.stopped.set()
+
+    async def _clock(self) -> None:
+        interval = self.process.options.tick
+        while True:
+            await anyio.sleep(interval)  # a timer: the tick interval
+            await self.memory.publish(TICK, "*", p.Tick(partition=self.name, now=self.now()))
+
+    # ---- output
+    async def publish_decisions(self, decisions: list[d.DecisionMsg]) -> None:
+        if not decisions:
+            return
+        await self.process.bus.publish_many(DECISIONS, [(self.name, x) for x in decisions])
+        c = self.counters
+        c.decisions += len(decisions)
+        self._decisions_since_snapshot += len(decisions)
+        for x in decisions:
+            if isinstance(x, d.Allocated):
+                c.allocations += 1
+            elif isinstance(x, d.Preempt) and not x.observe_only:
+                c.preemptions += 1
+            elif isinstance(x, d.Rejected):
+                c.rejected += 1
+            elif isinstance(x, d.Kill):
+                c.kills += 1
+            elif isinstance(x, d.AllocationLost):
+                c.lost += 1
+
+    def snapshot_due(self) -> bool:
+        options = self.process.options
+        return (
+            self._decisions_since_snapshot >= options.snapshot_every
+            or time.monotonic() - self._last_snapshot >= options.snapshot_interval
+        )
+
+    async def publish_snapshot(self) -> None:
+        """Publish the core's state (call only at an idle point: every decision published)."""
+        snapshot = take_snapshot(self.core, kafka_partition=self.kafka_partition, wall_time=time.time())
+        try:
+            await self.process.bus.publish(SNAPSHOTS, self.name, snapshot)
+        except MessageTooLarge as err:
+            log.error("snapshot not published: %s", err, extra={"partition": self.name})
+            return
+        self._last_snapshot = time.monotonic()
+        self._decisions_since_snapshot = 0
+        self.counters.snapshots += 1
+
+    async def stop(self, *, final_snapshot: bool = True) -> None:
+        """Stop the actors (bounded by ``stop_timeout``) and, at a clean idle point, publish a snapshot."""
+        limit = self.process.options.stop_timeout
+        if not self.stopped.is_set():
+            with anyio.move_on_after(limit / 2):
+                await self.memory.wait_idle()
+        self.scope.cancel()
+        with anyio.move_on_after(limit / 2):
+            await self.stopped.wait()
+        actor = self.cache_actor
+        clean = actor is not None and not actor.busy and not self.core.has_output()
+        if final_snapshot and self.failed is None and clean:
+            with anyio.move_on_after(limit / 2):
+                await self.publish_snapshot()
+        await self.close_inboxes()
+
+    async def close_inboxes(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        await self.memory.aclose()
+        for actor in self.runtime.actors:
+            await actor.inbox.aclose()
+
+
+class CoreProcess(RebalanceListener):
+    """A scheduler-core group member hosting the partitions its Kafka partitions carry."""
+
+    def __init__(self, settings: KafkaSettings, options: CoreOptions | None = None) -> None:
+        self.settings = settings
+        self.options = options or CoreOptions()
+        if self.options.role != "all":
+            raise ValueError(f"role {self.options.role!r} is not supported yet: run every actor with --role all")
+        self.bus = KafkaBus(settings)
+        self.hosts: dict[str, HostedPartition] = {}
+        self.counters: dict[str, PartitionCounters] = {}
+        self.owned: frozenset[int] = frozenset()
+        self.feed: KafkaSubscription | None = None
+        self.dead_lettered = 0
+        self.ready = anyio.Event()
+        self._starting: dict[str, anyio.Event] = {}
+        self._hosting_changed = anyio.Event()
+        self._inflight: deque[Delivery] = deque()
+        self._tg: TaskGroup | None = None
+        self._configured: dict[str, PartitionConfig] = {
+            part.name: part for part in (self.options.config.partitions if self.options.config else ())
+        }
+
+    @property
+    def group(self) -> str:
+        """The consumer group id: the topic prefix plus ``--group`` (clusters sharing a broker stay apart)."""
+        return self.settings.prefix + self.options.group
+
+    def counters_for(self, name: str) -> PartitionCounters:
+        return self.counters.setdefault(name, PartitionCounters())
+
+    # ---- lifecycle
+    async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        """Join the group and host partitions until cancelled; ``task_status`` once the group assigned."""
+        try:
+            await self.bus.start()
+            async with anyio.create_task_group() as tg:
+                self._tg = tg
+                self.feed = self.bus.subscribe(FEED, group=self.group, capacity=4096, listener=self)
+                await self.feed.ready()
+                self.ready.set()
+                task_status.started()
+                await self._dispatch(self.feed)
+        finally:
+            with anyio.CancelScope(shield=True):
+                await self._shutdown()
+
+    async def _shutdown(self) -> None:
+        for host in list(self.hosts.values()):
+            await host.stop()
+        self.hosts.clear()
+        await self.bus.aclose()
+
+    # ---- the group's decisions
+    async def on_assigned(self, partitions: frozenset[int]) -> None:
+        self.owned = self.owned | partitions
+        log.info("assigned Kafka partitions %s", sorted(partitions), extra={"actor": "core"})
+        tg = self._tg
+        if tg is not None and partitions:
+            tg.start_soon(self._discover, partitions)
+
+    async def on_revoked(self, partitions: frozenset[int]) -> None:
+        self.owned = self.owned - partitions
+        log.info("revoked Kafka partitions %s", sorted(partitions), extra={"actor": "core"})
+        leaving = [h for h in self.hosts.values() if h.kafka_partition in partitions]
+        for host in leaving:
+            self.hosts.pop(host.name, None)
+        if leaving:
+            async with anyio.create_task_group() as tg:
+                for host in leaving:
+                    tg.start_soon(host.stop)
+        for delivery in self._inflight:
+            if delivery.kafka_partition in partitions:
+                delivery.done = True  # the new owner reads it again
+        self.advance_acks()
+
+    async def _discover(self, partitions: frozenset[int]) -> None:
+        """Start the partitions known to live on newly assigned Kafka partitions (snapshots, --queues)."""
+        names: dict[str, int] = {}
+        for name in self._configured:
+            kp = self.bus.partition_for(name)
+            if kp in partitions:
+                names[name] = kp
+        for kp in sorted(partitions):
+            try:
+                records = await read_partition(self.settings, SNAPSHOTS, kp)
+            except Exception as err:
+                log.warning("cannot read snapshots of Kafka partition %d: %r", kp, err)
+                continue
+            for record in records:
+                if record.key:
+                    names.setdefault(record.key.decode(errors="replace"), kp)
+        for name, kp in sorted(names.items()):
+            if kp in self.owned and self.bus.partition_for(name) == kp:
+                await self.ensure(name, kp)
+
+    # ---- feed dispatch
+    async def _dispatch(self, feed: KafkaSubscription) -> None:
+        while True:
+            try:
+                kp, offset, event = await feed.receive_record()
+            except (anyio.EndOfStream, anyio.ClosedResourceError):
+                return
+            delivery = Delivery(event, offset, kp)
+            self._inflight.append(delivery)
+            try:
+                await self._deliver(delivery)
+            finally:
+                self.advance_acks()
+
+    async def _deliver(self, delivery: Delivery) -> None:
+        event, kp = delivery.event, delivery.kafka_partition
+        name = event.partition
+        if self.bus.partition_for(name) != kp:
+            delivery.done = True
+            await self._dead_letter(
+                delivery, f"partition {name!r} belongs on Kafka partition {self.bus.partition_for(name)}, not {kp}"
+            )
+            return
+        if kp not in self.owned:
+            delivery.done = True
+            return
+        host = self.hosts.get(name)
+        if host is None:
+            host = await self.ensure(name, kp)
+        if host is None or kp not in self.owned:
+            delivery.done = True  # recovery failed (logged) or the partition was revoked meanwhile
+            return
+        if delivery.offset <= host.applied_offset:
+            delivery.done = True  # already in the state (recovery replayed it)
+            return
+        host.applied_offset = delivery.offset
+        await host.memory.publish(FEED, name, delivery)
+
+    async def _dead_letter(self, delivery: Delivery, reason: str) -> None:
+        self.dead_lettered += 1
+        log.warning("dead letter: feed[%d]@%d: %s", delivery.kafka_partition, delivery.offset, reason)
+        letter = DeadLetter(
+            topic=FEED,
+            partition=delivery.kafka_partition,
+            offset=delivery.offset,
+            key=delivery.event.partition,
+            reason=reason,
+            payload=msgspec.msgpack.encode(delivery.event),
+            t=time.time(),
+        )
+        try:
+            await self.bus.publish(DEADLETTER, delivery.event.partition, letter)
+        except Exception as err:
+            log.error("dead letter lost (%r): %s", err, reason)
+
+    def advance_acks(self) -> None:
+        """Acknowledge feed records, in fetch order, as far as every one of them is done."""
+        feed = self.feed
+        inflight = self._inflight
+        while inflight and inflight[0].done:
+            inflight.popleft()
+            if feed is not None:
+                feed.ack()
+
+    def _forget(self, host: HostedPartition) -> None:
+        if self.hosts.get(host.name) is host:
+            del self.hosts[host.name]
+
+    # ---- starting a partition
+    async def ensure(self, name: str, kafka_partition: int) -> HostedPartition | None:
+        """The hosted partition ``name``, restored and started if it is not running yet (None on failure)."""
+        while True:
+            host = self.hosts.get(name)
+            if host is not None:
+                return host
+            if kafka_partition not in self.owned:
+                return None
+            starting = self._starting.get(name)
+            if starting is None:
+                break
+            await starting.wait()  # another start attempt ended: look again
+        event = self._starting[name] = anyio.Event()
+        try:
+            with anyio.fail_after(self.options.recovery_timeout):
+                return await self._start(name, kafka_partition)
+        except Exception:
+            log.exception("partition %s could not be restored", name, extra={"partition": name})
+            return None
+        finally:
+            del self._starting[name]
+            event.set()
+
+    async def _start(self, name: str, kp: int) -> HostedPartition | None:
+        began = time.monotonic()
+        snapshot: Snapshot | None = None
+        for record in await read_partition(self.settings, SNAPSHOTS, kp, key=name):
+            try:
+                snapshot = snapshot_msgpack.decode(record.value or b"")
+            except msgspec.DecodeError as err:
+                log.warning("unreadable snapshot at offset %d of %s: %s", record.offset, name, err)
+        logged, top_epoch = await self._read_log(name, kp, snapshot.decision_seq if snapshot else 0)
+        if snapshot is not None:
+            top_epoch = max(top_epoch, snapshot.epoch)
+        epoch = top_epoch + 1
+        try:
+            core = restore(snapshot, epoch=epoch) if snapshot is not None else None
+        except SnapshotError as err:
+            log.error("%s; replaying from the start of the feed", err, extra={"partition": name})
+            core, snapshot = None, None
+            logged, _ = await self._read_log(name, kp, 0)
+        if core is None:
+            core = DurableCacheCore(name, self._configured.get(name), epoch=epoch)
+        feed: list[tuple[int, f.Feed]] = []
+        for record in await read_partition(self.settings, FEED, kp, start=core.feed_offset + 1, key=name):
+            try:
+                event = feed_msgpack.decode(record.value or b"")
+            except msgspec.DecodeError:
+                continue  # dead-lettered by the subscription that first read it
+            if event.partition == name:
+                feed.append((record.offset, event))
+        result = replay(core, feed, logged)
+        if kp not in self.owned:
+            return None
+        host = HostedPartition(self, name, kp, core)
+        host.applied_offset = max(core.feed_offset, feed[-1][0] if feed else -1)
+        counters = host.counters
+        counters.recovered_feed += result.feed_replayed
+        counters.recovered_decisions += result.decisions_applied
+        counters.recovery_divergences += len(result.divergences)
+        for problem in result.divergences[:20]:
+            log.warning("replay diverged: %s", problem, extra={"partition": name})
+        await host.publish_decisions(stamp(result.fresh, epoch=epoch))
+        await host.publish_snapshot()  # claims the epoch; the next owner starts from here
+        self.hosts[name] = host
+        self._hosting_changed.set()
+        self._hosting_changed = anyio.Event()
+        assert self._tg is not None
+        await self._tg.start(host.run)
+        log.info(
+            "partition %s started at epoch %d: snapshot %s, %d feed records and %d decisions replayed in %.3fs",
+            name,
+            epoch,
+            "none" if snapshot is None else f"seq {snapshot.decision_seq} feed offset {snapshot.feed_offset}",
+            result.feed_replayed,
+            result.decisions_applied,
+            time.monotonic() - began,
+            extra={"partition": name},
+        )
+        return host
+
+    async def _read_log(self, name: str, kp: int, after_seq: int) -> tuple[list[d.DecisionMsg], int]:
+        """Decisions of ``name`` with seq above ``after_seq`` as consumers accept them, and the top epoch."""
+        by_seq: dict[int, d.DecisionMsg] = {}
+        top_epoch = 0
+        for record in await read_partition(self.settings, DECISIONS, kp, key=name):
+            try:
+                dec = decision_msgpack.decode(record.value or b"")
+            except msgspec.DecodeError:
+                continue
+            if dec.partition != name or dec.epoch < top_epoch:
+                continue  # a deposed owner's late output: consumers drop it too
+            top_epoch = dec.epoch
+            if dec.seq > after_seq:
+                by_seq[dec.seq] = dec
+        return [by_seq[s] for s in sorted(by_seq)], top_epoch
+
+    # ---- introspection (metrics, tests)
+    async def wait_hosting(self, name: str) -> HostedPartition:
+        """Wait until this process hosts partition ``name`` (callers bound the wait)."""
+        while name not in self.hosts:
+            await self._hosting_changed.wait()
+        return self.hosts[name]
+
+    def lag(self) -> dict[int, int]:
+        return self.feed.lag() if self.feed is not None else {}
+
+    def inbox_depths(self) -> dict[tuple[str, str], int]:
+        out: dict[tuple[str, str], int] = {}
+        for host in list(self.hosts.values()):
+            for actor in host.runtime.actors:
+                out[(host.name, actor.kind)] = actor.inbox.depth()
+        return out

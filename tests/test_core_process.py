@@ -1,0 +1,169 @@
+"""The core process on the real (embedded) broker: hosting, decisions, dead letters, snapshots, failover.
+
+Core processes run in-process here (a task each); the chaos tests run them as real subprocesses. Every
+wait is on a condition (decisions received, an assignment) bounded by ``anyio.fail_after``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import anyio
+import pytest
+from aiokafka import AIOKafkaProducer
+
+from cluster.core import CoreOptions, CoreProcess
+from cluster.logread import read_partition
+from messages import decisions as d
+from messages import feed as f
+from messages.deadletter import deadletter_msgpack
+from messages.snapshot import snapshot_msgpack
+from tests.core_support import partition_raw, queue
+from transport.bus import DEADLETTER, DECISIONS, FEED, SNAPSHOTS
+from transport.kafka import KafkaBus, KafkaSettings, KafkaSubscription
+
+pytestmark = pytest.mark.kafka
+
+WAIT = 60.0
+
+
+def config_event(name: str) -> f.PartitionConfigEvent:
+    return f.PartitionConfigEvent(
+        partition=name,
+        id=f"{name}-config",
+        config=partition_raw(queue("a", guaranteed={"memory": 64}), queue("b"), name=name),
+    )
+
+
+def workload(name: str, asks: int, tag: str = "") -> list[f.Feed]:
+    return [
+        config_event(name),
+        f.NodeAdded(partition=name, id=f"{name}-n1", node="n1", capacity={"memory": 64}),
+        f.NodeAdded(partition=name, id=f"{name}-n2", node="n2", capacity={"memory": 64}),
+        f.AppAdded(partition=name, id=f"{name}-app", app="app", queue="root.a"),
+        *(
+            f.AskAdded(partition=name, id=f"{name}-ask{tag}{i}", app="app", ask=f"k{tag}{i}", resource={"memory": 4})
+            for i in range(asks)
+        ),
+    ]
+
+
+class Decisions:
+    """A reader of the decisions topic that keeps everything it saw."""
+
+    def __init__(self, sub: KafkaSubscription) -> None:
+        self.sub = sub
+        self.items: list[d.DecisionMsg] = []
+        self.changed = anyio.Event()
+
+    async def pump(self) -> None:
+        while True:
+            try:
+                dec = await self.sub.receive()
+            except (anyio.EndOfStream, anyio.ClosedResourceError):
+                return
+            self.sub.ack()
+            self.items.append(dec)
+            self.changed.set()
+            self.changed = anyio.Event()
+
+    async def until(self, condition: Callable[[list[d.DecisionMsg]], bool]) -> None:
+        while not condition(self.items):
+            await self.changed.wait()
+
+    def of(self, kind: type[Any], partition: str | None = None) -> list[Any]:
+        return [x for x in self.items if isinstance(x, kind) and (partition is None or x.partition == partition)]
+
+
+@pytest.fixture
+async def bus(kafka_settings: KafkaSettings) -> AsyncIterator[KafkaBus]:
+    async with KafkaBus(kafka_settings) as b:
+        yield b
+
+
+def options(**overrides: Any) -> CoreOptions:
+    return dataclasses.replace(
+        CoreOptions(group="cores", tick=0.1, snapshot_interval=0.5, stop_timeout=3.0), **overrides
+    )
+
+
+async def test_a_core_hosts_partitions_and_answers_with_stamped_decisions(
+    kafka_settings: KafkaSettings, bus: KafkaBus
+) -> None:
+    with anyio.fail_after(WAIT):
+        reader = Decisions(await bus.subscribe_ready(DECISIONS, group="reader"))
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(reader.pump)
+            process = CoreProcess(kafka_settings, options())
+            await tg.start(process.run)
+            for event in workload("p1", 3) + workload("p2", 2):
+                await bus.publish(FEED, event.partition, event)
+            await reader.until(lambda _: len(reader.of(d.Allocated)) == 5)
+            assert {x.epoch for x in reader.items} == {1}
+            assert all(x.feed_offset >= 0 for x in reader.items)
+            assert set(process.hosts) == {"p1", "p2"}
+            # Bad input: an unknown app, an absurd node, an event keyed on the wrong Kafka partition.
+            await bus.publish(
+                FEED, "p1", f.AskAdded(partition="p1", id="x1", app="nope", ask="k", resource={"memory": 1})
+            )
+            await bus.publish(FEED, "p1", f.NodeAdded(partition="p1", id="x2", node="big", capacity={"memory": 2**41}))
+            wrong = next(k for k in (f"w{i}" for i in range(100)) if bus.partition_for(k) != bus.partition_for("p1"))
+            await bus.publish(FEED, "p1", f.AppAdded(partition=wrong, id="x3", app="z", queue="root.a"))
+            await reader.until(lambda _: len(reader.of(d.Rejected, "p1")) == 2)
+            reasons = [x.reason for x in reader.of(d.Rejected, "p1")]
+            assert "unknown app nope" in reasons[0] and "sanity cap" in reasons[1]
+            letters = await bus.subscribe_ready(DEADLETTER, group="letters")
+            letter = await letters.receive()
+            assert letter.topic == FEED and "belongs on Kafka partition" in letter.reason
+            # Raw garbage on the feed is dead-lettered by the transport; the core carries on.
+            producer = AIOKafkaProducer(bootstrap_servers=kafka_settings.bootstrap)
+            await producer.start()
+            try:
+                await producer.send_and_wait(kafka_settings.topic(FEED), b"\xc1garbage", key=b"p1")
+            finally:
+                await producer.stop()
+            second = await letters.receive()
+            assert "undecodable" in second.reason
+            await bus.publish(
+                FEED, "p1", f.AskAdded(partition="p1", id="late", app="app", ask="late", resource={"memory": 4})
+            )
+            await reader.until(lambda _: any(x.ask == "late" for x in reader.of(d.Allocated)))
+            await letters.aclose()
+            tg.cancel_scope.cancel()
+    assert deadletter_msgpack is not None
+
+
+async def test_failover_restores_the_state_and_bumps_the_epoch(kafka_settings: KafkaSettings, bus: KafkaBus) -> None:
+    with anyio.fail_after(WAIT):
+        reader = Decisions(await bus.subscribe_ready(DECISIONS, group="reader"))
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(reader.pump)
+            first = CoreProcess(kafka_settings, options())
+            with anyio.CancelScope() as first_scope:
+                tg.start_soon(first.run)
+                await first.ready.wait()
+                for event in workload("p1", 4):
+                    await bus.publish(FEED, "p1", event)
+                await reader.until(lambda _: len(reader.of(d.Allocated)) == 4)
+                first_scope.cancel()  # a clean stop: final snapshot, leaves the group
+            await first.ready.wait()
+            second = CoreProcess(kafka_settings, options())
+            await tg.start(second.run)
+            # The partition comes back from its snapshot even before any new event.
+            restored = (await second.wait_hosting("p1")).core
+            assert sorted(restored.state.allocations) == sorted(x.allocation for x in reader.of(d.Allocated))
+            assert restored.epoch == 2
+            for event in workload("p1", 2, tag="b")[-2:]:
+                await bus.publish(FEED, "p1", event)
+            await reader.until(lambda _: len(reader.of(d.Allocated)) == 6)
+            later = reader.of(d.Allocated)[4:]
+            assert {x.epoch for x in later} == {2}
+            seqs = [x.seq for x in reader.items]
+            assert seqs == sorted(seqs) and len(seqs) == len(set(seqs))
+            ids = [x.allocation for x in reader.of(d.Allocated)]
+            assert len(ids) == len(set(ids))
+            tg.cancel_scope.cancel()
+        snapshots = await read_partition(kafka_settings, SNAPSHOTS, bus.partition_for("p1"), key="p1")
+        assert snapshots and snapshot_msgpack.decode(snapshots[-1].value or b"").epoch == 2
