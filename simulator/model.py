@@ -138,12 +138,22 @@ class ClusterModel:
                 if alloc is None:
                     self._violate(dec.t, 5, f"preempt of unknown allocation {dec.allocation}")
                     return
+                if dec.observe_only:
+                    return
+                self._check_preemption(dec, alloc)
                 alloc.preempted_at = dec.t if alloc.preempted_at is None else alloc.preempted_at
                 if dec.reservation:
                     r = self.reservations.get(dec.reservation)
                     if r is None:
                         r = ModelReservation(
-                            dec.reservation, dec.for_app, dec.for_ask, dec.for_queue, dec.node, {}, set(), dec.t
+                            dec.reservation,
+                            dec.for_app,
+                            dec.for_ask,
+                            dec.for_queue,
+                            dec.node,
+                            res.normalized(dec.for_resource),
+                            set(),
+                            dec.t,
                         )
                         self.reservations[dec.reservation] = r
                     r.victims.add(dec.allocation)
@@ -159,6 +169,48 @@ class ClusterModel:
                     self.rejected_asks.add((a, k))
             case _:
                 pass
+
+    def _check_preemption(self, dec: d.Preempt, victim: ModelAllocation) -> None:
+        """Invariant 5 as far as an outside observer can check it: queue relations from the config,
+        and (targeted policies) the victim's queue never taken below its guarantee, counting the room
+        reservations already hold for it (committed to that queue)."""
+        t = dec.t
+        chain = _lineage(victim.queue)
+        if any(self.queue_cfg[q].preemption_policy == "disabled" for q in chain if q in self.queue_cfg):
+            self._violate(t, 5, f"victim {victim.id} is in a preemption-disabled queue {victim.queue}")
+        if not dec.for_queue:
+            return  # the proportional baseline targets nobody
+        beneficiary = dec.for_queue
+        if dec.policy == "intra_queue":
+            if beneficiary != victim.queue:
+                self._violate(t, 5, f"intra-queue victim {victim.id} of {victim.queue} for {beneficiary}")
+        else:
+            if beneficiary == victim.queue:
+                self._violate(t, 5, f"inter-queue victim {victim.id} preempted for its own queue")
+            for q in chain:
+                cfg = self.queue_cfg.get(q)
+                if cfg is not None and cfg.preemption_policy == "fence" and not _within(beneficiary, q):
+                    self._violate(t, 5, f"victim {victim.id} preempted across the fence of {q} for {beneficiary}")
+            parted = _parting(victim.queue, beneficiary)
+            if parted is not None:
+                v_side, b_side = (self.queue_cfg.get(x) for x in parted)
+                if v_side is not None and b_side is not None and v_side.priority_offset > b_side.priority_offset:
+                    self._violate(t, 5, f"{victim.queue} preempted for lower-priority {beneficiary}")
+        cfg = self.queue_cfg.get(victim.queue)
+        if cfg is None:
+            return
+        held = res.total(r.resource for r in self.reservations.values() if r.queue == victim.queue)
+        before: Resource = dict(held)
+        after: Resource = dict(held)
+        for a in self.allocations.values():
+            if a.queue != victim.queue or (a.preempted_at is not None and a.id != victim.id):
+                continue
+            res.add_into(before, a.resource)
+            if a.id != victim.id:
+                res.add_into(after, a.resource)
+        for k, g in cfg.guaranteed.items():
+            if after.get(k, 0) < min(g, before.get(k, 0)):
+                self._violate(t, 5, f"victim {victim.id} takes {victim.queue} below its guarantee {k}={g}")
 
     def _allocated(self, dec: d.Allocated) -> None:
         t = dec.t
@@ -262,6 +314,19 @@ class ClusterModel:
 
     def capacity(self) -> Resource:
         return res.total(self.nodes.values())
+
+
+def _within(path: str, ancestor: str) -> bool:
+    return path == ancestor or path.startswith(ancestor + ".")
+
+
+def _parting(a: str, b: str) -> tuple[str, str] | None:
+    """The children of the lowest common ancestor on the way to ``a`` and ``b`` (None if nested)."""
+    pa, pb = a.split("."), b.split(".")
+    for i, (x, y) in enumerate(zip(pa, pb, strict=False)):
+        if x != y:
+            return ".".join(pa[: i + 1]), ".".join(pb[: i + 1])
+    return None
 
 
 def _lineage(path: str) -> list[str]:
