@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
+import msgspec
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -62,7 +63,9 @@ OPS: dict[str, st.SearchStrategy[Op]] = {
     "app_add": st.tuples(st.just("app_add"), st.sampled_from(QUEUES)),
     "app_remove": st.tuples(st.just("app_remove"), index),
     "ask_remove": st.tuples(st.just("ask_remove"), index),
+    "ask_again": st.tuples(st.just("ask_again"), index, st.integers(min_value=0, max_value=3)),
     "dup": st.tuples(st.just("dup"), index),
+    "replay": st.tuples(st.just("replay"), index),
 }
 # Mostly work (asks, cycles, late deliveries, releases), with churn in between.
 WEIGHTS = {"ask_add": 5, "cycle": 5, "deliver": 4, "release": 2, "tick": 1, "node_add": 2, "app_add": 1, "dup": 2}
@@ -106,7 +109,7 @@ class Run:
     def __init__(self, config: PartitionConfig) -> None:
         self.h = Harness(config)
         self.apps: list[str] = []
-        self.asks: list[tuple[str, str]] = []
+        self.asks: list[f.AskAdded] = []
         self.events: list[f.Feed] = []
         self.stale: dict[str, int] = {}  # proposal id -> feed events since it was made
         self.clean_deliveries = 0
@@ -154,22 +157,27 @@ class Run:
         elif kind == "ask_add":
             app = self.apps[op[1] % len(self.apps)] if self.apps else "ghost"
             name = f"ask{len(self.asks)}"
-            self.asks.append((app, name))
             resource = {"memory": op[2], "vcore": op[3], "gpu": op[4]}
-            self.send(
-                f.AskAdded(
-                    id=eid, app=app, ask=name, resource=resource, count=op[5], priority=op[6], node=op[7], duration=5.0
-                )
+            ask = f.AskAdded(
+                id=eid, app=app, ask=name, resource=resource, count=op[5], priority=op[6], node=op[7], duration=5.0
             )
+            self.asks.append(ask)
+            self.send(ask)
+        elif kind == "ask_again" and self.asks:
+            # The same ask name again with a new id: ignored while the ask exists, a new ask once withdrawn.
+            self.send(msgspec.structs.replace(self.asks[op[1] % len(self.asks)], id=eid, count=op[2]))
         elif kind == "ask_remove" and self.asks:
-            app, name = self.asks[op[1] % len(self.asks)]
-            self.send(f.AskRemoved(id=eid, app=app, ask=name))
+            ask = self.asks[op[1] % len(self.asks)]
+            self.send(f.AskRemoved(id=eid, app=ask.app, ask=ask.ask))
         elif kind == "release":
             live = sorted(h.cache.state.allocations)
             target = live[op[1] % len(live)] if live and op[1] % 5 else "alloc-999"
             self.send(f.AllocationReleased(id=eid, allocation=target))
         elif kind == "dup" and self.events:
             self._deliver_event(self.events[op[1] % len(self.events)])  # at-least-once: same event, same id
+        elif kind == "replay" and self.events:
+            # The same content as a new event (a new id): re-adds what was removed, and so on.
+            self.send(msgspec.structs.replace(self.events[op[1] % len(self.events)], id=eid))
         elif kind == "cycle":
             proposal = h.propose()
             if proposal is not None:
@@ -197,10 +205,14 @@ class Run:
         assert consistency_problems(replica) == []
         h.model.check(h.now)
         assert h.model.violations == []
-        in_flight = Counter((pl.app, pl.ask) for prop in h.in_flight for pl in prop.placements)
+        # What the allocator holds is exactly what its undelivered proposals place (an ask withdrawn and
+        # asked again under its name is a new object: the old one keeps the old proposals' hold).
+        held = h.allocator.inflight
+        assert {pid: len(placed) for pid, placed in held.items()} == {x.id: len(x.placements) for x in h.in_flight}
+        per_ask = Counter(id(ask) for placed in held.values() for ask, _ in placed)
         for app in replica.apps.values():
             for ask in app.asks.values():
-                assert ask.allocating == in_flight.get(ask.key, 0), ask.key
+                assert ask.allocating == per_ask.get(id(ask), 0), ask.key
                 committed = cache_state.ask(ask.key)
                 assert committed is not None
                 assert ask.allocating <= committed.count - committed.allocated - committed.reserved, ask.key
