@@ -160,13 +160,13 @@ def test_a_bundled_scenario_is_deterministic() -> None:
     again = scenario("demo", seed=3)
     assert [msgspec.json.encode(e) for e in sc.events] == [msgspec.json.encode(e) for e in again.events]
     assert sc.events != scenario("demo", seed=4).events
-    settings = SimulationSettings(until=90.0)
+    settings = SimulationSettings(until=60.0)
     first = run_simulation(sc.events, sc.config, settings)
     second = run_simulation(sc.events, sc.config, settings)
     assert len(first.decisions) > 50
     assert _encoded(first) == _encoded(second)
     assert first.violations == 0
-    assert first.report["sim_seconds"] <= 90.0
+    assert first.report["sim_seconds"] <= 60.0
 
 
 def test_a_malformed_trace_is_read_with_bad_lines_reported_and_skipped(tmp_path: Path) -> None:
