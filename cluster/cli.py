@@ -186,6 +186,131 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
     """Add the Kafka commands to the ``sniper`` app (and ``bench e2e`` to its bench group)."""
     app.command("broker")(broker)
     app.command("core")(core)
+    app.command("feed")(feed)
+    app.command("record")(record)
 
 
 __all__ = ["register"]
+
+
+def feed(
+    trace: Annotated[Path, typer.Argument(help="JSON Lines trace, or a bundled scenario name")],
+    bootstrap: Bootstrap = None,
+    speed: Annotated[float, typer.Option(help="trace seconds per wall second")] = 1.0,
+    queues: Annotated[Path | None, typer.Option(help="queues.yaml the cores use (for the report)")] = None,
+    report: Annotated[Path | None, typer.Option(help="write the JSON report here")] = None,
+    until: Annotated[float | None, typer.Option(help="stop at this trace second")] = None,
+    drain: Annotated[float, typer.Option(help="after the trace, stop after this many quiet wall seconds")] = 10.0,
+    seed: Annotated[int, typer.Option(help="seed of a bundled scenario")] = 0,
+    prefix: Prefix = None,
+    kafka_partitions: Partitions = None,
+    security_protocol: SecurityProtocol = None,
+    sasl_mechanism: SaslMechanism = None,
+    username: Username = None,
+    password: Password = None,
+    ssl_cafile: CaFile = None,
+    ssl_certfile: CertFile = None,
+    ssl_keyfile: KeyFile = None,
+    max_message_bytes: MaxMessage = None,
+) -> None:
+    """Replay a trace onto the feed in scaled real time and play the resource manager (exit 1 on a violation)."""
+    from cluster.feeder import PlayOptions, play
+    from cluster.kafka_env import bootstrap_or_embedded
+    from core.config import ConfigError
+    from simulator.ideal_view import ideal_for_model
+    from sniper.cli import _load_inputs
+
+    try:
+        events, config, source = _load_inputs(trace, queues, seed)
+        options = PlayOptions(speed=speed, until=until, drain=drain)
+    except (ConfigError, ValueError, OSError) as err:
+        raise _fail(str(err)) from None
+
+    async def main() -> Any:
+        async with bootstrap_or_embedded(bootstrap, announce=console.print) as (address, embedded):
+            settings = _settings(
+                address,
+                embedded,
+                prefix=prefix,
+                partitions=kafka_partitions,
+                security_protocol=security_protocol,
+                sasl_mechanism=sasl_mechanism,
+                username=username,
+                password=password,
+                ssl_cafile=ssl_cafile,
+                ssl_certfile=ssl_certfile,
+                ssl_keyfile=ssl_keyfile,
+                max_message_bytes=max_message_bytes,
+            )
+            console.print(f"feeding {source}: {len(events)} events at x{speed:g} to {address}")
+            return await play(settings, events, options, config=config, ideal_fn=ideal_for_model)
+
+    try:
+        result = _run(main)
+    except ValueError as err:
+        raise _fail(str(err)) from None
+    summary = {k: result.report.get(k) for k in ("allocations", "decisions", "pending_at_end", "invariant_violations")}
+    console.print(f"published {result.published} events; {summary}")
+    if report is not None:
+        import json
+
+        report.write_text(json.dumps(result.report, indent=2) + "\n")
+        console.print(f"report written to {report}")
+    if result.violations:
+        console.print(f"[red]{result.violations} invariant violation(s)[/]")
+        raise typer.Exit(1)
+
+
+def record(
+    bootstrap: Bootstrap = None,
+    out: Annotated[Path, typer.Option("--out", help="JSON Lines trace to write")] = Path("recorded.jsonl"),
+    duration: Annotated[float | None, typer.Option(help="stop after this many wall seconds")] = None,
+    from_beginning: Annotated[bool, typer.Option(help="start at the oldest record, not the next one")] = False,
+    prefix: Prefix = None,
+    security_protocol: SecurityProtocol = None,
+    sasl_mechanism: SaslMechanism = None,
+    username: Username = None,
+    password: Password = None,
+    ssl_cafile: CaFile = None,
+    ssl_certfile: CertFile = None,
+    ssl_keyfile: KeyFile = None,
+    max_message_bytes: MaxMessage = None,
+) -> None:
+    """Write the feed as it passes to a JSON Lines trace (t relative to the first event)."""
+    from cluster.feeder import record as run_record
+    from cluster.kafka_env import bootstrap_or_embedded
+
+    async def main() -> int:
+        import anyio
+
+        async with bootstrap_or_embedded(bootstrap, announce=console.print) as (address, embedded):
+            settings = _settings(
+                address,
+                embedded,
+                prefix=prefix,
+                security_protocol=security_protocol,
+                sasl_mechanism=sasl_mechanism,
+                username=username,
+                password=password,
+                ssl_cafile=ssl_cafile,
+                ssl_certfile=ssl_certfile,
+                ssl_keyfile=ssl_keyfile,
+                max_message_bytes=max_message_bytes,
+            )
+            count = 0
+            async with anyio.create_task_group() as tg:
+
+                async def stop_on_signal() -> None:
+                    await _until_signal()
+                    tg.cancel_scope.cancel()
+
+                tg.start_soon(stop_on_signal)
+                count = await run_record(settings, out, duration=duration, from_beginning=from_beginning)
+                tg.cancel_scope.cancel()
+            return count
+
+    try:
+        count = _run(main)
+    except (ValueError, OSError) as err:
+        raise _fail(str(err)) from None
+    console.print(f"recorded {count} events to {out}")

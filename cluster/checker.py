@@ -1,0 +1,205 @@
+"""The independent checker of a live cluster: feed and decisions merged in the order the caches saw them.
+
+Owns one :class:`~simulator.model.ClusterModel` (and :class:`~simulator.metrics.Metrics`) per
+scheduler partition, fed from outside the scheduler: feed records with their Kafka offsets and the
+decisions from the decisions topic. A decision says after which feed record it was made
+(``feed_offset``), so the checker applies the feed records of that partition up to that offset before
+the decision, and checks ARCHITECTURE section 6 on exactly the sequence the cache committed, however
+the two topics interleave on the wire.
+
+Invariants:
+
+- **Epochs** (what a resource manager does): per partition, a decision with an epoch lower than the
+  highest seen is a deposed owner's and is dropped (counted in ``stale``); within an epoch, a seq
+  already seen is a redelivery and is dropped (``duplicates``).
+- Decisions wait until their feed records arrived; :meth:`OrderedChecker.finish` applies whatever is
+  left (feed records no decision followed) and runs the quiescent checks.
+- Times given to the models and metrics are the caller's clock (``now``), not the cores' clocks.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from collections import defaultdict, deque
+from typing import Any
+
+import msgspec
+
+from core.config import PartitionConfig, SchedulerConfig, parse_partition
+from messages import decisions as d
+from messages import feed as f
+from simulator.metrics import IdealFn, Metrics
+from simulator.model import ClusterModel
+
+
+@dataclasses.dataclass(slots=True)
+class _Partition:
+    model: ClusterModel
+    metrics: Metrics
+    feed: deque[tuple[int, f.Feed]] = dataclasses.field(default_factory=deque)
+    waiting: deque[d.DecisionMsg] = dataclasses.field(default_factory=deque)
+    applied_offset: int = -1
+    max_epoch: int = 0
+    last_seq: int = 0
+    accepted: list[d.DecisionMsg] = dataclasses.field(default_factory=list)
+
+
+class OrderedChecker:
+    def __init__(self, config: SchedulerConfig | None = None, ideal_fn: IdealFn | None = None) -> None:
+        self.configs: dict[str, PartitionConfig] = {p.name: p for p in (config.partitions if config else ())}
+        self.ideal_fn = ideal_fn
+        self.parts: dict[str, _Partition] = {}
+        self.stale = 0
+        self.duplicates = 0
+        self.seen_events: set[str] = set()
+
+    def part(self, name: str) -> _Partition:
+        part = self.parts.get(name)
+        if part is None:
+            model = ClusterModel(name, self.configs.get(name))
+            part = self.parts[name] = _Partition(model, Metrics(model, self.ideal_fn))
+        return part
+
+    # ---- inputs
+    def on_feed(self, offset: int, event: f.Feed, now: float) -> None:
+        part = self.part(event.partition)
+        if isinstance(event, f.PartitionConfigEvent) and part.model.config is None:
+            with contextlib.suppress(ValueError):
+                part.model.configure(parse_partition(event.config, f"partition {event.partition}"))
+        part.feed.append((offset, event))
+        self._drain(part, now)
+
+    def on_decision(self, dec: d.DecisionMsg, now: float) -> bool:
+        """Take one decision off the wire; False if it was dropped (stale epoch or duplicate)."""
+        part = self.part(dec.partition)
+        if dec.epoch < part.max_epoch:
+            self.stale += 1
+            return False
+        if dec.epoch == part.max_epoch and dec.seq <= part.last_seq:
+            self.duplicates += 1
+            return False
+        part.max_epoch = dec.epoch
+        part.last_seq = dec.seq
+        part.waiting.append(dec)
+        self._drain(part, now)
+        return True
+
+    def _apply_feed(self, part: _Partition, upto: int | None) -> None:
+        while part.feed and (upto is None or part.feed[0][0] <= upto):
+            offset, event = part.feed.popleft()
+            part.applied_offset = max(part.applied_offset, offset)
+            if event.id and event.id in self.seen_events:
+                continue  # a duplicated event: the cache ignores it too
+            if event.id:
+                self.seen_events.add(event.id)
+            part.model.on_event(event)
+
+    def _drain(self, part: _Partition, now: float) -> None:
+        while part.waiting:
+            dec = part.waiting[0]
+            if dec.feed_offset > part.applied_offset:
+                self._apply_feed(part, dec.feed_offset)
+                if dec.feed_offset > part.applied_offset:
+                    return  # its feed records have not arrived yet
+            part.waiting.popleft()
+            timed = msgspec.structs.replace(dec, t=now)
+            part.model.on_decision(timed)
+            part.metrics.record(timed)
+            part.accepted.append(dec)
+
+    def sample(self, now: float) -> None:
+        for part in self.parts.values():
+            if part.model.nodes:  # nothing to measure before the first node is known
+                part.metrics.sample(now)
+
+    def finish(self, now: float) -> None:
+        """Apply everything left and run the quiescent invariant checks (call once the cluster is idle)."""
+        for part in self.parts.values():
+            self._drain(part, now)
+            while part.waiting:  # feed records never seen (read before the checker started): apply anyway
+                self._apply_feed(part, part.waiting[0].feed_offset)
+                dec = part.waiting.popleft()
+                timed = msgspec.structs.replace(dec, t=now)
+                part.model.on_decision(timed)
+                part.metrics.record(timed)
+                part.accepted.append(dec)
+            self._apply_feed(part, None)
+            part.model.check(now)
+            part.metrics.sample(now)
+
+    # ---- results
+    @property
+    def violations(self) -> int:
+        return sum(len(p.model.violations) for p in self.parts.values())
+
+    def pending_decisions(self) -> int:
+        return sum(len(p.waiting) for p in self.parts.values())
+
+    def decisions(self) -> list[d.DecisionMsg]:
+        return [x for p in self.parts.values() for x in p.accepted]
+
+    def report(
+        self, *, seconds: float, wall: float, tick: float, extra: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
+        """The ARCHITECTURE section-7 report, as far as the decisions allow (``proposals_rejected``: None)."""
+        per: dict[str, dict[str, Any]] = {}
+        for name, part in sorted(self.parts.items()):
+            model, m = part.model, part.metrics
+            config = model.config
+            grace = config.preemption.grace if config is not None else 15.0
+            wasted, ping_pong = m.preemption_outcomes(grace, tick)
+            counts: dict[str, int] = defaultdict(int)
+            for x in part.accepted:
+                counts[type(x).__name__] += 1
+            per[name] = {
+                "policy": config.preemption.policy if config is not None else "none",
+                "allocations": counts["Allocated"],
+                "preemptions": m.preemption_totals(),
+                "wasted_preemptions": wasted,
+                "ping_pong": ping_pong,
+                "time_to_guarantee": m.time_to_guarantee(),
+                "utilization": m.utilization(),
+                "fairness_gap": m.fairness_gap(),
+                "pending_at_end": model.pending_containers(),
+                "rejected": counts["Rejected"],
+                "lost": counts["AllocationLost"],
+                "kills": counts["Kill"],
+                "proposals_rejected": None,
+                "invariant_violations": len(model.violations),
+                "violations": [dataclasses.asdict(v) for v in model.violations[:50]],
+                "epoch": part.max_epoch,
+                "preemption_log": m.preemption_log(),
+            }
+        allocations = sum(r["allocations"] for r in per.values())
+        report: dict[str, Any] = {
+            "policy": next(iter(per.values()), {}).get("policy", "none"),
+            "sim_seconds": round(seconds, 3),
+            "allocations": allocations,
+            "allocations_per_s": round(allocations / wall, 1) if wall > 0 else None,
+            "wall_seconds": round(wall, 3),
+            "decisions": sum(len(p.accepted) for p in self.parts.values()),
+            "stale_decisions_dropped": self.stale,
+            "duplicate_decisions_dropped": self.duplicates,
+            **(extra or {}),
+        }
+        if len(per) == 1:
+            report.update({k: v for k, v in next(iter(per.values())).items() if k != "policy"})
+        else:
+            for key in ("wasted_preemptions", "ping_pong", "pending_at_end", "rejected", "lost", "kills"):
+                report[key] = sum(r[key] for r in per.values())
+            report["proposals_rejected"] = None
+            report["invariant_violations"] = sum(r["invariant_violations"] for r in per.values())
+            resources: dict[str, int] = defaultdict(int)
+            for r in per.values():
+                for k, v in r["preemptions"]["resources"].items():
+                    resources[k] += v
+            report["preemptions"] = {
+                "victims": sum(r["preemptions"]["victims"] for r in per.values()),
+                "resources": dict(resources),
+            }
+            report["time_to_guarantee"] = {
+                f"{name}:{q}": v for name, r in per.items() for q, v in r["time_to_guarantee"].items()
+            }
+            report["partitions"] = per
+        return report

@@ -1,0 +1,217 @@
+"""``sniper feed`` and ``sniper record``: a resource manager's side of a live cluster.
+
+:func:`play` replays a trace onto the ``feed`` topic in scaled real time (trace second ``t`` is
+published at wall second ``t / speed``; every event gets an id, ``RUN:LINE``, unless it has one) and
+plays the resource manager with the simulator's :class:`~simulator.rm.StandInRM`: it consumes the
+decisions, releases containers after their duration, answers kills and asks again for lost work. An
+:class:`~cluster.checker.OrderedChecker` reads the feed and the decisions from Kafka and produces the
+ARCHITECTURE section-7 report as far as the decisions allow. Decisions of a deposed owner (a lower
+epoch than the highest seen for the partition) are dropped, as a real resource manager would.
+
+:func:`record` writes the feed as it passes to a JSON Lines trace (``t`` = wall seconds since the
+first record), which ``sniper simulate FILE`` can replay.
+
+The wall clock is read here only; the trace clock is wall time since the start times ``speed``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import anyio
+import msgspec
+
+from cluster.checker import OrderedChecker
+from core.config import SchedulerConfig
+from messages import decisions as d
+from messages import feed as f
+from messages.codec import encode_json_line
+from simulator.metrics import IdealFn
+from simulator.rm import StandInRM
+from transport.bus import DECISIONS, FEED
+from transport.kafka import KafkaBus, KafkaSettings, KafkaSubscription
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class PlayOptions:
+    speed: float = 1.0
+    until: float | None = None  # trace seconds
+    drain: float = 10.0  # after the trace: stop once nothing was decided for this many wall seconds
+    sample: float = 1.0  # trace seconds between metric samples
+    run: str = ""  # id prefix of the events; default: a random one
+
+    def __post_init__(self) -> None:
+        if self.speed <= 0 or self.drain <= 0 or self.sample <= 0:
+            raise ValueError("speed, drain and sample must be positive")
+
+
+@dataclasses.dataclass(slots=True)
+class PlayResult:
+    report: dict[str, Any]
+    checker: OrderedChecker
+    published: int
+
+    @property
+    def violations(self) -> int:
+        return self.checker.violations
+
+
+def with_config_events(events: list[f.Feed], config: SchedulerConfig | None) -> list[f.Feed]:
+    """``events`` preceded by a ``partition_config`` event for each configured partition the trace does
+    not configure itself (a bundled scenario's config lives beside its events)."""
+    from core.config import partition_to_raw
+
+    configured = {e.partition for e in events if isinstance(e, f.PartitionConfigEvent)}
+    head: list[f.Feed] = [
+        f.PartitionConfigEvent(t=0.0, partition=part.name, config=partition_to_raw(part))
+        for part in (config.partitions if config else ())
+        if part.name not in configured
+    ]
+    return head + events
+
+
+def with_ids(events: list[f.Feed], run: str) -> list[f.Feed]:
+    return [e if e.id else msgspec.structs.replace(e, id=f"{run}:{i}") for i, e in enumerate(events, start=1)]
+
+
+async def play(
+    settings: KafkaSettings,
+    events: list[f.Feed],
+    options: PlayOptions | None = None,
+    *,
+    config: SchedulerConfig | None = None,
+    ideal_fn: IdealFn | None = None,
+    progress: Callable[[float, float], None] | None = None,
+) -> PlayResult:
+    options = options or PlayOptions()
+    run = options.run or uuid.uuid4().hex[:8]
+    trace = sorted(with_ids(with_config_events(events, config), run), key=lambda e: e.t)
+    end_hint = options.until if options.until is not None else (trace[-1].t if trace else 0.0)
+    checker = OrderedChecker(config, ideal_fn)
+    rm = StandInRM()
+    latest = dataclasses.replace(settings, auto_offset_reset="latest")
+    rm_ids = 0
+    published = 0
+    last_decision = time.monotonic()
+    async with KafkaBus(latest) as bus:
+        decisions = await bus.subscribe_ready(DECISIONS, group=f"{settings.prefix}feeder-{run}", capacity=8192)
+        feed = await bus.subscribe_ready(FEED, group=f"{settings.prefix}checker-{run}", capacity=8192)
+        start = time.monotonic()
+
+        def now() -> float:
+            return (time.monotonic() - start) * options.speed
+
+        async def publish(batch: list[f.Feed]) -> None:
+            nonlocal published
+            for event in batch:
+                rm.observe(event)
+            await bus.publish_many(FEED, [(e.partition, e) for e in batch])
+            published += len(batch)
+
+        def rm_events(batch: list[f.Feed]) -> list[f.Feed]:
+            nonlocal rm_ids
+            out = []
+            for event in batch:
+                rm_ids += 1
+                out.append(msgspec.structs.replace(event, id=f"{run}:rm{rm_ids}", t=now()))
+            return out
+
+        async def read_decisions(sub: KafkaSubscription) -> None:
+            nonlocal last_decision
+            while True:
+                try:
+                    dec = await sub.receive()
+                except (anyio.EndOfStream, anyio.ClosedResourceError):
+                    return
+                sub.ack()
+                last_decision = time.monotonic()
+                t = now()
+                if checker.on_decision(dec, t) and not isinstance(dec, d.Rejected):
+                    answer = rm.on_decision(dec, t)
+                    if answer:
+                        await publish(rm_events(answer))
+
+        async def read_feed(sub: KafkaSubscription) -> None:
+            while True:
+                try:
+                    _kp, offset, event = await sub.receive_record()
+                except (anyio.EndOfStream, anyio.ClosedResourceError):
+                    return
+                sub.ack()
+                checker.on_feed(offset, event, now())
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(read_decisions, decisions)
+            tg.start_soon(read_feed, feed)
+            i = 0
+            next_sample = 0.0
+            while True:
+                t = now()
+                if options.until is not None and t > options.until:
+                    break
+                batch: list[f.Feed] = []
+                while i < len(trace) and trace[i].t <= t:
+                    batch.append(trace[i])
+                    i += 1
+                batch.extend(rm_events(rm.due(t)))
+                if batch:
+                    await publish(batch)
+                if t >= next_sample:
+                    checker.sample(t)
+                    next_sample = t + options.sample
+                    if progress is not None:
+                        progress(t, max(end_hint, t))
+                if i >= len(trace) and options.until is None:
+                    quiet = time.monotonic() - last_decision
+                    pending = sum(p.model.pending_containers() for p in checker.parts.values())
+                    if rm.next_time() is None and (pending == 0 or quiet > options.drain) and quiet > 0.5:
+                        break
+                    upcoming = rm.next_time()
+                    if quiet > options.drain and (upcoming is None or upcoming > t + options.drain * options.speed):
+                        break
+                await anyio.sleep(0.01)  # the replay's pacing timer, not a synchronisation
+            wall = time.monotonic() - start
+            seconds = now()
+            tg.cancel_scope.cancel()
+    checker.finish(seconds)
+    report = checker.report(
+        seconds=seconds,
+        wall=wall,
+        tick=options.sample,
+        extra={"published": published, "retries": rm.retries, "lost_work_seconds": round(rm.lost_work, 3)},
+    )
+    return PlayResult(report, checker, published)
+
+
+async def record(settings: KafkaSettings, out: Path, *, duration: float | None, from_beginning: bool = False) -> int:
+    """Write the feed as it passes to ``out`` (JSON Lines) for ``duration`` wall seconds; returns the count."""
+    reader = dataclasses.replace(settings, auto_offset_reset="earliest" if from_beginning else "latest")
+    counted = [0]
+    async with KafkaBus(reader) as bus:
+        sub = await bus.subscribe_ready(FEED, group=f"{settings.prefix}record-{uuid.uuid4().hex[:8]}")
+        handle = await anyio.open_file(out, "wb")
+        async with handle:
+            with anyio.move_on_after(duration if duration is not None else float("inf")):
+                await _copy(sub, handle, counted)
+    return counted[0]
+
+
+async def _copy(sub: KafkaSubscription, handle: Any, counted: list[int]) -> None:
+    first: float | None = None
+    while True:
+        try:
+            event = await sub.receive()
+        except (anyio.EndOfStream, anyio.ClosedResourceError):
+            return
+        sub.ack()
+        wall = time.monotonic()
+        if first is None:
+            first = wall
+        await handle.write(encode_json_line(msgspec.structs.replace(event, t=round(wall - first, 6))))
+        await handle.flush()
+        counted[0] += 1
