@@ -42,7 +42,7 @@ class CacheCore:
     def __init__(self, partition: str, config: PartitionConfig | None = None, *, epoch: int = 0) -> None:
         self.partition = partition
         self.epoch = epoch
-        self.state = PartitionState(partition)
+        self.state = PartitionState(partition, indexed=False)
         self.decision_seq = 0
         self.view_seq = 0
         self.counters = {"alloc": 0, "app": 0, "ask": 0, "reservation": 0}

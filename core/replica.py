@@ -32,12 +32,17 @@ class ViewReplica:
         if delta.seq != self.view_seq + 1:
             return False
         self.view_seq = delta.seq
-        handlers = self.state._handlers
-        for change in delta.changes:
-            handlers[type(change)](change)
-            self.on_change(change)
-        for outcome in delta.outcomes:
-            self.on_outcome(outcome)
+        state = self.state
+        handlers = state._handlers
+        state.begin_batch()
+        try:
+            for change in delta.changes:
+                handlers[type(change)](change)
+                self.on_change(change)
+            for outcome in delta.outcomes:
+                self.on_outcome(outcome)
+        finally:
+            state.end_batch()
         self.after_delta(delta)
         return True
 

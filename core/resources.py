@@ -106,13 +106,23 @@ def sub(a: ResourceLike, b: ResourceLike) -> Resource:
 
 
 def add_into(acc: Resource, b: ResourceLike, times: int = 1) -> None:
-    for k, v in b.items():
-        acc[k] = acc.get(k, 0) + v * times
+    get = acc.get
+    if times == 1:
+        for k, v in b.items():
+            acc[k] = get(k, 0) + v
+    else:
+        for k, v in b.items():
+            acc[k] = get(k, 0) + v * times
 
 
 def sub_into(acc: Resource, b: ResourceLike, times: int = 1) -> None:
-    for k, v in b.items():
-        acc[k] = acc.get(k, 0) - v * times
+    get = acc.get
+    if times == 1:
+        for k, v in b.items():
+            acc[k] = get(k, 0) - v
+    else:
+        for k, v in b.items():
+            acc[k] = get(k, 0) - v * times
 
 
 def scale(a: ResourceLike, times: int) -> Resource:

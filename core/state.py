@@ -230,7 +230,7 @@ class Allocation:
         self.app = change.app
         self.ask = change.ask
         self.node = change.node
-        self.resource: Resource = res.normalized(change.resource)
+        self.resource: Resource = change.resource  # normalised once, when the ask was created
         self.start = change.start
         self.am = change.am
         self.queue = queue
@@ -266,8 +266,11 @@ class StateError(RuntimeError):
 class PartitionState:
     """One partition's state. ``apply`` is the only way to change it."""
 
-    def __init__(self, name: str, config: PartitionConfig | None = None) -> None:
+    def __init__(self, name: str, config: PartitionConfig | None = None, *, indexed: bool = True) -> None:
+        """``indexed=False`` keeps no node order (the cache validates placements, it never searches)."""
         self.name = name
+        self.indexed = indexed
+        self._deferred: set[Node] | None = None  # nodes to re-key at the end of a batch
         self.config: PartitionConfig | None = None
         self.root: Queue | None = None
         self.queues: dict[str, Queue] = {}
@@ -389,10 +392,26 @@ class PartitionState:
             self._add_usage(self.apps[r.app].queue, "reserved", r.resource, 1)
 
     def _index(self, node: Node) -> None:
+        if not self.indexed:
+            return
+        if self._deferred is not None:
+            self._deferred.add(node)
+            return
         if node.schedulable:
             self.node_index.update(node.name, node.free_of(MEMORY))
         else:
             self.node_index.discard(node.name)
+
+    def begin_batch(self) -> None:
+        """Defer node re-keying until :meth:`end_batch` (a delta moves a node several times)."""
+        if self._deferred is None:
+            self._deferred = set()
+
+    def end_batch(self) -> None:
+        deferred, self._deferred = self._deferred, None
+        for node in deferred or ():
+            if self.nodes.get(node.name) is node:
+                self._index(node)
 
     def reindex(self, node: Node) -> None:
         """Re-key a node whose free room changed (also used by the allocator for in-flight room)."""
@@ -487,18 +506,25 @@ class PartitionState:
         res.add_into(node.by_queue.setdefault(alloc.queue.path, {}), alloc.resource)
         app.allocations.add(alloc.id)
         res.add_into(app.allocated, alloc.resource)
-        self._add_usage(app.queue, "allocated", alloc.resource, 1)
         ask = app.asks.get(c.ask)
         if c.reservation is not None:
             # The reserved container was already taken out of pending when it was reserved.
+            self._add_usage(app.queue, "allocated", alloc.resource, 1)
             self._end_reservation(c.reservation)
             if ask is not None:
                 ask.allocated += 1
         elif ask is not None:
             ask.allocated += 1
-            self._add_pending(app.queue, ask.resource, -1)
+            resource = alloc.resource
+            for q in app.queue.lineage():  # usage up, pending down, in one walk
+                used, pending = q.allocated, q.pending
+                for k, v in resource.items():
+                    used[k] = used.get(k, 0) + v
+                    pending[k] = pending.get(k, 0) - v
             if ask.count - ask.allocated - ask.reserved <= 0:
                 app.pending_asks.discard(ask)
+        else:
+            self._add_usage(app.queue, "allocated", alloc.resource, 1)
         self._index(node)
 
     def _alloc_gone(self, c: p.AllocationGone) -> None:

@@ -15,6 +15,7 @@ from core import resources as res
 from core.allocator import AllocatorCore
 from core.cache import CacheCore
 from core.config import PartitionConfig, parse_partition
+from core.node_index import NodeIndex
 from core.resources import Resource
 from core.state import PartitionState
 from messages import decisions as d
@@ -72,6 +73,14 @@ def mem(memory: int, vcore: int | None = None) -> Resource:
 
 
 # ---------------------------------------------------------------------- state inspection
+
+
+def _fresh_index(state: PartitionState) -> NodeIndex:
+    index = NodeIndex(state.config.node_sort_policy if state.config else "binpacking")
+    for node in state.nodes.values():
+        if node.schedulable:
+            index.update(node.name, node.free_of("memory"))
+    return index
 
 
 def fingerprint(state: PartitionState, *, allocating: bool = False) -> dict[str, Any]:
@@ -144,7 +153,8 @@ def fingerprint(state: PartitionState, *, allocating: bool = False) -> dict[str,
         "apps": apps,
         "allocations": allocations,
         "reservations": sorted(state.reservations),
-        "node_order": state.node_index.ordered() if not allocating else None,
+        # The cache keeps no node order (it never searches for a node): compare with a fresh sort.
+        "node_order": None if allocating else (state.node_index if state.indexed else _fresh_index(state)).ordered(),
     }
 
 
