@@ -1,0 +1,286 @@
+"""Sniper's quotas (seed 002 ``calculate-preemption-quotas``): who may lose what, who benefits, the budget.
+
+From the ideal assignment: a leaf over both its ideal and ``guaranteed * (1 + deadzone)`` may lose what
+it holds above its floor (its guarantee on every resource, its ideal on the resource it is most over
+relative to the cluster); a leaf below its ideal on every resource, with demand, is a beneficiary; the
+round's budget is ``total_preemption_per_round`` of the capacity.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from core import resources as res
+from core.config import parse_partition
+from core.preemption.quotas import below_ideal, compute_quotas, floor_of, net_usage, over_deadzone
+from core.resources import Resource
+from core.state import PartitionState, Queue
+from tests.core_support import queue
+from tests.preemption_support import PreemptHarness, preemption_raw, two_queues
+
+
+def _queue_with(guaranteed: Resource) -> Queue:
+    raw = preemption_raw(queue("a", guaranteed=guaranteed or None), queue("b"))
+    return PartitionState("default", parse_partition(raw)).queues["root.a"]
+
+
+def occupy(h: PreemptHarness, app: str, queue_path: str, total: int, nodes: list[str], piece: int = 10) -> None:
+    """``total`` memory of ``app`` in ``piece``-sized containers, filling ``nodes`` (100 each) in order."""
+    left = total
+    for node in nodes:
+        room = 100
+        while left > 0 and room > 0:
+            size = min(piece, left, room)
+            h.run(app, size, node, queue_path=queue_path)
+            left -= size
+            room -= size
+
+
+def quotas_of(h: PreemptHarness) -> Any:
+    state = h.cache.state
+    assert state.config is not None
+    return compute_quotas(state, state.config.preemption)
+
+
+# ---------------------------------------------------------------------- floor, below ideal, deadzone
+
+
+@pytest.mark.parametrize(
+    ("usage", "ideal", "capacity", "guaranteed", "floor"),
+    [
+        # memory is the most over: kept at its ideal; vcore only keeps its guarantee
+        ({"memory": 80, "vcore": 30}, {"memory": 50, "vcore": 50}, {"memory": 100, "vcore": 100},
+         {"memory": 20, "vcore": 20}, {"memory": 50, "vcore": 20}),
+        # most over relative to the cluster, not in absolute units: 10 of 40 vcores beats 20 of 1000 MiB
+        ({"memory": 60, "vcore": 30}, {"memory": 40, "vcore": 20}, {"memory": 1000, "vcore": 40},
+         {"memory": 10, "vcore": 10}, {"memory": 10, "vcore": 20}),
+        # the guarantee wins over a lower ideal on the most-over resource
+        ({"memory": 80}, {"memory": 30}, {"memory": 100}, {"memory": 50}, {"memory": 50}),
+        # a resource used below its guarantee is kept whole
+        ({"memory": 80, "vcore": 5}, {"memory": 40, "vcore": 10}, {"memory": 100, "vcore": 100},
+         {"memory": 20, "vcore": 20}, {"memory": 40, "vcore": 5}),
+        # over nowhere: only the guarantee (the deadzone keeps such a queue out of the quotas anyway)
+        ({"memory": 30}, {"memory": 50}, {"memory": 100}, {"memory": 10}, {"memory": 10}),
+        # no guarantee at all: the ideal on the most-over resource, nothing elsewhere
+        ({"memory": 70, "vcore": 10}, {"memory": 40, "vcore": 40}, {"memory": 100, "vcore": 100}, {},
+         {"memory": 40, "vcore": 0}),
+        # a resource the cluster does not count cannot be the most over; it keeps its guarantee
+        ({"memory": 70, "gpu": 4}, {"memory": 40}, {"memory": 100}, {"memory": 10, "gpu": 2},
+         {"memory": 40, "gpu": 2}),
+    ],
+)  # fmt: skip
+def test_floor_of(usage: Resource, ideal: Resource, capacity: Resource, guaranteed: Resource, floor: Resource) -> None:
+    assert floor_of(_queue_with(guaranteed), usage, ideal, capacity) == floor
+
+
+resource_names = st.sampled_from(["memory", "vcore", "gpu"])
+amounts = st.dictionaries(resource_names, st.integers(0, 1000), max_size=3)
+
+
+@settings(max_examples=200, deadline=None)
+@given(usage=amounts, ideal=amounts, guaranteed=amounts, capacity=st.dictionaries(resource_names, st.integers(1, 2000)))
+def test_the_floor_never_goes_below_the_guarantee_on_any_resource(
+    usage: Resource, ideal: Resource, guaranteed: Resource, capacity: Resource
+) -> None:
+    floor = floor_of(_queue_with(res.normalized(guaranteed)), usage, ideal, capacity)
+    assert set(floor) == set(usage)
+    for k, v in usage.items():
+        assert floor[k] >= min(v, guaranteed.get(k, 0)), k
+    # and it keeps the ideal on the resource the queue is most over (when it is over anywhere)
+    excess = {k: (v - ideal.get(k, 0)) / capacity[k] for k, v in usage.items() if k in capacity}
+    if excess and max(excess.values()) > 0:
+        worst = max(sorted(excess), key=lambda k: excess[k])
+        assert floor[worst] >= ideal.get(worst, 0)
+
+
+@pytest.mark.parametrize(
+    ("usage", "ideal", "below"),
+    [
+        ({"memory": 10}, {"memory": 20}, True),
+        ({"memory": 20}, {"memory": 20}, False),  # at the ideal is not below it
+        ({"memory": 10, "vcore": 30}, {"memory": 20, "vcore": 20}, False),  # over on one resource
+        ({"memory": 10, "vcore": 20}, {"memory": 20, "vcore": 20}, True),  # below on one, at on the other
+        ({}, {"memory": 5}, True),
+        ({}, {}, False),
+        ({"gpu": 1}, {"memory": 5}, False),  # uses a resource its ideal does not give it
+    ],
+)
+def test_below_ideal(usage: Resource, ideal: Resource, below: bool) -> None:
+    assert below_ideal(usage, ideal) is below
+
+
+@pytest.mark.parametrize(
+    ("usage", "ideal", "deadzone", "over"),
+    [
+        (108, 100, 0.1, False),  # within guaranteed * 1.1 = 110
+        (110, 100, 0.1, False),
+        (111, 100, 0.1, True),
+        (108, 100, 0.0, True),
+        (140, 100, 0.5, False),
+        (151, 100, 0.5, True),
+        (150, 150, 0.1, False),  # far over its guarantee but not over its ideal
+        (151, 150, 0.1, True),
+    ],
+)
+def test_over_deadzone(usage: int, ideal: int, deadzone: float, over: bool) -> None:
+    q = _queue_with({"memory": 100})
+    assert over_deadzone(q, {"memory": usage}, {"memory": ideal}, deadzone) is over
+
+
+# ---------------------------------------------------------------------- compute_quotas on live states
+
+
+@pytest.mark.parametrize(
+    ("guarantees", "b_used", "a_demand", "deadzone", "b_may_lose"),
+    [
+        ((100, 100), 108, 100, 0.1, None),  # b over its ideal (100) but within the deadzone (110)
+        ((100, 100), 110, 100, 0.1, None),
+        ((100, 100), 112, 100, 0.1, 12),  # over the deadzone: everything above the ideal
+        ((100, 100), 108, 100, 0.0, 8),
+        ((100, 100), 140, 100, 0.5, None),
+        ((100, 100), 160, 100, 0.5, 60),
+        ((20, 180), 150, 30, 0.1, None),  # far over its guarantee, not over its ideal (a wants little)
+        ((180, 20), 150, 100, 0.1, 50),  # a wants 100: b's ideal is 100
+        ((100, 100), 200, 40, 0.1, 40),  # a wants 40: b keeps 160
+    ],
+)
+def test_deadzone_and_ideal_decide_who_may_lose(
+    guarantees: tuple[int, int], b_used: int, a_demand: int, deadzone: float, b_may_lose: int | None
+) -> None:
+    h = PreemptHarness(two_queues(*guarantees, max_ignored_over_capacity=deadzone))
+    h.nodes("n1", "n2")
+    occupy(h, "b1", "root.b", b_used, ["n1", "n2"])
+    h.app("a1", "root.a")
+    h.ask("a1", "small", 10, count=a_demand // 10)
+    quotas = quotas_of(h)
+    if b_may_lose is None:
+        assert "root.b" not in quotas.may_lose
+    else:
+        assert quotas.may_lose["root.b"] == {"memory": b_may_lose}
+        # the loss takes b exactly to max(ideal, guarantee), never below its guarantee
+        assert b_used - b_may_lose == max(quotas.ideal["root.b"]["memory"], guarantees[1])
+    assert "root.a" not in quotas.may_lose
+    assert quotas.beneficiaries == ("root.a",)
+
+
+def test_a_disabled_queue_never_gets_a_quota() -> None:
+    raw = preemption_raw(
+        queue("a", guaranteed={"memory": 100}),
+        queue("b", guaranteed={"memory": 50}),
+        queue("c", guaranteed={"memory": 50}, preemption_policy="disabled"),
+    )
+    h = PreemptHarness(raw)
+    h.nodes("n1", "n2")
+    occupy(h, "b1", "root.b", 100, ["n1"])
+    occupy(h, "c1", "root.c", 100, ["n2"])
+    h.app("a1", "root.a")
+    h.ask("a1", "small", 10, count=10)
+    quotas = quotas_of(h)
+    assert "root.b" in quotas.may_lose
+    assert "root.c" not in quotas.may_lose
+    assert quotas.beneficiaries == ("root.a",)
+
+
+def test_drf_quota_keeps_the_ideal_on_the_most_over_resource_and_the_guarantee_elsewhere() -> None:
+    g = {"memory": 100, "vcore": 100}
+    h = PreemptHarness(preemption_raw(queue("a", guaranteed=g), queue("b", guaranteed=g)))
+    h.nodes("n1", "n2", vcore=100)
+    for node in ("n1", "n2"):
+        for _ in range(2):
+            h.run("b1", 40, node, vcore=10, queue_path="root.b")  # memory-heavy: 160 MiB, 40 vcores
+    h.app("a1", "root.a")
+    h.ask("a1", "x", 10, count=10, vcore=10)
+    quotas = quotas_of(h)
+    ideal_b = quotas.ideal["root.b"]
+    assert ideal_b["memory"] < 160 and ideal_b["vcore"] > 40
+    # memory is the most over: b may go down to its ideal (and guarantee) there; vcore is below its
+    # ideal and its guarantee, so b loses no vcores even though its containers carry some
+    assert quotas.may_lose == {"root.b": {"memory": 160 - max(ideal_b["memory"], 100)}}
+    assert quotas.beneficiaries == ("root.a",)
+
+
+def test_quotas_never_take_a_queue_below_its_guarantee_on_any_resource() -> None:
+    """Vcore-heavy b over its ideal on vcores only: memory stays whole, vcores go down to the floor."""
+    g = {"memory": 100, "vcore": 100}
+    h = PreemptHarness(preemption_raw(queue("a", guaranteed=g), queue("b", guaranteed=g)))
+    h.nodes("n1", "n2", vcore=100)
+    for node in ("n1", "n2"):
+        for _ in range(4):
+            h.run("b1", 5, node, vcore=25, queue_path="root.b")  # 40 MiB, 200 vcores
+    h.app("a1", "root.a")
+    h.ask("a1", "x", 10, count=10, vcore=10)
+    quotas = quotas_of(h)
+    lose = quotas.may_lose["root.b"]
+    usage = net_usage(h.cache.state.queues["root.b"])
+    for k, v in usage.items():
+        assert v - lose.get(k, 0) >= min(v, g[k]), k
+    assert lose.get("memory", 0) == 0
+    assert lose["vcore"] == 200 - max(quotas.ideal["root.b"]["vcore"], 100)
+
+
+def test_beneficiaries_are_leaves_below_their_ideal_with_demand() -> None:
+    raw = preemption_raw(
+        queue("p", queue("a", guaranteed={"memory": 50}), queue("idle", guaranteed={"memory": 50}),
+              guaranteed={"memory": 100}),
+        queue("b", guaranteed={"memory": 50}),
+        queue("full", guaranteed={"memory": 50}),
+    )  # fmt: skip
+    h = PreemptHarness(raw)
+    h.nodes("n1", "n2", "n3")
+    occupy(h, "b1", "root.b", 200, ["n1", "n2"])
+    occupy(h, "f1", "root.full", 50, ["n3"])
+    h.app("idle1", "root.p.idle")  # below its guarantee but wants nothing
+    h.run("idle1", 10, "n3")
+    h.app("f2", "root.full")
+    h.ask("f2", "more", 10, count=2)  # has demand, at its guarantee: YARN's ideal gives a leaf no more
+    h.app("a1", "root.p.a")
+    h.ask("a1", "small", 10, count=5)
+    quotas = quotas_of(h)
+    assert "root.p.a" in quotas.beneficiaries
+    assert "root.p.idle" not in quotas.beneficiaries
+    assert "root.p" not in quotas.beneficiaries  # parents never: asks live in leaves
+    assert "root.b" not in quotas.beneficiaries
+    assert "root.full" not in quotas.beneficiaries
+    for path in quotas.beneficiaries:
+        q = h.cache.state.queues[path]
+        assert res.any_positive(q.pending) and below_ideal(net_usage(q), quotas.ideal[path])
+    assert set(quotas.may_lose) == {"root.b"}
+
+
+@pytest.mark.parametrize(
+    ("per_round", "capacity", "budget"),
+    [
+        (0.1, {"memory": 200, "vcore": 100}, {"memory": 20, "vcore": 10}),
+        (0.25, {"memory": 200, "vcore": 100}, {"memory": 50, "vcore": 25}),
+        (1.0, {"memory": 200, "vcore": 100}, {"memory": 200, "vcore": 100}),
+        (0.33, {"memory": 200, "vcore": 100}, {"memory": 66, "vcore": 33}),  # integers, rounded down
+    ],
+)
+def test_budget_is_a_share_of_the_capacity(per_round: float, capacity: Resource, budget: Resource) -> None:
+    h = PreemptHarness(two_queues(total_preemption_per_round=per_round))
+    h.nodes("n1", "n2", memory=capacity["memory"] // 2, vcore=capacity["vcore"] // 2)
+    assert quotas_of(h).budget == budget
+
+
+def test_victims_already_preempting_no_longer_count_and_reservations_do() -> None:
+    """After a commit the victims are leaving (net usage) and the beneficiary holds its reservation."""
+    h = PreemptHarness(two_queues(100, 100))
+    h.nodes("n1", "n2")
+    occupy(h, "b1", "root.b", 200, ["n1", "n2"], piece=50)
+    h.app("a1", "root.a")
+    h.ask("a1", "big", 50, count=2)
+    before = quotas_of(h)
+    assert before.may_lose == {"root.b": {"memory": 100}}
+    h.starve()
+    result = h.preempt_round(5.0, policy=h.policy)
+    assert result.outcome is not None and result.outcome.accepted == 2
+    after = quotas_of(h)
+    b, a = h.cache.state.queues["root.b"], h.cache.state.queues["root.a"]
+    assert b.preempting == {"memory": 100} and net_usage(b) == {"memory": 100}
+    assert a.reserved == {"memory": 100} and net_usage(a) == {"memory": 100}
+    assert "root.b" not in after.may_lose  # back at its guarantee: nothing more to lose
+    assert after.beneficiaries == ()  # a holds its room: not below its ideal any more
