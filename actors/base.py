@@ -21,6 +21,7 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 from transport.bus import Subscription
 
 log = logging.getLogger("sniper.actors")
+BURST = 64  # messages handled back to back before an actor yields to the event loop
 
 
 class MergedInbox(Subscription):
@@ -121,9 +122,22 @@ class Actor(abc.ABC):
     async def _loop(self) -> None:
         inbox = self.inbox
         unacked = 0
+        burst = 0
         while True:
             try:
-                message = await inbox.receive()
+                # Drain what is buffered without a scheduler round trip per message; yield every
+                # BURST messages so the publishers and the other actors keep running.
+                if burst < BURST:
+                    try:
+                        message = inbox.receive_nowait()
+                        burst += 1
+                    except anyio.WouldBlock:
+                        burst = 0
+                        message = await inbox.receive()
+                else:
+                    burst = 0
+                    await anyio.lowlevel.checkpoint()
+                    message = await inbox.receive()
             except (anyio.EndOfStream, anyio.ClosedResourceError):
                 return
             unacked += 1

@@ -11,6 +11,7 @@ from typing import Any
 
 from actors.base import MergedInbox
 from transport.bus import Bus, Subscription
+from transport.memory import MemoryBus
 
 
 class Router:
@@ -26,5 +27,8 @@ class Router:
 
     def inbox(self, topics: Sequence[tuple[str, str | None]], *, group: str, capacity: int = 1024) -> Subscription:
         """One inbox over several ``(topic, key)`` sources (merged when there is more than one)."""
+        bus = self.bus(topics[0][0])
+        if isinstance(bus, MemoryBus) and all(self.bus(t) is bus for t, _ in topics):
+            return bus.subscribe_many(list(topics), group=group, capacity=capacity)
         subs = [self.bus(t).subscribe(t, group=group, key=k, capacity=capacity) for t, k in topics]
         return subs[0] if len(subs) == 1 else MergedInbox(subs)

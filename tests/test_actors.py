@@ -310,11 +310,16 @@ async def test_handler_and_idle_exceptions_are_logged_and_the_loop_goes_on(caplo
     assert any("failed in its idle step" in m for m in messages)
 
 
-async def test_a_merged_inbox_keeps_each_source_in_order() -> None:
+@pytest.mark.parametrize("merged", [True, False], ids=["pumped-merged-inbox", "one-memory-stream"])
+async def test_a_merged_inbox_keeps_each_source_in_order(merged: bool) -> None:
     bus = MemoryBus()
     router = Router(bus)
-    inbox = router.inbox([("x", PARTITION), ("y", None)], group="g")
-    assert isinstance(inbox, MergedInbox)
+    inbox: Subscription
+    if merged:  # what the router builds when the sources live on different buses
+        inbox = MergedInbox([bus.subscribe("x", group="g", key=PARTITION), bus.subscribe("y", group="g")])
+    else:  # all on the memory bus: one stream, no pump
+        inbox = router.inbox([("x", PARTITION), ("y", None)], group="g")
+        assert not isinstance(inbox, MergedInbox)
     actor = Echo(inbox)
     async with anyio.create_task_group() as tg:
         await tg.start(actor.run)

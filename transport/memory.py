@@ -70,8 +70,15 @@ class MemoryBus(Bus):
                 send.close()  # its subscriber is gone for good
 
     def subscribe(self, topic: str, *, group: str, key: str | None = None, capacity: int = 1024) -> Subscription:
+        return self.subscribe_many([(topic, key)], group=group, capacity=capacity)
+
+    def subscribe_many(
+        self, sources: list[tuple[str, str | None]], *, group: str, capacity: int = 1024
+    ) -> Subscription:
+        """One inbox fed by several ``(topic, key)`` sources, in publish order (no pump in between)."""
         send, receive = anyio.create_memory_object_stream[Any](capacity)
-        self._subscribers[topic].append((key, send))
+        for topic, key in sources:
+            self._subscribers[topic].append((key, send))
         self._receivers.append(receive)
         return _MemorySubscription(self, receive)
 
