@@ -195,6 +195,11 @@ class Run:
             # however many other proposals were in flight and in whatever order they arrived.
             assert outcome.rejected == {}, outcome.rejected
             self.clean_deliveries += 1
+        else:
+            # A stale proposal may land on a node or ask re-added under the same name since, taking
+            # room the others did not count on: they are stale from now on too.
+            for other in self.stale:
+                self.stale[other] += 1
 
     # ---- checks
 
