@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -49,12 +49,14 @@ def app_key(policy: str, app: App, selected: Resource | None, capacity: Resource
 
 
 class _AppCursor:
-    __slots__ = ("app", "asks", "idx", "selected")
+    """Walks one app's pending asks lazily (the sorted list does not change during a call)."""
+
+    __slots__ = ("app", "current", "rest", "selected")
 
     def __init__(self, app: App) -> None:
         self.app = app
-        self.asks: list[Ask] = list(app.pending_asks)
-        self.idx = 0
+        self.rest: Iterator[Ask] = iter(app.pending_asks)
+        self.current: Ask | None = next(self.rest, None)
         self.selected: Resource = {}
 
 
@@ -136,16 +138,14 @@ def find_ask_candidates(
         apps = cur.apps
         while apps:
             _, seq, app_cur = apps[0]
-            asks = app_cur.asks
-            while app_cur.idx < len(asks):
-                ask = asks[app_cur.idx]
+            while (ask := app_cur.current) is not None:
                 if (
                     ask.key in filters.skip
                     or (filters.ask is not None and not filters.ask(ask))
                     or ask.pending - picked.get(ask.key, 0) <= 0
                     or not state.headroom_allows(leaf, ask.resource, extra)
                 ):
-                    app_cur.idx += 1
+                    app_cur.current = next(app_cur.rest, None)
                     continue
                 if cur.policy == "fair":
                     res.add_into(app_cur.selected, ask.resource)
