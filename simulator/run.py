@@ -17,6 +17,7 @@ from typing import Any
 import anyio
 
 from actors.partition import PartitionRuntime
+from actors.policy import PolicyActor
 from actors.router import Router
 from core.config import PartitionConfig, SchedulerConfig, parse_partition
 from messages import decisions as d
@@ -207,6 +208,8 @@ def build_report(
             "pending_at_end": model.pending_containers(),
             "rejected": sum(1 for x in decisions if isinstance(x, d.Rejected) and x.partition == name),
             "proposals_rejected": core.stats.placements_rejected,
+            "proposals": core.stats.proposals,
+            "mask": mask_statistics(runtime),
             "invariant_violations": len(model.violations),
             "violations": [dataclasses.asdict(v) for v in model.violations[:50]],
             "preemption_log": m.preemption_log(),
@@ -238,6 +241,20 @@ def build_report(
         }
         report["partitions"] = per_partition
     return report
+
+
+def mask_statistics(runtime: PartitionRuntime) -> dict[str, int]:
+    """Preemption-mask figures summed over the partition's policy actors."""
+    out = {"masked": 0, "hits": 0, "clears": 0, "entries_at_end": 0}
+    for actor in runtime.actors:
+        policy = actor.replica_of.policy if isinstance(actor, PolicyActor) else None
+        mask = None if policy is None else policy.mask
+        if mask is not None:
+            out["masked"] += mask.masked
+            out["hits"] += mask.hits
+            out["clears"] += mask.clears
+            out["entries_at_end"] += len(mask)
+    return out
 
 
 def _sum_resources(items: Any) -> dict[str, int]:
