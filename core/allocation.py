@@ -24,7 +24,9 @@ from core.state import App, Ask, AskKey, Node, PartitionState, Queue
 QueueKey = Callable[[Queue, Resource], tuple[object, ...]]
 
 
-def usage_key(queue: Queue, usage: Resource, capacity: Resource) -> tuple[object, ...]:
+def usage_key(
+    queue: Queue, usage: Resource, capacity: Resource, pending_share: float | None = None
+) -> tuple[object, ...]:
     """Normal-mode queue order: higher priority, below guarantee, lower share, more pending."""
     if queue.guaranteed:
         # Only guaranteed resources count: a resource the guarantee does not name is not guaranteed
@@ -35,8 +37,9 @@ def usage_key(queue: Queue, usage: Resource, capacity: Resource) -> tuple[object
     else:
         share = res.dominant_share(usage, capacity) if capacity else (math.inf if res.any_positive(usage) else 0.0)
         below = 1
-    pending = res.dominant_share(queue.pending, capacity) if capacity else 0.0
-    return (-queue.priority, below, share, -pending, queue.path)
+    if pending_share is None:
+        pending_share = res.dominant_share(queue.pending, capacity) if capacity else 0.0
+    return (-queue.priority, below, share, -pending_share, queue.path)
 
 
 def app_key(policy: str, app: App, selected: Resource | None, capacity: Resource) -> tuple[object, ...]:
@@ -105,7 +108,15 @@ def find_ask_candidates(
         return []
     filters = filters or CandidateFilter()
     capacity = state.capacity
-    key_of: QueueKey = queue_key or (lambda q, u: usage_key(q, u, capacity))
+    pending_shares: dict[str, float] = {}  # pending does not change during a call
+
+    def default_key(q: Queue, u: Resource) -> tuple[object, ...]:
+        share = pending_shares.get(q.path)
+        if share is None:
+            share = pending_shares[q.path] = res.dominant_share(q.pending, capacity) if capacity else 0.0
+        return usage_key(q, u, capacity, share)
+
+    key_of: QueueKey = queue_key or default_key
     # Usage picked in this call (plus what the caller holds), per queue path, all levels.
     extra: dict[str, Resource] = {k: dict(v) for k, v in headroom_extra.items()} if headroom_extra else {}
     picked: dict[AskKey, int] = {}

@@ -275,7 +275,10 @@ class Poisoned(Subscription):
         return message
 
     def receive_nowait(self) -> Any:
-        return self.inner.receive_nowait()
+        message = self.inner.receive_nowait()
+        if message == "poison":
+            raise RuntimeError("inbox broke")
+        return message
 
     def ack(self) -> None:
         self.inner.ack()

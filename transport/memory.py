@@ -63,7 +63,10 @@ class MemoryBus(Bus):
                 continue
             self._delivering()
             try:
-                await send.send(message)
+                try:
+                    send.send_nowait(message)  # room in the buffer: no scheduler round trip
+                except anyio.WouldBlock:
+                    await send.send(message)  # full: wait (backpressure)
             except (anyio.BrokenResourceError, anyio.ClosedResourceError):
                 self._handled(1)
                 self._subscribers[topic].remove((wanted, send))
