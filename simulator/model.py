@@ -107,9 +107,11 @@ class ClusterModel:
                 self.apps.pop(a, None)
                 self.withdrawn.update(k for k in self.asks if k[0] == a)
             case f.AskAdded(app=a, ask=k, resource=r, count=c):
-                if (a, k) in self.withdrawn:
-                    # Asked again under a withdrawn name: a new ask for the cache, its count starts over.
+                if (a, k) in self.withdrawn or (a, k) in self.rejected_asks:
+                    # Asked again under a withdrawn or refused name: a new ask for the cache, its count
+                    # starts over.
                     self.withdrawn.discard((a, k))
+                    self.rejected_asks.discard((a, k))
                     self.asks.pop((a, k), None)
                     self.ask_allocated.pop((a, k), None)
                 self.asks.setdefault((a, k), (res.normalized(r), c))

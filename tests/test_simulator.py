@@ -340,3 +340,15 @@ def test_an_ask_withdrawn_and_asked_again_under_its_name_is_a_new_ask(tmp_path: 
     assert allocated == [(1.0, "k", 1024), (5.0, "k", 2048), (5.0, "k", 2048), (7.0, "k", 1024)]
     assert result.violations == 0, result.report["violations"]
     assert result.report["pending_at_end"] == 0
+
+
+def test_the_model_takes_an_ask_refused_before_as_new_when_it_comes_again() -> None:
+    model = _model()
+    model.on_event(f.AskAdded(app="late", ask="k", resource={"memory": 1}, count=0))
+    model.on_decision(d.Rejected(reason="ask k: unknown app late", app="late", ask="k", seq=next(_seq)))
+    model.on_event(f.AppAdded(app="late", queue="root.b"))
+    model.on_event(f.AskAdded(app="late", ask="k", resource={"memory": 1}, count=1))
+    model.on_decision(_alloc("x1", "late", "k", memory=1, queue_path="root.b"))
+    model.check(1.0)
+    assert model.violations == []
+    assert model.pending_containers() == 1  # b1/m; late/k got its container
