@@ -351,4 +351,4 @@ def test_the_model_takes_an_ask_refused_before_as_new_when_it_comes_again() -> N
     model.on_decision(_alloc("x1", "late", "k", memory=1, queue_path="root.b"))
     model.check(1.0)
     assert model.violations == []
-    assert model.pending_containers() == 1  # b1/m; late/k got its container
+    assert model.pending_containers() == 3  # a1/k twice and b1/m; late/k got its container
