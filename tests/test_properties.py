@@ -262,6 +262,20 @@ def test_replaying_the_whole_feed_changes_nothing(config: PartitionConfig, scrip
     assert run.h.allocator.cycle() is None
 
 
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(config=configs(), script=st.lists(ops, min_size=10, max_size=40))
+def test_the_same_feed_gives_the_same_decisions(config: PartitionConfig, script: list[Op]) -> None:
+    """ARCHITECTURE invariant 7, sans-IO: nothing in the core depends on anything but its inputs."""
+    runs = [Run(config), Run(config)]
+    for run in runs:
+        for op in script:
+            run.apply(op)
+        run.finish()
+    first, second = ([msgspec.json.encode(x) for x in run.h.decisions] for run in runs)
+    assert first == second
+    assert fingerprint(runs[0].h.cache.state) == fingerprint(runs[1].h.cache.state)
+
+
 @settings(max_examples=50, deadline=None)
 @given(
     nodes=st.lists(st.tuples(node_memory, node_vcore), min_size=1, max_size=6),
