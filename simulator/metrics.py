@@ -135,11 +135,13 @@ class Metrics:
         )
         return self.samples[i - 1] if i else None
 
-    def preemption_outcomes(self, grace: float, cycle: float) -> tuple[int, int]:
-        """``(wasted, ping_pong)`` over every victim in the decision log."""
-        preempts = [x for x in self.decisions if isinstance(x, d.Preempt)]
+    def preemption_outcomes(self, grace: float, cycle: float) -> tuple[int, int, int]:
+        """``(wasted, ping_pong, undecided)`` over every victim in the decision log; a victim whose
+        window (grace plus one cycle) had not closed when the run ended is undecided, not wasted."""
+        preempts = [x for x in self.decisions if isinstance(x, d.Preempt) and not x.observe_only]
         if not preempts:
-            return 0, 0
+            return 0, 0, 0
+        end = self.samples[-1].t if self.samples else 0.0
         gone_at: dict[str, float] = {}
         fulfilled: dict[str, float] = {}
         allocs_on_node: dict[str, list[d.Allocated]] = defaultdict(list)
@@ -150,14 +152,17 @@ class Metrics:
                 allocs_on_node[x.node].append(x)
                 if x.reservation:
                     fulfilled.setdefault(x.reservation, x.t)
-        wasted = ping_pong = 0
+        wasted = ping_pong = undecided = 0
         self._times = [s.t for s in self.samples]
         for pre in preempts:
             t_gone = gone_at.get(pre.allocation)
+            window_end = max(t_gone if t_gone is not None else pre.t, pre.t + grace) + cycle
+            if window_end > end:
+                undecided += 1
+                continue
             if t_gone is None:
                 wasted += 1  # never left: its room was never freed
                 continue
-            window_end = max(t_gone, pre.t + grace) + cycle
             if pre.reservation:
                 got = fulfilled.get(pre.reservation)
                 if got is None or got > window_end:
@@ -169,7 +174,7 @@ class Metrics:
             wasted += 1
             if any(a.queue == pre.queue for a in later):
                 ping_pong += 1
-        return wasted, ping_pong
+        return wasted, ping_pong, undecided
 
     def preemption_totals(self) -> dict[str, Any]:
         preempts = [x for x in self.decisions if isinstance(x, d.Preempt)]

@@ -194,7 +194,7 @@ def build_report(
         cfg = core.state.config
         pre = cfg.preemption if cfg is not None else None
         grace = pre.grace if pre is not None else 15.0
-        wasted, ping_pong = m.preemption_outcomes(grace, settings.tick)
+        wasted, ping_pong, undecided = m.preemption_outcomes(grace, settings.tick)
         allocations = sum(1 for x in decisions if isinstance(x, d.Allocated) and x.partition == name)
         per_partition[name] = {
             "policy": pre.policy if pre is not None else "none",
@@ -202,6 +202,7 @@ def build_report(
             "preemptions": m.preemption_totals(),
             "wasted_preemptions": wasted,
             "ping_pong": ping_pong,
+            "preemptions_undecided": undecided,
             "time_to_guarantee": m.time_to_guarantee(),
             "utilization": m.utilization(),
             "fairness_gap": m.fairness_gap(),

@@ -339,6 +339,20 @@ def random_mix(seed: int = 0) -> Scenario:
     return Scenario("random_mix", random_mix.__doc__ or "", raw, events)
 
 
+def fragmented(seed: int = 0) -> Scenario:
+    """Fragmentation: queue b runs 6 GiB containers, ten on each 64 GiB node, leaving 4 GiB free on
+    every node (a tenth of the cluster, more than queue a asks for in total); then queue a (guarantee:
+    half the cluster) asks for 16 GiB containers. The aggregate ideal sees room that no node has."""
+    rng = random.Random(seed)
+    nodes = 16
+    half = {"memory": nodes * 64 * GiB // 2, "vcore": nodes * 16_000 // 2}
+    raw = _partition([_queue("a", half), _queue("b", half)], dict(PREEMPTION))
+    events: list[f.Feed] = list(_nodes(nodes, 64 * GiB, 16_000))
+    _job(events, 1, "b-0", "root.b", nodes * 10, 6 * GiB, 1000, rng.uniform(500, 700))
+    _job(events, 30, "a-0", "root.a", 4, 16 * GiB, 2000, 120)
+    return Scenario("fragmented", fragmented.__doc__ or "", raw, events)
+
+
 ScenarioFn = Callable[[int], Scenario]
 SCENARIOS: dict[str, ScenarioFn] = {
     "demo": demo,
@@ -347,6 +361,7 @@ SCENARIOS: dict[str, ScenarioFn] = {
     "fence": fence,
     "am_heavy": am_heavy,
     "random_mix": random_mix,
+    "fragmented": fragmented,
 }
 
 

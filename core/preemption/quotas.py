@@ -66,10 +66,40 @@ def over_deadzone(queue: Queue, usage: Resource, ideal: Resource, deadzone: floa
     return any(v > max(ideal.get(k, 0), int(g.get(k, 0) * (1.0 + deadzone))) for k, v in usage.items())
 
 
+def usable_capacity(state: PartitionState) -> Resource:
+    """The capacity minus free room no pending ask can use now (seed 000's ineffective room).
+
+    Free room on a node that cannot hold even the component-wise smallest pending ask is provably
+    useless at the moment: counting it, the aggregate fix-point would see room that fragmentation
+    denies (a queue starving for large containers next to a queue holding every node but a sliver).
+    """
+    smallest: Resource | None = None
+    for queue in state.queues.values():
+        if not queue.is_leaf:
+            continue
+        for app in queue.apps.values():
+            for ask in app.pending_asks:
+                if smallest is None:
+                    smallest = dict(ask.resource)
+                else:
+                    keys = set(smallest) | set(ask.resource)
+                    smallest = {k: min(smallest.get(k, 0), ask.resource.get(k, 0)) for k in keys}
+    if not smallest:
+        return state.capacity
+    unusable: Resource = {}
+    for node in state.nodes.values():
+        if not node.schedulable:
+            continue
+        free = res.clamp_min_zero(res.sub(res.sub(node.capacity, node.allocated), node.reserved))
+        if free and not res.fits(smallest, free):
+            res.add_into(unusable, free)
+    return res.clamp_min_zero(res.sub(state.capacity, unusable)) if unusable else state.capacity
+
+
 def compute_quotas(state: PartitionState, config: PreemptionConfig) -> Quotas:
     if state.config is None or not state.capacity:
         return Quotas({}, {}, (), {})
-    assignment = ideal_of(snapshot_from_state(state))
+    assignment = ideal_of(snapshot_from_state(state, capacity=usable_capacity(state)))
     ideal = {q.path: q.ideal_assigned for q in assignment}
     may_lose: dict[str, Resource] = {}
     beneficiaries: list[str] = []

@@ -68,10 +68,13 @@ def ideal_of(snapshot: ClusterSnapshot, *, avoid_ineffective: bool = True) -> Id
     )
 
 
-def snapshot_from_state(state: PartitionState, *, with_containers: bool = False) -> ClusterSnapshot:
+def snapshot_from_state(
+    state: PartitionState, *, with_containers: bool = False, capacity: Resource | None = None
+) -> ClusterSnapshot:
     """The replica's queues as a snapshot: usage, demand, smallest asks.
 
-    Without containers, usage is net of victims already preempting (they are leaving). With
+    ``capacity`` overrides the partition's (the sniper policy passes its usable capacity). Without
+    containers, usage is net of victims already preempting (they are leaving). With
     ``with_containers`` (YARN's baseline selects victims itself) usage is gross and every leaf carries
     its apps and running containers, those already preempting marked ``killable``.
     """
@@ -111,4 +114,5 @@ def snapshot_from_state(state: PartitionState, *, with_containers: bool = False)
                     )
                     for app in sorted(q.apps.values(), key=lambda x: x.submit_seq)
                 )
-    return snapshot_from_figures(state.config, state.capacity, used, pending, smallest_ask=smallest, apps=apps)
+    total = state.capacity if capacity is None else capacity
+    return snapshot_from_figures(state.config, total, used, pending, smallest_ask=smallest, apps=apps)
