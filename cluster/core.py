@@ -276,6 +276,10 @@ class HostedPartition:
         self.scope.cancel()
         with anyio.move_on_after(limit / 2):
             await self.stopped.wait()
+        # Records handed to the producer before the cancellation must be in the log before the next
+        # owner reads it (it would decide them again otherwise).
+        with anyio.move_on_after(limit):
+            await self.process.bus.flush()
         actor = self.cache_actor
         clean = actor is not None and not actor.busy and not self.core.has_output()
         if final_snapshot and self.failed is None and clean:
@@ -351,7 +355,10 @@ class CoreProcess(RebalanceListener):
         log.info("assigned Kafka partitions %s", sorted(partitions), extra={"actor": "core"})
         tg = self._tg
         if tg is not None and partitions:
-            tg.start_soon(self._discover, partitions)
+            try:
+                tg.start_soon(self._discover, partitions)
+            except RuntimeError:  # shutting down: the task group no longer takes tasks
+                log.debug("assignment during shutdown ignored")
 
     async def on_revoked(self, partitions: frozenset[int]) -> None:
         self.owned = self.owned - partitions

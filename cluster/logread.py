@@ -1,9 +1,10 @@
 """Reading one Kafka partition of a topic by offset, outside any consumer group (recovery, reports).
 
 Owns short-lived consumers with manual assignment: :func:`read_partition` returns the records of one
-partition from a start offset up to the end offset it saw when it began (records appended later are
-not waited for), optionally only those of one key. Compacted topics have offset gaps; the end is
-detected by the consumer's position, not by counting.
+partition from a start offset to its end, optionally only those of one key. The end is at least the
+end offset seen when reading began, and reading goes on until a fetch past it comes back empty: the
+bundled broker reports the base offset of the last batch + 1 as the high watermark, so the end offset
+alone would miss the rest of a batch. Compacted topics have offset gaps; nothing counts offsets.
 """
 
 from __future__ import annotations
@@ -60,16 +61,18 @@ async def read_partition(
         if begin >= end:
             return out
         consumer.seek(tp, begin)
-        while await consumer.position(tp) < end:
+        while True:
             if time.monotonic() > deadline:
                 raise LogReadError(f"reading {tp.topic}[{partition}] to offset {end} took over {limit:g}s")
-            batches = await consumer.getmany(tp, timeout_ms=200, max_records=10_000)
-            for record in batches.get(tp, []):
-                if record.offset >= end:
-                    break
+            batches = await consumer.getmany(tp, timeout_ms=100, max_records=10_000)
+            records = batches.get(tp, [])
+            for record in records:
                 if wanted is None or record.key == wanted:
                     out.append(LogRecord(record.offset, record.key, record.value))
-        return out
+            # The end offset is only a lower bound (the bundled broker reports a batch's base offset + 1
+            # as the high watermark): past it, read on until a fetch comes back empty.
+            if not records and await consumer.position(tp) >= end:
+                return out
     finally:
         await consumer.stop()
 

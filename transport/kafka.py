@@ -387,6 +387,12 @@ class KafkaBus(Bus):
         await asyncio.gather(*futures)
         self.published += len(futures)
 
+    async def flush(self) -> None:
+        """Wait until every record handed to the producer so far was sent (or failed)."""
+        producer = self._producer
+        if producer is not None:
+            await producer.flush()
+
     async def publish_raw(self, topic: str, key: str | bytes | None, payload: bytes) -> None:
         """Send already encoded bytes on the logical ``topic``; returns once the broker acknowledged."""
         if self._closed:
