@@ -188,6 +188,7 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
     app.command("core")(core)
     app.command("feed")(feed)
     app.command("record")(record)
+    bench_app.command("e2e")(bench_e2e)
 
 
 __all__ = ["register"]
@@ -314,3 +315,33 @@ def record(
     except (ValueError, OSError) as err:
         raise _fail(str(err)) from None
     console.print(f"recorded {count} events to {out}")
+
+
+def bench_e2e(
+    bootstrap: Bootstrap = None,
+    events: Annotated[int, typer.Option(help="asks to publish")] = 20_000,
+    rate: Annotated[float, typer.Option(help="events/s to publish at (0: as fast as possible)")] = 0.0,
+    partitions: Annotated[int, typer.Option(help="scheduler partitions")] = 8,
+    cores: Annotated[int, typer.Option(help="core processes of the scale-out run (1: no scale-out run)")] = 2,
+    kafka_partitions: Annotated[int, typer.Option(help="Kafka partitions per topic")] = 8,
+    as_json: Annotated[bool, typer.Option("--json", help="one JSON object on stdout")] = False,
+) -> None:
+    """Feed-event-to-decision latency and events/s through the broker; scale-out with more core processes."""
+    import json
+
+    from cluster.bench import bench_e2e as run_bench
+    from cluster.kafka_env import bootstrap_or_embedded
+
+    if events < 1 or partitions < 1 or cores < 1 or rate < 0:
+        raise _fail("events, partitions and cores must be at least 1, rate at least 0")
+
+    async def main() -> Any:
+        async with bootstrap_or_embedded(bootstrap, announce=console.print) as (address, embedded):
+            settings = _settings(address, embedded, partitions=kafka_partitions)
+            return await run_bench(settings, events=events, rate=rate, partitions=partitions, cores=cores)
+
+    result = _run(main)
+    if as_json:
+        sys.stdout.write(json.dumps(result) + "\n")
+    else:
+        console.print(result)
