@@ -113,8 +113,8 @@ async def bus(kafka_settings: KafkaSettings) -> AsyncIterator[KafkaBus]:
 
 
 async def watching(bus: KafkaBus) -> Watch:
-    feed = await bus.subscribe_ready(FEED, group="checker-feed", capacity=1 << 15)
-    decisions = await bus.subscribe_ready(DECISIONS, group="checker-decisions", capacity=1 << 15)
+    feed = await bus.subscribe_ready(FEED, group=bus.settings.prefix + "checker-feed", capacity=1 << 15)
+    decisions = await bus.subscribe_ready(DECISIONS, group=bus.settings.prefix + "checker-decisions", capacity=1 << 15)
     return Watch(feed, decisions)
 
 
@@ -280,7 +280,9 @@ async def test_a_killed_core_loses_nothing_committed(kafka_settings: KafkaSettin
     latest: dict[str, Snapshot] = {}
     with anyio.fail_after(WAIT + 60):
         watch = await watching(bus)
-        snapshots = await bus.subscribe_ready(SNAPSHOTS, group="checker-snapshots", capacity=1 << 12)
+        snapshots = await bus.subscribe_ready(
+            SNAPSHOTS, group=bus.settings.prefix + "checker-snapshots", capacity=1 << 12
+        )
         async with anyio.create_task_group() as tg:
             tg.start_soon(watch.pump_feed)
             tg.start_soon(watch.pump_decisions)
@@ -381,7 +383,7 @@ async def test_duplicated_reordered_and_malformed_events(kafka_settings: KafkaSe
     name = "messy"
     with anyio.fail_after(WAIT):
         watch = await watching(bus)
-        letters = await bus.subscribe_ready(DEADLETTER, group="checker-letters")
+        letters = await bus.subscribe_ready(DEADLETTER, group=bus.settings.prefix + "checker-letters")
         async with anyio.create_task_group() as tg:
             tg.start_soon(watch.pump_feed)
             tg.start_soon(watch.pump_decisions)

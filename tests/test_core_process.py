@@ -93,7 +93,7 @@ async def test_a_core_hosts_partitions_and_answers_with_stamped_decisions(
     kafka_settings: KafkaSettings, bus: KafkaBus
 ) -> None:
     with anyio.fail_after(WAIT):
-        reader = Decisions(await bus.subscribe_ready(DECISIONS, group="reader"))
+        reader = Decisions(await bus.subscribe_ready(DECISIONS, group=bus.settings.prefix + "reader"))
         async with anyio.create_task_group() as tg:
             tg.start_soon(reader.pump)
             process = CoreProcess(kafka_settings, options())
@@ -114,7 +114,7 @@ async def test_a_core_hosts_partitions_and_answers_with_stamped_decisions(
             await reader.until(lambda _: len(reader.of(d.Rejected, "p1")) == 2)
             reasons = [x.reason for x in reader.of(d.Rejected, "p1")]
             assert "unknown app nope" in reasons[0] and "sanity cap" in reasons[1]
-            letters = await bus.subscribe_ready(DEADLETTER, group="letters")
+            letters = await bus.subscribe_ready(DEADLETTER, group=bus.settings.prefix + "letters")
             letter = await letters.receive()
             assert letter.topic == FEED and "belongs on Kafka partition" in letter.reason
             # Raw garbage on the feed is dead-lettered by the transport; the core carries on.
@@ -137,7 +137,7 @@ async def test_a_core_hosts_partitions_and_answers_with_stamped_decisions(
 
 async def test_failover_restores_the_state_and_bumps_the_epoch(kafka_settings: KafkaSettings, bus: KafkaBus) -> None:
     with anyio.fail_after(WAIT):
-        reader = Decisions(await bus.subscribe_ready(DECISIONS, group="reader"))
+        reader = Decisions(await bus.subscribe_ready(DECISIONS, group=bus.settings.prefix + "reader"))
         async with anyio.create_task_group() as tg:
             tg.start_soon(reader.pump)
             first = CoreProcess(kafka_settings, options())

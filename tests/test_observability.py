@@ -26,7 +26,7 @@ def scrape(port: int) -> str:
 async def test_the_metrics_endpoint_of_a_core(kafka_settings: KafkaSettings) -> None:
     with anyio.fail_after(60):
         async with KafkaBus(kafka_settings) as bus:
-            reader = Decisions(await bus.subscribe_ready(DECISIONS, group="reader"))
+            reader = Decisions(await bus.subscribe_ready(DECISIONS, group=bus.settings.prefix + "reader"))
             async with anyio.create_task_group() as tg:
                 tg.start_soon(reader.pump)
                 process = CoreProcess(kafka_settings, CoreOptions(group="obs", tick=0.1))
