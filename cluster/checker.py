@@ -148,7 +148,7 @@ class OrderedChecker:
             model, m = part.model, part.metrics
             config = model.config
             grace = config.preemption.grace if config is not None else 15.0
-            wasted, ping_pong = m.preemption_outcomes(grace, tick)
+            wasted, ping_pong, _undecided = m.preemption_outcomes(grace, tick)
             counts: dict[str, int] = defaultdict(int)
             for x in part.accepted:
                 counts[type(x).__name__] += 1
