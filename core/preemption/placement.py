@@ -50,7 +50,8 @@ class VictimPlacer:
         self.freed: dict[str, Resource] = {}  # node -> victims taken there this round
         self._relations: dict[tuple[str, str], bool] = {}  # (victim queue, beneficiary queue) -> allowed
         self._room: dict[str, Resource] = {}
-        self.exhausted = False
+        # A budget of nothing (``total_preemption_per_round: 0``) allows nothing, not everything.
+        self.exhausted = not any(v > 0 for v in self.budget_left.values())
         self.intra = request.intra_queue
         # Candidate victims per node, cheapest first and AM containers last, built on a node's first
         # evaluation (cost is fixed for the round). The index key is an upper bound of the memory a
@@ -151,6 +152,21 @@ class VictimPlacer:
                 shortfall[k] = v - have
         if not shortfall:
             return None  # room already free there is the normal allocator's to give, not preemption's
+        chosen = self._pick(node, ask, shortfall, within_quota=True)
+        if chosen is None and not self.intra:
+            # The quota also counted cheap victims the trim drops again (a larger victim within the
+            # quota was skipped for them): pick counting each victim alone, trim, then check the set.
+            chosen = self._pick(node, ask, shortfall, within_quota=False)
+            if chosen is not None and not self._within_quota(chosen):
+                chosen = None
+        if chosen is None:
+            return None
+        return VictimSet(node, [e[3] for e in chosen], sum(e[1] for e in chosen), any(e[0] for e in chosen))
+
+    def _pick(
+        self, node: Node, ask: Ask, shortfall: dict[str, int], *, within_quota: bool
+    ) -> list[tuple[bool, float, str, Allocation]] | None:
+        """Cheapest victims first until the shortfall is covered, then trimmed to a minimal set."""
         chosen: list[tuple[bool, float, str, Allocation]] = []
         got = dict.fromkeys(shortfall, 0)
         lose: dict[str, Resource] = {}
@@ -161,13 +177,17 @@ class VictimPlacer:
             if not self.intra:
                 path = alloc.queue.path
                 left = self.quota_left[path]
-                taken = lose.get(path)
-                if taken is None:
-                    taken = lose[path] = {}
-                if not all(taken.get(k, 0) + v <= left.get(k, 0) for k, v in alloc.resource.items()):
-                    continue
-                for k, v in alloc.resource.items():
-                    taken[k] = taken.get(k, 0) + v
+                if not within_quota:
+                    if not res.fits(alloc.resource, left):
+                        continue  # over the quota on its own: in no set the quota allows
+                else:
+                    taken = lose.get(path)
+                    if taken is None:
+                        taken = lose[path] = {}
+                    if not all(taken.get(k, 0) + v <= left.get(k, 0) for k, v in alloc.resource.items()):
+                        continue
+                    for k, v in alloc.resource.items():
+                        taken[k] = taken.get(k, 0) + v
             chosen.append(entry)
             for k in got:
                 got[k] += alloc.resource.get(k, 0)
@@ -183,7 +203,13 @@ class VictimPlacer:
                     chosen.remove(entry)
                     for k in got:
                         got[k] -= r.get(k, 0)
-        return VictimSet(node, [e[3] for e in chosen], sum(e[1] for e in chosen), any(e[0] for e in chosen))
+        return chosen
+
+    def _within_quota(self, chosen: list[tuple[bool, float, str, Allocation]]) -> bool:
+        lose: dict[str, Resource] = {}
+        for entry in chosen:
+            res.add_into(lose.setdefault(entry[3].queue.path, {}), entry[3].resource)
+        return all(res.fits(amount, self.quota_left[path]) for path, amount in lose.items())
 
     def _take(self, chosen: VictimSet, ask: Ask) -> None:
         self.sets.append(chosen)
@@ -257,9 +283,11 @@ def answer_placement_request(core: AllocatorCore, request: p.PlacementRequest) -
         if not candidates:
             break
         result = try_allocate(state, candidates, preemption=True, placer=placer)
+        # Asks that failed no longer hide the ones behind them: go on while something new was tried.
+        progress = bool(result.placed) or not result.failed <= failed
         failed |= result.failed
         placed.extend(result.placed)
-        if not result.placed:
+        if not progress:
             break
     placements: list[p.Victimized] = []
     for (ask, node), chosen in zip(placed, placer.sets, strict=True):

@@ -1,0 +1,463 @@
+"""Preemption-mode placement (``answer_placement_request`` with the :class:`VictimPlacer` in ``try_allocate``).
+
+Most tests hand the allocator a placement request with chosen quotas and budget, so that placement is
+tested apart from the quota computation; the rest run a whole sniper round. Victim cost is running
+time unless said otherwise: containers started earlier cost more.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from core import resources as res
+from core.preemption.placement import answer_placement_request
+from messages import feed as f
+from messages import protocol as p
+from tests.core_support import queue
+from tests.preemption_support import PreemptHarness, preemption_raw, two_queues
+
+BIG = {"memory": 10_000}
+
+
+def request(
+    quotas: dict[str, dict[str, int]] | None = None,
+    *,
+    beneficiaries: tuple[str, ...] = ("root.a",),
+    budget: dict[str, int] | None = None,
+    rid: str = "r1",
+    **fields: Any,
+) -> p.PlacementRequest:
+    return p.PlacementRequest(
+        id=rid,
+        policy="sniper",
+        view_seq=0,
+        budget=BIG if budget is None else budget,
+        quotas={"root.b": BIG} if quotas is None else quotas,
+        beneficiaries=list(beneficiaries),
+        **fields,
+    )
+
+
+def place(h: PreemptHarness, req: p.PlacementRequest | None = None, *, now: float = 100.0) -> p.PlacementReply:
+    if now > h.cache.state.now:
+        h.tick(now)
+    return answer_placement_request(h.allocator, req or request())
+
+
+def sizes(h: PreemptHarness, victims: list[str]) -> list[int]:
+    return sorted(h.alloc(v).resource["memory"] for v in victims)
+
+
+def one_node(held: list[int], ask: int, *, free: int = 0) -> PreemptHarness:
+    """n1 (``sum(held) + free``) holds b's containers started at t = 0, 1, 2, ... (later = cheaper); a asks."""
+    h = PreemptHarness(two_queues(150, 50))
+    h.nodes("n1", memory=sum(held) + free)
+    h.fill("b1", "root.b", "n1", held)
+    h.app("a1", "root.a")
+    h.ask("a1", "big", ask)
+    h.starve()
+    return h
+
+
+# ---------------------------------------------------------------------- minimal victim sets
+
+
+@pytest.mark.parametrize(
+    ("held", "free", "ask", "victims"),
+    [
+        ([50, 50], 0, 50, [50]),
+        ([60, 10, 10, 10, 10], 0, 60, [60]),  # the four cheap 10s were tried first and are all dropped again
+        ([45, 20, 10, 25], 0, 50, [10, 20, 25]),  # cheapest first: 25, 10, 20 and every one is needed
+        ([40, 30, 20, 10], 0, 50, [20, 30]),  # 10, 20, 30 reach 60; the 10 is dropped again
+        ([50, 30, 20], 20, 50, [30]),  # free room counts: only 30 is missing
+        ([30, 30, 30], 10, 60, [30, 30]),
+    ],
+)
+def test_the_victim_set_is_minimal(held: list[int], free: int, ask: int, victims: list[int]) -> None:
+    h = one_node(held, ask, free=free)
+    reply = place(h)
+    (pl,) = reply.placements
+    assert pl.node == "n1"
+    assert sizes(h, pl.victims) == victims
+    room = free + sum(sizes(h, pl.victims))
+    assert room >= ask
+    for v in pl.victims:  # no victim can be spared
+        assert room - h.alloc(v).resource["memory"] < ask
+
+
+@pytest.mark.parametrize(
+    ("held", "quota", "ask", "victims"),
+    [
+        # the single 60 fits the quota even though the greedy pass tried the cheap 10s first
+        ([60, 10, 10, 10, 10], 60, 60, [60]),
+        ([40, 40, 20], 40, 40, [40]),
+        ([40, 40, 20], 30, 40, None),  # no set within 30 frees 40
+        ([30, 30, 30], 50, 60, None),
+    ],
+)
+def test_the_victim_set_stays_within_the_quota(
+    held: list[int], quota: int, ask: int, victims: list[int] | None
+) -> None:
+    h = one_node(held, ask)
+    reply = place(h, request({"root.b": {"memory": quota}}))
+    if victims is None:
+        assert reply.placements == [] and reply.unplaceable == ["a1/big"]
+    else:
+        (pl,) = reply.placements
+        assert sizes(h, pl.victims) == victims
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    held=st.lists(st.tuples(st.integers(1, 40), st.integers(0, 10)), min_size=1, max_size=7),
+    free=st.integers(0, 30),
+    ask=st.tuples(st.integers(1, 120), st.integers(0, 10)),
+    quota=st.integers(10, 200),
+)
+def test_victim_sets_free_enough_never_drop_a_needed_victim_and_keep_the_quota(
+    held: list[tuple[int, int]], free: int, ask: tuple[int, int], quota: int
+) -> None:
+    """YUNIKORN-3442 and YUNIKORN-2699: the set frees the room, none of its victims is unnecessary, and
+    it takes no more than the quota; two resources, so trimming has to respect both."""
+    cap = {"memory": sum(m for m, _ in held) + free, "vcore": sum(v for _, v in held) + 5}
+    h = PreemptHarness(preemption_raw(queue("a"), queue("b")))
+    h.feed(f.NodeAdded(node="n1", capacity=cap))
+    for i, (m, v) in enumerate(held):
+        h.run("b1", m, "n1", at=float(i), vcore=v or None, queue_path="root.b")
+    h.app("a1", "root.a")
+    want = {"memory": ask[0], "vcore": ask[1]} if ask[1] else {"memory": ask[0]}
+    h.ask("a1", "big", ask[0], vcore=ask[1] or None)
+    h.starve()
+    node = h.cache.state.nodes["n1"]
+    base = res.sub(node.capacity, node.allocated)
+    reply = place(h, request({"root.b": {"memory": quota, "vcore": 1000}}))
+    if res.fits(want, base):
+        assert reply.placements == []  # free room is the normal allocator's, not preemption's
+        return
+    if not reply.placements:
+        # nothing at all fits within the quota, or the whole node cannot hold the ask
+        return
+    (pl,) = reply.placements
+    freed = res.total(h.alloc(v).resource for v in pl.victims)
+    room = res.add(base, freed)
+    assert res.fits(want, room)
+    assert freed.get("memory", 0) <= quota
+    for v in pl.victims:
+        assert not res.fits(want, res.sub(room, h.alloc(v).resource)), f"{v} is not needed"
+    assert len(set(pl.victims)) == len(pl.victims)
+
+
+def test_a_single_victim_that_fits_the_quota_is_always_found() -> None:
+    """Exhaustively over small nodes: when one container alone makes room within the quota, a set is found."""
+    misses = []
+    for held in itertools.product([10, 20, 40, 60], repeat=3):
+        for quota in (20, 40, 60):
+            ask = 40
+            if not any(x >= ask and x <= quota for x in held):
+                continue
+            h = one_node(list(held), ask)
+            reply = place(h, request({"root.b": {"memory": quota}}))
+            if not reply.placements:
+                misses.append((held, quota))
+    assert misses == []
+
+
+# ---------------------------------------------------------------------- choosing the node
+
+
+@pytest.mark.parametrize(
+    ("cost", "n1", "n2", "node"),
+    [
+        # (size, start, priority) of b's containers on each node
+        ("running_time", [(50, 0, 0), (50, 0, 0)], [(50, 5, 0), (50, 5, 0)], "n2"),  # n2's ran less
+        ("running_time", [(50, 5, 0), (50, 5, 0)], [(50, 0, 0), (50, 0, 0)], "n1"),
+        ("running_time", [(30, 9, 0), (30, 9, 0), (40, 0, 0)], [(50, 3, 0), (50, 3, 0)], "n1"),  # 1 + 1 < 7
+        ("priority", [(50, 5, 3), (50, 5, 3)], [(50, 0, 1), (50, 0, 1)], "n2"),  # lower priority first
+        ("priority", [(50, 0, 0), (50, 0, 0)], [(50, 5, 1), (50, 5, 1)], "n1"),
+    ],
+)
+def test_the_cheapest_feasible_node_wins(
+    cost: str, n1: list[tuple[int, int, int]], n2: list[tuple[int, int, int]], node: str
+) -> None:
+    h = PreemptHarness(two_queues(150, 50, victim_cost=cost))
+    h.nodes("n1", "n2")
+    runs = sorted([(start, "n1", size, prio) for size, start, prio in n1] + [(s, "n2", z, pr) for z, s, pr in n2])
+    for start, name, size, prio in runs:
+        h.run("b1", size, name, at=float(start), priority=prio, queue_path="root.b")
+    h.app("a1", "root.a")
+    h.ask("a1", "big", 50)
+    h.starve()
+    reply = place(h, request(victim_cost=cost), now=10.0)
+    (pl,) = reply.placements
+    assert pl.node == node
+    assert all(h.alloc(v).node == node for v in pl.victims)
+
+
+def test_a_required_node_is_the_only_candidate() -> None:
+    h = PreemptHarness(two_queues(150, 50))
+    h.nodes("n1", "n2")
+    h.fill("b1", "root.b", "n1", [50, 50], start=0)
+    h.fill("b1", "root.b", "n2", [50, 50], start=5)  # cheaper, but not the one asked for
+    h.app("a1", "root.a")
+    h.ask("a1", "pinned", 50, node="n1")
+    h.starve()
+    (pl,) = place(h).placements
+    assert pl.node == "n1"
+
+
+# ---------------------------------------------------------------------- AM containers: last resort
+
+
+def test_am_containers_are_victims_only_as_a_last_resort() -> None:
+    h = PreemptHarness(two_queues(150, 50))
+    h.nodes("n1", "n2")
+    h.run("b1", 50, "n1", at=0.0, queue_path="root.b")  # old task: costly
+    am_n1 = h.run("b1", 50, "n1", at=9.0, am=True)  # new AM: cheapest of all by running time
+    am_n2 = h.run("b2", 50, "n2", at=9.0, am=True, queue_path="root.b")
+    h.run("b2", 50, "n2", at=9.0)
+    h.app("a1", "root.a")
+    h.ask("a1", "big", 50)
+    h.starve()
+    (pl,) = place(h, now=10.0).placements
+    assert am_n1 not in pl.victims and am_n2 not in pl.victims
+    assert not any(h.alloc(v).am for v in pl.victims)
+
+
+def test_an_am_free_node_wins_over_a_cheaper_node_that_needs_an_am() -> None:
+    h = PreemptHarness(two_queues(150, 50))
+    h.nodes("n1", "n2")
+    h.run("b1", 50, "n1", at=0.0, queue_path="root.b")
+    h.run("b1", 50, "n1", at=0.0)  # n1: two old tasks
+    h.run("b2", 50, "n2", at=9.0, am=True, queue_path="root.b")
+    h.run("c1", 50, "n2", at=9.0, queue_path="root.a")  # n2: a fresh AM, and a's own container
+    h.app("a1", "root.a")
+    h.ask("a1", "big", 50)
+    h.starve()
+    (pl,) = place(h, now=10.0).placements
+    assert pl.node == "n1"
+    assert not any(h.alloc(v).am for v in pl.victims)
+
+
+def test_an_am_is_taken_when_nothing_else_makes_room() -> None:
+    h = PreemptHarness(two_queues(150, 50))
+    h.nodes("n1")
+    am = h.run("b1", 50, "n1", at=0.0, am=True, queue_path="root.b")
+    h.run("c1", 50, "n1", at=9.0, queue_path="root.a")
+    h.app("a1", "root.a")
+    h.ask("a1", "big", 50)
+    h.starve()
+    (pl,) = place(h, now=10.0).placements
+    assert pl.victims == [am]
+
+
+# ---------------------------------------------------------------------- victims, quotas and budget
+
+
+def test_victims_already_preempting_are_not_taken_again() -> None:
+    h = PreemptHarness(two_queues(150, 50))
+    h.nodes("n1", "n2")
+    h.fill("b1", "root.b", "n1", [50, 50], start=0)
+    h.fill("b1", "root.b", "n2", [50, 50], start=0)
+    h.app("a1", "root.a")
+    h.ask("a1", "one", 50)
+    h.starve()
+    first = h.preempt_round(10.0)
+    assert first.outcome is not None and first.outcome.accepted == 1
+    (taken,) = first.placements[0].victims
+    assert h.alloc(taken).preempting
+    h.ask("a1", "two", 50)
+    h.starve()
+    second = h.preempt_round(11.0)
+    assert second.outcome is not None and second.outcome.accepted == 1
+    assert taken not in second.placements[0].victims
+    assert len({*first.placements[0].victims, *second.placements[0].victims}) == 2
+    assert h.model.violations == []
+
+
+def test_the_room_of_proportional_victims_counts_and_they_are_not_taken_again() -> None:
+    h = one_node([30, 40, 30], 50)
+    marked = sorted(h.cache.state.allocations)[0]  # the 30 started first
+    h.cache.commit(p.VictimsMarked(victims=[marked], deadline=50.0))
+    h.pump()
+    (pl,) = place(h).placements
+    assert marked not in pl.victims
+    assert sizes(h, pl.victims) == [30]  # 30 of the 50 are already leaving: one more 30 is enough
+
+
+def test_each_victim_queue_keeps_within_its_quota() -> None:
+    raw = preemption_raw(
+        queue("a", guaranteed={"memory": 200}),
+        queue("b", guaranteed={"memory": 50}),
+        queue("c", guaranteed={"memory": 50}),
+    )
+    h = PreemptHarness(raw)
+    h.nodes("n1", "n2", "n3")
+    for node in ("n1", "n2"):
+        h.fill("b1", "root.b", node, [20] * 5)
+    h.fill("c1", "root.c", "n3", [20] * 5)
+    h.app("a1", "root.a")
+    h.ask("a1", "small", 20, count=15)
+    h.starve()
+    quotas = {"root.b": {"memory": 60}, "root.c": {"memory": 40}}
+    reply = place(h, request(quotas))
+    taken: dict[str, int] = {}
+    for pl in reply.placements:
+        for v in pl.victims:
+            alloc = h.alloc(v)
+            taken[alloc.queue.path] = taken.get(alloc.queue.path, 0) + alloc.resource["memory"]
+    assert taken == {"root.b": 60, "root.c": 40}  # both quotas used up exactly, never more
+    assert len(reply.placements) == 5
+    assert reply.unplaceable == ["a1/small"]
+
+
+@pytest.mark.parametrize(
+    ("per_round", "placed"),
+    [
+        (0.0, 0),  # a round that may preempt nothing preempts nothing
+        (0.1, 1),  # 20 MiB: the first 40 MiB victim exhausts it
+        (0.25, 2),  # 50 MiB: reached by the second
+        (0.5, 3),
+        (1.0, 3),  # then only the asks limit it
+    ],
+)
+def test_the_round_budget_stops_the_round(per_round: float, placed: int) -> None:
+    h = PreemptHarness(two_queues(120, 80, total_preemption_per_round=per_round))
+    h.nodes("n1", "n2")
+    h.fill("b1", "root.b", "n1", [40, 40, 20])
+    h.fill("b1", "root.b", "n2", [40, 40, 20], start=5)
+    h.app("a1", "root.a")
+    h.ask("a1", "big", 40, count=3)
+    h.starve()
+    result = h.preempt_round(20.0)
+    assert len(result.placements) == placed
+    budget = int(200 * per_round)
+    freed = sum(sizes(h, [v for pl in result.placements for v in pl.victims]))
+    # the round stops once its budget is reached: at most one placement beyond it
+    assert freed - 40 < budget or placed == 0
+    assert h.model.violations == []
+
+
+# ---------------------------------------------------------------------- which asks are tried
+
+
+def test_masked_asks_are_skipped_and_counted() -> None:
+    h = one_node([50, 50, 50, 50], 50)
+    h.ask("a1", "other", 50)
+    h.starve()
+    reply = place(h, request(mask=["a1/big"]))
+    assert [(pl.app, pl.ask) for pl in reply.placements] == [("a1", "other")]
+    assert reply.mask_hits >= 1
+    assert "a1/big" not in reply.unplaceable
+    fresh = one_node([50, 50, 50, 50], 50)
+    fresh.ask("a1", "other", 50)
+    fresh.starve()
+    everything = place(fresh, request(mask=["a1/big", "a1/other"]))
+    assert everything.placements == [] and everything.unplaceable == []
+    assert everything.mask_hits == 2
+
+
+def test_asks_no_victim_set_can_help_are_reported_unplaceable() -> None:
+    raw = preemption_raw(
+        queue("a", guaranteed={"memory": 100}),
+        queue("b", guaranteed={"memory": 50}),
+        queue("c", guaranteed={"memory": 50}, preemption_policy="disabled"),
+    )
+    h = PreemptHarness(raw)
+    h.nodes("n1", "n2")
+    h.fill("b1", "root.b", "n1", [50])
+    h.fill("c1", "root.c", "n1", [50])
+    h.fill("c1", "root.c", "n2", [100])
+    h.app("a1", "root.a")
+    h.ask("a1", "huge", 80)  # b's 50 is all a node could offer
+    h.ask("a1", "fits", 50)
+    h.starve()
+    reply = place(h, request({"root.b": BIG}))
+    assert [pl.ask for pl in reply.placements] == ["fits"]
+    assert reply.unplaceable == ["a1/huge"]
+
+
+@pytest.mark.parametrize(
+    ("cycles", "min_missed", "placed"),
+    [(0, 1, False), (1, 1, True), (1, 2, False), (2, 2, True), (0, 0, True), (3, 5, False)],
+)
+def test_only_asks_that_missed_enough_cycles_are_tried(cycles: int, min_missed: int, placed: bool) -> None:
+    h = PreemptHarness(two_queues(150, 50))
+    h.nodes("n1")
+    h.fill("b1", "root.b", "n1", [50, 50])
+    h.app("a1", "root.a")
+    h.ask("a1", "big", 50)
+    h.starve(cycles)
+    assert h.allocator.missed.get(("a1", "big"), 0) == cycles
+    reply = place(h, request(min_missed=min_missed))
+    assert bool(reply.placements) is placed
+    assert reply.unplaceable == []  # not tried is not unplaceable
+    if placed:
+        assert reply.placements[0].reason == f"a1/big missed {cycles} cycles"
+        assert ("a1", "big") not in h.allocator.missed  # it got its container: the count starts over
+
+
+def test_placements_are_held_until_the_cache_answers() -> None:
+    h = one_node([50, 50], 50)
+    reply = place(h)
+    assert len(reply.placements) == 1
+    ask = h.allocator.state.apps["a1"].asks["big"]
+    assert ask.allocating == 1 and "r1" in h.allocator.inflight
+    again = place(h, request(rid="r2"))
+    assert again.placements == []  # the one container is already proposed
+    h.allocator.apply_view(
+        p.ViewDelta(seq=h.allocator.view_seq + 1, outcomes=[p.ProposalOutcome(proposal="r1", accepted=0)])
+    )
+    assert ask.allocating == 0 and "r1" not in h.allocator.inflight
+
+
+def test_asks_of_queues_that_are_not_beneficiaries_are_not_tried() -> None:
+    h = one_node([50, 50], 50)
+    assert place(h, request(beneficiaries=())).placements == []
+    assert place(h, request(beneficiaries=("root.b",), rid="r2")).placements == []
+    # a target the queue already reached stops it too
+    assert place(h, request(targets={"root.a": {"memory": 0}}, rid="r3")).placements == []
+    assert len(place(h, request(targets={"root.a": {"memory": 50}}, rid="r4")).placements) == 1
+
+
+# ---------------------------------------------------------------------- intra-queue mode
+
+
+def test_intra_queue_only_takes_lower_priority_containers_of_other_apps_in_the_same_leaf() -> None:
+    h = PreemptHarness(two_queues(100, 100, intra_queue=True, policy="none"), policy="intra_queue")
+    h.nodes("n1", "n2", "n3")
+    low_am = h.run("low", 20, "n1", at=9.0, am=True, queue_path="root.a")  # cheapest, but an AM
+    low = [h.run("low", 20, "n1", at=float(i)) for i in range(4)]  # priority 0, other app
+    mine = h.run("high", 50, "n2", at=9.0, queue_path="root.a")  # the asking app's own, priority 0
+    h.run("mid", 50, "n2", at=9.0, priority=7, queue_path="root.a")  # same leaf, not lower
+    h.fill("b1", "root.b", "n3", [50, 50], start=9)  # another leaf: never
+    h.ask("high", "urgent", 40, priority=5)
+    h.starve()
+    result = h.preempt_round(10.0)
+    assert isinstance(result.request, p.PlacementRequest) and result.request.intra_queue
+    (pl,) = result.placements
+    assert pl.node == "n1"
+    assert set(pl.victims) <= set(low) and len(pl.victims) == 2
+    assert low_am not in pl.victims and mine not in pl.victims
+    assert result.outcome is not None and result.outcome.accepted == 1
+    preempts = result.preempts()
+    assert {x.queue for x in preempts} == {"root.a"} and {x.for_queue for x in preempts} == {"root.a"}
+    assert all("priority 0 below the ask's 5" in x.reason for x in preempts)
+    assert h.model.violations == []
+
+
+def test_intra_queue_finds_nothing_when_no_container_has_a_lower_priority() -> None:
+    h = PreemptHarness(two_queues(100, 100, intra_queue=True, policy="none"), policy="intra_queue")
+    h.nodes("n1")
+    h.run("other", 50, "n1", priority=5, queue_path="root.a")
+    h.run("other", 50, "n1", priority=5)
+    h.app("high", "root.a")
+    h.ask("high", "urgent", 40, priority=5)
+    h.starve()
+    result = h.preempt_round(10.0)
+    assert result.request is None  # no lower-priority container: the leaf is no beneficiary
+    assert h.preempts() == []
