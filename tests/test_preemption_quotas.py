@@ -16,7 +16,14 @@ from hypothesis import strategies as st
 
 from core import resources as res
 from core.config import parse_partition
-from core.preemption.quotas import below_ideal, compute_quotas, floor_of, net_usage, over_deadzone
+from core.preemption.quotas import (
+    below_ideal,
+    compute_quotas,
+    floor_of,
+    net_usage,
+    over_deadzone,
+    usable_capacity,
+)
 from core.resources import Resource
 from core.state import PartitionState, Queue
 from tests.core_support import queue
@@ -284,3 +291,51 @@ def test_victims_already_preempting_no_longer_count_and_reservations_do() -> Non
     assert a.reserved == {"memory": 100} and net_usage(a) == {"memory": 100}
     assert "root.b" not in after.may_lose  # back at its guarantee: nothing more to lose
     assert after.beneficiaries == ()  # a holds its room: not below its ideal any more
+
+
+# ---------------------------------------------------------------------- usable capacity (fragmentation)
+
+
+@pytest.mark.parametrize(
+    ("held", "ask", "usable"),
+    [
+        # (memory, vcore) held on each 100/100 node; the smallest pending ask; the capacity the ideal sees
+        ([(96, 50), (96, 50)], (20, 10), {"memory": 192, "vcore": 200}),  # 4 MiB slivers: useless
+        ([(96, 50), (50, 50)], (20, 10), {"memory": 196, "vcore": 200}),  # one sliver
+        ([(80, 50), (80, 50)], (20, 10), {"memory": 200, "vcore": 200}),  # room for the ask: all counts
+        # full on vcores, memory free: only the vcores are short; the memory stays in the capacity
+        ([(40, 100), (40, 100)], (10, 10), {"memory": 200, "vcore": 200}),
+        ([(40, 95), (40, 100)], (10, 10), {"memory": 200, "vcore": 195}),
+    ],
+)
+def test_usable_capacity_drops_only_the_room_too_short_for_any_ask(
+    held: list[tuple[int, int]], ask: tuple[int, int], usable: Resource
+) -> None:
+    h = PreemptHarness(preemption_raw(queue("a"), queue("b")))
+    h.nodes("n1", "n2", vcore=100)
+    for node, (m, v) in zip(("n1", "n2"), held, strict=True):
+        h.run("b1", m, node, vcore=v, queue_path="root.b")
+    h.app("a1", "root.a")
+    h.ask("a1", "x", ask[0], vcore=ask[1])
+    assert usable_capacity(h.cache.state) == usable
+
+
+def test_a_cluster_full_on_one_resource_still_preempts_for_a_starving_queue() -> None:
+    """Nodes full on vcores with memory to spare: the spare memory is no reason to see b at its ideal.
+    (b's guarantee names vcores only: a guaranteed resource used below its guarantee is never taken.)"""
+    h = PreemptHarness(
+        preemption_raw(queue("a", guaranteed={"memory": 100, "vcore": 100}), queue("b", guaranteed={"vcore": 100}))
+    )
+    h.nodes("n1", "n2", vcore=100)
+    for node in ("n1", "n2"):
+        h.fill("b1", "root.b", node, [10, 10])  # memory only ...
+        h.run("b1", 10, node, vcore=50)
+        h.run("b1", 10, node, vcore=50)  # ... and two vcore-heavy containers per node
+    h.app("a1", "root.a")
+    h.ask("a1", "x", 10, vcore=50)
+    h.starve()
+    quotas = quotas_of(h)
+    assert quotas.beneficiaries == ("root.a",) and "root.b" in quotas.may_lose
+    result = h.preempt_round(10.0)
+    assert result.outcome is not None and result.outcome.accepted == 1
+    assert [h.alloc(v).resource for v in result.placements[0].victims] == [{"memory": 10, "vcore": 50}]

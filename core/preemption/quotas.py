@@ -92,7 +92,10 @@ def usable_capacity(state: PartitionState) -> Resource:
             continue
         free = res.clamp_min_zero(res.sub(res.sub(node.capacity, node.allocated), node.reserved))
         if free and not res.fits(smallest, free):
-            res.add_into(unusable, free)
+            # Only the resources too short for the ask: the rest becomes usable once those are freed
+            # (a node full on vcores keeps its free memory; dropping it would shrink the capacity below
+            # the guarantees and leave every queue "below its guarantee" under DRF).
+            res.add_into(unusable, {k: v for k, v in free.items() if v < smallest.get(k, 0)})
     return res.clamp_min_zero(res.sub(state.capacity, unusable)) if unusable else state.capacity
 
 
