@@ -87,7 +87,7 @@ def demo(seed: int = 0) -> Scenario:
         ),
         _queue("batch", {"memory": cluster_mem // 4, "vcore": cluster_cpu // 4}, None, application_sort_policy="fifo"),
     ]
-    raw = _partition(queues, {"policy": "none"})
+    raw = _partition(queues, dict(PREEMPTION))
     events: list[f.Feed] = list(_nodes(32, 64 * GiB, 16_000))
     app_no = 0
 
@@ -95,28 +95,7 @@ def demo(seed: int = 0) -> Scenario:
         nonlocal app_no
         app_no += 1
         app = f"{queue.rsplit('.', 1)[-1]}-{app_no:03d}"
-        events.append(f.AppAdded(t=t, app=app, queue=queue, user=f"u{app_no % 5}", priority=priority))
-        events.append(
-            f.AskAdded(
-                t=t,
-                app=app,
-                ask=f"{app}-am",
-                resource={"memory": 2 * GiB, "vcore": 1000},
-                am=True,
-                duration=duration + 30,
-            )
-        )
-        events.append(
-            f.AskAdded(
-                t=t,
-                app=app,
-                ask=f"{app}-task",
-                resource={"memory": mem, "vcore": cpu},
-                count=containers,
-                priority=priority,
-                duration=duration,
-            )
-        )
+        _job(events, t, app, queue, containers, mem, cpu, duration, am=True, priority=priority)
 
     # Batch borrows the whole idle cluster early on.
     for k in range(6):
