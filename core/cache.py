@@ -326,21 +326,38 @@ class CacheCore:
         node = self.state.nodes.get(node_name)
         if node is None or not node.reservations:
             return
-        allocations = self.state.allocations
-        for rid in sorted(node.reservations, key=lambda r: (self.state.reservations[r].deadline, r)):
-            r = self.state.reservations.get(rid)
+        state = self.state
+        order = sorted(node.reservations, key=lambda r: (state.reservations[r].deadline, r))
+        # Victims still running on the node, by deadline: the room each reservation was promised is
+        # there once the victims due by its deadline are gone (placement may promise one reservation
+        # the surplus of another's victims, or the room of victims due earlier).
+        victims = [state.allocations[a] for a in node.allocations]
+        leaving = [(v.preempt_deadline, v.resource) for v in victims if v.preempt_deadline is not None]
+
+        def gone_by(deadline: float) -> dict[str, int]:
+            return res.total(room for due, room in leaving if due <= deadline)
+
+        for i, rid in enumerate(order):
+            r = state.reservations.get(rid)
             if r is None:
                 continue
-            # Another reservation claims only what its own still-running victims will not free.
-            claimed: dict[str, int] = {}
-            for other_id in node.reservations:
-                if other_id == rid:
+            free = res.sub(node.capacity, node.allocated)
+            if not res.fits(r.resource, free):
+                continue
+            # Never at the expense of a reservation due earlier that still waits: each must still find
+            # its room once the victims due by its own deadline are gone.
+            after = res.sub(free, r.resource)
+            need: dict[str, int] = {}
+            fair = True
+            for earlier_id in order[:i]:
+                earlier = state.reservations.get(earlier_id)
+                if earlier is None:
                     continue
-                other = self.state.reservations[other_id]
-                running = res.total(allocations[v].resource for v in other.victims if v in allocations)
-                res.add_into(claimed, res.clamp_min_zero(res.sub(other.resource, running)))
-            available = res.sub(res.sub(node.capacity, node.allocated), claimed)
-            if res.fits(r.resource, available):
+                res.add_into(need, earlier.resource)
+                if not res.fits(need, res.add(after, gone_by(earlier.deadline))):
+                    fair = False
+                    break
+            if fair:
                 self.allocate(r.app, r.ask, node_name, reservation=r)
 
     def _end_reservation(self, r: Reservation, reason: str) -> None:

@@ -197,7 +197,9 @@ class ProportionalBaseline:
         if state.config is None or not state.capacity:
             return None
         result = self.policy.round(snapshot_from_state(state, with_containers=True), round(now * 1000))
-        victims = [c.container.id for c in result.marked]
+        # Observe-only: YARN's policy marks nothing; publish what it selected (flagged by the cache).
+        chosen = result.candidates if self.config.observe_only else result.marked
+        victims = [c.container.id for c in chosen]
         if not victims:
             return None
         self.rounds += 1
