@@ -74,6 +74,17 @@ class PreemptHarness(Harness):
         self.policy: Policy = make_policy(policy or self.config.preemption.policy, PARTITION, self.config.preemption)
         self._asks: dict[tuple[str, str], int] = {}
 
+    def pump(self) -> list[d.DecisionMsg]:
+        """As the harness's, and the policy sees every committed change (as its actor's replica would)."""
+        seen = len(self.views)
+        decisions = super().pump()
+        policy = getattr(self, "policy", None)
+        if policy is not None:
+            for view in self.views[seen:]:
+                for change in view.changes:
+                    policy.on_change(change)
+        return decisions
+
     # ------------------------------------------------------------------ setup
 
     def feed(self, *events: f.Feed, allow_rejected: bool = False) -> list[d.DecisionMsg]:

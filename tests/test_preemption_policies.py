@@ -1,0 +1,297 @@
+"""Preemption policies: the registry, the mask (what clears it, its ttl, its hits), one request in flight,
+the policy actor's dormant replica, and the YARN proportional baseline on live state (victims marked
+without a beneficiary, killed after grace, their room back to the pool).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from actors.policy import _PolicyReplica
+from core.config import PreemptionConfig, parse_partition, partition_to_raw
+from core.preemption.mask import PreemptionMask
+from core.preemption.policies import (
+    REGISTRY,
+    IntraQueuePolicy,
+    ProportionalBaseline,
+    SniperPolicy,
+    enabled_policies,
+    make_policy,
+)
+from messages import decisions as d
+from messages import feed as f
+from messages import protocol as p
+from tests.core_support import queue
+from tests.preemption_support import PreemptHarness, preemption_raw, two_queues
+
+# ---------------------------------------------------------------------- registry
+
+
+def test_the_registry_holds_the_three_policies() -> None:
+    assert set(REGISTRY) == {"sniper", "intra_queue", "proportional"}
+    config = PreemptionConfig()
+    assert isinstance(make_policy("sniper", "default", config), SniperPolicy)
+    assert isinstance(make_policy("intra_queue", "default", config), IntraQueuePolicy)
+    assert isinstance(make_policy("proportional", "default", config), ProportionalBaseline)
+    with pytest.raises(ValueError, match="unknown preemption policy 'shotgun'"):
+        make_policy("shotgun", "default", config)
+
+
+@pytest.mark.parametrize(
+    ("policy", "intra", "names"),
+    [
+        ("sniper", False, ["sniper"]),
+        ("proportional", False, ["proportional"]),
+        ("none", False, []),
+        ("none", True, ["intra_queue"]),
+        ("sniper", True, ["sniper", "intra_queue"]),
+    ],
+)
+def test_enabled_policies(policy: str, intra: bool, names: list[str]) -> None:
+    assert enabled_policies(PreemptionConfig(policy=policy, intra_queue=intra)) == names
+
+
+def test_a_policy_replica_is_dormant_until_its_policy_is_enabled() -> None:
+    replica = _PolicyReplica("default", "sniper")
+    assert replica.current() is None  # no config at all
+    seq = 0
+
+    def configure(**preemption: object) -> None:
+        nonlocal seq
+        seq += 1
+        raw = partition_to_raw(parse_partition(two_queues(**preemption)))
+        assert replica.apply_view(p.ViewDelta(seq=seq, changes=[p.ConfigSet(config=raw)]))
+
+    configure(policy="none")
+    assert replica.current() is None
+    configure(policy="sniper")
+    first = replica.current()
+    assert isinstance(first, SniperPolicy)
+    assert replica.current() is first, "kept while the config is the same"
+    configure(policy="sniper", mask_ttl=5.0)
+    second = replica.current()
+    assert isinstance(second, SniperPolicy) and second is not first and second.config.mask_ttl == 5.0
+    configure(policy="proportional")
+    assert replica.current() is None
+
+
+# ---------------------------------------------------------------------- the mask
+
+
+def test_the_mask_counts_expires_and_clears() -> None:
+    mask = PreemptionMask(ttl=30.0)
+    mask.add(["a/x", "a/y"], 10.0)
+    mask.add(["a/x"], 20.0)  # masked again: a new expiry, not a new entry
+    assert mask.masked == 2 and len(mask) == 2 and mask.keys() == ["a/x", "a/y"]
+    mask.expire(39.9)
+    assert mask.keys() == ["a/x", "a/y"]
+    mask.expire(40.0)
+    assert mask.keys() == ["a/x"]  # a/y expired at 10 + 30; a/x lives until 50
+    mask.clear()
+    mask.clear()
+    assert len(mask) == 0 and mask.clears == 1, "clearing an empty mask is not counted"
+
+
+@pytest.mark.parametrize(
+    ("change", "clears"),
+    [
+        (p.NodeSet(node="n9", capacity={"memory": 100}), True),
+        (p.AllocationGone(allocation="alloc-1"), True),
+        (p.ReservationGone(reservation="resv-1"), True),
+        (p.ConfigSet(config={}), True),
+        (p.AskSet(app="a1", ask="x", resource={"memory": 1}, count=1), False),
+        (p.AllocationSet(allocation="alloc-9", app="a1", ask="x", node="n1", resource={"memory": 1}), False),
+        (p.Clock(now=5.0), False),
+        (p.AppSet(app="a9", queue="root.a"), False),
+    ],
+)
+def test_room_changes_clear_the_mask(change: p.ChangeMsg, clears: bool) -> None:
+    for policy in (SniperPolicy("default", PreemptionConfig()), IntraQueuePolicy("default", PreemptionConfig())):
+        assert policy.mask is not None
+        policy.mask.add(["a1/big"], 0.0)
+        policy.on_change(change)
+        assert (len(policy.mask) == 0) is clears
+
+
+def unplaceable() -> PreemptHarness:
+    """a asks for 80 where b's containers (quota 50 + room) can free at most 50 on a node; one small ask fits."""
+    raw = preemption_raw(
+        queue("a", guaranteed={"memory": 100}),
+        queue("b", guaranteed={"memory": 50}),
+        queue("c", guaranteed={"memory": 50}, preemption_policy="disabled"),
+        mask_ttl=30.0,
+    )
+    h = PreemptHarness(raw)
+    h.nodes("n1", "n2")
+    h.fill("b1", "root.b", "n1", [50])
+    h.fill("c1", "root.c", "n1", [50])
+    h.fill("b1", "root.b", "n2", [50, 50])
+    h.app("a1", "root.a")
+    h.ask("a1", "huge", 80)
+    h.starve()
+    return h
+
+
+def test_an_unplaceable_ask_is_masked_and_skipped_until_the_ttl() -> None:
+    h = unplaceable()
+    policy = h.policy
+    assert policy.mask is not None
+    first = h.preempt_round(10.0)
+    assert first.reply is not None and first.reply.unplaceable == ["a1/huge"]
+    assert policy.mask.keys() == ["a1/huge"] and policy.mask.masked == 1
+    h.starve()
+    second = h.preempt_round(11.0)
+    assert isinstance(second.request, p.PlacementRequest) and second.request.mask == ["a1/huge"]
+    assert second.reply is not None and second.reply.mask_hits == 1 and second.reply.unplaceable == []
+    assert policy.mask.hits == 1
+    h.starve()
+    third = h.preempt_round(10.0 + 30.0)  # the entry expired: tried again, masked again
+    assert isinstance(third.request, p.PlacementRequest) and third.request.mask == []
+    assert third.reply is not None and third.reply.unplaceable == ["a1/huge"]
+
+
+def test_a_node_added_or_an_allocation_released_clears_the_mask() -> None:
+    h = unplaceable()
+    assert h.policy.mask is not None
+    h.preempt_round(10.0)
+    assert h.policy.mask.keys() == ["a1/huge"]
+    h.nodes("n3")  # room appeared: the huge ask now fits there without preemption
+    assert h.policy.mask.keys() == []
+    h.preempt_round(11.0)
+    h.policy.mask.add(["a1/huge"], 11.0)
+    h.release(sorted(h.cache.state.nodes["n2"].allocations)[0])
+    assert h.policy.mask.keys() == []
+
+
+def test_a_quota_change_clears_the_mask() -> None:
+    h = unplaceable()
+    assert h.policy.mask is not None
+    h.preempt_round(10.0)
+    h.policy.mask.add(["x/y"], 10.0)
+    h.starve()
+    h.preempt_round(11.0)
+    assert "x/y" in h.policy.mask.entries, "same quotas: kept"
+    h.ask("a1", "more", 10, count=5)  # a wants more: its ideal and b's quota change
+    h.starve()
+    h.preempt_round(12.0)
+    assert "x/y" not in h.policy.mask.entries
+
+
+# ---------------------------------------------------------------------- requests
+
+
+def test_one_request_at_a_time_and_a_lost_reply_expires() -> None:
+    h = unplaceable()
+    policy = h.policy
+    state, seq = h.allocator.state, h.allocator.view_seq
+    first = policy.round(state, seq, 10.0)
+    assert isinstance(first, p.PlacementRequest)
+    assert policy.round(state, seq, 11.0) is None, "the reply has not come back"
+    stray = p.PlacementReply(id="someone-else", unplaceable=["a1/huge"])
+    assert policy.on_reply(stray, 11.0) is None
+    assert policy.mask is not None and policy.mask.keys() == [], "a reply to another request is ignored"
+    again = policy.round(state, seq, 12.0)  # two intervals later: the lost reply expired
+    assert isinstance(again, p.PlacementRequest) and again.id != first.id
+    assert policy.on_reply(p.PlacementReply(id=first.id), 12.0) is None
+    assert policy.waiting == again.id
+
+
+def test_no_request_without_a_beneficiary_or_a_victim_queue() -> None:
+    h = PreemptHarness(two_queues(100, 100))
+    h.nodes("n1", "n2")
+    h.fill("b1", "root.b", "n1", [50, 50])
+    assert h.preempt_round(5.0).request is None  # nobody waits
+    h.app("a1", "root.a")
+    h.ask("a1", "small", 50)
+    h.starve()  # it fits on n2: no preemption needed, and nobody is over its ideal
+    assert h.preempt_round(6.0).request is None
+
+
+def test_the_request_carries_the_quotas_and_the_config() -> None:
+    h = unplaceable()
+    out = h.policy.round(h.allocator.state, h.allocator.view_seq, 10.0)
+    assert isinstance(out, p.PlacementRequest)
+    assert out.policy == "sniper" and not out.intra_queue
+    assert out.quotas == {"root.b": {"memory": 80}} and "root.c" not in out.quotas
+    assert out.beneficiaries == ["root.a"] and out.targets == {"root.a": {"memory": 80}}
+    assert out.budget == {"memory": 200} and out.min_missed == 1 and out.victim_cost == "running_time"
+
+
+# ---------------------------------------------------------------------- the proportional baseline
+
+
+def proportional(**preemption: object) -> PreemptHarness:
+    h = PreemptHarness(two_queues(100, 100, policy="proportional", natural_termination_factor=1.0, **preemption))
+    h.nodes("n1", "n2")
+    h.fill("b1", "root.b", "n1", [25] * 4)
+    h.fill("b1", "root.b", "n2", [25] * 4, start=4)
+    h.app("a1", "root.a")
+    h.ask("a1", "small", 25, count=4)
+    h.starve()
+    return h
+
+
+def test_the_proportional_baseline_marks_victims_without_a_beneficiary() -> None:
+    h = proportional()
+    result = h.preempt_round(10.0)
+    assert isinstance(result.request, p.PreemptionProposal) and result.reply is None
+    victims = result.request.victims
+    assert result.request.placements == [] and len(victims) == 4  # b is 100 over its ideal
+    assert result.outcome is not None and result.outcome.accepted == 4
+    preempts = result.preempts()
+    assert sorted(x.allocation for x in preempts) == sorted(victims)
+    for x in preempts:
+        assert (x.for_queue, x.for_ask, x.reservation, x.policy) == ("", "", "", "proportional")
+        assert x.queue == "root.b" and x.deadline == 10.0 + 15.0 and x.reason.startswith("proportional")
+    state = h.cache.state
+    assert not state.reservations
+    assert all(state.allocations[v].preempting and state.allocations[v].reservation is None for v in victims)
+    # a second round does not mark them again
+    again = h.preempt_round(11.0)
+    assert not (set(again.request.victims if isinstance(again.request, p.PreemptionProposal) else []) & set(victims))
+    assert len(h.preempts()) == 4
+    # killed after grace; their room goes back to the pool, where the allocator gives it to whoever is first
+    h.tick(25.0)
+    assert sorted(h.kills()) == sorted(victims)
+    h.release(*victims)
+    h.settle()
+    assert len([x for x in h.allocated() if x.app == "a1"]) == 4
+    assert h.model.violations == []
+
+
+@pytest.mark.parametrize(
+    ("victim_state", "reason"),
+    [("gone", "victim is gone"), ("preempting", "victim is already preempting")],
+)
+def test_the_shotgun_commit_rejects_stale_victims(victim_state: str, reason: str) -> None:
+    h = proportional()
+    victim = sorted(h.cache.state.nodes["n1"].allocations)[0]
+    if victim_state == "gone":
+        h.release(victim)
+    else:
+        h.cache.commit(p.VictimsMarked(victims=[victim], deadline=30.0))
+        h.pump()
+    bad = p.PreemptionProposal(id="test/shotgun", view_seq=0, policy="proportional", victims=[victim])
+    outcome, decisions = h.commit(bad)
+    assert outcome.accepted == 0 and outcome.rejected == {victim: reason}
+    assert not any(isinstance(x, d.Preempt) for x in decisions)
+
+
+def test_the_shotgun_commit_never_takes_from_a_disabled_queue() -> None:
+    raw = preemption_raw(
+        queue("a", guaranteed={"memory": 100}),
+        queue("b", guaranteed={"memory": 100}, preemption_policy="disabled"),
+        policy="proportional",
+    )
+    h = PreemptHarness(raw)
+    h.nodes("n1")
+    victim = h.run("b1", 50, "n1", queue_path="root.b")
+    outcome, _ = h.commit(p.PreemptionProposal(id="x", view_seq=0, policy="proportional", victims=[victim]))
+    assert outcome.rejected == {victim: "victim's queue has preemption disabled"}
+    assert not h.alloc(victim).preempting
+
+
+def test_the_proportional_baseline_is_silent_when_nothing_is_over() -> None:
+    h = proportional()
+    h.feed(f.AskRemoved(app="a1", ask="small"))
+    assert h.preempt_round(10.0).request is None
