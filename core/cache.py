@@ -9,7 +9,7 @@ against the current state first: a duplicate event changes nothing, an invalid o
 from __future__ import annotations
 
 import dataclasses
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from typing import Any
 
 from core import resources as res
@@ -450,7 +450,7 @@ def state_changes(state: PartitionState) -> list[p.ChangeMsg]:
     for node in state.nodes.values():
         out.append(p.NodeSet(node=node.name, capacity=node.capacity, schedulable=node.schedulable, labels=node.labels))
     for app in sorted(state.apps.values(), key=lambda a: a.submit_seq):
-        live = [state.allocations[a] for a in app.allocations]
+        live = Counter(state.allocations[a].ask for a in app.allocations)  # live containers per ask
         out.append(
             p.AppSet(
                 app=app.name,
@@ -468,7 +468,7 @@ def state_changes(state: PartitionState) -> list[p.ChangeMsg]:
                     ask=ask.name,
                     resource=ask.resource,
                     # Finished containers are gone from the state; live ones are re-added below.
-                    count=ask.count - ask.allocated + sum(1 for a in live if a.ask == ask.name),
+                    count=ask.count - ask.allocated + live[ask.name],
                     priority=ask.priority,
                     am=ask.am,
                     seq=ask.seq,
