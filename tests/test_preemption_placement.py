@@ -255,6 +255,24 @@ def test_an_am_is_taken_when_nothing_else_makes_room() -> None:
     assert pl.victims == [am]
 
 
+@pytest.mark.parametrize(("quota", "victims"), [(60, [30, 30]), (40, None), (100, [30, 30])])
+def test_an_am_is_not_taken_because_the_quota_is_too_short_for_tasks(quota: int, victims: list[int] | None) -> None:
+    """Tasks could make the room, only the quota forbids it now: the ask waits rather than kill an AM."""
+    h = PreemptHarness(two_queues(150, 50))
+    h.nodes("n1")
+    h.fill("b1", "root.b", "n1", [30, 30, 30])
+    am = h.run("b1", 10, "n1", at=9.0, am=True)  # the cheapest container by far
+    h.app("a1", "root.a")
+    h.ask("a1", "big", 40)
+    h.starve()
+    reply = place(h, request({"root.b": {"memory": quota}}), now=10.0)
+    if victims is None:
+        assert reply.placements == [] and reply.unplaceable == ["a1/big"]
+    else:
+        (pl,) = reply.placements
+        assert am not in pl.victims and sizes(h, pl.victims) == victims
+
+
 # ---------------------------------------------------------------------- victims, quotas and budget
 
 

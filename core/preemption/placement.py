@@ -132,8 +132,37 @@ class VictimPlacer:
                 break
         if best is None:
             return None
+        if best.has_am and not self.intra and self._tasks_could_make_room(state, ask):
+            # AM containers are the last resort: tasks could make this room, only the quota stops
+            # them now. Wait for completions or later rounds rather than kill an application.
+            return None
         self._take(best, ask)
         return best.node
+
+    def _tasks_could_make_room(self, state: PartitionState, ask: Ask) -> bool:
+        """Whether some node's non-AM victims the rules allow, quota aside, cover the ask's shortfall."""
+        start = self.index.bisect_left((ask.resource.get(MEMORY, 0), ""))
+        for _, name in self.index.islice(start):
+            if ask.required_node is not None and ask.required_node != name:
+                continue
+            shortfall = self._shortfall(state.nodes[name], ask)
+            got: Resource = {}
+            for am, _, _, alloc in self._victims_on(name):
+                if not am and self._allowed(alloc, ask):
+                    res.add_into(got, alloc.resource)
+            if res.fits(shortfall, got):
+                return True
+        return False
+
+    def _shortfall(self, node: Node, ask: Ask) -> dict[str, int]:
+        base = self._base_room(node)
+        freed_here = self.freed.get(node.name) or {}
+        shortfall: dict[str, int] = {}
+        for k, v in ask.resource.items():
+            have = base.get(k, 0) + freed_here.get(k, 0)
+            if v > have:
+                shortfall[k] = v - have
+        return shortfall
 
     def _base_room(self, node: Node) -> Resource:
         """Room once committed victims leave, minus what this round promised there (cached per round)."""
@@ -143,13 +172,7 @@ class VictimPlacer:
         return room
 
     def _minimal_set(self, node: Node, ask: Ask) -> VictimSet | None:
-        base = self._base_room(node)
-        freed_here = self.freed.get(node.name) or {}
-        shortfall: dict[str, int] = {}
-        for k, v in ask.resource.items():
-            have = base.get(k, 0) + freed_here.get(k, 0)
-            if v > have:
-                shortfall[k] = v - have
+        shortfall = self._shortfall(node, ask)
         if not shortfall:
             return None  # room already free there is the normal allocator's to give, not preemption's
         chosen = self._pick(node, ask, shortfall, within_quota=True)
