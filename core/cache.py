@@ -14,7 +14,7 @@ from typing import Any
 
 from core import resources as res
 from core.config import ConfigError, PartitionConfig, parse_partition, partition_to_raw
-from core.state import Allocation, AskKey, PartitionState, Reservation, StateError, ask_label
+from core.state import Allocation, AskKey, PartitionState, Reservation, StateError, allocation_number, ask_label
 from messages import decisions as d
 from messages import feed as f
 from messages import protocol as p
@@ -140,7 +140,8 @@ class CacheCore:
             if len(self.seen) > SEEN_IDS:
                 self.seen.popitem(last=False)
         if self.state.root is None and not isinstance(event, f.PartitionConfigEvent):
-            self._reject(f"partition {self.partition} has no configuration yet", event=type(event).__name__)
+            what = f"{type(event).__name__}: partition {self.partition} has no configuration yet"
+            self._reject(what, event=event.id)
             return
         try:
             self._dispatch(event)
@@ -198,7 +199,9 @@ class CacheCore:
             # The node shrank below what it holds: newest allocations are lost until the rest fits.
             for rid in sorted(node.reservations):
                 self._end_reservation(self.state.reservations[rid], f"node {name} shrank")
-            for alloc in sorted((self.state.allocations[a] for a in node.allocations), key=lambda a: (-a.start, a.id)):
+            held = (self.state.allocations[a] for a in node.allocations)
+            newest_first = sorted(held, key=lambda a: (-a.start, -allocation_number(a.id)))
+            for alloc in newest_first:
                 if res.fits(node.allocated, cap):
                     break
                 self._lose(alloc, f"node {name} shrank")

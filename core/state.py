@@ -28,6 +28,12 @@ def ask_label(key: AskKey) -> str:
     return f"{key[0]}/{key[1]}"
 
 
+def allocation_number(allocation_id: str) -> int:
+    """The commit order of an ``alloc-N`` id (ids from elsewhere sort first)."""
+    tail = allocation_id.rsplit("-", 1)[-1]
+    return int(tail) if tail.isdigit() else -1
+
+
 class Node:
     __slots__ = (
         "allocated",

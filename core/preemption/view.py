@@ -16,7 +16,7 @@ from core.preemption.calculator import DominantCalculator
 from core.preemption.ideal import IdealAssignment, compute_ideal
 from core.preemption.model import AppSnapshot, ClusterSnapshot, ContainerSnapshot, QueueSnapshot
 from core.resources import Resource
-from core.state import PartitionState
+from core.state import PartitionState, allocation_number
 
 
 def snapshot_from_figures(
@@ -31,7 +31,10 @@ def snapshot_from_figures(
     queues: list[QueueSnapshot] = []
 
     def visit(q: QueueConfig, parent: QueueConfig | None, parent_max: Resource) -> None:
-        own_max = dict(parent_max) if q.max is None else res.component_min(parent_max, q.max)
+        # A resource the queue's max does not name is limited by the parent's only (config semantics).
+        own_max = dict(parent_max)
+        for k, v in (q.max or {}).items():
+            own_max[k] = min(v, own_max.get(k, v))
         guaranteed = dict(capacity) if parent is None else dict(q.guaranteed)
         queues.append(
             QueueSnapshot(
@@ -105,7 +108,7 @@ def snapshot_from_state(
                                 app=app.name,
                                 resource=a.resource,
                                 am=a.am,
-                                seq=int(a.id.rsplit("-", 1)[-1]) if a.id.rsplit("-", 1)[-1].isdigit() else 0,
+                                seq=max(0, allocation_number(a.id)),
                                 killable=a.preempting,
                                 node=a.node,
                             )
