@@ -128,5 +128,7 @@ class AllocatorCore(ViewReplica):
             partition=self.partition,
             id=pid,
             view_seq=self.view_seq,
-            placements=[p.Placement(app=ask.key[0], ask=ask.key[1], node=node.name) for ask, node in placed_all],
+            placements=[
+                p.Placement(app=ask.key[0], ask=ask.key[1], node=node.name, ask_seq=ask.seq) for ask, node in placed_all
+            ],
         )

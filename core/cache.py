@@ -382,7 +382,7 @@ class CacheCore:
         accepted = 0
         rejected: dict[str, str] = {}
         for pl in proposal.placements:
-            why = self.check_placement(pl.app, pl.ask, pl.node)
+            why = self.check_placement(pl.app, pl.ask, pl.node, pl.ask_seq)
             if why is None:
                 self.allocate(pl.app, pl.ask, pl.node)
                 accepted += 1
@@ -390,7 +390,7 @@ class CacheCore:
                 rejected[f"{pl.app}/{pl.ask}@{pl.node}#{len(rejected)}"] = why
         self.outcome(proposal.id, accepted, rejected)
 
-    def check_placement(self, app_name: str, ask_name: str, node_name: str) -> str | None:
+    def check_placement(self, app_name: str, ask_name: str, node_name: str, ask_seq: int = 0) -> str | None:
         """Why one container of the ask cannot go to the node now, or ``None`` when it can."""
         state = self.state
         app = state.apps.get(app_name)
@@ -399,6 +399,8 @@ class CacheCore:
         ask = app.asks.get(ask_name)
         if ask is None:
             return "ask is gone"
+        if ask_seq and ask.seq != ask_seq:
+            return "ask was withdrawn and asked again since (another ask of the same name)"
         if ask.count - ask.allocated - ask.reserved <= 0:
             return "ask is already fully allocated"
         node = state.nodes.get(node_name)

@@ -135,6 +135,7 @@ class Placement(msgspec.Struct, frozen=True, gc=False, array_like=True):
     app: str
     ask: str
     node: str
+    ask_seq: int = 0  # the ask's sequence number: a re-added ask of the same name is another ask
 
 
 class Victimized(msgspec.Struct, frozen=True, gc=False):
