@@ -161,7 +161,7 @@ def test_an_accepted_placement_is_one_record_reservation_and_preempt_decisions()
     assert r.resource == {"memory": 50}
     assert r.deadline == 10.0 + GRACE and r.expires == r.deadline + 60.0
     assert state.allocations[victim].preempting and state.allocations[victim].reservation == r.id
-    assert state.queues["root.a"].reserved == {"memory": 50} and res.is_zero(state.queues["root.a"].pending)
+    assert state.queues["root.a"].reserved == {"memory": 50} and not res.any_positive(state.queues["root.a"].pending)
     assert state.queues["root.b"].preempting == {"memory": 50}
     (pre,) = result.preempts()
     assert (pre.allocation, pre.queue, pre.node, pre.for_app, pre.for_ask, pre.for_queue) == (
@@ -257,7 +257,7 @@ def test_a_withdrawn_beneficiary_ends_its_reservation_and_releases_the_room() ->
     (ended,) = [x for x in decisions if isinstance(x, d.ReservationEnded)]
     assert ended.reservation == result.preempts()[0].reservation and "withdrawn" in ended.reason
     node = h.cache.state.nodes[pl.node]
-    assert not h.cache.state.reservations and res.is_zero(node.reserved)
+    assert not h.cache.state.reservations and not res.any_positive(node.reserved)
     # the victims still leave (they were signalled); their room goes back to the pool
     h.app("c1", "root.c")
     h.ask("c1", "wants", 50)
@@ -282,10 +282,10 @@ def test_a_reservation_expires_after_its_timeout_with_a_reason() -> None:
     (ended,) = [x for x in decisions if isinstance(x, d.ReservationEnded)]
     assert ended.reservation == rid and "timed out" in ended.reason
     state = h.cache.state
-    assert not state.reservations and res.is_zero(state.nodes[ended.node].reserved)
+    assert not state.reservations and not res.any_positive(state.nodes[ended.node].reserved)
     ask = state.apps["a1"].asks["big"]
     assert ask.reserved == 0 and ask in state.apps["a1"].pending_asks
-    assert state.queues["root.a"].pending == {"memory": 50} and res.is_zero(state.queues["root.a"].reserved)
+    assert state.queues["root.a"].pending == {"memory": 50} and not res.any_positive(state.queues["root.a"].reserved)
     assert h.model.violations == []
 
 
