@@ -11,17 +11,12 @@ import dataclasses
 import math
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import yaml
 
 from core import resources as res
 from core.resources import Resource
-
-NodeSortPolicy = Literal["binpacking", "fair"]
-AppSortPolicy = Literal["fifo", "fair", "priority"]
-QueuePreemptionPolicy = Literal["default", "fence", "disabled"]
-PolicyName = Literal["sniper", "proportional", "none"]
 
 NODE_SORT_POLICIES: tuple[str, ...] = ("binpacking", "fair")
 APP_SORT_POLICIES: tuple[str, ...] = ("fifo", "fair", "priority")

@@ -9,7 +9,7 @@ its free primary resource at the time of its last :meth:`NodeIndex.update`.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 from sortedcontainers import SortedList
 
@@ -58,13 +58,6 @@ class NodeIndex:
             stop = self._sorted.bisect_right((-need, "\U0010ffff"))
             for _, name in self._sorted.islice(0, stop):
                 yield name
-
-    def first_fit(self, request: ResourceLike, fits: Callable[[str], bool]) -> str | None:
-        """The first node in placement order for which ``fits(node)`` holds."""
-        for name in self.candidates(request):
-            if fits(name):
-                return name
-        return None
 
     def ordered(self) -> list[str]:
         return [name for _, name in self._sorted]

@@ -137,14 +137,6 @@ def fits(request: ResourceLike, available: ResourceLike) -> bool:
     return True
 
 
-def fits_sum(request: ResourceLike, base: ResourceLike, extra: ResourceLike) -> bool:
-    """``fits(request, base + extra)`` without building the sum."""
-    for k, v in request.items():
-        if v > base.get(k, 0) + extra.get(k, 0):
-            return False
-    return True
-
-
 def clamp_min_zero(a: ResourceLike) -> Resource:
     return {k: v for k, v in a.items() if v > 0}
 

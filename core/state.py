@@ -316,9 +316,6 @@ class PartitionState:
         app = self.apps.get(key[0])
         return None if app is None else app.asks.get(key[1])
 
-    def pending_resource(self, queue: Queue) -> Resource:
-        return queue.pending
-
     def headroom_allows(self, queue: Queue, request: Resource, extra: dict[str, Resource] | None = None) -> bool:
         """True when ``request`` on top of each queue's usage stays within every ``max`` up the tree."""
         for q in queue.lineage():

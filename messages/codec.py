@@ -15,7 +15,7 @@ import msgspec
 
 from messages.decisions import DecisionMsg
 from messages.feed import Feed
-from messages.protocol import ChangeMsg, ProposalStream, ViewStream
+from messages.protocol import ProposalStream, ViewStream
 
 T = TypeVar("T")
 
@@ -28,7 +28,6 @@ decision_json = msgspec.json.Decoder(DecisionMsg)
 decision_msgpack = msgspec.msgpack.Decoder(DecisionMsg)
 view_msgpack = msgspec.msgpack.Decoder(ViewStream)
 proposal_msgpack = msgspec.msgpack.Decoder(ProposalStream)
-changes_msgpack = msgspec.msgpack.Decoder(list[ChangeMsg])
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -29,7 +29,6 @@ class ModelAllocation:
     resource: Resource
     start: float
     am: bool
-    victim_of: str | None = None  # reservation id while it is a victim
     preempted_at: float | None = None
 
 
@@ -159,7 +158,6 @@ class ClusterModel:
                         )
                         self.reservations[dec.reservation] = r
                     r.victims.add(dec.allocation)
-                    alloc.victim_of = dec.reservation
                     if dec.node != alloc.node:
                         self._violate(
                             dec.t, 6, f"victim {alloc.id} is on {alloc.node}, not the reserved node {dec.node}"

@@ -423,6 +423,6 @@ def test_node_index_moves_and_discards() -> None:
     index.discard("b")
     index.discard("ghost")
     assert index.ordered() == ["a"] and len(index) == 1 and "a" in index and "b" not in index
-    assert index.first_fit({"memory": 5}, lambda n: n != "a") is None
+    assert list(index.candidates({"memory": 40})) == []  # binpacking: nothing holds 40
     with pytest.raises(ValueError, match="unknown node sort policy"):
         NodeIndex("random")

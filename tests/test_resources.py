@@ -99,19 +99,6 @@ def test_fits(request_: dict[str, int], available: dict[str, int], expected: boo
 
 
 @pytest.mark.parametrize(
-    ("request_", "base", "extra", "expected"),
-    [
-        ({"memory": 6}, {"memory": 4}, {"memory": 2}, True),
-        ({"memory": 7}, {"memory": 4}, {"memory": 2}, False),
-        ({"gpu": 1}, {}, {"gpu": 1}, True),
-    ],
-)
-def test_fits_sum(request_: dict[str, int], base: dict[str, int], extra: dict[str, int], expected: bool) -> None:
-    assert res.fits_sum(request_, base, extra) is expected
-    assert res.fits_sum(request_, base, extra) is res.fits(request_, res.add(base, extra))
-
-
-@pytest.mark.parametrize(
     ("usage", "against", "expected"),
     [
         ({"memory": 50, "vcore": 10}, {"memory": 100, "vcore": 100}, 0.5),
