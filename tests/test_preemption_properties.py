@@ -144,7 +144,7 @@ def excused(result: SimulationResult) -> int:
     )
 
 
-@settings(max_examples=35, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(trace=traces())
 def test_no_policy_breaks_an_invariant_and_sniper_wastes_nothing_it_could_keep(trace: Trace) -> None:
     sniper = simulate(trace, "sniper")
