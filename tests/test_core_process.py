@@ -141,14 +141,13 @@ async def test_failover_restores_the_state_and_bumps_the_epoch(kafka_settings: K
         async with anyio.create_task_group() as tg:
             tg.start_soon(reader.pump)
             first = CoreProcess(kafka_settings, options())
-            with anyio.CancelScope() as first_scope:
-                tg.start_soon(first.run)
+            async with anyio.create_task_group() as first_group:  # a task group of its own, to stop it alone
+                first_group.start_soon(first.run)
                 await first.ready.wait()
                 for event in workload("p1", 4):
                     await bus.publish(FEED, "p1", event)
                 await reader.until(lambda _: len(reader.of(d.Allocated)) == 4)
-                first_scope.cancel()  # a clean stop: final snapshot, leaves the group
-            await first.ready.wait()
+                first_group.cancel_scope.cancel()  # a clean stop: final snapshot, leaves the group
             second = CoreProcess(kafka_settings, options())
             await tg.start(second.run)
             # The partition comes back from its snapshot even before any new event.
