@@ -136,8 +136,13 @@ def core(
         raise _fail(str(err)) from None
 
     async def main() -> None:
+        import gc
+
         import anyio
 
+        # What start-up built (modules, clients) lives as long as the process: keep it out of every
+        # garbage collection, whose full passes otherwise stall the event loop for tens of ms.
+        gc.freeze()
         async with bootstrap_or_embedded(bootstrap, announce=console.print) as (address, embedded):
             settings = _settings(
                 address,

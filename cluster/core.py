@@ -15,11 +15,15 @@ What it owns:
   replays them (:func:`core.recovery.replay`): nothing committed is decided again, lost or doubled. It
   then runs with ``epoch`` = the highest epoch seen + 1 and publishes a snapshot at once.
 - **Commit points.** A feed record's offset is acknowledged (and so committed by the subscription)
-  only after the cache handled it and published the decisions it caused; records are acknowledged in
-  fetch order. Recovery never depends on the committed offset: it re-reads the feed from the
-  snapshot's own ``feed_offset``, so records committed but not yet in a snapshot are replayed.
-- **Snapshots** are taken at an idle point of the cache (everything it decided is published) every
-  ``snapshot_interval`` seconds or every ``snapshot_every`` decisions, if anything changed.
+  only after the cache handled it and the broker acknowledged the decisions it caused; records are
+  acknowledged in fetch order. The cache hands decisions to the producer and goes on without waiting
+  for the broker (the producer batches what comes meanwhile); decisions the broker never acknowledges
+  stop the partition (:class:`DecisionsLost`), to be restored from the log. Recovery never depends
+  on the committed offset: it re-reads the feed from the snapshot's own ``feed_offset``, so records
+  committed but not yet in a snapshot are replayed.
+- **Snapshots** are taken at an idle point of the cache (everything it decided handed to the producer)
+  every ``snapshot_interval`` seconds or every ``snapshot_every`` decisions, if anything changed, and
+  published once the broker acknowledged those decisions.
 - **Bad input** never stops the process: a record whose partition does not hash to the Kafka partition
   it came on is dead-lettered with the reason; undecodable records are dead-lettered by the transport;
   invalid events become ``rejected`` decisions in the cache.
@@ -29,7 +33,9 @@ The wall clock is read here (ticks, snapshot timers), never in ``core``.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
+import functools
 import logging
 import time
 from collections import deque
@@ -61,6 +67,10 @@ log = logging.getLogger("sniper.core")
 
 ROLES = ("all", "cache", "allocator", "policy")
 FLUSH_EVERY = 256  # feed records a busy cache handles before it publishes their decisions anyway
+
+
+class DecisionsLost(RuntimeError):
+    """The broker did not acknowledge decisions the cache committed: the partition must be restored."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -147,14 +157,11 @@ class DurableCacheActor(CacheActor):
             reset = core.full_view()
             await self.router.publish(VIEW, key, msgspec.structs.replace(reset, to=reader))
         self._resets.clear()
-        await self.host.publish_decisions(out.decisions)
-        if self._dirty and self.host.snapshot_due():
-            await self.host.publish_snapshot()
-            self._dirty = False
         batch, self._batch = self._batch, []
-        for delivery in batch:
-            delivery.done = True
-        self.host.process.advance_acks()
+        await self.host.send_decisions(out.decisions, batch)
+        if self._dirty and self.host.snapshot_due():
+            self.host.snapshot_soon()
+            self._dirty = False
 
 
 @dataclasses.dataclass(eq=False)
@@ -192,6 +199,11 @@ class HostedPartition:
         self._closed = False
         self._last_snapshot = time.monotonic()
         self._decisions_since_snapshot = 0
+        self._snapshotting = False  # a snapshot taken waits for its decisions to be acknowledged
+        self._unconfirmed: set[asyncio.Future[Any]] = set()  # decisions handed over, not yet acknowledged
+        self.send_error: BaseException | None = None
+        self._send_failed = anyio.Event()
+        self._tg: TaskGroup | None = None
         self._clock_base = core.state.now
         self._clock_start = time.monotonic()
 
@@ -209,8 +221,10 @@ class HostedPartition:
         try:
             with self.scope:
                 async with anyio.create_task_group() as tg:
+                    self._tg = tg
                     await tg.start(self.runtime.run)
                     tg.start_soon(self._clock)
+                    tg.start_soon(self._stop_on_lost_decisions)
                     task_status.started()
         except Exception as err:  # the partition's cache crashed: it is restored again on its next event
             self.failed = err
@@ -228,11 +242,50 @@ class HostedPartition:
             await anyio.sleep(interval)  # a timer: the tick interval
             await self.memory.publish(TICK, "*", p.Tick(partition=self.name, now=self.now()))
 
+    async def _stop_on_lost_decisions(self) -> None:
+        await self._send_failed.wait()
+        raise DecisionsLost(f"decisions of partition {self.name} were not published") from self.send_error
+
     # ---- output
     async def publish_decisions(self, decisions: list[d.DecisionMsg]) -> None:
-        if not decisions:
+        """Publish ``decisions`` and wait until the broker acknowledged them."""
+        sent = await self._hand_over(decisions)
+        if sent is not None:
+            await sent
+
+    async def send_decisions(self, decisions: list[d.DecisionMsg], deliveries: list[Delivery]) -> None:
+        """Hand ``decisions`` to the producer without waiting for the broker; the cache goes on meanwhile.
+
+        ``deliveries``, the feed records handled before these decisions, are done (and acknowledged, in
+        fetch order) once the broker acknowledged the decisions. If it never does, the partition stops
+        (:class:`DecisionsLost`) and the records stay unacknowledged.
+        """
+        sent = await self._hand_over(decisions)
+        if sent is None:
+            for delivery in deliveries:
+                delivery.done = True
+            self.process.advance_acks()
             return
-        await self.process.bus.publish_many(DECISIONS, [(self.name, x) for x in decisions])
+        self._unconfirmed.add(sent)
+        sent.add_done_callback(functools.partial(self._acknowledged, deliveries))
+
+    def _acknowledged(self, deliveries: list[Delivery], sent: asyncio.Future[Any]) -> None:
+        self._unconfirmed.discard(sent)
+        error = asyncio.CancelledError() if sent.cancelled() else sent.exception()
+        if error is not None:
+            if self.send_error is None:
+                self.send_error = error
+                log.error("publishing decisions failed: %r", error, extra={"partition": self.name})
+            self._send_failed.set()
+            return
+        for delivery in deliveries:
+            delivery.done = True
+        self.process.advance_acks()
+
+    async def _hand_over(self, decisions: list[d.DecisionMsg]) -> asyncio.Future[Any] | None:
+        if not decisions:
+            return None
+        sent = await self.process.bus.send_many(DECISIONS, [(self.name, x) for x in decisions])
         c = self.counters
         c.decisions += len(decisions)
         self._decisions_since_snapshot += len(decisions)
@@ -247,24 +300,61 @@ class HostedPartition:
                 c.kills += 1
             elif isinstance(x, d.AllocationLost):
                 c.lost += 1
+        return sent
+
+    def confirmed(self) -> bool:
+        """Every decision handed to the producer so far was acknowledged by the broker."""
+        return self.send_error is None and all(
+            f.done() and not f.cancelled() and f.exception() is None for f in self._unconfirmed
+        )
 
     def snapshot_due(self) -> bool:
         options = self.process.options
-        return (
+        return not self._snapshotting and (
             self._decisions_since_snapshot >= options.snapshot_every
             or time.monotonic() - self._last_snapshot >= options.snapshot_interval
         )
 
-    async def publish_snapshot(self) -> None:
-        """Publish the core's state (call only at an idle point: every decision published)."""
+    def snapshot_soon(self) -> None:
+        """Take a snapshot now and publish it once the broker acknowledged every decision before it.
+
+        Call it only at an idle point of the cache (every decision handed to the producer); the cache
+        goes on meanwhile.
+        """
+        tg = self._tg
+        if tg is None:
+            return
         snapshot = take_snapshot(self.core, kafka_partition=self.kafka_partition, wall_time=time.time())
+        self._snapshotting = True
+        self._decisions_since_snapshot = 0
+        self._last_snapshot = time.monotonic()
+        tg.start_soon(self._publish_when_confirmed, snapshot, list(self._unconfirmed))
+
+    async def _publish_when_confirmed(self, snapshot: Snapshot, before: list[asyncio.Future[Any]]) -> None:
+        try:
+            if before:
+                await asyncio.wait(before)
+            if any(f.cancelled() or f.exception() is not None for f in before):
+                return  # those decisions are lost: the partition stops, the snapshot must not claim them
+            await self._publish(snapshot)
+        except Exception as err:  # a missed snapshot only makes the next recovery replay more
+            log.warning("snapshot not published: %r", err, extra={"partition": self.name})
+        finally:
+            self._snapshotting = False
+
+    async def publish_snapshot(self) -> None:
+        """Publish the core's state now (call only at an idle point: every decision published)."""
+        snapshot = take_snapshot(self.core, kafka_partition=self.kafka_partition, wall_time=time.time())
+        self._decisions_since_snapshot = 0
+        await self._publish(snapshot)
+
+    async def _publish(self, snapshot: Snapshot) -> None:
         try:
             await self.process.bus.publish(SNAPSHOTS, self.name, snapshot)
         except MessageTooLarge as err:
             log.error("snapshot not published: %s", err, extra={"partition": self.name})
             return
         self._last_snapshot = time.monotonic()
-        self._decisions_since_snapshot = 0
         self.counters.snapshots += 1
 
     async def stop(self, *, final_snapshot: bool = True) -> None:
@@ -281,7 +371,7 @@ class HostedPartition:
         with anyio.move_on_after(limit):
             await self.process.bus.flush()
         actor = self.cache_actor
-        clean = actor is not None and not actor.busy and not self.core.has_output()
+        clean = actor is not None and not actor.busy and not self.core.has_output() and self.confirmed()
         if final_snapshot and self.failed is None and clean:
             with anyio.move_on_after(limit / 2):
                 await self.publish_snapshot()

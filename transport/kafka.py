@@ -11,7 +11,9 @@ creation of the prefixed topics, the msgpack wire format and the dead-letter pat
   Topic names are ``settings.prefix + name``.
 - **Producer**: ``acks="all"``, never idempotent, never transactional (the bundled broker supports
   neither, and ARCHITECTURE section 3 forbids relying on them). :meth:`KafkaBus.publish` returns once the
-  broker acknowledged the record. Messages larger than ``max_message_bytes`` are refused before sending.
+  broker acknowledged the record; :meth:`KafkaBus.send_many` only hands records to the producer and
+  returns a future of their acknowledgement. Messages larger than ``max_message_bytes`` are refused
+  before sending.
 - **Subscriptions**: a subscription buffers at most ``capacity`` records (one more in a rare race with a
   rebalance): it pauses fetching while its inbox is full, so a slow reader applies backpressure
   instead of growing memory. Records
@@ -363,6 +365,19 @@ class KafkaBus(Bus):
         The records are handed to the producer one after the other (so one key's records keep their
         order) and awaited together: a burst costs about one round trip instead of one per record.
         """
+        sent = await self.send_many(topic, items)
+        if sent is not None:
+            await sent
+
+    async def send_many(self, topic: str, items: Iterable[tuple[str, Any]]) -> asyncio.Future[Any] | None:
+        """Hand several ``(key, message)`` pairs to the producer in order, without waiting for the broker.
+
+        Returns a future that is done once the broker acknowledged every one of them (it fails with the
+        first error), or ``None`` if there was nothing to send. Records handed over while a request is
+        in flight are batched into the next one, so a caller that awaits the future later (or never
+        blocks on it) pays no round trip per call. Returns after the records are in the producer's
+        buffer: it waits only when that buffer is full.
+        """
         if topic not in self._decoders:
             raise ValueError(f"unknown topic {topic!r} (known: {sorted(self._decoders)})")
         encoded: list[tuple[bytes, bytes]] = []
@@ -375,7 +390,7 @@ class KafkaBus(Bus):
                 )
             encoded.append((key.encode(), payload))
         if not encoded:
-            return
+            return None
         if self._closed:
             raise anyio.ClosedResourceError("the Kafka bus is closed")
         await self.start()
@@ -384,8 +399,8 @@ class KafkaBus(Bus):
             raise anyio.ClosedResourceError("the Kafka bus is closed")
         name = self.settings.topic(topic)
         futures = [await producer.send(name, payload, key=key) for key, payload in encoded]
-        await asyncio.gather(*futures)
         self.published += len(futures)
+        return asyncio.gather(*futures)
 
     async def flush(self) -> None:
         """Wait until every record handed to the producer so far was sent (or failed)."""
