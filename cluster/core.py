@@ -18,9 +18,10 @@ What it owns:
   only after the cache handled it and the broker acknowledged the decisions it caused; records are
   acknowledged in fetch order. The cache hands decisions to the producer and goes on without waiting
   for the broker (the producer batches what comes meanwhile); decisions the broker never acknowledges
-  stop the partition (:class:`DecisionsLost`), to be restored from the log. Recovery never depends
-  on the committed offset: it re-reads the feed from the snapshot's own ``feed_offset``, so records
-  committed but not yet in a snapshot are replayed.
+  stop the partition (:class:`DecisionsLost`), which is then restored from the log. Recovery never
+  depends on the committed offset: it re-reads the feed from the snapshot's own ``feed_offset``, so
+  records committed but not yet in a snapshot are replayed (a stopped partition's records are
+  acknowledged at once for this reason).
 - **Snapshots** are taken at an idle point of the cache (everything it decided handed to the producer)
   every ``snapshot_interval`` seconds or every ``snapshot_every`` decisions, if anything changed, and
   published once the broker acknowledged those decisions.
@@ -218,6 +219,7 @@ class HostedPartition:
         return self._clock_base + (time.monotonic() - self._clock_start)
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        started = False
         try:
             with self.scope:
                 async with anyio.create_task_group() as tg:
@@ -226,13 +228,15 @@ class HostedPartition:
                     tg.start_soon(self._clock)
                     tg.start_soon(self._stop_on_lost_decisions)
                     task_status.started()
-        except Exception as err:  # the partition's cache crashed: it is restored again on its next event
+                    started = True
+        except Exception as err:  # the partition's cache crashed or lost decisions: it is restored
             self.failed = err
             log.exception("partition %s stopped on an error", self.name, extra={"partition": self.name})
-            self.process._forget(self)
+            self.process._lost(self)
             with anyio.CancelScope(shield=True):
                 await self.close_inboxes()
-            task_status.started()
+            if not started:  # a second call would raise into the process's task group
+                task_status.started()
         finally:
             self.stopped.set()
 
@@ -258,7 +262,7 @@ class HostedPartition:
 
         ``deliveries``, the feed records handled before these decisions, are done (and acknowledged, in
         fetch order) once the broker acknowledged the decisions. If it never does, the partition stops
-        (:class:`DecisionsLost`) and the records stay unacknowledged.
+        (:class:`DecisionsLost`) and is restored from the log, which publishes the decisions it lacks.
         """
         sent = await self._hand_over(decisions)
         if sent is None:
@@ -349,6 +353,8 @@ class HostedPartition:
         await self._publish(snapshot)
 
     async def _publish(self, snapshot: Snapshot) -> None:
+        if self.send_error is not None:
+            return  # the state holds decisions the log lacks: the restore must not start from it
         try:
             await self.process.bus.publish(SNAPSHOTS, self.name, snapshot)
         except MessageTooLarge as err:
@@ -548,6 +554,25 @@ class CoreProcess(RebalanceListener):
             inflight.popleft()
             if feed is not None:
                 feed.ack()
+
+    def _lost(self, host: HostedPartition) -> None:
+        """``host`` stopped on an error: forget it, release its feed records and restore it.
+
+        The restore (now, else on the partition's next feed record) re-reads those records from the
+        log after the snapshot (recovery never depends on the committed offset) and publishes the
+        decisions the log lacks; held, the records would stop the acknowledgements of every partition
+        behind them.
+        """
+        self._forget(host)
+        for delivery in self._inflight:
+            if delivery.event.partition == host.name:
+                delivery.done = True
+        self.advance_acks()
+        if self._tg is not None and host.kafka_partition in self.owned:
+            try:
+                self._tg.start_soon(self.ensure, host.name, host.kafka_partition)
+            except RuntimeError:  # shutting down
+                log.debug("no restore of %s during shutdown", host.name)
 
     def _forget(self, host: HostedPartition) -> None:
         if self.hosts.get(host.name) is host:

@@ -6,13 +6,15 @@ wait is on a condition (decisions received, an assignment) bounded by ``anyio.fa
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterable
 from typing import Any
 
 import anyio
 import pytest
 from aiokafka import AIOKafkaProducer
+from aiokafka.errors import KafkaError
 
 from cluster.core import CoreOptions, CoreProcess
 from cluster.logread import read_partition
@@ -166,3 +168,50 @@ async def test_failover_restores_the_state_and_bumps_the_epoch(kafka_settings: K
             tg.cancel_scope.cancel()
         snapshots = await read_partition(kafka_settings, SNAPSHOTS, bus.partition_for("p1"), key="p1")
         assert snapshots and snapshot_msgpack.decode(snapshots[-1].value or b"").epoch == 2
+
+
+async def test_decisions_the_broker_loses_stop_the_partition_which_comes_back_from_the_log(
+    kafka_settings: KafkaSettings, bus: KafkaBus, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with anyio.fail_after(WAIT):
+        reader = Decisions(await bus.subscribe_ready(DECISIONS, group=bus.settings.prefix + "reader"))
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(reader.pump)
+            process = CoreProcess(kafka_settings, options())
+            await tg.start(process.run)
+            for event in workload("p1", 2):
+                await bus.publish(FEED, "p1", event)
+            await reader.until(lambda _: len(reader.of(d.Allocated)) == 2)
+            first = process.hosts["p1"]
+            send_many = process.bus.send_many
+            lost: list[tuple[str, Any]] = []
+
+            async def lose_once(topic: str, items: Iterable[tuple[str, Any]]) -> asyncio.Future[Any] | None:
+                if topic != DECISIONS or lost:
+                    return await send_many(topic, items)
+                lost.extend(items)  # never handed to the producer
+                failed: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+                failed.set_exception(KafkaError("the broker lost them"))
+                return failed
+
+            monkeypatch.setattr(process.bus, "send_many", lose_once)
+            bad = f.AskAdded(partition="p1", id="bad", app="nope", ask="k", resource={"memory": 1})
+            await bus.publish(FEED, "p1", bad)
+            await first.stopped.wait()
+            assert first.failed is not None and [type(m) for _, m in lost] == [d.Rejected]
+            # Restored at once from the snapshot and the log: the rejection the log lacks is published.
+            await reader.until(lambda _: len(reader.of(d.Rejected, "p1")) == 1)
+            restored = await process.wait_hosting("p1")
+            assert restored is not first and restored.core.epoch == 2
+            rejected = reader.of(d.Rejected, "p1")[0]
+            assert rejected.event == "bad" and rejected.epoch == 2
+            late = f.AskAdded(partition="p1", id="late", app="app", ask="late", resource={"memory": 4})
+            await bus.publish(FEED, "p1", late)
+            await reader.until(lambda _: len(reader.of(d.Allocated)) == 3)
+            ids = [x.allocation for x in reader.of(d.Allocated)]
+            assert len(set(ids)) == 3 and [x.ask for x in reader.of(d.Allocated)][-1] == "late"
+            # Nothing holds the acknowledgements up: every feed record can be committed.
+            kp = bus.partition_for("p1")
+            records = await read_partition(kafka_settings, FEED, kp)
+            assert process.feed is not None and process.feed.committable()[kp] == records[-1].offset + 1
+            tg.cancel_scope.cancel()
