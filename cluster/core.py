@@ -9,7 +9,8 @@ What it owns:
   stopped, bounded in time, when its Kafka partition is revoked.
 - **The links.** Feed records are read once per process (one group member) and handed to the
   partition's cache in-process; decisions and snapshots go to Kafka. With ``role="all"`` the view,
-  proposal and tick links stay on a per-partition :class:`~transport.memory.MemoryBus`.
+  proposal and tick links stay on a per-partition :class:`~transport.memory.MemoryBus`; the split
+  roles (``cache``, ``allocator``, ``policy``) are built on this in :mod:`cluster.roles`.
 - **Recovery** (ARCHITECTURE section 3). Starting a partition loads its last snapshot, reads the feed
   records after the snapshot's ``feed_offset`` and the decisions logged after its ``decision_seq``, and
   replays them (:func:`core.recovery.replay`): nothing committed is decided again, lost or doubled. It
@@ -40,7 +41,7 @@ import functools
 import logging
 import time
 from collections import deque
-from typing import Any
+from typing import Any, ClassVar
 
 import anyio
 import msgspec
@@ -395,11 +396,13 @@ class HostedPartition:
 class CoreProcess(RebalanceListener):
     """A scheduler-core group member hosting the partitions its Kafka partitions carry."""
 
+    hosts_role: ClassVar[str] = "all"  # the role this class runs (cluster.roles.core_process picks the class)
+
     def __init__(self, settings: KafkaSettings, options: CoreOptions | None = None) -> None:
         self.settings = settings
         self.options = options or CoreOptions()
-        if self.options.role != "all":
-            raise ValueError(f"role {self.options.role!r} is not supported yet: run every actor with --role all")
+        if self.options.role != self.hosts_role:
+            raise ValueError(f"role {self.options.role!r} runs in the process cluster.roles.core_process builds")
         self.bus = KafkaBus(settings)
         self.hosts: dict[str, HostedPartition] = {}
         self.counters: dict[str, PartitionCounters] = {}
@@ -633,7 +636,7 @@ class CoreProcess(RebalanceListener):
         result = replay(core, feed, logged)
         if kp not in self.owned:
             return None
-        host = HostedPartition(self, name, kp, core)
+        host = self._new_host(name, kp, core)
         host.applied_offset = max(core.feed_offset, feed[-1][0] if feed else -1)
         counters = host.counters
         counters.recovered_feed += result.feed_replayed
@@ -659,6 +662,10 @@ class CoreProcess(RebalanceListener):
             extra={"partition": name},
         )
         return host
+
+    def _new_host(self, name: str, kafka_partition: int, core: DurableCacheCore) -> HostedPartition:
+        """The hosted partition object for a restored ``core`` (split roles host fewer actors)."""
+        return HostedPartition(self, name, kafka_partition, core)
 
     async def _read_log(self, name: str, kp: int, after_seq: int) -> tuple[list[d.DecisionMsg], int]:
         """Decisions of ``name`` with seq above ``after_seq`` as consumers accept them, and the top epoch."""
