@@ -116,9 +116,10 @@ def core(
     session_timeout_ms: SessionTimeout = None,
 ) -> None:
     """Run one scheduler-core process: it joins the group and hosts the partitions Kafka assigns it."""
-    from cluster.core import CoreOptions, CoreProcess
+    from cluster.core import CoreOptions
     from cluster.kafka_env import bootstrap_or_embedded
     from cluster.obs import CoreMetrics, setup_logging
+    from cluster.roles import core_process
     from core.config import ConfigError, load_config
 
     try:
@@ -159,7 +160,7 @@ def core(
                 max_message_bytes=max_message_bytes,
                 session_timeout_ms=session_timeout_ms,
             )
-            process = CoreProcess(settings, options)
+            process = core_process(settings, options)
             metrics = None
             if metrics_port is not None:
                 metrics = CoreMetrics(process)

@@ -27,10 +27,11 @@ from prometheus_client.registry import Collector
 
 if TYPE_CHECKING:
     from cluster.core import CoreProcess
+    from cluster.roles import ReplicaProcess
 
 
 class _CoreCollector(Collector):
-    def __init__(self, process: CoreProcess) -> None:
+    def __init__(self, process: CoreProcess | ReplicaProcess) -> None:
         self.process = process
 
     def collect(self) -> Iterator[Any]:
@@ -42,13 +43,16 @@ class _CoreCollector(Collector):
                 continue
 
     def _collect(self) -> Iterator[Any]:
+        from cluster.core import HostedPartition
+
         process = self.process
         labels = ["partition", "queue", "resource"]
         usage = GaugeMetricFamily("sniper_queue_usage", "Committed usage of a queue", labels=labels)
         pending = GaugeMetricFamily("sniper_queue_pending", "Pending demand of a queue", labels=labels)
         guaranteed = GaugeMetricFamily("sniper_queue_guaranteed", "Guaranteed resources of a queue", labels=labels)
         hosts = list(process.hosts.values())
-        for host in hosts:
+        caches = [host for host in hosts if isinstance(host, HostedPartition)]  # split replicas have none
+        for host in caches:
             for queue in list(host.core.state.queues.values()):
                 for resource, value in list(queue.allocated.items()):
                     usage.add_metric([host.name, queue.path, resource], value)
@@ -75,7 +79,7 @@ class _CoreCollector(Collector):
         rejections = CounterMetricFamily(
             "sniper_proposals_rejected", "Placements the cache rejected (stale view)", labels=["partition"]
         )
-        for host in hosts:
+        for host in caches:
             rejections.add_metric([host.name], host.core.stats.placements_rejected)
         yield rejections
         lag = GaugeMetricFamily("sniper_consumer_lag", "Feed records not yet fetched", labels=["kafka_partition"])
@@ -99,7 +103,7 @@ class _CoreCollector(Collector):
 class CoreMetrics:
     """The Prometheus registry and endpoint of one core process."""
 
-    def __init__(self, process: CoreProcess) -> None:
+    def __init__(self, process: CoreProcess | ReplicaProcess) -> None:
         self.registry = CollectorRegistry()
         self.registry.register(_CoreCollector(process))
         self.port: int | None = None
