@@ -41,7 +41,10 @@ class _PolicyReplica(ViewReplica):
 
 
 class PolicyActor(ReplicaActor):
-    """One policy's actor. Dormant (no replica kept) until the partition's config enables its policy."""
+    """One policy's actor. Dormant (no replica kept) until the partition's config enables its policy.
+
+    While dormant it asks not to be woken for view deltas that carry no config (``accept`` of its inbox).
+    """
 
     kind = "policy"
 
@@ -49,8 +52,8 @@ class PolicyActor(ReplicaActor):
         self.reader = f"policy:{name}"
         self.kind = f"policy:{name}"
         self.replica_of: _PolicyReplica = _PolicyReplica(partition, name)
-        super().__init__(self.replica_of, router)
         self.active = False
+        super().__init__(self.replica_of, router, accept=self._wants)
         self.next_round = 0.0
         self._round_due = False
         self._proposals: list[p.PreemptionProposal] = []
@@ -62,6 +65,15 @@ class PolicyActor(ReplicaActor):
                 await self.resync()
             return
         await super().handle(message)
+
+    def _wants(self, message: Any) -> bool:
+        """Whether to deliver ``message``: a dormant actor is not woken for deltas without a config."""
+        return (
+            self.active
+            or not isinstance(message, p.ViewDelta)
+            or bool(message.to)
+            or any(isinstance(c, p.ConfigSet) for c in message.changes)
+        )
 
     def _enables(self, change: p.ConfigSet) -> bool:
         raw = change.config.get("preemption") or {}

@@ -7,6 +7,7 @@ and ignores deltas until that reset (addressed to it) arrives; the reset holds e
 from __future__ import annotations
 
 import abc
+from collections.abc import Callable
 from typing import Any
 
 from actors.base import Actor
@@ -19,8 +20,17 @@ from transport.bus import PROPOSALS, TICK, VIEW
 class ReplicaActor(Actor):
     reader = "replica"
 
-    def __init__(self, replica: ViewReplica, router: Router, *, capacity: int = 1024) -> None:
-        inbox = router.inbox([(VIEW, replica.partition), (TICK, None)], group=self.reader, capacity=capacity)
+    def __init__(
+        self,
+        replica: ViewReplica,
+        router: Router,
+        *,
+        capacity: int = 1024,
+        accept: Callable[[Any], bool] | None = None,
+    ) -> None:
+        inbox = router.inbox(
+            [(VIEW, replica.partition), (TICK, None)], group=self.reader, capacity=capacity, accept=accept
+        )
         super().__init__(replica.partition, inbox)
         self.replica = replica
         self.router = router

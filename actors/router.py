@@ -6,7 +6,7 @@ every subscriber of that topic in the process agree.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from actors.base import MergedInbox
@@ -25,10 +25,21 @@ class Router:
     async def publish(self, topic: str, key: str, message: Any) -> None:
         await self.bus(topic).publish(topic, key, message)
 
-    def inbox(self, topics: Sequence[tuple[str, str | None]], *, group: str, capacity: int = 1024) -> Subscription:
-        """One inbox over several ``(topic, key)`` sources (merged when there is more than one)."""
+    def inbox(
+        self,
+        topics: Sequence[tuple[str, str | None]],
+        *,
+        group: str,
+        capacity: int = 1024,
+        accept: Callable[[Any], bool] | None = None,
+    ) -> Subscription:
+        """One inbox over several ``(topic, key)`` sources (merged when there is more than one).
+
+        ``accept`` is a hint: the memory bus does not deliver what it refuses, other buses deliver
+        everything, so the actor must still ignore what it does not want.
+        """
         bus = self.bus(topics[0][0])
         if isinstance(bus, MemoryBus) and all(self.bus(t) is bus for t, _ in topics):
-            return bus.subscribe_many(list(topics), group=group, capacity=capacity)
+            return bus.subscribe_many(list(topics), group=group, capacity=capacity, accept=accept)
         subs = [self.bus(t).subscribe(t, group=group, key=k, capacity=capacity) for t, k in topics]
         return subs[0] if len(subs) == 1 else MergedInbox(subs)

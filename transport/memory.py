@@ -1,18 +1,24 @@
 """The memory transport: anyio memory object streams inside one process.
 
 It counts messages delivered but not yet acknowledged, so a virtual-time driver can wait until
-every actor has handled everything (:meth:`MemoryBus.wait_idle`) before advancing the clock.
+every actor has handled everything (:meth:`MemoryBus.wait_idle`) before advancing the clock. A
+subscriber may pass an ``accept`` filter: messages it refuses are never delivered to it (nor counted),
+so a subscriber that would ignore most messages is not woken for them.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Callable
 from typing import Any
 
 import anyio
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from transport.bus import Bus, Subscription
+
+Accept = Callable[[Any], bool]
+_Entry = tuple[str | None, MemoryObjectSendStream[Any], Accept | None]  # wanted key, stream, filter
 
 
 class _MemorySubscription(Subscription):
@@ -49,7 +55,7 @@ class _MemorySubscription(Subscription):
 
 class MemoryBus(Bus):
     def __init__(self) -> None:
-        self._subscribers: dict[str, list[tuple[str | None, MemoryObjectSendStream[Any]]]] = defaultdict(list)
+        self._subscribers: dict[str, list[_Entry]] = defaultdict(list)
         self._receivers: list[MemoryObjectReceiveStream[Any]] = []
         self._in_flight = 0
         self._idle = anyio.Event()
@@ -58,8 +64,9 @@ class MemoryBus(Bus):
 
     async def publish(self, topic: str, key: str, message: Any) -> None:
         self.published += 1
-        for wanted, send in list(self._subscribers[topic]):
-            if wanted is not None and wanted != key:
+        for entry in list(self._subscribers[topic]):
+            wanted, send, accept = entry
+            if (wanted is not None and wanted != key) or (accept is not None and not accept(message)):
                 continue
             self._delivering()
             try:
@@ -69,25 +76,34 @@ class MemoryBus(Bus):
                     await send.send(message)  # full: wait (backpressure)
             except (anyio.BrokenResourceError, anyio.ClosedResourceError):
                 self._handled(1)
-                self._subscribers[topic].remove((wanted, send))
+                self._subscribers[topic].remove(entry)
                 send.close()  # its subscriber is gone for good
 
     def subscribe(self, topic: str, *, group: str, key: str | None = None, capacity: int = 1024) -> Subscription:
         return self.subscribe_many([(topic, key)], group=group, capacity=capacity)
 
     def subscribe_many(
-        self, sources: list[tuple[str, str | None]], *, group: str, capacity: int = 1024
+        self,
+        sources: list[tuple[str, str | None]],
+        *,
+        group: str,
+        capacity: int = 1024,
+        accept: Accept | None = None,
     ) -> Subscription:
-        """One inbox fed by several ``(topic, key)`` sources, in publish order (no pump in between)."""
+        """One inbox fed by several ``(topic, key)`` sources, in publish order (no pump in between).
+
+        ``accept``, if given, is asked about every message before delivery (in the publisher's task:
+        keep it cheap); a refused message skips this inbox.
+        """
         send, receive = anyio.create_memory_object_stream[Any](capacity)
         for topic, key in sources:
-            self._subscribers[topic].append((key, send))
+            self._subscribers[topic].append((key, send, accept))
         self._receivers.append(receive)
         return _MemorySubscription(self, receive)
 
     async def aclose(self) -> None:
         for subs in self._subscribers.values():
-            for _, send in subs:
+            for _, send, _ in subs:
                 await send.aclose()
         self._subscribers.clear()
         for receive in self._receivers:  # receivers already woke with EndOfStream; release the streams
