@@ -73,6 +73,7 @@ _TOPIC_ALREADY_EXISTS = 36
 _DEADLETTER_MARGIN = 4096  # room for the dead-letter envelope around a payload
 _DEADLETTER_RETRIES = (0.2, 1.0, 3.0)  # backoff after each failed attempt to publish a dead letter
 _ABANDON_GRACE = 0.5  # seconds a cancelled shutdown step gets before it is abandoned
+_PARTITION_MEMO = 65_536  # keys whose Kafka partition is remembered
 
 
 class KafkaTransportError(RuntimeError):
@@ -248,6 +249,7 @@ class KafkaBus(Bus):
         self._subscriptions: set[KafkaSubscription] = set()
         self.published = 0
         self.dead_lettered = 0
+        self._partition_of: dict[str, int] = {}  # partition_for's memo (murmur2 is pure Python)
 
     # ---- lifecycle
     async def start(self) -> None:
@@ -346,7 +348,13 @@ class KafkaBus(Bus):
     # ---- producing
     def partition_for(self, key: str) -> int:
         """The Kafka partition of ``key`` (assuming the topics have ``settings.partitions`` partitions)."""
-        return kafka_partition(key, self.settings.partitions)
+        known = self._partition_of
+        part = known.get(key)
+        if part is None:
+            if len(known) >= _PARTITION_MEMO:
+                known.clear()  # keys come from the input: keep the memo bounded
+            part = known[key] = kafka_partition(key, self.settings.partitions)
+        return part
 
     async def publish(self, topic: str, key: str, message: Any) -> None:
         if topic not in self._decoders:
