@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import time
 from typing import Any
 
 import anyio
@@ -49,6 +48,7 @@ from anyio.abc import TaskGroup, TaskStatus
 
 from actors.allocator import AllocatorActor
 from actors.base import Actor, ActorFactory, supervise
+from actors.clock import TimeBase, clock_actor
 from actors.policy import PolicyActor
 from actors.replica import ReplicaActor
 from actors.router import Router
@@ -57,7 +57,7 @@ from core.allocator import AllocatorCore
 from core.preemption.policies import REGISTRY
 from core.recovery import DurableCacheCore
 from messages import protocol as p
-from transport.bus import DECISIONS, PROPOSALS, TICK, VIEW, Bus, Subscription
+from transport.bus import DECISIONS, PROPOSALS, VIEW, Bus, Subscription
 from transport.kafka import KafkaBus, KafkaSettings, KafkaSubscription, MessageTooLarge, RebalanceListener
 from transport.memory import MemoryBus
 
@@ -218,19 +218,15 @@ class ReplicaHost:
         self.stopped = anyio.Event()
         self.failed: BaseException | None = None
         self._closed = False
-        self._anchor: tuple[float, float] | None = None  # (the cache's now, local monotonic time then)
-        self._last_tick = 0.0
+        self.time = TimeBase()  # the cache's time as this process estimates it
 
     def observe(self, delta: p.ViewDelta) -> None:
         """A view delta passed: the cache's clock read ``delta.now`` about now."""
-        self._anchor = (delta.now, time.monotonic())
+        self.time.anchor(delta.now)
 
     def now(self) -> float | None:
         """The cache's time as this process estimates it (None before the first view delta)."""
-        if self._anchor is None:
-            return None
-        base, at = self._anchor
-        return max(self._last_tick, base + (time.monotonic() - at))
+        return self.time.now()
 
     def _track(self, actor: Actor) -> Actor:
         self.actors = [a for a in self.actors if a.kind != actor.kind] + [actor]
@@ -260,7 +256,7 @@ class ReplicaHost:
             with self.scope:
                 async with anyio.create_task_group() as tg:
                     await tg.start(supervise, f"{self.process.options.role} {self.name}", self._factories())
-                    tg.start_soon(self._clock)
+                    tg.start_soon(clock_actor, self.memory, self.name, self.process.options.tick, self.time)
                     started = True
                     task_status.started()
         except Exception as err:  # its actors gave up: it starts again on the partition's next message
@@ -273,15 +269,6 @@ class ReplicaHost:
                 task_status.started()
         finally:
             self.stopped.set()
-
-    async def _clock(self) -> None:
-        interval = self.process.options.tick
-        while True:
-            await anyio.sleep(interval)  # a timer: the tick interval
-            now = self.now()
-            if now is not None:
-                self._last_tick = now
-                await self.memory.publish(TICK, "*", p.Tick(partition=self.name, now=now))
 
     async def stop(self) -> None:
         """Stop the actors (bounded by ``stop_timeout``); what they had not published yet is dropped."""
