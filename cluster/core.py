@@ -24,7 +24,8 @@ What it owns:
   records committed but not yet in a snapshot are replayed (a stopped partition's records are
   acknowledged at once for this reason).
 - **Snapshots** are taken at an idle point of the cache (everything it decided handed to the producer)
-  every ``snapshot_interval`` seconds or every ``snapshot_every`` decisions, if anything changed, and
+  at most every ``snapshot_interval`` seconds or every ``snapshot_every`` decisions (a random point
+  from half of them on, so that partitions do not all snapshot together), if anything changed, and
   published once the broker acknowledged those decisions.
 - **Bad input** never stops the process: a record whose partition does not hash to the Kafka partition
   it came on is dead-lettered with the reason; undecodable records are dead-lettered by the transport;
@@ -39,6 +40,7 @@ import asyncio
 import dataclasses
 import functools
 import logging
+import random
 import time
 from collections import deque
 from typing import Any, ClassVar
@@ -49,6 +51,7 @@ from anyio.abc import TaskGroup, TaskStatus
 
 from actors.base import Actor, ActorFactory
 from actors.cache import CacheActor
+from actors.clock import TimeBase, clock_actor
 from actors.partition import PartitionRuntime
 from actors.router import Router
 from cluster.logread import read_partition
@@ -61,7 +64,7 @@ from messages import protocol as p
 from messages.codec import decision_msgpack, feed_msgpack
 from messages.deadletter import DeadLetter
 from messages.snapshot import Snapshot, SnapshotError, snapshot_msgpack
-from transport.bus import DEADLETTER, DECISIONS, FEED, SNAPSHOTS, TICK, VIEW
+from transport.bus import DEADLETTER, DECISIONS, FEED, SNAPSHOTS, VIEW
 from transport.kafka import KafkaBus, KafkaSettings, KafkaSubscription, MessageTooLarge, RebalanceListener
 from transport.memory import MemoryBus
 
@@ -201,13 +204,13 @@ class HostedPartition:
         self._closed = False
         self._last_snapshot = time.monotonic()
         self._decisions_since_snapshot = 0
+        self._next_snapshot = self._snapshot_point()
         self._snapshotting = False  # a snapshot taken waits for its decisions to be acknowledged
         self._unconfirmed: set[asyncio.Future[Any]] = set()  # decisions handed over, not yet acknowledged
         self.send_error: BaseException | None = None
         self._send_failed = anyio.Event()
         self._tg: TaskGroup | None = None
-        self._clock_base = core.state.now
-        self._clock_start = time.monotonic()
+        self.time = TimeBase(core.state.now)  # the partition's clock goes on from its restored time
 
     @property
     def cache_actor(self) -> DurableCacheActor | None:
@@ -217,7 +220,9 @@ class HostedPartition:
         return None
 
     def now(self) -> float:
-        return self._clock_base + (time.monotonic() - self._clock_start)
+        now = self.time.now()
+        assert now is not None  # anchored at construction
+        return now
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         started = False
@@ -226,7 +231,7 @@ class HostedPartition:
                 async with anyio.create_task_group() as tg:
                     self._tg = tg
                     await tg.start(self.runtime.run)
-                    tg.start_soon(self._clock)
+                    tg.start_soon(clock_actor, self.memory, self.name, self.process.options.tick, self.time)
                     tg.start_soon(self._stop_on_lost_decisions)
                     task_status.started()
                     started = True
@@ -240,12 +245,6 @@ class HostedPartition:
                 task_status.started()
         finally:
             self.stopped.set()
-
-    async def _clock(self) -> None:
-        interval = self.process.options.tick
-        while True:
-            await anyio.sleep(interval)  # a timer: the tick interval
-            await self.memory.publish(TICK, "*", p.Tick(partition=self.name, now=self.now()))
 
     async def _stop_on_lost_decisions(self) -> None:
         await self._send_failed.wait()
@@ -313,11 +312,21 @@ class HostedPartition:
             f.done() and not f.cancelled() and f.exception() is None for f in self._unconfirmed
         )
 
-    def snapshot_due(self) -> bool:
+    def _snapshot_point(self) -> tuple[int, float]:
+        """After how many decisions or seconds the next snapshot is due.
+
+        A random point between half and all of ``snapshot_every`` and ``snapshot_interval``: partitions
+        fed alike would otherwise all come due together and stall the event loop with back-to-back
+        snapshots.
+        """
         options = self.process.options
+        spread = random.uniform(0.5, 1.0)
+        return max(1, int(options.snapshot_every * spread)), options.snapshot_interval * spread
+
+    def snapshot_due(self) -> bool:
+        every, interval = self._next_snapshot
         return not self._snapshotting and (
-            self._decisions_since_snapshot >= options.snapshot_every
-            or time.monotonic() - self._last_snapshot >= options.snapshot_interval
+            self._decisions_since_snapshot >= every or time.monotonic() - self._last_snapshot >= interval
         )
 
     def snapshot_soon(self) -> None:
@@ -333,6 +342,7 @@ class HostedPartition:
         self._snapshotting = True
         self._decisions_since_snapshot = 0
         self._last_snapshot = time.monotonic()
+        self._next_snapshot = self._snapshot_point()
         tg.start_soon(self._publish_when_confirmed, snapshot, list(self._unconfirmed))
 
     async def _publish_when_confirmed(self, snapshot: Snapshot, before: list[asyncio.Future[Any]]) -> None:
@@ -351,6 +361,7 @@ class HostedPartition:
         """Publish the core's state now (call only at an idle point: every decision published)."""
         snapshot = take_snapshot(self.core, kafka_partition=self.kafka_partition, wall_time=time.time())
         self._decisions_since_snapshot = 0
+        self._next_snapshot = self._snapshot_point()
         await self._publish(snapshot)
 
     async def _publish(self, snapshot: Snapshot) -> None:
