@@ -61,6 +61,8 @@ class VictimPlacer:
         self.index: SortedList = SortedList()
         self.potential: dict[str, int] = {}
         self.max_slack = 0  # the most memory any node offers without new victims (an upper bound)
+        self.slack: dict[str, int] = {}  # memory a node offers without new victims
+        self.slack_index: SortedList = SortedList()
         for name, node in state.nodes.items():
             if not node.schedulable:
                 continue
@@ -71,6 +73,8 @@ class VictimPlacer:
             self.max_slack = max(self.max_slack, base)
             self.potential[name] = base + held
             self.index.add((base + held, name))
+            self.slack[name] = base
+            self.slack_index.add((base, name))
 
     def _victims_on(self, name: str) -> list[tuple[bool, float, str, Allocation]]:
         entries = self.by_node.get(name)
@@ -111,14 +115,19 @@ class VictimPlacer:
         if self.exhausted:
             return None
         need = ask.resource
+        need_mem = need.get(MEMORY, 0)
+        nodes = (name for _, name in self.index.islice(self.index.bisect_left((need_mem, ""))))
         if not self.intra:
             quota = sum(q.get(MEMORY, 0) for q in self.quota_left.values())
-            if need.get(MEMORY, 0) > self.max_slack + quota:
+            if need_mem > self.max_slack + quota:
                 return None  # exact: no node's slack plus every victim queue's remaining quota covers it
+            if need_mem > quota:
+                # Exact: victims can free at most ``quota``, so only nodes with that much slack can help.
+                start = self.slack_index.bisect_left((need_mem - quota, ""))
+                nodes = (name for _, name in self.slack_index.islice(start) if self.potential[name] >= need_mem)
         best: VictimSet | None = None
         feasible = 0
-        start = self.index.bisect_left((need.get(MEMORY, 0), ""))
-        for _, name in self.index.islice(start):
+        for name in nodes:
             node = state.nodes[name]
             if ask.required_node is not None and ask.required_node != name:
                 continue
@@ -247,6 +256,11 @@ class VictimPlacer:
             res.sub_into(self.budget_left, alloc.resource)
         slack = self._base_room(chosen.node).get(MEMORY, 0) + self.freed[name].get(MEMORY, 0)
         self.max_slack = max(self.max_slack, slack)
+        old_slack = self.slack.get(name)
+        if old_slack is not None:
+            self.slack_index.remove((old_slack, name))
+            self.slack[name] = slack
+            self.slack_index.add((slack, name))
         self.by_node[name] = [e for e in self._victims_on(name) if e[3].id not in self.taken]
         old = self.potential.get(name)
         if old is not None:
