@@ -1,9 +1,10 @@
 """The simulator's run through a Kafka broker: :func:`run_simulation_kafka` (``sniper simulate --transport kafka``).
 
-Same driver as :func:`simulator.run.simulate` (virtual time, the stand-in resource manager, the
-independent model, the same report), but feed events, decisions and the actor links (view deltas,
-proposals, placement requests) travel on Kafka topics under a unique prefix; only ticks stay in
-process. The broker is ``bootstrap``, else ``$SNIPER_KAFKA_BOOTSTRAP``, else an embedded one.
+The driver of the memory run, :func:`simulator.run.drive` (virtual time, the stand-in resource
+manager, the independent model, the same report), on :class:`KafkaLinks`: feed events, decisions and
+the actor links (view deltas, proposals, placement requests) travel on Kafka topics under a unique
+prefix; only ticks stay in process. The broker is ``bootstrap``, else ``$SNIPER_KAFKA_BOOTSTRAP``, else
+an embedded one.
 
 Quiescence: :class:`CountingBus` counts, for every record published, the subscriptions that will
 receive it (same topic, same or any key), and every acknowledgement; the driver advances virtual time
@@ -14,32 +15,18 @@ caused), exactly like the memory bus. Every subscription joins before the first 
 from __future__ import annotations
 
 import dataclasses
-import math
-import time
 import uuid
 from typing import Any
 
 import anyio
 
-from actors.partition import PartitionRuntime
 from actors.router import Router
 from cluster.kafka_env import bootstrap_or_embedded, build_settings
 from core.config import SchedulerConfig
-from messages import decisions as d
 from messages import feed as f
-from messages import protocol as p
-from simulator.metrics import IdealFn, Metrics
-from simulator.model import ClusterModel
-from simulator.rm import StandInRM
-from simulator.run import (
-    Progress,
-    SimulationResult,
-    SimulationSettings,
-    _initial_config,
-    _with_policy,
-    build_report,
-)
-from transport.bus import DECISIONS, FEED, TICK, Bus, Subscription
+from simulator.metrics import IdealFn
+from simulator.run import Links, Progress, SimulationResult, SimulationSettings, drive
+from transport.bus import TICK, Bus, Subscription
 from transport.kafka import KafkaBus, KafkaSettings, KafkaSubscription
 from transport.memory import MemoryBus
 
@@ -99,6 +86,11 @@ class CountingBus(Bus):
             for _, _, sub in self._subs:
                 tg.start_soon(sub.inner.ready)
 
+    @property
+    def in_flight(self) -> int:
+        """Records delivered (or on their way) and not yet acknowledged."""
+        return self._in_flight
+
     def _handled(self, count: int) -> None:
         self._in_flight = max(0, self._in_flight - count)
         if self._in_flight == 0:
@@ -112,6 +104,30 @@ class CountingBus(Bus):
         await self.inner.aclose()
 
 
+class KafkaLinks(Links):
+    """Feed, decisions and actor links on Kafka (through a :class:`CountingBus`); ticks in memory."""
+
+    name = "kafka"
+
+    def __init__(self, kafka: KafkaBus) -> None:
+        self.memory = MemoryBus()
+        self.bus = CountingBus(kafka)
+        self.prefix = kafka.settings.prefix
+        super().__init__(Router(self.bus, {TICK: self.memory}))
+
+    async def ready(self) -> None:
+        await self.bus.all_ready()
+
+    async def idle(self) -> None:
+        while self.bus.in_flight or self.memory.in_flight:
+            await self.bus.wait_idle()
+            await self.memory.wait_idle()
+
+    async def aclose(self) -> None:
+        await self.memory.aclose()
+        await self.bus.aclose()
+
+
 async def simulate_kafka(
     events: list[f.Feed],
     config: SchedulerConfig | None,
@@ -121,107 +137,15 @@ async def simulate_kafka(
     progress: Progress | None = None,
     ideal_fn: IdealFn | None = None,
 ) -> SimulationResult:
-    trace = sorted((_with_policy(e, settings.policy) for e in events), key=lambda e: e.t)
-    names = sorted({e.partition for e in trace} | {part.name for part in (config.partitions if config else ())})
-    memory = MemoryBus()
-    kbus = KafkaBus(kafka)
-    await kbus.start()
-    bus = CountingBus(kbus)
-    router = Router(bus, {TICK: memory})
-    runtimes: dict[str, PartitionRuntime] = {}
-    models: dict[str, ClusterModel] = {}
-    metrics: dict[str, Metrics] = {}
-    for name in names:
-        initial = _initial_config(name, config, trace, settings.policy)
-        provided = config is not None and any(part.name == name for part in config.partitions)
-        runtimes[name] = PartitionRuntime(name, router, config=initial if provided else None, batch=settings.batch)
-        models[name] = ClusterModel(name, initial)
-        metrics[name] = Metrics(models[name], ideal_fn)
-    rm = StandInRM()
-    decisions_log: list[d.DecisionMsg] = []
-    decisions = bus.subscribe(DECISIONS, group="resource-manager", capacity=1 << 16)
-    clock = {"now": 0.0, "last_activity": 0.0}
-    end_hint = settings.until if settings.until is not None else (trace[-1].t if trace else 0.0)
-
-    async def idle() -> None:
-        while bus._in_flight or memory.in_flight:
-            await bus.wait_idle()
-            await memory.wait_idle()
-
-    async def publish_feed(event: f.Feed) -> None:
-        model = models.get(event.partition)
-        if model is not None:
-            model.on_event(event)
-        rm.observe(event)
-        await bus.publish(FEED, event.partition, event)
-
-    async def consume_decisions() -> None:
-        while True:
-            try:
-                dec = await decisions.receive()
-            except (anyio.EndOfStream, anyio.ClosedResourceError):
-                return
-            decisions_log.append(dec)
-            if not isinstance(dec, d.Rejected | d.ReservationEnded):
-                clock["last_activity"] = clock["now"]
-            model = models.get(dec.partition)
-            if model is not None:
-                model.on_decision(dec)
-                metrics[dec.partition].record(dec)
-            for event in rm.on_decision(dec, clock["now"]):
-                await publish_feed(event)
-            decisions.ack()
-
-    wall_start = time.perf_counter()
+    """The run of :func:`simulator.run.drive` with every actor link on the broker ``kafka`` names."""
+    bus = KafkaBus(kafka)
     try:
-        async with anyio.create_task_group() as tg:
-            for runtime in runtimes.values():
-                await tg.start(runtime.run)
-            await bus.all_ready()
-            tg.start_soon(consume_decisions)
-            await idle()
-            i = 0
-            next_tick = 0.0
-            while True:
-                upcoming = [next_tick]
-                if i < len(trace):
-                    upcoming.append(trace[i].t)
-                rm_next = rm.next_time()
-                if rm_next is not None:
-                    upcoming.append(rm_next)
-                nxt = min(upcoming)
-                if settings.until is not None:
-                    if nxt > settings.until:
-                        break
-                elif i >= len(trace) and rm_next is None:
-                    waiting = any(m.pending_containers() for m in models.values())
-                    if not waiting or nxt - clock["last_activity"] > settings.quiet:
-                        break
-                now = clock["now"] = nxt
-                if now >= next_tick:
-                    next_tick = (math.floor(now / settings.tick + 1e-9) + 1) * settings.tick
-                await memory.publish(TICK, "*", p.Tick(now=now))
-                while i < len(trace) and trace[i].t <= now:
-                    await publish_feed(trace[i])
-                    i += 1
-                for event in rm.due(now):
-                    await publish_feed(event)
-                await idle()
-                for name, model in models.items():
-                    model.check(now)
-                    metrics[name].sample(now)
-                if progress is not None:
-                    progress(now, settings.until if settings.until is not None else max(end_hint, now))
-            wall = time.perf_counter() - wall_start
-            tg.cancel_scope.cancel()
-    finally:
+        await bus.start()
+    except BaseException:
         with anyio.CancelScope(shield=True):
-            await memory.aclose()
             await bus.aclose()
-    report = build_report(runtimes, models, metrics, decisions_log, clock["now"], wall, settings, rm)
-    report["transport"] = "kafka"
-    report["kafka_prefix"] = kafka.prefix
-    return SimulationResult(report, decisions_log, metrics, models, runtimes)
+        raise
+    return await drive(events, config, settings, KafkaLinks(bus), progress, ideal_fn)
 
 
 def run_simulation_kafka(

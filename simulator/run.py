@@ -1,13 +1,18 @@
-"""The simulation driver: replays a trace in virtual time through the real actors on the memory bus.
+"""The simulation driver: replays a trace in virtual time through the real actors.
 
 Each step moves the clock to the next interesting time (a trace event, a container's end, a tick),
-publishes the tick and the events due, waits until every actor has handled everything (the bus is
+publishes the tick and the events due, waits until every actor has handled everything (the links are
 quiescent), then checks the invariants and samples the metrics. Nothing here reads the wall clock
 except to measure ``allocations_per_s``; the same trace and seed give the same decisions.
+
+:func:`drive` is the driver for any transport, given as :class:`Links` (how to publish, how decisions
+come back, how to wait for quiescence); :func:`simulate` runs it on the memory bus
+(:class:`MemoryLinks`), :mod:`simulator.kafka_run` through a Kafka broker. Both give the same report.
 """
 
 from __future__ import annotations
 
+import abc
 import dataclasses
 import math
 import time
@@ -79,6 +84,44 @@ def _initial_config(
     return None
 
 
+class Links(abc.ABC):
+    """How the driver and the partitions' actors reach each other: the transport side of a run.
+
+    ``router`` carries every topic (the driver publishes the feed and the ticks on it and reads the
+    decisions from it); ``name`` and ``prefix`` go into the report as ``transport`` and ``topic_prefix``.
+    """
+
+    name = "memory"
+    prefix: str | None = None
+
+    def __init__(self, router: Router) -> None:
+        self.router = router
+
+    async def ready(self) -> None:  # noqa: B027 - a hook, nothing to wait for by default
+        """Return once every subscription made so far receives what is published from now on."""
+
+    @abc.abstractmethod
+    async def idle(self) -> None:
+        """Return once every message delivered so far was acknowledged (the run is quiescent)."""
+
+    @abc.abstractmethod
+    async def aclose(self) -> None: ...
+
+
+class MemoryLinks(Links):
+    """Everything on one :class:`~transport.memory.MemoryBus`."""
+
+    def __init__(self) -> None:
+        self.bus = MemoryBus()
+        super().__init__(Router(self.bus))
+
+    async def idle(self) -> None:
+        await self.bus.wait_idle()
+
+    async def aclose(self) -> None:
+        await self.bus.aclose()
+
+
 async def simulate(
     events: list[f.Feed],
     config: SchedulerConfig | None = None,
@@ -87,92 +130,109 @@ async def simulate(
     progress: Progress | None = None,
     ideal_fn: IdealFn | None = None,
 ) -> SimulationResult:
-    settings = settings or SimulationSettings()
+    """The run on the memory bus."""
+    return await drive(events, config, settings or SimulationSettings(), MemoryLinks(), progress, ideal_fn)
+
+
+async def drive(
+    events: list[f.Feed],
+    config: SchedulerConfig | None,
+    settings: SimulationSettings,
+    links: Links,
+    progress: Progress | None = None,
+    ideal_fn: IdealFn | None = None,
+) -> SimulationResult:
+    """Replay ``events`` in virtual time through partitions whose actors run on ``links`` (closed at the end)."""
     trace = sorted((_with_policy(e, settings.policy) for e in events), key=lambda e: e.t)
     names = sorted({e.partition for e in trace} | {part.name for part in (config.partitions if config else ())})
-    bus = MemoryBus()
-    router = Router(bus)
-    runtimes: dict[str, PartitionRuntime] = {}
-    models: dict[str, ClusterModel] = {}
-    metrics: dict[str, Metrics] = {}
-    for name in names:
-        initial = _initial_config(name, config, trace, settings.policy)
-        provided = config is not None and any(part.name == name for part in config.partitions)
-        runtimes[name] = PartitionRuntime(name, router, config=initial if provided else None, batch=settings.batch)
-        models[name] = ClusterModel(name, initial)
-        metrics[name] = Metrics(models[name], ideal_fn)
-    rm = StandInRM()
-    decisions_log: list[d.DecisionMsg] = []
-    decisions = bus.subscribe(DECISIONS, group="resource-manager", capacity=1 << 16)
-    clock = {"now": 0.0, "last_activity": 0.0}
-    end_hint = settings.until if settings.until is not None else (trace[-1].t if trace else 0.0)
+    try:
+        router = links.router
+        runtimes: dict[str, PartitionRuntime] = {}
+        models: dict[str, ClusterModel] = {}
+        metrics: dict[str, Metrics] = {}
+        for name in names:
+            initial = _initial_config(name, config, trace, settings.policy)
+            provided = config is not None and any(part.name == name for part in config.partitions)
+            runtimes[name] = PartitionRuntime(name, router, config=initial if provided else None, batch=settings.batch)
+            models[name] = ClusterModel(name, initial)
+            metrics[name] = Metrics(models[name], ideal_fn)
+        rm = StandInRM()
+        decisions_log: list[d.DecisionMsg] = []
+        decisions = router.inbox([(DECISIONS, None)], group="resource-manager", capacity=1 << 16)
+        clock = {"now": 0.0, "last_activity": 0.0}
+        end_hint = settings.until if settings.until is not None else (trace[-1].t if trace else 0.0)
 
-    async def publish_feed(event: f.Feed) -> None:
-        model = models.get(event.partition)
-        if model is not None:
-            model.on_event(event)
-        rm.observe(event)
-        await bus.publish(FEED, event.partition, event)
-
-    async def consume_decisions() -> None:
-        while True:
-            try:
-                dec = await decisions.receive()
-            except anyio.EndOfStream:
-                return
-            decisions_log.append(dec)
-            if not isinstance(dec, d.Rejected | d.ReservationEnded):
-                clock["last_activity"] = clock["now"]
-            model = models.get(dec.partition)
+        async def publish_feed(event: f.Feed) -> None:
+            model = models.get(event.partition)
             if model is not None:
-                model.on_decision(dec)
-                metrics[dec.partition].record(dec)
-            for event in rm.on_decision(dec, clock["now"]):
-                await publish_feed(event)
-            decisions.ack()
+                model.on_event(event)
+            rm.observe(event)
+            await router.publish(FEED, event.partition, event)
 
-    wall_start = time.perf_counter()
-    async with anyio.create_task_group() as tg:
-        for runtime in runtimes.values():
-            await tg.start(runtime.run)
-        tg.start_soon(consume_decisions)
-        await bus.wait_idle()
-        i = 0
-        next_tick = 0.0
-        while True:
-            upcoming = [next_tick]
-            if i < len(trace):
-                upcoming.append(trace[i].t)
-            rm_next = rm.next_time()
-            if rm_next is not None:
-                upcoming.append(rm_next)
-            nxt = min(upcoming)
-            if settings.until is not None:
-                if nxt > settings.until:
-                    break
-            elif i >= len(trace) and rm_next is None:
-                waiting = any(m.pending_containers() for m in models.values())
-                if not waiting or nxt - clock["last_activity"] > settings.quiet:
-                    break
-            now = clock["now"] = nxt
-            if now >= next_tick:
-                next_tick = (math.floor(now / settings.tick + 1e-9) + 1) * settings.tick
-            await bus.publish(TICK, "*", p.Tick(now=now))
-            while i < len(trace) and trace[i].t <= now:
-                await publish_feed(trace[i])
-                i += 1
-            for event in rm.due(now):
-                await publish_feed(event)
-            await bus.wait_idle()
-            for name, model in models.items():
-                model.check(now)
-                metrics[name].sample(now)
-            if progress is not None:
-                progress(now, settings.until if settings.until is not None else max(end_hint, now))
-        wall = time.perf_counter() - wall_start
-        tg.cancel_scope.cancel()
-    await bus.aclose()
+        async def consume_decisions() -> None:
+            while True:
+                try:
+                    dec = await decisions.receive()
+                except (anyio.EndOfStream, anyio.ClosedResourceError):
+                    return
+                decisions_log.append(dec)
+                if not isinstance(dec, d.Rejected | d.ReservationEnded):
+                    clock["last_activity"] = clock["now"]
+                model = models.get(dec.partition)
+                if model is not None:
+                    model.on_decision(dec)
+                    metrics[dec.partition].record(dec)
+                for event in rm.on_decision(dec, clock["now"]):
+                    await publish_feed(event)
+                decisions.ack()
+
+        wall_start = time.perf_counter()
+        async with anyio.create_task_group() as tg:
+            for runtime in runtimes.values():
+                await tg.start(runtime.run)
+            await links.ready()
+            tg.start_soon(consume_decisions)
+            await links.idle()
+            i = 0
+            next_tick = 0.0
+            while True:
+                upcoming = [next_tick]
+                if i < len(trace):
+                    upcoming.append(trace[i].t)
+                rm_next = rm.next_time()
+                if rm_next is not None:
+                    upcoming.append(rm_next)
+                nxt = min(upcoming)
+                if settings.until is not None:
+                    if nxt > settings.until:
+                        break
+                elif i >= len(trace) and rm_next is None:
+                    waiting = any(m.pending_containers() for m in models.values())
+                    if not waiting or nxt - clock["last_activity"] > settings.quiet:
+                        break
+                now = clock["now"] = nxt
+                if now >= next_tick:
+                    next_tick = (math.floor(now / settings.tick + 1e-9) + 1) * settings.tick
+                await router.publish(TICK, "*", p.Tick(now=now))
+                while i < len(trace) and trace[i].t <= now:
+                    await publish_feed(trace[i])
+                    i += 1
+                for event in rm.due(now):
+                    await publish_feed(event)
+                await links.idle()
+                for name, model in models.items():
+                    model.check(now)
+                    metrics[name].sample(now)
+                if progress is not None:
+                    progress(now, settings.until if settings.until is not None else max(end_hint, now))
+            wall = time.perf_counter() - wall_start
+            tg.cancel_scope.cancel()
+    finally:
+        with anyio.CancelScope(shield=True):
+            await links.aclose()
     report = build_report(runtimes, models, metrics, decisions_log, clock["now"], wall, settings, rm)
+    report["transport"] = links.name
+    report["topic_prefix"] = links.prefix
     return SimulationResult(report, decisions_log, metrics, models, runtimes)
 
 
