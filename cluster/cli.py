@@ -8,16 +8,22 @@ outcomes to exit codes (0 fine, 1 invariant violated, 2 bad input or configurati
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import signal
 import sys
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 from rich.console import Console
 
+if TYPE_CHECKING:
+    from transport.kafka import KafkaSettings
+
 console = Console(stderr=True)
+T = TypeVar("T")
 
 Bootstrap = Annotated[
     str | None,
@@ -38,13 +44,40 @@ MaxMessage = Annotated[int | None, typer.Option(help="largest record in bytes (t
 SessionTimeout = Annotated[int | None, typer.Option(help="consumer-group session timeout (ms)")]
 
 
-def _settings(bootstrap: str, embedded: bool, **flags: Any) -> Any:
-    from cluster.kafka_env import build_settings
+# A command's Kafka connection flags (parameter name -> KafkaSettings field); each command declares
+# those it takes and hands them over with ``_kafka_flags(locals())``.
+_KAFKA_FLAGS = {
+    "prefix": "prefix",
+    "kafka_partitions": "partitions",
+    "security_protocol": "security_protocol",
+    "sasl_mechanism": "sasl_mechanism",
+    "username": "username",
+    "password": "password",
+    "ssl_cafile": "ssl_cafile",
+    "ssl_certfile": "ssl_certfile",
+    "ssl_keyfile": "ssl_keyfile",
+    "max_message_bytes": "max_message_bytes",
+    "session_timeout_ms": "session_timeout_ms",
+}
 
+
+def _kafka_flags(params: Mapping[str, Any]) -> dict[str, Any]:
+    """The Kafka flags given among a command's parameters (its ``locals()``), keyed by settings field."""
+    flags = {field: params[name] for name, field in _KAFKA_FLAGS.items() if params.get(name) is not None}
     for name in ("ssl_cafile", "ssl_certfile", "ssl_keyfile"):
-        if flags.get(name) is not None:
+        if name in flags:
             flags[name] = str(flags[name])
-    return build_settings(bootstrap, embedded=embedded, **flags)
+    return flags
+
+
+@contextlib.asynccontextmanager
+async def _connect(bootstrap: str | None, flags: Mapping[str, Any]) -> AsyncIterator[KafkaSettings]:
+    """The command's settings: flags, then ``SNIPER_KAFKA_*``; an embedded broker for the duration if no
+    bootstrap is given or set."""
+    from cluster.kafka_env import bootstrap_or_embedded, build_settings
+
+    async with bootstrap_or_embedded(bootstrap, announce=console.print) as (address, embedded):
+        yield build_settings(address, embedded=embedded, **flags)
 
 
 def _run(main: Any) -> Any:
@@ -65,6 +98,23 @@ async def _until_signal() -> None:
     with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         async for _ in signals:
             return
+
+
+async def _until_signal_or(work: Callable[[], Awaitable[T]]) -> T | None:
+    """What ``work()`` returns, or None if SIGINT or SIGTERM cancelled it first."""
+    import anyio
+
+    result: T | None = None
+    async with anyio.create_task_group() as tg:
+
+        async def stop_on_signal() -> None:
+            await _until_signal()
+            tg.cancel_scope.cancel()
+
+        tg.start_soon(stop_on_signal)
+        result = await work()
+        tg.cancel_scope.cancel()
+    return result
 
 
 def broker(
@@ -116,8 +166,8 @@ def core(
     session_timeout_ms: SessionTimeout = None,
 ) -> None:
     """Run one scheduler-core process: it joins the group and hosts the partitions Kafka assigns it."""
+    flags = _kafka_flags(locals())
     from cluster.core import CoreOptions
-    from cluster.kafka_env import bootstrap_or_embedded
     from cluster.obs import CoreMetrics, setup_logging
     from cluster.roles import core_process
     from core.config import ConfigError, load_config
@@ -139,30 +189,13 @@ def core(
     async def main() -> None:
         import gc
 
-        import anyio
-
         # What start-up built (modules, clients) lives as long as the process: keep it out of every
         # garbage collection, whose full passes otherwise stall the event loop for tens of ms. The
         # state grows by a few objects per event: collect the young generation every 10,000 new
         # objects instead of 700 (a third of the collector's time, and no full pass in a 10 s burst).
         gc.freeze()
         gc.set_threshold(10_000, 10, 10)
-        async with bootstrap_or_embedded(bootstrap, announce=console.print) as (address, embedded):
-            settings = _settings(
-                address,
-                embedded,
-                prefix=prefix,
-                partitions=kafka_partitions,
-                security_protocol=security_protocol,
-                sasl_mechanism=sasl_mechanism,
-                username=username,
-                password=password,
-                ssl_cafile=ssl_cafile,
-                ssl_certfile=ssl_certfile,
-                ssl_keyfile=ssl_keyfile,
-                max_message_bytes=max_message_bytes,
-                session_timeout_ms=session_timeout_ms,
-            )
+        async with _connect(bootstrap, flags) as settings:
             process = core_process(settings, options)
             metrics = None
             if metrics_port is not None:
@@ -170,15 +203,7 @@ def core(
                 port = metrics.serve(metrics_port)
                 logging.getLogger("sniper.core").info("metrics on http://0.0.0.0:%d/metrics", port)
             try:
-                async with anyio.create_task_group() as tg:
-
-                    async def stop_on_signal() -> None:
-                        await _until_signal()
-                        tg.cancel_scope.cancel()
-
-                    tg.start_soon(stop_on_signal)
-                    await process.run()
-                    tg.cancel_scope.cancel()
+                await _until_signal_or(process.run)
             finally:
                 if metrics is not None:
                     metrics.close()
@@ -224,8 +249,8 @@ def feed(
     max_message_bytes: MaxMessage = None,
 ) -> None:
     """Replay a trace onto the feed in scaled real time and play the resource manager (exit 1 on a violation)."""
+    flags = _kafka_flags(locals())
     from cluster.feeder import PlayOptions, play
-    from cluster.kafka_env import bootstrap_or_embedded
     from core.config import ConfigError
     from simulator.ideal_view import ideal_for_model
     from sniper.cli import _load_inputs
@@ -237,22 +262,8 @@ def feed(
         raise _fail(str(err)) from None
 
     async def main() -> Any:
-        async with bootstrap_or_embedded(bootstrap, announce=console.print) as (address, embedded):
-            settings = _settings(
-                address,
-                embedded,
-                prefix=prefix,
-                partitions=kafka_partitions,
-                security_protocol=security_protocol,
-                sasl_mechanism=sasl_mechanism,
-                username=username,
-                password=password,
-                ssl_cafile=ssl_cafile,
-                ssl_certfile=ssl_certfile,
-                ssl_keyfile=ssl_keyfile,
-                max_message_bytes=max_message_bytes,
-            )
-            console.print(f"feeding {source}: {len(events)} events at x{speed:g} to {address}")
+        async with _connect(bootstrap, flags) as settings:
+            console.print(f"feeding {source}: {len(events)} events at x{speed:g} to {settings.bootstrap}")
             return await play(settings, events, options, config=config, ideal_fn=ideal_for_model)
 
     try:
@@ -287,37 +298,15 @@ def record(
     max_message_bytes: MaxMessage = None,
 ) -> None:
     """Write the feed as it passes to a JSON Lines trace (t relative to the first event)."""
+    flags = _kafka_flags(locals())
     from cluster.feeder import record as run_record
-    from cluster.kafka_env import bootstrap_or_embedded
 
     async def main() -> int:
-        import anyio
-
-        async with bootstrap_or_embedded(bootstrap, announce=console.print) as (address, embedded):
-            settings = _settings(
-                address,
-                embedded,
-                prefix=prefix,
-                security_protocol=security_protocol,
-                sasl_mechanism=sasl_mechanism,
-                username=username,
-                password=password,
-                ssl_cafile=ssl_cafile,
-                ssl_certfile=ssl_certfile,
-                ssl_keyfile=ssl_keyfile,
-                max_message_bytes=max_message_bytes,
+        async with _connect(bootstrap, flags) as settings:
+            count = await _until_signal_or(
+                lambda: run_record(settings, out, duration=duration, from_beginning=from_beginning)
             )
-            count = 0
-            async with anyio.create_task_group() as tg:
-
-                async def stop_on_signal() -> None:
-                    await _until_signal()
-                    tg.cancel_scope.cancel()
-
-                tg.start_soon(stop_on_signal)
-                count = await run_record(settings, out, duration=duration, from_beginning=from_beginning)
-                tg.cancel_scope.cancel()
-            return count
+            return count or 0
 
     try:
         count = _run(main)
@@ -336,17 +325,16 @@ def bench_e2e(
     as_json: Annotated[bool, typer.Option("--json", help="one JSON object on stdout")] = False,
 ) -> None:
     """Feed-event-to-decision latency and events/s through the broker; scale-out with more core processes."""
+    flags = _kafka_flags(locals())
     import json
 
     from cluster.bench import bench_e2e as run_bench
-    from cluster.kafka_env import bootstrap_or_embedded
 
     if events < 1 or partitions < 1 or cores < 1 or rate < 0:
         raise _fail("events, partitions and cores must be at least 1, rate at least 0")
 
     async def main() -> Any:
-        async with bootstrap_or_embedded(bootstrap, announce=console.print) as (address, embedded):
-            settings = _settings(address, embedded, partitions=kafka_partitions)
+        async with _connect(bootstrap, flags) as settings:
             return await run_bench(settings, events=events, rate=rate, partitions=partitions, cores=cores)
 
     result = _run(main)
