@@ -9,7 +9,8 @@ before its batch was handed to the producer to the moment its ``allocated`` deci
 Throughput: events over the time from the first publish to the last decision.
 
 With ``cores`` > 1 a second run uses that many processes and ``scale_out_ratio`` is its events/s over
-the one-process run's. Figures only: nothing here asserts.
+the one-process run's. Figures only: nothing here asserts. :func:`start_core` and :func:`stop_core`
+run a core subprocess for anyone who needs one (the chaos tests too).
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from messages import feed as f
 from transport.bus import DECISIONS, FEED
 from transport.kafka import KafkaBus, KafkaSettings
 
-_ASSIGNED = re.compile(r"assigned Kafka partitions \[([0-9, ]*)\]")
+ASSIGNED = re.compile(r"assigned Kafka partitions \[([0-9, ]*)\]")  # a core's log line at each assignment
 
 
 def _percentile(values: list[float], q: float) -> float:
@@ -41,7 +42,8 @@ def _percentile(values: list[float], q: float) -> float:
     return ordered[max(0, min(len(ordered) - 1, math.ceil(q * len(ordered)) - 1))]
 
 
-async def _spawn(settings: KafkaSettings, group: str) -> tuple[Process, anyio.Event]:
+async def start_core(settings: KafkaSettings, group: str, *options: str) -> Process:
+    """A ``sniper core`` subprocess in ``group`` on the broker and topics of ``settings`` (its log on stderr)."""
     env = {**os.environ, "SNIPER_KAFKA_SESSION_TIMEOUT_MS": str(settings.session_timeout_ms)}
     command = [
         sys.executable,
@@ -56,11 +58,9 @@ async def _spawn(settings: KafkaSettings, group: str) -> tuple[Process, anyio.Ev
         str(settings.partitions),
         "--group",
         group,
-        "--snapshot-interval",
-        "5",
+        *options,
     ]
-    process = await anyio.open_process(command, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
-    return process, anyio.Event()
+    return await anyio.open_process(command, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
 
 
 async def _watch_log(process: Process, assigned: anyio.Event) -> None:
@@ -70,11 +70,12 @@ async def _watch_log(process: Process, assigned: anyio.Event) -> None:
         buffer += chunk
         *lines, buffer = buffer.split(b"\n")
         for line in lines:
-            if _ASSIGNED.search(line.decode(errors="replace")):
+            if ASSIGNED.search(line.decode(errors="replace")):
                 assigned.set()
 
 
-async def _stop(process: Process) -> None:
+async def stop_core(process: Process) -> None:
+    """Stop a core subprocess: SIGTERM (a clean stop), SIGKILL if it is still there after 15 s."""
     if process.returncode is None:
         process.terminate()
         with anyio.move_on_after(15):
@@ -123,7 +124,8 @@ async def one_run(base: KafkaSettings, *, events: int, rate: float, partitions: 
             tg.start_soon(read)
             try:
                 for _ in range(cores):
-                    process, assigned = await _spawn(settings, "bench")
+                    process = await start_core(settings, "bench", "--snapshot-interval", "5")
+                    assigned = anyio.Event()
                     processes.append(process)
                     tg.start_soon(_watch_log, process, assigned)
                     await assigned.wait()
@@ -158,7 +160,7 @@ async def one_run(base: KafkaSettings, *, events: int, rate: float, partitions: 
             finally:
                 with anyio.CancelScope(shield=True):
                     for process in processes:
-                        await _stop(process)
+                        await stop_core(process)
             tg.cancel_scope.cancel()
     span = last[0] - began
     return {

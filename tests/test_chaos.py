@@ -13,12 +13,8 @@ has applied that decision it has seen everything that came before.
 
 from __future__ import annotations
 
-import os
 import random
-import re
 import signal
-import subprocess
-import sys
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -28,6 +24,7 @@ import pytest
 from aiokafka import AIOKafkaProducer
 from anyio.abc import Process, TaskGroup
 
+from cluster.bench import ASSIGNED, start_core, stop_core
 from cluster.checker import OrderedChecker
 from cluster.core import CoreOptions, CoreProcess
 from messages import decisions as d
@@ -229,45 +226,15 @@ class Core:
             await self.changed.wait()
 
 
-ASSIGNED = re.compile(r"assigned Kafka partitions \[([0-9, ]*)\]")
-
-
 async def spawn_core(settings: KafkaSettings, tg: TaskGroup) -> Core:
-    env = {**os.environ, "SNIPER_KAFKA_SESSION_TIMEOUT_MS": str(settings.session_timeout_ms)}
-    command = [
-        sys.executable,
-        "-m",
-        "sniper",
-        "core",
-        "--bootstrap",
-        settings.bootstrap,
-        "--prefix",
-        settings.prefix,
-        "--kafka-partitions",
-        str(settings.partitions),
-        "--group",
-        "chaos",
-        "--tick",
-        "0.1",
-        "--snapshot-interval",
-        "0.3",
-    ]
-    process = await anyio.open_process(command, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
+    process = await start_core(settings, "chaos", "--tick", "0.1", "--snapshot-interval", "0.3")
     core = Core(process)
     tg.start_soon(core.read_log)
     return core
 
 
 async def reap(core: Core) -> None:
-    process = core.process
-    if process.returncode is None:
-        process.terminate()
-        with anyio.move_on_after(15):
-            await process.wait()
-        if process.returncode is None:
-            process.kill()
-            await process.wait()
-    await process.aclose()
+    await stop_core(core.process)
 
 
 def alive_in(snapshot: Snapshot) -> set[str]:
