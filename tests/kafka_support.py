@@ -10,12 +10,15 @@ from __future__ import annotations
 
 import dataclasses
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
+import anyio
 import pytest
 
+from cluster.checker import OrderedChecker
+from messages import decisions as d
 from transport.broker import EmbeddedBroker, resolve_bootstrap
-from transport.kafka import KafkaSettings
+from transport.kafka import KafkaSettings, KafkaSubscription
 
 
 @pytest.fixture(scope="session")
@@ -47,3 +50,44 @@ def kafka_settings(kafka_bootstrap: str, request: pytest.FixtureRequest) -> Kafk
         # The embedded broker accepts short sessions (a real Kafka's minimum is 6 s by default).
         settings = dataclasses.replace(settings, session_timeout_ms=2_000, heartbeat_interval_ms=500)
     return settings
+
+
+class TopicReader:
+    """Reads the feed and the decisions topics into an independent :class:`OrderedChecker`, keeps the
+    decisions in ``items`` and wakes waiters on every change (tests wait on conditions, never sleep)."""
+
+    def __init__(self, feed: KafkaSubscription, decisions: KafkaSubscription) -> None:
+        self.feed = feed
+        self.decisions = decisions
+        self.checker = OrderedChecker()
+        self.items: list[d.DecisionMsg] = []
+        self.changed = anyio.Event()
+
+    def _wake(self) -> None:
+        self.changed.set()
+        self.changed = anyio.Event()
+
+    async def pump_feed(self) -> None:
+        while True:
+            try:
+                _kp, offset, event = await self.feed.receive_record()
+            except (anyio.EndOfStream, anyio.ClosedResourceError):
+                return
+            self.feed.ack()
+            self.checker.on_feed(offset, event, 0.0)
+            self._wake()
+
+    async def pump_decisions(self) -> None:
+        while True:
+            try:
+                dec = await self.decisions.receive()
+            except (anyio.EndOfStream, anyio.ClosedResourceError):
+                return
+            self.decisions.ack()
+            self.items.append(dec)
+            self.checker.on_decision(dec, dec.t)
+            self._wake()
+
+    async def until(self, condition: Callable[[], bool]) -> None:
+        while not condition():
+            await self.changed.wait()

@@ -25,59 +25,23 @@ from aiokafka import AIOKafkaProducer
 from anyio.abc import Process, TaskGroup
 
 from cluster.bench import ASSIGNED, start_core, stop_core
-from cluster.checker import OrderedChecker
 from cluster.core import CoreOptions, CoreProcess
 from messages import decisions as d
 from messages import feed as f
 from messages import protocol as p
 from messages.snapshot import Snapshot, decode_body
 from tests.core_support import partition_raw, queue
+from tests.kafka_support import TopicReader
 from transport.bus import DEADLETTER, DECISIONS, FEED, SNAPSHOTS
-from transport.kafka import KafkaBus, KafkaSettings, KafkaSubscription
+from transport.kafka import KafkaBus, KafkaSettings
 
 pytestmark = pytest.mark.kafka
 
 WAIT = 90.0
 
 
-class Watch:
+class Watch(TopicReader):
     """Reads the feed and the decisions into an :class:`OrderedChecker`; wakes waiters on every change."""
-
-    def __init__(self, feed: KafkaSubscription, decisions: KafkaSubscription) -> None:
-        self.feed = feed
-        self.decisions = decisions
-        self.checker = OrderedChecker()
-        self.changed = anyio.Event()
-        self.all: list[d.DecisionMsg] = []
-
-    def _wake(self) -> None:
-        self.changed.set()
-        self.changed = anyio.Event()
-
-    async def pump_feed(self) -> None:
-        while True:
-            try:
-                _kp, offset, event = await self.feed.receive_record()
-            except (anyio.EndOfStream, anyio.ClosedResourceError):
-                return
-            self.feed.ack()
-            self.checker.on_feed(offset, event, 0.0)
-            self._wake()
-
-    async def pump_decisions(self) -> None:
-        while True:
-            try:
-                dec = await self.decisions.receive()
-            except (anyio.EndOfStream, anyio.ClosedResourceError):
-                return
-            self.decisions.ack()
-            self.all.append(dec)
-            self.checker.on_decision(dec, dec.t)
-            self._wake()
-
-    async def until(self, condition: Any) -> None:
-        while not condition():
-            await self.changed.wait()
 
     def applied(self, partition: str) -> list[d.DecisionMsg]:
         part = self.checker.parts.get(partition)

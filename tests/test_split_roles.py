@@ -14,7 +14,7 @@ violation. Every wait is on a condition, bounded by ``anyio.fail_after``.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from typing import Any
 
 import anyio
@@ -22,15 +22,15 @@ import pytest
 from anyio.abc import TaskStatus
 
 from actors.replica import ReplicaActor
-from cluster.checker import OrderedChecker
 from cluster.core import CoreOptions, CoreProcess
 from cluster.roles import CacheProcess, ReplicaProcess, core_process
 from core.preemption.policies import REGISTRY
 from messages import decisions as d
 from messages import feed as f
+from tests.kafka_support import TopicReader
 from tests.preemption_support import two_queues
 from transport.bus import DECISIONS, FEED
-from transport.kafka import KafkaBus, KafkaSettings, KafkaSubscription
+from transport.kafka import KafkaBus, KafkaSettings
 
 pytestmark = pytest.mark.kafka
 
@@ -40,50 +40,14 @@ B_CONTAINERS = 16  # 8 GiB each: both 64 GiB nodes
 BIG = 56  # seven of b's containers on one node
 
 
-class Observer:
+class Observer(TopicReader):
     """Reads the feed and the decisions topics, feeds the independent checker, and keeps the decisions."""
-
-    def __init__(self, feed: KafkaSubscription, decisions: KafkaSubscription) -> None:
-        self.feed = feed
-        self.decisions = decisions
-        self.checker = OrderedChecker()
-        self.items: list[d.DecisionMsg] = []
-        self.changed = anyio.Event()
-
-    def _wake(self) -> None:
-        self.changed.set()
-        self.changed = anyio.Event()
-
-    async def pump_feed(self) -> None:
-        while True:
-            try:
-                _kp, offset, event = await self.feed.receive_record()
-            except (anyio.EndOfStream, anyio.ClosedResourceError):
-                return
-            self.feed.ack()
-            self.checker.on_feed(offset, event, 0.0)
-            self._wake()
-
-    async def pump_decisions(self) -> None:
-        while True:
-            try:
-                dec = await self.decisions.receive()
-            except (anyio.EndOfStream, anyio.ClosedResourceError):
-                return
-            self.decisions.ack()
-            self.items.append(dec)
-            self.checker.on_decision(dec, dec.t)
-            self._wake()
 
     @classmethod
     async def start(cls, bus: KafkaBus) -> Observer:
         prefix = bus.settings.prefix
         feed = await bus.subscribe_ready(FEED, group=prefix + "observer-feed")
         return cls(feed, await bus.subscribe_ready(DECISIONS, group=prefix + "observer-decisions"))
-
-    async def until(self, condition: Callable[[], bool]) -> None:
-        while not condition():
-            await self.changed.wait()
 
     def of(self, kind: type[Any]) -> list[Any]:
         return [x for x in self.items if isinstance(x, kind)]
