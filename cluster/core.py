@@ -55,6 +55,7 @@ from actors.clock import TimeBase, clock_actor
 from actors.partition import PartitionRuntime
 from actors.router import Router
 from cluster.logread import read_partition
+from cluster.member import GroupMember
 from core.allocator import DEFAULT_BATCH
 from core.config import PartitionConfig, SchedulerConfig
 from core.recovery import DurableCacheCore, replay, restore, stamp, take_snapshot
@@ -65,7 +66,7 @@ from messages.codec import decision_msgpack, feed_msgpack
 from messages.deadletter import DeadLetter
 from messages.snapshot import Snapshot, SnapshotError, snapshot_msgpack
 from transport.bus import DEADLETTER, DECISIONS, FEED, SNAPSHOTS, VIEW
-from transport.kafka import KafkaBus, KafkaSettings, KafkaSubscription, MessageTooLarge, RebalanceListener
+from transport.kafka import KafkaSettings, KafkaSubscription, MessageTooLarge
 from transport.memory import MemoryBus
 
 log = logging.getLogger("sniper.core")
@@ -107,20 +108,6 @@ class Delivery:
     offset: int
     kafka_partition: int
     done: bool = False
-
-
-@dataclasses.dataclass(slots=True)
-class PartitionCounters:
-    allocations: int = 0
-    preemptions: int = 0
-    rejected: int = 0
-    kills: int = 0
-    lost: int = 0
-    decisions: int = 0
-    snapshots: int = 0
-    recovered_feed: int = 0
-    recovered_decisions: int = 0
-    recovery_divergences: int = 0
 
 
 class DurableCacheActor(CacheActor):
@@ -213,8 +200,12 @@ class HostedPartition:
         self.time = TimeBase(core.state.now)  # the partition's clock goes on from its restored time
 
     @property
+    def actors(self) -> list[Actor]:
+        return self.runtime.actors
+
+    @property
     def cache_actor(self) -> DurableCacheActor | None:
-        for actor in self.runtime.actors:
+        for actor in self.actors:
             if isinstance(actor, DurableCacheActor):
                 return actor
         return None
@@ -404,27 +395,19 @@ class HostedPartition:
             await actor.inbox.aclose()
 
 
-class CoreProcess(RebalanceListener):
-    """A scheduler-core group member hosting the partitions its Kafka partitions carry."""
+class CoreProcess(GroupMember[HostedPartition]):
+    """A scheduler-core group member on the feed, hosting the partitions its Kafka partitions carry."""
 
+    topic = FEED
     hosts_role: ClassVar[str] = "all"  # the role this class runs (cluster.roles.core_process picks the class)
 
     def __init__(self, settings: KafkaSettings, options: CoreOptions | None = None) -> None:
-        self.settings = settings
+        super().__init__(settings)
         self.options = options or CoreOptions()
         if self.options.role != self.hosts_role:
             raise ValueError(f"role {self.options.role!r} runs in the process cluster.roles.core_process builds")
-        self.bus = KafkaBus(settings)
-        self.hosts: dict[str, HostedPartition] = {}
-        self.counters: dict[str, PartitionCounters] = {}
-        self.owned: frozenset[int] = frozenset()
-        self.feed: KafkaSubscription | None = None
-        self.dead_lettered = 0
-        self.ready = anyio.Event()
         self._starting: dict[str, anyio.Event] = {}
-        self._hosting_changed = anyio.Event()
         self._inflight: deque[Delivery] = deque()
-        self._tg: TaskGroup | None = None
         self._configured: dict[str, PartitionConfig] = {
             part.name: part for part in (self.options.config.partitions if self.options.config else ())
         }
@@ -434,35 +417,13 @@ class CoreProcess(RebalanceListener):
         """The consumer group id: the topic prefix plus ``--group`` (clusters sharing a broker stay apart)."""
         return self.settings.prefix + self.options.group
 
-    def counters_for(self, name: str) -> PartitionCounters:
-        return self.counters.setdefault(name, PartitionCounters())
-
-    # ---- lifecycle
-    async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
-        """Join the group and host partitions until cancelled; ``task_status`` once the group assigned."""
-        try:
-            await self.bus.start()
-            async with anyio.create_task_group() as tg:
-                self._tg = tg
-                self.feed = self.bus.subscribe(FEED, group=self.group, capacity=4096, listener=self)
-                await self.feed.ready()
-                self.ready.set()
-                task_status.started()
-                await self._dispatch(self.feed)
-        finally:
-            with anyio.CancelScope(shield=True):
-                await self._shutdown()
-
-    async def _shutdown(self) -> None:
-        for host in list(self.hosts.values()):
-            await host.stop()
-        self.hosts.clear()
-        await self.bus.aclose()
+    @property
+    def log_actor(self) -> str:
+        return "core"
 
     # ---- the group's decisions
     async def on_assigned(self, partitions: frozenset[int]) -> None:
-        self.owned = self.owned | partitions
-        log.info("assigned Kafka partitions %s", sorted(partitions), extra={"actor": "core"})
+        await super().on_assigned(partitions)
         tg = self._tg
         if tg is not None and partitions:
             try:
@@ -471,15 +432,7 @@ class CoreProcess(RebalanceListener):
                 log.debug("assignment during shutdown ignored")
 
     async def on_revoked(self, partitions: frozenset[int]) -> None:
-        self.owned = self.owned - partitions
-        log.info("revoked Kafka partitions %s", sorted(partitions), extra={"actor": "core"})
-        leaving = [h for h in self.hosts.values() if h.kafka_partition in partitions]
-        for host in leaving:
-            self.hosts.pop(host.name, None)
-        if leaving:
-            async with anyio.create_task_group() as tg:
-                for host in leaving:
-                    tg.start_soon(host.stop)
+        await super().on_revoked(partitions)
         for delivery in self._inflight:
             if delivery.kafka_partition in partitions:
                 delivery.done = True  # the new owner reads it again
@@ -562,7 +515,7 @@ class CoreProcess(RebalanceListener):
 
     def advance_acks(self) -> None:
         """Acknowledge feed records, in fetch order, as far as every one of them is done."""
-        feed = self.feed
+        feed = self.subscription
         inflight = self._inflight
         while inflight and inflight[0].done:
             inflight.popleft()
@@ -587,10 +540,6 @@ class CoreProcess(RebalanceListener):
                 self._tg.start_soon(self.ensure, host.name, host.kafka_partition)
             except RuntimeError:  # shutting down
                 log.debug("no restore of %s during shutdown", host.name)
-
-    def _forget(self, host: HostedPartition) -> None:
-        if self.hosts.get(host.name) is host:
-            del self.hosts[host.name]
 
     # ---- starting a partition
     async def ensure(self, name: str, kafka_partition: int) -> HostedPartition | None:
@@ -657,9 +606,7 @@ class CoreProcess(RebalanceListener):
             log.warning("replay diverged: %s", problem, extra={"partition": name})
         await host.publish_decisions(stamp(result.fresh, epoch=epoch))
         await host.publish_snapshot()  # claims the epoch; the next owner starts from here
-        self.hosts[name] = host
-        self._hosting_changed.set()
-        self._hosting_changed = anyio.Event()
+        self._host(host)
         assert self._tg is not None
         await self._tg.start(host.run)
         log.info(
@@ -693,20 +640,3 @@ class CoreProcess(RebalanceListener):
             if dec.seq > after_seq:
                 by_seq[dec.seq] = dec
         return [by_seq[s] for s in sorted(by_seq)], top_epoch
-
-    # ---- introspection (metrics, tests)
-    async def wait_hosting(self, name: str) -> HostedPartition:
-        """Wait until this process hosts partition ``name`` (callers bound the wait)."""
-        while name not in self.hosts:
-            await self._hosting_changed.wait()
-        return self.hosts[name]
-
-    def lag(self) -> dict[int, int]:
-        return self.feed.lag() if self.feed is not None else {}
-
-    def inbox_depths(self) -> dict[tuple[str, str], int]:
-        out: dict[tuple[str, str], int] = {}
-        for host in list(self.hosts.values()):
-            for actor in host.runtime.actors:
-                out[(host.name, actor.kind)] = actor.inbox.depth()
-        return out

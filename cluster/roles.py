@@ -44,7 +44,7 @@ import logging
 from typing import Any
 
 import anyio
-from anyio.abc import TaskGroup, TaskStatus
+from anyio.abc import TaskStatus
 
 from actors.allocator import AllocatorActor
 from actors.base import Actor, ActorFactory, supervise
@@ -52,13 +52,14 @@ from actors.clock import TimeBase, clock_actor
 from actors.policy import PolicyActor
 from actors.replica import ReplicaActor
 from actors.router import Router
-from cluster.core import CoreOptions, CoreProcess, DurableCacheActor, HostedPartition, PartitionCounters, _Runtime
+from cluster.core import CoreOptions, CoreProcess, DurableCacheActor, HostedPartition, _Runtime
+from cluster.member import GroupMember
 from core.allocator import AllocatorCore
 from core.preemption.policies import REGISTRY
 from core.recovery import DurableCacheCore
 from messages import protocol as p
 from transport.bus import DECISIONS, PROPOSALS, VIEW, Bus, Subscription
-from transport.kafka import KafkaBus, KafkaSettings, KafkaSubscription, MessageTooLarge, RebalanceListener
+from transport.kafka import KafkaBus, KafkaSettings, KafkaSubscription, MessageTooLarge
 from transport.memory import MemoryBus
 
 log = logging.getLogger("sniper.core")
@@ -286,62 +287,26 @@ class ReplicaHost:
             await actor.inbox.aclose()
 
 
-class ReplicaProcess(RebalanceListener):
+class ReplicaProcess(GroupMember[ReplicaHost]):
     """``--role allocator`` or ``--role policy``: hosts the replicas of the partitions its view group assigns."""
+
+    topic = VIEW
 
     def __init__(self, settings: KafkaSettings, options: CoreOptions) -> None:
         if options.role not in REPLICA_ROLES:
             raise ValueError(f"a replica process runs role {' or '.join(REPLICA_ROLES)}, not {options.role!r}")
         # A new member starts at the end of the view: its replicas ask for a reset anyway.
-        self.settings = dataclasses.replace(settings, auto_offset_reset="latest")
+        super().__init__(dataclasses.replace(settings, auto_offset_reset="latest"))
         self.options = options
-        self.bus = KafkaBus(self.settings)
-        self.hosts: dict[str, ReplicaHost] = {}
-        self.counters: dict[str, PartitionCounters] = {}  # decisions are the cache's: none here
-        self.owned: frozenset[int] = frozenset()
-        self.view: KafkaSubscription | None = None
-        self.dead_lettered = 0
-        self.ready = anyio.Event()
-        self._hosting_changed = anyio.Event()
-        self._tg: TaskGroup | None = None
 
     @property
     def group(self) -> str:
         """The consumer group on the view topic: the prefix, ``--group`` and the role."""
         return f"{self.settings.prefix}{self.options.group}.{self.options.role}"
 
-    async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
-        """Join the view group and host replicas until cancelled; ``task_status`` once the group assigned."""
-        try:
-            await self.bus.start()
-            async with anyio.create_task_group() as tg:
-                self._tg = tg
-                self.view = self.bus.subscribe(VIEW, group=self.group, capacity=4096, listener=self)
-                await self.view.ready()
-                self.ready.set()
-                task_status.started()
-                await self._dispatch(self.view)
-        finally:
-            with anyio.CancelScope(shield=True):
-                for host in list(self.hosts.values()):
-                    await host.stop()
-                self.hosts.clear()
-                await self.bus.aclose()
-
-    async def on_assigned(self, partitions: frozenset[int]) -> None:
-        self.owned = self.owned | partitions
-        log.info("assigned Kafka partitions %s", sorted(partitions), extra={"actor": self.options.role})
-
-    async def on_revoked(self, partitions: frozenset[int]) -> None:
-        self.owned = self.owned - partitions
-        log.info("revoked Kafka partitions %s", sorted(partitions), extra={"actor": self.options.role})
-        leaving = [h for h in self.hosts.values() if h.kafka_partition in partitions]
-        for host in leaving:
-            self._forget(host)
-        if leaving:
-            async with anyio.create_task_group() as tg:
-                for host in leaving:
-                    tg.start_soon(host.stop)
+    @property
+    def log_actor(self) -> str:
+        return self.options.role
 
     async def _dispatch(self, view: KafkaSubscription) -> None:
         while True:
@@ -372,35 +337,13 @@ class ReplicaProcess(RebalanceListener):
         if tg is None:
             return None
         host = ReplicaHost(self, name, kp)
-        self.hosts[name] = host
+        self.hosts[name] = host  # before it runs: a failed start forgets it
         await tg.start(host.run)
         if self.hosts.get(name) is not host:
             return None  # it failed to start (logged)
+        self._host(host)
         log.info("replicas of partition %s started", name, extra={"partition": name, "actor": self.options.role})
-        self._hosting_changed.set()
-        self._hosting_changed = anyio.Event()
         return host
-
-    def _forget(self, host: ReplicaHost) -> None:
-        if self.hosts.get(host.name) is host:
-            del self.hosts[host.name]
-
-    # ---- introspection (metrics, tests)
-    async def wait_hosting(self, name: str) -> ReplicaHost:
-        """Wait until this process hosts the replicas of partition ``name`` (callers bound the wait)."""
-        while name not in self.hosts:
-            await self._hosting_changed.wait()
-        return self.hosts[name]
-
-    def lag(self) -> dict[int, int]:
-        return self.view.lag() if self.view is not None else {}
-
-    def inbox_depths(self) -> dict[tuple[str, str], int]:
-        out: dict[tuple[str, str], int] = {}
-        for host in list(self.hosts.values()):
-            for actor in host.actors:
-                out[(host.name, actor.kind)] = actor.inbox.depth()
-        return out
 
 
 __all__ = ["RESYNC_RETRY", "CacheProcess", "ReplicaHost", "ReplicaProcess", "core_process"]

@@ -213,5 +213,5 @@ async def test_decisions_the_broker_loses_stop_the_partition_which_comes_back_fr
             # Nothing holds the acknowledgements up: every feed record can be committed.
             kp = bus.partition_for("p1")
             records = await read_partition(kafka_settings, FEED, kp)
-            assert process.feed is not None and process.feed.committable()[kp] == records[-1].offset + 1
+            assert process.subscription is not None and process.subscription.committable()[kp] == records[-1].offset + 1
             tg.cancel_scope.cancel()

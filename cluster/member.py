@@ -1,0 +1,156 @@
+"""A consumer-group member that hosts scheduler partitions: what every ``sniper core`` process shares.
+
+:class:`GroupMember` owns one subscription to its ``topic`` in its consumer group, the set of Kafka
+partitions the group gave it (``owned``) and the hosted scheduler partitions (``hosts``, by name).
+Invariant: a host lives on an owned Kafka partition; when the group revokes one, its hosts are
+forgotten and stopped (each host bounds its own stop), and shutdown stops every host before the bus
+closes. What a record does and how a host starts belongs to the subclasses (:mod:`cluster.core` on the
+feed, :mod:`cluster.roles` on the view).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Sequence
+from typing import ClassVar, Generic, Protocol, TypeVar
+
+import anyio
+from anyio.abc import TaskGroup, TaskStatus
+
+from actors.base import Actor
+from transport.kafka import KafkaBus, KafkaSettings, KafkaSubscription, RebalanceListener
+
+log = logging.getLogger("sniper.core")
+
+
+@dataclasses.dataclass(slots=True)
+class PartitionCounters:
+    """What one hosted partition did, for the metrics endpoint (kept across its restarts here)."""
+
+    allocations: int = 0
+    preemptions: int = 0
+    rejected: int = 0
+    kills: int = 0
+    lost: int = 0
+    decisions: int = 0
+    snapshots: int = 0
+    recovered_feed: int = 0
+    recovered_decisions: int = 0
+    recovery_divergences: int = 0
+
+
+class Host(Protocol):
+    """One hosted scheduler partition, as the member sees it."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def kafka_partition(self) -> int: ...
+
+    @property
+    def actors(self) -> Sequence[Actor]: ...
+
+    async def stop(self) -> None: ...
+
+
+H = TypeVar("H", bound=Host)
+
+
+class GroupMember(RebalanceListener, Generic[H]):
+    """Joins ``group`` on ``topic``, hosts partitions of the Kafka partitions it owns, stops them on revocation."""
+
+    topic: ClassVar[str]
+
+    def __init__(self, settings: KafkaSettings) -> None:
+        self.settings = settings
+        self.bus = KafkaBus(settings)
+        self.hosts: dict[str, H] = {}
+        self.counters: dict[str, PartitionCounters] = {}
+        self.owned: frozenset[int] = frozenset()
+        self.subscription: KafkaSubscription | None = None
+        self.dead_lettered = 0
+        self.ready = anyio.Event()
+        self._hosting_changed = anyio.Event()
+        self._tg: TaskGroup | None = None
+
+    @property
+    def group(self) -> str:
+        """The consumer group id."""
+        raise NotImplementedError
+
+    @property
+    def log_actor(self) -> str:
+        """The ``actor`` field of this member's own log lines."""
+        raise NotImplementedError
+
+    async def _dispatch(self, subscription: KafkaSubscription) -> None:
+        """Handle the subscription's records until it ends."""
+        raise NotImplementedError
+
+    def counters_for(self, name: str) -> PartitionCounters:
+        return self.counters.setdefault(name, PartitionCounters())
+
+    # ---- lifecycle
+    async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        """Join the group and host partitions until cancelled; ``task_status`` once the group assigned."""
+        try:
+            await self.bus.start()
+            async with anyio.create_task_group() as tg:
+                self._tg = tg
+                self.subscription = self.bus.subscribe(self.topic, group=self.group, capacity=4096, listener=self)
+                await self.subscription.ready()
+                self.ready.set()
+                task_status.started()
+                await self._dispatch(self.subscription)
+        finally:
+            with anyio.CancelScope(shield=True):
+                for host in list(self.hosts.values()):
+                    await host.stop()
+                self.hosts.clear()
+                await self.bus.aclose()
+
+    # ---- the group's decisions
+    async def on_assigned(self, partitions: frozenset[int]) -> None:
+        self.owned = self.owned | partitions
+        log.info("assigned Kafka partitions %s", sorted(partitions), extra={"actor": self.log_actor})
+
+    async def on_revoked(self, partitions: frozenset[int]) -> None:
+        self.owned = self.owned - partitions
+        log.info("revoked Kafka partitions %s", sorted(partitions), extra={"actor": self.log_actor})
+        leaving = [h for h in self.hosts.values() if h.kafka_partition in partitions]
+        for host in leaving:
+            self._forget(host)
+        if leaving:
+            async with anyio.create_task_group() as tg:
+                for host in leaving:
+                    tg.start_soon(host.stop)
+
+    # ---- the hosts
+    def _host(self, host: H) -> None:
+        """``host`` runs here now (waiters of :meth:`wait_hosting` wake)."""
+        self.hosts[host.name] = host
+        self._hosting_changed.set()
+        self._hosting_changed = anyio.Event()
+
+    def _forget(self, host: H) -> None:
+        if self.hosts.get(host.name) is host:
+            del self.hosts[host.name]
+
+    # ---- introspection (metrics, tests)
+    async def wait_hosting(self, name: str) -> H:
+        """Wait until this process hosts partition ``name`` (callers bound the wait)."""
+        while name not in self.hosts:
+            await self._hosting_changed.wait()
+        return self.hosts[name]
+
+    def lag(self) -> dict[int, int]:
+        return self.subscription.lag() if self.subscription is not None else {}
+
+    def inbox_depths(self) -> dict[tuple[str, str], int]:
+        out: dict[tuple[str, str], int] = {}
+        for host in list(self.hosts.values()):
+            for actor in host.actors:
+                out[(host.name, actor.kind)] = actor.inbox.depth()
+        return out
