@@ -27,12 +27,41 @@ from typing import Any
 import anyio
 from anyio.abc import Process
 
+from cluster.cpulimit import CpuLimit
 from messages import decisions as d
 from messages import feed as f
 from transport.bus import DECISIONS, FEED
-from transport.kafka import KafkaBus, KafkaSettings
+from transport.kafka import KafkaBus, KafkaSettings, kafka_partition
 
 ASSIGNED = re.compile(r"assigned Kafka partitions \[([0-9, ]*)\]")  # a core's log line at each assignment
+
+
+def spread_partition_names(count: int, kafka_partitions: int) -> list[str]:
+    """``count`` scheduler-partition names whose keys hash round-robin over the Kafka partitions.
+
+    Naive names (``bench0`` .. ``bench7``) hash onto only six of eight Kafka partitions, three on one,
+    so a group of two processes splits them 5 to 3 and no number of CPUs makes two processes 1.6 times
+    one. A real cluster's partitions are what they are; a benchmark of scale-out needs an even split.
+    """
+    names: list[str] = []
+    candidate = 0
+    for slot in range(count):
+        wanted = slot % kafka_partitions
+        while kafka_partition(f"bench{candidate}", kafka_partitions) != wanted or f"bench{candidate}" in names:
+            candidate += 1
+        names.append(f"bench{candidate}")
+        candidate = 0
+    return names
+
+
+def _cpu_seconds(pid: int) -> float:
+    """User plus system CPU seconds of process ``pid`` so far (Linux ``/proc``; NaN elsewhere)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return math.nan
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _percentile(values: list[float], q: float) -> float:
@@ -86,9 +115,11 @@ async def stop_core(process: Process) -> None:
     await process.aclose()
 
 
-async def one_run(base: KafkaSettings, *, events: int, rate: float, partitions: int, cores: int) -> dict[str, Any]:
+async def one_run(
+    base: KafkaSettings, *, events: int, rate: float, partitions: int, cores: int, core_cpus: float | None = None
+) -> dict[str, Any]:
     settings = KafkaSettings(**{**_fields(base), "prefix": f"sniper-bench.{uuid.uuid4().hex[:8]}."})
-    names = [f"bench{i}" for i in range(partitions)]
+    names = spread_partition_names(partitions, settings.partitions)
     sent: dict[str, float] = {}
     latencies: list[float] = []
     done = anyio.Event()
@@ -99,6 +130,7 @@ async def one_run(base: KafkaSettings, *, events: int, rate: float, partitions: 
         await bus.start()
         decisions = await bus.subscribe_ready(DECISIONS, group=f"{settings.prefix}bench-reader", capacity=1 << 16)
         processes: list[Process] = []
+        limit = CpuLimit(core_cpus) if core_cpus else None
         async with anyio.create_task_group() as tg:
 
             async def read() -> None:
@@ -127,6 +159,8 @@ async def one_run(base: KafkaSettings, *, events: int, rate: float, partitions: 
                     process = await start_core(settings, "bench", "--snapshot-interval", "5")
                     assigned = anyio.Event()
                     processes.append(process)
+                    if limit is not None:
+                        limit.apply(process.pid)
                     tg.start_soon(_watch_log, process, assigned)
                     await assigned.wait()
                 setup: list[tuple[str, Any]] = []
@@ -141,6 +175,7 @@ async def one_run(base: KafkaSettings, *, events: int, rate: float, partitions: 
                 await markers_done.wait()
                 batch = 200 if rate <= 0 else max(1, min(200, int(rate / 50)))
                 began = time.perf_counter()
+                cpu_began = [time.process_time()] + [_cpu_seconds(p.pid) for p in processes]
                 for first in range(0, events, batch):
                     items = []
                     for i in range(first, min(events, first + batch)):
@@ -157,10 +192,13 @@ async def one_run(base: KafkaSettings, *, events: int, rate: float, partitions: 
                         sent[f"{name}/{ask.ask}"] = now
                     await bus.publish_many(FEED, items)
                 await done.wait()
+                cpu_done = [time.process_time()] + [_cpu_seconds(p.pid) for p in processes]
             finally:
                 with anyio.CancelScope(shield=True):
                     for process in processes:
                         await stop_core(process)
+                    if limit is not None:
+                        limit.close()
             tg.cancel_scope.cancel()
     span = last[0] - began
     return {
@@ -168,10 +206,13 @@ async def one_run(base: KafkaSettings, *, events: int, rate: float, partitions: 
         "events": events,
         "partitions": partitions,
         "rate": rate,
+        "core_cpus": core_cpus,
         "p50_ms": round(_percentile(latencies, 0.5) * 1000, 2),
         "p99_ms": round(_percentile(latencies, 0.99) * 1000, 2),
         "max_ms": round(max(latencies) * 1000, 2),
         "events_per_s": round(events / span, 1) if span > 0 else None,
+        "driver_cpu_s": round(cpu_done[0] - cpu_began[0], 2),
+        "core_cpu_s": [round(end - start, 2) for start, end in zip(cpu_began[1:], cpu_done[1:], strict=True)],
     }
 
 
@@ -188,11 +229,22 @@ def _fields(settings: KafkaSettings) -> dict[str, Any]:
 
 
 async def bench_e2e(
-    settings: KafkaSettings, *, events: int, rate: float, partitions: int, cores: int, limit: float = 600.0
+    settings: KafkaSettings,
+    *,
+    events: int,
+    rate: float,
+    partitions: int,
+    cores: int,
+    core_cpus: float | None = None,
+    limit: float = 600.0,
 ) -> dict[str, Any]:
-    """One run with a single core process and, if ``cores`` > 1, one with ``cores`` (scale-out)."""
+    """One run with a single core process and, if ``cores`` > 1, one with ``cores`` (scale-out).
+
+    ``core_cpus`` caps every core process at that many CPUs (:class:`CpuLimit`), as a deployment gives
+    each process its own CPU budget; unset, the processes share the machine with the broker and driver.
+    """
     with anyio.fail_after(limit):
-        single = await one_run(settings, events=events, rate=rate, partitions=partitions, cores=1)
+        single = await one_run(settings, events=events, rate=rate, partitions=partitions, cores=1, core_cpus=core_cpus)
         result: dict[str, Any] = {
             "p50_ms": single["p50_ms"],
             "p99_ms": single["p99_ms"],
@@ -200,7 +252,9 @@ async def bench_e2e(
             "runs": [single],
         }
         if cores > 1:
-            multi = await one_run(settings, events=events, rate=rate, partitions=partitions, cores=cores)
+            multi = await one_run(
+                settings, events=events, rate=rate, partitions=partitions, cores=cores, core_cpus=core_cpus
+            )
             result["runs"].append(multi)
             if single["events_per_s"] and multi["events_per_s"]:
                 result["scale_out_ratio"] = round(multi["events_per_s"] / single["events_per_s"], 2)

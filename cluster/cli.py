@@ -322,6 +322,9 @@ def bench_e2e(
     partitions: Annotated[int, typer.Option(help="scheduler partitions")] = 8,
     cores: Annotated[int, typer.Option(help="core processes of the scale-out run (1: no scale-out run)")] = 2,
     kafka_partitions: Annotated[int, typer.Option(help="Kafka partitions per topic")] = 8,
+    core_cpus: Annotated[
+        float | None, typer.Option(help="cap each core process at this many CPUs (a cgroup; Linux, root)")
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="one JSON object on stdout")] = False,
 ) -> None:
     """Feed-event-to-decision latency and events/s through the broker; scale-out with more core processes."""
@@ -329,15 +332,23 @@ def bench_e2e(
     import json
 
     from cluster.bench import bench_e2e as run_bench
+    from cluster.cpulimit import CpuLimitUnavailable
 
     if events < 1 or partitions < 1 or cores < 1 or rate < 0:
         raise _fail("events, partitions and cores must be at least 1, rate at least 0")
+    if core_cpus is not None and core_cpus < 0.01:
+        raise _fail("--core-cpus must be at least 0.01")
 
     async def main() -> Any:
         async with _connect(bootstrap, flags) as settings:
-            return await run_bench(settings, events=events, rate=rate, partitions=partitions, cores=cores)
+            return await run_bench(
+                settings, events=events, rate=rate, partitions=partitions, cores=cores, core_cpus=core_cpus
+            )
 
-    result = _run(main)
+    try:
+        result = _run(main)
+    except CpuLimitUnavailable as err:
+        raise _fail(str(err)) from None
     if as_json:
         sys.stdout.write(json.dumps(result) + "\n")
     else:
