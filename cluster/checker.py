@@ -197,6 +197,7 @@ class OrderedChecker:
             report["preemptions"] = {
                 "victims": sum(r["preemptions"]["victims"] for r in per.values()),
                 "resources": dict(resources),
+                "cancelled": sum(r["preemptions"]["cancelled"] for r in per.values()),
             }
             report["time_to_guarantee"] = {
                 f"{name}:{q}": v for name, r in per.items() for q, v in r["time_to_guarantee"].items()

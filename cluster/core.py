@@ -289,6 +289,8 @@ class HostedPartition:
                 c.allocations += 1
             elif isinstance(x, d.Preempt) and not x.observe_only:
                 c.preemptions += 1
+            elif isinstance(x, d.PreemptCancelled):
+                c.preemptions_cancelled += 1
             elif isinstance(x, d.Rejected):
                 c.rejected += 1
             elif isinstance(x, d.Kill):

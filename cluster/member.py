@@ -30,6 +30,7 @@ class PartitionCounters:
 
     allocations: int = 0
     preemptions: int = 0
+    preemptions_cancelled: int = 0
     rejected: int = 0
     kills: int = 0
     lost: int = 0

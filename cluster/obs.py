@@ -66,6 +66,7 @@ class _CoreCollector(Collector):
         counters = {
             "allocations": "Allocations decided",
             "preemptions": "Victims preempted",
+            "preemptions_cancelled": "Preemptions cancelled (the victim's reservation no longer needed it)",
             "rejected": "Rejected decisions (bad events, asks that can never fit)",
             "kills": "Victims killed after their grace",
             "lost": "Allocations lost with their node",

@@ -10,11 +10,22 @@ from __future__ import annotations
 
 import dataclasses
 from collections import Counter, OrderedDict
+from collections.abc import Callable, Collection
 from typing import Any
 
 from core import resources as res
 from core.config import ConfigError, PartitionConfig, parse_partition, partition_to_raw
-from core.state import Allocation, AskKey, PartitionState, Reservation, StateError, allocation_number, ask_label
+from core.resources import Resource
+from core.state import (
+    Allocation,
+    AskKey,
+    Node,
+    PartitionState,
+    Reservation,
+    StateError,
+    allocation_number,
+    ask_label,
+)
 from messages import decisions as d
 from messages import feed as f
 from messages import protocol as p
@@ -330,42 +341,96 @@ class CacheCore:
         if node is None or not node.reservations:
             return
         state = self.state
-        order = sorted(node.reservations, key=lambda r: (state.reservations[r].deadline, r))
-        # Victims still running on the node, by deadline: the room each reservation was promised is
-        # there once the victims due by its deadline are gone (placement may promise one reservation
-        # the surplus of another's victims, or the room of victims due earlier).
-        victims = [state.allocations[a] for a in node.allocations]
-        leaving = [(v.preempt_deadline, v.resource) for v in victims if v.preempt_deadline is not None]
-
-        def gone_by(deadline: float) -> dict[str, int]:
-            return res.total(room for due, room in leaving if due <= deadline)
-
-        for i, rid in enumerate(order):
-            r = state.reservations.get(rid)
-            if r is None:
+        order = self._reservations_by_deadline(node)
+        for i, r in enumerate(order):
+            if r.id not in state.reservations:
                 continue
             free = res.sub(node.capacity, node.allocated)
             if not res.fits(r.resource, free):
                 continue
             # Never at the expense of a reservation due earlier that still waits: each must still find
             # its room once the victims due by its own deadline are gone.
-            after = res.sub(free, r.resource)
-            need: dict[str, int] = {}
-            fair = True
-            for earlier_id in order[:i]:
-                earlier = state.reservations.get(earlier_id)
-                if earlier is None:
-                    continue
-                res.add_into(need, earlier.resource)
-                if not res.fits(need, res.add(after, gone_by(earlier.deadline))):
-                    fair = False
-                    break
-            if fair:
+            earlier = [e for e in order[:i] if e.id in state.reservations]
+            if self._promises_hold(res.sub(free, r.resource), earlier, self._room_leaving(node)):
                 self.allocate(r.app, r.ask, node_name, reservation=r)
+
+    def _reservations_by_deadline(self, node: Node) -> list[Reservation]:
+        state = self.state
+        return [
+            state.reservations[rid]
+            for rid in sorted(node.reservations, key=lambda x: (state.reservations[x].deadline, x))
+        ]
+
+    def _room_leaving(self, node: Node, staying: Collection[str] = ()) -> Callable[[float], Resource]:
+        """The room the node's victims under notice free by a deadline (those in ``staying`` excepted).
+
+        Placement may promise one reservation the surplus of another's victims, or the room of victims
+        due earlier, so a reservation's room is there once the victims due by its deadline are gone.
+        """
+        allocations = self.state.allocations
+        leaving = [
+            (v.preempt_deadline, v.resource)
+            for v in (allocations[a] for a in node.allocations)
+            if v.preempt_deadline is not None and v.id not in staying
+        ]
+
+        def gone_by(deadline: float) -> Resource:
+            return res.total(room for due, room in leaving if due <= deadline)
+
+        return gone_by
+
+    @staticmethod
+    def _promises_hold(free: Resource, reservations: list[Reservation], gone_by: Callable[[float], Resource]) -> bool:
+        """Whether each of ``reservations`` (by deadline) fits in ``free`` plus the room gone by its deadline."""
+        need: Resource = {}
+        for r in reservations:
+            res.add_into(need, r.resource)
+            if not res.fits(need, res.add(free, gone_by(r.deadline))):
+                return False
+        return True
+
+    def _release_victims(self, r: Reservation, reason: str) -> None:
+        """Cancel the preemption of ``r``'s victims (``r`` has just ended) that nothing needs any more.
+
+        A victim keeps its notice when another reservation names it, when its kill was sent, or when
+        the reservations left on its node count on its room. The rest keep running: a victim is only
+        ever killed for room its beneficiary takes.
+        """
+        state = self.state
+        node = state.nodes.get(r.node)
+        if node is None:
+            return
+        remaining = self._reservations_by_deadline(node)
+        named = {vid for other in remaining for vid in other.victims}
+        free = res.sub(node.capacity, node.allocated)
+        staying: set[str] = set()
+        released: list[Allocation] = []
+        for vid in r.victims:
+            victim = state.allocations.get(vid)
+            if victim is None or not victim.preempting or victim.killed or victim.reservation is not None:
+                continue
+            if vid in named or not self._promises_hold(free, remaining, self._room_leaving(node, staying | {vid})):
+                continue
+            staying.add(vid)
+            released.append(victim)
+        if not released:
+            return
+        self.commit(p.VictimsReleased(victims=[v.id for v in released]))
+        for v in released:
+            self.decide(
+                d.PreemptCancelled,
+                allocation=v.id,
+                app=v.app,
+                queue=v.queue.path,
+                node=v.node,
+                reservation=r.id,
+                reason=reason,
+            )
 
     def _end_reservation(self, r: Reservation, reason: str) -> None:
         self.decide(d.ReservationEnded, reservation=r.id, app=r.app, ask=r.ask, node=r.node, reason=reason)
         self.commit(p.ReservationGone(reservation=r.id))
+        self._release_victims(r, f"its reservation ended: {reason}")
 
     # ------------------------------------------------------------------ proposals
 
@@ -445,6 +510,8 @@ class CacheCore:
             am=ask.am,
             reservation=None if reservation is None else reservation.id,
         )
+        if reservation is not None:
+            self._release_victims(reservation, "its beneficiary was placed before its victims were gone")
 
 
 def state_changes(state: PartitionState) -> list[p.ChangeMsg]:

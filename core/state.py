@@ -301,6 +301,7 @@ class PartitionState:
             p.ReservationSet: self._reservation,
             p.ReservationGone: self._reservation_gone,
             p.VictimsMarked: self._victims,
+            p.VictimsReleased: self._victims_released,
             p.Clock: self._clock,
         }
         if config is not None:
@@ -580,6 +581,18 @@ class PartitionState:
 
     def _victims(self, c: p.VictimsMarked) -> None:
         self._mark_victims(c.victims, c.deadline, None)
+
+    def _victims_released(self, c: p.VictimsReleased) -> None:
+        for vid in c.victims:
+            victim = self.allocations.get(vid)
+            if victim is None or not victim.preempting or victim.killed:
+                raise StateError(f"victim {vid} is not under notice: its preemption cannot be cancelled")
+            node = self.nodes[victim.node]
+            self._add_usage(victim.queue, "preempting", victim.resource, -1)
+            res.sub_into(node.preempting, victim.resource)
+            victim.preempt_deadline = None
+            victim.reservation = None
+            self._index(node)
 
     def _reservation_gone(self, c: p.ReservationGone) -> None:
         r = self.reservations.get(c.reservation)

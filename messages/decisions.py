@@ -95,4 +95,15 @@ class ReservationEnded(Decision, tag="reservation_ended", frozen=True, gc=False)
     reason: str
 
 
-DecisionMsg = Allocated | Preempt | Kill | Released | AllocationLost | Rejected | ReservationEnded
+class PreemptCancelled(Decision, tag="preempt_cancelled", frozen=True, gc=False):
+    """A victim under notice whose reservation no longer needs it: it keeps running and will not be killed."""
+
+    allocation: str
+    app: str
+    queue: str
+    node: str
+    reservation: str
+    reason: str
+
+
+DecisionMsg = Allocated | Preempt | PreemptCancelled | Kill | Released | AllocationLost | Rejected | ReservationEnded

@@ -107,6 +107,12 @@ class VictimsMarked(Change, tag="victims", frozen=True, gc=False):
     policy: str = "proportional"
 
 
+class VictimsReleased(Change, tag="victims_released", frozen=True, gc=False):
+    """Victims under notice that no reservation needs any more: they keep running, no longer preempting."""
+
+    victims: list[str]
+
+
 class Clock(Change, tag="clock", frozen=True, gc=False):
     now: float
 
@@ -124,6 +130,7 @@ ChangeMsg = (
     | ReservationSet
     | ReservationGone
     | VictimsMarked
+    | VictimsReleased
     | Clock
 )
 

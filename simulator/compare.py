@@ -24,6 +24,7 @@ ROWS: tuple[tuple[str, Callable[[dict[str, Any]], Any]], ...] = (
     ("allocations", lambda r: r["allocations"]),
     ("preempted containers", lambda r: r["preemptions"]["victims"]),
     ("preempted memory (MiB)", lambda r: r["preemptions"]["resources"].get(MEMORY, 0)),
+    ("preemptions cancelled", lambda r: r["preemptions"]["cancelled"]),
     ("wasted preemptions", lambda r: r["wasted_preemptions"]),
     ("ping-pong", lambda r: r["ping_pong"]),
     ("guarantee episodes unmet", lambda r: sum(v["unmet"] for v in r["time_to_guarantee"].values())),

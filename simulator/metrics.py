@@ -137,8 +137,14 @@ class Metrics:
 
     def preemption_outcomes(self, grace: float, cycle: float) -> tuple[int, int, int]:
         """``(wasted, ping_pong, undecided)`` over every victim in the decision log; a victim whose
-        window (grace plus one cycle) had not closed when the run ended is undecided, not wasted."""
-        preempts = [x for x in self.decisions if isinstance(x, d.Preempt) and not x.observe_only]
+        window (grace plus one cycle) had not closed when the run ended is undecided, not wasted, and
+        one whose preemption was cancelled (it kept running) is neither."""
+        cancelled = {(x.allocation, x.reservation) for x in self.decisions if isinstance(x, d.PreemptCancelled)}
+        preempts = [
+            x
+            for x in self.decisions
+            if isinstance(x, d.Preempt) and not x.observe_only and (x.allocation, x.reservation) not in cancelled
+        ]
         if not preempts:
             return 0, 0, 0
         end = self.samples[-1].t if self.samples else 0.0
@@ -165,8 +171,16 @@ class Metrics:
                 continue
             if pre.reservation:
                 got = fulfilled.get(pre.reservation)
-                if got is None or got > window_end:
-                    wasted += 1
+                if got is not None and t_gone <= got <= window_end:
+                    continue  # its beneficiary took the room it freed
+                # Its own beneficiary placed first, the cache kept it only because another reservation
+                # on the node counted on its room: useful if that one got the room in the window.
+                kept_for_another = got is not None and got < t_gone
+                if kept_for_another and any(
+                    a.reservation and t_gone <= a.t <= window_end for a in allocs_on_node.get(pre.node, [])
+                ):
+                    continue
+                wasted += 1
                 continue
             later = [a for a in allocs_on_node.get(pre.node, []) if t_gone <= a.t <= window_end]
             if any(a.queue != pre.queue and self._below_ideal(a.queue, a.t) for a in later):
@@ -177,8 +191,10 @@ class Metrics:
         return wasted, ping_pong, undecided
 
     def preemption_totals(self) -> dict[str, Any]:
+        """Victims given notice (count and resources), and how many of those notices were cancelled."""
         preempts = [x for x in self.decisions if isinstance(x, d.Preempt)]
-        return {"victims": len(preempts), "resources": res.total(x.resource for x in preempts)}
+        cancelled = sum(1 for x in self.decisions if isinstance(x, d.PreemptCancelled))
+        return {"victims": len(preempts), "resources": res.total(x.resource for x in preempts), "cancelled": cancelled}
 
     def preemption_log(self, limit: int = 1000) -> list[dict[str, Any]]:
         return [

@@ -162,6 +162,12 @@ class ClusterModel:
                         self._violate(
                             dec.t, 6, f"victim {alloc.id} is on {alloc.node}, not the reserved node {dec.node}"
                         )
+            case d.PreemptCancelled(allocation=aid):
+                alloc = self.allocations.get(aid)
+                if alloc is None or alloc.preempted_at is None:
+                    self._violate(dec.t, 5, f"preemption of {aid} cancelled, but it was not under notice")
+                else:
+                    alloc.preempted_at = None
             case d.ReservationEnded(reservation=rid):
                 self.reservations.pop(rid, None)
             case d.Rejected(app=a, ask=k):

@@ -296,6 +296,7 @@ def build_report(
         report["preemptions"] = {
             "victims": sum(r["preemptions"]["victims"] for r in per_partition.values()),
             "resources": _sum_resources(r["preemptions"]["resources"] for r in per_partition.values()),
+            "cancelled": sum(r["preemptions"]["cancelled"] for r in per_partition.values()),
         }
         report["time_to_guarantee"] = {
             f"{name}:{q}": v for name, r in per_partition.items() for q, v in r["time_to_guarantee"].items()

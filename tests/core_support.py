@@ -99,6 +99,7 @@ def fingerprint(state: PartitionState, *, allocating: bool = False) -> dict[str,
             "labels": dict(n.labels),
             "allocated": r(n.allocated),
             "reserved": r(n.reserved),
+            "preempting": r(n.preempting),
             "allocations": sorted(n.allocations),
             "reservations": sorted(n.reservations),
             **({"allocating": r(n.allocating)} if allocating else {}),
@@ -141,7 +142,15 @@ def fingerprint(state: PartitionState, *, allocating: bool = False) -> dict[str,
         for a in state.apps.values()
     }
     allocations = {
-        a.id: {"app": a.app, "ask": a.ask, "node": a.node, "resource": r(a.resource), "queue": a.queue.path}
+        a.id: {
+            "app": a.app,
+            "ask": a.ask,
+            "node": a.node,
+            "resource": r(a.resource),
+            "queue": a.queue.path,
+            "preempt_deadline": a.preempt_deadline,
+            "reservation": a.reservation,
+        }
         for a in state.allocations.values()
     }
     return {

@@ -64,7 +64,7 @@ def test_simulate_writes_the_report(tmp_path: Path) -> None:
     assert data["allocations"] == 3
     assert data["invariant_violations"] == 0
     assert data["pending_at_end"] == 0
-    assert data["preemptions"] == {"victims": 0, "resources": {}}
+    assert data["preemptions"] == {"victims": 0, "resources": {}, "cancelled": 0}
     assert data["sim_seconds"] == 5.0  # the three containers end at t=5, then nothing is left to do
     assert data["utilization"]["vcore"] == 0.0 < data["utilization"]["memory"]  # the asks want memory only
     assert "invariant_violations" in result.output

@@ -258,16 +258,15 @@ def test_a_withdrawn_beneficiary_ends_its_reservation_and_releases_the_room() ->
     assert ended.reservation == result.preempts()[0].reservation and "withdrawn" in ended.reason
     node = h.cache.state.nodes[pl.node]
     assert not h.cache.state.reservations and not res.any_positive(node.reserved)
-    # the victims still leave (they were signalled); their room goes back to the pool
-    h.app("c1", "root.c")
-    h.ask("c1", "wants", 50)
-    h.tick(10.0 + GRACE)
-    assert sorted(h.kills()) == sorted(pl.victims)
-    h.release(*pl.victims)
-    h.settle()
-    (c_alloc,) = [x for x in h.allocated() if x.app == "c1"]
-    assert c_alloc.node == pl.node and c_alloc.reservation is None
-    assert not [x for x in h.allocated() if x.app == "a1"]
+    # nothing needs the victims any more: their preemption is cancelled and they keep running
+    cancelled = [x for x in decisions if isinstance(x, d.PreemptCancelled)]
+    assert sorted(x.allocation for x in cancelled) == sorted(pl.victims)
+    assert all(x.reservation == ended.reservation and "withdrawn" in x.reason for x in cancelled)
+    assert not any(h.alloc(v).preempting for v in pl.victims)
+    assert not res.any_positive(h.cache.state.queues["root.b"].preempting) and not res.any_positive(node.preempting)
+    h.tick(10.0 + GRACE + 1)
+    assert h.kills() == []
+    assert h.allocator.state.allocations[pl.victims[0]].preempt_deadline is None  # the replicas saw it too
     assert h.model.violations == []
 
 
@@ -386,7 +385,42 @@ def test_a_reservation_is_fulfilled_early_when_other_room_frees_up() -> None:
     h.release(*other)  # a non-victim finishes: the room is there before the victim goes
     (got,) = [x for x in h.allocated() if x.app == "a1"]
     assert got.node == pl.node and got.t == 11.0 and got.reservation == result.preempts()[0].reservation
-    assert h.alloc(pl.victims[0]).preempting  # still signalled; killed at its deadline
+    # the victim is not needed any more: its preemption is cancelled at once, and it is never killed
+    (cancelled,) = [x for x in h.decisions if isinstance(x, d.PreemptCancelled)]
+    assert (cancelled.allocation, cancelled.reservation, cancelled.t) == (pl.victims[0], got.reservation, 11.0)
+    assert "placed before its victims were gone" in cancelled.reason
+    assert not h.alloc(pl.victims[0]).preempting
     h.tick(10.0 + GRACE)
-    assert h.kills() == pl.victims
+    assert h.kills() == []
+    assert h.model.violations == []
+
+
+def test_a_victim_another_reservation_counts_on_is_kept_and_the_others_are_released() -> None:
+    """E, M and L reserve on one node; L's room rests on M's victim's surplus. Room frees early: E and
+    M are placed at once. E's victim is released; M's stays (L counts on it) and is killed at its
+    deadline; when it goes, L is placed and L's own victim, no longer needed, is released."""
+    h, victims = _vcore_node()
+    other = next(a for a in on(h, "n1") if a not in victims.values())
+    for name, v in (("E", 20), ("M", 10), ("L", 30)):
+        h.ask("a1", name, 10, vcore=v)
+    for t, name in ((10.0, "E"), (12.0, "M"), (14.0, "L")):
+        h.tick(t)
+        outcome, _ = h.commit(proposal("a1", name, "n1", [victims[name]], pid=f"p{name}"))
+        assert outcome.accepted == 1, outcome.rejected
+    h.tick(15.0)
+    h.release(other)  # 40 vcores free long before any deadline
+    assert sorted(x.ask for x in h.allocated() if x.app == "a1") == ["E", "M"]
+    assert [x.allocation for x in h.decisions if isinstance(x, d.PreemptCancelled)] == [victims["E"]]
+    assert h.alloc(victims["M"]).preempting and h.alloc(victims["L"]).preempting
+    h.tick(27.0)
+    assert h.kills() == [victims["M"]]
+    h.release(victims["M"])
+    assert [(x.ask, x.t) for x in h.allocated() if x.ask == "L"] == [("L", 27.0)]
+    assert [x.allocation for x in h.decisions if isinstance(x, d.PreemptCancelled)] == [
+        victims["E"],
+        victims["L"],
+    ]
+    h.tick(40.0)
+    assert h.kills() == [victims["M"]]
+    assert not h.cache.state.reservations and not any(a.preempting for a in h.cache.state.allocations.values())
     assert h.model.violations == []

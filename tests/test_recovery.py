@@ -213,6 +213,39 @@ def test_apply_logged_groups_the_victims_of_one_reservation() -> None:
     assert core.state.now == 5.0
 
 
+def test_replay_regenerates_a_preemption_cancelled_when_its_reservation_was_fulfilled_early() -> None:
+    o = _busy_owner()
+    o.feed_event(
+        f.AppAdded(partition=P, id="a1", app="a1", queue="root.a"),
+        f.AskAdded(partition=P, id="a1k", app="a1", ask="k", resource={"memory": 4}, count=1),
+    )
+    victim, other = sorted(a.id for a in o.core.state.allocations.values() if a.node == "n1")
+    o.propose(
+        p.PreemptionProposal(
+            partition=P,
+            id="pp/1",
+            view_seq=o.allocator.view_seq,
+            policy="sniper",
+            placements=[p.Victimized(app="a1", ask="k", node="n1", victims=[victim])],
+        )
+    )
+    snap = take_snapshot(o.core)
+    assert o.core.state.allocations[victim].preempting
+    o.feed_event(f.AllocationReleased(partition=P, id="rel", allocation=other))  # room before the victim goes
+    (cancelled,) = [x for x in o.log if isinstance(x, d.PreemptCancelled)]
+    assert cancelled.allocation == victim and not o.core.state.allocations[victim].preempting
+    core, result = _recover(o, snap)
+    assert result.divergences == [] and result.fresh == []
+    assert result.decisions_regenerated >= 2  # the allocation and the cancellation, from the release record
+    assert _fp(core) == _fp(o.core)
+    # a logged cancellation is applied as the change it recorded
+    again = restore(snap)
+    nxt, problems = apply_logged(again, [cancelled], 0)
+    assert (nxt, problems) == (1, [])
+    assert not again.state.allocations[victim].preempting
+    assert not again.state.queues["root.b"].preempting.get("memory")
+
+
 def test_absurd_quantities_are_rejected_with_the_reason() -> None:
     o = _busy_owner()
     o.feed_event(f.NodeAdded(partition=P, id="huge", node="huge", capacity={"memory": MAX_QUANTITY + 1}))

@@ -138,7 +138,7 @@ async def test_hand_written_trace_allocation_by_allocation(tmp_path: Path) -> No
     assert report["proposals_rejected"] == 0
     assert report["sim_seconds"] == 20.0
     assert report["retries"] == 1
-    assert report["preemptions"] == {"victims": 0, "resources": {}}
+    assert report["preemptions"] == {"victims": 0, "resources": {}, "cancelled": 0}
     # time-averaged allocated over capacity, sampled each simulated second (worked out by hand)
     assert report["utilization"] == {"memory": round(204800 / 507904, 4), "vcore": round(35000 / 336000, 4)}
     # the end state: everything released, nothing on the removed node
@@ -243,6 +243,16 @@ def _alloc(
         ([_alloc("x1", "a1", "k", memory=4096), _alloc("x2", "a1", "k", memory=8192)], 2, "over max 8192"),
         ([_alloc("x1", "a1", "k", node="ghost")], 4, "on missing node ghost"),
         ([_alloc("x1", "a1", "nope")], 3, "unknown ask a1/nope"),
+        (
+            [
+                _alloc("x1", "a1", "k"),
+                d.PreemptCancelled(
+                    allocation="x1", app="a1", queue="root.a", node="n1", reservation="r", reason="", seq=next(_seq)
+                ),
+            ],
+            5,
+            "cancelled, but it was not under notice",
+        ),
     ],
 )
 def test_the_model_reports_each_broken_invariant(decisions: list[d.DecisionMsg], invariant: int, fragment: str) -> None:
