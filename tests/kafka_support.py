@@ -14,7 +14,9 @@ from collections.abc import Callable, Iterator
 
 import anyio
 import pytest
+from anyio.abc import Process, TaskGroup
 
+from cluster.bench import ASSIGNED, start_core
 from cluster.checker import OrderedChecker
 from messages import decisions as d
 from transport.broker import EmbeddedBroker, resolve_bootstrap
@@ -90,4 +92,40 @@ class TopicReader:
 
     async def until(self, condition: Callable[[], bool]) -> None:
         while not condition():
+            await self.changed.wait()
+
+
+class CoreSubprocess:
+    """A ``sniper core`` subprocess (any role); its log tells which Kafka partitions it was last assigned."""
+
+    def __init__(self, process: Process) -> None:
+        self.process = process
+        self.assigned: list[int] = []
+        self.lines: list[str] = []
+        self.changed = anyio.Event()
+
+    @classmethod
+    async def spawn(cls, settings: KafkaSettings, tg: TaskGroup, group: str, *options: str) -> CoreSubprocess:
+        """Start ``sniper core --group group *options`` and read its log in ``tg``."""
+        core = cls(await start_core(settings, group, *options))
+        tg.start_soon(core.read_log)
+        return core
+
+    async def read_log(self) -> None:
+        assert self.process.stderr is not None
+        buffer = b""
+        async for chunk in self.process.stderr:
+            buffer += chunk
+            *lines, buffer = buffer.split(b"\n")
+            for raw in lines:
+                line = raw.decode(errors="replace")
+                self.lines.append(line)
+                found = ASSIGNED.search(line)
+                if found is not None:
+                    self.assigned = [int(x) for x in found.group(1).replace(" ", "").split(",") if x]
+                    self.changed.set()
+                    self.changed = anyio.Event()
+
+    async def until_assigned(self) -> None:
+        while not self.assigned:
             await self.changed.wait()

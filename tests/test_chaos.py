@@ -22,16 +22,16 @@ import anyio
 import msgspec
 import pytest
 from aiokafka import AIOKafkaProducer
-from anyio.abc import Process, TaskGroup
+from anyio.abc import TaskGroup
 
-from cluster.bench import ASSIGNED, start_core, stop_core
+from cluster.bench import stop_core
 from cluster.core import CoreOptions, CoreProcess
 from messages import decisions as d
 from messages import feed as f
 from messages import protocol as p
 from messages.snapshot import Snapshot, decode_body
 from tests.core_support import partition_raw, queue
-from tests.kafka_support import TopicReader
+from tests.kafka_support import CoreSubprocess, TopicReader
 from transport.bus import DEADLETTER, DECISIONS, FEED, SNAPSHOTS
 from transport.kafka import KafkaBus, KafkaSettings
 
@@ -161,43 +161,11 @@ async def test_node_churn_keeps_every_invariant(kafka_settings: KafkaSettings, b
 # ------------------------------------------------------------------------------------ (b) SIGKILL failover
 
 
-class Core:
-    """A ``sniper core`` subprocess; its log tells which Kafka partitions it was last assigned."""
-
-    def __init__(self, process: Process) -> None:
-        self.process = process
-        self.assigned: list[int] = []
-        self.lines: list[str] = []
-        self.changed = anyio.Event()
-
-    async def read_log(self) -> None:
-        assert self.process.stderr is not None
-        buffer = b""
-        async for chunk in self.process.stderr:
-            buffer += chunk
-            *lines, buffer = buffer.split(b"\n")
-            for raw in lines:
-                line = raw.decode(errors="replace")
-                self.lines.append(line)
-                found = ASSIGNED.search(line)
-                if found is not None:
-                    self.assigned = [int(x) for x in found.group(1).replace(" ", "").split(",") if x]
-                    self.changed.set()
-                    self.changed = anyio.Event()
-
-    async def until_assigned(self) -> None:
-        while not self.assigned:
-            await self.changed.wait()
+async def spawn_core(settings: KafkaSettings, tg: TaskGroup) -> CoreSubprocess:
+    return await CoreSubprocess.spawn(settings, tg, "chaos", "--tick", "0.1", "--snapshot-interval", "0.3")
 
 
-async def spawn_core(settings: KafkaSettings, tg: TaskGroup) -> Core:
-    process = await start_core(settings, "chaos", "--tick", "0.1", "--snapshot-interval", "0.3")
-    core = Core(process)
-    tg.start_soon(core.read_log)
-    return core
-
-
-async def reap(core: Core) -> None:
+async def reap(core: CoreSubprocess) -> None:
     await stop_core(core.process)
 
 
@@ -207,7 +175,7 @@ def alive_in(snapshot: Snapshot) -> set[str]:
 
 async def test_a_killed_core_loses_nothing_committed(kafka_settings: KafkaSettings, bus: KafkaBus) -> None:
     names = [f"part{i}" for i in range(6)]
-    cores: list[Core] = []
+    cores: list[CoreSubprocess] = []
     latest: dict[str, Snapshot] = {}
     with anyio.fail_after(WAIT + 60):
         watch = await watching(bus)

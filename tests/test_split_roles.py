@@ -14,6 +14,7 @@ violation. Every wait is on a condition, bounded by ``anyio.fail_after``.
 from __future__ import annotations
 
 import dataclasses
+import signal
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -22,12 +23,13 @@ import pytest
 from anyio.abc import TaskStatus
 
 from actors.replica import ReplicaActor
+from cluster.bench import stop_core
 from cluster.core import CoreOptions, CoreProcess
 from cluster.roles import CacheProcess, ReplicaProcess, core_process
 from core.preemption.policies import REGISTRY
 from messages import decisions as d
 from messages import feed as f
-from tests.kafka_support import TopicReader
+from tests.kafka_support import CoreSubprocess, TopicReader
 from tests.preemption_support import two_queues
 from transport.bus import DECISIONS, FEED
 from transport.kafka import KafkaBus, KafkaSettings
@@ -256,3 +258,44 @@ async def test_allocator_processes_hand_partitions_over_in_their_group(
             tg.cancel_scope.cancel()
 
     observer.assert_preempted_for_a(epochs={1})
+
+
+async def test_a_sigkilled_cache_process_is_replaced_and_the_other_roles_carry_on(
+    kafka_settings: KafkaSettings, bus: KafkaBus
+) -> None:
+    """The cache role runs as a real process and dies by SIGKILL after placing b's containers; a new
+    cache process restores the partition at epoch 2 and the allocator and policy processes, never
+    stopped, work with it: the preemption for a goes through, and the checker sees no violation."""
+    cache_flags = ("--role", "cache", "--tick", "0.1", "--snapshot-interval", "0.5")
+    caches: list[CoreSubprocess] = []
+    with anyio.fail_after(WAIT + 30):
+        observer = await Observer.start(bus)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(observer.pump_feed)
+            tg.start_soon(observer.pump_decisions)
+            for role in ("allocator", "policy"):
+                await tg.start(core_process(kafka_settings, options(role)).run)
+            try:
+                caches.append(await CoreSubprocess.spawn(kafka_settings, tg, "split", *cache_flags))
+                await caches[0].until_assigned()
+                for event in setup_events():
+                    await bus.publish(FEED, P, event)
+                await observer.until(lambda: len(observer.of(d.Allocated)) == B_CONTAINERS)
+                caches[0].process.send_signal(signal.SIGKILL)
+                await caches[0].process.wait()
+                caches.append(await CoreSubprocess.spawn(kafka_settings, tg, "split", *cache_flags))
+                await caches[1].until_assigned()
+                tg.start_soon(observer.play_resource_manager, bus)
+                for event in big_ask():
+                    await bus.publish(FEED, P, event)
+                await observer.until(lambda: any(x.app == "a" for x in observer.of(d.Allocated)))
+            finally:
+                with anyio.CancelScope(shield=True):
+                    for cache in caches:
+                        await stop_core(cache.process)
+            tg.cancel_scope.cancel()
+
+    assert caches[0].process.returncode == -signal.SIGKILL
+    assert {x.epoch for x in observer.of(d.Allocated) if x.app == "b"} == {1}
+    assert len({x.allocation for x in observer.of(d.Allocated) if x.app == "b"}) == B_CONTAINERS
+    observer.assert_preempted_for_a(epochs={1, 2})
