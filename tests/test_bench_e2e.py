@@ -67,3 +67,11 @@ def test_a_cpu_limit_puts_the_process_in_its_own_capped_group_and_removes_it() -
 def test_a_cpu_limit_rejects_a_nonsense_budget() -> None:
     with pytest.raises(ValueError, match=r"at least 0\.01"):
         CpuLimit(0.0)
+
+
+def test_without_a_cgroup_cpu_controller_a_cpu_limit_is_a_clear_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("cluster.cpulimit.CGROUP_ROOT", tmp_path)
+    with CpuLimit(0.5) as limit, pytest.raises(CpuLimitUnavailable, match="no cgroup cpu controller"):
+        limit.apply(1)
