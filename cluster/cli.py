@@ -150,7 +150,7 @@ def core(
     metrics_port: Annotated[int | None, typer.Option(help="serve Prometheus metrics on this port")] = None,
     tick: Annotated[float, typer.Option(help="seconds between clock ticks")] = 0.5,
     snapshot_interval: Annotated[float, typer.Option(help="seconds between snapshots of a busy partition")] = 5.0,
-    snapshot_every: Annotated[int, typer.Option(help="snapshot after this many decisions")] = 1000,
+    snapshot_every: Annotated[int, typer.Option(help="decisions between snapshots (at least the state's size)")] = 1000,
     log_format: Annotated[str, typer.Option(help="kv | json")] = "kv",
     verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
     prefix: Prefix = None,

@@ -26,7 +26,10 @@ What it owns:
 - **Snapshots** are taken at an idle point of the cache (everything it decided handed to the producer)
   at most every ``snapshot_interval`` seconds or every ``snapshot_every`` decisions (a random point
   from half of them on, so that partitions do not all snapshot together), if anything changed, and
-  published once the broker acknowledged those decisions.
+  published once the broker acknowledged those decisions. The decision count is at least the state's
+  size (its allocations, apps and nodes): a snapshot costs time in proportion to the state, so a busy
+  large partition would otherwise spend most of its time snapshotting; this way snapshots cost O(1)
+  per decision and a recovery replays at most about as many decisions as the snapshot holds records.
 - **Bad input** never stops the process: a record whose partition does not hash to the Kafka partition
   it came on is dead-lettered with the reason; undecodable records are dead-lettered by the transport;
   invalid events become ``rejected`` decisions in the cache.
@@ -313,8 +316,10 @@ class HostedPartition:
         snapshots.
         """
         options = self.process.options
+        state = self.core.state
+        every = max(options.snapshot_every, len(state.allocations) + len(state.apps) + len(state.nodes))
         spread = random.uniform(0.5, 1.0)
-        return max(1, int(options.snapshot_every * spread)), options.snapshot_interval * spread
+        return max(1, int(every * spread)), options.snapshot_interval * spread
 
     def snapshot_due(self) -> bool:
         every, interval = self._next_snapshot

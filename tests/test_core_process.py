@@ -16,8 +16,9 @@ import pytest
 from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaError
 
-from cluster.core import CoreOptions, CoreProcess
+from cluster.core import CoreOptions, CoreProcess, HostedPartition
 from cluster.logread import read_partition
+from core.recovery import DurableCacheCore
 from messages import decisions as d
 from messages import feed as f
 from messages.deadletter import deadletter_msgpack
@@ -215,3 +216,23 @@ async def test_decisions_the_broker_loses_stop_the_partition_which_comes_back_fr
             records = await read_partition(kafka_settings, FEED, kp)
             assert process.subscription is not None and process.subscription.committable()[kp] == records[-1].offset + 1
             tg.cancel_scope.cancel()
+
+
+async def test_a_large_partition_snapshots_after_at_least_as_many_decisions_as_its_state_holds(
+    kafka_settings: KafkaSettings,
+) -> None:
+    """Snapshots cost time in proportion to the state: their decision trigger grows with it."""
+    process = CoreProcess(kafka_settings, CoreOptions(snapshot_every=100))
+    core = DurableCacheCore("p1")
+    for event in workload("p1", 0):
+        core.handle_event(event)
+    small = HostedPartition(process, "p1", 0, core)
+    assert all(50 <= small._snapshot_point()[0] <= 100 for _ in range(20))
+    core.handle_event(f.NodeAdded(partition="p1", node="big", capacity={"memory": 10**6}))
+    for i in range(1000):
+        core.handle_event(f.AskAdded(partition="p1", app="app", ask=f"x{i}", resource={"memory": 1}))
+        core.allocate("app", f"x{i}", "big")
+    size = len(core.state.allocations) + len(core.state.apps) + len(core.state.nodes)
+    assert size == 1004
+    large = HostedPartition(process, "p1", 0, core)
+    assert all(size // 2 <= large._snapshot_point()[0] <= size for _ in range(20))
