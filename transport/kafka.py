@@ -388,7 +388,7 @@ class KafkaBus(Bus):
         """
         if topic not in self._decoders:
             raise ValueError(f"unknown topic {topic!r} (known: {sorted(self._decoders)})")
-        encoded: list[tuple[bytes, bytes]] = []
+        encoded: list[tuple[bytes, bytes, int]] = []
         for key, message in items:
             payload = msgpack_encoder.encode(message)
             if len(payload) > self.settings.max_message_bytes:
@@ -396,7 +396,7 @@ class KafkaBus(Bus):
                     f"{type(message).__name__} on {topic} is {len(payload)} bytes, "
                     f"over max_message_bytes={self.settings.max_message_bytes}"
                 )
-            encoded.append((key.encode(), payload))
+            encoded.append((key.encode(), payload, self.partition_for(key)))
         if not encoded:
             return None
         if self._closed:
@@ -406,7 +406,8 @@ class KafkaBus(Bus):
         if producer is None:
             raise anyio.ClosedResourceError("the Kafka bus is closed")
         name = self.settings.topic(topic)
-        futures = [await producer.send(name, payload, key=key) for key, payload in encoded]
+        # The partition is the memoised one: aiokafka's murmur2 is pure Python, once per record.
+        futures = [await producer.send(name, payload, key=key, partition=part) for key, payload, part in encoded]
         self.published += len(futures)
         return asyncio.gather(*futures)
 
