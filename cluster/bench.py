@@ -43,15 +43,14 @@ def spread_partition_names(count: int, kafka_partitions: int) -> list[str]:
     so a group of two processes splits them 5 to 3 and no number of CPUs makes two processes 1.6 times
     one. A real cluster's partitions are what they are; a benchmark of scale-out needs an even split.
     """
-    names: list[str] = []
+    by_partition: dict[int, list[str]] = {kp: [] for kp in range(kafka_partitions)}
     candidate = 0
-    for slot in range(count):
-        wanted = slot % kafka_partitions
-        while kafka_partition(f"bench{candidate}", kafka_partitions) != wanted or f"bench{candidate}" in names:
-            candidate += 1
-        names.append(f"bench{candidate}")
-        candidate = 0
-    return names
+    per_partition = math.ceil(count / kafka_partitions)
+    while any(len(names) < per_partition for names in by_partition.values()):
+        name = f"bench{candidate}"
+        by_partition[kafka_partition(name, kafka_partitions)].append(name)
+        candidate += 1
+    return [by_partition[slot % kafka_partitions][slot // kafka_partitions] for slot in range(count)]
 
 
 def _cpu_seconds(pid: int) -> float:

@@ -351,15 +351,12 @@ class CacheCore:
             # Never at the expense of a reservation due earlier that still waits: each must still find
             # its room once the victims due by its own deadline are gone.
             earlier = [e for e in order[:i] if e.id in state.reservations]
-            if self._promises_hold(res.sub(free, r.resource), earlier, self._room_leaving(node)):
+            if not earlier or self._promises_hold(res.sub(free, r.resource), earlier, self._room_leaving(node)):
                 self.allocate(r.app, r.ask, node_name, reservation=r)
 
     def _reservations_by_deadline(self, node: Node) -> list[Reservation]:
-        state = self.state
-        return [
-            state.reservations[rid]
-            for rid in sorted(node.reservations, key=lambda x: (state.reservations[x].deadline, x))
-        ]
+        held = [self.state.reservations[rid] for rid in node.reservations]
+        return sorted(held, key=lambda r: (r.deadline, r.id))
 
     def _room_leaving(self, node: Node, staying: Collection[str] = ()) -> Callable[[float], Resource]:
         """The room the node's victims under notice free by a deadline (those in ``staying`` excepted).

@@ -150,3 +150,9 @@ def test_scenario_files_are_accepted_by_simulate(tmp_path: Path) -> None:
     assert data["invariant_violations"] == 0
     assert data["allocations"] > 0
     assert data["sim_seconds"] == 60.0
+
+
+def test_bench_e2e_refuses_a_nonsense_cpu_cap_before_starting_anything() -> None:
+    result = _invoke("bench", "e2e", "--core-cpus", "0")
+    assert result.exit_code != 0
+    assert "--core-cpus must be at least 0.01" in result.output

@@ -84,6 +84,26 @@ class Observer(TopicReader):
         assert checker.violations == 0, [dataclasses.asdict(v) for v in violations[:5]]
 
 
+class Stoppable:
+    """Runs a process in a cancel scope of its own, so a test can stop that one process and wait for it."""
+
+    def __init__(self, process: CacheProcess | ReplicaProcess) -> None:
+        self.process = process
+        self.scope = anyio.CancelScope()
+        self.done = anyio.Event()
+
+    async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        try:
+            with self.scope:
+                await self.process.run(task_status=task_status)
+        finally:
+            self.done.set()
+
+    async def stop(self) -> None:
+        self.scope.cancel()
+        await self.done.wait()
+
+
 @pytest.fixture
 async def bus(kafka_settings: KafkaSettings) -> AsyncIterator[KafkaBus]:
     async with KafkaBus(kafka_settings) as b:
@@ -177,16 +197,8 @@ async def test_a_new_cache_owner_resets_the_replicas_of_the_other_roles(
             # Only the snapshot that claims the partition at its start: no periodic one.
             first = core_process(kafka_settings, dataclasses.replace(options("cache"), snapshot_interval=1e6))
             assert isinstance(first, CacheProcess)
-            first_scope, first_done = anyio.CancelScope(), anyio.Event()
-
-            async def run_first(*, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
-                try:
-                    with first_scope:
-                        await first.run(task_status=task_status)
-                finally:
-                    first_done.set()
-
-            await tg.start(run_first)
+            first_run = Stoppable(first)
+            await tg.start(first_run.run)
             for event in setup_events():
                 await bus.publish(FEED, P, event)
             await observer.until(lambda: len(observer.of(d.Allocated)) == B_CONTAINERS)
@@ -196,8 +208,7 @@ async def test_a_new_cache_owner_resets_the_replicas_of_the_other_roles(
 
             monkeypatch.setattr(first.hosts[P], "publish_snapshot", no_snapshot)
             seen_seq = max(a.replica.view_seq for a in allocator.hosts[P].actors if isinstance(a, ReplicaActor))
-            first_scope.cancel()
-            await first_done.wait()
+            await first_run.stop()
 
             second = core_process(kafka_settings, options("cache"))
             assert isinstance(second, CacheProcess)
@@ -227,16 +238,8 @@ async def test_allocator_processes_hand_partitions_over_in_their_group(
                 await tg.start(core_process(kafka_settings, options(role)).run)
             first = core_process(kafka_settings, options("allocator"))
             assert isinstance(first, ReplicaProcess)
-            first_scope, first_done = anyio.CancelScope(), anyio.Event()
-
-            async def run_first(*, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
-                try:
-                    with first_scope:
-                        await first.run(task_status=task_status)
-                finally:
-                    first_done.set()
-
-            await tg.start(run_first)
+            first_run = Stoppable(first)
+            await tg.start(first_run.run)
             for event in setup_events():
                 await bus.publish(FEED, P, event)
             await observer.until(lambda: len(observer.of(d.Allocated)) == B_CONTAINERS)
@@ -246,8 +249,7 @@ async def test_allocator_processes_hand_partitions_over_in_their_group(
             assert isinstance(second, ReplicaProcess)
             await tg.start(second.run)  # the group now splits the Kafka partitions between the two
             assert not first.owned & second.owned
-            first_scope.cancel()
-            await first_done.wait()
+            await first_run.stop()
             assert not first.hosts
 
             tg.start_soon(observer.play_resource_manager, bus)
