@@ -10,12 +10,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from actors.replica import ReplicaActor
-from actors.router import Router
-from core.allocator import AllocatorCore
-from core.preemption.placement import answer_placement_request
-from messages import protocol as p
-from transport.bus import PROPOSALS, VIEW
+from sniper.actors.replica import ReplicaActor
+from sniper.actors.router import Router
+from sniper.core.allocator import AllocatorCore
+from sniper.core.preemption.placement import answer_placement_request
+from sniper.messages import protocol as p
+from sniper.transport.bus import PROPOSALS, VIEW
 
 
 class AllocatorActor(ReplicaActor):

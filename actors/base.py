@@ -18,7 +18,7 @@ import anyio
 from anyio.abc import TaskStatus
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
-from transport.bus import Subscription
+from sniper.transport.bus import Subscription
 
 log = logging.getLogger("sniper.actors")
 BURST = 64  # messages handled back to back before an actor yields to the event loop

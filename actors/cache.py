@@ -8,12 +8,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from actors.base import Actor
-from actors.router import Router
-from core.cache import CacheCore
-from messages import feed as f
-from messages import protocol as p
-from transport.bus import DECISIONS, FEED, PROPOSALS, TICK, VIEW
+from sniper.actors.base import Actor
+from sniper.actors.router import Router
+from sniper.core.cache import CacheCore
+from sniper.messages import feed as f
+from sniper.messages import protocol as p
+from sniper.transport.bus import DECISIONS, FEED, PROPOSALS, TICK, VIEW
 
 
 class CacheActor(Actor):

@@ -12,13 +12,13 @@ import dataclasses
 import anyio
 from anyio.abc import TaskStatus
 
-from actors.allocator import AllocatorActor
-from actors.base import Actor, ActorFactory, supervise
-from actors.cache import CacheActor
-from actors.router import Router
-from core.allocator import DEFAULT_BATCH, AllocatorCore
-from core.cache import CacheCore
-from core.config import PartitionConfig
+from sniper.actors.allocator import AllocatorActor
+from sniper.actors.base import Actor, ActorFactory, supervise
+from sniper.actors.cache import CacheActor
+from sniper.actors.router import Router
+from sniper.core.allocator import DEFAULT_BATCH, AllocatorCore
+from sniper.core.cache import CacheCore
+from sniper.core.config import PartitionConfig
 
 
 @dataclasses.dataclass
@@ -46,7 +46,7 @@ class PartitionRuntime:
             return self._track(AllocatorActor(AllocatorCore(self.partition, batch=self.batch), self.router))
 
         factories: list[tuple[ActorFactory, bool]] = [(cache, False), (allocator, True)]
-        from actors.policy import policy_factories  # preemption policies plug in here
+        from sniper.actors.policy import policy_factories  # preemption policies plug in here
 
         factories.extend(policy_factories(self.partition, self.router, lambda a: self._track(a), core))
         return factories

@@ -1,5 +1,5 @@
 """Preemption-policy actors: one per policy the partition enables, each a shell around a sans-IO
-policy from :mod:`core.preemption.policies` (looked up by name in its registry).
+policy from :mod:`sniper.core.preemption.policies` (looked up by name in its registry).
 
 Every ``interval`` the actor runs a round on its replica: a placement request goes to the allocator
 (on the view topic), a preemption proposal to the cache; the allocator's reply becomes a proposal.
@@ -10,14 +10,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from actors.base import Actor, ActorFactory
-from actors.replica import ReplicaActor
-from actors.router import Router
-from core.cache import CacheCore
-from core.preemption.policies import REGISTRY, Policy, enabled_policies, make_policy
-from core.replica import ViewReplica
-from messages import protocol as p
-from transport.bus import PROPOSALS, VIEW
+from sniper.actors.base import Actor, ActorFactory
+from sniper.actors.replica import ReplicaActor
+from sniper.actors.router import Router
+from sniper.core.cache import CacheCore
+from sniper.core.preemption.policies import REGISTRY, Policy, enabled_policies, make_policy
+from sniper.core.replica import ViewReplica
+from sniper.messages import protocol as p
+from sniper.transport.bus import PROPOSALS, VIEW
 
 
 class _PolicyReplica(ViewReplica):

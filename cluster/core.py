@@ -9,11 +9,11 @@ What it owns:
   stopped, bounded in time, when its Kafka partition is revoked.
 - **The links.** Feed records are read once per process (one group member) and handed to the
   partition's cache in-process; decisions and snapshots go to Kafka. With ``role="all"`` the view,
-  proposal and tick links stay on a per-partition :class:`~transport.memory.MemoryBus`; the split
-  roles (``cache``, ``allocator``, ``policy``) are built on this in :mod:`cluster.roles`.
+  proposal and tick links stay on a per-partition :class:`~sniper.transport.memory.MemoryBus`; the split
+  roles (``cache``, ``allocator``, ``policy``) are built on this in :mod:`sniper.cluster.roles`.
 - **Recovery** (ARCHITECTURE section 3). Starting a partition loads its last snapshot, reads the feed
   records after the snapshot's ``feed_offset`` and the decisions logged after its ``decision_seq``, and
-  replays them (:func:`core.recovery.replay`): nothing committed is decided again, lost or doubled. It
+  replays them (:func:`sniper.core.recovery.replay`): nothing committed is decided again, lost or doubled. It
   then runs with ``epoch`` = the highest epoch seen + 1 and publishes a snapshot at once.
 - **Commit points.** A feed record's offset is acknowledged (and so committed by the subscription)
   only after the cache handled it and the broker acknowledged the decisions it caused; records are
@@ -52,25 +52,25 @@ import anyio
 import msgspec
 from anyio.abc import TaskGroup, TaskStatus
 
-from actors.base import Actor, ActorFactory
-from actors.cache import CacheActor
-from actors.clock import TimeBase, clock_actor
-from actors.partition import PartitionRuntime
-from actors.router import Router
-from cluster.logread import read_partition
-from cluster.member import GroupMember
-from core.allocator import DEFAULT_BATCH
-from core.config import PartitionConfig, SchedulerConfig
-from core.recovery import DurableCacheCore, replay, restore, stamp, take_snapshot
-from messages import decisions as d
-from messages import feed as f
-from messages import protocol as p
-from messages.codec import decision_msgpack, feed_msgpack
-from messages.deadletter import DeadLetter
-from messages.snapshot import Snapshot, SnapshotError, snapshot_msgpack
-from transport.bus import DEADLETTER, DECISIONS, FEED, SNAPSHOTS, VIEW
-from transport.kafka import KafkaSettings, KafkaSubscription, MessageTooLarge
-from transport.memory import MemoryBus
+from sniper.actors.base import Actor, ActorFactory
+from sniper.actors.cache import CacheActor
+from sniper.actors.clock import TimeBase, clock_actor
+from sniper.actors.partition import PartitionRuntime
+from sniper.actors.router import Router
+from sniper.cluster.logread import read_partition
+from sniper.cluster.member import GroupMember
+from sniper.core.allocator import DEFAULT_BATCH
+from sniper.core.config import PartitionConfig, SchedulerConfig
+from sniper.core.recovery import DurableCacheCore, replay, restore, stamp, take_snapshot
+from sniper.messages import decisions as d
+from sniper.messages import feed as f
+from sniper.messages import protocol as p
+from sniper.messages.codec import decision_msgpack, feed_msgpack
+from sniper.messages.deadletter import DeadLetter
+from sniper.messages.snapshot import Snapshot, SnapshotError, snapshot_msgpack
+from sniper.transport.bus import DEADLETTER, DECISIONS, FEED, SNAPSHOTS, VIEW
+from sniper.transport.kafka import KafkaSettings, KafkaSubscription, MessageTooLarge
+from sniper.transport.memory import MemoryBus
 
 log = logging.getLogger("sniper.core")
 
@@ -406,7 +406,7 @@ class CoreProcess(GroupMember[HostedPartition]):
     """A scheduler-core group member on the feed, hosting the partitions its Kafka partitions carry."""
 
     topic = FEED
-    hosts_role: ClassVar[str] = "all"  # the role this class runs (cluster.roles.core_process picks the class)
+    hosts_role: ClassVar[str] = "all"  # the role this class runs (sniper.cluster.roles.core_process picks the class)
 
     def __init__(self, settings: KafkaSettings, options: CoreOptions | None = None) -> None:
         super().__init__(settings)

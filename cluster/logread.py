@@ -15,7 +15,7 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from transport.kafka import KafkaSettings
+from sniper.transport.kafka import KafkaSettings
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -4,8 +4,8 @@
 partitions the group gave it (``owned``) and the hosted scheduler partitions (``hosts``, by name).
 Invariant: a host lives on an owned Kafka partition; when the group revokes one, its hosts are
 forgotten and stopped (each host bounds its own stop), and shutdown stops every host before the bus
-closes. What a record does and how a host starts belongs to the subclasses (:mod:`cluster.core` on the
-feed, :mod:`cluster.roles` on the view).
+closes. What a record does and how a host starts belongs to the subclasses (:mod:`sniper.cluster.core` on the
+feed, :mod:`sniper.cluster.roles` on the view).
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from typing import ClassVar, Generic, Protocol, TypeVar
 import anyio
 from anyio.abc import TaskGroup, TaskStatus
 
-from actors.base import Actor
-from transport.kafka import KafkaBus, KafkaSettings, KafkaSubscription, RebalanceListener
+from sniper.actors.base import Actor
+from sniper.transport.kafka import KafkaBus, KafkaSettings, KafkaSubscription, RebalanceListener
 
 log = logging.getLogger("sniper.core")
 

@@ -26,8 +26,8 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 if TYPE_CHECKING:
-    from cluster.core import CoreProcess
-    from cluster.roles import ReplicaProcess
+    from sniper.cluster.core import CoreProcess
+    from sniper.cluster.roles import ReplicaProcess
 
 
 class _CoreCollector(Collector):
@@ -43,7 +43,7 @@ class _CoreCollector(Collector):
                 continue
 
     def _collect(self) -> Iterator[Any]:
-        from cluster.core import HostedPartition
+        from sniper.cluster.core import HostedPartition
 
         process = self.process
         labels = ["partition", "queue", "resource"]

@@ -17,9 +17,9 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from core import resources as res
-from core.resources import Resource
-from core.state import App, Ask, AskKey, Node, PartitionState, Queue
+from sniper.core import resources as res
+from sniper.core.resources import Resource
+from sniper.core.state import App, Ask, AskKey, Node, PartitionState, Queue
 
 QueueKey = Callable[[Queue, Resource], tuple[object, ...]]
 
@@ -234,7 +234,7 @@ def try_allocate(
 
     With ``hold`` the placed room is added to the allocator's ``allocating`` counters (node, queue,
     ask) so it is never proposed twice before the cache answers. ``preemption=True`` requires a
-    ``placer`` that counts victims' room (see :mod:`core.preemption.sniper`).
+    ``placer`` that counts victims' room (see :mod:`sniper.core.preemption.sniper`).
     """
     if preemption and placer is None:
         raise ValueError("preemption mode needs a placer that knows the victims")

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import dataclasses
 
-from core.allocation import CandidateFilter, find_ask_candidates, hold_room, try_allocate
-from core.replica import ViewReplica
-from core.state import Ask, AskKey, Node
-from messages import protocol as p
+from sniper.core.allocation import CandidateFilter, find_ask_candidates, hold_room, try_allocate
+from sniper.core.replica import ViewReplica
+from sniper.core.state import Ask, AskKey, Node
+from sniper.messages import protocol as p
 
 DEFAULT_BATCH = 4096
 # Changes after which a cycle may place something it could not place before.

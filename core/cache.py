@@ -13,10 +13,10 @@ from collections import Counter, OrderedDict
 from collections.abc import Callable, Collection
 from typing import Any
 
-from core import resources as res
-from core.config import ConfigError, PartitionConfig, parse_partition, partition_to_raw
-from core.resources import Resource
-from core.state import (
+from sniper.core import resources as res
+from sniper.core.config import ConfigError, PartitionConfig, parse_partition, partition_to_raw
+from sniper.core.resources import Resource
+from sniper.core.state import (
     Allocation,
     AskKey,
     Node,
@@ -26,9 +26,9 @@ from core.state import (
     allocation_number,
     ask_label,
 )
-from messages import decisions as d
-from messages import feed as f
-from messages import protocol as p
+from sniper.messages import decisions as d
+from sniper.messages import feed as f
+from sniper.messages import protocol as p
 
 SEEN_IDS = 100_000  # how many recent event ids are remembered for de-duplication
 
@@ -436,7 +436,7 @@ class CacheCore:
         if isinstance(proposal, p.AllocationProposal):
             self._handle_allocation_proposal(proposal)
         else:
-            from core.preemption.commit import commit_preemption  # local: preemption plugs in here
+            from sniper.core.preemption.commit import commit_preemption  # local: preemption plugs in here
 
             commit_preemption(self, proposal)
 

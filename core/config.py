@@ -15,8 +15,8 @@ from typing import Any
 
 import yaml
 
-from core import resources as res
-from core.resources import Resource
+from sniper.core import resources as res
+from sniper.core.resources import Resource
 
 NODE_SORT_POLICIES: tuple[str, ...] = ("binpacking", "fair")
 APP_SORT_POLICIES: tuple[str, ...] = ("fifo", "fair", "priority")

@@ -2,10 +2,10 @@
 
 What it owns:
 
-- :class:`DurableCacheCore`, a :class:`~core.cache.CacheCore` that stamps every decision with the
+- :class:`DurableCacheCore`, a :class:`~sniper.core.cache.CacheCore` that stamps every decision with the
   Kafka offset of the last feed record it had handled (``feed_offset``) and refuses absurd resource
   quantities (over :data:`MAX_QUANTITY`) with a ``rejected`` decision;
-- :func:`take_snapshot` / :func:`restore`: a cache to a :class:`~messages.snapshot.Snapshot` and back;
+- :func:`take_snapshot` / :func:`restore`: a cache to a :class:`~sniper.messages.snapshot.Snapshot` and back;
 - :func:`apply_logged`: one logged decision that came from a proposal or a tick turned back into the
   state changes that made it (``allocated``, ``preempt`` with its reservation, ``preempt_cancelled``,
   ``kill``, and, if replay ever diverged, ``released``, ``allocation_lost``, ``reservation_ended``);
@@ -31,12 +31,12 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
 
-from core.cache import SEEN_IDS, CacheCore, state_changes
-from core.config import PartitionConfig
-from messages import decisions as d
-from messages import feed as f
-from messages import protocol as p
-from messages.snapshot import Snapshot, SnapshotBody, decode_body, encode_body
+from sniper.core.cache import SEEN_IDS, CacheCore, state_changes
+from sniper.core.config import PartitionConfig
+from sniper.messages import decisions as d
+from sniper.messages import feed as f
+from sniper.messages import protocol as p
+from sniper.messages.snapshot import Snapshot, SnapshotBody, decode_body, encode_body
 
 MAX_QUANTITY = 2**40  # a sanity cap on one resource value (2**40 MiB is an exbibyte of memory)
 

@@ -1,7 +1,7 @@
 """Partition state (nodes, queues, apps, asks, allocations, reservations) and its one mutation path.
 
 The cache owns the authoritative copy; the allocator and the policies own replicas. Every copy changes
-only through :meth:`PartitionState.apply` of committed :mod:`messages.protocol` changes, so a replica
+only through :meth:`PartitionState.apply` of committed :mod:`sniper.messages.protocol` changes, so a replica
 that applied the same changes in the same order is identical to the cache. Derived totals (node
 allocated / reserved, queue allocated / pending / preempting / reserved up the hierarchy, ask
 allocated counts) are maintained incrementally by ``apply`` and are never written elsewhere, except
@@ -15,11 +15,11 @@ from typing import Any
 
 from sortedcontainers import SortedList
 
-from core import resources as res
-from core.config import PartitionConfig, QueueConfig, parse_partition
-from core.node_index import NodeIndex
-from core.resources import MEMORY, Resource
-from messages import protocol as p
+from sniper.core import resources as res
+from sniper.core.config import PartitionConfig, QueueConfig, parse_partition
+from sniper.core.node_index import NodeIndex
+from sniper.core.resources import MEMORY, Resource
+from sniper.messages import protocol as p
 
 AskKey = tuple[str, str]  # (app, ask)
 

@@ -14,11 +14,11 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
-from core.config import SchedulerConfig
-from core.resources import MEMORY
-from messages import feed as f
-from simulator.ideal_view import ideal_for_model
-from simulator.run import SimulationResult, SimulationSettings, run_simulation
+from sniper.core.config import SchedulerConfig
+from sniper.core.resources import MEMORY
+from sniper.messages import feed as f
+from sniper.simulator.ideal_view import ideal_for_model
+from sniper.simulator.run import SimulationResult, SimulationSettings, run_simulation
 
 ROWS: tuple[tuple[str, Callable[[dict[str, Any]], Any]], ...] = (
     ("allocations", lambda r: r["allocations"]),

@@ -12,10 +12,10 @@ from collections import defaultdict
 from collections.abc import Callable
 from typing import Any
 
-from core import resources as res
-from core.resources import Resource
-from messages import decisions as d
-from simulator.model import ClusterModel
+from sniper.core import resources as res
+from sniper.core.resources import Resource
+from sniper.messages import decisions as d
+from sniper.simulator.model import ClusterModel
 
 IdealFn = Callable[[ClusterModel], dict[str, Resource]]
 

@@ -12,9 +12,9 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
-from core.resources import MEMORY
-from messages import decisions as d
-from simulator.metrics import Metrics
+from sniper.core.resources import MEMORY
+from sniper.messages import decisions as d
+from sniper.simulator.metrics import Metrics
 
 
 def plot_usage(metrics: Metrics, out: Path, title: str, resource: str = MEMORY) -> None:

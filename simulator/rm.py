@@ -11,8 +11,8 @@ from __future__ import annotations
 import dataclasses
 import heapq
 
-from messages import decisions as d
-from messages import feed as f
+from sniper.messages import decisions as d
+from sniper.messages import feed as f
 
 
 @dataclasses.dataclass(slots=True)

@@ -7,7 +7,7 @@ except to measure ``allocations_per_s``; the same trace and seed give the same d
 
 :func:`drive` is the driver for any transport, given as :class:`Links` (how to publish, how decisions
 come back, how to wait for quiescence); :func:`simulate` runs it on the memory bus
-(:class:`MemoryLinks`), :mod:`simulator.kafka_run` through a Kafka broker. Both give the same report.
+(:class:`MemoryLinks`), :mod:`sniper.simulator.kafka_run` through a Kafka broker. Both give the same report.
 """
 
 from __future__ import annotations
@@ -21,18 +21,18 @@ from typing import Any
 
 import anyio
 
-from actors.partition import PartitionRuntime
-from actors.policy import PolicyActor
-from actors.router import Router
-from core.config import PartitionConfig, SchedulerConfig, parse_partition
-from messages import decisions as d
-from messages import feed as f
-from messages import protocol as p
-from simulator.metrics import IdealFn, Metrics
-from simulator.model import ClusterModel
-from simulator.rm import StandInRM
-from transport.bus import DECISIONS, FEED, TICK
-from transport.memory import MemoryBus
+from sniper.actors.partition import PartitionRuntime
+from sniper.actors.policy import PolicyActor
+from sniper.actors.router import Router
+from sniper.core.config import PartitionConfig, SchedulerConfig, parse_partition
+from sniper.messages import decisions as d
+from sniper.messages import feed as f
+from sniper.messages import protocol as p
+from sniper.simulator.metrics import IdealFn, Metrics
+from sniper.simulator.model import ClusterModel
+from sniper.simulator.rm import StandInRM
+from sniper.transport.bus import DECISIONS, FEED, TICK
+from sniper.transport.memory import MemoryBus
 
 Progress = Callable[[float, float | None], None]
 
@@ -109,7 +109,7 @@ class Links(abc.ABC):
 
 
 class MemoryLinks(Links):
-    """Everything on one :class:`~transport.memory.MemoryBus`."""
+    """Everything on one :class:`~sniper.transport.memory.MemoryBus`."""
 
     def __init__(self) -> None:
         self.bus = MemoryBus()

@@ -11,8 +11,8 @@ import random
 from collections.abc import Callable
 from typing import Any
 
-from core.config import SchedulerConfig, parse_config
-from messages import feed as f
+from sniper.core.config import SchedulerConfig, parse_config
+from sniper.messages import feed as f
 
 GiB = 1024
 

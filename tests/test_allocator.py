@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from core.allocator import AllocatorCore
-from core.config import partition_to_raw
-from messages import feed as f
-from messages import protocol as p
+from sniper.core.allocator import AllocatorCore
+from sniper.core.config import partition_to_raw
+from sniper.messages import feed as f
+from sniper.messages import protocol as p
 from tests.core_support import Harness, config_of, fingerprint, invariant_problems, queue
 
 CONFIG = config_of(queue("a", maximum={"memory": 32768}), queue("b"))

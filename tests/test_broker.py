@@ -8,7 +8,14 @@ import anyio
 import pytest
 from aiokafka.admin import AIOKafkaAdminClient
 
-from transport.broker import BOOTSTRAP_ENV, BrokerStartError, EmbeddedBroker, find_tansu, probe, resolve_bootstrap
+from sniper.transport.broker import (
+    BOOTSTRAP_ENV,
+    BrokerStartError,
+    EmbeddedBroker,
+    find_tansu,
+    probe,
+    resolve_bootstrap,
+)
 
 pytestmark = pytest.mark.kafka
 

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import yaml
 
-from core.config import (
+from sniper.core.config import (
     ConfigError,
     PreemptionConfig,
     load_config,

@@ -9,12 +9,12 @@ import urllib.request
 import anyio
 import pytest
 
-from cluster.core import CoreOptions, CoreProcess
-from cluster.obs import CoreMetrics, StructuredFormatter
-from messages import decisions as d
+from sniper.cluster.core import CoreOptions, CoreProcess
+from sniper.cluster.obs import CoreMetrics, StructuredFormatter
+from sniper.messages import decisions as d
+from sniper.transport.bus import DECISIONS, FEED
+from sniper.transport.kafka import KafkaBus, KafkaSettings
 from tests.test_core_process import Decisions, workload
-from transport.bus import DECISIONS, FEED
-from transport.kafka import KafkaBus, KafkaSettings
 
 
 def scrape(port: int) -> str:

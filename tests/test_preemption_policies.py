@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import pytest
 
-from actors.policy import _PolicyReplica
-from core.config import PreemptionConfig, parse_partition, partition_to_raw
-from core.preemption.mask import PreemptionMask
-from core.preemption.policies import (
+from sniper.actors.policy import _PolicyReplica
+from sniper.core.config import PreemptionConfig, parse_partition, partition_to_raw
+from sniper.core.preemption.mask import PreemptionMask
+from sniper.core.preemption.policies import (
     REGISTRY,
     IntraQueuePolicy,
     ProportionalBaseline,
@@ -18,9 +18,9 @@ from core.preemption.policies import (
     enabled_policies,
     make_policy,
 )
-from messages import decisions as d
-from messages import feed as f
-from messages import protocol as p
+from sniper.messages import decisions as d
+from sniper.messages import feed as f
+from sniper.messages import protocol as p
 from tests.core_support import queue
 from tests.preemption_support import PreemptHarness, preemption_raw, two_queues
 

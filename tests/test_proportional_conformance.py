@@ -1,8 +1,9 @@
-"""YARN proportional-preemption conformance: one test per case of shared/conformance/yarn-proportional/cases.json.
+"""YARN proportional-preemption conformance: one test per case of tests/data/yarn_proportional/cases.json
+(YARN's own test expectations; provenance in that folder's README).
 
 Every expectation of a case is asserted: per-app mark counts (``"*"`` = no event of any kind), queue-state
 figures, and the cumulative expectations of multi-round cases. The results come from
-:func:`sniper.preview.preview_case` (the JSON the README fixes); events the JSON does not show (dropped
+:func:`sniper.tools.preview.preview_case` (the JSON the README fixes); events the JSON does not show (dropped
 reservations) are checked on a direct run of the policy.
 """
 
@@ -14,11 +15,11 @@ from typing import Any
 
 import pytest
 
-from core.preemption.proportional import ProportionalPolicy
-from core.preemption.snapshot import ConformanceCase, parse_case
-from sniper.preview import QUEUE_FIELDS, preview, preview_case, render_table
+from sniper.core.preemption.proportional import ProportionalPolicy
+from sniper.core.preemption.snapshot import ConformanceCase, parse_case
+from sniper.tools.preview import QUEUE_FIELDS, preview, preview_case, render_table
 
-CASES_PATH = Path(__file__).resolve().parents[2] / "shared/conformance/yarn-proportional/cases.json"
+CASES_PATH = Path(__file__).resolve().parent / "data" / "yarn_proportional" / "cases.json"
 
 
 def _raw_cases() -> list[dict[str, Any]]:

@@ -13,12 +13,12 @@ from typing import Any
 import msgspec
 import pytest
 
-from core.allocator import AllocatorCore
-from core.recovery import MAX_QUANTITY, DurableCacheCore, apply_logged, replay, restore, take_snapshot
-from messages import decisions as d
-from messages import feed as f
-from messages import protocol as p
-from messages.snapshot import Snapshot, SnapshotError, snapshot_msgpack
+from sniper.core.allocator import AllocatorCore
+from sniper.core.recovery import MAX_QUANTITY, DurableCacheCore, apply_logged, replay, restore, take_snapshot
+from sniper.messages import decisions as d
+from sniper.messages import feed as f
+from sniper.messages import protocol as p
+from sniper.messages.snapshot import Snapshot, SnapshotError, snapshot_msgpack
 from tests.core_support import fingerprint, partition_raw, queue
 
 P = "default"

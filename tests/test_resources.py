@@ -6,8 +6,8 @@ import math
 
 import pytest
 
-from core import resources as res
-from core.resources import QuantityError, parse_quantity, parse_resource
+from sniper.core import resources as res
+from sniper.core.resources import QuantityError, parse_quantity, parse_resource
 
 
 @pytest.mark.parametrize(

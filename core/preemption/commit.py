@@ -14,16 +14,16 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from core import resources as res
-from core.preemption.quotas import Quotas, compute_quotas, net_usage
-from core.preemption.rules import may_preempt_for, preemption_disabled
-from core.resources import Resource
-from core.state import Allocation, Ask
-from messages import decisions as d
-from messages import protocol as p
+from sniper.core import resources as res
+from sniper.core.preemption.quotas import Quotas, compute_quotas, net_usage
+from sniper.core.preemption.rules import may_preempt_for, preemption_disabled
+from sniper.core.resources import Resource
+from sniper.core.state import Allocation, Ask
+from sniper.messages import decisions as d
+from sniper.messages import protocol as p
 
 if TYPE_CHECKING:
-    from core.cache import CacheCore
+    from sniper.core.cache import CacheCore
 
 
 def commit_preemption(cache: CacheCore, proposal: p.PreemptionProposal) -> None:

@@ -1,6 +1,6 @@
 """Preemption-mode placement (seed 002 ``tryAllocate(..., preemption=true)``), run by the allocator.
 
-:class:`VictimPlacer` plugs into the same :func:`core.allocation.try_allocate` loop as normal
+:class:`VictimPlacer` plugs into the same :func:`sniper.core.allocation.try_allocate` loop as normal
 allocation; a node's usable room is its free room plus the victims the round allows there. Nodes are
 indexed by that potential room (free memory plus candidate victims' memory), so an ask only looks at
 nodes that could possibly hold it, and at most ``max_candidate_nodes`` feasible ones. On each node the
@@ -16,15 +16,15 @@ import dataclasses
 
 from sortedcontainers import SortedList
 
-from core import resources as res
-from core.allocation import CandidateFilter, find_ask_candidates, try_allocate, usage_key
-from core.allocator import AllocatorCore
-from core.preemption.costs import victim_cost
-from core.preemption.quotas import below_ideal
-from core.preemption.rules import may_preempt_for, preemption_disabled
-from core.resources import MEMORY, Resource
-from core.state import Allocation, Ask, AskKey, Node, PartitionState, Queue, ask_label
-from messages import protocol as p
+from sniper.core import resources as res
+from sniper.core.allocation import CandidateFilter, find_ask_candidates, try_allocate, usage_key
+from sniper.core.allocator import AllocatorCore
+from sniper.core.preemption.costs import victim_cost
+from sniper.core.preemption.quotas import below_ideal
+from sniper.core.preemption.rules import may_preempt_for, preemption_disabled
+from sniper.core.resources import MEMORY, Resource
+from sniper.core.state import Allocation, Ask, AskKey, Node, PartitionState, Queue, ask_label
+from sniper.messages import protocol as p
 
 
 @dataclasses.dataclass(slots=True)

@@ -12,14 +12,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Protocol
 
-from core import resources as res
-from core.config import PreemptionConfig
-from core.preemption.mask import PreemptionMask
-from core.preemption.proportional import ProportionalConfig, ProportionalPolicy
-from core.preemption.quotas import Quotas, compute_quotas
-from core.preemption.view import snapshot_from_state
-from core.state import PartitionState
-from messages import protocol as p
+from sniper.core import resources as res
+from sniper.core.config import PreemptionConfig
+from sniper.core.preemption.mask import PreemptionMask
+from sniper.core.preemption.proportional import ProportionalConfig, ProportionalPolicy
+from sniper.core.preemption.quotas import Quotas, compute_quotas
+from sniper.core.preemption.view import snapshot_from_state
+from sniper.core.state import PartitionState
+from sniper.messages import protocol as p
 
 Output = p.PlacementRequest | p.PreemptionProposal | None
 

@@ -9,7 +9,7 @@ Pure functions of the queue tree.
 
 from __future__ import annotations
 
-from core.state import Queue
+from sniper.core.state import Queue
 
 
 def preemption_disabled(queue: Queue) -> bool:

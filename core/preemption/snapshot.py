@@ -4,7 +4,7 @@ Owns :func:`load_cases` / :func:`parse_cases` / :func:`parse_case` (one case obj
 the :class:`ConformanceCase` they return, and the mapping between the format's resource lists and Sniper's
 named resources (:func:`resource_from_list`, :func:`resource_to_list`).
 
-Format facts relied on (see ``shared/conformance/yarn-proportional/README.md``): resources are lists in
+Format facts relied on (see ``docs/yarn-baseline.md``): resources are lists in
 ``config.resource_types`` order, index 0 being memory (named ``memory`` here whatever its name there;
 ``vcores`` becomes ``vcore``; other names are kept); queues are listed in depth-first pre-order; a parent's
 pending is the sum of its children's; app containers come as groups ``{first_id, count, size, priority,
@@ -22,9 +22,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from core.preemption.model import AppSnapshot, ClusterSnapshot, ContainerSnapshot, QueueSnapshot, SnapshotError
-from core.preemption.proportional import ProportionalConfig
-from core.resources import MEMORY, VCORE, Resource, ResourceLike, total
+from sniper.core.preemption.model import AppSnapshot, ClusterSnapshot, ContainerSnapshot, QueueSnapshot, SnapshotError
+from sniper.core.preemption.proportional import ProportionalConfig
+from sniper.core.resources import MEMORY, VCORE, Resource, ResourceLike, total
 
 DEFAULT_RESOURCE_TYPES: tuple[str, ...] = ("memory-mb", "vcores")
 

@@ -25,8 +25,8 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from core.preemption.proportional import ProportionalPolicy, preemption_order
-from core.preemption.snapshot import ConformanceCase, load_cases
+from sniper.core.preemption.proportional import ProportionalPolicy, preemption_order
+from sniper.core.preemption.snapshot import ConformanceCase, load_cases
 
 POLICIES: tuple[str, ...] = ("proportional",)
 QUEUE_FIELDS: tuple[str, ...] = ("ideal_assigned", "to_be_preempted", "preemptable_extra", "untouchable_extra")

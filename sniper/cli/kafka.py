@@ -1,7 +1,7 @@
 """The Kafka commands of the ``sniper`` CLI: broker, core, feed, record and ``bench e2e``.
 
-:func:`register` adds them to the main typer app (``sniper.cli``). A thin shell like the rest of the
-CLI: it parses flags, builds :class:`~transport.kafka.KafkaSettings` (flags, then ``SNIPER_KAFKA_*``),
+They register on the main typer app of :mod:`sniper.cli.app`. A thin shell like the rest of the
+CLI: it parses flags, builds :class:`~sniper.transport.kafka.KafkaSettings` (flags, then ``SNIPER_KAFKA_*``),
 starts the embedded broker when no bootstrap is given, runs the asyncio program on uvloop and maps
 outcomes to exit codes (0 fine, 1 invariant violated, 2 bad input or configuration).
 """
@@ -17,12 +17,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
-from rich.console import Console
+
+from sniper.cli.app import app, bench_app, console, load_inputs
 
 if TYPE_CHECKING:
-    from transport.kafka import KafkaSettings
+    from sniper.transport.kafka import KafkaSettings
 
-console = Console(stderr=True)
 T = TypeVar("T")
 
 Bootstrap = Annotated[
@@ -74,7 +74,7 @@ def _kafka_flags(params: Mapping[str, Any]) -> dict[str, Any]:
 async def _connect(bootstrap: str | None, flags: Mapping[str, Any]) -> AsyncIterator[KafkaSettings]:
     """The command's settings: flags, then ``SNIPER_KAFKA_*``; an embedded broker for the duration if no
     bootstrap is given or set."""
-    from cluster.kafka_env import bootstrap_or_embedded, build_settings
+    from sniper.cluster.kafka_env import bootstrap_or_embedded, build_settings
 
     async with bootstrap_or_embedded(bootstrap, announce=console.print) as (address, embedded):
         yield build_settings(address, embedded=embedded, **flags)
@@ -117,12 +117,13 @@ async def _until_signal_or(work: Callable[[], Awaitable[T]]) -> T | None:
     return result
 
 
+@app.command("broker")
 def broker(
     port: Annotated[int | None, typer.Option(help="port to listen on (default: a free one)")] = None,
     host: Annotated[str, typer.Option(help="address to listen on and advertise")] = "127.0.0.1",
 ) -> None:
     """Run the embedded Kafka-compatible broker (tansu, in-memory) in the foreground until Ctrl-C."""
-    from transport.broker import BrokerStartError, EmbeddedBroker
+    from sniper.transport.broker import BrokerStartError, EmbeddedBroker
 
     async def main() -> None:
         async with EmbeddedBroker(host=host, port=port) as embedded:
@@ -142,6 +143,7 @@ def broker(
         pass
 
 
+@app.command("core")
 def core(
     bootstrap: Bootstrap = None,
     role: Annotated[str, typer.Option(help="all | cache | allocator | policy")] = "all",
@@ -167,10 +169,10 @@ def core(
 ) -> None:
     """Run one scheduler-core process: it joins the group and hosts the partitions Kafka assigns it."""
     flags = _kafka_flags(locals())
-    from cluster.core import CoreOptions
-    from cluster.obs import CoreMetrics, setup_logging
-    from cluster.roles import core_process
-    from core.config import ConfigError, load_config
+    from sniper.cluster.core import CoreOptions
+    from sniper.cluster.obs import CoreMetrics, setup_logging
+    from sniper.cluster.roles import core_process
+    from sniper.core.config import ConfigError, load_config
 
     try:
         setup_logging(log_format, logging.DEBUG if verbose else logging.INFO)
@@ -218,18 +220,7 @@ def core(
         pass
 
 
-def register(app: typer.Typer, bench_app: typer.Typer) -> None:
-    """Add the Kafka commands to the ``sniper`` app (and ``bench e2e`` to its bench group)."""
-    app.command("broker")(broker)
-    app.command("core")(core)
-    app.command("feed")(feed)
-    app.command("record")(record)
-    bench_app.command("e2e")(bench_e2e)
-
-
-__all__ = ["register"]
-
-
+@app.command("feed")
 def feed(
     trace: Annotated[Path, typer.Argument(help="JSON Lines trace, or a bundled scenario name")],
     bootstrap: Bootstrap = None,
@@ -252,13 +243,12 @@ def feed(
 ) -> None:
     """Replay a trace onto the feed in scaled real time and play the resource manager (exit 1 on a violation)."""
     flags = _kafka_flags(locals())
-    from cluster.feeder import PlayOptions, play
-    from core.config import ConfigError
-    from simulator.ideal_view import ideal_for_model
-    from sniper.cli import _load_inputs
+    from sniper.core.config import ConfigError
+    from sniper.simulator.ideal_view import ideal_for_model
+    from sniper.tools.feeder import PlayOptions, play
 
     try:
-        events, config, source = _load_inputs(trace, queues, seed)
+        events, config, source = load_inputs(trace, queues, seed)
         options = PlayOptions(speed=speed, until=until, drain=drain)
     except (ConfigError, ValueError, OSError) as err:
         raise _fail(str(err)) from None
@@ -284,6 +274,7 @@ def feed(
         raise typer.Exit(1)
 
 
+@app.command("record")
 def record(
     bootstrap: Bootstrap = None,
     out: Annotated[Path, typer.Option("--out", help="JSON Lines trace to write")] = Path("recorded.jsonl"),
@@ -301,7 +292,7 @@ def record(
 ) -> None:
     """Write the feed as it passes to a JSON Lines trace (t relative to the first event)."""
     flags = _kafka_flags(locals())
-    from cluster.feeder import record as run_record
+    from sniper.tools.feeder import record as run_record
 
     async def main() -> int:
         async with _connect(bootstrap, flags) as settings:
@@ -317,6 +308,7 @@ def record(
     console.print(f"recorded {count} events to {out}")
 
 
+@bench_app.command("e2e")
 def bench_e2e(
     bootstrap: Bootstrap = None,
     events: Annotated[int, typer.Option(help="asks to publish")] = 20_000,
@@ -333,8 +325,8 @@ def bench_e2e(
     flags = _kafka_flags(locals())
     import json
 
-    from cluster.bench import bench_e2e as run_bench
-    from cluster.cpulimit import CpuLimitUnavailable
+    from sniper.tools.bench_e2e import bench_e2e as run_bench
+    from sniper.tools.cpulimit import CpuLimitUnavailable
 
     if events < 1 or partitions < 1 or cores < 1 or rate < 0:
         raise _fail("events, partitions and cores must be at least 1, rate at least 0")

@@ -1,4 +1,4 @@
-"""The ``sniper`` command line: simulate, compare, preview, bench, scenario (and the Kafka commands).
+"""The simulation commands of ``sniper``: simulate, compare, scenario, preview, check-config, bench allocate/preempt.
 
 A thin shell: it parses arguments, loads files, shows progress and tables, writes reports and plots,
 and maps outcomes to exit codes (0 fine, 1 invariant violated, 2 bad input).
@@ -7,7 +7,6 @@ and maps outcomes to exit codes (0 fine, 1 invariant violated, 2 bad input).
 from __future__ import annotations
 
 import json
-import logging
 import sys
 from pathlib import Path
 from typing import Annotated, Any
@@ -15,46 +14,13 @@ from typing import Annotated, Any
 import msgspec
 import typer
 import yaml
-from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from core.config import ConfigError, SchedulerConfig, load_config
-from messages import feed as f
-from messages.codec import encode_json_line, read_trace
-
-app = typer.Typer(add_completion=False, no_args_is_help=True, help="Sniper: a scheduler core with sniper preemption.")
-bench_app = typer.Typer(no_args_is_help=True, help="Benchmarks (print figures; never assert).")
-app.add_typer(bench_app, name="bench")
-console = Console(stderr=True)
-out = Console()
-
-
-def _setup_logging(verbose: bool) -> None:
-    logging.basicConfig(
-        level=logging.INFO if verbose else logging.WARNING,
-        format="%(asctime)s %(levelname)s %(name)s %(message)s",
-        stream=sys.stderr,
-    )
-
-
-def _load_inputs(
-    trace: Path | None, queues: Path | None, seed: int
-) -> tuple[list[f.Feed], SchedulerConfig | None, str]:
-    from simulator.scenarios import scenario
-
-    if trace is None:
-        trace = Path("demo")
-    if not trace.exists() and not trace.suffix:
-        sc = scenario(str(trace), seed)  # a bundled scenario by name
-        config = load_config(queues) if queues is not None else sc.config
-        return sc.events, config, f"bundled scenario '{sc.name}' (seed {seed})"
-    events, bad = read_trace(trace)
-    for problem in bad[:20]:
-        console.print(f"[yellow]skipped[/] {problem}")
-    if len(bad) > 20:
-        console.print(f"[yellow]... and {len(bad) - 20} more bad lines[/]")
-    return events, (load_config(queues) if queues is not None else None), str(trace)
+from sniper.cli.app import app, bench_app, console, load_inputs, out, setup_logging
+from sniper.core.config import ConfigError, load_config
+from sniper.messages import feed as f
+from sniper.messages.codec import encode_json_line
 
 
 def _print_summary(report: dict[str, Any], title: str) -> None:
@@ -105,13 +71,13 @@ def simulate(
     verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
 ) -> None:
     """Replay a trace in virtual time through the real actors and report (exit 1 on an invariant violation)."""
-    from simulator.ideal_view import ideal_for_model
-    from simulator.plot import plot_usage
-    from simulator.run import SimulationSettings, run_simulation
+    from sniper.simulator.ideal_view import ideal_for_model
+    from sniper.simulator.plot import plot_usage
+    from sniper.simulator.run import SimulationSettings, run_simulation
 
-    _setup_logging(verbose)
+    setup_logging(verbose)
     try:
-        events, config, source = _load_inputs(trace, queues, seed)
+        events, config, source = load_inputs(trace, queues, seed)
         if policy is not None and policy not in ("sniper", "proportional", "none"):
             raise ConfigError(f"unknown policy {policy!r}")
     except (ConfigError, ValueError, OSError) as err:
@@ -135,7 +101,7 @@ def simulate(
             bar.update(task, completed=min(1.0, now / end) if end else 0.0, now=now)
 
         if transport == "kafka":
-            from simulator.kafka_run import run_simulation_kafka
+            from sniper.simulator.kafka_run import run_simulation_kafka
 
             result = run_simulation_kafka(
                 events, config, settings, progress=progress, ideal_fn=ideal_for_model, bootstrap=bootstrap
@@ -169,9 +135,9 @@ def compare(
     as_markdown: Annotated[bool, typer.Option("--markdown", help="print the table as Markdown")] = False,
 ) -> None:
     """Run the same trace under several policies and print the metrics side by side."""
-    from simulator.compare import compare as run_compare
-    from simulator.compare import plot_compare, table_rows
-    from simulator.run import SimulationSettings
+    from sniper.simulator.compare import compare as run_compare
+    from sniper.simulator.compare import plot_compare, table_rows
+    from sniper.simulator.run import SimulationSettings
 
     names = [x.strip() for x in policies.split(",") if x.strip()]
     bad = [x for x in names if x not in ("sniper", "proportional", "none")]
@@ -179,7 +145,7 @@ def compare(
         console.print(f"[red]error:[/] unknown policies {bad}")
         raise typer.Exit(2)
     try:
-        events, config, source = _load_inputs(trace, queues, seed)
+        events, config, source = load_inputs(trace, queues, seed)
     except (ConfigError, ValueError, OSError) as err:
         console.print(f"[red]error:[/] {err}")
         raise typer.Exit(2) from None
@@ -221,7 +187,7 @@ def write_scenario(
     seed: Annotated[int, typer.Option()] = 0,
 ) -> None:
     """Write a bundled scenario as a trace file and a queues.yaml."""
-    from simulator.scenarios import scenario
+    from sniper.simulator.scenarios import scenario
 
     try:
         sc = scenario(name, seed)
@@ -246,8 +212,8 @@ def preview(
     as_json: Annotated[bool, typer.Option("--json", help="JSON Lines, one object per case")] = False,
 ) -> None:
     """What would preemption do to this cluster state right now? (observe-only, one round per case)."""
-    from sniper.preview import preview as run_preview
-    from sniper.preview import render_table
+    from sniper.tools.preview import preview as run_preview
+    from sniper.tools.preview import render_table
 
     try:
         results = run_preview(snapshot, policy)
@@ -269,7 +235,7 @@ def bench_allocate_cmd(
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
     """Committed allocations per second through the actors on the memory transport."""
-    from sniper.bench import bench_allocate
+    from sniper.tools.bench_core import bench_allocate
 
     result = bench_allocate(nodes, queues, asks)
     if as_json:
@@ -287,7 +253,7 @@ def bench_preempt_cmd(
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
     """One full sniper preemption round on a packed cluster: round time and targeted victims per second."""
-    from sniper.bench import bench_preempt
+    from sniper.tools.bench_core import bench_preempt
 
     result = bench_preempt(nodes, running, starving, candidates=candidates)
     if as_json:
@@ -312,13 +278,3 @@ def check_config(path: Annotated[Path, typer.Argument(help="queues.yaml")]) -> N
                 f"{'  ' * depth}{q.name}  guaranteed={q.guaranteed} max={q.max} "
                 f"sort={q.sort_policy} priority={q.priority_offset}"
             )
-
-
-# ---- Kafka cluster commands (broker, core, feed, record, bench e2e): defined in cluster/cli.py
-from cluster.cli import register as _register_cluster_commands  # noqa: E402
-
-_register_cluster_commands(app, bench_app)
-
-
-def main() -> None:
-    app()

@@ -2,9 +2,9 @@
 
 :func:`play` replays a trace onto the ``feed`` topic in scaled real time (trace second ``t`` is
 published at wall second ``t / speed``; every event gets an id, ``RUN:LINE``, unless it has one) and
-plays the resource manager with the simulator's :class:`~simulator.rm.StandInRM`: it consumes the
+plays the resource manager with the simulator's :class:`~sniper.simulator.rm.StandInRM`: it consumes the
 decisions, releases containers after their duration, answers kills and asks again for lost work. An
-:class:`~cluster.checker.OrderedChecker` reads the feed and the decisions from Kafka and produces the
+:class:`~sniper.tools.checker.OrderedChecker` reads the feed and the decisions from Kafka and produces the
 ARCHITECTURE section-7 report as far as the decisions allow. Decisions of a deposed owner (a lower
 epoch than the highest seen for the partition) are dropped, as a real resource manager would.
 
@@ -26,15 +26,15 @@ from typing import Any
 import anyio
 import msgspec
 
-from cluster.checker import OrderedChecker
-from core.config import SchedulerConfig
-from messages import decisions as d
-from messages import feed as f
-from messages.codec import encode_json_line
-from simulator.metrics import IdealFn
-from simulator.rm import StandInRM
-from transport.bus import DECISIONS, FEED
-from transport.kafka import KafkaBus, KafkaSettings, KafkaSubscription
+from sniper.core.config import SchedulerConfig
+from sniper.messages import decisions as d
+from sniper.messages import feed as f
+from sniper.messages.codec import encode_json_line
+from sniper.simulator.metrics import IdealFn
+from sniper.simulator.rm import StandInRM
+from sniper.tools.checker import OrderedChecker
+from sniper.transport.bus import DECISIONS, FEED
+from sniper.transport.kafka import KafkaBus, KafkaSettings, KafkaSubscription
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -64,7 +64,7 @@ class PlayResult:
 def with_config_events(events: list[f.Feed], config: SchedulerConfig | None) -> list[f.Feed]:
     """``events`` preceded by a ``partition_config`` event for each configured partition the trace does
     not configure itself (a bundled scenario's config lives beside its events)."""
-    from core.config import partition_to_raw
+    from sniper.core.config import partition_to_raw
 
     configured = {e.partition for e in events if isinstance(e, f.PartitionConfigEvent)}
     head: list[f.Feed] = [

@@ -13,13 +13,13 @@ from typing import Any
 
 import anyio
 
-from actors.partition import PartitionRuntime
-from actors.router import Router
-from core.config import parse_partition
-from messages import decisions as d
-from messages import feed as f
-from transport.bus import DECISIONS, FEED
-from transport.memory import MemoryBus
+from sniper.actors.partition import PartitionRuntime
+from sniper.actors.router import Router
+from sniper.core.config import parse_partition
+from sniper.messages import decisions as d
+from sniper.messages import feed as f
+from sniper.transport.bus import DECISIONS, FEED
+from sniper.transport.memory import MemoryBus
 
 GiB = 1024
 
@@ -125,12 +125,12 @@ def bench_preempt(nodes: int, running: int, starving: int, ask_gib: int = 16, ca
     The round is the policy's quota computation, the allocator's preemption-mode placement and the
     cache's commit; ``candidates`` is ``preemption.max_candidate_nodes``.
     """
-    from core.allocator import AllocatorCore
-    from core.cache import CacheCore
-    from core.preemption.placement import answer_placement_request
-    from core.preemption.policies import SniperPolicy
-    from messages import decisions as dm
-    from messages import protocol as pm
+    from sniper.core.allocator import AllocatorCore
+    from sniper.core.cache import CacheCore
+    from sniper.core.preemption.placement import answer_placement_request
+    from sniper.core.preemption.policies import SniperPolicy
+    from sniper.messages import decisions as dm
+    from sniper.messages import protocol as pm
 
     node_mem, node_cpu = 64 * GiB, 16_000
     half = {"memory": nodes * node_mem // 2, "vcore": nodes * node_cpu // 2}
