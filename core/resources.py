@@ -185,6 +185,34 @@ def dominant_share(usage: ResourceLike, against: ResourceLike) -> float:
     return share
 
 
+def share_vector(a: ResourceLike, capacity: ResourceLike) -> tuple[float, ...]:
+    """``a``'s shares of ``capacity``, largest first, one per resource the capacity has.
+
+    Resources the capacity lacks (or has zero of) are left out: no node can hold them, so they say
+    nothing about a queue's standing. Comparing two such vectors lexicographically is the DRF order.
+    """
+    return tuple(sorted((a.get(k, 0) / c for k, c in capacity.items() if c > 0), reverse=True))
+
+
+def drf_compare(a: ResourceLike, b: ResourceLike, capacity: ResourceLike) -> int:
+    """The one DRF comparison (YARN's DominantResourceCalculator): -1, 0 or 1 as ``a`` is below, level
+    with or above ``b``. ``a`` is above ``b`` when its dominant share of ``capacity`` is larger; a tie
+    is broken by the next largest share, and so on. Used for every above/below question: a queue
+    against its guarantee, its ideal or its max, in quotas, the cache's checks, the allocator's order,
+    the checker and the metrics.
+    """
+    va, vb = share_vector(a, capacity), share_vector(b, capacity)
+    return (va > vb) - (va < vb)
+
+
+def drf_above(a: ResourceLike, b: ResourceLike, capacity: ResourceLike) -> bool:
+    return drf_compare(a, b, capacity) > 0
+
+
+def drf_below(a: ResourceLike, b: ResourceLike, capacity: ResourceLike) -> bool:
+    return drf_compare(a, b, capacity) < 0
+
+
 def normalized(a: ResourceLike) -> Resource:
     """Drop zero entries so equal resources compare equal."""
     return {k: v for k, v in a.items() if v}

@@ -147,3 +147,29 @@ def test_is_zero_and_any_positive(value: dict[str, int], zero: bool, positive: b
 def test_fmt_is_stable_and_skips_zeros() -> None:
     assert res.fmt({"vcore": 1000, "memory": 4096, "gpu": 0}) == "memory=4096,vcore=1000"
     assert res.fmt({}) == "0"
+
+
+CAP = {"memory": 100_000, "vcore": 100_000, "gpu": 8}
+
+
+@pytest.mark.parametrize(
+    ("a", "b", "expected"),
+    [
+        # 200% of the memory guarantee and 50% of the vcore guarantee is above the guarantee
+        ({"memory": 40_000, "vcore": 10_000}, {"memory": 20_000, "vcore": 20_000}, 1),
+        # the mirror image is below
+        ({"memory": 10_000, "vcore": 10_000}, {"memory": 20_000, "vcore": 20_000}, -1),
+        # same dominant share: the next largest share decides
+        ({"memory": 20_000, "vcore": 10_000}, {"memory": 20_000, "vcore": 5_000}, 1),
+        ({"memory": 20_000, "vcore": 10_000}, {"vcore": 20_000, "memory": 10_000}, 0),
+        # a GPU share dominates when it is the largest
+        ({"gpu": 4, "memory": 1}, {"memory": 40_000}, 1),
+        # a resource the capacity lacks says nothing
+        ({"memory": 1, "fpga": 9}, {"memory": 1}, 0),
+    ],
+)
+def test_drf_compare(a: dict[str, int], b: dict[str, int], expected: int) -> None:
+    assert res.drf_compare(a, b, CAP) == expected
+    assert res.drf_compare(b, a, CAP) == -expected
+    assert res.drf_above(a, b, CAP) is (expected > 0)
+    assert res.drf_below(a, b, CAP) is (expected < 0)
