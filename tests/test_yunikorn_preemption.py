@@ -46,16 +46,19 @@ def assert_outcome(
 # ---------------------------------------------------------------------- preemption_test.go: siblings
 
 
-def two_children(child2_guaranteed: int = 5, parent_max: dict[str, int] | None = None) -> dict[str, object]:
-    """root.parent (max first 20, guaranteed 10) -> child1, child2 (max 10; guaranteed 5, child2's given)."""
+def two_children(child2_guaranteed: int = 5) -> dict[str, object]:
+    """root.parent (max first 20, guaranteed 10) -> child1, child2 (max 10; guaranteed 5, child2's given).
+
+    The parent's guarantee grows with child2's: Sniper, like YuniKorn's config check, refuses children
+    guaranteed more than their parent (the YuniKorn unit test builds its queues without that check)."""
     return q(
         "root",
         q(
             "parent",
             q("child1", maximum={"first": 10}, guaranteed={"first": 5}),
             q("child2", maximum={"first": 10}, guaranteed={"first": child2_guaranteed}),
-            maximum=parent_max or {"first": 20},
-            guaranteed={"first": 10},
+            maximum={"first": 20},
+            guaranteed={"first": 5 + child2_guaranteed},
         ),
     )
 
@@ -159,6 +162,7 @@ def limited_parent(parent_max: int, *children: dict[str, object]) -> dict[str, o
     return q("root", q("parent", *children, maximum={"first": parent_max}))
 
 
+@xfail(12, why="root.parent is at its max (8): the victims leaving the subtree are not counted")
 def test_TryPreemption_VictimsAvailable_InsufficientResource() -> None:
     case = Case(
         root=limited_parent(8, q("child1"), q("child2", guaranteed={"first": 5})),
@@ -209,6 +213,7 @@ def three_children() -> dict[str, object]:
     return limited_parent(18, q("child1"), q("child2", guaranteed={"first": 15}), q("child3"))
 
 
+@xfail(12, why="root.parent is at its max (18): the victims leaving the subtree are not counted")
 def test_TryPreemption_OnQueue_VictimsOnDifferentNodes() -> None:
     case = Case(
         root=three_children(),
@@ -227,6 +232,11 @@ def test_TryPreemption_OnQueue_VictimsOnDifferentNodes() -> None:
     assert o.placed["alloc3"] == 1
 
 
+@xfail(
+    12,
+    why="root.parent is at its max (18); once fixed, alloc4 (priority 1000) must also be spared: YuniKorn's "
+    "law 6, a task preempts only tasks of lower or equal priority",
+)
 def test_TryPreemption_OnQueue_VictimsAvailable_LowerPriority() -> None:
     case = Case(
         root=three_children(),
@@ -294,7 +304,9 @@ def test_TryPreemption_OnNode_AskResTypesDifferent_GuaranteedSetOnPreemptorSide(
     assert_outcome(o, victims={P2C2: 1}, placed={"alloc3": 1})
 
 
-def mixed_victims(node: dict[str, int], other: dict[str, int], ask: dict[str, int], **guarantees: object) -> Case:
+def mixed_victims(
+    node: dict[str, int], other: dict[str, int], ask: dict[str, int], **guarantees: dict[str, int]
+) -> Case:
     """child2 runs alloc1 (app-1), alloc2 and alloc3 (app-2), each ``{vcores 1} | other``, and alloc5..7
     (app-1) of ``other`` alone; app-4 in child1 asks ``ask``."""
     vcore = {"vcores": 1, **({"mem": 100} if "mem" in other else {})}
@@ -305,7 +317,7 @@ def mixed_victims(node: dict[str, int], other: dict[str, int], ask: dict[str, in
         *(Running(f"alloc{i}", "app-1", other, "node-1") for i in range(5, 8)),
     )
     return Case(
-        root=nested(**guarantees),  # type: ignore[arg-type]
+        root=nested(**guarantees),
         nodes={"node-1": node},
         apps={"app-1": P2C2, "app-2": P2C2, "app-4": P1C1},
         running=running,
@@ -316,7 +328,12 @@ def mixed_victims(node: dict[str, int], other: dict[str, int], ask: dict[str, in
 OTHER_ONLY = ("alloc5", "alloc6", "alloc7")  # hold no resource the ask needs: never victims
 
 
-@xfail(12, 13, why="root.parent is at its vcore max; the victims hold almost no memory")
+@xfail(
+    12,
+    14,
+    15,
+    why="root.parent at its vcore max; two whole victims from one quota; child1's guarantee ignored (parent1 has none)",
+)
 def test_TryPreemption_AskResTypesDifferent_GuaranteedSetOnVictimAndPreemptorSides() -> None:
     case = mixed_victims(
         {"vcores": 5, "mem": 700},
@@ -329,7 +346,7 @@ def test_TryPreemption_AskResTypesDifferent_GuaranteedSetOnVictimAndPreemptorSid
     assert_outcome(run(case), victims={P2C2: 2}, placed={"alloc4": 1}, never=OTHER_ONLY)
 
 
-@xfail(13, 14, why="the victims hold almost no memory; several whole containers from one quota")
+@xfail(14, 15, why="two whole victims from one quota; child1's guarantee ignored (parent1 has none)")
 def test_TryPreemption_OnNode_AskResTypesDifferent_GuaranteedSetOnVictimAndPreemptorSides() -> None:
     case = mixed_victims(
         {"vcores": 3, "mem": 600},
@@ -342,13 +359,15 @@ def test_TryPreemption_OnNode_AskResTypesDifferent_GuaranteedSetOnVictimAndPreem
     assert_outcome(run(case), victims={P2C2: 2}, placed={"alloc4": 1}, never=OTHER_ONLY)
 
 
-@xfail(13, 16, why="vcore-only victims are never found; a gpu the guarantee does not name empties the ideal")
+@xfail(13, 15, 16, why="vcore-only victims; child1's guarantee ignored (parent1 has none); gpu and memory unguaranteed")
 def test_TryPreemption_OnNode_AskResTypesSame_GuaranteedSetOnPreemptorSide() -> None:
-    case = mixed_victims({"vcores": 3, "gpu": 300, "mem": 200}, {"gpu": 100}, {"vcores": 2, "mem": 200}, child1={"vcores": 2})
+    case = mixed_victims(
+        {"vcores": 3, "gpu": 300, "mem": 200}, {"gpu": 100}, {"vcores": 2, "mem": 200}, child1={"vcores": 2}
+    )
     assert_outcome(run(case), victims={P2C2: 2}, placed={"alloc4": 1}, never=OTHER_ONLY)
 
 
-@xfail(13, 16, why="vcore-only victims are never found; a gpu the guarantee does not name empties the ideal")
+@xfail(13, 15, 16, why="vcore-only victims; child1's guarantee ignored (parent1 has none); gpu and memory unguaranteed")
 def test_TryPreemption_OnNode_AskResTypesSame_GuaranteedSetOnVictimAndPreemptorSides() -> None:
     case = mixed_victims(
         {"vcores": 3, "gpu": 700, "mem": 200},
@@ -429,7 +448,9 @@ def victim_side(root: dict[str, object], victim: str, asker: str) -> Case:
     )
 
 
-@xfail(16, why="a guarantee naming `second`, which the victim queue does not use")
+@xfail(
+    12, 14, why="root.parent is at its max (first 20); a victim (first 10) larger than child1 may lose over its ideal"
+)
 def test_TryPreemption_VictimQueue_With_OG_And_UG_ResTypes() -> None:
     root = q(
         "root",
@@ -478,16 +499,20 @@ def diff_parents(guarantees: tuple[dict[str, int] | None, ...], parent_max: dict
     [
         pytest.param(
             "victim queue under parent different from ask queue with some OG res types",
-            marks=xfail(15, 16, why="child2 has no guarantee of its own; parent1's names unused `second`"),
+            marks=xfail(12, 14, 15, why="parent at its max; whole 10-unit victims; child2 has no guarantee of its own"),
         ),
         pytest.param(
             "victim queue with some OG res types under parent different from ask queue",
-            marks=xfail(16, why="child1's guarantee names `second`, which it does not use"),
+            marks=xfail(
+                12, 14, 15, why="parent at its max; whole 10-unit victims; leaf guarantees under parents without"
+            ),
         ),
     ],
 )
 def test_TryPreemption_VictimQueue_Under_Diff_Parent_With_OG_And_UG_ResTypes(name: str) -> None:
-    o = run(victim_side(diff_parents(DIFF_PARENTS[name], {"first": 20, "second": 4}), P1C1, "root.parent.parent2.child2"))
+    o = run(
+        victim_side(diff_parents(DIFF_PARENTS[name], {"first": 20, "second": 4}), P1C1, "root.parent.parent2.child2")
+    )
     assert_outcome(o, victims={P1C1: 1}, placed={"alloc3": 1})
 
 
@@ -507,7 +532,7 @@ def ask_side(root: dict[str, object], victim: str, asker: str) -> Case:
     )
 
 
-@xfail(16, why="the ask uses `third`, which no guarantee names")
+@xfail(12, 16, why="root.parent is at its max (first 20); the ask uses `third`, which no guarantee names")
 def test_TryPreemption_AskQueue_With_OG_And_UG_ResTypes() -> None:
     root = q(
         "root",
@@ -544,11 +569,13 @@ ASK_DIFF_PARENTS = {
     [
         pytest.param(
             "ask queue under parent different from victim queue with some OG res types",
-            marks=xfail(15, 16, why="child2 has no guarantee of its own; the ask uses `third`"),
+            marks=xfail(12, 15, 16, why="parent at its max; child2 has no guarantee of its own; the ask uses `third`"),
         ),
         pytest.param(
             "ask queue with some OG res types under parent different from victim queue",
-            marks=xfail(16, why="the ask uses `third`, which no guarantee names"),
+            marks=xfail(
+                12, 15, 16, why="parent at its max; leaf guarantees under parents without; the ask uses `third`"
+            ),
         ),
     ],
 )
@@ -556,3 +583,166 @@ def test_TryPreemption_AskQueue_Under_DiffParent_With_OG_And_UG_ResTypes(name: s
     root = diff_parents(ASK_DIFF_PARENTS[name], {"first": 20, "second": 6})
     o = run(ask_side(root, P1C1, "root.parent.parent2.child2"))
     assert_outcome(o, victims={P1C1: 1}, placed={"alloc4": 1}, never=("alloc3",))
+
+
+# ---------------------------------------------------------------------- required_node_preemptor_test.go
+
+DS_NODE = "node"
+DS_APPS = {"app1": "root.default", "app-ds": "root.default"}
+
+# prepareAllocationAsks: (key, first, priority, originator); the node is full (YuniKorn's has 24 free,
+# which its victim search ignores). allow-preemption has no Sniper counterpart; originators are AMs.
+DS_RUNNING = (
+    ("ask1", 10, 10),
+    ("ask2", 8, 10),
+    ("ask3", 10, 15),
+    ("ask4", 5, 10),
+    ("ask5", 5, 5),
+    ("ask6", 10, 10),
+    ("ask7", 8, 10),
+    ("ask8", 10, 15),
+    ("ask9", 5, 10),
+    ("ask10", 5, 5),
+)
+
+
+def daemon_set(ask_priority: int) -> Case:
+    return Case(
+        root=q("root", q("default")),
+        nodes={DS_NODE: {"first": sum(n for _, n, _ in DS_RUNNING)}},
+        apps=DS_APPS,
+        running=tuple(Running(k, "app1", {"first": n}, DS_NODE, priority=p) for k, n, p in DS_RUNNING),
+        asks=(Ask("ask13", "app-ds", {"first": 5}, priority=ask_priority, node=DS_NODE),),
+        app_priority={"app1": 5, "app-ds": ask_priority},
+    )
+
+
+@xfail(10, why="an ask pinned to a full node is never served by preemption")
+def test_GetVictims_required_node_ask_preempts_one_lower_priority_container() -> None:
+    # TestGetVictims case 2: a daemon-set ask of first 5 at priority 20 on a full node: one victim.
+    o = run(daemon_set(20))
+    assert o.violations == 0 and len(o.victims) == 1
+    assert o.placed["ask13"] == 1
+
+
+def test_FilterAllocations_required_node_ask_never_preempts_higher_priority() -> None:
+    # TestFilterAllocations case 2: the daemon-set ask has priority 1, every container 5 or more: none
+    # is a victim, and the ask waits.
+    o = run(daemon_set(1))
+    assert_outcome(o, victims={}, placed={"ask13": 0})
+
+
+# ---------------------------------------------------------------------- yunikorn-site user guide
+
+
+def one_unit_pods(
+    app: str, queue_size: int, node: str = "node-1", size: int = 1, start: int = 1
+) -> tuple[Running, ...]:
+    return tuple(Running(f"{app}-{i}", app, {"first": size}, node) for i in range(start, start + queue_size))
+
+
+NORMAL1, NORMAL2 = "root.normal.queue-1", "root.normal.queue-2"
+
+
+@xfail(12, why="root.normal is at its max (12): preemption for its own child is blocked")
+def test_user_guide_general_preemption_case() -> None:
+    # normal (max 12) -> queue-1, queue-2 (max 10, guaranteed 5). queue-1 runs 10 pods, queue-2 2 and
+    # asks for 8 more. YuniKorn preempts 3: queue-1 10 -> 7, queue-2 2 -> 5. Sniper preempts to the ideal
+    # assignment, which splits the 2 spare evenly (6 / 6), so 3 or 4 victims; never below a guarantee.
+    root = q(
+        "root",
+        q(
+            "normal",
+            q("queue-1", maximum={"first": 10}, guaranteed={"first": 5}),
+            q("queue-2", maximum={"first": 10}, guaranteed={"first": 5}),
+            maximum={"first": 12},
+        ),
+    )
+    case = Case(
+        root=root,
+        nodes={"node-1": {"first": 20}},
+        apps={"app-1": NORMAL1, "app-2": NORMAL2},
+        running=(*one_unit_pods("app-1", 10), *one_unit_pods("app-2", 2)),
+        asks=(Ask("app-2-more", "app-2", {"first": 1}, count=8),),
+    )
+    o = run(case)
+    assert o.violations == 0
+    assert set(o.victim_queues) == {NORMAL1} and 3 <= len(o.victims) <= 4
+    assert o.running[NORMAL2] >= 5 and o.running[NORMAL1] >= 5
+    assert o.running[NORMAL1] + o.running[NORMAL2] == 12
+
+
+def test_user_guide_priority_queue() -> None:
+    # high-pri (offset 100), norm-pri, low-pri (offset -100), each guaranteed 6; norm-pri holds all 18
+    # in pods of 3, then high-pri and low-pri ask for five pods each. YuniKorn: high-pri 0 -> 6, norm-pri
+    # 18 -> 12, low-pri stays 0 (it may not preempt a higher-priority queue).
+    root = q(
+        "root",
+        q("high-pri", maximum={"first": 10}, guaranteed={"first": 6}, priority_offset="100"),
+        q("norm-pri", maximum={"first": 18}, guaranteed={"first": 6}),
+        q("low-pri", maximum={"first": 10}, guaranteed={"first": 6}, priority_offset="-100"),
+    )
+    case = Case(
+        root=root,
+        nodes={"node-1": {"first": 18}},
+        apps={"high": "root.high-pri", "norm": "root.norm-pri", "low": "root.low-pri"},
+        running=one_unit_pods("norm", 6, size=3),
+        asks=(Ask("high-pods", "high", {"first": 3}, count=5), Ask("low-pods", "low", {"first": 3}, count=5)),
+    )
+    o = run(case)
+    assert_outcome(o, victims={"root.norm-pri": 2}, placed={"high-pods": 2, "low-pods": 0})
+    assert o.running == {"root.high-pri": 2, "root.norm-pri": 4}
+
+
+def fence_case() -> Case:
+    """The user guide's fence hierarchy: rt -> ten-a (fence) -> queue-1, queue-2 (fence); ten-b (fence) ->
+    queue-3; sys. queue-1 and queue-3 hold 15 pods each (the whole cluster); queue-2 and sys ask 15.
+    The guide gives rt a max of 3, which cannot be (its children hold 30): left out."""
+    root = q(
+        "root",
+        q(
+            "ten-a",
+            q("queue-1", maximum={"first": 15}, guaranteed={"first": 2}),
+            q("queue-2", maximum={"first": 15}, guaranteed={"first": 2}, preemption_policy="fence"),
+            maximum={"first": 15},
+            guaranteed={"first": 5},
+            preemption_policy="fence",
+        ),
+        q(
+            "ten-b",
+            q("queue-3", maximum={"first": 15}, guaranteed={"first": 10}),
+            maximum={"first": 15},
+            guaranteed={"first": 10},
+            preemption_policy="fence",
+        ),
+        q("sys", maximum={"first": 15}, guaranteed={"first": 10}),
+        preemption_policy="fence",
+    )
+    return Case(
+        root=root,
+        nodes={"node-1": {"first": 30}},
+        apps={"a1": "root.ten-a.queue-1", "a2": "root.ten-a.queue-2", "b3": "root.ten-b.queue-3", "sys": "root.sys"},
+        running=(*one_unit_pods("a1", 15), *one_unit_pods("b3", 15)),
+        asks=(Ask("a2-pods", "a2", {"first": 1}, count=15), Ask("sys-pods", "sys", {"first": 1}, count=15)),
+    )
+
+
+@pytest.fixture(scope="module")
+def fence() -> Outcome:
+    return run(fence_case())
+
+
+def test_user_guide_fence_case_1_fenced_queue_2_gets_nothing_from_queue_1(fence: Outcome) -> None:
+    assert fence.violations == 0
+    assert not [x for x in fence.result.report["preemption_log"] if x["beneficiary_queue"] == "root.ten-a.queue-2"]
+    assert fence.placed["a2-pods"] == 0
+
+
+@xfail(17, why="Sniper's fence points the other way: sys may not preempt inside the fenced tenants")
+def test_user_guide_fence_case_2_sys_preempts_in_both_tenants(fence: Outcome) -> None:
+    # YuniKorn: ten-a 15 -> 10, ten-b 15 -> 10, sys 0 -> 10. Sniper preempts towards the ideal
+    # assignment (sys and ten-b 12, ten-a 6); both keep every guarantee.
+    assert fence.violations == 0
+    assert set(fence.victim_queues) == {"root.ten-a.queue-1", "root.ten-b.queue-3"}
+    assert fence.running["root.sys"] >= 10
+    assert fence.running["root.ten-a.queue-1"] >= 5 and fence.running["root.ten-b.queue-3"] >= 10

@@ -117,7 +117,7 @@ class Outcome:
     usage: dict[str, dict[str, int]]  # leaf queue -> usage at the end, in the feed's units
     running: Counter[str]  # leaf queue -> containers running at the end
     violations: int
-    result: SimulationResult
+    result: SimulationResult = dataclasses.field(repr=False)
 
 
 def preemption(**overrides: Any) -> dict[str, Any]:
@@ -139,7 +139,9 @@ def feed(case: Case, **preemption_overrides: Any) -> list[f.Feed]:
     names = list(case.nodes)
     for name in names:
         events.append(
-            f.NodeAdded(t=0, partition=PARTITION, node=name, capacity=feed_resource(case.nodes[name]), schedulable=False)
+            f.NodeAdded(
+                t=0, partition=PARTITION, node=name, capacity=feed_resource(case.nodes[name]), schedulable=False
+            )
         )
     for app, path in case.apps.items():
         events.append(f.AppAdded(t=0, partition=PARTITION, app=app, queue=path, priority=case.app_priority.get(app, 0)))
@@ -184,6 +186,14 @@ def feed(case: Case, **preemption_overrides: Any) -> list[f.Feed]:
     return events
 
 
+def _check_staging(case: Case, decisions: list[d.DecisionMsg]) -> None:
+    """Every running container started on its node before the waiting asks came, or the case is wrong."""
+    where = {x.ask: x.node for x in decisions if isinstance(x, d.Allocated)}
+    wrong = [r.key for r in case.running if where.get(r.key) != r.node]
+    if wrong:
+        raise ValueError(f"set-up: {', '.join(wrong)} not started where the YuniKorn test puts them")
+
+
 def run(case: Case, **preemption_overrides: Any) -> Outcome:
     """Runs ``case`` through the simulator and reads what YuniKorn's tests assert on."""
     events = feed(case, **preemption_overrides)
@@ -209,6 +219,7 @@ def run(case: Case, **preemption_overrides: Any) -> Outcome:
             cancelled.add(x.allocation)
         elif isinstance(x, d.Released | d.AllocationLost):
             live.discard(x.allocation)
+    _check_staging(case, result.decisions)
     victims = {a: queue for a, queue in noticed.items() if a not in cancelled}
     usage: dict[str, dict[str, int]] = {}
     running: Counter[str] = Counter()
