@@ -4,8 +4,10 @@ A YuniKorn unit test builds its state by hand: queues, nodes, allocations alread
 one waiting ask handed to the preemptor. A feed cannot place a container by hand, so :func:`feed`
 stages it: every node joins unschedulable, each node in turn is the only schedulable one while the
 containers meant for it are asked for (so they land there whatever the node sort policy), then every
-node is opened and the waiting asks arrive. Running containers never finish (no ``duration``) and are
-not asked for again when preempted (``retry: false``), so the outcome is the preemption's alone.
+node is opened and the waiting asks arrive. Running containers never finish (no ``duration``) and,
+unless the case says otherwise, are not asked for again when preempted (``retry: false``), so the
+outcome is the preemption's alone. A set-up that does not land where the YuniKorn test puts it (a
+config Sniper refuses, a container over a max) is an error, never a silently different case.
 
 Quantities are written in YuniKorn's test units and converted once here: ``first`` is memory in GiB,
 ``mem`` memory in MiB, ``vcores`` cores; any other name (``pods``, ``gpu``, ``second``, ``third``) is a
@@ -107,6 +109,7 @@ class Case:
     running: tuple[Running, ...]
     asks: tuple[Ask, ...]
     app_priority: dict[str, int] = dataclasses.field(default_factory=dict)
+    retry: bool = False  # are preempted containers asked for again (a ReplicaSet)?
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -160,7 +163,7 @@ def feed(case: Case, **preemption_overrides: Any) -> list[f.Feed]:
                 ask=r.key,
                 resource=feed_resource(r.resource),
                 priority=r.priority,
-                retry=False,
+                retry=case.retry,
             )
             for r in mine
         )
@@ -179,7 +182,7 @@ def feed(case: Case, **preemption_overrides: Any) -> list[f.Feed]:
             count=a.count,
             priority=a.priority,
             node=a.node,
-            retry=False,
+            retry=case.retry,
         )
         for a in case.asks
     )
