@@ -271,7 +271,7 @@ def three_children() -> dict[str, object]:
     return limited_parent(18, q("child1"), q("child2", guaranteed={"first": 15}), q("child3"))
 
 
-@xfail(12, why="root.parent is at its max (18): the victims leaving the subtree are not counted")
+@xfail(12, 14, why="root.parent is at its max (18); the two victims on node-2 are of two queues (child1, child3)")
 def test_TryPreemption_OnQueue_VictimsOnDifferentNodes() -> None:
     case = Case(
         root=three_children(),
