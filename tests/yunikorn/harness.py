@@ -80,13 +80,16 @@ def q(
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Running:
-    """A container running before the preemptor asks: YuniKorn's allocation key, app, size and node."""
+    """A container running before the preemptor asks: YuniKorn's allocation key, app, size and node;
+    ``am`` for an application originator, ``pinned`` for one placed for a required-node ask."""
 
     key: str
     app: str
     resource: YkResource
     node: str
     priority: int = 0
+    am: bool = False
+    pinned: bool = False
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -163,6 +166,8 @@ def feed(case: Case, **preemption_overrides: Any) -> list[f.Feed]:
                 ask=r.key,
                 resource=feed_resource(r.resource),
                 priority=r.priority,
+                am=r.am,
+                node=r.node if r.pinned else None,
                 retry=case.retry,
             )
             for r in mine
