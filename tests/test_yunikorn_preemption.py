@@ -709,10 +709,9 @@ def test_FilterAllocations_required_node_ask_never_preempts_higher_priority() ->
 # ---------------------------------------------------------------------- yunikorn-site user guide
 
 
-def one_unit_pods(
-    app: str, queue_size: int, node: str = "node-1", size: int = 1, start: int = 1
-) -> tuple[Running, ...]:
-    return tuple(Running(f"{app}-{i}", app, {"first": size}, node) for i in range(start, start + queue_size))
+def pods(app: str, n: int, size: int = 1) -> tuple[Running, ...]:
+    """``n`` pods of ``app``, each of first ``size``, on node-1."""
+    return tuple(Running(f"{app}-{i}", app, {"first": size}, "node-1") for i in range(1, n + 1))
 
 
 NORMAL1, NORMAL2 = "root.normal.queue-1", "root.normal.queue-2"
@@ -736,7 +735,7 @@ def test_user_guide_general_preemption_case() -> None:
         root=root,
         nodes={"node-1": {"first": 20}},
         apps={"app-1": NORMAL1, "app-2": NORMAL2},
-        running=(*one_unit_pods("app-1", 10), *one_unit_pods("app-2", 2)),
+        running=(*pods("app-1", 10), *pods("app-2", 2)),
         asks=(Ask("app-2-more", "app-2", {"first": 1}, count=8),),
     )
     o = run(case)
@@ -760,7 +759,7 @@ def test_user_guide_priority_queue() -> None:
         root=root,
         nodes={"node-1": {"first": 18}},
         apps={"high": "root.high-pri", "norm": "root.norm-pri", "low": "root.low-pri"},
-        running=one_unit_pods("norm", 6, size=3),
+        running=pods("norm", 6, size=3),
         asks=(Ask("high-pods", "high", {"first": 3}, count=5), Ask("low-pods", "low", {"first": 3}, count=5)),
     )
     o = run(case)
@@ -788,7 +787,7 @@ def test_user_guide_priority_class_allow_preemption_false() -> None:
         root=root,
         nodes={"node-1": {"first": 20}},
         apps={"app-1": "root.rt.queue-1", "app-2": "root.rt.queue-2", "app-3": "root.rt.queue-3"},
-        running=(*one_unit_pods("app-1", 8), *one_unit_pods("app-2", 8)),
+        running=(*pods("app-1", 8), *pods("app-2", 8)),
         asks=(Ask("app-3-pods", "app-3", {"first": 1}, count=8),),
     )
     o = run(case)
@@ -855,7 +854,7 @@ def fence_case() -> Case:
         root=root,
         nodes={"node-1": {"first": 30}},
         apps={"a1": "root.ten-a.queue-1", "a2": "root.ten-a.queue-2", "b3": "root.ten-b.queue-3", "sys": "root.sys"},
-        running=(*one_unit_pods("a1", 15), *one_unit_pods("b3", 15)),
+        running=(*pods("a1", 15), *pods("b3", 15)),
         asks=(Ask("a2-pods", "a2", {"first": 1}, count=15), Ask("sys-pods", "sys", {"first": 1}, count=15)),
     )
 

@@ -120,27 +120,24 @@ class Outcome:
     victims: frozenset[str]  # keys of the running containers preempted (notices not cancelled)
     victim_queues: Counter[str]  # victims per queue
     placed: Counter[str]  # waiting ask key -> containers started
-    usage: dict[str, dict[str, int]]  # leaf queue -> usage at the end, in the feed's units
     running: Counter[str]  # leaf queue -> containers running at the end
     violations: int
     result: SimulationResult = dataclasses.field(repr=False)
 
 
-def preemption(**overrides: Any) -> dict[str, Any]:
-    """Sniper's preemption settings for these cases: every round may preempt what it needs, short grace."""
-    return {
-        "policy": "sniper",
-        "interval": 1.0,
-        "total_preemption_per_round": 1.0,
-        "grace": GRACE,
-        "min_missed_opportunities": 1,
-        **overrides,
-    }
+# Sniper's preemption settings for these cases: every round may preempt what it needs, short grace.
+PREEMPTION: dict[str, Any] = {
+    "policy": "sniper",
+    "interval": 1.0,
+    "total_preemption_per_round": 1.0,
+    "grace": GRACE,
+    "min_missed_opportunities": 1,
+}
 
 
-def feed(case: Case, **preemption_overrides: Any) -> list[f.Feed]:
+def feed(case: Case) -> list[f.Feed]:
     """The staged feed of ``case`` (module docstring)."""
-    config = {"name": PARTITION, "preemption": preemption(**preemption_overrides), "queues": [case.root]}
+    config = {"name": PARTITION, "preemption": PREEMPTION, "queues": [case.root]}
     events: list[f.Feed] = [f.PartitionConfigEvent(t=0, partition=PARTITION, config=config)]
     names = list(case.nodes)
     for name in names:
@@ -202,14 +199,13 @@ def _check_staging(case: Case, decisions: list[d.DecisionMsg]) -> None:
         raise ValueError(f"set-up: {', '.join(wrong)} not started where the YuniKorn test puts them")
 
 
-def run(case: Case, **preemption_overrides: Any) -> Outcome:
+def run(case: Case) -> Outcome:
     """Runs ``case`` through the simulator and reads what YuniKorn's tests assert on."""
-    events = feed(case, **preemption_overrides)
+    events = feed(case)
     until = events[-1].t + SETTLE
     result = run_simulation(events, settings=SimulationSettings(until=until))
     keys: dict[str, str] = {}
     queues: dict[str, str] = {}
-    sizes: dict[str, dict[str, int]] = {}
     noticed: dict[str, str] = {}
     cancelled: set[str] = set()
     placed: Counter[str] = Counter()
@@ -217,7 +213,7 @@ def run(case: Case, **preemption_overrides: Any) -> Outcome:
     waiting = {a.key for a in case.asks}
     for x in result.decisions:
         if isinstance(x, d.Allocated):
-            keys[x.allocation], queues[x.allocation], sizes[x.allocation] = x.ask, x.queue, dict(x.resource)
+            keys[x.allocation], queues[x.allocation] = x.ask, x.queue
             live.add(x.allocation)
             if x.ask in waiting:
                 placed[x.ask] += 1
@@ -229,19 +225,11 @@ def run(case: Case, **preemption_overrides: Any) -> Outcome:
             live.discard(x.allocation)
     _check_staging(case, result.decisions)
     victims = {a: queue for a, queue in noticed.items() if a not in cancelled}
-    usage: dict[str, dict[str, int]] = {}
-    running: Counter[str] = Counter()
-    for a in sorted(live):
-        running[queues[a]] += 1
-        u = usage.setdefault(queues[a], {})
-        for r, n in sizes[a].items():
-            u[r] = u.get(r, 0) + n
     return Outcome(
         victims=frozenset(keys[a] for a in victims),
         victim_queues=Counter(victims.values()),
         placed=placed,
-        usage=usage,
-        running=running,
+        running=Counter(queues[a] for a in live),
         violations=result.violations,
         result=result,
     )
