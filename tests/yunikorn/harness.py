@@ -48,7 +48,7 @@ def feed_resource(yk: YkResource) -> dict[str, int]:
 
 
 def config_resource(yk: YkResource) -> dict[str, str | int]:
-    """The same quantity for a queue config, with explicit units (``"5Gi"``, ``"2000m"``)."""
+    """The same quantity for a queue config, with explicit units (``"5120Mi"``, ``"2000m"``)."""
     return {
         name: f"{n}Mi" if name == "memory" else f"{n}m" if name == "vcore" else n
         for name, n in feed_resource(yk).items()
