@@ -1,7 +1,8 @@
 """Resource vectors: named non-negative integers (memory MiB, vcore milli-cores, gpu, ...).
 
 A resource is a plain ``dict[str, int]``; a missing name means zero. All arithmetic is integer.
-Functions here never mutate their arguments unless their name ends in ``_into``.
+Functions here never mutate their arguments unless their name ends in ``_into``. Configs write
+quantities the YuniKorn way (``parse_quantity``); only this module turns them into these units.
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Iterable, Mapping
+from fractions import Fraction
 
 Resource = dict[str, int]
 ResourceLike = Mapping[str, int]
@@ -16,9 +18,13 @@ ResourceLike = Mapping[str, int]
 MEMORY = "memory"
 VCORE = "vcore"
 
-_BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50}
-_DECIMAL = {"k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15}
-_QUANTITY = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*(Ki|Mi|Gi|Ti|Pi|k|M|G|T|P|m)?\s*$")
+MiB = 2**20
+# Kubernetes quantity suffixes, as YuniKorn 1.4+ reads them (``K`` is accepted beside ``k``).
+_BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
+_DECIMAL = {"k": 10**3, "K": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18}
+_QUANTITY = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*(Ki|Mi|Gi|Ti|Pi|Ei|k|K|M|G|T|P|E|m)?\s*$")
+MAX_QUANTITY = 2**62  # in Sniper's units; anything larger is a typo, and overflows the wire's int64
+_MAX_TEXT = 64  # characters: longer text is no quantity, and never reaches big-number arithmetic
 
 
 class QuantityError(ValueError):
@@ -26,53 +32,52 @@ class QuantityError(ValueError):
 
 
 def parse_quantity(name: str, value: object) -> int:
-    """Parse one resource value into Sniper's integer unit for that resource.
+    """One YuniKorn quantity (``queues.yaml``, ``partition_config``) in Sniper's unit for ``name``.
 
-    Integers are taken as they are (memory in MiB, vcore in milli-cores). Strings follow
-    Kubernetes / YuniKorn quantities: ``"64Gi"`` for memory is 65536 MiB, ``"2"`` vcores is 2000
-    milli-cores, ``"500m"`` vcores is 500 milli-cores. Other resource names count plain units.
+    As YuniKorn 1.4+ reads it: memory is bytes when bare (``Ki``..``Ei`` binary and ``k``..``E``
+    decimal suffixes), stored as MiB rounded up; vcore is cores when bare, ``m`` for milli-cores,
+    stored as milli-cores; any other resource is a bare count (suffixes scale it). An integer means
+    what the same digits in a string mean. Results above :data:`MAX_QUANTITY` are refused.
     """
     if isinstance(value, bool):
         raise QuantityError(f"{name}: boolean is not a quantity")
     if isinstance(value, int):
-        if value < 0:
-            raise QuantityError(f"{name}: negative quantity {value}")
-        return value
-    if isinstance(value, float):
-        if value < 0 or not math.isfinite(value) or value != int(value):
-            raise QuantityError(f"{name}: {value} is not a non-negative integer")
-        return int(value)
-    if not isinstance(value, str):
+        if value >= 10**_MAX_TEXT:
+            raise QuantityError(f"{name}: an integer of more than {_MAX_TEXT} digits is too large")
+        text = str(value)
+    elif isinstance(value, float):
+        if not math.isfinite(value):
+            raise QuantityError(f"{name}: {value} is not a quantity")
+        text = repr(value)
+    elif isinstance(value, str):
+        text = value
+    else:
         raise QuantityError(f"{name}: {value!r} is not a quantity")
-    match = _QUANTITY.match(value)
+    if text.lstrip().startswith("-"):
+        raise QuantityError(f"{name}: negative quantity {value!r}")
+    if len(text) > _MAX_TEXT:
+        raise QuantityError(f"{name}: quantity {_short(text)} is too large")
+    match = _QUANTITY.match(text)
     if match is None:
         raise QuantityError(f"{name}: cannot parse quantity {value!r}")
-    number, suffix = float(match.group(1)), match.group(2)
+    number, suffix = Fraction(match.group(1)), match.group(2) or ""
+    if suffix == "m" and name != VCORE:
+        raise QuantityError(f"{name}: the milli suffix 'm' is for vcore only ({value!r})")
+    scale = Fraction(1, 1000) if suffix == "m" else Fraction(_BINARY.get(suffix) or _DECIMAL.get(suffix) or 1)
     if name == MEMORY:
-        if suffix in _BINARY:
-            amount = number * _BINARY[suffix] / 2**20
-        elif suffix in _DECIMAL:
-            amount = number * _DECIMAL[suffix] / 2**20
-        elif suffix == "m":
-            raise QuantityError(f"{name}: milli-units make no sense for memory ({value!r})")
-        else:
-            amount = number  # a bare number is MiB, like the integer form
+        amount = number * scale / MiB  # bytes to MiB
     elif name == VCORE:
-        if suffix == "m":
-            amount = number
-        elif suffix in _DECIMAL:
-            amount = number * _DECIMAL[suffix] * 1000
-        elif suffix in _BINARY:
-            raise QuantityError(f"{name}: binary suffix on a CPU quantity ({value!r})")
-        else:
-            amount = number * 1000  # "2" cores = 2000 milli-cores
+        amount = number * scale * 1000  # cores to milli-cores
     else:
-        if suffix == "m":
-            raise QuantityError(f"{name}: milli-units need a resource measured in milli-units ({value!r})")
-        scale = _BINARY.get(suffix or "", _DECIMAL.get(suffix or "", 1))
         amount = number * scale
-    result = math.ceil(amount - 1e-9)
-    return int(result)
+    result = math.ceil(amount)
+    if result > MAX_QUANTITY:
+        raise QuantityError(f"{name}: quantity {_short(text)} is too large (more than 2**62 in Sniper's unit)")
+    return result
+
+
+def _short(text: str) -> str:
+    return repr(text) if len(text) <= 40 else repr(f"{text[:20]}...{text[-12:]}")
 
 
 def parse_resource(raw: Mapping[str, object], where: str = "resource", *, keep_zero: bool = False) -> Resource:
@@ -88,6 +93,37 @@ def parse_resource(raw: Mapping[str, object], where: str = "resource", *, keep_z
         if amount or keep_zero:
             out[name] = amount
     return out
+
+
+def as_quantities(resource: ResourceLike) -> dict[str, int | str]:
+    """``resource`` written as YuniKorn quantities that :func:`parse_resource` reads back exactly:
+    memory as ``"<MiB>Mi"``, vcore as ``"<milli>m"``, other resources as bare counts."""
+    out: dict[str, int | str] = {}
+    for name, amount in resource.items():
+        if name == MEMORY:
+            out[name] = f"{amount}Mi"
+        elif name == VCORE:
+            out[name] = f"{amount}m"
+        else:
+            out[name] = amount
+    return out
+
+
+def describe(resource: ResourceLike) -> str:
+    """``resource`` for people, in the largest unit that shows it exactly: ``memory 320 GiB, vcore 80 cores``."""
+    parts: list[str] = []
+    for name in sorted(resource, key=lambda n: (n != MEMORY, n != VCORE, n)):
+        amount = resource[name]
+        if name == MEMORY:
+            size, unit = next((s, u) for s, u in ((2**20, "TiB"), (2**10, "GiB"), (1, "MiB")) if amount % s == 0)
+            text = f"{amount // size} {unit}"
+        elif name == VCORE:
+            fraction = f".{amount % 1000:03d}".rstrip("0") if amount % 1000 else ""
+            text = f"{amount // 1000}{fraction} cores"
+        else:
+            text = str(amount)
+        parts.append(f"{name} {text}")
+    return ", ".join(parts) if parts else "none"
 
 
 def add(a: ResourceLike, b: ResourceLike) -> Resource:
