@@ -304,8 +304,8 @@ def _explain(err: msgspec.ValidationError, raw: object, label: str, top: type[ms
     else:
         text = message[:1].lower() + message[1:]
         choices = _CHOICES_AT.get(rest) if queue_path is None else None
-        if choices and message.startswith("Invalid enum value"):
-            text += f"; expected one of {', '.join(choices)}"
+        if choices and message.startswith("Invalid enum value "):
+            text = f"{message.removeprefix('Invalid enum value ')} is not one of {', '.join(choices)}"
         if message.startswith("Expected `str` matching regex"):
             text = f"{node!r} is not a queue name (1 to 64 letters, digits or _:#/@-; never a dot)"
     return ConfigError(f"{where}: {text}")

@@ -96,17 +96,24 @@ def parse_resource(raw: Mapping[str, object], where: str = "resource", *, keep_z
 
 
 def as_quantities(resource: ResourceLike) -> dict[str, int | str]:
-    """``resource`` written as YuniKorn quantities that :func:`parse_resource` reads back exactly:
-    memory as ``"<MiB>Mi"``, vcore as ``"<milli>m"``, other resources as bare counts."""
+    """``resource`` written as YuniKorn quantities that :func:`parse_resource` reads back exactly: memory
+    in the largest binary unit that holds it whole (``"64Gi"``), vcore in whole cores (``16``) or else
+    milli-cores (``"500m"``), other resources as bare counts."""
     out: dict[str, int | str] = {}
     for name, amount in resource.items():
         if name == MEMORY:
-            out[name] = f"{amount}Mi"
+            size, suffix = _largest_unit(amount, ((2**20, "Ti"), (2**10, "Gi"), (1, "Mi")))
+            out[name] = f"{amount // size}{suffix}"
         elif name == VCORE:
-            out[name] = f"{amount}m"
+            out[name] = amount // 1000 if amount % 1000 == 0 else f"{amount}m"
         else:
             out[name] = amount
     return out
+
+
+def _largest_unit(amount: int, units: tuple[tuple[int, str], ...]) -> tuple[int, str]:
+    """The first ``(size, unit)`` of ``units`` (largest first, the last of size 1) that divides ``amount``."""
+    return next((size, unit) for size, unit in units if amount % size == 0)
 
 
 def describe(resource: ResourceLike) -> str:
@@ -115,7 +122,7 @@ def describe(resource: ResourceLike) -> str:
     for name in sorted(resource, key=lambda n: (n != MEMORY, n != VCORE, n)):
         amount = resource[name]
         if name == MEMORY:
-            size, unit = next((s, u) for s, u in ((2**20, "TiB"), (2**10, "GiB"), (1, "MiB")) if amount % s == 0)
+            size, unit = _largest_unit(amount, ((2**20, "TiB"), (2**10, "GiB"), (1, "MiB")))
             text = f"{amount // size} {unit}"
         elif name == VCORE:
             fraction = f".{amount % 1000:03d}".rstrip("0") if amount % 1000 else ""

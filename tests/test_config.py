@@ -203,7 +203,7 @@ BAD_PARTITIONS: list[tuple[str, dict[str, Any], str]] = [
     (
         "bad node sort policy",
         partition_raw(queue("a"), node_sort="spread"),
-        "partition default.nodesortpolicy.type: invalid enum value 'spread'; expected one of binpacking, fair",
+        "partition default.nodesortpolicy.type: 'spread' is not one of binpacking, fair",
     ),
     (
         "bad app sort policy",
@@ -218,12 +218,12 @@ BAD_PARTITIONS: list[tuple[str, dict[str, Any], str]] = [
     (
         "bad partition preemption policy",
         partition_raw(queue("a"), policy="shotgun"),
-        "partition default.preemption.policy: invalid enum value 'shotgun'; expected one of sniper, proportional, none",
+        "partition default.preemption.policy: 'shotgun' is not one of sniper, proportional, none",
     ),
     (
         "bad victim cost",
         {**partition_raw(queue("a")), "preemption": {"victim_cost": "random"}},
-        "partition default.preemption.victim_cost: invalid enum value 'random'; expected one of running_time,",
+        "partition default.preemption.victim_cost: 'random' is not one of running_time,",
     ),
     (
         "priority offset not an integer",
