@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from sniper.core.config import MAX_NESTING, ConfigError, load_config, parse_config, parse_partition
+from sniper.messages.codec import BadInput, decode_feed_lines
 from tests.core_support import partition_raw, queue
 
 DATA = Path(__file__).parent / "data" / "yunikorn"
@@ -188,3 +189,10 @@ def test_a_shared_anchor_is_no_loop(tmp_path: Path) -> None:
     part = load_config(path).partition("default")
     assert part.leaf("root.a") == part.leaf("root.a") and part.leaf("root.b") is not None
     assert parse_config({"partitions": [partition_raw(queue("a"))]}).warnings == ()
+
+
+def test_a_partition_config_a_thousand_levels_deep_in_a_trace_is_a_bad_line() -> None:
+    line = '{"type": "partition_config", "config": {"queues": [' + '{"name": "q", "queues": [' * 1000
+    line += '{"name": "leaf"}' + "]}" * 1000 + "]}}"
+    (item,) = decode_feed_lines([line], "trace.jsonl")
+    assert isinstance(item, BadInput) and str(item) == "trace.jsonl:1: nested too deeply to decode"
