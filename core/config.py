@@ -15,7 +15,7 @@ import dataclasses
 import difflib
 import re
 import typing
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -233,28 +233,33 @@ _CHOICES_AT: dict[str, tuple[str, ...]] = {
 
 def _check_bounded(raw: object, label: str) -> None:
     """Refuse input that loops (a YAML anchor inside itself), nests deeper than :data:`MAX_NESTING` or
-    holds more than :data:`MAX_NODES` values, before anything walks it recursively."""
+    holds more than :data:`MAX_NODES` values, before anything walks it without a bound."""
+    on_path: set[int] = set()
     seen = 0
-    stack: list[tuple[object, int, tuple[int, ...]]] = [(raw, 0, ())]
-    while stack:
-        value, depth, ancestors = stack.pop()
+
+    def visit(value: object, depth: int) -> None:
+        nonlocal seen
         seen += 1
         if seen > MAX_NODES:
             raise ConfigError(f"{label}: more than {MAX_NODES} values (YAML aliases expanding without end?)")
         if isinstance(value, Mapping):
-            children: list[object] = [*value.keys(), *value.values()]
+            children: Iterable[object] = value.values()
         elif isinstance(value, list | tuple):
-            children = list(value)
+            children = value
         else:
-            continue
-        if id(value) in ancestors:
+            return
+        if id(value) in on_path:
             raise ConfigError(f"{label}: the config contains itself (a YAML anchor used inside its own value)")
         if depth >= MAX_NESTING:
             raise ConfigError(
                 f"{label}: nested more than {MAX_NESTING} levels deep; queue trees that deep are not supported"
             )
-        inner = (*ancestors, id(value))
-        stack.extend((child, depth + 1, inner) for child in children)
+        on_path.add(id(value))
+        for child in children:
+            visit(child, depth + 1)  # the recursion is bounded by MAX_NESTING
+        on_path.discard(id(value))
+
+    visit(raw, 0)
 
 
 # --- errors that name the queue path and key ---------------------------------------------------------
@@ -327,8 +332,10 @@ def _choice(value: object, choices: tuple[str, ...], where: str) -> str:
 
 def _resource(raw: Mapping[str, Quantity], where: str, warnings: list[str], *, keep_zero: bool = False) -> Resource:
     for name in raw:
-        known = OTHER_SPELLINGS.get(name) or next((k for k in (res.MEMORY, res.VCORE) if name.lower() == k), None)
-        if known is not None and known != name:
+        if name in (res.MEMORY, res.VCORE):
+            continue
+        known = OTHER_SPELLINGS.get(name) or (name.lower() if name.lower() in (res.MEMORY, res.VCORE) else None)
+        if known is not None:
             warnings.append(
                 f"{where}: resource {name!r} is not {known!r} (did you mean {known!r}?); "
                 "it is kept as a resource of its own that no node may have"

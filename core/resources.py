@@ -10,7 +10,6 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Iterable, Mapping
-from fractions import Fraction
 
 Resource = dict[str, int]
 ResourceLike = Mapping[str, int]
@@ -41,11 +40,13 @@ def parse_quantity(name: str, value: object) -> int:
     """
     if isinstance(value, bool):
         raise QuantityError(f"{name}: boolean is not a quantity")
+    if isinstance(value, int) and 0 <= value < 10**_MAX_TEXT:  # the common case, without text
+        return _in_unit(name, value, 1, value)
     if isinstance(value, int):
-        if value >= 10**_MAX_TEXT:
-            raise QuantityError(f"{name}: an integer of more than {_MAX_TEXT} digits is too large")
-        text = str(value)
-    elif isinstance(value, float):
+        if value < 0:
+            raise QuantityError(f"{name}: negative quantity {value}")
+        raise QuantityError(f"{name}: an integer of more than {_MAX_TEXT} digits is too large")
+    if isinstance(value, float):
         if not math.isfinite(value):
             raise QuantityError(f"{name}: {value} is not a quantity")
         text = repr(value)
@@ -60,19 +61,27 @@ def parse_quantity(name: str, value: object) -> int:
     match = _QUANTITY.match(text)
     if match is None:
         raise QuantityError(f"{name}: cannot parse quantity {value!r}")
-    number, suffix = Fraction(match.group(1)), match.group(2) or ""
+    whole, _, decimals = match.group(1).partition(".")
+    suffix = match.group(2) or ""
     if suffix == "m" and name != VCORE:
         raise QuantityError(f"{name}: the milli suffix 'm' is for vcore only ({value!r})")
-    scale = Fraction(1, 1000) if suffix == "m" else Fraction(_BINARY.get(suffix) or _DECIMAL.get(suffix) or 1)
-    if name == MEMORY:
-        amount = number * scale / MiB  # bytes to MiB
-    elif name == VCORE:
-        amount = number * scale * 1000  # cores to milli-cores
+    numerator, denominator = int(whole + decimals), 10 ** len(decimals)
+    if suffix == "m":
+        denominator *= 1000
     else:
-        amount = number * scale
-    result = math.ceil(amount)
+        numerator *= _BINARY.get(suffix) or _DECIMAL.get(suffix) or 1
+    return _in_unit(name, numerator, denominator, text)
+
+
+def _in_unit(name: str, numerator: int, denominator: int, written: object) -> int:
+    """``numerator / denominator`` of the written unit (bytes, cores, a count) in Sniper's unit, rounded up."""
+    if name == MEMORY:
+        denominator *= MiB  # bytes to MiB
+    elif name == VCORE:
+        numerator *= 1000  # cores to milli-cores
+    result = -(-numerator // denominator)
     if result > MAX_QUANTITY:
-        raise QuantityError(f"{name}: quantity {_short(text)} is too large (more than 2**62 in Sniper's unit)")
+        raise QuantityError(f"{name}: quantity {_short(str(written))} is too large (more than 2**62 in Sniper's unit)")
     return result
 
 
