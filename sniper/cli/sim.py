@@ -14,11 +14,13 @@ from typing import Annotated, Any
 import msgspec
 import typer
 import yaml
+from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from sniper.cli.app import app, bench_app, console, load_inputs, out, setup_logging
-from sniper.core.config import ConfigError, load_config
+from sniper.core import resources as res
+from sniper.core.config import ConfigError, PartitionConfig, load_config
 from sniper.messages import feed as f
 from sniper.messages.codec import encode_json_line
 
@@ -264,17 +266,42 @@ def bench_preempt_cmd(
 
 @app.command("check-config")
 def check_config(path: Annotated[Path, typer.Argument(help="queues.yaml")]) -> None:
-    """Validate a queues.yaml and print the parsed queue tree."""
+    """Validate a queues.yaml; print each partition's preemption settings and its queue tree with units."""
     try:
         config = load_config(path)
     except (ConfigError, OSError) as err:
-        console.print(f"[red]invalid:[/] {err}")
+        console.print(f"[red]invalid:[/] {escape(str(err))}")
         raise typer.Exit(2) from None
     for part in config.partitions:
-        out.print(f"partition {part.name}: nodes {part.node_sort_policy}, preemption {part.preemption.policy}")
-        for q in part.queues():
-            depth = q.path.count(".")
-            out.print(
-                f"{'  ' * depth}{q.name}  guaranteed={q.guaranteed} max={q.max} "
-                f"sort={q.sort_policy} priority={q.priority_offset}"
-            )
+        for line in _describe_partition(part):
+            out.print(escape(line), highlight=False, soft_wrap=True)
+    for warning in config.warnings:
+        console.print(f"[yellow]warning:[/] {escape(warning)}", highlight=False, soft_wrap=True)
+
+
+def _describe_partition(part: PartitionConfig) -> list[str]:
+    """A partition as ``check-config`` prints it: settings, then one line per queue, units spelled out."""
+    p = part.preemption
+    if p.policy == "none":
+        settings = "none (nothing is preempted)"
+    else:
+        settings = (
+            f"policy {p.policy}, every {p.interval:g} s, grace {p.grace:g} s, "
+            f"at most {p.total_preemption_per_round:.0%} of the partition a round, "
+            f"deadzone {p.max_ignored_over_capacity:.0%} over the ideal"
+            + (", intra-queue on" if p.intra_queue else "")
+            + (", observe only" if p.observe_only else "")
+        )
+    lines = [f"partition {part.name}: nodes sorted {part.node_sort_policy}", f"  preemption: {settings}"]
+    for setting in ("fence", "disabled"):
+        paths = [q.path for q in part.queues() if q.preemption_policy == setting]
+        lines.append(
+            f"  {'fenced' if setting == 'fence' else 'never victims (disabled)'}: {', '.join(paths) or 'none'}"
+        )
+    for q in part.queues():
+        limit = "no max" if q.max is None else f"max {res.describe(q.max)}"
+        lines.append(
+            f"  {'  ' * q.path.count('.')}{q.name}: guaranteed {res.describe(q.guaranteed)}; {limit}; "
+            f"sort {q.sort_policy}; priority {q.priority_offset}; preemption {q.preemption_policy}"
+        )
+    return lines
