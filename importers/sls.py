@@ -188,20 +188,23 @@ def _task(task: object, index: int, app: str, job_start: float) -> tuple[AskSpec
     return ask, max(start, job_start) + duration, host, execution == "OPPORTUNISTIC"
 
 
-def _job(obj: dict[str, Any], number: int, work: Workload, hosts: set[str]) -> list[JobSpec]:
+def _job(obj: dict[str, Any], number: int, hosts: set[str]) -> tuple[list[JobSpec], int]:
+    """The job's copies (``job.count``) and how many of their containers are opportunistic."""
     start = _number(obj, "job.start.ms") / 1000
     end = _number(obj, "job.end.ms", 0) / 1000
     queue = queue_name(str(obj.get("job.queue.name", "default")))
     user = str(obj.get("job.user", "default"))
     copies = max(1, int(_number(obj, "job.count", 1)))
     job_id = obj.get("job.id")
-    base = str(job_id) if job_id is not None and copies == 1 else f"job_{number}"
+    base = str(job_id) if job_id is not None and copies == 1 else f"sls_job_{number}"
     tasks = obj.get("job.tasks")
     if not isinstance(tasks, list) or not tasks:
         raise _Bad("no task for the job (job.tasks)")
     label = str(obj.get("job.label.expression", "")).strip()
     selector = {label: ["true"]} if label else {}
     out: list[JobSpec] = []
+    found_hosts: set[str] = set()
+    opportunistic_containers = 0
     for copy in range(copies):
         app = base if copies == 1 else f"{base}_{copy}"
         asks: list[AskSpec] = []
@@ -211,13 +214,13 @@ def _job(obj: dict[str, Any], number: int, work: Workload, hosts: set[str]) -> l
             if ask.count == 0:
                 continue
             if opportunistic:
-                work.note("opportunistic containers (scheduled as guaranteed)", ask.count)
+                opportunistic_containers += ask.count
             if selector:
                 ask = dataclasses.replace(ask, node_selector=selector)
             asks.append(ask)
             last = max(last, finish)
             if host is not None:
-                hosts.add(host)
+                found_hosts.add(host)
         am_duration = end - start if end > start else last - start
         am = AskSpec(
             f"{app}-am",
@@ -228,7 +231,8 @@ def _job(obj: dict[str, Any], number: int, work: Workload, hosts: set[str]) -> l
             node_selector=selector,
         )
         out.append(JobSpec(app=app, queue=queue, t=start, asks=(am, *asks), user=user))
-    return out
+    hosts.update(found_hosts)
+    return out, opportunistic_containers
 
 
 def read_topology(path: Path, work: Workload, progress: Progress | None = None) -> None:
@@ -266,6 +270,7 @@ def read_sls(jobs: Path, nodes: Path | None = None, progress: Progress | None = 
         progress(len(data))
     hosts: set[str] = set()
     generated: set[str] = set()
+    apps: dict[str, int] = {}  # app -> line of its job
     number = 0
     for line, obj in _objects(data.decode("utf-8", errors="replace"), str(jobs), work.bad):
         try:
@@ -276,8 +281,15 @@ def read_sls(jobs: Path, nodes: Path | None = None, progress: Progress | None = 
                 racks = min(racks, max(count, 1))
                 generated.update(f"/rack{i % racks}/node{i}" for i in range(count))
                 continue
-            work.jobs.extend(_job(obj, number, work, hosts))
             number += 1
+            parsed, opportunistic = _job(obj, number - 1, hosts)
+            clash = [job.app for job in parsed if job.app in apps]
+            if clash:
+                raise _Bad(f"duplicate job id {clash[0]} (first on line {apps[clash[0]]})")
+            apps.update((job.app, line) for job in parsed)
+            work.jobs.extend(parsed)
+            if opportunistic:
+                work.note("opportunistic containers (scheduled as guaranteed)", opportunistic)
         except _Bad as err:
             work.bad.append(BadInput(f"{jobs}:{line}", str(err)))
     if nodes is not None:

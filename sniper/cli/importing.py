@@ -96,7 +96,7 @@ def _run(
     ):
         table.add_row(what, str(value))
     out.print(table)
-    console.print(f"wrote {trace} and {config}; run it with: sniper simulate {trace}")
+    console.print(f"wrote {trace} and {config}; run it with: sniper simulate {trace}", soft_wrap=True)
 
 
 @import_app.command("sls")
