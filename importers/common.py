@@ -176,7 +176,8 @@ def _queues(
     queues: list[dict[str, Any]] = []
     for leaf in leaves:
         share = guarantees.get(leaf, equal)
-        guaranteed = {k: _quantity(k, math.floor(v * share)) for k, v in sorted(total.items()) if v * share >= 1}
+        amounts = {k: math.floor(v * share + 1e-6) for k, v in sorted(total.items())}  # 1 - 0.8 is 0.19999...
+        guaranteed = {k: _quantity(k, v) for k, v in amounts.items() if v > 0}
         entry: dict[str, Any] = {"name": leaf}
         if guaranteed:
             entry["resources"] = {"guaranteed": guaranteed}

@@ -175,9 +175,10 @@ def _task(task: object, index: int, app: str, job_start: float) -> tuple[AskSpec
     if not isinstance(priority, int) or isinstance(priority, bool):
         raise _Bad(f"task {index}: container.priority {priority!r} is not an integer")
     kind = str(task.get("container.type", "map"))
-    execution = str(task.get("container.execution.type", "GUARANTEED")).upper()
+    raw_execution = task.get("container.execution.type", "GUARANTEED")
+    execution = str(raw_execution).upper()
     if execution not in EXECUTION_TYPES:
-        raise _Bad(f"task {index}: container.execution.type {execution!r} is none of {', '.join(EXECUTION_TYPES)}")
+        raise _Bad(f"task {index}: container.execution.type {raw_execution!r} is none of {', '.join(EXECUTION_TYPES)}")
     host = task.get("container.host")
     if host is not None and not isinstance(host, str):
         raise _Bad(f"task {index}: container.host {host!r} is not a string")
