@@ -282,7 +282,8 @@ def test_sls_nodes_from_num_nodes_and_hosts(tmp_path: Path) -> None:
         tmp_path,
         "jobs.json",
         '{"num.nodes": 3, "num.racks": 2}\n'
-        '{"job.start.ms": 0, "job.queue.name": "q", "job.tasks": [{"container.host": "/r9/h1", "duration.ms": 1000}]}\n',
+        '{"job.start.ms": 0, "job.queue.name": "q",\n'
+        ' "job.tasks": [{"container.host": "/r9/h1", "duration.ms": 1000}]}\n',
     )
     work = read_sls(jobs)
     assert {(n.name, n.labels["rack"]) for n in work.nodes} == {
