@@ -166,6 +166,18 @@ def test_malformed_pod_and_node_rows_are_reported_with_their_line_and_skipped(tm
     assert sum(e["type"] == "app_added" for e in lines(out)) == 2
 
 
+def test_a_row_that_is_not_utf8_is_reported_with_its_line(tmp_path: Path) -> None:
+    pods = tmp_path / "pods.csv"
+    pods.write_bytes(
+        (POD_HEADER + "\nok,1000,1024,0,0,,LS,Running,0,10,0\n").encode()
+        + b"bad\xff,1000,1024,0,0,,LS,Running,0,10,0\n"
+        + b"ok-2,1000,1024,0,0,,LS,Running,0,10,0\n"
+    )
+    work = read_pods_csv(pods, write(tmp_path, "nodes.csv", NODE_CSV))
+    assert [(b.where, "UTF-8" in b.reason) for b in work.bad] == [(f"{pods}:3", True)]
+    assert [j.app for j in work.jobs] == ["ok", "ok-2"]
+
+
 def test_a_file_without_the_columns_is_refused_with_exit_2(tmp_path: Path) -> None:
     pods = write(tmp_path, "pods.csv", "name,cpu\nx,1\n")
     result = invoke(

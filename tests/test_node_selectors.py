@@ -5,10 +5,11 @@ from __future__ import annotations
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sniper.core.state import selector_matches
+from sniper.core.cache import state_changes
+from sniper.core.state import PartitionState, selector_matches
 from sniper.messages import decisions as d
 from sniper.messages import feed as f
-from tests.core_support import Harness, config_of, queue
+from tests.core_support import PARTITION, Harness, config_of, queue
 from tests.preemption_support import PreemptHarness, preemption_raw
 
 MODELS = ["T4", "P100", "V100M16", "V100M32"]
@@ -117,3 +118,17 @@ def test_nothing_ever_lands_on_a_non_matching_node(
             assert selector_matches(selector_of[x.for_ask], node_labels_of[x.node]), (x.for_ask, x.node)
         elif isinstance(x, d.Rejected) and x.ask:
             assert not any(selector_matches(selector_of[x.ask], lab) for lab in labels), x.reason
+
+
+def test_a_replica_rebuilt_from_the_state_keeps_the_selector() -> None:
+    h = Harness(config_of(queue("a")))
+    h.feed(
+        f.NodeAdded(node="v100", capacity={"memory": 100}, labels={"gpu_model": "V100M32"}),
+        f.AppAdded(app="x", queue="root.a"),
+        f.AskAdded(app="x", ask="gpu", resource={"memory": 10}, node_selector={"gpu_model": ["V100M32", "V100M16"]}),
+    )
+    replica = PartitionState(PARTITION)
+    replica.apply_all(state_changes(h.cache.state))
+    ask = replica.apps["x"].asks["gpu"]
+    assert ask.node_selector == {"gpu_model": frozenset({"V100M16", "V100M32"})}
+    assert ask.accepts(replica.nodes["v100"])
