@@ -208,10 +208,12 @@ class FreeRoomPlacer:
         request = ask.resource
         if ask.required_node is not None:
             node = nodes.get(ask.required_node)
-            return node if node is not None and node.schedulable and node.can_hold(request) else None
+            if node is None or not node.schedulable or not ask.accepts(node):
+                return None
+            return node if node.can_hold(request) else None
         for name in state.node_index.candidates(request):
             node = nodes[name]
-            if node.can_hold(request):
+            if node.can_hold(request) and ask.accepts(node):
                 return node
         return None
 
