@@ -101,6 +101,10 @@ class _CoreCollector(Collector):
         yield dead
 
 
+class MetricsServeError(RuntimeError):
+    """The metrics endpoint could not listen (its port is in use, or the address is not local)."""
+
+
 class CoreMetrics:
     """The Prometheus registry and endpoint of one core process."""
 
@@ -110,9 +114,15 @@ class CoreMetrics:
         self.port: int | None = None
         self._server: Any = None
 
-    def serve(self, port: int, addr: str = "0.0.0.0") -> int:
+    def serve(self, port: int, addr: str = "127.0.0.1") -> int:
         """Start the HTTP endpoint (``port`` 0 picks a free one); returns the port."""
-        server, _thread = start_http_server(port, addr=addr, registry=self.registry)
+        try:
+            server, _thread = start_http_server(port, addr=addr, registry=self.registry)
+        except OSError as err:
+            raise MetricsServeError(
+                f"metrics port {port} on {addr}: {err.strerror or err}; choose another --metrics-port "
+                "or --metrics-address"
+            ) from None
         self._server = server
         self.port = int(server.server_address[1])
         return self.port
