@@ -172,7 +172,7 @@ async def play(
                 batch.extend(rm_events(rm.due(t)))
                 if batch:
                     await publish(batch)
-                if not answered and published and time.monotonic() - start > options.answer_timeout:
+                if not answered and time.monotonic() - start > options.answer_timeout:
                     raise NoAnswer(
                         f"no core answered {published} feed event(s) within {options.answer_timeout:g} s: "
                         f"start one (sniper core --bootstrap {settings.bootstrap}) or raise --answer-timeout"
@@ -182,7 +182,7 @@ async def play(
                     next_sample = t + options.sample
                     if progress is not None:
                         progress(t, max(end_hint, t))
-                if i >= len(trace) and options.until is None:
+                if i >= len(trace) and options.until is None and answered:
                     quiet = time.monotonic() - last_decision
                     pending = sum(p.model.pending_containers() for p in checker.parts.values())
                     if rm.next_time() is None and (pending == 0 or quiet > options.drain) and quiet > 0.5:
