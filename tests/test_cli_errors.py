@@ -8,6 +8,7 @@ import socket
 from collections.abc import Iterator
 from pathlib import Path
 
+import anyio
 import msgspec
 import pytest
 from typer.testing import CliRunner, Result
@@ -157,3 +158,46 @@ def test_feed_with_no_core_answering_fails(kafka_settings: KafkaSettings, tmp_pa
     result = _invoke(*args, "--answer-timeout", "1", "--speed", "100")
     assert result.exit_code == EXIT_RUNTIME, result.output
     assert "no core answered" in _one_error_line(result)
+
+
+class _Lines:
+    """A file handle for ``record``'s copy loop that says when it holds ``want`` lines."""
+
+    def __init__(self, want: int) -> None:
+        self.lines: list[bytes] = []
+        self.want = want
+        self.full = anyio.Event()
+
+    async def write(self, data: bytes) -> None:
+        self.lines.append(data)
+        if len(self.lines) >= self.want:
+            self.full.set()
+
+    async def flush(self) -> None:
+        return None
+
+
+@pytest.mark.kafka
+async def test_record_keeps_one_time_base(kafka_settings: KafkaSettings) -> None:
+    """A feed played ten times faster is recorded in trace seconds: times and durations agree."""
+    from sniper.messages import feed as f
+    from sniper.tools.feeder import _copy
+    from sniper.transport.bus import FEED
+    from sniper.transport.kafka import KafkaBus
+
+    events = [
+        f.AppAdded(t=100.0, partition="p", app="a1", queue="root.a"),
+        f.AskAdded(t=130.0, partition="p", app="a1", ask="k", resource={"memory": 1}, duration=30.0),
+    ]
+    handle = _Lines(2)
+    with anyio.fail_after(60):
+        async with KafkaBus(kafka_settings) as bus:
+            sub = await bus.subscribe_ready(FEED, group=kafka_settings.prefix + "record")
+            await bus.publish_many(FEED, [("p", e) for e in events])
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(_copy, sub, handle, [0])
+                await handle.full.wait()
+                tg.cancel_scope.cancel()
+    recorded = [json.loads(line) for line in handle.lines]
+    assert [r["t"] for r in recorded] == [0.0, 30.0]  # 30 trace seconds apart, whatever the wall took
+    assert recorded[1]["duration"] == 30.0
