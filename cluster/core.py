@@ -316,14 +316,15 @@ class HostedPartition:
             return None
         sent = await self.process.bus.send_many(DECISIONS, [(self.name, x) for x in decisions])
         asked = self.asked
-        if asked and sent is not None:
-            answered = [
-                fetched
-                for x in decisions
-                if isinstance(x, d.Allocated | d.Rejected) and (fetched := asked.pop((x.app, x.ask), None)) is not None
-            ]
-            if answered:
-                sent.add_done_callback(functools.partial(self._answered, answered))
+        histograms = self.process.histograms
+        if asked and histograms is not None:
+            child = histograms.feed_to_decision.labels(self.name)
+            now = time.perf_counter()
+            for x in decisions:
+                if isinstance(x, d.Allocated | d.Rejected):
+                    fetched = asked.pop((x.app, x.ask), None)
+                    if fetched is not None:
+                        child.observe(now - fetched)
         c = self.counters
         c.decisions += len(decisions)
         self._decisions_since_snapshot += len(decisions)
@@ -342,16 +343,6 @@ class HostedPartition:
             elif isinstance(x, d.AllocationLost):
                 c.lost += 1
         return sent
-
-    def _answered(self, fetched: list[float], sent: asyncio.Future[Any]) -> None:
-        """Asks fetched at ``fetched`` got their first decision, now acknowledged: observe the latency."""
-        histograms = self.process.histograms
-        if histograms is None or sent.cancelled() or sent.exception() is not None:
-            return
-        child = histograms.feed_to_decision.labels(self.name)
-        now = time.perf_counter()
-        for t in fetched:
-            child.observe(now - t)
 
     def confirmed(self) -> bool:
         """Every decision handed to the producer so far was acknowledged by the broker."""

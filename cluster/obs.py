@@ -2,7 +2,7 @@
 
 Owns the process's :class:`prometheus_client.CollectorRegistry` (one per :class:`CoreMetrics`, so
 several in-process cores in tests do not collide) with the ``process_`` and ``python_`` collectors, the
-histograms of :class:`CoreHistograms` (feed record to acknowledged decisions, allocation cycle,
+histograms of :class:`CoreHistograms` (an ask fetched to its first decision, allocation cycle,
 preemption round, in seconds) and a collector that reads the hosted partitions at scrape time:
 per-queue used, pending, guaranteed and maximum resources in base units (``_bytes`` for memory,
 ``_cores`` for vcore; other resources in their own plain units, labelled ``resource``), allocations,
@@ -65,7 +65,7 @@ class CoreHistograms:
         labels = ["partition"]
         self.feed_to_decision = Histogram(
             "sniper_feed_to_decision_seconds",
-            "From fetching a feed record to the broker acknowledging the decisions it caused",
+            "From fetching an ask to handing its first decision (allocated or rejected) to the producer",
             labels,
             registry=registry,
             buckets=LATENCY_BUCKETS,

@@ -361,3 +361,102 @@ def bench_e2e(
         sys.stdout.write(json.dumps(result) + "\n")
     else:
         print_table("bench e2e", result)
+
+
+def _resources(value: Mapping[str, int] | None) -> str:
+    if value is None:
+        return "-"
+    return " ".join(f"{k}={v}" for k, v in sorted(value.items()) if v) or "0"
+
+
+def _rows_table(title: str, columns: list[str], rows: list[list[str]], limit: int) -> Any:
+    from rich.table import Table
+
+    table = Table(title=title if len(rows) <= limit else f"{title} (first {limit} of {len(rows)})")
+    for column in columns:
+        table.add_column(column)
+    for row in rows[:limit]:
+        table.add_row(*row)
+    return table
+
+
+def render_state(document: Mapping[str, Any], limit: int) -> list[Any]:
+    """The tables ``sniper status`` prints for a ``/ws/v1/state`` document."""
+    units = ", ".join(f"{k} in {v}" for k, v in document.get("units", {}).items())
+    tables: list[Any] = []
+    for part in document["partitions"]:
+        name = f"partition {part['name']} (epoch {part['epoch']}, time {part['now']:.1f} s; {units})"
+        queue_rows = [
+            [q["queue"], *(_resources(q[k]) for k in ("guaranteed", "max", "used", "pending", "ideal"))]
+            for q in part["queues"]
+        ]
+        node_rows = [
+            [n["node"], "yes" if n["schedulable"] else "no", *(_resources(n[k]) for k in ("capacity", "allocated"))]
+            for n in part["nodes"]
+        ]
+        reservation_rows = [
+            [r["reservation"], f"{r['app']}/{r['ask']}", r["node"], _resources(r["resource"]), str(len(r["victims"]))]
+            for r in part["reservations"]
+        ]
+        flight_rows = [
+            [a["allocation"], a["queue"], a["node"], _resources(a["resource"]), f"{a['deadline']:.1f}"]
+            for a in part["preemptions_in_flight"]
+        ]
+        recent_rows = [
+            [f"{x['t']:.1f}", x["allocation"], x["queue"], x["node"], f"{x['for_app']} ({x['for_queue']})", x["reason"]]
+            for x in reversed(part["recent_preemptions"])
+        ]
+        tables += [
+            _rows_table(
+                f"{name}: queues", ["queue", "guaranteed", "max", "used", "pending", "ideal"], queue_rows, limit
+            ),
+            _rows_table("nodes", ["node", "schedulable", "capacity", "allocated"], node_rows, limit),
+            _rows_table("reservations", ["reservation", "for", "node", "resource", "victims"], reservation_rows, limit),
+            _rows_table(
+                "preemptions in flight", ["allocation", "queue", "node", "resource", "deadline"], flight_rows, limit
+            ),
+            _rows_table("last preemptions", ["t", "allocation", "queue", "node", "for", "reason"], recent_rows, limit),
+        ]
+    return tables
+
+
+@app.command("status")
+def status(
+    url: Annotated[
+        str, typer.Option(help="a core's metrics endpoint; /ws/v1/state is added when the URL has no path")
+    ] = "http://127.0.0.1:9100",
+    limit: Annotated[int, typer.Option(min=1, help="rows shown per table")] = 50,
+    timeout: Annotated[float, typer.Option(min=0.1, help="seconds to wait for the answer")] = 10.0,
+    as_json: AsJson = False,
+) -> None:
+    """Print a core's state (queues, nodes, reservations, preemptions) from its /ws/v1/state endpoint."""
+    import json
+    import urllib.error
+    import urllib.parse
+    import urllib.request
+
+    from sniper.cli.app import EXIT_RUNTIME, out
+    from sniper.cluster.obs import STATE_PATH
+
+    target = url if urllib.parse.urlsplit(url).path not in ("", "/") else url.rstrip("/") + STATE_PATH
+    if urllib.parse.urlsplit(target).scheme not in ("http", "https"):
+        fail(f"--url {url!r} is not an http(s) URL")
+    try:
+        with urllib.request.urlopen(target, timeout=timeout) as response:
+            document = json.loads(response.read())
+    except urllib.error.HTTPError as err:
+        fail(f"{target} answered {err.code} {err.reason}", EXIT_RUNTIME)
+    except (urllib.error.URLError, TimeoutError) as err:
+        reason = err.reason if isinstance(err, urllib.error.URLError) else err
+        fail(f"cannot reach {target}: {reason}; is `sniper core --metrics-port` running there?", EXIT_RUNTIME)
+    except ValueError:
+        fail(f"{target} did not answer with JSON: is it a Sniper core's metrics port?", EXIT_RUNTIME)
+    if not isinstance(document, dict) or not isinstance(document.get("partitions"), list):
+        fail(f"{target} did not answer with a Sniper state document", EXIT_RUNTIME)
+    if as_json:
+        sys.stdout.write(json.dumps(document) + "\n")
+        return
+    if not document["partitions"]:
+        console.print("the core hosts no partition yet")
+    for table in render_state(document, limit):
+        out.print(table)
