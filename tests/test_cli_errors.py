@@ -201,3 +201,9 @@ async def test_record_keeps_one_time_base(kafka_settings: KafkaSettings) -> None
     recorded = [json.loads(line) for line in handle.lines]
     assert [r["t"] for r in recorded] == [0.0, 30.0]  # 30 trace seconds apart, whatever the wall took
     assert recorded[1]["duration"] == 30.0
+
+
+def test_preview_tables_print_names_literally() -> None:
+    from sniper.tools.preview import render_table
+
+    assert "[/] order: a [bold]" in " ".join(render_table([{"id": "[/]", "order": ["a", "[bold]"]}]).split())
