@@ -207,3 +207,12 @@ def test_preview_tables_print_names_literally() -> None:
     from sniper.tools.preview import render_table
 
     assert "[/] order: a [bold]" in " ".join(render_table([{"id": "[/]", "order": ["a", "[bold]"]}]).split())
+
+
+def test_bench_prints_a_table_or_json() -> None:
+    args = ["bench", "preempt", "--nodes", "4", "--running", "8", "--starving", "2"]
+    table = _invoke(*args)
+    assert table.exit_code == 0, table.output
+    assert "victims_per_s" in table.stdout and "┃ metric" in table.stdout
+    as_json = _invoke(*args, "--json")
+    assert json.loads(as_json.stdout)["nodes"] == 4
