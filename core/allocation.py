@@ -127,10 +127,8 @@ def find_ask_candidates(
     cursors: dict[str, _LeafCursor] = {}
     room: list[Resource] = []  # free room of the schedulable nodes, summed once when first needed
 
-    def fits_again(ask: Ask) -> bool:
-        times = picked.get(ask.key, 0)
-        if preemption or times == 0:
-            return True
+    def fits_again(ask: Ask, times: int) -> bool:
+        """Whether the free room holds ``times + 1`` containers of ``ask`` (``times`` already picked)."""
         if not room:
             room.append(_free_room(state))
         free = room[0]
@@ -166,8 +164,8 @@ def find_ask_candidates(
                 if (
                     ask.key in filters.skip
                     or (filters.ask is not None and not filters.ask(ask))
-                    or ask.pending - picked.get(ask.key, 0) <= 0
-                    or not fits_again(ask)
+                    or ask.pending - (times := picked.get(ask.key, 0)) <= 0
+                    or (times and not preemption and not fits_again(ask, times))
                     or not state.headroom_allows(leaf, ask.resource, extra)
                 ):
                     app_cur.current = next(app_cur.rest, None)
