@@ -216,3 +216,26 @@ def test_bench_prints_a_table_or_json() -> None:
     assert "victims_per_s" in table.stdout and "┃ metric" in table.stdout
     as_json = _invoke(*args, "--json")
     assert json.loads(as_json.stdout)["nodes"] == 4
+
+
+@pytest.mark.kafka
+async def test_feed_prints_a_table_or_json_with_the_rejections(kafka_settings: KafkaSettings, tmp_path: Path) -> None:
+    from sniper.cluster.core import CoreOptions, CoreProcess
+
+    bad_app = {"t": 1, "type": "app_added", "app": "x[/]", "queue": "root.nowhere"}
+    trace = _trace(tmp_path, [*TINY, bad_app])
+    args = ["feed", str(trace), "--bootstrap", kafka_settings.bootstrap, "--prefix", kafka_settings.prefix]
+    args += ["--speed", "20", "--drain", "1", "--show-rejections"]
+    with anyio.fail_after(120):
+        async with anyio.create_task_group() as tg:
+            await tg.start(CoreProcess(kafka_settings, CoreOptions(group="feed", tick=0.1)).run)
+            as_json = await anyio.to_thread.run_sync(lambda: _invoke(*args, "--json"))
+            table = await anyio.to_thread.run_sync(lambda: _invoke(*args))
+            tg.cancel_scope.cancel()
+    assert as_json.exit_code == 0, as_json.output
+    report = json.loads(as_json.stdout)
+    assert report["allocations"] == 3
+    assert [r["app"] for r in report["rejections"]] == ["x[/]"] and "root.nowhere" in report["rejections"][0]["reason"]
+    assert "rejected" in as_json.stderr and "app=x[/]" in as_json.stderr
+    assert table.exit_code == 0, table.output
+    assert "┃ metric" in table.stdout and "allocations" in table.stdout

@@ -55,13 +55,14 @@ def _leaf(err: BaseException) -> BaseException:
 
 def explain(err: BaseException) -> tuple[int, str]:
     """The exit code and the one line an operator sees for ``err``."""
+    from aiokafka.errors import KafkaConnectionError
+
     from sniper.cluster.obs import MetricsServeError
     from sniper.tools.feeder import NoAnswer
     from sniper.transport.broker import BrokerStartError
     from sniper.transport.kafka import KafkaConnectTimeout
 
     err = _leaf(err)
-    name = type(err).__name__
     if isinstance(err, CliError):
         return err.code, str(err)
     if isinstance(err, FileNotFoundError):
@@ -72,7 +73,7 @@ def explain(err: BaseException) -> tuple[int, str]:
         return EXIT_INPUT, f"invalid input: {err}"
     if isinstance(err, BrokerStartError | MetricsServeError | KafkaConnectTimeout | NoAnswer):
         return EXIT_RUNTIME, str(err)
-    if name == "KafkaConnectionError" or isinstance(err, ConnectionError):
+    if isinstance(err, KafkaConnectionError | ConnectionError):
         return EXIT_RUNTIME, f"cannot reach Kafka: {err}; check --bootstrap / SNIPER_KAFKA_BOOTSTRAP"
     if isinstance(err, OSError) and err.errno == errno.EADDRINUSE:
         return EXIT_RUNTIME, f"address in use: {err}; choose another port"
@@ -80,7 +81,7 @@ def explain(err: BaseException) -> tuple[int, str]:
         return EXIT_INPUT, f"invalid input: {err}"
     if isinstance(err, OSError):
         return EXIT_RUNTIME, f"{err.strerror or err}" + (f": {err.filename}" if err.filename else "")
-    return EXIT_RUNTIME, f"internal error ({name}: {err}); run with -v for details and report it"
+    return EXIT_RUNTIME, f"internal error ({type(err).__name__}: {err}); run with -v for details and report it"
 
 
 class SniperGroup(TyperGroup):
@@ -95,7 +96,7 @@ class SniperGroup(TyperGroup):
             raise typer.Exit(130) from None
         except Exception as err:  # the one place an exception becomes an exit code
             code, message = explain(err)
-            logging.getLogger("sniper.cli").debug("command failed", exc_info=err)
+            logging.getLogger("sniper.cli").info("command failed", exc_info=err)  # the details, with -v
             console.print(f"error: {message}", style="red")
             raise typer.Exit(code) from None
 
