@@ -58,6 +58,7 @@ def explain(err: BaseException) -> tuple[int, str]:
     from aiokafka.errors import KafkaConnectionError
 
     from sniper.cluster.obs import MetricsServeError
+    from sniper.tools.cpulimit import CpuLimitUnavailable
     from sniper.tools.feeder import NoAnswer
     from sniper.transport.broker import BrokerStartError
     from sniper.transport.kafka import KafkaConnectTimeout
@@ -69,6 +70,8 @@ def explain(err: BaseException) -> tuple[int, str]:
         return EXIT_INPUT, f"no such file: {err.filename or err}"
     if isinstance(err, IsADirectoryError | NotADirectoryError | PermissionError):
         return EXIT_INPUT, f"cannot use {err.filename}: {err.strerror}"
+    if isinstance(err, CpuLimitUnavailable):  # --core-cpus on a machine that cannot cap: usage
+        return EXIT_INPUT, str(err)
     if isinstance(err, ConfigError | msgspec.DecodeError | msgspec.ValidationError):
         return EXIT_INPUT, f"invalid input: {err}"
     if isinstance(err, BrokerStartError | MetricsServeError | KafkaConnectTimeout | NoAnswer):
