@@ -97,16 +97,15 @@ def test_names_that_look_like_markup_print_literally(tmp_path: Path) -> None:
         {"t": 0, "type": "node_added", "node": "[/]", "capacity": {"memory": 8192, "vcore": 8000}},
         {"t": 1, "type": "app_added", "app": "[red]", "queue": "root.[bold]"},
         {"t": 1, "type": "ask_added", "app": "[red]", "ask": "k", "resource": {"memory": 2048}, "count": 1},
+        {"t": 1, "type": "app_added", "app": "[/]x", "queue": "root.[/]"},
         {"t": 2, "type": "[/]"},
     ]
-    result = _invoke("simulate", str(_trace(tmp_path, events)))
+    source = _trace(tmp_path, events, name="[bold].jsonl")
+    result = _invoke("simulate", str(source), "--show-rejections")
     assert result.exit_code == 0, result.output
-    assert "[/]" in result.stderr  # the bad line's type, as written
-    queues = tmp_path / "queues.yaml"
-    queues.write_text(json.dumps({"partitions": [config]}))
-    result = _invoke("check-config", str(queues))
-    assert result.exit_code == 0, result.output
-    assert "[bold]" in result.stdout
+    assert "[/]" in result.stderr and "[bold].jsonl" in result.stderr  # the bad line, as written
+    assert "rejected partition=default app=[/]x: " in result.stderr and "root.[/] is an unknown queue" in result.stderr
+    assert "[bold].jsonl" in " ".join(result.stdout.split())  # the summary's title
 
 
 def test_a_huge_pending_count_does_not_keep_simulate_busy(tmp_path: Path) -> None:

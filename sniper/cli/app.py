@@ -5,7 +5,8 @@ an exit code. Commands live in :mod:`sniper.cli.sim` and :mod:`sniper.cli.kafka`
 
 Invariants: an operational error prints one line on stderr (what is wrong, what to do) and exits 2
 (usage or input) or 3 (a runtime failure), never a traceback; exit 1 means an invariant was violated.
-The consoles print text literally (no rich markup): names are data and may contain ``[``.
+Names are data and may look like rich markup (``[/]``): text that holds names is printed through
+:func:`literal` (or escaped), never parsed as markup.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import msgspec
 import typer
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 from typer.core import TyperGroup
 
 from sniper.core.config import ConfigError, SchedulerConfig, load_config
@@ -100,7 +102,7 @@ class SniperGroup(TyperGroup):
         except Exception as err:  # the one place an exception becomes an exit code
             code, message = explain(err)
             logging.getLogger("sniper.cli").info("command failed", exc_info=err)  # the details, with -v
-            console.print(f"error: {message}", style="red")
+            console.print(literal(f"error: {message}", "red"))
             raise typer.Exit(code) from None
 
 
@@ -115,9 +117,13 @@ app = typer.Typer(
 )
 bench_app = typer.Typer(no_args_is_help=True, help="Benchmarks (print figures; never assert).")
 app.add_typer(bench_app, name="bench")
-# Text is printed literally: queue, node, app and event names are data and may look like markup.
-console = Console(stderr=True, markup=False, highlight=False, soft_wrap=True)
-out = Console(markup=False, highlight=False)
+console = Console(stderr=True, highlight=False, soft_wrap=True)
+out = Console(highlight=False)
+
+
+def literal(text: object, style: str = "") -> Text:
+    """``text`` as rich prints it, character for character: queue, node, app and event names are data."""
+    return Text(str(text), style=style)
 
 
 class Policy(enum.StrEnum):
@@ -155,11 +161,11 @@ def print_table(title: str, rows: dict[str, Any]) -> None:
     """A two-column table (key, value) on stdout: what ``bench`` and ``feed`` print without ``--json``."""
     import json
 
-    table = Table(title=title)
+    table = Table(title=literal(title))
     table.add_column("metric")
     table.add_column("value", justify="right")
     for key, value in rows.items():
-        table.add_row(key, json.dumps(value) if isinstance(value, dict | list) else str(value))
+        table.add_row(literal(key), literal(json.dumps(value) if isinstance(value, dict | list) else value))
     out.print(table)
 
 
@@ -177,11 +183,11 @@ def show_rejections(items: list[dict[str, str]], show: bool) -> None:
     if not items:
         return
     if not show:
-        console.print(f"{len(items)} event(s) rejected: --show-rejections lists them with their reasons")
+        console.print(literal(f"{len(items)} event(s) rejected: --show-rejections lists them with their reasons"))
         return
     for item in items:
         what = " ".join(f"{k}={v}" for k, v in item.items() if v and k != "reason")
-        console.print(f"rejected {what}: {item['reason']}", style="yellow")
+        console.print(literal(f"rejected {what}: {item['reason']}", "yellow"))
 
 
 def decided_nothing(decisions: Iterable[d.DecisionMsg], events: int) -> None:
@@ -209,9 +215,9 @@ def load_inputs(trace: Path | None, queues: Path | None, seed: int) -> tuple[lis
         )
     events, bad = read_trace(trace)
     for problem in bad[:20]:
-        console.print(f"skipped {problem}", style="yellow")
+        console.print(literal(f"skipped {problem}", "yellow"))
     if len(bad) > 20:
-        console.print(f"... and {len(bad) - 20} more bad lines", style="yellow")
+        console.print(literal(f"... and {len(bad) - 20} more bad lines", "yellow"))
     config = load_config(queues) if queues is not None else None
     if config is None and not any(isinstance(e, f.PartitionConfigEvent) for e in events):
         fail(f"{trace} configures no partition (no partition_config event): pass --queues FILE")

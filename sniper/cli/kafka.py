@@ -28,6 +28,7 @@ from sniper.cli.app import (
     console,
     decided_nothing,
     fail,
+    literal,
     load_inputs,
     print_table,
     rejections,
@@ -95,7 +96,10 @@ async def _connect(bootstrap: str | None, flags: Mapping[str, Any]) -> AsyncIter
     bootstrap is given or set."""
     from sniper.cluster.kafka_env import bootstrap_or_embedded, build_settings
 
-    async with bootstrap_or_embedded(bootstrap, announce=console.print) as (address, embedded):
+    async with bootstrap_or_embedded(bootstrap, announce=lambda text: console.print(literal(text))) as (
+        address,
+        embedded,
+    ):
         yield build_settings(address, embedded=embedded, **flags)
 
 
@@ -266,7 +270,7 @@ def feed(
 
     async def main() -> Any:
         async with _connect(bootstrap, flags) as settings:
-            console.print(f"feeding {source}: {len(events)} events at x{speed:g} to {settings.bootstrap}")
+            console.print(literal(f"feeding {source}: {len(events)} events at x{speed:g} to {settings.bootstrap}"))
             return await play(settings, events, options, config=config, ideal_fn=ideal_for_model)
 
     import json
@@ -282,9 +286,9 @@ def feed(
     show_rejections(rejected, show)
     if report is not None:
         report.write_text(json.dumps(result.report, indent=2) + "\n")
-        console.print(f"report written to {report}")
+        console.print(literal(f"report written to {report}"))
     if result.violations:
-        console.print(f"{result.violations} invariant violation(s)", style="red")
+        console.print(literal(f"{result.violations} invariant violation(s)", "red"))
         raise typer.Exit(EXIT_INVARIANT)
     decided_nothing(decisions, len(events))
 
@@ -318,7 +322,7 @@ def record(
             return count or 0
 
     count = _run(main)
-    console.print(f"recorded {count} events to {out}")
+    console.print(literal(f"recorded {count} events to {out}"))
 
 
 @bench_app.command("e2e")
@@ -368,11 +372,11 @@ def _resources(value: Mapping[str, int] | None) -> str:
 def _rows_table(title: str, columns: list[str], rows: list[list[str]], limit: int) -> Any:
     from rich.table import Table
 
-    table = Table(title=title if len(rows) <= limit else f"{title} (first {limit} of {len(rows)})")
+    table = Table(title=literal(title if len(rows) <= limit else f"{title} (first {limit} of {len(rows)})"))
     for column in columns:
         table.add_column(column)
     for row in rows[:limit]:
-        table.add_row(*row)
+        table.add_row(*map(literal, row))
     return table
 
 

@@ -26,6 +26,7 @@ from sniper.cli.app import (
     console,
     decided_nothing,
     fail,
+    literal,
     load_inputs,
     out,
     print_table,
@@ -45,7 +46,7 @@ Until = Annotated[float | None, typer.Option(min=0.0, help="stop at this simulat
 
 
 def _print_summary(report: dict[str, Any], title: str) -> None:
-    table = Table(title=title, show_header=True)
+    table = Table(title=literal(title), show_header=True)
     table.add_column("metric")
     table.add_column("value", justify="right")
     for key in (
@@ -67,10 +68,10 @@ def _print_summary(report: dict[str, Any], title: str) -> None:
             value = report[key]
             if key == "preemptions":
                 value = value["victims"]
-            table.add_row(key, json.dumps(value) if isinstance(value, dict) else str(value))
+            table.add_row(key, literal(json.dumps(value) if isinstance(value, dict) else value))
     for queue, ttg in report.get("time_to_guarantee", {}).items():
         table.add_row(
-            f"time_to_guarantee {queue}",
+            literal(f"time_to_guarantee {queue}"),
             f"episodes {ttg['episodes']} unmet {ttg['unmet']} p50 {ttg['p50']} max {ttg['max']}",
         )
     out.print(table)
@@ -100,7 +101,7 @@ def simulate(
     setup_logging(verbose)
     events, config, source = load_inputs(trace, queues, seed)
     settings = SimulationSettings(until=until, seed=seed, policy=None if policy is None else policy.value)
-    console.print(f"simulating {source}: {len(events)} events")
+    console.print(literal(f"simulating {source}: {len(events)} events"))
     with Progress(
         TextColumn("sim"),
         BarColumn(),
@@ -127,14 +128,14 @@ def simulate(
     show_rejections(rejected, show)
     if report is not None:
         report.write_text(json.dumps(result.report, indent=2) + "\n")
-        console.print(f"report written to {report}")
+        console.print(literal(f"report written to {report}"))
     if plot is not None:
         for name, metrics in result.metrics.items():
             target = plot if len(result.metrics) == 1 else plot.with_name(f"{plot.stem}-{name}{plot.suffix}")
             plot_usage(metrics, target, f"{source} [{name}] policy={result.report['policy']}")
-            console.print(f"plot written to {target}")
+            console.print(literal(f"plot written to {target}"))
     if result.violations:
-        console.print(f"{result.violations} invariant violation(s)", style="red")
+        console.print(literal(f"{result.violations} invariant violation(s)", "red"))
         raise typer.Exit(EXIT_INVARIANT)
     decided_nothing(result.decisions, len(events))
 
@@ -170,24 +171,24 @@ def compare(
         results = run_compare(events, config, names, SimulationSettings(until=until, seed=seed), progress)
     rows = table_rows(results)
     if as_markdown:
-        out.print("| metric | " + " | ".join(names) + " |", soft_wrap=True)
-        out.print("|---|" + "---:|" * len(names), soft_wrap=True)
+        out.print(literal("| metric | " + " | ".join(names) + " |"), soft_wrap=True)
+        out.print(literal("|---|" + "---:|" * len(names)), soft_wrap=True)
         for row in rows:
-            out.print("| " + " | ".join(row) + " |", soft_wrap=True)
+            out.print(literal("| " + " | ".join(row) + " |"), soft_wrap=True)
     else:
-        table = Table(title=f"{source}: policies compared")
+        table = Table(title=literal(f"{source}: policies compared"))
         table.add_column("metric")
         for name in names:
             table.add_column(name, justify="right")
         for row in rows:
-            table.add_row(*row)
+            table.add_row(*map(literal, row))
         out.print(table)
     if report is not None:
         report.write_text(json.dumps({k: r.report for k, r in results.items()}, indent=2) + "\n")
-        console.print(f"report written to {report}")
+        console.print(literal(f"report written to {report}"))
     if plot is not None:
         plot_compare(results, plot, source)
-        console.print(f"plot written to {plot}")
+        console.print(literal(f"plot written to {plot}"))
     if any(r.violations for r in results.values()):
         raise typer.Exit(EXIT_INVARIANT)
 
@@ -210,7 +211,7 @@ def write_scenario(
         for event in sc.events:
             handle.write(encode_json_line(event))
     (out_dir / f"{name}.yaml").write_text(yaml.safe_dump(sc.queues, sort_keys=False))
-    console.print(f"wrote {out_dir / (name + '.jsonl')} and {out_dir / (name + '.yaml')}: {sc.description}")
+    console.print(literal(f"wrote {out_dir / (name + '.jsonl')} and {out_dir / (name + '.yaml')}: {sc.description}"))
 
 
 @app.command()
@@ -231,7 +232,7 @@ def preview(
         for item in results:
             sys.stdout.write(json.dumps(item) + "\n")
     else:
-        out.print(render_table(results))
+        out.print(literal(render_table(results)))
 
 
 @bench_app.command("allocate")
@@ -275,7 +276,7 @@ def check_config(path: Annotated[Path, typer.Argument(help="queues.yaml")]) -> N
     try:
         config = load_config(path)
     except (ConfigError, OSError) as err:
-        console.print(f"invalid: {err}", style="red")
+        console.print(f"[red]invalid:[/] {err}")
         raise typer.Exit(2) from None
     for part in config.partitions:
         out.print(f"partition {part.name}: nodes {part.node_sort_policy}, preemption {part.preemption.policy}")
