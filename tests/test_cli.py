@@ -85,8 +85,8 @@ def test_simulate_reports_bad_lines_and_goes_on(tmp_path: Path) -> None:
     ("args", "message"),
     [
         (["simulate", "no-such-scenario"], "unknown scenario 'no-such-scenario'"),
-        (["simulate", "missing.jsonl"], "No such file or directory"),
-        (["simulate", "demo", "--policy", "shotgun"], "unknown policy 'shotgun'"),
+        (["simulate", "missing.jsonl"], "error: no such file: missing.jsonl"),
+        (["simulate", "demo", "--policy", "shotgun"], "'shotgun' is not one of 'sniper', 'proportional', 'none'"),
         (["scenario", "no-such-scenario"], "unknown scenario"),
     ],
 )
