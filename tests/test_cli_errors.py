@@ -239,3 +239,12 @@ async def test_feed_prints_a_table_or_json_with_the_rejections(kafka_settings: K
     assert "rejected" in as_json.stderr and "app=x[/]" in as_json.stderr
     assert table.exit_code == 0, table.output
     assert "┃ metric" in table.stdout and "allocations" in table.stdout
+
+
+def test_simulate_prints_the_warnings_of_a_traces_partition_config(tmp_path: Path) -> None:
+    config = partition_raw(queue("q", guaranteed={"memory": 4096}))
+    config["queues"][0]["maxapplications"] = 3  # a YuniKorn key Sniper only warns about
+    config["queues"][0]["resources"] = {"guaranteed": {"memory": "4Gi", "vcores": 2}}
+    events = [{"t": 0, "type": "partition_config", "config": config}, *TINY[1:]]
+    result = _invoke("simulate", str(_trace(tmp_path, events)))
+    assert "warning:" in result.stderr and "vcores" in result.stderr

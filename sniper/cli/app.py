@@ -27,7 +27,7 @@ from rich.table import Table
 from rich.text import Text
 from typer.core import TyperGroup
 
-from sniper.core.config import ConfigError, SchedulerConfig, load_config
+from sniper.core.config import ConfigError, SchedulerConfig, load_config, parse_partition
 from sniper.messages import decisions as d
 from sniper.messages import feed as f
 from sniper.messages.codec import BadInput, read_trace
@@ -209,22 +209,38 @@ def load_inputs(trace: Path | None, queues: Path | None, seed: int) -> tuple[lis
     """The events, the configuration (``--queues`` or the scenario's) and a description of the source.
 
     A trace that configures no partition, given without ``--queues``, is refused: nothing would be
-    decided.
+    decided. The configuration's warnings (YuniKorn keys Sniper does not implement, misspelt resource
+    names) are printed, whether it comes from ``--queues`` or from the trace's ``partition_config``.
     """
     from sniper.simulator.scenarios import scenario
 
     if trace is None:
         trace = Path("demo")
+    config = load_config(queues) if queues is not None else None
     if not trace.exists() and not trace.suffix:
         sc = scenario(str(trace), seed)  # a bundled scenario by name
-        return (
-            sc.events,
-            (load_config(queues) if queues is not None else sc.config),
-            f"bundled scenario '{sc.name}' (seed {seed})",
-        )
-    events, bad = read_trace(trace)
-    print_bad(bad, "bad")
-    config = load_config(queues) if queues is not None else None
-    if config is None and not any(isinstance(e, f.PartitionConfigEvent) for e in events):
-        fail(f"{trace} configures no partition (no partition_config event): pass --queues FILE")
-    return events, config, str(trace)
+        events, source = sc.events, f"bundled scenario '{sc.name}' (seed {seed})"
+        config = config or sc.config
+    else:
+        events, bad = read_trace(trace)
+        print_bad(bad, "bad")
+        source = str(trace)
+        if config is None and not any(isinstance(e, f.PartitionConfigEvent) for e in events):
+            fail(f"{trace} configures no partition (no partition_config event): pass --queues FILE")
+    print_config_warnings(config, events)
+    return events, config, source
+
+
+def print_config_warnings(config: SchedulerConfig | None, events: Sequence[f.Feed]) -> None:
+    """Each warning of the configuration in force once on stderr (an invalid ``partition_config`` is
+    the cache's to reject, with its reason, so it is skipped here)."""
+    warnings: list[str] = list(config.warnings) if config is not None else []
+    if config is None:
+        for event in events:
+            if isinstance(event, f.PartitionConfigEvent):
+                try:
+                    warnings.extend(parse_partition(event.config, f"partition_config {event.partition}").warnings)
+                except ConfigError:
+                    continue
+    for warning in dict.fromkeys(warnings):
+        console.print(literal(f"warning: {warning}", "yellow"))

@@ -30,6 +30,7 @@ from sniper.cli.app import (
     fail,
     literal,
     load_inputs,
+    print_config_warnings,
     print_table,
     rejections,
     show_rejections,
@@ -194,6 +195,7 @@ def core(
 
     setup_logging(log_format.value, logging.DEBUG if verbose else logging.INFO)
     config = load_config(queues) if queues is not None else None
+    print_config_warnings(config, ())
     options = CoreOptions(
         group=group,
         role=role.value,
