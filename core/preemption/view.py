@@ -68,6 +68,7 @@ def ideal_of(snapshot: ClusterSnapshot, *, avoid_ineffective: bool = True) -> Id
         DominantCalculator(snapshot.resource_names),
         priority_layers=True,
         avoid_ineffective=avoid_ineffective,
+        cap_by_demand=True,
     )
 
 
