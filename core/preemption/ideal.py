@@ -16,8 +16,9 @@ itself (both off for the YARN baseline):
   YARN's dominant calculator takes the DRF-smaller of two vectors whole, so an offer or a protected
   guarantee can hand a memory-heavy queue vcores it neither holds nor asks for, lifting its dominant share
   (a queue at twice its memory guarantee would look "below its ideal"); Sniper clamps each resource to
-  the demand, and a leaf without a guarantee of its own is not capped at its usage (it shares, by demand,
-  what its parent's guarantee leaves over its siblings').
+  the demand, a leaf without a guarantee of its own is not capped at its usage (it shares, by demand,
+  what its parent's guarantee leaves over its siblings'), and a resource no needy sibling's guarantee
+  names is offered evenly instead of not at all.
 
 The computation, level by level from the root (whose ideal is its guarantee):
 
@@ -408,9 +409,12 @@ class _Solver:
                 q.weight = {n: share for n in names}
             return
         active = total(q.guaranteed for q in queues)
+        # A resource no needy queue's guarantee names is nobody's: YARN offers none of it; Sniper
+        # (``cap_by_demand``) shares it evenly, so an ask using it is not starved of it by the weights.
+        unnamed = java_float_div(1, len(queues)) if self.cap_by_demand else 0.0
         for q in queues:
             q.weight = {
-                n: java_float_div(q.guaranteed.get(n, 0), active.get(n, 0)) if active.get(n, 0) != 0 else 0.0
+                n: java_float_div(q.guaranteed.get(n, 0), active.get(n, 0)) if active.get(n, 0) != 0 else unnamed
                 for n in names
             }
 
