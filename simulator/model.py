@@ -183,9 +183,9 @@ class ClusterModel:
     def _check_preemption(self, dec: d.Preempt, victim: ModelAllocation) -> None:
         """Invariant 5 as far as an outside observer can check it: queue relations from the config;
         inside one queue (5b) a lower-priority victim for a higher-priority ask; across queues (5a) the
-        victim's queue at or above its ideal when chosen and at or above its guarantee without it, both by
-        dominant share against the cluster (the DRF comparison), counting the room reservations already
-        hold for it (committed to that queue)."""
+        victim's queue over its ideal on some resource when chosen (YARN's positive excess) and, without
+        it, at or above its guarantee by dominant share against the cluster (the DRF comparison), counting
+        the room reservations already hold for it (committed to that queue)."""
         t = dec.t
         chain = _lineage(victim.queue)
         if any(self.queue_cfg[q].preemption_policy == "disabled" for q in chain if q in self.queue_cfg):
@@ -224,10 +224,9 @@ class ClusterModel:
         capacity = self.capacity()
         if _dominant_level(after, capacity) < _dominant_level(cfg.guaranteed, capacity):
             self._violate(t, 5, f"victim {victim.id} takes {victim.queue} below its guarantee")
-        if dec.victim_queue_ideal and _dominant_level(before, capacity) < _dominant_level(
-            dec.victim_queue_ideal, capacity
-        ):
-            self._violate(t, 5, f"victim {victim.id} chosen while {victim.queue} was below its ideal")
+        ideal = dec.victim_queue_ideal
+        if ideal and not any(before.get(k, 0) > ideal.get(k, 0) for k, c in capacity.items() if c > 0):
+            self._violate(t, 5, f"victim {victim.id} chosen while {victim.queue} was over its ideal nowhere")
 
     def _allocated(self, dec: d.Allocated) -> None:
         t = dec.t

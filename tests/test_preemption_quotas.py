@@ -20,7 +20,8 @@ from sniper.core.preemption.quotas import (
     allows,
     below_ideal,
     compute_quotas,
-    dominant_floor,
+    floor_of,
+    guarantee_floor,
     net_usage,
     over_deadzone,
     usable_capacity,
@@ -60,27 +61,33 @@ CAP = {"memory": 100, "vcore": 100}
 
 
 @pytest.mark.parametrize(
-    ("usage", "levels", "capacity", "floor"),
+    ("usage", "ideal", "guaranteed", "capacity", "floor"),
     [
-        # memory-heavy: keeps its guarantee's dominant share (half) of memory, nothing else
-        ({"memory": 100, "vcore": 25}, ({"memory": 50, "vcore": 50},), CAP, {"memory": 50}),
-        # the larger level wins (an ideal above the guarantee)
-        ({"memory": 100, "vcore": 25}, ({"memory": 50, "vcore": 50}, {"memory": 70, "vcore": 30}), CAP,
+        # memory-heavy (item 1): its guarantee's dominant share of memory and its ideal there; vcores go
+        ({"memory": 100, "vcore": 25}, {"memory": 50, "vcore": 25}, {"memory": 50, "vcore": 50}, CAP,
+         {"memory": 50}),
+        # an ideal above the guarantee on the most-over resource wins
+        ({"memory": 100, "vcore": 25}, {"memory": 70, "vcore": 25}, {"memory": 50, "vcore": 50}, CAP,
          {"memory": 70}),
-        # a level dominant on another resource is kept as that share of the queue's dominant resource
-        ({"memory": 90, "vcore": 10}, ({"memory": 10, "vcore": 60},), CAP, {"memory": 60}),
-        # most held relative to the cluster, not in absolute units: 30 of 40 vcores beats 600 of 1000 MiB
-        ({"memory": 600, "vcore": 30}, ({"memory": 100, "vcore": 10},), {"memory": 1000, "vcore": 40},
-         {"vcore": 10}),
+        # the ideal's own dominant share (vcores it cannot use) does not hold memory back (large_containers)
+        ({"memory": 90, "vcore": 90}, {"memory": 62, "vcore": 90}, {"memory": 50, "vcore": 50}, CAP,
+         {"memory": 62}),
+        # a guarantee dominant on another resource is kept as that share of the queue's dominant resource
+        ({"memory": 90, "vcore": 10}, {"memory": 40, "vcore": 10}, {"memory": 10, "vcore": 60}, CAP,
+         {"memory": 60}),
+        # most over relative to the cluster: 22 of 40 vcores beats 500 of 1000 MiB
+        ({"memory": 600, "vcore": 32}, {"memory": 100, "vcore": 10}, {"memory": 100, "vcore": 10},
+         {"memory": 1000, "vcore": 40}, {"vcore": 10}),
         # gpu: a whole number of units, rounded up
-        ({"gpu": 8, "memory": 10}, ({"gpu": 3, "memory": 50},), {"gpu": 8, "memory": 100}, {"gpu": 4}),
-        # a resource the cluster does not have is never the dominant one
-        ({"memory": 70, "gpu": 4}, ({"memory": 40},), {"memory": 100}, {"memory": 40}),
-        ({}, ({"memory": 40},), {}, {}),
+        ({"gpu": 8, "memory": 10}, {"gpu": 4, "memory": 10}, {"gpu": 3, "memory": 50}, {"gpu": 8, "memory": 100},
+         {"gpu": 4}),
+        # a resource the cluster does not have says nothing
+        ({"memory": 70, "gpu": 4}, {"memory": 40}, {"memory": 40}, {"memory": 100}, {"memory": 40}),
+        ({}, {"memory": 40}, {"memory": 40}, {}, {}),
     ],
 )  # fmt: skip
-def test_dominant_floor(usage: Resource, levels: tuple[Resource, ...], capacity: Resource, floor: Resource) -> None:
-    assert dominant_floor(usage, levels, capacity) == floor
+def test_floor_of(usage: Resource, ideal: Resource, guaranteed: Resource, capacity: Resource, floor: Resource) -> None:
+    assert floor_of(usage, ideal, guaranteed, capacity) == floor
 
 
 resource_names = st.sampled_from(["memory", "vcore", "gpu"])
@@ -90,16 +97,19 @@ amounts = st.dictionaries(resource_names, st.integers(0, 1000), max_size=3)
 @settings(max_examples=200, deadline=None)
 @given(usage=amounts, removed=amounts, guaranteed=amounts, ideal=amounts,
        capacity=st.dictionaries(resource_names, st.integers(1, 2000), min_size=1))  # fmt: skip
-def test_whatever_a_queue_loses_above_its_floor_it_is_not_below_its_levels(
+def test_whatever_a_queue_loses_above_its_floor_keeps_its_guarantee_and_its_ideal_where_most_over(
     usage: Resource, removed: Resource, guaranteed: Resource, ideal: Resource, capacity: Resource
 ) -> None:
-    floor = dominant_floor(usage, (guaranteed, ideal), capacity)
+    floor = floor_of(usage, ideal, guaranteed, capacity)
     left = res.clamp_min_zero(res.sub(usage, removed))
     if res.fits(floor, left):
-        for level in (guaranteed, ideal):
-            # not below the level's dominant share: DRF-compared with that share of the dominant resource
-            assert not res.drf_below(left, dominant_floor(left, (level,), capacity), capacity)
-            assert res.share_vector(left, capacity)[0] >= res.share_vector(level, capacity)[0] - 1e-9
+        # not below the guarantee's dominant share, DRF-compared through the same floor
+        assert not res.drf_below(left, guarantee_floor(left, guaranteed, capacity), capacity)
+        assert res.share_vector(left, capacity)[0] >= res.share_vector(guaranteed, capacity)[0] - 1e-9
+        excess = {k: (usage.get(k, 0) - ideal.get(k, 0)) / c for k, c in capacity.items()}
+        worst = max(sorted(excess), key=lambda k: excess[k])
+        if excess[worst] > 0:
+            assert left.get(worst, 0) >= ideal.get(worst, 0)
 
 
 @pytest.mark.parametrize(
@@ -143,6 +153,8 @@ def test_over_deadzone_is_a_drf_question() -> None:
     assert over_deadzone(q, {"memory": 50, "vcore": 12}, {"memory": 25, "vcore": 25}, 0.1, CAP)
     assert not over_deadzone(q, {"memory": 27, "vcore": 12}, {"memory": 25, "vcore": 25}, 0.1, CAP)  # deadzone
     assert not over_deadzone(q, {"memory": 50, "vcore": 12}, {"memory": 50, "vcore": 25}, 0.1, CAP)  # at ideal
+    # over its ideal on memory though the ideal's dominant share (vcores) is larger: still over
+    assert over_deadzone(q, {"memory": 80, "vcore": 80}, {"memory": 60, "vcore": 90}, 0.1, CAP)
 
 
 # ---------------------------------------------------------------------- compute_quotas on live states
@@ -213,7 +225,7 @@ def test_a_memory_heavy_queue_may_lose_everything_but_its_dominant_share() -> No
     h.ask("a1", "x", 10, count=10, vcore=10)
     quotas = quotas_of(h)
     ideal_b = quotas.ideal["root.b"]
-    keep = max(ideal_b["memory"], ideal_b["vcore"], 100)
+    keep = max(ideal_b["memory"], 100)
     assert quotas.may_lose == {"root.b": {"memory": 160 - keep, "vcore": 40}}
     assert keep < 160
     assert quotas.beneficiaries == ("root.a",)
@@ -235,7 +247,7 @@ def test_quotas_never_take_a_queue_below_its_guarantee() -> None:
     usage = net_usage(h.cache.state.queues["root.b"])
     left = res.sub(usage, lose)
     assert lose["memory"] == 40
-    assert res.share_vector(left, cap)[0] >= max(res.share_vector(quotas.ideal["root.b"], cap)[0], 0.5)
+    assert res.share_vector(left, cap)[0] >= 0.5 and left["vcore"] >= quotas.ideal["root.b"]["vcore"]
     assert lose["vcore"] == 200 - max(quotas.ideal["root.b"]["vcore"], 100)
 
 

@@ -1,16 +1,16 @@
 """Sniper's inter-queue preemption quotas (seed 002 ``calculate-preemption-quotas``), sans-IO.
 
 From the ideal assignment (YARN's fix-point under DRF, layered by priority, ineffective increments
-dropped), with every above/below question asked by the one DRF comparison (``resources.drf_compare``
-against the partition's capacity, as YARN's DominantResourceCalculator): a leaf queue whose net usage
-(victims already preempting excluded) is above its ideal and above its guarantee plus the deadzone (YARN's
-``max_ignored_over_capacity``) may lose containers while it stays above both its ideal and its guarantee.
-Its quota (``may_lose``) says so as a vector: everything on every resource but its dominant one (the one it
-holds the largest share of), and on that one what it holds beyond the level of the larger of its ideal and
-its guarantee; keeping that much of its dominant resource keeps it at or above both by dominant share,
-whatever else it loses (:func:`dominant_floor`). A whole container beyond the quota is still allowed
-(:func:`allows`) while the queue has something left to lose and stays at or above its guarantee without it.
-Never anything from a ``disabled`` queue. A leaf below its ideal (DRF), with demand, is a beneficiary.
+dropped; Sniper's is capped by demand on every resource): a leaf queue whose net usage (victims already
+preempting excluded) is above its guarantee plus the deadzone (YARN's ``max_ignored_over_capacity``) in the
+DRF comparison (``resources.drf_compare`` against the partition's capacity, as YARN's
+DominantResourceCalculator) and over its ideal on some resource may lose what it holds above its floor
+(:func:`floor_of`): its guarantee's dominant share of its dominant resource, and its ideal on the resource
+it is most over. Its quota (``may_lose``) is that difference, every other resource included: a
+memory-heavy queue loses vcores with its containers though it holds fewer than its guarantee names. A whole
+container beyond the quota is still allowed (:func:`allows`) while the queue has something left to lose
+and stays at or above its guarantee without it. Never anything from a ``disabled`` queue. A leaf below its
+ideal (DRF), with demand, is a beneficiary.
 Invariant (5a): no victim takes a queue below its guarantee; it may end below its ideal by less than the
 last victim's size.
 """
@@ -43,21 +43,35 @@ def net_usage(queue: Queue) -> Resource:
     return res.clamp_min_zero(res.sub(res.add(queue.allocated, queue.reserved), queue.preempting))
 
 
-def dominant_floor(usage: Resource, levels: tuple[Resource, ...], capacity: Resource) -> Resource:
-    """What a queue keeps: as much of its dominant resource (the one it holds the largest share of
-    ``capacity``; ties by name) as the largest dominant share among ``levels`` (its guarantee, its ideal).
+def guarantee_floor(usage: Resource, guaranteed: Resource, capacity: Resource) -> Resource:
+    """What keeps a queue at or above its guarantee: as much of its dominant resource (the one it holds the
+    largest share of ``capacity``; ties by name) as its guarantee's dominant share makes of it.
 
-    Compared by ``drf_compare``, anything holding at least this is not below any of ``levels`` on its
-    dominant share; a victim may lose the rest of what it holds (invariant 5a's "at or above its guarantee"
-    is about the dominant share: a queue at exactly its guarantee's level on it has lost nothing it is owed,
-    even if the tie-break ranks it below the guarantee for the allocator's order).
+    Compared by ``drf_compare``, anything holding at least this is not below it: invariant 5a's "at or above
+    its guarantee" is about dominant shares, so a queue at exactly its guarantee's level has lost nothing it
+    is owed, even where the tie-break ranks it below its guarantee for the allocator's order.
     """
     shares = {k: usage.get(k, 0) / c for k, c in capacity.items() if c > 0}
     if not shares:
         return {}
     dominant = max(sorted(shares), key=lambda k: shares[k])
-    level = max((res.share_vector(x, capacity)[0] for x in levels), default=0.0)
+    level = res.share_vector(guaranteed, capacity)[0] if guaranteed else 0.0
     return {dominant: math.ceil(level * capacity[dominant] - 1e-9)}
+
+
+def floor_of(usage: Resource, ideal: Resource, guaranteed: Resource, capacity: Resource) -> Resource:
+    """What a victim queue keeps whatever happens: its guarantee by dominant share (:func:`guarantee_floor`)
+    and its ideal on the resource it is most over relative to the cluster (its DRF-dominant excess, as YARN's
+    selectors take containers while the excess ``used - ideal`` is positive in the dominant calculator).
+    Containers are bundles: a queue brought back to its ideal there cannot be held to the rest of its ideal
+    vector elsewhere (the aggregate ideal knows no container shapes). Everything else it may lose."""
+    floor = guarantee_floor(usage, guaranteed, capacity)
+    excess = {k: (usage.get(k, 0) - ideal.get(k, 0)) / c for k, c in capacity.items() if c > 0}
+    if excess:
+        worst = max(sorted(excess), key=lambda k: excess[k])
+        if excess[worst] > 0:
+            floor[worst] = max(floor.get(worst, 0), ideal.get(worst, 0))
+    return floor
 
 
 def below_ideal(usage: Resource, ideal: Resource, capacity: Resource) -> bool:
@@ -65,10 +79,15 @@ def below_ideal(usage: Resource, ideal: Resource, capacity: Resource) -> bool:
 
 
 def over_deadzone(queue: Queue, usage: Resource, ideal: Resource, deadzone: float, capacity: Resource) -> bool:
-    """Above its ideal and above ``guaranteed * (1 + deadzone)`` (DRF): YARN's and seed 000's deadzone
-    (``used > (1 + max_ignored_over_capacity) * guaranteed``)."""
+    """Above ``guaranteed * (1 + deadzone)`` in the DRF comparison (YARN's and seed 000's deadzone, ``used >
+    (1 + max_ignored_over_capacity) * guaranteed``) and over its ideal on some resource the cluster has (YARN's
+    excess ``used - ideal`` positive under the dominant calculator). Not ``drf_above(usage, ideal)``: the
+    aggregate ideal can give a queue a dominant share on a resource its containers cannot use (a queue of
+    2 GiB / 0.5-core containers whose sibling wants memory only is owed 90% of the vcores and 62% of the
+    memory); it must still give the memory back."""
     dead = {k: int(v * (1.0 + deadzone)) for k, v in queue.guaranteed.items()}
-    return res.drf_above(usage, ideal, capacity) and res.drf_above(usage, dead, capacity)
+    over = any(usage.get(k, 0) > ideal.get(k, 0) for k, c in capacity.items() if c > 0)
+    return over and res.drf_above(usage, dead, capacity)
 
 
 def allows(queue: Queue, quota: Resource, taken: Resource, victim: Resource, capacity: Resource) -> bool:
@@ -82,7 +101,7 @@ def allows(queue: Queue, quota: Resource, taken: Resource, victim: Resource, cap
     if not res.fits(taken, quota):
         return False
     left = res.clamp_min_zero(res.sub(net_usage(queue), after))
-    return not res.drf_below(left, dominant_floor(left, (queue.guaranteed,), capacity), capacity)
+    return not res.drf_below(left, guarantee_floor(left, queue.guaranteed, capacity), capacity)
 
 
 def usable_capacity(state: PartitionState) -> Resource:
@@ -132,7 +151,7 @@ def compute_quotas(state: PartitionState, config: PreemptionConfig) -> Quotas:
         usage = net_usage(queue)
         target = ideal.get(path, {})
         if not preemption_disabled(queue) and over_deadzone(queue, usage, target, deadzone, capacity):
-            floor = dominant_floor(usage, (queue.guaranteed, target), capacity)
+            floor = floor_of(usage, target, queue.guaranteed, capacity)
             lose = res.clamp_min_zero(res.sub(usage, floor))
             if lose:
                 may_lose[path] = lose
