@@ -232,9 +232,9 @@ def priority_queues(seed: int = 0) -> Scenario:
 def fence(seed: int = 0) -> Scenario:
     """A fenced subtree (YuniKorn's semantics): root.team (fence, half the cluster) holds team.x and
     team.y; root.other and root.ext (a quarter each) are outside. other and team.x each borrowed a quarter
-    beyond their guarantees; then team.y and ext ask for theirs. team.y may preempt team.x (inside the
-    fence) but never other: an ask inside a fence never preempts outside it. ext may preempt other, and
-    could preempt inside the fence by the usual rules."""
+    beyond their guarantees; then team.y asks for its own: it may preempt team.x (inside the fence) but
+    never other, an ask inside a fence never preempting outside it. Later ext asks: asks from outside may
+    preempt inside a fence by the usual rules, and other is the queue over its ideal."""
     rng = random.Random(seed)
     nodes = 12
     cap = {"memory": nodes * 64 * GiB, "vcore": nodes * 16_000}
@@ -251,7 +251,7 @@ def fence(seed: int = 0) -> Scenario:
     _job(events, 1, "other-0", "root.other", 96, 4 * GiB, 1000, rng.uniform(300, 400))
     _job(events, 2, "x-0", "root.team.x", 96, 4 * GiB, 1000, rng.uniform(300, 400))
     _job(events, 50, "y-0", "root.team.y", 40, 4 * GiB, 1000, 120)
-    _job(events, 50, "ext-0", "root.ext", 40, 4 * GiB, 1000, 120)
+    _job(events, 100, "ext-0", "root.ext", 40, 4 * GiB, 1000, 120)
     return Scenario("fence", fence.__doc__ or "", raw, events)
 
 

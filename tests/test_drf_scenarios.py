@@ -16,7 +16,7 @@ from sniper.messages import decisions as d
 from sniper.messages import feed as f
 from sniper.simulator.compare import compare
 from sniper.simulator.run import SimulationResult, SimulationSettings
-from sniper.simulator.scenarios import PREEMPTION, GiB, _job, _partition, _queue
+from sniper.simulator.scenarios import PREEMPTION, GiB, _job, _partition, _queue, scenario
 
 UNTIL = 300.0
 
@@ -185,3 +185,22 @@ def test_intra_queue_preemption_keeps_invariant_5b(intra_queue: dict[str, Any]) 
 
 def test_policy_none_switches_off_intra_queue_preemption_too(intra_queue: dict[str, Any]) -> None:
     assert preempts(intra_queue["none"]) == []
+
+
+# ---------------------------------------------------------------------- item 17: the fence
+
+
+@pytest.fixture(scope="module")
+def fence() -> dict[str, SimulationResult]:
+    sc = scenario("fence")
+    return compare(sc.events, sc.config, ["sniper", "proportional"], SimulationSettings(until=UNTIL))
+
+
+def test_an_ask_inside_a_fence_never_preempts_outside_it(fence: dict[str, Any]) -> None:
+    no_violations(fence)
+    victims = preempts(fence["sniper"])
+    for_y = {x.queue for x in victims if x.for_queue == "root.team.y"}
+    assert for_y == {"root.team.x"}  # other is over its guarantee too, but outside team's fence
+    assert {x.queue for x in victims if x.for_queue == "root.ext"} <= {"root.other", "root.team.x"}
+    for queue in ("root.team.y", "root.ext"):
+        meets_guarantee_no_later_than_proportional(fence, queue)

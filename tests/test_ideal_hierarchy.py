@@ -122,3 +122,18 @@ def test_composed_guarantees(
     config = parse_partition(preemption_raw(*leaves))
     out = composed_guarantees(config, CAP, {}, demand)
     assert {k: v for k, v in out.items() if k != "root"} == expected
+
+
+def test_below_a_fence_the_children_share_what_the_subtree_holds() -> None:
+    """team (fence, 500) holds 400, all x's; other holds 600. y's asks may not preempt other, so what y
+    is owed comes out of x's 400, not out of team's 500 (which would leave x at its ideal and y waiting)."""
+    team = queue("team", queue("x", guaranteed=r(250)), queue("y", guaranteed=r(250)), guaranteed=HALF)
+    used = {"root.team": r(400), "root.team.x": r(400), "root.other": r(600)}
+    pending = {"root.team.y": r(150), "root.team.x": r(100)}
+    fenced = ideals(
+        preemption_raw({**team, "properties": {"preemption.policy": "fence"}}, queue("other")), used, pending
+    )
+    assert fenced["root.team.y"] == r(150) and fenced["root.team.x"] == r(250)
+    assert fenced["root.team"] == HALF  # the fence changes what its children share, not its own ideal
+    plain = ideals(preemption_raw(team, queue("other")), used, pending)
+    assert plain["root.team.y"] == r(150) and plain["root.team.x"] == r(350)

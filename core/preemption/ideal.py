@@ -18,7 +18,8 @@ itself (both off for the YARN baseline):
   (a queue at twice its memory guarantee would look "below its ideal"); Sniper clamps each resource to
   the demand, a leaf without a guarantee of its own is not capped at its usage (it shares, by demand,
   what its parent's guarantee leaves over its siblings'), and a resource no needy sibling's guarantee
-  names is offered evenly instead of not at all.
+  names is offered evenly instead of not at all. Below a ``fence`` queue the children share what the
+  subtree holds, at most its ideal: asks inside a fence preempt only inside it.
 
 The computation, level by level from the root (whose ideal is its guarantee):
 
@@ -294,7 +295,12 @@ class _Solver:
 
     def _recurse(self, q: _Q) -> None:
         if q.children:
-            self._distribute(q.children, q.ideal)
+            tot = q.ideal
+            if self.cap_by_demand and q.snap.fenced:
+                # Asks inside a fence never preempt outside it: what its children can be owed through
+                # preemption is what the subtree holds (free room reaches them by normal allocation).
+                tot = component_min(q.ideal, q.used)
+            self._distribute(q.children, tot)
             for child in q.children:
                 self._recurse(child)
 

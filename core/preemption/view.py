@@ -65,6 +65,7 @@ def snapshot_from_figures(
                 reserved={},
                 priority=q.priority_offset,
                 preemption_disabled=q.preemption_policy == "disabled",
+                fenced=q.preemption_policy == "fence",
                 apps=(apps or {}).get(q.path, ()),
                 smallest_pending_ask=None
                 if smallest_ask is None or q.path not in smallest_ask
