@@ -17,10 +17,18 @@ creation of the prefixed topics, the msgpack wire format and the dead-letter pat
 - **Subscriptions**: a subscription buffers at most ``capacity`` records (one more in a rare race with a
   rebalance): it pauses fetching while its inbox is full, so a slow reader applies backpressure
   instead of growing memory. Records
-  whose key differs from the wanted key are skipped. A record that cannot be decoded or validated is
-  published on the ``deadletter`` topic with the reason and skipped; the consumer carries on (bad
-  records on the deadletter topic itself are only logged, never re-dead-lettered; a dead letter that
-  cannot be published after a few retries is logged instead).
+  whose key differs from the wanted key are skipped. A record that is larger than
+  ``max_message_bytes``, cannot be decoded, or fails the topic's validator (``validators``: a reason or
+  None) is bad. What happens to it is the subscription's ``bad`` choice: ``dead_letter`` (the default)
+  publishes it on the ``deadletter`` topic with the reason and skips it; ``deliver`` hands the receiver
+  the :class:`DeadLetter` instead of a message (the owner of the records writes it, once); ``skip``
+  only logs it (observers of a topic that another group owns). The consumer carries on either way
+  (bad records on the deadletter topic itself are only logged, never re-dead-lettered; a dead letter
+  that cannot be published after a few retries is logged instead).
+- **Lease**: a group member may act for its partitions only while its membership is known to be
+  current: until ``session_timeout_ms`` after the send of its last successful heartbeat (or its last
+  assignment). :meth:`KafkaSubscription.leased` waits for that; a process paused longer than the
+  session (SIGSTOP, a stalled loop) is deposed by the group meanwhile and must not publish on resume.
 - **At-least-once**: offsets are committed manually, periodically, on revocation and on close, and
   only up to the first record that is not handled yet (a record is handled once acknowledged, skipped
   or dead-lettered). A record is never committed before it was handled; after a crash or a
@@ -43,7 +51,7 @@ import logging
 import os
 import time
 from collections import deque
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from types import TracebackType
 from typing import Any, Literal, Self, get_args
 
@@ -67,6 +75,8 @@ log = logging.getLogger(__name__)
 SecurityProtocol = Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"]
 SaslMechanism = Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"]
 OffsetReset = Literal["earliest", "latest"]
+BadRecords = Literal["dead_letter", "deliver", "skip"]
+Validator = Callable[[Any], str | None]  # why a decoded message is invalid, or None
 
 ENV_PREFIX = "SNIPER_KAFKA_"
 _TOPIC_ALREADY_EXISTS = 36
@@ -239,10 +249,15 @@ class KafkaBus(Bus):
     """The bus on Kafka. Starts lazily on first use; ``await bus.start()`` surfaces errors early."""
 
     def __init__(
-        self, settings: KafkaSettings, *, decoders: Mapping[str, msgspec.msgpack.Decoder[Any]] | None = None
+        self,
+        settings: KafkaSettings,
+        *,
+        decoders: Mapping[str, msgspec.msgpack.Decoder[Any]] | None = None,
+        validators: Mapping[str, Validator] | None = None,
     ) -> None:
         self.settings = settings
         self._decoders = {**DEFAULT_DECODERS, **(decoders or {})}
+        self._validators = dict(validators or {})
         self._producer: Any = None
         self._start_lock = asyncio.Lock()
         self._closed = False
@@ -429,7 +444,7 @@ class KafkaBus(Bus):
         await producer.send_and_wait(self.settings.topic(topic), payload, key=raw_key)
         self.published += 1
 
-    async def _dead_letter(self, letter: DeadLetter) -> bool:
+    async def dead_letter(self, letter: DeadLetter) -> bool:
         """Publish ``letter`` on the deadletter topic, retrying a few times; never raises.
 
         False if it could not be published: the letter is then only logged (with the start of its payload).
@@ -467,10 +482,12 @@ class KafkaBus(Bus):
         key: str | None = None,
         capacity: int = 1024,
         listener: RebalanceListener | None = None,
+        bad: BadRecords = "dead_letter",
     ) -> KafkaSubscription:
         """A consumer of ``topic`` in consumer group ``group`` (must be called inside a running event loop).
 
         Use ``await subscription.ready()`` to wait until it joined its group and got its partitions.
+        ``bad`` says what becomes of bad records (see the module invariants).
         """
         if self._closed:
             raise anyio.ClosedResourceError("the Kafka bus is closed")
@@ -478,7 +495,9 @@ class KafkaBus(Bus):
             raise ValueError(f"unknown topic {topic!r} (known: {sorted(self._decoders)})")
         if capacity < 1:
             raise ValueError("capacity must be at least 1")
-        sub = KafkaSubscription(self, topic, group=group, key=key, capacity=capacity, listener=listener)
+        if bad not in get_args(BadRecords):
+            raise ValueError(f"bad must be one of {get_args(BadRecords)}, not {bad!r}")
+        sub = KafkaSubscription(self, topic, group=group, key=key, capacity=capacity, listener=listener, bad=bad)
         self._subscriptions.add(sub)
         sub._start()
         return sub
@@ -491,9 +510,10 @@ class KafkaBus(Bus):
         key: str | None = None,
         capacity: int = 1024,
         listener: RebalanceListener | None = None,
+        bad: BadRecords = "dead_letter",
     ) -> KafkaSubscription:
         """:meth:`subscribe`, then wait until the subscription has its assignment."""
-        sub = self.subscribe(topic, group=group, key=key, capacity=capacity, listener=listener)
+        sub = self.subscribe(topic, group=group, key=key, capacity=capacity, listener=listener, bad=bad)
         try:
             await sub.ready()
         except BaseException:
@@ -502,8 +522,28 @@ class KafkaBus(Bus):
             raise
         return sub
 
-    def _decoder(self, topic: str) -> msgspec.msgpack.Decoder[Any]:
-        return self._decoders[topic]
+    def decode(self, topic: str, value: bytes | None) -> tuple[Any, str]:
+        """``(message, "")`` for a good record of ``topic``, ``(None, reason)`` for a bad one.
+
+        Bad: no value, larger than ``max_message_bytes``, undecodable, or refused by the topic's
+        validator. Subscriptions and readers of the log outside the group (recovery) judge alike.
+        """
+        if value is None:
+            return None, "empty record (no value)"
+        limit = self.settings.max_message_bytes
+        if len(value) > limit:
+            return None, f"record of {len(value)} bytes is over max_message_bytes={limit}"
+        try:
+            message = self._decoders[topic].decode(value)
+        except msgspec.ValidationError as err:
+            return None, f"invalid {topic} message: {err}"
+        except msgspec.DecodeError as err:
+            return None, f"undecodable {topic} record: {err}"
+        except Exception as err:  # whatever else a decoder may raise must not stop the consumer
+            return None, f"undecodable {topic} record: {err!r}"
+        validate = self._validators.get(topic)
+        reason = validate(message) if validate is not None else None
+        return (None, reason) if reason else (message, "")
 
     def _forget(self, sub: KafkaSubscription) -> None:
         self._subscriptions.discard(sub)
@@ -602,8 +642,10 @@ class KafkaSubscription(Subscription):
         key: str | None,
         capacity: int,
         listener: RebalanceListener | None,
+        bad: BadRecords = "dead_letter",
     ) -> None:
         self._bus = bus
+        self.bad = bad
         self.topic = topic
         self.kafka_topic = bus.settings.topic(topic)
         self.group = group
@@ -611,7 +653,8 @@ class KafkaSubscription(Subscription):
         self.capacity = capacity
         self._key_bytes = key.encode() if key is not None else None
         self._listener = listener
-        self._decoder = bus._decoder(topic)
+        self._lease_until = 0.0  # monotonic time until which the group membership is known current
+        self._lease_renewed = asyncio.Event()
         self._queue: deque[_Record] = deque()
         self._unacked: deque[_Record] = deque()
         self._parts: dict[int, _Partition] = {}
@@ -680,6 +723,28 @@ class KafkaSubscription(Subscription):
     @property
     def unacked(self) -> int:
         return len(self._unacked)
+
+    def lease_valid(self) -> bool:
+        """The group membership is known current now (see the module's lease invariant)."""
+        return time.monotonic() < self._lease_until
+
+    async def leased(self) -> None:
+        """Return at once while the lease holds; else wait until a heartbeat or an assignment renews it.
+
+        A member deposed meanwhile never gets it back before the group revoked its partitions (callers
+        stop their work there). Raises like :meth:`receive` once the subscription failed or closed.
+        """
+        while not self.lease_valid():
+            self._raise_if_over()
+            self._lease_renewed.clear()
+            await self._lease_renewed.wait()
+
+    def _renew_lease(self, since: float) -> None:
+        """The broker knew this member as current at monotonic time ``since`` (a heartbeat's send)."""
+        until = since + self._bus.settings.session_timeout_ms / 1000
+        if until > self._lease_until:
+            self._lease_until = until
+            self._lease_renewed.set()
 
     async def receive_record(self) -> tuple[int, int, Any]:
         """Like :meth:`receive`, with where the record was: ``(kafka_partition, offset, message)``."""
@@ -750,6 +815,7 @@ class KafkaSubscription(Subscription):
             )
             self._consumer = consumer
             await consumer.start()
+            _watch_heartbeats(consumer, self._renew_lease)
             consumer.subscribe([self.kafka_topic], listener=_Listener(self))
             self._tasks.append(asyncio.get_running_loop().create_task(self._commit_periodically()))
             await self._fetch(consumer)
@@ -803,40 +869,33 @@ class KafkaSubscription(Subscription):
             self.skipped += 1  # handled by skipping it: nothing to keep
             return
         value: bytes | None = record.value
-        reason = ""
-        message: Any = None
-        if value is None:
-            reason = "empty record (no value)"
-        else:
-            try:
-                message = self._decoder.decode(value)
-            except msgspec.ValidationError as err:
-                reason = f"invalid {self.topic} message: {err}"
-            except msgspec.DecodeError as err:
-                reason = f"undecodable {self.topic} record: {err}"
-            except Exception as err:  # whatever else a decoder may raise must not stop the consumer
-                reason = f"undecodable {self.topic} record: {err!r}"
+        message, reason = self._bus.decode(self.topic, value)
         entry = _Record(part, record.offset, message)
         part.pending.append(entry)
         if not reason:
             self._queue.append(entry)
             self._nonempty.set()
             return
-        raw_key = record.key or b""
+        letter = DeadLetter(
+            topic=self.topic,
+            partition=tp.partition,
+            offset=record.offset,
+            key=(record.key or b"").decode(errors="replace"),
+            reason=reason,
+            payload=value or b"",
+            t=time.time(),
+        )
+        if self.bad == "deliver":
+            entry.message = letter  # the receiver dead-letters it (once) and acknowledges it
+            self._queue.append(entry)
+            self._nonempty.set()
+            return
         if self.topic == DEADLETTER:
             log.error("bad record on the deadletter topic %s[%d]@%d: %s", tp.topic, tp.partition, record.offset, reason)
+        elif self.bad == "skip":
+            log.debug("bad record skipped: %s[%d]@%d: %s", tp.topic, tp.partition, record.offset, reason)
         else:
-            await self._bus._dead_letter(
-                DeadLetter(
-                    topic=self.topic,
-                    partition=tp.partition,
-                    offset=record.offset,
-                    key=raw_key.decode(errors="replace"),
-                    reason=reason,
-                    payload=value or b"",
-                    t=time.time(),
-                )
-            )
+            await self._bus.dead_letter(letter)
         self.dead_lettered += 1
         if part.live:
             part.handled(entry)
@@ -882,6 +941,7 @@ class KafkaSubscription(Subscription):
             if tp.partition not in self._parts:
                 self._parts[tp.partition] = _Partition(TopicPartition(tp.topic, tp.partition))
         self._assigned = frozenset(self._parts)
+        self._renew_lease(time.monotonic())  # the group has just taken this member in
         log.debug("%s group %s assigned %s", self.kafka_topic, self.group, sorted(self._assigned))
         if self._listener is not None:
             try:
@@ -951,7 +1011,33 @@ class KafkaSubscription(Subscription):
             self._ready.set()
             self._nonempty.set()
             self._space.set()
+            self._lease_renewed.set()
             bus._forget(self)
+
+
+def _watch_heartbeats(consumer: Any, renewed: Callable[[float], None]) -> None:
+    """Call ``renewed(sent_at)`` after each heartbeat the group coordinator accepted.
+
+    aiokafka has no hook for it: this wraps its coordinator's heartbeat (internals, like
+    :func:`_leave_even_at_generation_zero`). Without those internals the lease is renewed only at
+    assignments and so lapses: publishing would wait forever, so then the lease is made permanent.
+    """
+    coordinator = getattr(consumer, "_coordinator", None)
+    original = getattr(coordinator, "_do_heartbeat", None)
+    if coordinator is None or original is None:
+        log.warning("aiokafka's heartbeat is not where expected: group membership is not leased")
+        renewed(float("inf"))
+        return
+
+    async def heartbeat() -> bool:
+        sent = time.monotonic()
+        ok = bool(await original())
+        rejoin = getattr(coordinator, "_rejoin_needed_fut", None)
+        if ok and not (rejoin is not None and rejoin.done()):  # still a member, no rebalance under way
+            renewed(sent)
+        return ok
+
+    coordinator._do_heartbeat = heartbeat
 
 
 def _leave_even_at_generation_zero(consumer: Any) -> None:
