@@ -439,6 +439,8 @@ class CoreProcess(GroupMember[HostedPartition]):
         self._starting: dict[str, anyio.Event] = {}
         self._start_slots = anyio.Semaphore(STARTS_AT_ONCE)
         self._waiting: dict[str, list[Delivery]] = {}  # records of partitions being started, in order
+        self._lettered: dict[int, set[int]] = {}  # per owned Kafka partition: feed offsets dead-lettered
+        self._lettered_lock = anyio.Lock()
         self._inflight: deque[Delivery] = deque()
         self._configured: dict[str, PartitionConfig] = {
             part.name: part for part in (self.options.config.partitions if self.options.config else ())
@@ -465,6 +467,8 @@ class CoreProcess(GroupMember[HostedPartition]):
 
     async def on_revoked(self, partitions: frozenset[int]) -> None:
         await super().on_revoked(partitions)
+        for kp in partitions:
+            self._lettered.pop(kp, None)  # the next owner writes them
         for delivery in self._inflight:
             if delivery.kafka_partition in partitions:
                 delivery.done = True  # the new owner reads it again
@@ -572,18 +576,31 @@ class CoreProcess(GroupMember[HostedPartition]):
         await host.memory.publish(FEED, host.name, delivery)
 
     async def _bad_record(self, delivery: Delivery, letter: DeadLetter) -> None:
-        """A record the subscription found bad: dead-letter it unless its partition's recovery did."""
-        starting = self._starting.get(letter.key)
-        if starting is not None:
-            await starting.wait()
-        host = self.hosts.get(letter.key)
-        if host is not None and delivery.offset <= host.applied_offset:
-            delivery.done = True  # recovery covered it, and dead-lettered it if nobody had
+        """A record the subscription found bad: dead-letter it unless this or a previous owner did."""
+        written = await self._lettered_offsets(delivery.kafka_partition)
+        if delivery.offset in written:
+            delivery.done = True
             self.advance_acks()
             return
-        if host is not None:
-            host.applied_offset = delivery.offset
+        written.add(delivery.offset)
         self._send_dead_letter(delivery, letter)
+
+    async def _lettered_offsets(self, kp: int) -> set[int]:
+        """Offsets of the feed records of Kafka partition ``kp`` dead-lettered so far (read once per assignment).
+
+        A bad record's dead letter is keyed like the record, so it is on the same Kafka partition of the
+        deadletter topic; records delivered again after a failover find their letter here.
+        """
+        async with self._lettered_lock:
+            written = self._lettered.get(kp)
+            if written is None:
+                written = set()
+                for record in await read_partition(self.settings, DEADLETTER, kp):
+                    old, _ = self.bus.decode(DEADLETTER, record.value)
+                    if isinstance(old, DeadLetter) and old.topic == FEED and old.partition == kp:
+                        written.add(old.offset)
+                self._lettered[kp] = written
+            return written
 
     def _dead_letter(self, delivery: Delivery, reason: str, payload: bytes) -> None:
         self._send_dead_letter(
@@ -596,18 +613,12 @@ class CoreProcess(GroupMember[HostedPartition]):
             topic=FEED, partition=kp, offset=offset, key=key, reason=reason, payload=payload, t=time.time()
         )
 
-    async def _dead_letter_once(self, name: str, kp: int, letters: list[DeadLetter]) -> None:
-        """Publish those of ``letters`` (bad feed records of ``name`` met in recovery) not written yet.
-
-        A dead letter is keyed like its record, so the letters of ``name`` are on Kafka partition ``kp``.
-        """
-        written: set[int] = set()
-        for record in await read_partition(self.settings, DEADLETTER, kp, key=name):
-            old, _ = self.bus.decode(DEADLETTER, record.value)
-            if isinstance(old, DeadLetter) and old.topic == FEED and old.partition == kp:
-                written.add(old.offset)
+    async def _dead_letter_once(self, kp: int, letters: list[DeadLetter]) -> None:
+        """Publish those of ``letters`` (bad feed records of Kafka partition ``kp``) not written yet."""
+        written = await self._lettered_offsets(kp)
         for letter in letters:
             if letter.offset not in written:
+                written.add(letter.offset)
                 await self.bus.dead_letter(letter)
 
     def _send_dead_letter(self, delivery: Delivery, letter: DeadLetter) -> None:
@@ -705,7 +716,7 @@ class CoreProcess(GroupMember[HostedPartition]):
             elif event.partition == name:
                 feed.append((record.offset, event))
         if bad:
-            await self._dead_letter_once(name, kp, bad)
+            await self._dead_letter_once(kp, bad)
         result = replay(core, feed, logged)
         if kp not in self.owned:
             return None

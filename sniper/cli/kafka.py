@@ -153,6 +153,9 @@ def core(
     tick: Annotated[float, typer.Option(help="seconds between clock ticks")] = 0.5,
     snapshot_interval: Annotated[float, typer.Option(help="seconds between snapshots of a busy partition")] = 5.0,
     snapshot_every: Annotated[int, typer.Option(help="decisions between snapshots (at least the state's size)")] = 1000,
+    max_partitions: Annotated[
+        int, typer.Option(help="scheduler partitions this process hosts at most (records of more are dead-lettered)")
+    ] = 256,
     log_format: Annotated[str, typer.Option(help="kv | json")] = "kv",
     verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
     prefix: Prefix = None,
@@ -184,6 +187,7 @@ def core(
             tick=tick,
             snapshot_interval=snapshot_interval,
             snapshot_every=snapshot_every,
+            max_partitions=max_partitions,
         )
     except (ConfigError, ValueError, OSError) as err:
         raise _fail(str(err)) from None

@@ -1,0 +1,126 @@
+"""Chaos on the real broker, part two: a poison record and a failover, a paused (deposed) owner, a flood of
+new partitions, and oversized records.
+
+Core processes are real ``sniper core`` subprocesses (SIGKILL, SIGSTOP/SIGCONT); an independent reader
+of the decisions topic (:class:`tests.kafka_support.TopicReader`) checks what they published. Every
+wait is on a condition, bounded by ``anyio.fail_after``; nothing asserts on timing (latencies are
+printed as figures).
+"""
+
+from __future__ import annotations
+
+import signal
+from collections.abc import AsyncIterator, Callable
+
+import anyio
+import msgspec
+import pytest
+from anyio.abc import TaskGroup
+
+from sniper.cluster.logread import read_partition
+from sniper.core.recovery import feed_problem
+from sniper.messages import decisions as d
+from sniper.messages import feed as f
+from sniper.messages.deadletter import DeadLetter, deadletter_msgpack
+from sniper.tools.bench_e2e import stop_core
+from sniper.transport.bus import DEADLETTER, DECISIONS, FEED
+from sniper.transport.kafka import KafkaBus, KafkaSettings
+from tests.core_support import partition_raw, queue
+from tests.kafka_support import CoreSubprocess, TopicReader
+
+pytestmark = pytest.mark.kafka
+
+WAIT = 50.0
+POISON = "9" * 400 + "Gi"
+
+
+@pytest.fixture
+async def bus(kafka_settings: KafkaSettings) -> AsyncIterator[KafkaBus]:
+    # The checker applies the feed records the cores accept: it judges them at the edge alike.
+    async with KafkaBus(kafka_settings, validators={FEED: feed_problem}) as b:
+        yield b
+
+
+def config(name: str, memory: int | str = 64) -> f.PartitionConfigEvent:
+    raw = partition_raw(queue("a", guaranteed={"memory": memory}), queue("b", guaranteed={"memory": 64}), name=name)
+    return f.PartitionConfigEvent(partition=name, id=f"{name}-config-{str(memory)[:8]}", config=raw)
+
+
+def setup(name: str, memory: int = 1_000_000) -> list[tuple[str, f.Feed]]:
+    return [
+        (name, config(name)),
+        (name, f.NodeAdded(partition=name, id=f"{name}-node", node="n1", capacity={"memory": memory})),
+        (name, f.AppAdded(partition=name, id=f"{name}-app", app="app", queue="root.a")),
+    ]
+
+
+def ask(name: str, tag: str) -> tuple[str, f.Feed]:
+    return name, f.AskAdded(partition=name, id=f"{name}-{tag}", app="app", ask=tag, resource={"memory": 1})
+
+
+async def reading(bus: KafkaBus) -> TopicReader:
+    feed = await bus.subscribe_ready(FEED, group=bus.settings.prefix + "watch-feed", capacity=1 << 15, bad="skip")
+    decisions = await bus.subscribe_ready(DECISIONS, group=bus.settings.prefix + "watch-decisions", capacity=1 << 15)
+    return TopicReader(feed, decisions)
+
+
+def allocated(reader: TopicReader, name: str, tag: str) -> Callable[[], bool]:
+    return lambda: any(isinstance(x, d.Allocated) and x.partition == name and x.ask == tag for x in reader.items)
+
+
+async def spawn(settings: KafkaSettings, tg: TaskGroup, group: str, *options: str) -> CoreSubprocess:
+    core = await CoreSubprocess.spawn(settings, tg, group, "--tick", "0.1", *options)
+    await core.until_assigned()
+    return core
+
+
+async def letters_of(settings: KafkaSettings, bus: KafkaBus, name: str) -> list[DeadLetter]:
+    records = await read_partition(settings, DEADLETTER, bus.partition_for(name), key=name)
+    return [deadletter_msgpack.decode(r.value or b"") for r in records]
+
+
+# ---------------------------------------------------------------------------- poison record + failover
+
+
+async def test_a_poison_record_is_dead_lettered_once_and_skipped_after_a_failover(
+    kafka_settings: KafkaSettings, bus: KafkaBus
+) -> None:
+    name = "poisoned"
+    cores: list[CoreSubprocess] = []
+    with anyio.fail_after(WAIT):
+        reader = await reading(bus)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(reader.pump_feed)
+            tg.start_soon(reader.pump_decisions)
+            try:
+                # No snapshot after the start one: the failover replays the poison record from the feed.
+                quiet = ("--snapshot-interval", "3600", "--snapshot-every", "1000000")
+                cores.append(await spawn(kafka_settings, tg, "poison", *quiet))
+                await bus.publish_many(FEED, [*setup(name), ask(name, "before")])
+                await reader.until(allocated(reader, name, "before"))
+                await bus.publish_many(FEED, [(name, config(name, POISON)), ask(name, "after-poison")])
+                await reader.until(allocated(reader, name, "after-poison"))
+                letters: list[DeadLetter] = []
+                while not letters:
+                    letters = await letters_of(kafka_settings, bus, name)
+                # The owner dies before any snapshot; its successor replays the poison record.
+                cores[0].process.send_signal(signal.SIGKILL)
+                await cores[0].process.wait()
+                cores.append(await spawn(kafka_settings, tg, "poison", *quiet))
+                await bus.publish_many(FEED, [ask(name, "after-failover")])
+                await reader.until(allocated(reader, name, "after-failover"))
+                final = await letters_of(kafka_settings, bus, name)
+            finally:
+                with anyio.CancelScope(shield=True):
+                    for core in cores:
+                        await stop_core(core.process)
+            tg.cancel_scope.cancel()
+    logs = "\n".join(cores[-1].lines[-20:])
+    assert len(final) == 1, [x.reason for x in final]
+    assert final[0].topic == FEED and "partition_config" in final[0].reason and "OverflowError" in final[0].reason
+    assert msgspec.msgpack.decode(final[0].payload)["id"] == f"{name}-config-99999999"
+    epochs = {x.epoch for x in reader.items if x.partition == name}
+    assert epochs == {1, 2}, epochs  # the successor restored the partition and decides
+    assert "could not be restored" not in logs and "stopped on an error" not in logs, logs
+    violations = [v for part in reader.checker.parts.values() for v in part.model.violations]
+    assert violations == []
