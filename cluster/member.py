@@ -4,7 +4,8 @@
 partitions the group gave it (``owned``) and the hosted scheduler partitions (``hosts``, by name).
 Invariant: a host lives on an owned Kafka partition; when the group revokes one, its hosts are
 forgotten and stopped (each host bounds its own stop), and shutdown stops every host before the bus
-closes. Hosts publish their output only under the membership's lease (:meth:`GroupMember.leased`).
+closes. Hosts publish their output only under the membership's lease (:meth:`GroupMember.leased`;
+decisions and snapshots still buffered when it lapses are failed, not sent: ``KafkaBus.fence``).
 What a record does and how a host starts belongs to the subclasses (:mod:`sniper.cluster.core` on
 the feed, :mod:`sniper.cluster.roles` on the view).
 """
@@ -20,6 +21,7 @@ import anyio
 from anyio.abc import TaskGroup, TaskStatus
 
 from sniper.actors.base import Actor
+from sniper.transport.bus import DECISIONS, SNAPSHOTS
 from sniper.transport.kafka import (
     BadRecords,
     KafkaBus,
@@ -112,6 +114,7 @@ class GroupMember(RebalanceListener, Generic[H]):
                 self.subscription = self.bus.subscribe(
                     self.topic, group=self.group, capacity=4096, listener=self, bad=self.bad_records
                 )
+                self.bus.fence(self.subscription, (DECISIONS, SNAPSHOTS))
                 await self.subscription.ready()
                 self.ready.set()
                 task_status.started()

@@ -77,8 +77,7 @@ def feed_problem(event: f.Feed) -> str | None:
         for key, value in labels.items():
             if len(key) > MAX_LABEL_CHARS or len(value) > MAX_LABEL_CHARS:
                 return (
-                    f"node_added {event.node}: label {key[:40]!r} has a key or value over "
-                    f"{MAX_LABEL_CHARS} characters"
+                    f"node_added {event.node}: label {key[:40]!r} has a key or value over {MAX_LABEL_CHARS} characters"
                 )
     if isinstance(event, f.PartitionConfigEvent):
         try:

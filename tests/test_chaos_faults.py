@@ -22,7 +22,7 @@ from sniper.core.recovery import feed_problem
 from sniper.messages import decisions as d
 from sniper.messages import feed as f
 from sniper.messages.deadletter import DeadLetter, deadletter_msgpack
-from sniper.tools.bench_e2e import stop_core
+from sniper.tools.bench_e2e import spread_partition_names, stop_core
 from sniper.transport.bus import DEADLETTER, DECISIONS, FEED
 from sniper.transport.kafka import KafkaBus, KafkaSettings
 from tests.core_support import partition_raw, queue
@@ -122,5 +122,79 @@ async def test_a_poison_record_is_dead_lettered_once_and_skipped_after_a_failove
     epochs = {x.epoch for x in reader.items if x.partition == name}
     assert epochs == {1, 2}, epochs  # the successor restored the partition and decides
     assert "could not be restored" not in logs and "stopped on an error" not in logs, logs
+    violations = [v for part in reader.checker.parts.values() for v in part.model.violations]
+    assert violations == []
+
+
+# ---------------------------------------------------------------------------- paused (deposed) owner
+
+
+def stale_decisions(items: list[d.DecisionMsg]) -> dict[str, int]:
+    """Per partition, decisions published under an epoch lower than one already seen (a deposed owner's)."""
+    top: dict[str, int] = {}
+    stale: dict[str, int] = {}
+    for x in items:
+        if x.epoch < top.get(x.partition, 0):
+            stale[x.partition] = stale.get(x.partition, 0) + 1
+        top[x.partition] = max(top.get(x.partition, 0), x.epoch)
+    return stale
+
+
+async def test_a_paused_owner_publishes_nothing_under_its_old_epoch_once_it_resumes(
+    kafka_settings: KafkaSettings, bus: KafkaBus
+) -> None:
+    names = spread_partition_names(8, kafka_settings.partitions)
+    cores: list[CoreSubprocess] = []
+    with anyio.fail_after(WAIT):
+        reader = await reading(bus)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(reader.pump_feed)
+            tg.start_soon(reader.pump_decisions)
+            try:
+                paused = await spawn(kafka_settings, tg, "pause")
+                other = await spawn(kafka_settings, tg, "pause")
+                cores += [paused, other]
+                while len(paused.assigned) + len(other.assigned) != kafka_settings.partitions:
+                    await paused.changed.wait()  # the second core's join splits the partitions
+                moved = [n for n in names if bus.partition_for(n) in paused.assigned]
+                assert moved
+                await bus.publish_many(FEED, [e for n in names for e in [*setup(n), ask(n, "first")]])
+                await reader.until(lambda: all(allocated(reader, n, "first")() for n in names))
+                # Work in flight on the owner when it stops: a wave of asks on its partitions.
+                await bus.publish_many(FEED, [ask(n, f"w{i}") for i in range(500) for n in moved])
+                await reader.until(lambda: any(allocated(reader, n, "w0")() for n in moved))
+                paused.process.send_signal(signal.SIGSTOP)
+                stopped_at = len(reader.items)
+                try:
+                    # The group deposes it: the other core takes its partitions over at a higher epoch.
+                    await reader.until(
+                        lambda: all(any(x.partition == n and x.epoch >= 2 for x in reader.items) for n in moved)
+                    )
+                    resumed_lines = len(paused.lines)
+                finally:
+                    paused.process.send_signal(signal.SIGCONT)
+                at_resume = len(reader.items)
+
+                def revoked_after_resume() -> bool:
+                    return any("revoked Kafka partitions" in line for line in paused.lines[resumed_lines:])
+
+                while not revoked_after_resume():
+                    await paused.changed.wait()
+                await bus.publish_many(FEED, [ask(n, "last") for n in names])
+                await reader.until(lambda: all(allocated(reader, n, "last")() for n in names))
+            finally:
+                with anyio.CancelScope(shield=True):
+                    for core in cores:
+                        await stop_core(core.process)
+            tg.cancel_scope.cancel()
+    stale = stale_decisions(reader.items)
+    old_epoch_after_resume = [x for x in reader.items[at_resume:] if x.partition in moved and x.epoch == 1]
+    print(
+        f"paused owner: {len(moved)} partitions moved; decisions while paused {at_resume - stopped_at}; "
+        f"stale (deposed epoch) decisions {sum(stale.values())}; epoch-1 decisions after resume "
+        f"{len(old_epoch_after_resume)}"
+    )
+    assert stale == {}, stale
+    assert old_epoch_after_resume == []
     violations = [v for part in reader.checker.parts.values() for v in part.model.violations]
     assert violations == []

@@ -29,6 +29,8 @@ creation of the prefixed topics, the msgpack wire format and the dead-letter pat
   current: until ``session_timeout_ms`` after the send of its last successful heartbeat (or its last
   assignment). :meth:`KafkaSubscription.leased` waits for that; a process paused longer than the
   session (SIGSTOP, a stalled loop) is deposed by the group meanwhile and must not publish on resume.
+  :meth:`KafkaBus.fence` ties topics to a subscription's lease: records of those topics still in the
+  producer's buffer when the lease has lapsed are failed instead of sent (their senders see the error).
 - **At-least-once**: offsets are committed manually, periodically, on revocation and on close, and
   only up to the first record that is not handled yet (a record is handled once acknowledged, skipped
   or dead-lettered). A record is never committed before it was handled; after a crash or a
@@ -64,6 +66,7 @@ from aiokafka.errors import KafkaError
 from aiokafka.helpers import create_ssl_context
 from aiokafka.partitioner import murmur2
 from aiokafka.protocol.group import LeaveGroupRequest
+from aiokafka.protocol.produce import ProduceRequest
 
 from sniper.messages.codec import decision_msgpack, feed_msgpack, msgpack_encoder, proposal_msgpack, view_msgpack
 from sniper.messages.deadletter import DeadLetter, deadletter_msgpack
@@ -92,6 +95,12 @@ class KafkaTransportError(RuntimeError):
 
 class MessageTooLarge(ValueError):
     """An encoded message exceeds ``KafkaSettings.max_message_bytes``."""
+
+
+class LeaseLapsed(KafkaError):  # type: ignore[misc]  # aiokafka is untyped
+    """A record of a fenced topic was not sent: the group membership it depends on may be lost."""
+
+    retriable = False  # aiokafka's sender fails the batch instead of sending it again
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -265,6 +274,7 @@ class KafkaBus(Bus):
         self.published = 0
         self.dead_lettered = 0
         self._partition_of: dict[str, int] = {}  # partition_for's memo (murmur2 is pure Python)
+        self._fence: tuple[KafkaSubscription, frozenset[str]] | None = None
 
     # ---- lifecycle
     async def start(self) -> None:
@@ -292,7 +302,19 @@ class KafkaBus(Bus):
             if self._closed:  # closed while starting
                 await self._bounded(producer.stop(), "producer stop")
                 raise anyio.ClosedResourceError("the Kafka bus is closed")
+            _hold_back_unleased(producer, self._unleased_topics)
             self._producer = producer
+
+    def fence(self, subscription: KafkaSubscription, topics: Iterable[str]) -> None:
+        """Send records of ``topics`` only while ``subscription``'s lease holds (see the module invariants)."""
+        self._fence = (subscription, frozenset(self.settings.topic(t) for t in topics))
+
+    def _unleased_topics(self) -> frozenset[str]:
+        """The Kafka topics whose records must not be sent now (their lease has lapsed)."""
+        fence = self._fence
+        if fence is None or fence[0].lease_valid():
+            return frozenset()
+        return fence[1]
 
     def topic_configs(self, topic: str) -> dict[str, str]:
         """Kafka topic configuration of a topic this bus creates (snapshots are compacted)."""
@@ -1015,6 +1037,45 @@ class KafkaSubscription(Subscription):
             bus._forget(self)
 
 
+def _hold_back_unleased(producer: Any, unleased: Callable[[], frozenset[str]]) -> None:
+    """Fail, instead of sending, the batches of the topics ``unleased()`` names when they would be sent.
+
+    aiokafka's sender drains its accumulator, then sends a produce request once the connection is ready;
+    a process may stop in between. Both steps are wrapped (internals, like :func:`_watch_heartbeats`;
+    without them nothing is held back, and a warning says so): the drain fails the buffered batches of
+    those topics, and a produce request holding any is refused just before it is written.
+    """
+    accumulator: Any = getattr(producer, "_message_accumulator", None)
+    original = getattr(accumulator, "drain_by_nodes", None)
+    batches = getattr(accumulator, "_batches", None)
+    client: Any = getattr(producer, "client", None)
+    send = getattr(client, "send", None)
+    ready = getattr(client, "ready", None)
+    if original is None or batches is None or not hasattr(accumulator, "_pop_batch") or send is None or ready is None:
+        log.warning("aiokafka's producer is not as expected: records are not held back when the lease lapses")
+        return
+
+    async def send_if_leased(node_id: Any, request: Any, **options: Any) -> Any:
+        if isinstance(request, ProduceRequest):
+            await ready(node_id, **options)  # the last wait before the write: check the lease after it
+            topics = unleased()
+            held = [name for name, _ in getattr(request, "_topics", ()) if name in topics]
+            if held:
+                raise LeaseLapsed(f"not sent to {held[0]}: lease lapsed")
+        return await send(node_id, request, **options)
+
+    def drain(ignore_nodes: Any, muted_partitions: Any = frozenset()) -> Any:
+        topics = unleased()
+        if topics:
+            for tp in [tp for tp in batches if tp.topic in topics]:
+                while tp in batches:
+                    accumulator._pop_batch(tp).failure(exception=LeaseLapsed(f"not sent to {tp.topic}: lease lapsed"))
+        return original(ignore_nodes, muted_partitions)
+
+    accumulator.drain_by_nodes = drain
+    client.send = send_if_leased
+
+
 def _watch_heartbeats(consumer: Any, renewed: Callable[[float], None]) -> None:
     """Call ``renewed(sent_at)`` after each heartbeat the group coordinator accepted.
 
@@ -1074,6 +1135,7 @@ __all__ = [
     "KafkaSettings",
     "KafkaSubscription",
     "KafkaTransportError",
+    "LeaseLapsed",
     "MessageTooLarge",
     "RebalanceListener",
     "kafka_partition",
