@@ -78,7 +78,7 @@ from sniper.messages.codec import decision_msgpack
 from sniper.messages.deadletter import DeadLetter
 from sniper.messages.snapshot import Snapshot, SnapshotError, snapshot_msgpack
 from sniper.transport.bus import DEADLETTER, DECISIONS, FEED, SNAPSHOTS, VIEW
-from sniper.transport.kafka import BadRecords, KafkaSettings, KafkaSubscription, MessageTooLarge
+from sniper.transport.kafka import BadRecords, KafkaSettings, KafkaSubscription, KafkaTransportError, MessageTooLarge
 from sniper.transport.memory import MemoryBus
 
 log = logging.getLogger("sniper.core")
@@ -381,9 +381,12 @@ class HostedPartition:
     async def _publish(self, snapshot: Snapshot) -> None:
         if self.send_error is not None:
             return  # the state holds decisions the log lacks: the restore must not start from it
-        await self.process.leased()
         try:
+            await self.process.leased()
             await self.process.bus.publish(SNAPSHOTS, self.name, snapshot)
+        except KafkaTransportError as err:  # the log is lost: this process is on its way out
+            log.warning("snapshot not published: %s", err, extra={"partition": self.name})
+            return
         except MessageTooLarge as err:
             self.counters.snapshots_failed += 1
             log.error(

@@ -9,6 +9,7 @@ printed as figures).
 
 from __future__ import annotations
 
+import dataclasses
 import signal
 from collections.abc import AsyncIterator, Callable
 
@@ -23,6 +24,7 @@ from sniper.messages import decisions as d
 from sniper.messages import feed as f
 from sniper.messages.deadletter import DeadLetter, deadletter_msgpack
 from sniper.tools.bench_e2e import spread_partition_names, stop_core
+from sniper.transport.broker import EmbeddedBroker, free_port
 from sniper.transport.bus import DEADLETTER, DECISIONS, FEED
 from sniper.transport.kafka import KafkaBus, KafkaSettings
 from tests.core_support import partition_raw, queue
@@ -198,3 +200,50 @@ async def test_a_paused_owner_publishes_nothing_under_its_old_epoch_once_it_resu
     assert old_epoch_after_resume == []
     violations = [v for part in reader.checker.parts.values() for v in part.model.violations]
     assert violations == []
+
+
+# ---------------------------------------------------------------------------- the broker loses everything
+
+
+async def test_a_core_whose_broker_lost_its_log_exits_with_status_3_and_a_restart_serves_again(
+    kafka_settings: KafkaSettings,
+) -> None:
+    port = free_port()
+    broker = EmbeddedBroker(port=port)
+    await anyio.to_thread.run_sync(broker.start)
+    settings = dataclasses.replace(kafka_settings, bootstrap=broker.bootstrap)
+    cores: list[CoreSubprocess] = []
+    try:
+        with anyio.fail_after(WAIT):
+            async with anyio.create_task_group() as tg:
+                try:
+                    cores.append(await spawn(settings, tg, "lost"))
+                    async with KafkaBus(settings, validators={FEED: feed_problem}) as bus:
+                        reader = await reading(bus)
+                        tg.start_soon(reader.pump_decisions)
+                        await bus.publish_many(FEED, [*setup("kept"), ask("kept", "a")])
+                        await reader.until(allocated(reader, "kept", "a"))
+                    # The in-memory broker restarts on the same address: every topic, record and group is gone.
+                    await anyio.to_thread.run_sync(broker.stop)
+                    await anyio.to_thread.run_sync(broker.start)
+                    status = await cores[0].process.wait()
+                    # What a supervisor does: start the core again; it serves what the feed says from now on.
+                    cores.append(await spawn(settings, tg, "lost"))
+                    async with KafkaBus(settings, validators={FEED: feed_problem}) as bus:
+                        reader = await reading(bus)
+                        tg.start_soon(reader.pump_decisions)
+                        await bus.publish_many(FEED, [*setup("kept"), ask("kept", "b")])
+                        with anyio.move_on_after(WAIT / 2):
+                            await reader.until(allocated(reader, "kept", "b"))
+                        served = allocated(reader, "kept", "b")()
+                finally:
+                    with anyio.CancelScope(shield=True):
+                        for core in cores:
+                            await stop_core(core.process)
+                tg.cancel_scope.cancel()
+    finally:
+        await anyio.to_thread.run_sync(broker.stop)
+    logs = " ".join(" ".join(cores[0].lines).split())  # the error line is wrapped to the terminal
+    assert status == 3, logs[-3000:]
+    assert "the broker lost the log of" in logs and "a supervisor restarts it" in logs, logs[-3000:]
+    assert served, "\n".join(cores[1].lines)

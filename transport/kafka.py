@@ -39,6 +39,11 @@ creation of the prefixed topics, the msgpack wire format and the dead-letter pat
   handled and drops the buffered records of the revoked partitions (their new owner re-reads them);
   acknowledgements of records of a revoked partition are ignored. On assignment it calls
   ``on_assigned``. Closing a subscription reports its partitions as revoked.
+- **A lost log is fatal**: at each assignment the subscription compares what the broker holds with
+  what it read and committed before (kept across rebalances). A partition now empty that had records,
+  or a group that lost offsets it had committed, means the broker lost its
+  log (an in-memory broker restarted, a topic deleted): the subscription fails with :class:`LogLost`
+  and its receivers get the error, so the process stops instead of serving state the log no longer has.
 - **Shutdown** is bounded by ``close_timeout`` (aiokafka's ``stop()`` can hang on a dead broker).
 
 The consumer and committer run as asyncio tasks (aiokafka is asyncio-only) owned by the subscription.
@@ -62,7 +67,7 @@ import msgspec
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.abc import ConsumerRebalanceListener
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
-from aiokafka.errors import KafkaError
+from aiokafka.errors import KafkaError, UnknownTopicOrPartitionError
 from aiokafka.helpers import create_ssl_context
 from aiokafka.partitioner import murmur2
 from aiokafka.protocol.group import LeaveGroupRequest
@@ -87,6 +92,7 @@ _DEADLETTER_MARGIN = 4096  # room for the dead-letter envelope around a payload
 _DEADLETTER_RETRIES = (0.2, 1.0, 3.0)  # backoff after each failed attempt to publish a dead letter
 _ABANDON_GRACE = 0.5  # seconds a cancelled shutdown step gets before it is abandoned
 _PARTITION_MEMO = 65_536  # keys whose Kafka partition is remembered
+_LOG_CHECK_TIMEOUT = 5.0  # seconds a check that the broker still holds a log may take
 
 
 class KafkaTransportError(RuntimeError):
@@ -95,6 +101,10 @@ class KafkaTransportError(RuntimeError):
 
 class MessageTooLarge(ValueError):
     """An encoded message exceeds ``KafkaSettings.max_message_bytes``."""
+
+
+class LogLost(KafkaTransportError):
+    """The broker no longer holds records or committed offsets this subscription saw (see the module)."""
 
 
 class LeaseLapsed(KafkaError):  # type: ignore[misc]  # aiokafka is untyped
@@ -676,6 +686,8 @@ class KafkaSubscription(Subscription):
         self._key_bytes = key.encode() if key is not None else None
         self._listener = listener
         self._lease_until = 0.0  # monotonic time until which the group membership is known current
+        self._read_to: dict[int, int] = {}  # per Kafka partition, the offset after the last record read (ever)
+        self._committed_to: dict[int, int] = {}  # per Kafka partition, the last offset committed (ever)
         self._lease_renewed = asyncio.Event()
         self._queue: deque[_Record] = deque()
         self._unacked: deque[_Record] = deque()
@@ -747,8 +759,8 @@ class KafkaSubscription(Subscription):
         return len(self._unacked)
 
     def lease_valid(self) -> bool:
-        """The group membership is known current now (see the module's lease invariant)."""
-        return time.monotonic() < self._lease_until
+        """The group membership is known current now (see the module's lease invariant); never once failed."""
+        return self._error is None and time.monotonic() < self._lease_until
 
     async def leased(self) -> None:
         """Return at once while the lease holds; else wait until a heartbeat or an assignment renews it.
@@ -887,6 +899,7 @@ class KafkaSubscription(Subscription):
         if part is None or not part.live or tp.topic != self.kafka_topic:
             return  # a record of a partition revoked meanwhile: its new owner reads it
         part.fetched = record.offset + 1
+        self._read_to[tp.partition] = max(self._read_to.get(tp.partition, 0), record.offset + 1)
         if self._key_bytes is not None and record.key != self._key_bytes:
             self.skipped += 1  # handled by skipping it: nothing to keep
             return
@@ -925,8 +938,8 @@ class KafkaSubscription(Subscription):
     # ---- internals: offsets and rebalancing
     async def _commit(self, partitions: frozenset[int] | None) -> None:
         consumer = self._consumer
-        if consumer is None:
-            return
+        if consumer is None or isinstance(self._error, LogLost):
+            return  # offsets of a lost log must not land in the new one (the next member would skip records)
         async with self._commit_lock:
             offsets: dict[Any, int] = {}
             for number, part in self._parts.items():
@@ -944,6 +957,7 @@ class KafkaSubscription(Subscription):
                 return
             self.commits += 1
             for tp, offset in offsets.items():
+                self._committed_to[tp.partition] = offset
                 current = self._parts.get(tp.partition)
                 if current is not None and current.tp == tp:
                     current.committed = offset
@@ -965,12 +979,63 @@ class KafkaSubscription(Subscription):
         self._assigned = frozenset(self._parts)
         self._renew_lease(time.monotonic())  # the group has just taken this member in
         log.debug("%s group %s assigned %s", self.kafka_topic, self.group, sorted(self._assigned))
+        if await self._check_log(mine):
+            return
         if self._listener is not None:
             try:
                 await self._listener.on_assigned(frozenset(tp.partition for tp in mine))
             except Exception:
                 log.exception("rebalance listener on_assigned failed")
         self._ready.set()
+
+    async def _check_log(self, partitions: list[Any]) -> bool:
+        """Fail the subscription with :class:`LogLost` if the broker lost the log of ``partitions``.
+
+        Checked at each assignment and before each revocation's commit (a member the broker forgot
+        would otherwise commit its old offsets into the new log). True if it is lost.
+        """
+        if isinstance(self._error, LogLost):
+            return True
+        lost = await self._lost_log(partitions)
+        if not lost:
+            return False
+        log.critical("%s", lost)
+        self._error = LogLost(lost)
+        self._ready.set()
+        self._nonempty.set()
+        self._lease_renewed.set()
+        return True
+
+    async def _lost_log(self, partitions: list[Any]) -> str:
+        """Why the broker lost the log of these partitions ("" when it did not, or cannot tell)."""
+        consumer = self._consumer
+        known = [tp for tp in partitions if tp.partition in self._read_to or tp.partition in self._committed_to]
+        if consumer is None or not known:
+            return ""
+        try:
+            with anyio.fail_after(_LOG_CHECK_TIMEOUT):
+                ends = await consumer.end_offsets(known)
+        except UnknownTopicOrPartitionError as err:
+            return f"the broker lost {self.kafka_topic}: {err!r}"
+        except (KafkaError, TimeoutError) as err:
+            log.warning("cannot check the log of %s: %r", self.kafka_topic, err)
+            return ""
+        for tp in known:
+            read = self._read_to.get(tp.partition, 0)
+            # The bundled broker reports the base offset of its last batch + 1 as the end, so only an
+            # empty log proves records were lost; a lost group (below) covers a log that grew again.
+            if ends.get(tp, 0) == 0 and read > 0:
+                return (
+                    f"the broker lost the log of {self.kafka_topic}[{tp.partition}]: it ends at offset "
+                    f"{ends.get(tp, 0)}, and this process had read up to {read}"
+                )
+            committed_before = self._committed_to.get(tp.partition)
+            if committed_before is not None and await consumer.committed(tp) is None:
+                return (
+                    f"the broker lost the committed offsets of group {self.group} on {self.kafka_topic}"
+                    f"[{tp.partition}] (this process had committed {committed_before})"
+                )
+        return ""
 
     async def _on_revoked(self, revoked: Iterable[Any]) -> None:
         numbers = frozenset(tp.partition for tp in revoked if tp.topic == self.kafka_topic)
@@ -980,6 +1045,8 @@ class KafkaSubscription(Subscription):
         if not numbers:
             return
         log.debug("%s group %s revoked %s", self.kafka_topic, self.group, sorted(numbers))
+        # Before the listener's last words (final snapshots) and the commit: neither may reach a new log.
+        await self._check_log([self._parts[n].tp for n in numbers if n in self._parts])
         if self._listener is not None:
             try:
                 await self._listener.on_revoked(numbers)
@@ -1136,6 +1203,7 @@ __all__ = [
     "KafkaSubscription",
     "KafkaTransportError",
     "LeaseLapsed",
+    "LogLost",
     "MessageTooLarge",
     "RebalanceListener",
     "kafka_partition",

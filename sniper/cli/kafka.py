@@ -216,12 +216,35 @@ def core(
                 if metrics is not None:
                     metrics.close()
 
+    from sniper.transport.kafka import KafkaTransportError
+
     try:
         _run(main)
     except ValueError as err:
         raise _fail(str(err)) from None
     except KeyboardInterrupt:
         pass
+    except Exception as err:  # the transport failed for good (e.g. the broker lost its log): exit 3
+        failed = _first(err, KafkaTransportError)
+        if failed is None:
+            raise
+        raise _fail(f"{failed}; this core stops so that a supervisor restarts it", 3) from None
+
+
+E = TypeVar("E", bound=BaseException)
+
+
+def _first(err: BaseException, kind: type[E]) -> E | None:
+    """``err`` if it is a ``kind``, else the first ``kind`` inside it (exception groups, causes)."""
+    if isinstance(err, kind):
+        return err
+    inner = list(err.exceptions) if isinstance(err, BaseExceptionGroup) else []
+    inner += [x for x in (err.__cause__,) if x is not None]
+    for sub in inner:
+        found = _first(sub, kind)
+        if found is not None:
+            return found
+    return None
 
 
 @app.command("feed")
