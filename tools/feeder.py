@@ -6,7 +6,11 @@ plays the resource manager with the simulator's :class:`~sniper.simulator.rm.Sta
 decisions, releases containers after their duration, answers kills and asks again for lost work. An
 :class:`~sniper.tools.checker.OrderedChecker` reads the feed and the decisions from Kafka and produces the
 ARCHITECTURE section-7 report as far as the decisions allow. Decisions of a deposed owner (a lower
-epoch than the highest seen for the partition) are dropped, as a real resource manager would.
+epoch than the highest seen for the partition) are dropped, as a real resource manager would. The
+checker reads only the feed records the cores accept (judged at the edge like them); the dead letters
+of the others are the cores' to write. At the end a marker per partition (an ask of an unknown app)
+proves that a core answered every event before it; ``PlayResult.unanswered`` names the partitions
+whose marker got no answer within ``drain`` seconds, with their events no decision covered.
 
 :func:`record` writes the feed as it passes to a JSON Lines trace (``t`` = wall seconds since the
 first record), which ``sniper simulate FILE`` can replay.
@@ -27,6 +31,7 @@ import anyio
 import msgspec
 
 from sniper.core.config import SchedulerConfig
+from sniper.core.recovery import feed_problem
 from sniper.messages import decisions as d
 from sniper.messages import feed as f
 from sniper.messages.codec import encode_json_line
@@ -55,6 +60,7 @@ class PlayResult:
     report: dict[str, Any]
     checker: OrderedChecker
     published: int
+    unanswered: dict[str, int] = dataclasses.field(default_factory=dict)  # partition -> events unanswered
 
     @property
     def violations(self) -> int:
@@ -98,9 +104,12 @@ async def play(
     rm_ids = 0
     published = 0
     last_decision = time.monotonic()
-    async with KafkaBus(latest) as bus:
+    markers = {e.partition: f"{run}:end:{e.partition}" for e in trace}
+    answered: set[str] = set()
+    all_answered = anyio.Event()
+    async with KafkaBus(latest, validators={FEED: feed_problem}) as bus:
         decisions = await bus.subscribe_ready(DECISIONS, group=f"{settings.prefix}feeder-{run}", capacity=8192)
-        feed = await bus.subscribe_ready(FEED, group=f"{settings.prefix}checker-{run}", capacity=8192)
+        feed = await bus.subscribe_ready(FEED, group=f"{settings.prefix}checker-{run}", capacity=8192, bad="skip")
         start = time.monotonic()
 
         def now() -> float:
@@ -130,6 +139,10 @@ async def play(
                     return
                 sub.ack()
                 last_decision = time.monotonic()
+                if isinstance(dec, d.Rejected) and dec.event == markers.get(dec.partition):
+                    answered.add(dec.partition)
+                    if answered == markers.keys():
+                        all_answered.set()
                 t = now()
                 if checker.on_decision(dec, t) and not isinstance(dec, d.Rejected):
                     answer = rm.on_decision(dec, t)
@@ -177,7 +190,18 @@ async def play(
                 await anyio.sleep(0.01)  # the replay's pacing timer, not a synchronisation
             wall = time.monotonic() - start
             seconds = now()
+            ends = [
+                (p, f.AskAdded(partition=p, id=m, app=f"{run}:none", ask="end", resource={}))
+                for p, m in markers.items()
+            ]
+            await bus.publish_many(FEED, ends)
+            with anyio.move_on_after(options.drain):
+                if markers:
+                    await all_answered.wait()
             tg.cancel_scope.cancel()
+    unanswered = {
+        p: sum(1 for _, e in checker.part(p).feed if e.id != markers[p]) for p in sorted(markers.keys() - answered)
+    }
     checker.finish(seconds)
     report = checker.report(
         seconds=seconds,
@@ -185,7 +209,7 @@ async def play(
         tick=options.sample,
         extra={"published": published, "retries": rm.retries, "lost_work_seconds": round(rm.lost_work, 3)},
     )
-    return PlayResult(report, checker, published)
+    return PlayResult(report, checker, published, unanswered)
 
 
 async def record(settings: KafkaSettings, out: Path, *, duration: float | None, from_beginning: bool = False) -> int:

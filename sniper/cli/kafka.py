@@ -299,6 +299,10 @@ def feed(
     if result.violations:
         console.print(f"[red]{result.violations} invariant violation(s)[/]")
         raise typer.Exit(1)
+    if result.unanswered:
+        lost = sum(result.unanswered.values())
+        parts = ", ".join(sorted(result.unanswered))
+        raise _fail(f"no core answered partition(s) {parts} within --drain {drain:g}s ({lost} event(s) unanswered)", 3)
 
 
 @app.command("record")

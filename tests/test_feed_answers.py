@@ -1,0 +1,42 @@
+"""``sniper feed`` reports success only when a core answered every event (an end marker per partition)."""
+
+from __future__ import annotations
+
+import anyio
+import pytest
+
+from sniper.cluster.core import CoreOptions, CoreProcess
+from sniper.messages import feed as f
+from sniper.tools.feeder import PlayOptions, play
+from sniper.transport.kafka import KafkaSettings
+from tests.core_support import partition_raw, queue
+
+pytestmark = pytest.mark.kafka
+
+
+def trace(name: str) -> list[f.Feed]:
+    raw = partition_raw(queue("a", guaranteed={"memory": 64}), queue("b", guaranteed={"memory": 64}), name=name)
+    return [
+        f.PartitionConfigEvent(partition=name, config=raw),
+        f.NodeAdded(partition=name, node="n1", capacity={"memory": 100}),
+        f.AppAdded(partition=name, app="app", queue="root.a"),
+        f.AskAdded(t=0.1, partition=name, app="app", ask="k", resource={"memory": 2}, count=3),
+    ]
+
+
+async def test_a_feed_no_core_answers_names_its_unanswered_partitions(kafka_settings: KafkaSettings) -> None:
+    with anyio.fail_after(30):
+        result = await play(kafka_settings, trace("alone"), PlayOptions(speed=10.0, drain=1.0))
+    # The count is of the events the feeder's checker read back (it starts at the end of the feed).
+    assert set(result.unanswered) == {"alone"} and 1 <= result.unanswered["alone"] <= 4
+
+
+async def test_a_feed_a_core_answers_has_nothing_unanswered(kafka_settings: KafkaSettings) -> None:
+    with anyio.fail_after(60):
+        async with anyio.create_task_group() as tg:
+            await tg.start(CoreProcess(kafka_settings, CoreOptions(group="answers", tick=0.1)).run)
+            result = await play(kafka_settings, trace("served"), PlayOptions(speed=10.0, drain=5.0))
+            tg.cancel_scope.cancel()
+    assert result.unanswered == {}
+    assert result.violations == 0
+    assert any(x.partition == "served" for x in result.checker.decisions())
