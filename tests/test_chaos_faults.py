@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import signal
+import time
 from collections.abc import AsyncIterator, Callable
 
 import anyio
@@ -247,3 +248,54 @@ async def test_a_core_whose_broker_lost_its_log_exits_with_status_3_and_a_restar
     assert status == 3, logs[-3000:]
     assert "the broker lost the log of" in logs and "a supervisor restarts it" in logs, logs[-3000:]
     assert served, "\n".join(cores[1].lines)
+
+
+# ---------------------------------------------------------------------------- a flood of new partitions
+
+
+async def latency(bus: KafkaBus, reader: TopicReader, name: str, tag: str) -> float:
+    """Wall seconds from publishing one ask on ``name`` to reading its allocation back (a figure, not asserted)."""
+    began = time.monotonic()
+    await bus.publish_many(FEED, [ask(name, tag)])
+    await reader.until(allocated(reader, name, tag))
+    return time.monotonic() - began
+
+
+async def test_a_flood_of_new_partitions_does_not_starve_an_existing_one(
+    kafka_settings: KafkaSettings, bus: KafkaBus
+) -> None:
+    limit, flood = 20, 1_000
+    cores: list[CoreSubprocess] = []
+    with anyio.fail_after(WAIT):
+        reader = await reading(bus)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(reader.pump_decisions)
+            try:
+                cores.append(await spawn(kafka_settings, tg, "flood", "--max-partitions", str(limit)))
+                await bus.publish_many(FEED, [*setup("steady"), ask("steady", "warm")])
+                await reader.until(allocated(reader, "steady", "warm"))
+                before = [await latency(bus, reader, "steady", f"before{i}") for i in range(5)]
+                await bus.publish_many(FEED, [(f"flood{i}", config(f"flood{i}")) for i in range(flood)])
+                during = [await latency(bus, reader, "steady", f"during{i}") for i in range(5)]
+                letters: list[DeadLetter] = []
+                refused = flood - (limit - 1)
+                while sum("--max-partitions" in x.reason for x in letters) < refused:
+                    letters = []
+                    for kp in range(kafka_settings.partitions):
+                        letters += [
+                            deadletter_msgpack.decode(r.value or b"")
+                            for r in await read_partition(kafka_settings, DEADLETTER, kp)
+                        ]
+                after = [await latency(bus, reader, "steady", f"after{i}") for i in range(5)]
+            finally:
+                with anyio.CancelScope(shield=True):
+                    for core in cores:
+                        await stop_core(core.process)
+            tg.cancel_scope.cancel()
+    print(
+        f"flood of {flood} new partitions (limit {limit}): steady partition's ask-to-allocation latency, "
+        f"median of 5 (max): before {sorted(before)[2]:.3f}s ({max(before):.3f}s), during the flood "
+        f"{sorted(during)[2]:.3f}s ({max(during):.3f}s), once it is refused {sorted(after)[2]:.3f}s ({max(after):.3f}s)"
+    )
+    limited = [x for x in letters if "--max-partitions" in x.reason]
+    assert len(limited) == refused and len({x.key for x in limited}) == refused
