@@ -42,6 +42,10 @@ What it owns:
 - **Lease**: decisions and snapshots are published only while the group membership is known current
   (:meth:`~sniper.transport.kafka.KafkaSubscription.leased`, checked before each batch): a process
   paused past its session publishes nothing under its old epoch once it resumes.
+- **A lost log stops the process** (:class:`~sniper.transport.kafka.LogLost` out of :meth:`run`;
+  ``sniper core`` exits 3): the hosted states were built from records and offsets the broker no longer
+  has, and the decisions topic (the commit log) is gone with them, so no state here can be reconciled
+  with the new log. A restarted process starts from what the broker still holds, as any new owner does.
 
 The wall clock is read here (ticks, snapshot timers), never in ``core``.
 """
