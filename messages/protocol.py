@@ -58,6 +58,7 @@ class AskSet(Change, tag="ask", frozen=True, gc=False):
     required_node: str | None = None
     duration: float | None = None
     retry: bool = True
+    node_selector: dict[str, list[str]] = {}
 
 
 class AskGone(Change, tag="ask_gone", frozen=True, gc=False):

@@ -12,8 +12,12 @@ of the others are the cores' to write. At the end a marker per partition (an ask
 proves that a core answered every event before it; ``PlayResult.unanswered`` names the partitions
 whose marker got no answer within ``drain`` seconds, with their events no decision covered.
 
-:func:`record` writes the feed as it passes to a JSON Lines trace (``t`` = wall seconds since the
-first record), which ``sniper simulate FILE`` can replay.
+:func:`record` writes the feed as it passes to a JSON Lines trace, which ``sniper simulate FILE`` can
+replay: ``t`` is the event's own trace time less the first record's, so times and durations stay in
+one time base (trace seconds) whatever the speed the feed was played at.
+
+A play that gets no decision at all within ``answer_timeout`` wall seconds of its first event raises
+:class:`NoAnswer`: no core is listening, and waiting longer would report an empty run as a success.
 
 The wall clock is read here only; the trace clock is wall time since the start times ``speed``.
 """
@@ -49,10 +53,15 @@ class PlayOptions:
     drain: float = 10.0  # after the trace: stop once nothing was decided for this many wall seconds
     sample: float = 1.0  # trace seconds between metric samples
     run: str = ""  # id prefix of the events; default: a random one
+    answer_timeout: float = 30.0  # wall seconds from the first event to the first decision
 
     def __post_init__(self) -> None:
-        if self.speed <= 0 or self.drain <= 0 or self.sample <= 0:
-            raise ValueError("speed, drain and sample must be positive")
+        if self.speed <= 0 or self.drain <= 0 or self.sample <= 0 or self.answer_timeout <= 0:
+            raise ValueError("speed, drain, sample and answer_timeout must be positive")
+
+
+class NoAnswer(RuntimeError):
+    """No core decided anything within ``PlayOptions.answer_timeout`` of the first event."""
 
 
 @dataclasses.dataclass(slots=True)
@@ -103,10 +112,11 @@ async def play(
     latest = dataclasses.replace(settings, auto_offset_reset="latest")
     rm_ids = 0
     published = 0
+    answered = False
     last_decision = time.monotonic()
     markers = {e.partition: f"{run}:end:{e.partition}" for e in trace}
-    answered: set[str] = set()
-    all_answered = anyio.Event()
+    marked: set[str] = set()  # partitions whose end marker a core answered
+    all_marked = anyio.Event()
     async with KafkaBus(latest, validators={FEED: feed_problem}) as bus:
         decisions = await bus.subscribe_ready(DECISIONS, group=f"{settings.prefix}feeder-{run}", capacity=8192)
         feed = await bus.subscribe_ready(FEED, group=f"{settings.prefix}checker-{run}", capacity=8192, bad="skip")
@@ -131,7 +141,7 @@ async def play(
             return out
 
         async def read_decisions(sub: KafkaSubscription) -> None:
-            nonlocal last_decision
+            nonlocal last_decision, answered
             while True:
                 try:
                     dec = await sub.receive()
@@ -140,9 +150,10 @@ async def play(
                 sub.ack()
                 last_decision = time.monotonic()
                 if isinstance(dec, d.Rejected) and dec.event == markers.get(dec.partition):
-                    answered.add(dec.partition)
-                    if answered == markers.keys():
-                        all_answered.set()
+                    marked.add(dec.partition)
+                    if marked == markers.keys():
+                        all_marked.set()
+                answered = True
                 t = now()
                 if checker.on_decision(dec, t) and not isinstance(dec, d.Rejected):
                     answer = rm.on_decision(dec, t)
@@ -174,12 +185,17 @@ async def play(
                 batch.extend(rm_events(rm.due(t)))
                 if batch:
                     await publish(batch)
+                if not answered and time.monotonic() - start > options.answer_timeout:
+                    raise NoAnswer(
+                        f"no core answered {published} feed event(s) within {options.answer_timeout:g} s: "
+                        f"start one (sniper core --bootstrap {settings.bootstrap}) or raise --answer-timeout"
+                    )
                 if t >= next_sample:
                     checker.sample(t)
                     next_sample = t + options.sample
                     if progress is not None:
                         progress(t, max(end_hint, t))
-                if i >= len(trace) and options.until is None:
+                if i >= len(trace) and options.until is None and answered:
                     quiet = time.monotonic() - last_decision
                     pending = sum(p.model.pending_containers() for p in checker.parts.values())
                     if rm.next_time() is None and (pending == 0 or quiet > options.drain) and quiet > 0.5:
@@ -197,10 +213,10 @@ async def play(
             await bus.publish_many(FEED, ends)
             with anyio.move_on_after(options.drain):
                 if markers:
-                    await all_answered.wait()
+                    await all_marked.wait()
             tg.cancel_scope.cancel()
     unanswered = {
-        p: sum(1 for _, e in checker.part(p).feed if e.id != markers[p]) for p in sorted(markers.keys() - answered)
+        p: sum(1 for _, e in checker.part(p).feed if e.id != markers[p]) for p in sorted(markers.keys() - marked)
     }
     checker.finish(seconds)
     report = checker.report(
@@ -233,9 +249,9 @@ async def _copy(sub: KafkaSubscription, handle: Any, counted: list[int]) -> None
         except (anyio.EndOfStream, anyio.ClosedResourceError):
             return
         sub.ack()
-        wall = time.monotonic()
         if first is None:
-            first = wall
-        await handle.write(encode_json_line(msgspec.structs.replace(event, t=round(wall - first, 6))))
+            first = event.t
+        t = round(max(0.0, event.t - first), 6)  # trace seconds, like the durations the events carry
+        await handle.write(encode_json_line(msgspec.structs.replace(event, t=t)))
         await handle.flush()
         counted[0] += 1

@@ -129,7 +129,7 @@ class VictimPlacer:
         feasible = 0
         for name in nodes:
             node = state.nodes[name]
-            if ask.required_node is not None and ask.required_node != name:
+            if not ask.accepts(node):
                 continue
             found = self._minimal_set(node, ask)
             if found is None:
@@ -152,9 +152,10 @@ class VictimPlacer:
         """Whether some node's non-AM victims the rules allow, quota aside, cover the ask's shortfall."""
         start = self.index.bisect_left((ask.resource.get(MEMORY, 0), ""))
         for _, name in self.index.islice(start):
-            if ask.required_node is not None and ask.required_node != name:
+            node = state.nodes[name]
+            if not ask.accepts(node):
                 continue
-            shortfall = self._shortfall(state.nodes[name], ask)
+            shortfall = self._shortfall(node, ask)
             got: Resource = {}
             for am, _, _, alloc in self._victims_on(name):
                 if not am and self._allowed(alloc, ask):
