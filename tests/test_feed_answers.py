@@ -25,15 +25,16 @@ def trace(name: str) -> list[f.Feed]:
 
 
 async def test_a_feed_names_the_partitions_no_core_answered(kafka_settings: KafkaSettings) -> None:
-    # A core that hosts one partition at most answers the first and dead-letters the other's records.
+    # A core that hosts one partition at most answers one and dead-letters the other's records.
     with anyio.fail_after(60):
         async with anyio.create_task_group() as tg:
             await tg.start(CoreProcess(kafka_settings, CoreOptions(group="one", tick=0.1, max_partitions=1)).run)
-            first = trace("first")
-            result = await play(kafka_settings, first + trace("refused"), PlayOptions(speed=10.0, drain=3.0))
+            both = trace("one") + trace("other")
+            result = await play(kafka_settings, both, PlayOptions(speed=10.0, drain=3.0))
             tg.cancel_scope.cancel()
     # The count is of the events the feeder's checker read back (it starts at the end of the feed).
-    assert set(result.unanswered) == {"refused"} and 1 <= result.unanswered["refused"] <= 4
+    [(refused, count)] = result.unanswered.items()  # whichever partition's records came second
+    assert refused in ("one", "other") and 1 <= count <= 4
 
 
 async def test_a_feed_a_core_answers_has_nothing_unanswered(kafka_settings: KafkaSettings) -> None:
