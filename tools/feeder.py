@@ -143,6 +143,7 @@ async def play(
                     answered.add(dec.partition)
                     if answered == markers.keys():
                         all_answered.set()
+                    continue  # the end markers stay out of the checker and the report
                 t = now()
                 if checker.on_decision(dec, t) and not isinstance(dec, d.Rejected):
                     answer = rm.on_decision(dec, t)
@@ -156,7 +157,8 @@ async def play(
                 except (anyio.EndOfStream, anyio.ClosedResourceError):
                     return
                 sub.ack()
-                checker.on_feed(offset, event, now())
+                if event.id != markers.get(event.partition):  # the end markers stay out of the report
+                    checker.on_feed(offset, event, now())
 
         async with anyio.create_task_group() as tg:
             tg.start_soon(read_decisions, decisions)
