@@ -153,6 +153,7 @@ async def play(
                     marked.add(dec.partition)
                     if marked == markers.keys():
                         all_marked.set()
+                    continue  # the end markers stay out of the checker and the report
                 answered = True
                 t = now()
                 if checker.on_decision(dec, t) and not isinstance(dec, d.Rejected):
@@ -167,7 +168,8 @@ async def play(
                 except (anyio.EndOfStream, anyio.ClosedResourceError):
                     return
                 sub.ack()
-                checker.on_feed(offset, event, now())
+                if event.id != markers.get(event.partition):  # the end markers stay out of the report
+                    checker.on_feed(offset, event, now())
 
         async with anyio.create_task_group() as tg:
             tg.start_soon(read_decisions, decisions)
