@@ -6,7 +6,11 @@ plays the resource manager with the simulator's :class:`~sniper.simulator.rm.Sta
 decisions, releases containers after their duration, answers kills and asks again for lost work. An
 :class:`~sniper.tools.checker.OrderedChecker` reads the feed and the decisions from Kafka and produces the
 ARCHITECTURE section-7 report as far as the decisions allow. Decisions of a deposed owner (a lower
-epoch than the highest seen for the partition) are dropped, as a real resource manager would.
+epoch than the highest seen for the partition) are dropped, as a real resource manager would. The
+checker reads only the feed records the cores accept (judged at the edge like them); the dead letters
+of the others are the cores' to write. At the end a marker per partition (an ask of an unknown app)
+proves that a core answered every event before it; ``PlayResult.unanswered`` names the partitions
+whose marker got no answer within ``drain`` seconds, with their events no decision covered.
 
 :func:`record` writes the feed as it passes to a JSON Lines trace, which ``sniper simulate FILE`` can
 replay: ``t`` is the event's own trace time less the first record's, so times and durations stay in
@@ -31,6 +35,7 @@ import anyio
 import msgspec
 
 from sniper.core.config import SchedulerConfig
+from sniper.core.recovery import feed_problem
 from sniper.messages import decisions as d
 from sniper.messages import feed as f
 from sniper.messages.codec import encode_json_line
@@ -64,6 +69,7 @@ class PlayResult:
     report: dict[str, Any]
     checker: OrderedChecker
     published: int
+    unanswered: dict[str, int] = dataclasses.field(default_factory=dict)  # partition -> events unanswered
 
     @property
     def violations(self) -> int:
@@ -108,9 +114,12 @@ async def play(
     published = 0
     answered = False
     last_decision = time.monotonic()
-    async with KafkaBus(latest) as bus:
+    markers = {e.partition: f"{run}:end:{e.partition}" for e in trace}
+    marked: set[str] = set()  # partitions whose end marker a core answered
+    all_marked = anyio.Event()
+    async with KafkaBus(latest, validators={FEED: feed_problem}) as bus:
         decisions = await bus.subscribe_ready(DECISIONS, group=f"{settings.prefix}feeder-{run}", capacity=8192)
-        feed = await bus.subscribe_ready(FEED, group=f"{settings.prefix}checker-{run}", capacity=8192)
+        feed = await bus.subscribe_ready(FEED, group=f"{settings.prefix}checker-{run}", capacity=8192, bad="skip")
         start = time.monotonic()
 
         def now() -> float:
@@ -140,6 +149,11 @@ async def play(
                     return
                 sub.ack()
                 last_decision = time.monotonic()
+                if isinstance(dec, d.Rejected) and dec.event == markers.get(dec.partition):
+                    marked.add(dec.partition)
+                    if marked == markers.keys():
+                        all_marked.set()
+                    continue  # the end markers stay out of the checker and the report
                 answered = True
                 t = now()
                 if checker.on_decision(dec, t) and not isinstance(dec, d.Rejected):
@@ -154,7 +168,8 @@ async def play(
                 except (anyio.EndOfStream, anyio.ClosedResourceError):
                     return
                 sub.ack()
-                checker.on_feed(offset, event, now())
+                if event.id != markers.get(event.partition):  # the end markers stay out of the report
+                    checker.on_feed(offset, event, now())
 
         async with anyio.create_task_group() as tg:
             tg.start_soon(read_decisions, decisions)
@@ -193,7 +208,18 @@ async def play(
                 await anyio.sleep(0.01)  # the replay's pacing timer, not a synchronisation
             wall = time.monotonic() - start
             seconds = now()
+            ends = [
+                (p, f.AskAdded(partition=p, id=m, app=f"{run}:none", ask="end", resource={}))
+                for p, m in markers.items()
+            ]
+            await bus.publish_many(FEED, ends)
+            with anyio.move_on_after(options.drain):
+                if markers:
+                    await all_marked.wait()
             tg.cancel_scope.cancel()
+    unanswered = {
+        p: sum(1 for _, e in checker.part(p).feed if e.id != markers[p]) for p in sorted(markers.keys() - marked)
+    }
     checker.finish(seconds)
     report = checker.report(
         seconds=seconds,
@@ -201,7 +227,7 @@ async def play(
         tick=options.sample,
         extra={"published": published, "retries": rm.retries, "lost_work_seconds": round(rm.lost_work, 3)},
     )
-    return PlayResult(report, checker, published)
+    return PlayResult(report, checker, published, unanswered)
 
 
 async def record(settings: KafkaSettings, out: Path, *, duration: float | None, from_beginning: bool = False) -> int:

@@ -21,6 +21,7 @@ import typer
 
 from sniper.cli.app import (
     EXIT_INVARIANT,
+    EXIT_RUNTIME,
     LogFormat,
     Role,
     app,
@@ -171,6 +172,9 @@ def core(
     tick: Annotated[float, typer.Option(help="seconds between clock ticks")] = 0.5,
     snapshot_interval: Annotated[float, typer.Option(help="seconds between snapshots of a busy partition")] = 5.0,
     snapshot_every: Annotated[int, typer.Option(help="decisions between snapshots (at least the state's size)")] = 1000,
+    max_partitions: Annotated[
+        int, typer.Option(help="scheduler partitions this process hosts at most (records of more are dead-lettered)")
+    ] = 256,
     log_format: Annotated[LogFormat, typer.Option(help="log line format")] = LogFormat.kv,
     verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
     prefix: Prefix = None,
@@ -203,6 +207,7 @@ def core(
         tick=tick,
         snapshot_interval=snapshot_interval,
         snapshot_every=snapshot_every,
+        max_partitions=max_partitions,
     )
 
     async def main() -> None:
@@ -293,6 +298,13 @@ def feed(
         console.print(literal(f"{result.violations} invariant violation(s)", "red"))
         raise typer.Exit(EXIT_INVARIANT)
     decided_nothing(decisions, len(events))
+    if result.unanswered:
+        lost = sum(result.unanswered.values())
+        parts = ", ".join(sorted(result.unanswered))
+        fail(
+            f"no core answered partition(s) {parts} within --drain {drain:g}s ({lost} event(s) unanswered)",
+            EXIT_RUNTIME,
+        )
 
 
 @app.command("record")
