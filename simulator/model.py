@@ -214,6 +214,9 @@ class ClusterModel:
             res.add_into(before, a.resource)
             if a.id != victim.id:
                 res.add_into(after, a.resource)
+        if dec.policy == "intra_queue" and dec.reservation not in self.reservations:
+            # 5b: the room goes to an ask of the same queue, so the swap keeps the queue's usage.
+            res.add_into(after, res.normalized(dec.for_resource))
         for k, g in cfg.guaranteed.items():
             if after.get(k, 0) < min(g, before.get(k, 0)):
                 self._violate(t, 5, f"victim {victim.id} takes {victim.queue} below its guarantee {k}={g}")
