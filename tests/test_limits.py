@@ -19,6 +19,8 @@ from sniper.core.state import PartitionState
 from sniper.messages import decisions as d
 from sniper.messages import feed as f
 from sniper.messages import protocol as p
+from sniper.simulator.run import SimulationSettings, run_simulation
+from sniper.simulator.scenarios import scenario
 from tests.core_support import Harness, invariant_problems, partition_raw, queue
 from tests.preemption_support import PreemptHarness, preemption_raw
 
@@ -532,3 +534,33 @@ def _check_limits(state: PartitionState) -> None:
                 assert all(used.get(k, 0) <= v for k, v in b.max_resources.items()), (b, used)
             if b.max_applications is not None:
                 assert view.running.get(b.scope, 0) <= b.max_applications, (b, view.running)
+
+
+# ---------------------------------------------------------------------- the bundled scenario
+
+
+def test_the_user_limits_scenario_keeps_every_user_within_its_limits() -> None:
+    """Through the real actors: no user above a quarter of root.shared's guarantee, no user with more
+    than two apps running, light users started, and no invariant violated."""
+    sc = scenario("user_limits")
+    result = run_simulation(sc.events, sc.config, SimulationSettings(until=150, policy="sniper"))
+    assert result.violations == 0
+    users = {e.app: e.user for e in sc.events if isinstance(e, f.AppAdded)}
+    (limit,) = sc.config.partition("default").root.children[0].limits
+    assert limit.max_resources is not None
+    cap = limit.max_resources["memory"]
+    held: Counter[str] = Counter()
+    live: dict[str, tuple[str, str, int]] = {}
+    for x in result.decisions:
+        if isinstance(x, d.Allocated):
+            live[x.allocation] = (users[x.app], x.app, x.resource["memory"])
+            held[users[x.app]] += x.resource["memory"]
+            if x.queue == "root.shared":
+                assert held[users[x.app]] <= cap, (x.app, held)
+                apps = {app for user, app, _ in live.values() if user == users[x.app]}
+                assert len(apps) <= 2, apps
+        elif isinstance(x, d.Released | d.Kill | d.AllocationLost) and x.allocation in live:
+            user, _, memory = live.pop(x.allocation)
+            held[user] -= memory
+    started = {users[x.app] for x in result.decisions if isinstance(x, d.Allocated)}
+    assert {"hank", "lou", "liz", "leo"} <= started
