@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
+from collections.abc import Iterable
 
 from sniper.core import resources as res
 from sniper.core.config import WILDCARD, LimitConfig
@@ -193,25 +194,29 @@ class Limits:
 
     # ------------------------------------------------------------------ intra-queue preemption
 
-    def excess(self, app: App) -> Resource:
-        """How far the app's user (or group) is above a ``maxresources`` covering it: the most in each
-        resource over every such bound (empty when it is within all of them)."""
+    def excess(self, app: App, leaving: Iterable[Allocation] = ()) -> Resource:
+        """How far the app's user (or group) is above a ``maxresources`` covering it, once ``leaving``
+        is gone: the most in each resource over every such bound (empty when within all of them)."""
         out: Resource = {}
+        gone = [({b.scope for b in self.bounds(self.state.apps[v.app])}, v.resource) for v in leaving]
         for b in self.bounds(app):
             if b.max_resources is None or b.scope[1] == "queue":
                 continue
-            used = self.usage.get(b.scope, {})
+            used = dict(self.usage.get(b.scope, {}))
+            for scopes, amount in gone:
+                if b.scope in scopes:
+                    res.sub_into(used, amount)
             for k, cap in b.max_resources.items():
                 over = used.get(k, 0) - cap
                 if over > out.get(k, 0):
                     out[k] = over
         return out
 
-    def may_take(self, victim: Allocation, for_ask: Ask) -> bool:
+    def may_take(self, victim: Allocation, for_ask: Ask, also: Iterable[Allocation] = ()) -> bool:
         """Intra-queue rule for limits (ARCHITECTURE invariant 5b): a container of a user (or group)
         above its limit may go for another user of the same queue who is within its limits; never the
-        reverse. The victim's scope stays above the limit before this victim is
-        taken, so a user is never taken below its limit by more than one container."""
+        reverse. ``also`` are victims already chosen with it. The victim's scope is still above the
+        limit without them, so a user is never taken below its limit by more than one container."""
         if victim.am or victim.preempting:
             return False
         victim_app = self.state.apps.get(victim.app)
@@ -219,7 +224,7 @@ class Limits:
             return False
         if victim_app.user == for_ask.app.user:
             return False
-        over = self.excess(victim_app)
+        over = self.excess(victim_app, [v for v in also if v.app in self.state.apps])
         return res.any_positive(over) and not res.any_positive(self.excess(for_ask.app))
 
     def take(self, victim: Allocation) -> None:

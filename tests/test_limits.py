@@ -364,12 +364,15 @@ def test_the_view_is_skipped_when_no_limit_is_configured() -> None:
 # ---------------------------------------------------------------------- intra-queue preemption
 
 
-def _over_limit(h: PreemptHarness) -> list[str]:
-    """hank fills n1 before limits exist; then the config gives every user 40."""
+def _over_limit(h: PreemptHarness, limit: int = 40, lou: int | None = None) -> list[str]:
+    """hank fills n1 before limits exist; then the config gives every user ``limit`` (lou ``lou``)."""
+    named = [] if lou is None else [{"users": ["lou"], "maxresources": {"memory": f"{lou}Mi"}}]
     h.feed(f.AppAdded(app="hank-app", queue="root.a", user="hank"))
     hank = h.fill("hank-app", "root.a", "n1", [20, 20, 20, 20, 20])
     raw = preemption_raw(
-        limited("a", guaranteed={"memory": 100}, limits=[{"users": ["*"], "maxresources": {"memory": "40Mi"}}]),
+        limited(
+            "a", guaranteed={"memory": 100}, limits=[*named, {"users": ["*"], "maxresources": {"memory": f"{limit}Mi"}}]
+        ),
         queue("b", guaranteed={"memory": 100}),
         intra_queue=True,
         policy="none",
@@ -397,6 +400,26 @@ def test_intra_queue_takes_from_a_user_above_its_limit_for_a_user_within_it() ->
     # hank holds 100 against a limit of 40: at most 60 (3 containers) may go, and lou takes at most 40.
     assert len(victims) <= 2
     assert all("user 'hank' above its limit" in x.reason for x in result.preempts())
+    assert h.model.violations == []
+
+
+@pytest.mark.parametrize(("limit", "placed"), [(40, True), (70, False)])
+def test_a_user_above_its_limit_gives_no_more_than_takes_it_back_to_the_limit(limit: int, placed: bool) -> None:
+    """lou needs 60 (three of hank's 20s): hank at 100 against 40 may give them (60, 40, 20 over before
+    each); against 70 only two (30, 10 over), which frees too little, so nothing is taken."""
+    raw = preemption_raw(
+        queue("a", guaranteed={"memory": 100}), queue("b", guaranteed={"memory": 100}), intra_queue=True, policy="none"
+    )
+    h = PreemptHarness(raw, policy="intra_queue")
+    h.nodes("n1")
+    _over_limit(h, limit, lou=100)
+    h.feed(
+        f.AppAdded(app="lou-app", queue="root.a", user="lou"),
+        f.AskAdded(app="lou-app", ask="t", resource={"memory": 60}),
+    )
+    h.starve()
+    result = h.preempt_round(10.0)
+    assert [len(pl.victims) for pl in result.placements] == ([3] if placed else [])
     assert h.model.violations == []
 
 
@@ -451,17 +474,17 @@ USERS = ["u0", "u1", "u2", "u3"]
 @st.composite
 def limit_configs(draw: st.DrawFn) -> dict[str, Any]:
     entries: list[dict[str, Any]] = []
+    leaf_apps = draw(st.none() | st.integers(1, 3))
     named = draw(st.lists(st.sampled_from(USERS), unique=True, max_size=2))
     for user in named:
         entries.append({"users": [user], "maxresources": {"memory": f"{draw(LIMIT_MEMORY)}Mi"}})
     if draw(st.booleans()):
         entry: dict[str, Any] = {"users": ["*"], "maxresources": {"memory": f"{draw(LIMIT_MEMORY)}Mi"}}
         if draw(st.booleans()):
-            entry["maxapplications"] = draw(st.integers(1, 2))
+            entry["maxapplications"] = draw(st.integers(1, min(2, leaf_apps or 2)))
         entries.append(entry)
     if draw(st.booleans()):
         entries.append({"groups": ["g0"], "maxresources": {"memory": f"{draw(LIMIT_MEMORY)}Mi"}})
-    leaf_apps = draw(st.none() | st.integers(1, 3))
     parent_limits = [{"users": ["*"], "maxresources": {"memory": f"{draw(st.sampled_from([40, 60, 100]))}Mi"}}]
     return partition_raw(
         limited(

@@ -142,10 +142,11 @@ def _check(
     if quotas is not None and app.queue.path not in quotas.beneficiaries:
         return f"beneficiary's queue {app.queue.path} is not below its ideal"
     taking: dict[str, Resource] = {}
+    taking_from: list[Allocation] = []  # victims checked so far
     for v in victims:
         if intra:
             lower = v.queue is app.queue and v.app != app.name and v.priority < ask.priority and not v.am
-            if not lower and not (limits is not None and limits.may_take(v, ask)):
+            if not lower and not (limits is not None and limits.may_take(v, ask, taking_from)):
                 return (
                     f"victim {v.id} is not a lower-priority container of another app in {app.queue.path}, "
                     "nor of another user above its limit"
@@ -153,6 +154,7 @@ def _check(
         elif not may_preempt_for(v.queue, app.queue):
             return f"victim {v.id}'s queue {v.queue.path} may not be preempted for {app.queue.path}"
         res.add_into(taking.setdefault(v.queue.path, {}), v.resource)
+        taking_from.append(v)
     if not intra:
         for path, amount in taking.items():
             if not res.fits(amount, lose_left.get(path, {})):

@@ -97,15 +97,17 @@ class VictimPlacer:
             return not preemption_disabled(queue)
         return queue.path in self.quota_left
 
-    def _allowed(self, alloc: Allocation, ask: Ask) -> bool:
-        """Victims taken this round are already gone from ``by_node``; preempting ones never entered."""
+    def _allowed(self, alloc: Allocation, ask: Ask, chosen: list[Allocation] | None = None) -> bool:
+        """Victims taken this round are already gone from ``by_node``; preempting ones never entered.
+        ``chosen``: victims already in the set being built (a user above its limit gives no more than
+        takes it back to its limit)."""
         if self.intra:
             return (
                 alloc.queue is ask.app.queue
                 and alloc.app != ask.app.name
                 and alloc.priority < ask.priority
                 and not alloc.am
-            ) or (self.limits is not None and self.limits.may_take(alloc, ask))
+            ) or (self.limits is not None and self.limits.may_take(alloc, ask, chosen or ()))
         pair = (alloc.queue.path, ask.app.queue.path)
         allowed = self._relations.get(pair)
         if allowed is None:
@@ -208,7 +210,7 @@ class VictimPlacer:
         lose: dict[str, Resource] = {}
         for entry in self._victims_on(node.name):
             alloc = entry[3]
-            if not self._allowed(alloc, ask):
+            if not self._allowed(alloc, ask, [e[3] for e in chosen] if self.intra else None):
                 continue
             if not self.intra:
                 path = alloc.queue.path
