@@ -13,6 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from sniper.core.cache import state_changes
 from sniper.core.config import ConfigError, LimitConfig, parse_partition, partition_to_raw
 from sniper.core.limits import Limits, tracked_group
 from sniper.core.state import PartitionState
@@ -587,3 +588,11 @@ def test_the_user_limits_scenario_keeps_every_user_within_its_limits() -> None:
             held[user] -= memory
     started = {users[x.app] for x in result.decisions if isinstance(x, d.Allocated)}
     assert {"hank", "lou", "liz", "leo"} <= started
+
+
+def test_an_apps_groups_survive_a_replica_reset() -> None:
+    h = harness(limited("a", limits=[{"groups": ["eng"], "maxapplications": 1}]))
+    job(h, "x", "xia", 1, groups=("staff", "eng"))
+    copy = PartitionState("default")
+    copy.apply_all(state_changes(h.cache.state))
+    assert copy.apps["x"].groups == ("staff", "eng") and tracked_group(copy.apps["x"]) == "eng"
