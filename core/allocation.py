@@ -2,7 +2,8 @@
 
 ``find_ask_candidates`` walks the queue tree most-under-served first (below guarantee in the DRF
 comparison, then business priority, then dominant share of usage against guarantee, then more pending),
-apps by their queue's sort policy, asks by priority then age, within every ``max`` up the tree. It keeps one heap per
+apps by their queue's sort policy, asks by priority then age, within every ``max`` up the tree and every
+user, group and application limit (:mod:`sniper.core.limits`). It keeps one heap per
 parent queue and re-keys only the path it just served, so a cycle of n picks costs O(n log q).
 ``try_allocate`` places candidates one container at a time through a :class:`Placer`: the node
 index in normal mode, a victim index in preemption mode (same loop, same accounting).
@@ -18,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from sniper.core import resources as res
+from sniper.core.limits import Limits
 from sniper.core.resources import Resource
 from sniper.core.state import App, Ask, AskKey, Node, PartitionState, Queue
 
@@ -95,12 +97,15 @@ def find_ask_candidates(
     filters: CandidateFilter | None = None,
     queue_key: QueueKey | None = None,
     headroom_extra: dict[str, Resource] | None = None,
+    limits: Limits | None = None,
 ) -> list[Ask]:
     """Up to ``n`` containers to try, one list entry per container, most deserving first.
 
     ``preemption`` marks the mode: preemption narrows ``filters`` (starving asks of
     queues below their ideal, not masked) and orders queues with ``queue_key``; the walk is the same.
-    ``headroom_extra`` adds per-queue usage that the caller holds but the state does not show yet.
+    ``headroom_extra`` adds per-queue usage that the caller holds but the state does not show yet;
+    ``limits`` is the caller's view of user and application limits (a fresh one when not given), charged
+    with every pick.
     Outside preemption an ask is listed at most as many times as its container fits in the free room
     of all schedulable nodes (at least once, so a miss is still tried and counted): a pending count
     of millions costs no more than the room it could take.
@@ -119,6 +124,8 @@ def find_ask_candidates(
         return usage_key(q, u, capacity, share)
 
     key_of: QueueKey = queue_key or default_key
+    if limits is None:
+        limits = Limits.of(state)
     # Usage picked in this call (plus what the caller holds), per queue path, all levels.
     extra: dict[str, Resource] = {k: dict(v) for k, v in headroom_extra.items()} if headroom_extra else {}
     picked: dict[AskKey, int] = {}
@@ -166,9 +173,12 @@ def find_ask_candidates(
                     or ask.pending - (times := picked.get(ask.key, 0)) <= 0
                     or (times and not preemption and not fits_again(ask, times))
                     or not state.headroom_allows(leaf, ask.resource, extra)
+                    or (limits is not None and not limits.allows(ask))
                 ):
                     app_cur.current = next(app_cur.rest, None)
                     continue
+                if limits is not None:
+                    limits.charge(ask)
                 if cur.policy == "fair":
                     res.add_into(app_cur.selected, ask.resource)
                     new_key = app_key("fair", app_cur.app, app_cur.selected, capacity)

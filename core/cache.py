@@ -15,6 +15,7 @@ from typing import Any
 
 from sniper.core import resources as res
 from sniper.core.config import ConfigError, PartitionConfig, parse_partition, partition_to_raw
+from sniper.core.limits import Limits
 from sniper.core.resources import Resource
 from sniper.core.state import (
     Allocation,
@@ -257,6 +258,7 @@ class CacheCore:
                 app=e.app,
                 queue=e.queue,
                 user=e.user,
+                groups=tuple(e.groups),
                 priority=e.priority,
                 submit_seq=self.counters["app"],
                 submit_time=self.state.now,
@@ -457,17 +459,23 @@ class CacheCore:
     def _handle_allocation_proposal(self, proposal: p.AllocationProposal) -> None:
         accepted = 0
         rejected: dict[str, str] = {}
+        limits = Limits.of(self.state)  # the allocator's view of the limits may be stale: check again
         for pl in proposal.placements:
-            why = self.check_placement(pl.app, pl.ask, pl.node, pl.ask_seq)
+            why = self.check_placement(pl.app, pl.ask, pl.node, pl.ask_seq, limits)
             if why is None:
                 self.allocate(pl.app, pl.ask, pl.node)
                 accepted += 1
+                if limits is not None:
+                    limits.charge(self.state.apps[pl.app].asks[pl.ask])
             else:
                 rejected[f"{pl.app}/{pl.ask}@{pl.node}#{len(rejected)}"] = why
         self.outcome(proposal.id, accepted, rejected)
 
-    def check_placement(self, app_name: str, ask_name: str, node_name: str, ask_seq: int = 0) -> str | None:
-        """Why one container of the ask cannot go to the node now, or ``None`` when it can."""
+    def check_placement(
+        self, app_name: str, ask_name: str, node_name: str, ask_seq: int = 0, limits: Limits | None = None
+    ) -> str | None:
+        """Why one container of the ask cannot go to the node now, or ``None`` when it can (``limits``:
+        the proposal's view of user and application limits, charged with what it accepted so far)."""
         state = self.state
         app = state.apps.get(app_name)
         if app is None:
@@ -492,6 +500,8 @@ class CacheCore:
             return "does not fit the node's free room"
         if not state.headroom_allows(app.queue, ask.resource):
             return "queue max would be exceeded"
+        if limits is not None:
+            return limits.refusal(ask)
         return None
 
     def allocate(self, app_name: str, ask_name: str, node_name: str, reservation: Reservation | None = None) -> None:
@@ -541,6 +551,7 @@ def state_changes(state: PartitionState) -> list[p.ChangeMsg]:
                 app=app.name,
                 queue=app.queue.path,
                 user=app.user,
+                groups=app.groups,
                 priority=app.priority,
                 submit_seq=app.submit_seq,
                 submit_time=app.submit_time,

@@ -210,6 +210,7 @@ class App:
         "allocated",
         "allocations",
         "asks",
+        "groups",
         "name",
         "pending_asks",
         "priority",
@@ -223,6 +224,7 @@ class App:
         self.name = change.app
         self.queue = queue
         self.user = change.user
+        self.groups = change.groups
         self.priority = change.priority
         self.submit_seq = change.submit_seq
         self.submit_time = change.submit_time

@@ -40,6 +40,7 @@ class AppSet(Change, tag="app", frozen=True, gc=False):
     priority: int = 0
     submit_seq: int = 0
     submit_time: float = 0.0
+    groups: tuple[str, ...] = ()
 
 
 class AppGone(Change, tag="app_gone", frozen=True, gc=False):

@@ -63,6 +63,7 @@ class ClusterModel:
         self.apps: dict[str, str] = {}  # app -> queue
         self.asks: dict[tuple[str, str], tuple[Resource, int]] = {}  # -> (resource, count)
         self.ask_priority: dict[tuple[str, str], int] = {}
+        self.app_user: dict[str, str] = {}
         self.ask_allocated: dict[tuple[str, str], int] = defaultdict(int)
         self.withdrawn: set[tuple[str, str]] = set()
         self.allocations: dict[str, ModelAllocation] = {}
@@ -101,8 +102,9 @@ class ClusterModel:
                 if n in self.nodes:
                     del self.nodes[n]
                     self.removed_nodes.add(n)
-            case f.AppAdded(app=a, queue=q):
+            case f.AppAdded(app=a, queue=q, user=u):
                 self.apps.setdefault(a, q)
+                self.app_user.setdefault(a, u)
             case f.AppRemoved(app=a):
                 self.apps.pop(a, None)
                 self.withdrawn.update(k for k in self.asks if k[0] == a)
@@ -198,7 +200,7 @@ class ClusterModel:
                 self._violate(t, 5, f"intra-queue victim {victim.id} of {victim.queue} for {beneficiary}")
             mine = self.ask_priority.get((victim.app, victim.ask), 0)
             theirs = self.ask_priority.get((dec.for_app, dec.for_ask), 0)
-            if mine >= theirs:
+            if mine >= theirs and not self._user_limit_swap(victim, dec):
                 self._violate(t, 5, f"intra-queue victim {victim.id} (priority {mine}) for an ask of priority {theirs}")
             return  # 5b: a swap inside one queue leaves its usage as it was
         if beneficiary == victim.queue:
@@ -227,6 +229,12 @@ class ClusterModel:
         ideal = dec.victim_queue_ideal
         if ideal and not any(before.get(k, 0) > ideal.get(k, 0) for k, c in capacity.items() if c > 0):
             self._violate(t, 5, f"victim {victim.id} chosen while {victim.queue} was over its ideal nowhere")
+
+    def _user_limit_swap(self, victim: ModelAllocation, dec: d.Preempt) -> bool:
+        """5b's user clause as an outside observer sees it: the queue or an ancestor has user or group
+        ``limits`` and the victim's application belongs to another user than the beneficiary's."""
+        limited = any(self.queue_cfg[q].limits for q in _lineage(victim.queue) if q in self.queue_cfg)
+        return limited and self.app_user.get(victim.app, "") != self.app_user.get(dec.for_app, "")
 
     def _allocated(self, dec: d.Allocated) -> None:
         t = dec.t

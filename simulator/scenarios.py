@@ -335,6 +335,55 @@ def fragmented(seed: int = 0) -> Scenario:
     return Scenario("fragmented", fragmented.__doc__ or "", raw, events)
 
 
+def user_limits(seed: int = 0) -> Scenario:
+    """User limits (seed 000's user_limit_factor, YuniKorn's ``limits``): root.shared is one team's queue
+    where a heavy user submits far more work than the queue holds and three light users come and go;
+    every user may hold at most a quarter of the queue's guarantee and run two apps at a time (a third
+    waits, first come first served). root.batch borrowed the idle cluster first. Preemption frees room
+    only an ask within its user's limit can take; the heavy user's blocked asks still count as the
+    queue's demand."""
+    rng = random.Random(seed)
+    nodes = 16
+    half = {"memory": nodes * 64 * GiB // 2, "vcore": nodes * 16_000 // 2}
+    shared = _queue("shared", half)
+    shared["limits"] = [
+        {
+            "limit": "a quarter of the queue per user",
+            "users": ["*"],
+            "maxresources": res.as_quantities({"memory": half["memory"] // 4, "vcore": half["vcore"] // 4}),
+            "maxapplications": 2,
+        }
+    ]
+    shared["maxapplications"] = 8
+    raw = _partition([shared, _queue("batch", half)], dict(PREEMPTION))
+    events: list[f.Feed] = list(_nodes(nodes, 64 * GiB, 16_000))
+
+    def job(t: float, app: str, queue: str, user: str, count: int, duration: float) -> None:
+        events.append(f.AppAdded(t=t, app=app, queue=queue, user=user))
+        events.append(
+            f.AskAdded(
+                t=t,
+                app=app,
+                ask=f"{app}-task",
+                resource={"memory": 4 * GiB, "vcore": 1000},
+                count=count,
+                duration=duration,
+            )
+        )
+
+    for k in range(2):
+        job(1 + k, f"batch-{k}", "root.batch", "etl", nodes * 16, rng.uniform(400, 600))
+    for k in range(3):  # the heavy user: three big apps, each alone more than the whole queue
+        job(20 + k, f"heavy-{k}", "root.shared", "hank", 160, rng.uniform(150, 250))
+    for user in ("lou", "liz", "leo"):
+        t = rng.uniform(40, 80)
+        for k in range(4):
+            job(t, f"{user}-{k}", "root.shared", user, rng.randint(10, 24), rng.uniform(60, 120))
+            t += rng.uniform(60, 120)
+    events.sort(key=lambda e: e.t)
+    return Scenario("user_limits", user_limits.__doc__ or "", raw, events)
+
+
 ScenarioFn = Callable[[int], Scenario]
 SCENARIOS: dict[str, ScenarioFn] = {
     "demo": demo,
@@ -344,6 +393,7 @@ SCENARIOS: dict[str, ScenarioFn] = {
     "am_heavy": am_heavy,
     "random_mix": random_mix,
     "fragmented": fragmented,
+    "user_limits": user_limits,
 }
 
 

@@ -110,7 +110,7 @@ def test_check_config_prints_units_preemption_settings_and_warnings(tmp_path: Pa
     path = tmp_path / "queues.yaml"
     path.write_text(
         "partitions:\n  - preemption: {policy: sniper, interval: 1}\n    queues:\n"
-        "      - {name: team, properties: {preemption.policy: fence}, maxapplications: 3,\n"
+        "      - {name: team, properties: {preemption.policy: fence}, adminacl: admins,\n"
         "         resources: {guaranteed: {memory: 320Gi, vcore: 80}, max: {memory: 343597383680, vcores: 2}}}\n"
         "      - {name: '[/]x', properties: {preemption.policy: disabled}}\n"
     )
@@ -124,7 +124,7 @@ def test_check_config_prints_units_preemption_settings_and_warnings(tmp_path: Pa
     assert "fenced: root.team" in result.output and "never victims (disabled): root.c" in result.output
     assert "team: guaranteed memory 320 GiB, vcore 80 cores; max memory 320 GiB, vcores 2;" in result.output
     text = _text(result)
-    assert "warning: queue root.team: maxapplications not implemented by Sniper yet" in text
+    assert "warning: queue root.team: adminacl not implemented by Sniper yet" in text
     assert "resource 'vcores' is not 'vcore' (did you mean 'vcore'?)" in text
 
 

@@ -6,7 +6,9 @@ preempting with a grace deadline, the room on that node is held for the benefici
 gone (or the reservation times out), and the beneficiary is allocated there the moment it fits. The
 checks repeat invariant 5 on the cache's own figures: the victim's queue is above its ideal plus the
 deadzone and keeps at least ``max(ideal, guaranteed)``; the beneficiary's queue is below its ideal;
-no priority inversion, no fence crossed, no disabled queue; the victim set is minimal. Observe-only
+no priority inversion, no fence crossed, no disabled queue; the victim set is minimal; the beneficiary
+stays within its user, group and application limits (an intra-queue victim of the same priority or
+more belongs to a user above its limit). Observe-only
 proposals publish what would be preempted and change nothing.
 """
 
@@ -15,6 +17,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from sniper.core import resources as res
+from sniper.core.limits import Limits
 from sniper.core.preemption.quotas import Quotas, compute_quotas, net_usage
 from sniper.core.preemption.rules import may_preempt_for, preemption_disabled
 from sniper.core.resources import Resource
@@ -82,20 +85,30 @@ def _commit_placements(cache: CacheCore, proposal: p.PreemptionProposal) -> None
     intra = proposal.policy == "intra_queue"
     quotas = None if intra else compute_quotas(state, pre)
     lose_left: dict[str, Resource] = {} if quotas is None else {k: dict(v) for k, v in quotas.may_lose.items()}
+    limits = Limits.of(state)
     accepted = 0
     rejected: dict[str, str] = {}
     for n, pl in enumerate(proposal.placements):
-        why = _check(cache, pl, quotas, lose_left, intra)
+        why = _check(cache, pl, quotas, lose_left, intra, limits)
         if why is not None:
             rejected[f"{pl.app}/{pl.ask}@{pl.node}#{n}"] = why
             continue
         accepted += 1
+        if limits is not None:  # before the commit: it may allocate at once, and the view counts once
+            limits.charge(state.apps[pl.app].asks[pl.ask])
+            for vid in pl.victims:
+                limits.take(state.allocations[vid])
         _commit_one(cache, pl, quotas, lose_left, proposal)
     cache.outcome(proposal.id, accepted, rejected)
 
 
 def _check(
-    cache: CacheCore, pl: p.Victimized, quotas: Quotas | None, lose_left: dict[str, Resource], intra: bool
+    cache: CacheCore,
+    pl: p.Victimized,
+    quotas: Quotas | None,
+    lose_left: dict[str, Resource],
+    intra: bool,
+    limits: Limits | None,
 ) -> str | None:
     state = cache.state
     app = state.apps.get(pl.app)
@@ -111,6 +124,9 @@ def _check(
         return f"node {pl.node} does not match the ask's required node or node selector"
     if not state.headroom_allows(app.queue, ask.resource):
         return "beneficiary's queue max would be exceeded"
+    refusal = None if limits is None else limits.refusal(ask)
+    if refusal is not None:
+        return f"beneficiary: {refusal}"
     victims: list[Allocation] = []
     for vid in pl.victims:
         v = state.allocations.get(vid)
@@ -126,13 +142,19 @@ def _check(
     if quotas is not None and app.queue.path not in quotas.beneficiaries:
         return f"beneficiary's queue {app.queue.path} is not below its ideal"
     taking: dict[str, Resource] = {}
+    taking_from: list[Allocation] = []  # victims checked so far
     for v in victims:
         if intra:
-            if v.queue is not app.queue or v.app == app.name or v.priority >= ask.priority or v.am:
-                return f"victim {v.id} is not a lower-priority container of another app in {app.queue.path}"
+            lower = v.queue is app.queue and v.app != app.name and v.priority < ask.priority and not v.am
+            if not lower and not (limits is not None and limits.may_take(v, ask, taking_from)):
+                return (
+                    f"victim {v.id} is not a lower-priority container of another app in {app.queue.path}, "
+                    "nor of another user above its limit"
+                )
         elif not may_preempt_for(v.queue, app.queue):
             return f"victim {v.id}'s queue {v.queue.path} may not be preempted for {app.queue.path}"
         res.add_into(taking.setdefault(v.queue.path, {}), v.resource)
+        taking_from.append(v)
     if not intra:
         for path, amount in taking.items():
             if not res.fits(amount, lose_left.get(path, {})):
@@ -170,8 +192,11 @@ def _commit_one(
             over = res.clamp_min_zero(res.sub(net_usage(v.queue), ideal))
             why = f"{v.queue.path} over its ideal by {res.fmt(over)}"
             res.sub_into(lose_left[v.queue.path], v.resource)
-        else:
+        elif v.priority < ask.priority:
             why = f"{v.queue.path}: priority {v.priority} below the ask's {ask.priority}"
+        else:
+            owner = state.apps[v.app].user
+            why = f"{v.queue.path}: user {owner!r} above its limit, for user {app.user!r} within theirs"
         cache.decide(
             d.Preempt,
             allocation=v.id,

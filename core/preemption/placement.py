@@ -19,6 +19,7 @@ from sortedcontainers import SortedList
 from sniper.core import resources as res
 from sniper.core.allocation import CandidateFilter, find_ask_candidates, try_allocate, usage_key
 from sniper.core.allocator import AllocatorCore
+from sniper.core.limits import Limits
 from sniper.core.preemption.costs import victim_cost
 from sniper.core.preemption.quotas import below_ideal
 from sniper.core.preemption.rules import may_preempt_for, preemption_disabled
@@ -53,6 +54,8 @@ class VictimPlacer:
         # A budget of nothing (``total_preemption_per_round: 0``) allows nothing, not everything.
         self.exhausted = not any(v > 0 for v in self.budget_left.values())
         self.intra = request.intra_queue
+        # Intra-queue mode may also take from a user above its limit for one within it.
+        self.limits = Limits.of(state) if self.intra else None
         # Candidate victims per node, cheapest first and AM containers last, built on a node's first
         # evaluation (cost is fixed for the round). The index key is an upper bound of the memory a
         # placement could get there, from per-node aggregates: O(nodes) to build, not O(containers).
@@ -94,15 +97,17 @@ class VictimPlacer:
             return not preemption_disabled(queue)
         return queue.path in self.quota_left
 
-    def _allowed(self, alloc: Allocation, ask: Ask) -> bool:
-        """Victims taken this round are already gone from ``by_node``; preempting ones never entered."""
+    def _allowed(self, alloc: Allocation, ask: Ask, chosen: list[Allocation] | None = None) -> bool:
+        """Victims taken this round are already gone from ``by_node``; preempting ones never entered.
+        ``chosen``: victims already in the set being built (a user above its limit gives no more than
+        takes it back to its limit)."""
         if self.intra:
             return (
                 alloc.queue is ask.app.queue
                 and alloc.app != ask.app.name
                 and alloc.priority < ask.priority
                 and not alloc.am
-            )
+            ) or (self.limits is not None and self.limits.may_take(alloc, ask, chosen or ()))
         pair = (alloc.queue.path, ask.app.queue.path)
         allowed = self._relations.get(pair)
         if allowed is None:
@@ -205,7 +210,7 @@ class VictimPlacer:
         lose: dict[str, Resource] = {}
         for entry in self._victims_on(node.name):
             alloc = entry[3]
-            if not self._allowed(alloc, ask):
+            if not self._allowed(alloc, ask, [e[3] for e in chosen] if self.intra else None):
                 continue
             if not self.intra:
                 path = alloc.queue.path
@@ -249,7 +254,11 @@ class VictimPlacer:
         name = chosen.node.name
         # The ask will hold its room on the node (try_allocate adds it to the node's allocating).
         res.sub_into(self._base_room(chosen.node), ask.resource)
+        if self.limits is not None:
+            self.limits.charge(ask)
         for alloc in chosen.victims:
+            if self.limits is not None:
+                self.limits.take(alloc)
             self.taken.add(alloc.id)
             res.add_into(self.freed.setdefault(name, {}), alloc.resource)
             if not self.intra:
