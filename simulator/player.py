@@ -35,15 +35,33 @@ def relative(events: list[f.Feed]) -> list[f.Feed]:
 
 
 def grid_after(now: float, tick: float) -> float:
-    """The first grid tick strictly after ``now``."""
+    """The first grid tick after a step at ``now`` (as ticking every ``tick`` seconds computes it)."""
     return (math.floor(now / tick + EPS) + 1) * tick
 
 
+def _first_at_or_after(t: float, tick: float) -> int:
+    """The index of the first grid tick ``n * tick >= t``, exactly as the floats compare."""
+    n = math.ceil(t / tick)
+    while n * tick < t:
+        n += 1
+    while (n - 1) * tick >= t:
+        n -= 1
+    return n
+
+
+def ticks_between(after: float, before: float, tick: float) -> int:
+    """How many grid ticks ticking would have stepped through after a step at ``after`` and before ``before``."""
+    first = math.floor(after / tick + EPS) + 1
+    last = _first_at_or_after(before, tick) - 1
+    return max(0, last - first + 1)
+
+
 def last_round_before(next_round: float, interval: float, after: float, before: float, tick: float) -> float | None:
-    """When ticking every ``tick`` seconds through ``(after, before)``, the last tick at which a periodic
-    round (due at ``next_round``, then ``interval`` after each round) would run; None if none would."""
-    first = max(math.floor(after / tick + EPS) + 1, math.ceil(next_round / tick - EPS))
-    last = math.ceil(before / tick - EPS) - 1
+    """When ticking every ``tick`` seconds after a step at ``after`` and before ``before``, the last tick
+    at which a periodic round (due at ``next_round``, then ``interval`` after each round) would run;
+    None if none would."""
+    first = max(math.floor(after / tick + EPS) + 1, _first_at_or_after(next_round, tick))
+    last = _first_at_or_after(before, tick) - 1
     if first > last:
         return None
     step = max(1, math.ceil(interval / tick - EPS))
@@ -120,6 +138,8 @@ class Player:
 
     def advance(self, now: float) -> list[f.Feed]:
         """Move the clock to ``now`` and return what is due then: trace events, then container ends."""
+        if now > self.next_tick:  # grid ticks jumped over: continue the grid as ticking through them would
+            self.next_tick = _first_at_or_after(now, self.tick) * self.tick
         self.now = now
         self.steps += 1
         if now >= self.next_tick:

@@ -32,13 +32,13 @@ from sniper.actors.partition import PartitionRuntime
 from sniper.actors.policy import PolicyActor
 from sniper.actors.router import Router
 from sniper.core.config import PartitionConfig, SchedulerConfig, parse_partition
-from sniper.core.preemption.policies import enabled_policies
+from sniper.core.preemption.policies import SniperPolicy, enabled_policies
 from sniper.messages import decisions as d
 from sniper.messages import feed as f
 from sniper.messages import protocol as p
 from sniper.simulator.metrics import IdealFn, Metrics
 from sniper.simulator.model import ClusterModel
-from sniper.simulator.player import Player, last_round_before
+from sniper.simulator.player import EPS, Player, last_round_before, ticks_between
 from sniper.simulator.report import PartitionFigures, Report, build_report
 from sniper.transport.bus import DECISIONS, FEED, TICK
 from sniper.transport.memory import MemoryBus
@@ -100,17 +100,50 @@ def _initial_config(
     return None
 
 
-def _has_work(model: ClusterModel, runtime: PartitionRuntime) -> bool:
-    """Whether a tick can change anything in this partition: notices or reservations with deadlines,
-    pending asks while a preemption policy runs (its rounds and the missed-opportunity counts move
-    with time), an allocator whose batch ran out."""
+def _has_work(model: ClusterModel, runtime: PartitionRuntime, changed_at: float) -> bool:
+    """Whether a tick can change anything in this partition: notices or reservations (deadlines), an
+    allocator whose batch ran out, or pending asks while a preemption policy may still act on them.
+
+    Pending asks are settled (ticks change nothing but the allocator's missed-opportunity counts, which
+    the driver carries over) when the only policy is sniper, its last round came after the partition's
+    last change and found no queue that could gain by preemption (no beneficiary or nothing to lose),
+    no request is in flight, and one missed cycle is enough to be a candidate."""
     derived = model.derived()
     if derived.notices or model.reservations:
         return True
-    config = model.config
-    if derived.pending_containers and config is not None and enabled_policies(config.preemption):
+    if any(isinstance(a, AllocatorActor) and a.core.dirty for a in runtime.actors):
         return True
-    return any(isinstance(a, AllocatorActor) and a.core.dirty for a in runtime.actors)
+    config = model.config
+    if not derived.pending_containers or config is None or not enabled_policies(config.preemption):
+        return False
+    if config.preemption.min_missed_opportunities > 1:
+        return True
+    for actor in runtime.actors:
+        if not isinstance(actor, PolicyActor) or not actor.active:
+            continue
+        policy = actor.replica_of.policy
+        if not isinstance(policy, SniperPolicy) or policy.waiting is not None:
+            return True
+        quotas = policy.last_quotas
+        if quotas is None or (quotas.beneficiaries and quotas.may_lose):
+            return True
+        if actor.next_round - policy.config.interval <= changed_at + EPS:
+            return True  # no round has seen the latest state yet
+    return False
+
+
+def _carry_missed(runtimes: dict[str, PartitionRuntime], cycles: int) -> None:
+    """Count ``cycles`` skipped allocation cycles as missed for the asks the last cycle tried (settled
+    time: each of those cycles would have tried the same asks and placed nothing)."""
+    if cycles <= 0:
+        return
+    for runtime in runtimes.values():
+        for actor in runtime.actors:
+            if isinstance(actor, AllocatorActor):
+                missed = actor.core.missed
+                for key in actor.core.last_tried:
+                    if key in missed:
+                        missed[key] += cycles
 
 
 def _round_ticks(runtimes: dict[str, PartitionRuntime], after: float, before: float, tick: float) -> list[float]:
@@ -119,10 +152,12 @@ def _round_ticks(runtimes: dict[str, PartitionRuntime], after: float, before: fl
     out: set[float] = set()
     for runtime in runtimes.values():
         for actor in runtime.actors:
-            if not isinstance(actor, PolicyActor) or not actor.active or actor.replica_of.policy is None:
+            if not isinstance(actor, PolicyActor) or not actor.active:
                 continue
-            interval = actor.replica_of.policy.config.interval
-            at = last_round_before(actor.next_round, interval, after, before, tick)
+            config = actor.replica_of.state.config
+            if config is None:
+                continue
+            at = last_round_before(actor.next_round, config.preemption.interval, after, before, tick)
             if at is not None:
                 out.add(at)
     return sorted(out)
@@ -207,6 +242,7 @@ async def drive(
             runtimes[name] = PartitionRuntime(name, router, config=initial if provided else None, batch=settings.batch)
             models[name] = ClusterModel(name, initial)
             metrics[name] = Metrics(models[name], ideal_fn)
+        changed_at = dict.fromkeys(names, 0.0)  # when each partition's model last changed
         decisions_log: list[d.DecisionMsg] = []
         decisions = router.inbox([(DECISIONS, None)], group="resource-manager", capacity=1 << 16)
 
@@ -240,13 +276,15 @@ async def drive(
             tg.start_soon(consume_decisions)
             await links.idle()
             while True:
-                active = any(_has_work(models[n], runtimes[n]) for n in names)
+                active = any(_has_work(models[n], runtimes[n], changed_at[n]) for n in names)
                 waiting = any(m.pending_containers() for m in models.values())
                 now = player.next_step(active=active, waiting=waiting)
                 if now is None:
                     break
-                if now > player.next_tick:  # idle time jumped over: keep the policies' round phase
-                    for at in _round_ticks(runtimes, player.now, now, settings.tick):
+                if now > player.next_tick:  # settled time jumped over: as if ticking through it
+                    rounds = _round_ticks(runtimes, player.now, now, settings.tick)
+                    _carry_missed(runtimes, ticks_between(player.now, now, settings.tick) - len(rounds))
+                    for at in rounds:
                         await router.publish(TICK, "*", p.Tick(now=at))
                         await links.idle()
                 due = player.advance(now)
@@ -257,6 +295,7 @@ async def drive(
                 for name, model in models.items():
                     if metrics[name].sample(now):
                         model.check(now)
+                        changed_at[name] = now
                 if progress is not None:
                     progress(now, player.end_hint)
             wall = time.perf_counter() - wall_start
