@@ -125,8 +125,9 @@ class Player:
         if self.until is not None:
             upcoming.append(max(self.next_tick, math.floor(self.until / self.tick + EPS) * self.tick))
         elif self.exhausted() and waiting:
-            # the grid tick at which ticking would find the run quiet for longer than ``quiet``
-            upcoming.append(max(self.next_tick, grid_after(self.last_activity + self.quiet, self.tick)))
+            # the last grid tick before ticking would find the run quiet for longer than ``quiet``
+            stop = grid_after(self.last_activity + self.quiet, self.tick)
+            upcoming.append(max(self.next_tick, stop - self.tick))
         if not upcoming:
             return None
         nxt = float(min(upcoming))

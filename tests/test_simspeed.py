@@ -103,8 +103,8 @@ def test_the_player_stops_at_until_on_the_grid() -> None:
 def test_the_player_ends_a_waiting_run_after_the_quiet_time_as_ticking_would() -> None:
     player = Player([f.AppAdded(t=0.0, app="x", queue="root.a")], quiet=60.0)
     player.advance(0.0)
-    assert player.next_step(active=False, waiting=True) == 61.0
-    player.advance(61.0)
+    assert player.next_step(active=False, waiting=True) == 60.0
+    player.advance(60.0)
     assert player.next_step(active=False, waiting=True) is None
 
 
