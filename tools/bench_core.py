@@ -239,8 +239,58 @@ def gpu_workload(
                 t=round(min(t, start + span), 3),
                 app=f"{rng.choice(qos)}-app",
                 ask=f"pod{i:06d}",
-                resource={"memory": rng.choice((8, 16, 32, 64)) * GiB, "vcore": rng.choice((2, 4, 8, 16)) * 1000, "gpu": gpu},
+                resource={
+                    "memory": rng.choice((8, 16, 32, 64)) * GiB,
+                    "vcore": rng.choice((2, 4, 8, 16)) * 1000,
+                    "gpu": gpu,
+                },
                 duration=duration,
             )
         )
     return events
+
+
+def bench_simulate(
+    nodes: int = 1500,
+    days: float = 30.0,
+    pods: int = 20_000,
+    *,
+    mean_duration: float = 6 * 3600.0,
+    policy: str = "sniper",
+    until: float | None = None,
+    skip_idle: bool = True,
+    seed: int = 0,
+) -> dict[str, Any]:
+    """The simulator on a generated GPU workload (:func:`gpu_workload`, stamped in epoch seconds):
+    simulated seconds per wall second and trace events per wall second, on the memory transport."""
+    from sniper.simulator.run import SimulationSettings, run_simulation
+
+    span = days * 86400.0
+    events = gpu_workload(
+        nodes, pods, span, mean_duration=mean_duration, max_duration=4 * mean_duration, start=1.7e9, seed=seed
+    )
+    settings = SimulationSettings(until=until, policy=policy, skip_idle=skip_idle)
+    start, cpu_start = time.perf_counter(), time.process_time()
+    result = run_simulation(events, None, settings)
+    wall, cpu = time.perf_counter() - start, time.process_time() - cpu_start
+    report = result.summary
+    return {
+        "bench": "simulate",
+        "nodes": nodes,
+        "pods": pods,
+        "days": days,
+        "policy": policy,
+        "skip_idle": skip_idle,
+        "trace_events": len(events),
+        "steps": result.steps,
+        "decisions": len(result.decisions),
+        "allocations": report.allocations,
+        "preempted": report.preemptions.victims,
+        "sim_seconds": report.sim_seconds,
+        "wall_seconds": round(wall, 3),
+        "cpu_seconds": round(cpu, 3),
+        "sim_seconds_per_wall_s": round(report.sim_seconds / wall, 1) if wall > 0 else None,
+        "events_per_s": round(len(events) / wall, 1) if wall > 0 else None,
+        "decisions_per_s": round(len(result.decisions) / wall, 1) if wall > 0 else None,
+        "invariant_violations": report.invariant_violations,
+    }

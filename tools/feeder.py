@@ -183,7 +183,11 @@ async def play(
         seconds=seconds,
         wall=wall,
         tick=options.sample,
-        extra={"published": published, "retries": rm.retries, "lost_work_seconds": round(sum(rm.lost_work.values()), 3)},
+        extra={
+            "published": published,
+            "retries": rm.retries,
+            "lost_work_seconds": round(sum(rm.lost_work.values()), 3),
+        },
     )
     return PlayResult(report, checker, published)
 
