@@ -89,6 +89,7 @@ class ClusterModel:
         self.open: dict[tuple[str, str], None] = {}  # asks that may still have containers to place
         self.usage: dict[str, Resource] = defaultdict(dict)  # committed, per queue path, parents included
         self.notices = 0  # allocations under a preemption notice
+        self._capacity: Resource | None = None  # the nodes' total, until a node changes
         self.version = 0
         self._derived: Derived | None = None
         self._derived_version = -1
@@ -115,13 +116,16 @@ class ClusterModel:
                 with contextlib.suppress(ValueError):  # the cache rejects it too
                     self.configure(parse_partition(raw, f"partition {self.partition}"))
             case f.NodeAdded(node=n, capacity=cap):
+                self._capacity = None
                 self.nodes[n] = res.normalized(cap)
                 self.removed_nodes.discard(n)
             case f.NodeUpdated(node=n, capacity=cap):
                 if cap is not None and n in self.nodes:
+                    self._capacity = None
                     self.nodes[n] = res.normalized(cap)
             case f.NodeRemoved(node=n):
                 if n in self.nodes:
+                    self._capacity = None
                     del self.nodes[n]
                     self.removed_nodes.add(n)
             case f.AppAdded(app=a, queue=q):
@@ -347,7 +351,9 @@ class ClusterModel:
             containers += left
             for path in _lineage(queue):
                 res.add_into(pending[path], resource, left)
-        self._derived = Derived(usage, pending, containers, self.notices, res.total(self.nodes.values()))
+        if self._capacity is None:
+            self._capacity = res.total(self.nodes.values())
+        self._derived = Derived(usage, pending, containers, self.notices, self._capacity)
         self._derived_version = self.version
         return self._derived
 
