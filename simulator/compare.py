@@ -20,6 +20,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
 from sniper.core.config import SchedulerConfig
+from sniper.messages import decisions as d
 from sniper.messages import feed as f
 from sniper.simulator.ideal_view import ideal_for_model
 from sniper.simulator.metrics import Metrics
@@ -30,10 +31,17 @@ from sniper.simulator.run import SimulationSettings, run_simulation
 
 @dataclasses.dataclass(slots=True)
 class PolicyRun:
-    """One policy's run as compare keeps it: the report and the per-partition metrics (samples)."""
+    """One policy's run as compare keeps it: the report, the per-partition metrics (samples) and the
+    decisions."""
 
     summary: Report
     metrics: dict[str, Metrics]
+    decisions: list[d.DecisionMsg]
+
+    @property
+    def report(self) -> dict[str, Any]:
+        """The report as JSON-ready builtins (the struct is :attr:`summary`)."""
+        return self.summary.to_dict()
 
     @property
     def violations(self) -> int:
@@ -71,7 +79,7 @@ def _worst(report: Report, key: str) -> float | None:
 
 def _run_policy(events: list[f.Feed], config: SchedulerConfig | None, settings: SimulationSettings) -> PolicyRun:
     result = run_simulation(events, config, settings, ideal_fn=ideal_for_model)
-    return PolicyRun(result.summary, result.metrics)
+    return PolicyRun(result.summary, result.metrics, result.decisions)
 
 
 def compare(
@@ -103,7 +111,7 @@ def compare(
                 progress(policy, now, end)
 
         result = run_simulation(events, config, run_settings, progress=step, ideal_fn=ideal_for_model)
-        results[policy] = PolicyRun(result.summary, result.metrics)
+        results[policy] = PolicyRun(result.summary, result.metrics, result.decisions)
     return results
 
 

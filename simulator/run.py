@@ -4,10 +4,12 @@ Each step moves the clock to the next time that can change something (a trace ev
 end, the next tick while the scheduler holds work that time moves: pending asks a policy may act on,
 notices and reservations with deadlines), publishes the tick and the events due, waits until every
 actor has handled everything (the links are quiescent), then checks the invariants and samples the
-metrics when the model changed. Idle time is jumped over, as ticking through it would change nothing
-but the phase of the policies' rounds, which the driver carries over with one tick at the last round
-ticking would have run (exact for one policy's rounds; see :func:`_catch_up`). The trace cursor, the
-stand-in resource manager and the stop rules are the shared :class:`~sniper.simulator.player.Player`.
+metrics when the model changed. Idle and settled time (:func:`_has_work`) is jumped over: ticking
+through it would change only the phase of the policies' rounds, which the driver keeps with one tick
+at the last round ticking would have run (:func:`_round_ticks`; exact while the active policies share
+one phase), and the allocator's missed-opportunity counts, which it carries over (:func:`_carry_missed`).
+The trace cursor, the stand-in resource manager and the stop rules are the shared
+:class:`~sniper.simulator.player.Player`.
 Nothing here reads the wall clock except to measure ``allocations_per_s``; the same trace and seed
 give the same decisions, and ``skip_idle=False`` (tick every second) gives the same decisions too.
 
