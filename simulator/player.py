@@ -49,18 +49,21 @@ def _first_at_or_after(t: float, tick: float) -> int:
     return n
 
 
-def ticks_between(after: float, before: float, tick: float) -> int:
-    """How many grid ticks ticking would have stepped through after a step at ``after`` and before ``before``."""
-    first = math.floor(after / tick + EPS) + 1
+def ticks_between(first_tick: float, before: float, tick: float) -> int:
+    """How many grid ticks ticking steps through from ``first_tick`` (the player's next tick) until
+    ``before``, exclusive."""
+    first = _first_at_or_after(first_tick, tick)
     last = _first_at_or_after(before, tick) - 1
     return max(0, last - first + 1)
 
 
-def last_round_before(next_round: float, interval: float, after: float, before: float, tick: float) -> float | None:
-    """When ticking every ``tick`` seconds after a step at ``after`` and before ``before``, the last tick
-    at which a periodic round (due at ``next_round``, then ``interval`` after each round) would run;
-    None if none would."""
-    first = max(math.floor(after / tick + EPS) + 1, _first_at_or_after(next_round, tick))
+def last_round_before(
+    next_round: float, interval: float, first_tick: float, before: float, tick: float
+) -> float | None:
+    """When ticking every ``tick`` seconds from ``first_tick`` (the player's next tick) until ``before``,
+    exclusive, the last tick at which a periodic round (due at ``next_round``, then ``interval`` after
+    each round) would run; None if none would."""
+    first = max(_first_at_or_after(first_tick, tick), _first_at_or_after(next_round, tick))
     last = _first_at_or_after(before, tick) - 1
     if first > last:
         return None

@@ -148,9 +148,9 @@ def _carry_missed(runtimes: dict[str, PartitionRuntime], cycles: int) -> None:
                         missed[key] += cycles
 
 
-def _round_ticks(runtimes: dict[str, PartitionRuntime], after: float, before: float, tick: float) -> list[float]:
+def _round_ticks(runtimes: dict[str, PartitionRuntime], first_tick: float, before: float, tick: float) -> list[float]:
     """The last tick before ``before`` at which each active policy actor would have run a round had the
-    driver ticked every ``tick`` through idle time since ``after``."""
+    driver ticked every ``tick`` from ``first_tick`` on."""
     out: set[float] = set()
     for runtime in runtimes.values():
         for actor in runtime.actors:
@@ -159,7 +159,7 @@ def _round_ticks(runtimes: dict[str, PartitionRuntime], after: float, before: fl
             config = actor.replica_of.state.config
             if config is None:
                 continue
-            at = last_round_before(actor.next_round, config.preemption.interval, after, before, tick)
+            at = last_round_before(actor.next_round, config.preemption.interval, first_tick, before, tick)
             if at is not None:
                 out.add(at)
     return sorted(out)
@@ -284,8 +284,8 @@ async def drive(
                 if now is None:
                     break
                 if now > player.next_tick:  # settled time jumped over: as if ticking through it
-                    rounds = _round_ticks(runtimes, player.now, now, settings.tick)
-                    _carry_missed(runtimes, ticks_between(player.now, now, settings.tick) - len(rounds))
+                    rounds = _round_ticks(runtimes, player.next_tick, now, settings.tick)
+                    _carry_missed(runtimes, ticks_between(player.next_tick, now, settings.tick) - len(rounds))
                     for at in rounds:
                         await router.publish(TICK, "*", p.Tick(now=at))
                         await links.idle()
