@@ -35,6 +35,7 @@ class AllocatorCore(ViewReplica):
         self.batch = batch
         self.inflight: dict[str, list[tuple[Ask, Node]]] = {}
         self.missed: dict[AskKey, int] = {}
+        self.last_tried: frozenset[AskKey] = frozenset()  # the asks the last cycle tried
         self.stats = AllocatorStats()
         self.dirty = False  # something changed since the last cycle that may allow an allocation
         self._next_proposal = 0
@@ -112,6 +113,7 @@ class AllocatorCore(ViewReplica):
         if n_alloc <= 0:
             self.dirty = True  # the batch ran out before the candidates did: go on next time
         got = {ask.key for ask, _ in placed_all}
+        self.last_tried = frozenset(tried)
         missed = self.missed
         for key in tried:
             if key in got:

@@ -3,7 +3,10 @@ checks of ARCHITECTURE section 6 over it.
 
 It shares no code with the cache's state on purpose: it is the outside observer the simulator, the
 chaos tests and ``sniper feed --report`` trust. Violations are recorded with the time and the reason;
-checking never raises.
+checking never raises. ``version`` grows with every input that may change the model, so views derived
+from it (usage, pending demand, notices) are computed once per change and readers can skip unchanged
+states; asks with nothing left to place leave the ``open`` set, so those views cost what is running
+and waiting, not the whole history.
 """
 
 from __future__ import annotations
@@ -44,6 +47,17 @@ class ModelReservation:
     created: float
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class Derived:
+    """What the metrics and the driver read from the model, computed once per version."""
+
+    usage: dict[str, Resource]  # committed, per queue path, parents included
+    pending: dict[str, Resource]  # outstanding demand, per queue path, parents included
+    pending_containers: int
+    notices: int  # allocations under a preemption notice
+    capacity: Resource
+
+
 @dataclasses.dataclass(slots=True)
 class Violation:
     t: float
@@ -74,6 +88,13 @@ class ClusterModel:
         self.last_seq = 0
         self.rejected_asks: set[tuple[str, str]] = set()
         self.seen_events: set[str] = set()
+        self.open: dict[tuple[str, str], None] = {}  # asks that may still have containers to place
+        self.usage: dict[str, Resource] = defaultdict(dict)  # committed, per queue path, parents included
+        self.notices = 0  # allocations under a preemption notice
+        self._capacity: Resource | None = None  # the nodes' total, until a node changes
+        self.version = 0
+        self._derived: Derived | None = None
+        self._derived_version = -1
         if config is not None:
             self.configure(config)
 
@@ -84,6 +105,10 @@ class ClusterModel:
         self.queue_cfg = {q.path: q for q in config.queues()}
 
     def on_event(self, event: f.Feed) -> None:
+        self._on_event(event)
+        self.version += 1
+
+    def _on_event(self, event: f.Feed) -> None:
         if event.id:
             if event.id in self.seen_events:
                 return  # a replayed event (at-least-once delivery) changes nothing, as for the cache
@@ -93,13 +118,16 @@ class ClusterModel:
                 with contextlib.suppress(ValueError):  # the cache rejects it too
                     self.configure(parse_partition(raw, f"partition {self.partition}"))
             case f.NodeAdded(node=n, capacity=cap):
+                self._capacity = None
                 self.nodes[n] = res.normalized(cap)
                 self.removed_nodes.discard(n)
             case f.NodeUpdated(node=n, capacity=cap):
                 if cap is not None and n in self.nodes:
+                    self._capacity = None
                     self.nodes[n] = res.normalized(cap)
             case f.NodeRemoved(node=n):
                 if n in self.nodes:
+                    self._capacity = None
                     del self.nodes[n]
                     self.removed_nodes.add(n)
             case f.AppAdded(app=a, queue=q, user=u):
@@ -108,6 +136,8 @@ class ClusterModel:
             case f.AppRemoved(app=a):
                 self.apps.pop(a, None)
                 self.withdrawn.update(k for k in self.asks if k[0] == a)
+                for k in [k for k in self.open if k[0] == a]:
+                    del self.open[k]
             case f.AskAdded(app=a, ask=k, resource=r, count=c, priority=prio):
                 if (a, k) in self.withdrawn or (a, k) in self.rejected_asks:
                     # Asked again under a withdrawn or refused name: a new ask for the cache, its count
@@ -118,8 +148,10 @@ class ClusterModel:
                     self.ask_allocated.pop((a, k), None)
                 self.asks.setdefault((a, k), (res.normalized(r), c))
                 self.ask_priority.setdefault((a, k), prio)
+                self.open[(a, k)] = None
             case f.AskRemoved(app=a, ask=k):
                 self.withdrawn.add((a, k))
+                self.open.pop((a, k), None)
             case _:
                 pass
 
@@ -127,6 +159,10 @@ class ClusterModel:
         self.violations.append(Violation(t, invariant, reason))
 
     def on_decision(self, dec: d.DecisionMsg) -> None:
+        self._on_decision(dec)
+        self.version += 1
+
+    def _on_decision(self, dec: d.DecisionMsg) -> None:
         self.decisions += 1
         if dec.seq and dec.seq <= self.last_seq:
             return  # a duplicate delivery of the commit log
@@ -167,18 +203,22 @@ class ClusterModel:
                             dec.t, 6, f"victim {alloc.id} is on {alloc.node}, not the reserved node {dec.node}"
                         )
                 self._check_preemption(dec, alloc)
-                alloc.preempted_at = dec.t if alloc.preempted_at is None else alloc.preempted_at
+                if alloc.preempted_at is None:
+                    alloc.preempted_at = dec.t
+                    self.notices += 1
             case d.PreemptCancelled(allocation=aid):
                 alloc = self.allocations.get(aid)
                 if alloc is None or alloc.preempted_at is None:
                     self._violate(dec.t, 5, f"preemption of {aid} cancelled, but it was not under notice")
                 else:
                     alloc.preempted_at = None
+                    self.notices -= 1
             case d.ReservationEnded(reservation=rid):
                 self.reservations.pop(rid, None)
             case d.Rejected(app=a, ask=k):
                 if k:
                     self.rejected_asks.add((a, k))
+                    self.open.pop((a, k), None)
             case _:
                 pass
 
@@ -248,6 +288,8 @@ class ClusterModel:
             self._violate(t, 3, f"allocation {dec.allocation} for unknown ask {dec.app}/{dec.ask}")
         else:
             self.ask_allocated[key] += 1
+            if self.ask_allocated[key] >= ask[1]:
+                self.open.pop(key, None)
             if self.ask_allocated[key] > ask[1]:
                 self._violate(
                     t, 3, f"ask {dec.app}/{dec.ask} allocated {self.ask_allocated[key]} times, count {ask[1]}"
@@ -258,7 +300,7 @@ class ClusterModel:
         resource = res.normalized(dec.resource)
         # Invariant 2: a new allocation never takes a queue over its max.
         if not dec.reservation:
-            usage = self.queue_usage()
+            usage = self.usage
             for path in _lineage(queue):
                 cfg = self.queue_cfg.get(path)
                 if cfg is None or cfg.max is None:
@@ -284,9 +326,16 @@ class ClusterModel:
         self.allocations[dec.allocation] = ModelAllocation(
             dec.allocation, dec.app, dec.ask, queue, dec.node, resource, t, dec.am
         )
+        for path in _lineage(queue):
+            res.add_into(self.usage[path], resource)
 
     def _gone(self, aid: str) -> None:
-        self.allocations.pop(aid, None)
+        alloc = self.allocations.pop(aid, None)
+        if alloc is not None:
+            if alloc.preempted_at is not None:
+                self.notices -= 1
+            for path in _lineage(alloc.queue):
+                res.sub_into(self.usage[path], alloc.resource)
 
     # ------------------------------------------------------------------ checks at quiescence
 
@@ -304,40 +353,41 @@ class ClusterModel:
 
     # ------------------------------------------------------------------ views for metrics
 
+    def derived(self) -> Derived:
+        """Usage, pending demand, notices and capacity as of now (recomputed only after a change)."""
+        if self._derived is not None and self._derived_version == self.version:
+            return self._derived
+        usage = {path: res.normalized(r) for path, r in self.usage.items()}
+        pending: dict[str, Resource] = defaultdict(dict)
+        containers = 0
+        for key in self.open:
+            resource, count = self.asks[key]
+            left = count - self.ask_allocated.get(key, 0)  # reserved containers still wait: demand
+            queue = self.apps.get(key[0])
+            if left <= 0 or queue is None:
+                continue
+            containers += left
+            for path in _lineage(queue):
+                res.add_into(pending[path], resource, left)
+        if self._capacity is None:
+            self._capacity = res.total(self.nodes.values())
+        self._derived = Derived(usage, pending, containers, self.notices, self._capacity)
+        self._derived_version = self.version
+        return self._derived
+
     def queue_usage(self) -> dict[str, Resource]:
-        """Committed usage per queue path, parents included."""
-        out: dict[str, Resource] = defaultdict(dict)
-        for a in self.allocations.values():
-            for path in _lineage(a.queue):
-                res.add_into(out[path], a.resource)
-        return out
+        """Committed usage per queue path, parents included (a snapshot: later changes leave it be)."""
+        return self.derived().usage
 
     def queue_pending(self) -> dict[str, Resource]:
         """Outstanding demand per queue path, parents included (withdrawn and rejected asks excluded)."""
-        out: dict[str, Resource] = defaultdict(dict)
-        for key, (resource, count) in self.asks.items():
-            if key in self.withdrawn or key in self.rejected_asks:
-                continue
-            left = count - self.ask_allocated.get(key, 0)  # reserved containers still wait: demand
-            if left <= 0:
-                continue
-            queue = self.apps.get(key[0])
-            if queue is None:
-                continue
-            for path in _lineage(queue):
-                res.add_into(out[path], resource, left)
-        return out
+        return self.derived().pending
 
     def pending_containers(self) -> int:
-        total = 0
-        for key, (_, count) in self.asks.items():
-            if key in self.withdrawn or key in self.rejected_asks or key[0] not in self.apps:
-                continue
-            total += max(0, count - self.ask_allocated.get(key, 0))
-        return total
+        return self.derived().pending_containers
 
     def capacity(self) -> Resource:
-        return res.total(self.nodes.values())
+        return self.derived().capacity
 
 
 def _dominant_level(r: Resource, capacity: Resource) -> float:
