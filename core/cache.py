@@ -206,10 +206,10 @@ class CacheCore:
         node = self.state.nodes.get(name)
         if node is not None and node.capacity == cap and node.schedulable == schedulable and node.labels == labels:
             return
-        if node is not None and not res.fits(res.add(node.allocated, node.reserved), cap):
+        if node is not None and node.reservations:
+            self._keep_reservations(node, cap, schedulable)
+        if node is not None and not res.fits(node.allocated, cap):
             # The node shrank below what it holds: newest allocations are lost until the rest fits.
-            for rid in sorted(node.reservations):
-                self._end_reservation(self.state.reservations[rid], f"node {name} shrank")
             held = (self.state.allocations[a] for a in node.allocations)
             newest_first = sorted(held, key=lambda a: (-a.start, -allocation_number(a.id)))
             for alloc in newest_first:
@@ -217,6 +217,19 @@ class CacheCore:
                     break
                 self._lose(alloc, f"node {name} shrank")
         self.commit(p.NodeSet(node=name, capacity=cap, schedulable=schedulable, labels=dict(labels)))
+
+    def _keep_reservations(self, node: Node, cap: Resource, schedulable: bool) -> None:
+        """A node changed: its reservations stay while they can still be fulfilled, the latest due
+        end first otherwise, each with the true reason (unschedulable, or shrunk below its need)."""
+        order = self._reservations_by_deadline(node)
+        if not schedulable:
+            for r in order:
+                self._end_reservation(r, f"node {node.name} became unschedulable")
+            return
+        free = res.sub(cap, node.allocated)
+        while order and not self._promises_hold(free, order, self._room_leaving(node)):
+            r = order.pop()
+            self._end_reservation(r, f"node {node.name} shrank below what reservation {r.id} needs")
 
     def _node_removed(self, name: str) -> None:
         node = self.state.nodes.get(name)
