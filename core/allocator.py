@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import dataclasses
 
-from sniper.core.allocation import CandidateFilter, find_ask_candidates, hold_room, try_allocate
+from sniper.core import resources as res
+from sniper.core.allocation import CandidateFilter, FreeRoomPlacer, find_ask_candidates, hold_room, try_allocate
 from sniper.core.replica import ViewReplica
-from sniper.core.state import Ask, AskKey, Node
+from sniper.core.state import Ask, AskKey, Node, PartitionState
 from sniper.messages import protocol as p
 
 DEFAULT_BATCH = 4096
@@ -91,7 +92,8 @@ class AllocatorCore(ViewReplica):
         self.dirty = False
         n_alloc = self.batch if budget is None else budget
         state = self.state
-        placed_all: list[tuple[Ask, Node]] = []
+        placed_all = place_reserved(state, n_alloc)
+        n_alloc -= len(placed_all)
         tried: set[AskKey] = set()
         failed: set[AskKey] = set()
         while n_alloc > 0:
@@ -112,6 +114,7 @@ class AllocatorCore(ViewReplica):
         if n_alloc <= 0:
             self.dirty = True  # the batch ran out before the candidates did: go on next time
         got = {ask.key for ask, _ in placed_all}
+        tried |= got
         missed = self.missed
         for key in tried:
             if key in got:
@@ -132,3 +135,27 @@ class AllocatorCore(ViewReplica):
                 p.Placement(app=ask.key[0], ask=ask.key[1], node=node.name, ask_seq=ask.seq) for ask, node in placed_all
             ],
         )
+
+
+def place_reserved(state: PartitionState, budget: int) -> list[tuple[Ask, Node]]:
+    """Reserved beneficiaries keep competing for free room (ARCHITECTURE section 2): one container per
+    reservation whose ask still wants one, on free room anywhere; the cache then ends that reservation
+    and cancels its victims' notices. Served before other asks: the preemption already chose them."""
+    placer = FreeRoomPlacer()
+    placed: list[tuple[Ask, Node]] = []
+    for rid in sorted(state.reservations):
+        if len(placed) >= budget:
+            break
+        r = state.reservations[rid]
+        ask = state.ask((r.app, r.ask))
+        if ask is None or ask.count - ask.allocated - ask.allocating <= 0:
+            continue
+        # The reservation ends when the container is placed, so its room leaves the queue's usage.
+        freed = {q.path: res.scale(ask.resource, -1) for q in ask.app.queue.lineage()}
+        if not state.headroom_allows(ask.app.queue, ask.resource, freed):
+            continue
+        node = placer.place(state, ask)
+        if node is not None:
+            placed.append((ask, node))
+            hold_room(state, ask, node, 1)
+    return placed

@@ -459,11 +459,23 @@ class CacheCore:
         for pl in proposal.placements:
             why = self.check_placement(pl.app, pl.ask, pl.node, pl.ask_seq)
             if why is None:
+                self._end_reservation_placed_elsewhere(pl.app, pl.ask, pl.node)
                 self.allocate(pl.app, pl.ask, pl.node)
                 accepted += 1
             else:
                 rejected[f"{pl.app}/{pl.ask}@{pl.node}#{len(rejected)}"] = why
         self.outcome(proposal.id, accepted, rejected)
+
+    def _end_reservation_placed_elsewhere(self, app_name: str, ask_name: str, node_name: str) -> None:
+        """A reserved beneficiary placed on free room: when every container it still wants is reserved,
+        the reservation due last ends and its victims' notices are cancelled (they need not die)."""
+        state = self.state
+        ask = state.apps[app_name].asks[ask_name]
+        if ask.count - ask.allocated - ask.reserved > 0:
+            return
+        held = [r for r in state.reservations.values() if (r.app, r.ask) == (app_name, ask_name)]
+        last = max(held, key=lambda r: (r.deadline, r.id))
+        self._end_reservation(last, f"its beneficiary was placed on free room on {node_name}")
 
     def check_placement(self, app_name: str, ask_name: str, node_name: str, ask_seq: int = 0) -> str | None:
         """Why one container of the ask cannot go to the node now, or ``None`` when it can."""
@@ -476,8 +488,12 @@ class CacheCore:
             return "ask is gone"
         if ask_seq and ask.seq != ask_seq:
             return "ask was withdrawn and asked again since (another ask of the same name)"
-        if ask.count - ask.allocated - ask.reserved <= 0:
+        if ask.count - ask.allocated <= 0:
             return "ask is already fully allocated"
+        # Every container left is reserved: placing one here ends a reservation (its room leaves usage).
+        freed = None
+        if ask.count - ask.allocated - ask.reserved <= 0:
+            freed = {q.path: res.scale(ask.resource, -1) for q in app.queue.lineage()}
         node = state.nodes.get(node_name)
         if node is None:
             return "node is gone"
@@ -487,7 +503,7 @@ class CacheCore:
             return f"ask requires node {ask.required_node}"
         if not node.can_hold(ask.resource):
             return "does not fit the node's free room"
-        if not state.headroom_allows(app.queue, ask.resource):
+        if not state.headroom_allows(app.queue, ask.resource, freed):
             return "queue max would be exceeded"
         return None
 

@@ -75,3 +75,20 @@ def test_a_removed_node_ends_it_with_that_reason() -> None:
     decisions = h.feed(f.NodeRemoved(node=node))
     (reason,) = ended(decisions)
     assert "removed" in reason
+
+
+def test_a_node_joining_during_the_grace_takes_the_beneficiary_and_its_victims_live() -> None:
+    h, _, victims = reserved()
+    (rid,) = h.cache.state.reservations
+    h.tick(12.0)
+    h.nodes("n3")
+    h.settle()
+    placed = [x for x in h.allocated() if x.app == "a1"]
+    assert [(x.node, x.reservation) for x in placed] == [("n3", None)]
+    reasons = [x for x in h.decisions if isinstance(x, d.ReservationEnded)]
+    assert [(x.reservation, "placed on free room on n3" in x.reason) for x in reasons] == [(rid, True)]
+    assert sorted(cancelled(h.decisions)) == sorted(victims)
+    assert not any(h.alloc(v).preempting for v in victims)
+    h.tick(10.0 + GRACE + 1)
+    assert h.kills() == []
+    assert not h.cache.state.reservations and h.model.violations == []
