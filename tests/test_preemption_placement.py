@@ -479,3 +479,22 @@ def test_intra_queue_finds_nothing_when_no_container_has_a_lower_priority() -> N
     result = h.preempt_round(10.0)
     assert result.request is None  # no lower-priority container: the leaf is no beneficiary
     assert h.preempts() == []
+
+
+def test_a_failed_attempt_misses_an_opportunity_and_only_searched_asks_are_masked() -> None:
+    # budget for one 50 victim: "first" takes it, "second" is stopped by the budget, "huge" has no set
+    h = PreemptHarness(two_queues(150, 50))
+    h.nodes("n1", "n2")
+    h.fill("b1", "root.b", "n1", [50, 50])
+    h.fill("b1", "root.b", "n2", [50, 50], start=2)
+    h.app("a1", "root.a")
+    h.ask("a1", "first", 50, priority=2)
+    h.ask("a1", "huge", 150, priority=3)
+    h.ask("a1", "second", 50)
+    h.starve()
+    before = dict(h.allocator.missed)
+    reply = place(h, request(budget={"memory": 50}))
+    assert [pl.ask for pl in reply.placements] == ["first"]
+    assert reply.unplaceable == ["a1/huge"]  # "second" was never searched: not masked
+    assert h.allocator.missed[("a1", "huge")] == before[("a1", "huge")] + 1
+    assert h.allocator.missed[("a1", "second")] == before[("a1", "second")]

@@ -47,6 +47,7 @@ class VictimPlacer:
         self.budget_left: Resource = dict(request.budget)
         self.sets: list[VictimSet] = []
         self.taken: set[str] = set()
+        self.budget_stopped: set[AskKey] = set()  # asks not searched: the round's budget ran out
         self.freed: dict[str, Resource] = {}  # node -> victims taken there this round
         self._relations: dict[tuple[str, str], bool] = {}  # (victim queue, beneficiary queue) -> allowed
         self._room: dict[str, Resource] = {}
@@ -113,6 +114,7 @@ class VictimPlacer:
 
     def place(self, state: PartitionState, ask: Ask) -> Node | None:
         if self.exhausted:
+            self.budget_stopped.add(ask.key)
             return None
         need = ask.resource
         need_mem = need.get(MEMORY, 0)
@@ -326,6 +328,10 @@ def answer_placement_request(core: AllocatorCore, request: p.PlacementRequest) -
         placed.extend(result.placed)
         if not progress:
             break
+    # Asks searched in vain missed an opportunity and go into the mask; those the budget stopped did not.
+    unplaceable = failed - placer.budget_stopped
+    for key in unplaceable:
+        missed[key] = missed.get(key, 0) + 1
     placements: list[p.Victimized] = []
     for (ask, node), chosen in zip(placed, placer.sets, strict=True):
         waited = missed.pop(ask.key, 0)  # the ask got its container (update-missed-opportunity)
@@ -346,7 +352,7 @@ def answer_placement_request(core: AllocatorCore, request: p.PlacementRequest) -
         partition=core.partition,
         id=request.id,
         placements=placements,
-        unplaceable=sorted(ask_label(k) for k in failed),
+        unplaceable=sorted(ask_label(k) for k in unplaceable),
         mask_hits=mask_hits,
         view_seq=core.view_seq,
     )
