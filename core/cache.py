@@ -523,6 +523,7 @@ class CacheCore:
                 am=ask.am,
                 reservation=None if reservation is None else reservation.id,
                 priority=ask.priority,
+                pinned=ask.required_node is not None,
             )
         )
         self.decide(
@@ -587,6 +588,7 @@ def state_changes(state: PartitionState) -> list[p.ChangeMsg]:
                 start=alloc.start,
                 am=alloc.am,
                 priority=alloc.priority,
+                pinned=alloc.pinned,
             )
         )
     for r in state.reservations.values():

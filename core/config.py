@@ -47,7 +47,7 @@ class PreemptionConfig:
     min_missed_opportunities: int = 1
     victim_cost: str = "running_time"
     intra_queue: bool = False
-    max_candidate_nodes: int = 16  # feasible nodes compared per preemption placement (cheapest wins)
+    max_candidate_nodes: int | None = None  # opt-in cap on nodes whose set is costed (default: every node)
     reservation_timeout: float = 60.0
 
 
@@ -152,6 +152,10 @@ def _parse_preemption(raw: object, where: str) -> PreemptionConfig:
             if not isinstance(value, bool):
                 raise ConfigError(f"{at}: {value!r} is not a boolean")
             values[key] = value
+        elif key == "max_candidate_nodes":
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+                raise ConfigError(f"{at}: must be at least 1 (or null: no cap)")
+            values[key] = value
         elif isinstance(default, int):
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise ConfigError(f"{at}: {value!r} is not a non-negative integer")
@@ -163,8 +167,6 @@ def _parse_preemption(raw: object, where: str) -> PreemptionConfig:
     cfg = PreemptionConfig(**values)
     if cfg.interval <= 0:
         raise ConfigError(f"{where}.interval: must be positive")
-    if cfg.max_candidate_nodes < 1:
-        raise ConfigError(f"{where}.max_candidate_nodes: must be at least 1")
     return cfg
 
 

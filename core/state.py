@@ -223,6 +223,7 @@ class Allocation:
         "id",
         "killed",
         "node",
+        "pinned",
         "preempt_deadline",
         "priority",
         "queue",
@@ -241,6 +242,7 @@ class Allocation:
         self.am = change.am
         self.queue = queue
         self.priority = change.priority
+        self.pinned = change.pinned
         self.reservation: str | None = None  # set while it is a victim held for this reservation
         self.preempt_deadline: float | None = None  # set while it is a victim
         self.killed = False

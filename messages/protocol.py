@@ -75,6 +75,7 @@ class AllocationSet(Change, tag="alloc", frozen=True, gc=False):
     am: bool = False
     reservation: str | None = None
     priority: int = 0  # the ask's priority (intra-queue preemption compares it)
+    pinned: bool = False  # placed for a required-node ask: never a victim (ARCHITECTURE 5a)
 
 
 class AllocationGone(Change, tag="alloc_gone", frozen=True, gc=False):
@@ -207,7 +208,7 @@ class PlacementRequest(Message, tag="placement_request", frozen=True, gc=False):
     mask: list[str] = []  # "app/ask" keys to skip
     min_missed: int = 1
     victim_cost: str = "running_time"
-    max_candidate_nodes: int = 16
+    max_candidate_nodes: int | None = None  # opt-in cap on the nodes costed per placement
     intra_queue: bool = False
 
 

@@ -498,3 +498,35 @@ def test_a_failed_attempt_misses_an_opportunity_and_only_searched_asks_are_maske
     assert reply.unplaceable == ["a1/huge"]  # "second" was never searched: not masked
     assert h.allocator.missed[("a1", "huge")] == before[("a1", "huge")] + 1
     assert h.allocator.missed[("a1", "second")] == before[("a1", "second")]
+
+
+def test_the_cheapest_set_is_found_over_every_node_not_the_first_sixteen() -> None:
+    h = PreemptHarness(two_queues(2000, 2000))
+    names = [f"n{i:02d}" for i in range(40)]
+    h.nodes(*names)
+    for name in names[:-1]:
+        h.fill("b1", "root.b", name, [50, 50])  # started at t = 0, 1: cost 99-100 each at t = 100
+    h.fill("b1", "root.b", names[-1], [50, 50], start=90.0)  # the cheap ones, last in every node order
+    h.app("a1", "root.a")
+    h.ask("a1", "big", 50)
+    h.starve()
+    reply = place(h)
+    (pl,) = reply.placements
+    assert pl.node == names[-1] and pl.cost == 9.0
+    capped = place(h, request(rid="r2", max_candidate_nodes=1))
+    assert [x.node for x in capped.placements] != [names[-1]]  # the opt-in cap still trades cost for time
+
+
+@pytest.mark.parametrize("kind", ["vcore", "gpu"])
+def test_victims_holding_no_memory_are_found(kind: str) -> None:
+    h = PreemptHarness(preemption_raw(queue("a", guaranteed={kind: 8}), queue("b", guaranteed={kind: 8})))
+    h.feed(*(f.NodeAdded(node=n, capacity={"memory": 100, kind: 8}) for n in ("n1", "n2")))
+    h.app("b1", "root.b")
+    h.feed(f.AskAdded(app="b1", ask="t", resource={kind: 4}, count=4))
+    h.settle()
+    h.app("a1", "root.a")
+    h.feed(f.AskAdded(app="a1", ask="need", resource={kind: 4}, count=1))
+    h.starve()
+    reply = place(h, request({"root.b": {kind: 8}}))
+    (pl,) = reply.placements
+    assert len(pl.victims) == 1 and h.alloc(pl.victims[0]).resource == {kind: 4}

@@ -13,8 +13,8 @@ resource; the round stops once the preempted total reaches its budget.
 from __future__ import annotations
 
 import dataclasses
-
-from sortedcontainers import SortedList
+import heapq
+import math
 
 from sniper.core import resources as res
 from sniper.core.allocation import CandidateFilter, find_ask_candidates, try_allocate, usage_key
@@ -22,7 +22,7 @@ from sniper.core.allocator import AllocatorCore
 from sniper.core.preemption.costs import victim_cost
 from sniper.core.preemption.quotas import below_ideal
 from sniper.core.preemption.rules import may_preempt_for, preemption_disabled
-from sniper.core.resources import MEMORY, Resource
+from sniper.core.resources import Resource
 from sniper.core.state import Allocation, Ask, AskKey, Node, PartitionState, Queue, ask_label
 from sniper.messages import protocol as p
 
@@ -33,6 +33,10 @@ class VictimSet:
     victims: list[Allocation]
     cost: float
     has_am: bool
+
+
+# (has AM, cost or its lower bound, node, node version, epoch when exact or -1, tie-breaker, the set)
+_Entry = tuple[bool, float, str, int, int, int, VictimSet | None]
 
 
 class VictimPlacer:
@@ -54,46 +58,65 @@ class VictimPlacer:
         # A budget of nothing (``total_preemption_per_round: 0``) allows nothing, not everything.
         self.exhausted = not any(v > 0 for v in self.budget_left.values())
         self.intra = request.intra_queue
-        # Candidate victims per node, cheapest first and AM containers last, built on a node's first
-        # evaluation (cost is fixed for the round). The index key is an upper bound of the memory a
-        # placement could get there, from per-node aggregates: O(nodes) to build, not O(containers).
+        # Candidate victims per node, cheapest first and AM containers last (cost is fixed for the
+        # round), with per-node aggregates for the lower bound: every resource they hold, the largest
+        # single victim per resource and the cheapest victim's cost.
         self.by_node: dict[str, list[tuple[bool, float, str, Allocation]]] = {}
-        self.victim_queues = [q.path for q in state.queues.values() if q.is_leaf and self._victim_queue_ok(q)]
-        self.index: SortedList = SortedList()
-        self.potential: dict[str, int] = {}
-        self.max_slack = 0  # the most memory any node offers without new victims (an upper bound)
-        self.slack: dict[str, int] = {}  # memory a node offers without new victims
-        self.slack_index: SortedList = SortedList()
+        self.held: dict[str, Resource] = {}
+        self.largest: dict[str, Resource] = {}
+        self.cheapest: dict[str, float] = {}
+        self._queue_ok: dict[str, bool] = {}
         for name, node in state.nodes.items():
-            if not node.schedulable:
-                continue
-            held = sum(node.by_queue.get(q, {}).get(MEMORY, 0) for q in self.victim_queues)
-            if held <= 0:
-                continue
-            base = state.room_once_victims_leave(node).get(MEMORY, 0)
-            self.max_slack = max(self.max_slack, base)
-            self.potential[name] = base + held
-            self.index.add((base + held, name))
-            self.slack[name] = base
-            self.slack_index.add((base, name))
+            if node.schedulable:
+                self._victims_on(name)
+        # Lazy best-first search per ask shape: heap entries are lower bounds of a node's cheapest set
+        # (exact when computed at the current ``epoch`` and the node's current ``version``).
+        self.epoch = 0  # bumped whenever quotas or budget shrink (every other node's cost may rise)
+        self.version: dict[str, int] = {}  # bumped when a node's own room or victims change
+        self.entries = 0
+        self.heaps: dict[tuple[object, ...], tuple[Ask, list[_Entry]]] = {}  # shape -> (an ask of it, heap)
 
     def _victims_on(self, name: str) -> list[tuple[bool, float, str, Allocation]]:
         entries = self.by_node.get(name)
         if entries is None:
             allocations = self.state.allocations
+            cost_of, now, ok = self.cost_of, self.now, self._victim_queue_ok
             entries = []
             for aid in self.state.nodes[name].allocations:
                 alloc = allocations[aid]
-                if not alloc.preempting and self._victim_queue_ok(alloc.queue):
-                    entries.append((alloc.am, self.cost_of(alloc, self.now), alloc.id, alloc))
-            entries.sort(key=lambda e: (e[0], e[1], e[2]))
+                if alloc.preempt_deadline is None and not alloc.pinned and ok(alloc.queue):
+                    entries.append((alloc.am, cost_of(alloc, now), alloc.id, alloc))
+            entries.sort()  # (AM last, cost, id): ids are unique, the allocation is never compared
             self.by_node[name] = entries
+            self._aggregate(name)
         return entries
 
+    def _aggregate(self, name: str) -> None:
+        entries = self.by_node[name]
+        if not entries:
+            self.held.pop(name, None)
+            return
+        held: Resource = {}
+        largest: Resource = {}
+        cheapest = entries[0][1]
+        for _, cost, _, alloc in entries:
+            if cost < cheapest:
+                cheapest = cost  # an AM container may cost less than the tasks sorted before it
+            for k, v in alloc.resource.items():
+                held[k] = held.get(k, 0) + v
+                if v > largest.get(k, 0):
+                    largest[k] = v
+        self.held[name] = held
+        self.largest[name] = largest
+        self.cheapest[name] = cheapest
+
     def _victim_queue_ok(self, queue: Queue) -> bool:
-        if self.intra:
-            return not preemption_disabled(queue)
-        return queue.path in self.quota_left
+        ok = self._queue_ok.get(queue.path)
+        if ok is None:
+            ok = self._queue_ok[queue.path] = (
+                not preemption_disabled(queue) if self.intra else queue.path in self.quota_left
+            )
+        return ok
 
     def _allowed(self, alloc: Allocation, ask: Ask) -> bool:
         """Victims taken this round are already gone from ``by_node``; preempting ones never entered."""
@@ -110,37 +133,38 @@ class VictimPlacer:
             allowed = self._relations[pair] = may_preempt_for(alloc.queue, ask.app.queue)
         return allowed
 
+    def _lower_bound(self, node: Node, ask: Ask) -> float | None:
+        """A lower bound of the cheapest victim set's cost on ``node`` (``None``: no set can exist).
+
+        Any set covering the shortfall has at least ``k`` victims, ``k`` the most, over resources, of
+        shortfall over the largest single victim; each costs at least the node's cheapest victim."""
+        held = self.held.get(node.name)
+        if held is None:
+            return None
+        shortfall = self._shortfall(node, ask)
+        if not shortfall:
+            return None  # room already free there is the normal allocator's to give, not preemption's
+        largest = self.largest[node.name]
+        k = 1
+        for r, v in shortfall.items():
+            if v > held.get(r, 0):
+                return None
+            k = max(k, -(-v // largest[r]))
+        cheapest = self.cheapest[node.name]
+        return k * cheapest if cheapest >= 0 else -math.inf
+
     # ------------------------------------------------------------------ Placer
 
     def place(self, state: PartitionState, ask: Ask) -> Node | None:
         if self.exhausted:
             self.budget_stopped.add(ask.key)
             return None
-        need = ask.resource
-        need_mem = need.get(MEMORY, 0)
-        nodes = (name for _, name in self.index.islice(self.index.bisect_left((need_mem, ""))))
-        if not self.intra:
-            quota = sum(q.get(MEMORY, 0) for q in self.quota_left.values())
-            if need_mem > self.max_slack + quota:
-                return None  # exact: no node's slack plus every victim queue's remaining quota covers it
-            if need_mem > quota:
-                # Exact: victims can free at most ``quota``, so only nodes with that much slack can help.
-                start = self.slack_index.bisect_left((need_mem - quota, ""))
-                nodes = (name for _, name in self.slack_index.islice(start) if self.potential[name] >= need_mem)
-        best: VictimSet | None = None
-        feasible = 0
-        for name in nodes:
-            node = state.nodes[name]
-            if ask.required_node is not None and ask.required_node != name:
-                continue
-            found = self._minimal_set(node, ask)
-            if found is None:
-                continue
-            feasible += 1
-            if best is None or (found.has_am, found.cost, found.node.name) < (best.has_am, best.cost, best.node.name):
-                best = found
-            if feasible >= self.request.max_candidate_nodes:
-                break
+        if ask.required_node is not None:
+            node = state.nodes.get(ask.required_node)
+            found = None if node is None or not node.schedulable else self._minimal_set(node, ask)
+            best = found if found is not None and self._headroom_ok(ask, found) else None
+        else:
+            best = self._search(state, ask)
         if best is None:
             return None
         if best.has_am and not self.intra and self._tasks_could_make_room(state, ask):
@@ -150,13 +174,75 @@ class VictimPlacer:
         self._take(best, ask)
         return best.node
 
+    def _shape(self, ask: Ask) -> tuple[object, ...]:
+        """Asks of one shape have the same candidate sets on every node (one search heap)."""
+        who = (ask.app.name, ask.priority) if self.intra else ()
+        return (tuple(sorted(ask.resource.items())), ask.app.queue.path, *who)
+
+    def _search(self, state: PartitionState, ask: Ask) -> VictimSet | None:
+        """Best-first over lower bounds: the first entry popped that is exact and current is the
+        cheapest set over every node (ties by node name); ``max_candidate_nodes`` caps the exact
+        evaluations when set."""
+        shape = self._shape(ask)
+        search = self.heaps.get(shape)
+        if search is None:
+            heap = [e for e in (self._bound_entry(state.nodes[name], ask) for name in self.held) if e is not None]
+            heapq.heapify(heap)
+            search = self.heaps[shape] = (ask, heap)
+        heap = search[1]
+        cap = self.request.max_candidate_nodes
+        evaluated: list[VictimSet] = []
+        pushed_back: list[_Entry] = []
+        best: VictimSet | None = None
+        while heap:
+            entry = heapq.heappop(heap)
+            _, _, name, version, epoch, _, found = entry
+            if version != self.version.get(name, 0):
+                continue  # superseded by a fresher entry for that node
+            node = state.nodes[name]
+            if found is not None and epoch == self.epoch:
+                best = found
+                pushed_back.append(entry)
+                break
+            found = self._minimal_set(node, ask)
+            if found is None or not self._headroom_ok(ask, found):
+                continue  # no set there now, nor later this round (costs only rise)
+            heapq.heappush(heap, (found.has_am, found.cost, name, version, self.epoch, self._next(), found))
+            if cap is not None:
+                evaluated.append(found)
+                if len(evaluated) >= cap:
+                    best = min(evaluated, key=lambda v: (v.has_am, v.cost, v.node.name))
+                    break
+        for entry in pushed_back:
+            heapq.heappush(heap, entry)
+        return best
+
+    def _bound_entry(self, node: Node, ask: Ask) -> _Entry | None:
+        bound = self._lower_bound(node, ask)
+        if bound is None:
+            return None
+        return (False, bound, node.name, self.version.get(node.name, 0), -1, self._next(), None)
+
+    def _next(self) -> int:
+        self.entries += 1
+        return self.entries
+
+    def _headroom_ok(self, ask: Ask, found: VictimSet) -> bool:
+        """Every ``max`` up the beneficiary's tree, counting the victims that leave the same subtree."""
+        leaving: dict[str, Resource] = {}
+        for v in found.victims:
+            for q in v.queue.lineage():
+                res.sub_into(leaving.setdefault(q.path, {}), v.resource)
+        return self.state.headroom_allows(ask.app.queue, ask.resource, leaving)
+
     def _tasks_could_make_room(self, state: PartitionState, ask: Ask) -> bool:
         """Whether some node's non-AM victims the rules allow, quota aside, cover the ask's shortfall."""
-        start = self.index.bisect_left((ask.resource.get(MEMORY, 0), ""))
-        for _, name in self.index.islice(start):
-            if ask.required_node is not None and ask.required_node != name:
+        names = [ask.required_node] if ask.required_node is not None else list(self.held)
+        for name in names:
+            node = state.nodes.get(name)
+            if node is None or name not in self.held:
                 continue
-            shortfall = self._shortfall(state.nodes[name], ask)
+            shortfall = self._shortfall(node, ask)
             got: Resource = {}
             for am, _, _, alloc in self._victims_on(name):
                 if not am and self._allowed(alloc, ask):
@@ -256,21 +342,16 @@ class VictimPlacer:
             if not self.intra:
                 res.sub_into(self.quota_left[alloc.queue.path], alloc.resource)
             res.sub_into(self.budget_left, alloc.resource)
-        slack = self._base_room(chosen.node).get(MEMORY, 0) + self.freed[name].get(MEMORY, 0)
-        self.max_slack = max(self.max_slack, slack)
-        old_slack = self.slack.get(name)
-        if old_slack is not None:
-            self.slack_index.remove((old_slack, name))
-            self.slack[name] = slack
-            self.slack_index.add((slack, name))
         self.by_node[name] = [e for e in self._victims_on(name) if e[3].id not in self.taken]
-        old = self.potential.get(name)
-        if old is not None:
-            # Victims moved from candidates to freed (no change); the ask's room is now promised.
-            room = old - ask.resource.get(MEMORY, 0)
-            self.index.remove((old, name))
-            self.potential[name] = room
-            self.index.add((room, name))
+        self._aggregate(name)
+        # Quotas and budget shrank: every cached cost is now a lower bound. This node changed itself
+        # (its freed surplus may make the next set cheaper): fresh bounds for it in every heap.
+        self.epoch += 1
+        self.version[name] = self.version.get(name, 0) + 1
+        for shape_ask, heap in self.heaps.values():
+            entry = self._bound_entry(chosen.node, shape_ask)
+            if entry is not None:
+                heapq.heappush(heap, entry)
         if any(v <= 0 for k, v in self.budget_left.items() if k in self.request.budget and self.request.budget[k] > 0):
             self.exhausted = True
 

@@ -249,7 +249,9 @@ def bench_preempt_cmd(
     nodes: Annotated[int, typer.Option()] = 10_000,
     running: Annotated[int, typer.Option()] = 100_000,
     starving: Annotated[int, typer.Option()] = 1_000,
-    candidates: Annotated[int, typer.Option(help="preemption.max_candidate_nodes")] = 16,
+    candidates: Annotated[
+        int | None, typer.Option(help="preemption.max_candidate_nodes (default: none, the exact search)")
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
     """One full sniper preemption round on a packed cluster: round time and targeted victims per second."""
