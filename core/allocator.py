@@ -96,8 +96,11 @@ class AllocatorCore(ViewReplica):
         n_alloc -= len(placed_all)
         tried: set[AskKey] = set()
         failed: set[AskKey] = set()
+        blocked: set[AskKey] = set()  # kept out by a max: they miss too (preemption may free the max)
         while n_alloc > 0:
-            candidates = find_ask_candidates(state, n_alloc, preemption=False, filters=CandidateFilter(skip=failed))
+            candidates = find_ask_candidates(
+                state, n_alloc, preemption=False, filters=CandidateFilter(skip=failed, blocked=blocked)
+            )
             if not candidates:
                 break
             result = try_allocate(state, candidates, preemption=False)
@@ -114,7 +117,7 @@ class AllocatorCore(ViewReplica):
         if n_alloc <= 0:
             self.dirty = True  # the batch ran out before the candidates did: go on next time
         got = {ask.key for ask, _ in placed_all}
-        tried |= got
+        tried |= got | blocked
         missed = self.missed
         for key in tried:
             if key in got:

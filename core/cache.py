@@ -359,13 +359,24 @@ class CacheCore:
             if r.id not in state.reservations:
                 continue
             free = res.sub(node.capacity, node.allocated)
-            if not res.fits(r.resource, free):
+            if not res.fits(r.resource, free) or not self._within_max(r):
                 continue
             # Never at the expense of a reservation due earlier that still waits: each must still find
             # its room once the victims due by its own deadline are gone.
             earlier = [e for e in order[:i] if e.id in state.reservations]
             if not earlier or self._promises_hold(res.sub(free, r.resource), earlier, self._room_leaving(node)):
                 self.allocate(r.app, r.ask, node_name, reservation=r)
+
+    def _within_max(self, r: Reservation) -> bool:
+        """Whether the beneficiary's queues are within every ``max`` with what they hold now: when
+        victims must leave to make room under a max, the reservation waits for them (it is not
+        fulfilled early on free room, which would cancel victims the max still needs gone)."""
+        for q in self.state.apps[r.app].queue.lineage():
+            if q.max is not None and not res.fits(
+                {k: v for k, v in res.add(q.allocated, q.reserved).items() if k in q.max}, q.max
+            ):
+                return False
+        return True
 
     def _reservations_by_deadline(self, node: Node) -> list[Reservation]:
         held = [self.state.reservations[rid] for rid in node.reservations]

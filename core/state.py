@@ -319,9 +319,12 @@ class PartitionState:
         app = self.apps.get(key[0])
         return None if app is None else app.asks.get(key[1])
 
-    def headroom_allows(self, queue: Queue, request: Resource, extra: dict[str, Resource] | None = None) -> bool:
-        """True when ``request`` on top of each queue's usage stays within every ``max`` up the tree."""
-        for q in queue.lineage():
+    def headroom_allows(
+        self, queue: Queue, request: Resource, extra: dict[str, Resource] | None = None, *, ancestors: bool = True
+    ) -> bool:
+        """True when ``request`` on top of each queue's usage stays within every ``max`` up the tree
+        (``ancestors=False``: the queue's own only)."""
+        for q in queue.lineage() if ancestors else (queue,):
             if q.max is None:
                 continue
             add = extra.get(q.path) if extra else None

@@ -530,3 +530,40 @@ def test_victims_holding_no_memory_are_found(kind: str) -> None:
     reply = place(h, request({"root.b": {kind: 8}}))
     (pl,) = reply.placements
     assert len(pl.victims) == 1 and h.alloc(pl.victims[0]).resource == {kind: 4}
+
+
+def parent_at_max() -> PreemptHarness:
+    """YuniKorn's user guide, first example: under a parent with max 12, q1 holds 10 (guarantee 5),
+    q2 holds 2 (guarantee 5) and asks for 3 more; the cluster has room the parent may not use."""
+    raw = preemption_raw(
+        queue(
+            "p",
+            queue("q1", guaranteed={"memory": 5}),
+            queue("q2", guaranteed={"memory": 5}),
+            maximum={"memory": 12},
+        ),
+        queue("other"),
+    )
+    h = PreemptHarness(raw)
+    h.nodes("n1", memory=20)
+    h.fill("b1", "root.p.q1", "n1", [1] * 10)
+    h.fill("c1", "root.p.q2", "n1", [1, 1], start=10)
+    h.ask("c1", "more", 1, count=3)
+    h.starve()
+    return h
+
+
+def test_a_parent_at_its_max_does_not_block_preemption_for_its_own_children() -> None:
+    h = parent_at_max()
+    assert h.cache.state.nodes["n1"].free() == {"memory": 8}  # free room, but p is at its max
+    reply = place(h, request({"root.p.q1": {"memory": 3}}, beneficiaries=("root.p.q2",)))
+    assert len(reply.placements) == 3
+    assert all(len(pl.victims) == 1 and h.alloc(pl.victims[0]).queue.path == "root.p.q1" for pl in reply.placements)
+
+
+def test_the_user_guide_example_preempts_three_in_a_full_round() -> None:
+    h = parent_at_max()
+    result = h.preempt_round(30.0)
+    assert len(result.preempts()) == 3
+    assert {x.queue for x in result.preempts()} == {"root.p.q1"}
+    assert h.model.violations == []

@@ -18,7 +18,7 @@ from sniper.core import resources as res
 from sniper.core.preemption.quotas import Quotas, compute_quotas, net_usage
 from sniper.core.preemption.rules import may_preempt_for, preemption_disabled
 from sniper.core.resources import Resource
-from sniper.core.state import Allocation, Ask
+from sniper.core.state import Allocation, Ask, PartitionState, Queue
 from sniper.messages import decisions as d
 from sniper.messages import protocol as p
 
@@ -109,8 +109,6 @@ def _check(
         return "node is gone or not schedulable"
     if ask.required_node is not None and ask.required_node != pl.node:
         return f"ask requires node {ask.required_node}"
-    if not state.headroom_allows(app.queue, ask.resource):
-        return "beneficiary's queue max would be exceeded"
     victims: list[Allocation] = []
     for vid in pl.victims:
         v = state.allocations.get(vid)
@@ -123,6 +121,15 @@ def _check(
         victims.append(v)
     if len({v.id for v in victims}) != len(victims):
         return "a victim is named twice"
+    if any(v.pinned for v in victims):
+        return "a victim was placed for a required-node ask (never a victim)"
+    # Counted gone for every max: these victims and those already under notice (as placement does).
+    leaving = {q.path: res.scale(q.preempting, -1) for q in app.queue.lineage()}
+    for v in victims:
+        for q in v.queue.lineage():
+            res.sub_into(leaving.setdefault(q.path, {}), v.resource)
+    if not state.headroom_allows(app.queue, ask.resource, leaving):
+        return "beneficiary's queue max would be exceeded, even with the victims gone"
     if quotas is not None and app.queue.path not in quotas.beneficiaries:
         return f"beneficiary's queue {app.queue.path} is not below its ideal"
     taking: dict[str, Resource] = {}
@@ -142,9 +149,19 @@ def _check(
     if not res.fits(ask.resource, room):
         return "victims do not free enough room"
     for v in victims:
-        if res.fits(ask.resource, res.sub(room, v.resource)):
+        if res.fits(ask.resource, res.sub(room, v.resource)) and _headroom_without(state, app.queue, ask, leaving, v):
             return f"victim {v.id} is not needed (the victim set is not minimal)"
     return None
+
+
+def _headroom_without(
+    state: PartitionState, queue: Queue, ask: Ask, leaving: dict[str, Resource], victim: Allocation
+) -> bool:
+    """Whether every ``max`` would still allow the ask if ``victim`` stayed."""
+    staying = {path: dict(amount) for path, amount in leaving.items()}
+    for q in victim.queue.lineage():
+        res.add_into(staying.setdefault(q.path, {}), victim.resource)
+    return state.headroom_allows(queue, ask.resource, staying)
 
 
 def _commit_one(

@@ -53,6 +53,7 @@ class VictimPlacer:
         self.taken: set[str] = set()
         self.budget_stopped: set[AskKey] = set()  # asks not searched: the round's budget ran out
         self.freed: dict[str, Resource] = {}  # node -> victims taken there this round
+        self.leaving: dict[str, Resource] = {}  # queue path (every level) -> victims taken this round
         self._relations: dict[tuple[str, str], bool] = {}  # (victim queue, beneficiary queue) -> allowed
         self._room: dict[str, Resource] = {}
         # A budget of nothing (``total_preemption_per_round: 0``) allows nothing, not everything.
@@ -74,6 +75,7 @@ class VictimPlacer:
         self.epoch = 0  # bumped whenever quotas or budget shrink (every other node's cost may rise)
         self.version: dict[str, int] = {}  # bumped when a node's own room or victims change
         self.entries = 0
+        self.deficits: list[tuple[Queue, dict[str, int]]] = []  # the current ask's max deficits
         self.heaps: dict[tuple[object, ...], tuple[Ask, list[_Entry]]] = {}  # shape -> (an ask of it, heap)
 
     def _victims_on(self, name: str) -> list[tuple[bool, float, str, Allocation]]:
@@ -142,7 +144,7 @@ class VictimPlacer:
         if held is None:
             return None
         shortfall = self._shortfall(node, ask)
-        if not shortfall:
+        if not shortfall and not self.deficits:
             return None  # room already free there is the normal allocator's to give, not preemption's
         largest = self.largest[node.name]
         k = 1
@@ -159,10 +161,10 @@ class VictimPlacer:
         if self.exhausted:
             self.budget_stopped.add(ask.key)
             return None
+        self.deficits = self._headroom_deficits(ask)
         if ask.required_node is not None:
             node = state.nodes.get(ask.required_node)
-            found = None if node is None or not node.schedulable else self._minimal_set(node, ask)
-            best = found if found is not None and self._headroom_ok(ask, found) else None
+            best = None if node is None or not node.schedulable else self._minimal_set(node, ask)
         else:
             best = self._search(state, ask)
         if best is None:
@@ -177,7 +179,7 @@ class VictimPlacer:
     def _shape(self, ask: Ask) -> tuple[object, ...]:
         """Asks of one shape have the same candidate sets on every node (one search heap)."""
         who = (ask.app.name, ask.priority) if self.intra else ()
-        return (tuple(sorted(ask.resource.items())), ask.app.queue.path, *who)
+        return (tuple(sorted(ask.resource.items())), ask.app.queue.path, bool(self.deficits), *who)
 
     def _search(self, state: PartitionState, ask: Ask) -> VictimSet | None:
         """Best-first over lower bounds: the first entry popped that is exact and current is the
@@ -205,7 +207,7 @@ class VictimPlacer:
                 pushed_back.append(entry)
                 break
             found = self._minimal_set(node, ask)
-            if found is None or not self._headroom_ok(ask, found):
+            if found is None:
                 continue  # no set there now, nor later this round (costs only rise)
             heapq.heappush(heap, (found.has_am, found.cost, name, version, self.epoch, self._next(), found))
             if cap is not None:
@@ -226,14 +228,6 @@ class VictimPlacer:
     def _next(self) -> int:
         self.entries += 1
         return self.entries
-
-    def _headroom_ok(self, ask: Ask, found: VictimSet) -> bool:
-        """Every ``max`` up the beneficiary's tree, counting the victims that leave the same subtree."""
-        leaving: dict[str, Resource] = {}
-        for v in found.victims:
-            for q in v.queue.lineage():
-                res.sub_into(leaving.setdefault(q.path, {}), v.resource)
-        return self.state.headroom_allows(ask.app.queue, ask.resource, leaving)
 
     def _tasks_could_make_room(self, state: PartitionState, ask: Ask) -> bool:
         """Whether some node's non-AM victims the rules allow, quota aside, cover the ask's shortfall."""
@@ -268,15 +262,38 @@ class VictimPlacer:
             room = self._room[node.name] = self.state.room_once_victims_leave(node)
         return room
 
+    def _headroom_deficits(self, ask: Ask) -> list[tuple[Queue, dict[str, int]]]:
+        """Per ancestor with a ``max`` the ask would break: by how much (victims leaving that subtree
+        can make up for it, YuniKorn's first user-guide example). Victims under notice, and those taken
+        this round, are counted gone."""
+        out: list[tuple[Queue, dict[str, int]]] = []
+        for q in ask.app.queue.lineage():
+            if q.max is None:
+                continue
+            deficit: dict[str, int] = {}
+            for k, v in ask.resource.items():
+                if k in q.max:
+                    used = q.allocated.get(k, 0) + q.reserved.get(k, 0) + q.allocating.get(k, 0)
+                    gone = q.preempting.get(k, 0) + self.leaving.get(q.path, {}).get(k, 0)
+                    over = used - gone + v - q.max[k]
+                    if over > 0:
+                        deficit[k] = over
+            if deficit:
+                out.append((q, deficit))
+        return out
+
     def _minimal_set(self, node: Node, ask: Ask) -> VictimSet | None:
+        """The node's room shortfall and every ``max`` deficit covered by one minimal victim set."""
         shortfall = self._shortfall(node, ask)
-        if not shortfall:
+        needs: list[tuple[Queue | None, dict[str, int]]] = [(None, shortfall)] if shortfall else []
+        needs.extend(self.deficits)
+        if not needs:
             return None  # room already free there is the normal allocator's to give, not preemption's
-        chosen = self._pick(node, ask, shortfall, within_quota=True)
+        chosen = self._pick(node, ask, needs, within_quota=True)
         if chosen is None and not self.intra:
             # The quota also counted cheap victims the trim drops again (a larger victim within the
             # quota was skipped for them): pick counting each victim alone, trim, then check the set.
-            chosen = self._pick(node, ask, shortfall, within_quota=False)
+            chosen = self._pick(node, ask, needs, within_quota=False)
             if chosen is not None and not self._within_quota(chosen):
                 chosen = None
         if chosen is None:
@@ -284,15 +301,26 @@ class VictimPlacer:
         return VictimSet(node, [e[3] for e in chosen], sum(e[1] for e in chosen), any(e[0] for e in chosen))
 
     def _pick(
-        self, node: Node, ask: Ask, shortfall: dict[str, int], *, within_quota: bool
+        self, node: Node, ask: Ask, needs: list[tuple[Queue | None, dict[str, int]]], *, within_quota: bool
     ) -> list[tuple[bool, float, str, Allocation]] | None:
-        """Cheapest victims first until the shortfall is covered, then trimmed to a minimal set."""
+        """Cheapest victims first until every need is covered, then trimmed to a minimal set. A need
+        scoped to a queue counts only victims inside its subtree (``None``: the node's room)."""
         chosen: list[tuple[bool, float, str, Allocation]] = []
-        got = dict.fromkeys(shortfall, 0)
+        got = [dict.fromkeys(need, 0) for _, need in needs]
         lose: dict[str, Resource] = {}
+
+        def counts(scope: Queue | None, alloc: Allocation) -> bool:
+            return scope is None or alloc.queue.is_within(scope)
+
+        def covered() -> bool:
+            return all(g[k] >= need[k] for g, (_, need) in zip(got, needs, strict=True) for k in g)
+
         for entry in self._victims_on(node.name):
             alloc = entry[3]
             if not self._allowed(alloc, ask):
+                continue
+            useful = [i for i, (scope, need) in enumerate(needs) if counts(scope, alloc)]
+            if not useful:
                 continue
             if not self.intra:
                 path = alloc.queue.path
@@ -309,20 +337,25 @@ class VictimPlacer:
                     for k, v in alloc.resource.items():
                         taken[k] = taken.get(k, 0) + v
             chosen.append(entry)
-            for k in got:
-                got[k] += alloc.resource.get(k, 0)
-            if all(got[k] >= shortfall[k] for k in got):
+            for i in useful:
+                g = got[i]
+                for k in g:
+                    g[k] += alloc.resource.get(k, 0)
+            if covered():
                 break
         else:
             return None
-        # Trim: drop, most expensive first, every victim the room does not need (never one it needs).
+        # Trim: drop, most expensive first, every victim no need requires (never one a need requires).
         if len(chosen) > 1:
             for entry in sorted(chosen, key=lambda e: (e[0], e[1]), reverse=True):
-                r = entry[3].resource
-                if all(got[k] - r.get(k, 0) >= shortfall[k] for k in got):
+                alloc = entry[3]
+                r = alloc.resource
+                hit = [i for i, (scope, _) in enumerate(needs) if counts(scope, alloc)]
+                if all(got[i][k] - r.get(k, 0) >= needs[i][1][k] for i in hit for k in got[i]):
                     chosen.remove(entry)
-                    for k in got:
-                        got[k] -= r.get(k, 0)
+                    for i in hit:
+                        for k in got[i]:
+                            got[i][k] -= r.get(k, 0)
         return chosen
 
     def _within_quota(self, chosen: list[tuple[bool, float, str, Allocation]]) -> bool:
@@ -342,6 +375,8 @@ class VictimPlacer:
             if not self.intra:
                 res.sub_into(self.quota_left[alloc.queue.path], alloc.resource)
             res.sub_into(self.budget_left, alloc.resource)
+            for q in alloc.queue.lineage():
+                res.add_into(self.leaving.setdefault(q.path, {}), alloc.resource)
         self.by_node[name] = [e for e in self._victims_on(name) if e[3].id not in self.taken]
         self._aggregate(name)
         # Quotas and budget shrank: every cached cost is now a lower bound. This node changed itself
