@@ -58,6 +58,7 @@ class CacheCore:
         self.view_seq = 0
         self.counters = {"alloc": 0, "app": 0, "ask": 0, "reservation": 0}
         self.seen: OrderedDict[str, None] = OrderedDict()
+        self.shapes: list[Resource] = []  # node capacities seen, none covered by another (asks' fit)
         self.stats = CacheStats()
         self._changes: list[p.ChangeMsg] = []
         self._decisions: list[d.DecisionMsg] = []
@@ -217,6 +218,9 @@ class CacheCore:
                     break
                 self._lose(alloc, f"node {name} shrank")
         self.commit(p.NodeSet(node=name, capacity=cap, schedulable=schedulable, labels=dict(labels)))
+        if not any(res.fits(cap, shape) for shape in self.shapes):
+            # Only shapes no other shape covers are kept (a handful: node types, not nodes).
+            self.shapes = [shape for shape in self.shapes if not res.fits(shape, cap)] + [cap]
 
     def _keep_reservations(self, node: Node, cap: Resource, schedulable: bool) -> None:
         """A node changed: its reservations stay while they can still be fulfilled, the latest due
@@ -305,6 +309,10 @@ class CacheCore:
                     event=e.id,
                 )
                 return
+        why = self._never_fits(resource, e.node)
+        if why is not None:
+            self._reject(f"ask {e.app}/{e.ask} ({res.fmt(resource)}) {why}", app=e.app, ask=e.ask, event=e.id)
+            return
         self.counters["ask"] += 1
         self.commit(
             p.AskSet(
@@ -321,6 +329,29 @@ class CacheCore:
                 retry=e.retry,
             )
         )
+
+    def _never_fits(self, resource: Resource, required_node: str | None) -> str | None:
+        """Why no node can ever hold ``resource`` (``None`` when one may): it names a resource no node
+        has, or is larger than every node shape seen in this partition (nodes that left included: they
+        may come back), or its required node is unknown or too small. Before any node registered,
+        nothing is judged."""
+        if required_node is not None:
+            node = self.state.nodes.get(required_node)
+            if node is None:
+                return f"requires node {required_node}, which is unknown"
+            if not res.fits(resource, node.capacity):
+                return f"can never fit its required node {required_node} ({res.fmt(node.capacity)})"
+            return None
+        shapes = self.shapes or [n.capacity for n in self.state.nodes.values()]  # (restored from a snapshot)
+        if not shapes:
+            return None
+        known = {k for shape in shapes for k in shape}
+        missing = sorted(k for k in resource if k not in known)
+        if missing:
+            return f"names resources no node has: {', '.join(missing)}"
+        if not any(res.fits(resource, shape) for shape in shapes):
+            return "is larger than every node in some resource"
+        return None
 
     def _ask_removed(self, key: AskKey) -> None:
         ask = self.state.ask(key)

@@ -127,6 +127,7 @@ def test_victim_sets_free_enough_never_drop_a_needed_victim_and_keep_the_quota(
     cap = {"memory": sum(m for m, _ in held) + free, "vcore": sum(v for _, v in held) + 5}
     h = PreemptHarness(preemption_raw(queue("a"), queue("b")))
     h.feed(f.NodeAdded(node="n1", capacity=cap))
+    h.feed(f.NodeAdded(node="down", capacity={"memory": 1000, "vcore": 1000}, schedulable=False))  # asks stay
     for i, (m, v) in enumerate(held):
         h.run("b1", m, "n1", at=float(i), vcore=v or None, queue_path="root.b")
     h.app("a1", "root.a")
@@ -485,6 +486,7 @@ def test_a_failed_attempt_misses_an_opportunity_and_only_searched_asks_are_maske
     # budget for one 50 victim: "first" takes it, "second" is stopped by the budget, "huge" has no set
     h = PreemptHarness(two_queues(150, 50))
     h.nodes("n1", "n2")
+    h.feed(f.NodeAdded(node="down", capacity={"memory": 200}, schedulable=False))  # "huge" may fit one day
     h.fill("b1", "root.b", "n1", [50, 50])
     h.fill("b1", "root.b", "n2", [50, 50], start=2)
     h.app("a1", "root.a")

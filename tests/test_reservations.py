@@ -92,3 +92,93 @@ def test_a_node_joining_during_the_grace_takes_the_beneficiary_and_its_victims_l
     h.tick(10.0 + GRACE + 1)
     assert h.kills() == []
     assert not h.cache.state.reservations and h.model.violations == []
+
+
+# ---------------------------------------------------------------------- asks no node can ever hold
+
+
+def rejections(decisions: list[d.DecisionMsg]) -> list[str]:
+    return [x.reason for x in decisions if isinstance(x, d.Rejected)]
+
+
+def test_asks_no_node_can_ever_hold_are_rejected_with_the_reason() -> None:
+    raw = preemption_raw(queue("a", guaranteed={"memory": 100}), queue("b", guaranteed={"memory": 100}))
+    h = PreemptHarness(raw)
+    h.feed(
+        f.NodeAdded(node="n1", capacity={"memory": 100, "vcore": 8}),
+        f.NodeAdded(node="n2", capacity={"memory": 50, "vcore": 16}),
+    )
+    h.app("a1", "root.a")
+    cases = {
+        "gpu": {"memory": 10, "gpu": 1},
+        "wide": {"memory": 60, "vcore": 10},  # each resource fits some node, no node fits both
+        "pinned-ghost": {"memory": 10},
+        "pinned-small": {"memory": 60},
+    }
+    pins = {"pinned-ghost": "ghost", "pinned-small": "n2"}
+    reasons = {}
+    for name, resource in cases.items():
+        event = f.AskAdded(app="a1", ask=name, resource=resource, count=1, node=pins.get(name))
+        (reasons[name],) = rejections(h.feed(event, allow_rejected=True))
+    assert "no node has: gpu" in reasons["gpu"]
+    assert "larger than every node" in reasons["wide"]
+    assert "node ghost, which is unknown" in reasons["pinned-ghost"]
+    assert "required node n2" in reasons["pinned-small"]
+    assert h.cache.state.apps["a1"].asks == {}
+    # a node that left may come back: an ask only it could hold is kept
+    h.feed(f.NodeRemoved(node="n1"))
+    h.feed(f.AskAdded(app="a1", ask="big", resource={"memory": 100}, count=1))
+    assert "big" in h.cache.state.apps["a1"].asks
+
+
+def test_a_rejected_ask_does_not_stop_preemption_for_the_rest_of_its_queue() -> None:
+    raw = preemption_raw(queue("a", guaranteed={"memory": 100}), queue("b", guaranteed={"memory": 100}))
+    h = PreemptHarness(raw)
+    h.nodes("n1", "n2")
+    h.fill("b1", "root.b", "n1", [50, 50])
+    h.fill("b1", "root.b", "n2", [50, 50], start=2)
+    h.app("a1", "root.a")
+    h.feed(f.AskAdded(app="a1", ask="odd", resource={"memory": 10, "fpga": 1}, count=1), allow_rejected=True)
+    h.ask("a1", "big", 50, count=2)
+    h.starve()
+    result = h.preempt_round(10.0)
+    assert len(result.placements) == 2
+    assert h.model.violations == []
+
+
+def test_an_ask_pinned_to_a_full_node_is_served_by_preemption_there_and_its_container_is_no_victim() -> None:
+    raw = preemption_raw(queue("a", guaranteed={"memory": 100}), queue("b", guaranteed={"memory": 100}))
+    h = PreemptHarness(raw)
+    h.nodes("n1", "n2")
+    h.fill("b1", "root.b", "n1", [50, 50], start=5)  # the cheaper victims are on n1
+    h.fill("b1", "root.b", "n2", [50, 50])
+    h.app("a1", "root.a")
+    h.ask("a1", "daemon", 50, node="n2")
+    h.starve()
+    result = h.preempt_round(10.0)
+    (pl,) = result.placements
+    assert pl.node == "n2" and len(pl.victims) == 1
+    h.tick(10.0 + GRACE)
+    h.release(*pl.victims)
+    (placed,) = [x for x in h.allocated() if x.app == "a1"]
+    assert placed.node == "n2" and h.alloc(placed.allocation).pinned
+    assert h.model.violations == []
+
+
+def test_containers_placed_for_a_required_node_are_never_victims() -> None:
+    raw = preemption_raw(queue("a", guaranteed={"memory": 100}), queue("b", guaranteed={"memory": 100}))
+    h = PreemptHarness(raw)
+    h.nodes("n1", "n2")
+    h.fill("b1", "root.b", "n1", [50], start=0)
+    h.fill("b1", "root.b", "n2", [50, 50])
+    h.tick(8.0)
+    h.ask("b1", "daemon", 50, node="n1")  # the newest, so the cheapest victim there were it allowed
+    h.settle()
+    (pinned,) = [x.allocation for x in h.allocated() if x.ask == "daemon"]
+    h.app("a1", "root.a")
+    h.ask("a1", "big", 50)
+    h.starve()
+    result = h.preempt_round(10.0)
+    (pl,) = result.placements
+    assert pinned not in pl.victims and len(pl.victims) == 1
+    assert h.model.violations == []
