@@ -58,6 +58,7 @@ class CacheCore:
         self.view_seq = 0
         self.counters = {"alloc": 0, "app": 0, "ask": 0, "reservation": 0}
         self.seen: OrderedDict[str, None] = OrderedDict()
+        self.flaps: dict[AskKey, tuple[int, float]] = {}  # asks withdrawn holding a reservation: (times, last)
         self.shapes: list[Resource] = []  # node capacities seen, none covered by another (asks' fit)
         self.stats = CacheStats()
         self._changes: list[p.ChangeMsg] = []
@@ -327,6 +328,7 @@ class CacheCore:
                 required_node=e.node,
                 duration=e.duration,
                 retry=e.retry,
+                damped_until=self._damped_until((e.app, e.ask)),
             )
         )
 
@@ -353,11 +355,37 @@ class CacheCore:
             return "is larger than every node in some resource"
         return None
 
+    def _damped_until(self, key: AskKey) -> float:
+        """Flapping damper: an ask withdrawn while it held a reservation, and asked again, may not
+        preempt before ``grace`` seconds after that withdrawal, doubled for each withdrawal that
+        followed within the damping (at most 8 times), so a flapping ask preempts ever more rarely."""
+        flap = self.flaps.get(key)
+        if flap is None or self.state.config is None:
+            return 0.0
+        count, when = flap
+        damping = self._damping(count)
+        if self.state.now >= when + 2 * damping:
+            del self.flaps[key]  # quiet long enough: forgiven
+            return 0.0
+        return when + damping
+
+    def _damping(self, count: int) -> float:
+        assert self.state.config is not None
+        return float(self.state.config.preemption.grace * 2 ** min(count - 1, 3))
+
     def _ask_removed(self, key: AskKey) -> None:
         ask = self.state.ask(key)
         if ask is None:
             return
-        for r in [r for r in self.state.reservations.values() if (r.app, r.ask) == key]:
+        held = [r for r in self.state.reservations.values() if (r.app, r.ask) == key]
+        if held:
+            now = self.state.now
+            count, when = self.flaps.get(key, (0, now))
+            again = count > 0 and now < when + 2 * self._damping(count)
+            self.flaps[key] = (count + 1 if again else 1, now)
+            if len(self.flaps) > SEEN_IDS:  # forget asks whose damping ran out (never asked again)
+                self.flaps = {k: (n, t) for k, (n, t) in self.flaps.items() if t + self._damping(n) > now}
+        for r in held:
             self._end_reservation(r, f"ask {ask_label(key)} was withdrawn")
         self.commit(p.AskGone(app=key[0], ask=key[1]))
 
@@ -617,6 +645,7 @@ def state_changes(state: PartitionState) -> list[p.ChangeMsg]:
                     required_node=ask.required_node,
                     duration=ask.duration,
                     retry=ask.retry,
+                    damped_until=ask.damped_until,
                 )
             )
     for alloc in state.allocations.values():

@@ -151,6 +151,7 @@ class Ask:
         "app",
         "count",
         "created",
+        "damped_until",
         "duration",
         "key",
         "name",
@@ -176,6 +177,7 @@ class Ask:
         self.required_node = change.required_node
         self.duration = change.duration
         self.retry = change.retry
+        self.damped_until = change.damped_until
         self.allocated = 0  # containers committed for this ask, ever
         self.reserved = 0  # preemption reservations held for it
         self.allocating = 0  # allocator only: proposed, result not back yet

@@ -58,6 +58,7 @@ class AskSet(Change, tag="ask", frozen=True, gc=False):
     required_node: str | None = None
     duration: float | None = None
     retry: bool = True
+    damped_until: float = 0.0  # re-added after a withdrawal that ended a reservation: no preemption before
 
 
 class AskGone(Change, tag="ask_gone", frozen=True, gc=False):

@@ -182,3 +182,31 @@ def test_containers_placed_for_a_required_node_are_never_victims() -> None:
     (pl,) = result.placements
     assert pinned not in pl.victims and len(pl.victims) == 1
     assert h.model.violations == []
+
+
+# ---------------------------------------------------------------------- flapping
+
+
+def test_an_ask_withdrawn_and_asked_again_every_few_seconds_is_damped() -> None:
+    """Withdrawn every 4 s and asked again 2 s later, for ten minutes: each withdrawal that ends a
+    reservation doubles the wait before the ask may preempt again (grace, 2x, 4x, then 8x at most)."""
+    raw = preemption_raw(queue("a", guaranteed={"memory": 100}), queue("b", guaranteed={"memory": 100}))
+    h = PreemptHarness(raw)
+    h.nodes("n1", "n2")
+    h.fill("b1", "root.b", "n1", [50, 50])
+    h.fill("b1", "root.b", "n2", [50, 50], start=2)
+    h.app("a1", "root.a")
+    h.ask("a1", "big", 50)
+    for t in range(10, 610):
+        h.tick(float(t))
+        if t % 4 == 0:
+            h.feed(f.AskRemoved(app="a1", ask="big"))
+        elif t % 4 == 2:
+            h.ask("a1", "big", 50)
+        h.starve()
+        h.preempt_round(float(t))
+    preempted = len(h.preempts())
+    cancelled_notices = len(cancelled(h.decisions))
+    # undamped: one preempt/cancel pair every 4 s (150); damped: 15, 30, 60, then every 120 s
+    assert 1 <= preempted <= 9 and cancelled_notices <= preempted
+    assert h.kills() == [] and h.model.violations == []

@@ -417,7 +417,7 @@ def answer_placement_request(core: AllocatorCore, request: p.PlacementRequest) -
 
     def ask_ok(ask: Ask) -> bool:
         nonlocal mask_hits
-        if missed.get(ask.key, 0) < request.min_missed:
+        if missed.get(ask.key, 0) < request.min_missed or ask.damped_until > state.now:
             return False
         if ask_label(ask.key) in mask:
             mask_hits += 1
