@@ -96,8 +96,11 @@ def test_the_victim_set_is_minimal(held: list[int], free: int, ask: int, victims
         # the single 60 fits the quota even though the greedy pass tried the cheap 10s first
         ([60, 10, 10, 10, 10], 60, 60, [60]),
         ([40, 40, 20], 40, 40, [40]),
-        ([40, 40, 20], 30, 40, None),  # no set within 30 frees 40
-        ([30, 30, 30], 50, 60, None),
+        # containers are whole (invariant 5a): one victim may overshoot the quota while b (guarantee
+        # 50) keeps its guarantee: 100 - 40 = 60
+        ([40, 40, 20], 30, 40, [40]),
+        ([30, 30, 30], 50, 60, None),  # 30 within the quota, the second 30 would leave b at 30 < 50
+        ([60, 30], 20, 60, None),  # the overshoot would leave b at 30, below its guarantee
     ],
 )
 def test_the_victim_set_stays_within_the_quota(
@@ -123,7 +126,8 @@ def test_victim_sets_free_enough_never_drop_a_needed_victim_and_keep_the_quota(
     held: list[tuple[int, int]], free: int, ask: tuple[int, int], quota: int
 ) -> None:
     """YUNIKORN-3442 and YUNIKORN-2699: the set frees the room, none of its victims is unnecessary, and
-    it takes no more than the quota; two resources, so trimming has to respect both."""
+    it takes no more than the quota but for one whole container; two resources, so trimming has to
+    respect both."""
     cap = {"memory": sum(m for m, _ in held) + free, "vcore": sum(v for _, v in held) + 5}
     h = PreemptHarness(preemption_raw(queue("a"), queue("b")))
     h.feed(f.NodeAdded(node="n1", capacity=cap))
@@ -147,7 +151,8 @@ def test_victim_sets_free_enough_never_drop_a_needed_victim_and_keep_the_quota(
     freed = res.total(h.alloc(v).resource for v in pl.victims)
     room = res.add(base, freed)
     assert res.fits(want, room)
-    assert freed.get("memory", 0) <= quota
+    # whole containers: at most one victim beyond the quota (b has no guarantee to keep)
+    assert any(freed.get("memory", 0) - h.alloc(v).resource["memory"] <= quota for v in pl.victims)
     for v in pl.victims:
         assert not res.fits(want, res.sub(room, h.alloc(v).resource)), f"{v} is not needed"
     assert len(set(pl.victims)) == len(pl.victims)
@@ -569,3 +574,30 @@ def test_the_user_guide_example_preempts_three_in_a_full_round() -> None:
     assert len(result.preempts()) == 3
     assert {x.queue for x in result.preempts()} == {"root.p.q1"}
     assert h.model.violations == []
+
+
+def test_whole_victims_of_several_queues_combine_on_one_node() -> None:
+    """b and c may each lose 30, less than one of their 50 containers; each keeps its guarantee
+    (100) without one: a's 100 is made on n1 from one container of each (invariant 5a)."""
+    raw = preemption_raw(
+        queue("a", guaranteed={"memory": 100}),
+        queue("b", guaranteed={"memory": 100}),
+        queue("c", guaranteed={"memory": 100}),
+    )
+    h = PreemptHarness(raw)
+    h.nodes("n1", "n2", "n3")
+    h.fill("b1", "root.b", "n1", [50])
+    h.fill("c1", "root.c", "n1", [50], start=1)
+    h.fill("b1", "root.b", "n2", [50, 50], start=2)
+    h.fill("c1", "root.c", "n3", [50, 50], start=4)
+    h.app("a1", "root.a")
+    h.ask("a1", "big", 100)
+    h.starve()
+    reply = place(h, request({"root.b": {"memory": 30}, "root.c": {"memory": 30}}))
+    (pl,) = reply.placements
+    assert pl.node == "n1"
+    assert sorted(h.alloc(v).queue.path for v in pl.victims) == ["root.b", "root.c"]
+    outcome, _ = h.commit(
+        p.PreemptionProposal(partition="default", id="x", view_seq=0, policy="sniper", placements=[pl])
+    )
+    assert outcome.accepted == 1, outcome.rejected

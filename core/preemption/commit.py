@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from sniper.core import resources as res
+from sniper.core.preemption.placement import quota_allows
 from sniper.core.preemption.quotas import Quotas, compute_quotas, net_usage
 from sniper.core.preemption.rules import may_preempt_for, preemption_disabled
 from sniper.core.resources import Resource
@@ -132,18 +133,16 @@ def _check(
         return "beneficiary's queue max would be exceeded, even with the victims gone"
     if quotas is not None and app.queue.path not in quotas.beneficiaries:
         return f"beneficiary's queue {app.queue.path} is not below its ideal"
-    taking: dict[str, Resource] = {}
     for v in victims:
         if intra:
             if v.queue is not app.queue or v.app == app.name or v.priority >= ask.priority or v.am:
                 return f"victim {v.id} is not a lower-priority container of another app in {app.queue.path}"
         elif not may_preempt_for(v.queue, app.queue):
             return f"victim {v.id}'s queue {v.queue.path} may not be preempted for {app.queue.path}"
-        res.add_into(taking.setdefault(v.queue.path, {}), v.resource)
     if not intra:
-        for path, amount in taking.items():
-            if not res.fits(amount, lose_left.get(path, {})):
-                return f"victims would take {path} below its guarantee or ideal, or it is within the deadzone"
+        path = quota_allows(victims, lose_left, state.capacity)
+        if path is not None:
+            return f"victims would take {path} below its guarantee or ideal, or it is within the deadzone"
     free = state.room_once_victims_leave(node)
     room = res.add(free, res.total(v.resource for v in victims))
     if not res.fits(ask.resource, room):

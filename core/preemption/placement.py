@@ -20,7 +20,7 @@ from sniper.core import resources as res
 from sniper.core.allocation import CandidateFilter, find_ask_candidates, try_allocate, usage_key
 from sniper.core.allocator import AllocatorCore
 from sniper.core.preemption.costs import victim_cost
-from sniper.core.preemption.quotas import below_ideal
+from sniper.core.preemption.quotas import below_ideal, net_usage
 from sniper.core.preemption.rules import may_preempt_for, preemption_disabled
 from sniper.core.resources import Resource
 from sniper.core.state import Allocation, Ask, AskKey, Node, PartitionState, Queue, ask_label
@@ -326,13 +326,15 @@ class VictimPlacer:
                 path = alloc.queue.path
                 left = self.quota_left[path]
                 if not within_quota:
-                    if not res.fits(alloc.resource, left):
+                    if not may_take(alloc.queue, {}, alloc.resource, left, self.state.capacity):
                         continue  # over the quota on its own: in no set the quota allows
                 else:
                     taken = lose.get(path)
                     if taken is None:
                         taken = lose[path] = {}
-                    if not all(taken.get(k, 0) + v <= left.get(k, 0) for k, v in alloc.resource.items()):
+                    if not all(taken.get(k, 0) + v <= left.get(k, 0) for k, v in alloc.resource.items()) and (
+                        not may_take(alloc.queue, taken, alloc.resource, left, self.state.capacity)
+                    ):
                         continue
                     for k, v in alloc.resource.items():
                         taken[k] = taken.get(k, 0) + v
@@ -359,10 +361,7 @@ class VictimPlacer:
         return chosen
 
     def _within_quota(self, chosen: list[tuple[bool, float, str, Allocation]]) -> bool:
-        lose: dict[str, Resource] = {}
-        for entry in chosen:
-            res.add_into(lose.setdefault(entry[3].queue.path, {}), entry[3].resource)
-        return all(res.fits(amount, self.quota_left[path]) for path, amount in lose.items())
+        return quota_allows([e[3] for e in chosen], self.quota_left, self.state.capacity) is None
 
     def _take(self, chosen: VictimSet, ask: Ask) -> None:
         self.sets.append(chosen)
@@ -389,6 +388,41 @@ class VictimPlacer:
                 heapq.heappush(heap, entry)
         if any(v <= 0 for k, v in self.budget_left.items() if k in self.request.budget and self.request.budget[k] > 0):
             self.exhausted = True
+
+
+def quota_allows(victims: list[Allocation], left: dict[str, Resource], capacity: Resource) -> str | None:
+    """The victim queue whose quota ``victims`` break (``None``: none), each queue's victims taken in
+    order, cheapest overshoot last: at most one victim per queue beyond its quota (see :func:`may_take`)."""
+    by_queue: dict[str, list[Allocation]] = {}
+    for v in victims:
+        by_queue.setdefault(v.queue.path, []).append(v)
+    for path, mine in by_queue.items():
+        quota = left.get(path, {})
+        total = res.total(v.resource for v in mine)
+        if res.fits(total, quota):
+            continue
+        # The one victim allowed beyond the quota: any whose removal leaves the rest within it.
+        if not any(
+            may_take(v.queue, res.sub(total, v.resource), v.resource, quota, capacity) for v in mine
+        ):
+            return path
+    return None
+
+
+def may_take(queue: Queue, before: Resource, victim: Resource, left: Resource, capacity: Resource) -> bool:
+    """Whether ``queue``, having lost ``before`` to this set, may lose ``victim`` too with ``left`` its
+    remaining quota (ARCHITECTURE invariant 5a). Within the quota, yes. Containers are whole, so one
+    victim may overshoot it, as YARN's selector does, while the queue was still over its floor (the
+    quota left is positive, nothing overdrawn) and stays, without it, at or above its guarantee in the
+    DRF comparison (on the resources the guarantee names)."""
+    after = res.add(before, victim)
+    if res.fits(after, left):
+        return True
+    if not res.fits(before, left) or not res.any_positive(res.sub(left, before)):
+        return False
+    remaining = res.sub(net_usage(queue), after)
+    guaranteed = queue.guaranteed
+    return not res.drf_below({k: remaining.get(k, 0) for k in guaranteed}, guaranteed, capacity)
 
 
 def _net_usage_key(capacity: Resource) -> object:
