@@ -3,7 +3,8 @@
 Invariants: view deltas are applied strictly in sequence order (a duplicate is ignored, a gap asks
 for a reset); every container proposed stays counted in ``allocating`` until the cache's outcome for
 that proposal arrives, so it is never proposed twice; an ask's missed-opportunity count grows by one
-per cycle in which it was a candidate and got nothing, and drops to zero when it gets a container.
+per cycle in which it was a candidate (or only an ancestor's ``max`` kept it out) and got nothing,
+and drops to zero when it gets a container. A reserved beneficiary still competes for free room.
 """
 
 from __future__ import annotations

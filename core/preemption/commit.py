@@ -5,8 +5,10 @@ ask, the node and a reservation together (YuniKorn's lesson YUNIKORN-2270/1988):
 preempting with a grace deadline, the room on that node is held for the beneficiary until they are
 gone (or the reservation times out), and the beneficiary is allocated there the moment it fits. The
 checks repeat invariant 5 on the cache's own figures: the victim's queue is above its ideal plus the
-deadzone and keeps at least ``max(ideal, guaranteed)``; the beneficiary's queue is below its ideal;
-no priority inversion, no fence crossed, no disabled queue; the victim set is minimal. Observe-only
+deadzone and loses at most its quota plus one whole container, never going below its guarantee; the
+beneficiary's queue is below its ideal and within every ``max`` once the victims of its subtree are
+gone; no priority inversion, no fence crossed, no disabled queue, no container placed for a required
+node; the victim set is minimal (for the room and for those ``max``). Observe-only
 proposals publish what would be preempted and change nothing.
 """
 

@@ -1,13 +1,15 @@
 """Preemption-mode placement (seed 002 ``tryAllocate(..., preemption=true)``), run by the allocator.
 
 :class:`VictimPlacer` plugs into the same :func:`sniper.core.allocation.try_allocate` loop as normal
-allocation; a node's usable room is its free room plus the victims the round allows there. Nodes are
-indexed by that potential room (free memory plus candidate victims' memory), so an ask only looks at
-nodes that could possibly hold it, and at most ``max_candidate_nodes`` feasible ones. On each node the
-victim set is minimal: cheapest victims first (AM containers last), then every victim whose removal
-still leaves room is dropped again. Among nodes the cheapest set wins (AM-free sets first).
-Invariants: a victim is taken at most once per round; no queue loses more than its quota in any
-resource; the round stops once the preempted total reaches its budget.
+allocation; a node's usable room is its free room plus the victims the round allows there, in every
+resource. On each node the victim set is minimal: cheapest victims first (AM containers last) until
+the room and every ancestor ``max`` the ask would break are covered, then every victim no need
+requires is dropped again. Among nodes the cheapest set wins (AM-free sets first, ties by node name),
+exactly: a best-first search over per-node lower bounds (victims needed times the cheapest victim)
+costs only the nodes that could beat the best set; ``max_candidate_nodes`` optionally caps that.
+Invariants: a victim is taken at most once per round; containers placed for a required node are
+never victims; a queue loses at most its quota plus one whole container, never going below its
+guarantee (:func:`may_take`); the round stops once the preempted total reaches its budget.
 """
 
 from __future__ import annotations
