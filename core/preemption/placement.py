@@ -415,15 +415,20 @@ def may_take(queue: Queue, before: Resource, victim: Resource, left: Resource, c
     """Whether ``queue``, having lost ``before`` to this set, may lose ``victim`` too with ``left`` its
     remaining quota (ARCHITECTURE invariant 5a). Within the quota, yes. Containers are whole, so one
     victim may overshoot it, as YARN's selector does, while the queue was still over its floor (the
-    quota left is positive, nothing overdrawn) and stays, without it, at or above its guarantee in the
-    DRF comparison (on the resources the guarantee names)."""
+    quota left is positive, nothing overdrawn) and stays, without it, at or above its guarantee: in the
+    DRF comparison, and on each resource the guarantee names."""
     after = res.add(before, victim)
     if res.fits(after, left):
         return True
     if not res.fits(before, left) or not res.any_positive(res.sub(left, before)):
         return False
-    remaining = res.sub(net_usage(queue), after)
+    usage = net_usage(queue)
+    remaining = res.sub(usage, after)
     guaranteed = queue.guaranteed
+    # The overshoot is beyond what the quota granted: it keeps the guarantee in the DRF comparison and,
+    # conservatively, on every resource the guarantee names (what the queue held of it, if less).
+    if any(remaining.get(k, 0) < min(g, usage.get(k, 0)) for k, g in guaranteed.items()):
+        return False
     return not res.drf_below({k: remaining.get(k, 0) for k in guaranteed}, guaranteed, capacity)
 
 
