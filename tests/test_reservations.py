@@ -1,13 +1,15 @@
 """The reservation lifecycle: a reservation stays while it can still be fulfilled, ends with its true
 reason when it cannot (node shrank below need, unschedulable, removed), and its beneficiary keeps
-competing for free room elsewhere (placed there, its victims get ``preempt_cancelled``)."""
+competing for free room elsewhere (placed there, its victims get ``preempt_cancelled``). Also what
+never gets one: asks no node can ever hold (rejected), containers placed for a required node (never
+victims), and a flapping ask (damped)."""
 
 from __future__ import annotations
 
 from sniper.messages import decisions as d
 from sniper.messages import feed as f
 from tests.core_support import queue
-from tests.preemption_support import PreemptHarness, preemption_raw
+from tests.preemption_support import PreemptHarness, preemption_raw, proposal
 
 GRACE = 15.0
 
@@ -210,3 +212,19 @@ def test_an_ask_withdrawn_and_asked_again_every_few_seconds_is_damped() -> None:
     # undamped: one preempt/cancel pair every 4 s (150); damped: 15, 30, 60, then every 120 s
     assert 1 <= preempted <= 9 and cancelled_notices <= preempted
     assert h.kills() == [] and h.model.violations == []
+
+
+def test_the_cache_rejects_a_proposal_naming_a_container_placed_for_a_required_node() -> None:
+    raw = preemption_raw(queue("a", guaranteed={"memory": 100}), queue("b", guaranteed={"memory": 100}))
+    h = PreemptHarness(raw)
+    h.nodes("n1", "n2")
+    h.fill("b1", "root.b", "n2", [50, 50])
+    h.fill("b1", "root.b", "n1", [50])
+    h.ask("b1", "daemon", 50, node="n1")
+    h.settle()
+    (pinned,) = [x.allocation for x in h.allocated() if x.ask == "daemon"]
+    h.app("a1", "root.a")
+    h.ask("a1", "big", 50)
+    h.starve()
+    outcome, _ = h.commit(proposal("a1", "big", "n1", [pinned]))
+    assert outcome.accepted == 0 and "required-node" in " ".join(outcome.rejected.values())
