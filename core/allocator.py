@@ -143,14 +143,17 @@ class AllocatorCore(ViewReplica):
 
 def place_reserved(state: PartitionState, budget: int) -> list[tuple[Ask, Node]]:
     """Reserved beneficiaries keep competing for free room (ARCHITECTURE section 2): one container per
-    reservation whose ask still wants one, on free room anywhere; the cache then ends that reservation
-    and cancels its victims' notices. Served before other asks: the preemption already chose them."""
+    reservation whose ask still wants one, on free room anywhere, until its victims are killed; the
+    cache then ends that reservation and cancels its victims' notices. Served before other asks: the
+    preemption already chose them."""
     placer = FreeRoomPlacer()
     placed: list[tuple[Ask, Node]] = []
     for rid in sorted(state.reservations):
         if len(placed) >= budget:
             break
         r = state.reservations[rid]
+        if r.deadline <= state.now:
+            continue  # its victims were killed: their room is coming, moving would waste the kills
         ask = state.ask((r.app, r.ask))
         if ask is None or ask.count - ask.allocated - ask.allocating <= 0:
             continue
