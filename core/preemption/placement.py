@@ -68,7 +68,12 @@ class VictimPlacer:
         self.held: dict[str, Resource] = {}
         self.largest: dict[str, Resource] = {}
         self.cheapest: dict[str, float] = {}
-        self._queue_ok: dict[str, bool] = {}
+        # Leaf queues whose containers may be victims: with a quota, or (intra-queue) not disabled.
+        self.victim_paths = {
+            path
+            for path, q in state.queues.items()
+            if q.is_leaf and (not preemption_disabled(q) if self.intra else path in self.quota_left)
+        }
         for name, node in state.nodes.items():
             if node.schedulable:
                 self._victims_on(name)
@@ -83,14 +88,17 @@ class VictimPlacer:
     def _victims_on(self, name: str) -> list[tuple[bool, float, str, Allocation]]:
         entries = self.by_node.get(name)
         if entries is None:
-            allocations = self.state.allocations
-            cost_of, now, ok = self.cost_of, self.now, self._victim_queue_ok
+            node = self.state.nodes[name]
+            ok = self.victim_paths
             entries = []
-            for aid in self.state.nodes[name].allocations:
-                alloc = allocations[aid]
-                if alloc.preempt_deadline is None and not alloc.pinned and ok(alloc.queue):
-                    entries.append((alloc.am, cost_of(alloc, now), alloc.id, alloc))
-            entries.sort()  # (AM last, cost, id): ids are unique, the allocation is never compared
+            if any(path in ok for path in node.by_queue):
+                allocations = self.state.allocations
+                cost_of, now = self.cost_of, self.now
+                for aid in node.allocations:
+                    alloc = allocations[aid]
+                    if alloc.preempt_deadline is None and not alloc.pinned and alloc.queue.path in ok:
+                        entries.append((alloc.am, cost_of(alloc, now), aid, alloc))
+                entries.sort()  # (AM last, cost, id): ids are unique, the allocation is never compared
             self.by_node[name] = entries
             self._aggregate(name)
         return entries
@@ -113,14 +121,6 @@ class VictimPlacer:
         self.held[name] = held
         self.largest[name] = largest
         self.cheapest[name] = cheapest
-
-    def _victim_queue_ok(self, queue: Queue) -> bool:
-        ok = self._queue_ok.get(queue.path)
-        if ok is None:
-            ok = self._queue_ok[queue.path] = (
-                not preemption_disabled(queue) if self.intra else queue.path in self.quota_left
-            )
-        return ok
 
     def _allowed(self, alloc: Allocation, ask: Ask) -> bool:
         """Victims taken this round are already gone from ``by_node``; preempting ones never entered."""
