@@ -328,14 +328,15 @@ class VictimPlacer:
                 path = alloc.queue.path
                 left = self.quota_left[path]
                 if not within_quota:
-                    if not may_take(alloc.queue, {}, alloc.resource, left, self.state.capacity):
+                    if not may_take(alloc.queue, {}, alloc.resource, left, self.state.capacity, self.leaving.get(path)):
                         continue  # over the quota on its own: in no set the quota allows
                 else:
                     taken = lose.get(path)
                     if taken is None:
                         taken = lose[path] = {}
+                    capacity, gone = self.state.capacity, self.leaving.get(path)
                     if not all(taken.get(k, 0) + v <= left.get(k, 0) for k, v in alloc.resource.items()) and (
-                        not may_take(alloc.queue, taken, alloc.resource, left, self.state.capacity)
+                        not may_take(alloc.queue, taken, alloc.resource, left, capacity, gone)
                     ):
                         continue
                     for k, v in alloc.resource.items():
@@ -363,7 +364,7 @@ class VictimPlacer:
         return chosen
 
     def _within_quota(self, chosen: list[tuple[bool, float, str, Allocation]]) -> bool:
-        return quota_allows([e[3] for e in chosen], self.quota_left, self.state.capacity) is None
+        return quota_allows([e[3] for e in chosen], self.quota_left, self.state.capacity, self.leaving) is None
 
     def _take(self, chosen: VictimSet, ask: Ask) -> None:
         self.sets.append(chosen)
@@ -392,7 +393,9 @@ class VictimPlacer:
             self.exhausted = True
 
 
-def quota_allows(victims: list[Allocation], left: dict[str, Resource], capacity: Resource) -> str | None:
+def quota_allows(
+    victims: list[Allocation], left: dict[str, Resource], capacity: Resource, gone: dict[str, Resource] | None = None
+) -> str | None:
     """The victim queue whose quota ``victims`` break (``None``: none), each queue's victims taken in
     order, cheapest overshoot last: at most one victim per queue beyond its quota (see :func:`may_take`)."""
     by_queue: dict[str, list[Allocation]] = {}
@@ -405,24 +408,29 @@ def quota_allows(victims: list[Allocation], left: dict[str, Resource], capacity:
             continue
         # The one victim allowed beyond the quota: any whose removal leaves the rest within it.
         if not any(
-            may_take(v.queue, res.sub(total, v.resource), v.resource, quota, capacity) for v in mine
+            may_take(v.queue, res.sub(total, v.resource), v.resource, quota, capacity, (gone or {}).get(path))
+            for v in mine
         ):
             return path
     return None
 
 
-def may_take(queue: Queue, before: Resource, victim: Resource, left: Resource, capacity: Resource) -> bool:
+def may_take(
+    queue: Queue, before: Resource, victim: Resource, left: Resource, capacity: Resource, gone: Resource | None = None
+) -> bool:
     """Whether ``queue``, having lost ``before`` to this set, may lose ``victim`` too with ``left`` its
     remaining quota (ARCHITECTURE invariant 5a). Within the quota, yes. Containers are whole, so one
     victim may overshoot it, as YARN's selector does, while the queue was still over its floor (the
     quota left is positive, nothing overdrawn) and stays, without it, at or above its guarantee: in the
-    DRF comparison, and on each resource the guarantee names."""
+    DRF comparison, and on each resource the guarantee names. ``gone``: what the queue already lost
+    that its usage does not show yet (victims taken earlier in the same placement round)."""
     after = res.add(before, victim)
     if res.fits(after, left):
         return True
-    if not res.fits(before, left) or not res.any_positive(res.sub(left, before)):
-        return False
-    usage = net_usage(queue)
+    rest = res.sub(left, before)
+    if any(v < 0 for v in rest.values()) or not res.any_positive(rest):
+        return False  # overdrawn already (one whole container beyond the quota at most), or nothing left
+    usage = net_usage(queue) if gone is None else res.sub(net_usage(queue), gone)
     remaining = res.sub(usage, after)
     guaranteed = queue.guaranteed
     # The overshoot is beyond what the quota granted: it keeps the guarantee in the DRF comparison and,
