@@ -601,3 +601,16 @@ def test_whole_victims_of_several_queues_combine_on_one_node() -> None:
         p.PreemptionProposal(partition="default", id="x", view_seq=0, policy="sniper", placements=[pl])
     )
     assert outcome.accepted == 1, outcome.rejected
+
+
+def test_a_queue_overshoots_its_quota_by_one_container_per_round_at_most() -> None:
+    h = PreemptHarness(two_queues(150, 50))
+    h.nodes("n1", "n2", memory=80)
+    h.fill("b1", "root.b", "n1", [40, 40])
+    h.fill("b1", "root.b", "n2", [40, 40], start=2)
+    h.app("a1", "root.a")
+    h.ask("a1", "big", 40, count=2)
+    h.starve()
+    reply = place(h, request({"root.b": {"memory": 30}}))
+    (pl,) = reply.placements  # 40 beyond a quota of 30 once; a second 40 would overdraw it again
+    assert sizes(h, pl.victims) == [40]
