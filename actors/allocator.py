@@ -8,6 +8,7 @@ It also answers the policies' placement requests in preemption mode on the same 
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from sniper.actors.replica import ReplicaActor
@@ -42,6 +43,8 @@ class AllocatorActor(ReplicaActor):
         if self.awaiting_reset or not (self.core.dirty or self._tick_due):
             return
         self._tick_due = False
+        began = time.perf_counter()
         proposal = self.core.cycle()
+        self.timed("allocation_cycle", began)
         if proposal is not None:
             await self.router.publish(PROPOSALS, self.partition, proposal)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import abc
 import logging
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
@@ -94,6 +95,8 @@ class Actor(abc.ABC):
         self.handled = 0
         self.errors = 0
         self.log = logging.LoggerAdapter(log, {"partition": partition, "actor": self.kind})
+        # Where a host that measures wants (kind of work, seconds): allocation cycles, preemption rounds.
+        self.timer: Callable[[str, float], None] | None = None
 
     @property
     def name(self) -> str:
@@ -101,6 +104,11 @@ class Actor(abc.ABC):
 
     @abc.abstractmethod
     async def handle(self, message: Any) -> None: ...
+
+    def timed(self, kind: str, began: float) -> None:
+        """Report work of ``kind`` that began at ``began`` (``time.perf_counter``) to the timer, if any."""
+        if self.timer is not None:
+            self.timer(kind, time.perf_counter() - began)
 
     async def on_idle(self) -> None:  # noqa: B027 - a hook, empty by default
         """Called when the inbox is empty after at least one message; publish coalesced output here."""

@@ -7,6 +7,7 @@ Every ``interval`` the actor runs a round on its replica: a placement request go
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -56,6 +57,7 @@ class PolicyActor(ReplicaActor):
         super().__init__(self.replica_of, router, accept=self._wants)
         self.next_round = 0.0
         self._round_due = False
+        self._round_began: float | None = None  # a round waiting for the allocator's placement reply
         self._proposals: list[p.PreemptionProposal] = []
 
     async def handle(self, message: Any) -> None:
@@ -90,6 +92,9 @@ class PolicyActor(ReplicaActor):
             proposal = policy.on_reply(message, self.now)
             if proposal is not None:
                 self._proposals.append(proposal)
+            if self._round_began is not None:
+                self.timed("preemption_round", self._round_began)
+                self._round_began = None
 
     async def on_idle(self) -> None:
         if self._round_due and not self.awaiting_reset:
@@ -99,11 +104,15 @@ class PolicyActor(ReplicaActor):
                 self.active = False  # the config no longer enables it: dormant again
             else:
                 self.next_round = self.now + policy.config.interval
+                began = time.perf_counter()
                 out = policy.round(self.replica.state, self.replica.view_seq, self.now)
                 if isinstance(out, p.PlacementRequest):
+                    self._round_began = began  # the round ends with the reply
                     await self.router.publish(VIEW, self.partition, out)
-                elif isinstance(out, p.PreemptionProposal):
-                    self._proposals.append(out)
+                else:
+                    if isinstance(out, p.PreemptionProposal):
+                        self._proposals.append(out)
+                    self.timed("preemption_round", began)
         for proposal in self._proposals:
             await self.router.publish(PROPOSALS, self.partition, proposal)
         self._proposals.clear()

@@ -46,7 +46,7 @@ import logging
 import random
 import time
 from collections import deque
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import anyio
 import msgspec
@@ -72,7 +72,12 @@ from sniper.transport.bus import DEADLETTER, DECISIONS, FEED, SNAPSHOTS, VIEW
 from sniper.transport.kafka import KafkaSettings, KafkaSubscription, MessageTooLarge
 from sniper.transport.memory import MemoryBus
 
+if TYPE_CHECKING:
+    from sniper.cluster.obs import CoreHistograms
+
 log = logging.getLogger("sniper.core")
+RECENT_PREEMPTIONS = 50  # the last preemption decisions a partition keeps for the state endpoint
+ASKS_TIMED = 100_000  # asks waiting for their first decision whose latency is measured
 
 ROLES = ("all", "cache", "allocator", "policy")
 FLUSH_EVERY = 256  # feed records a busy cache handles before it publishes their decisions anyway
@@ -111,6 +116,7 @@ class Delivery:
     offset: int
     kafka_partition: int
     done: bool = False
+    fetched: float = 0.0  # time.perf_counter() when the subscription handed it over (for the latency)
 
 
 class DurableCacheActor(CacheActor):
@@ -127,6 +133,10 @@ class DurableCacheActor(CacheActor):
         self.busy = True
         if isinstance(message, Delivery):
             core = self.host.core
+            host = self.host
+            host.follow(message.event.t)
+            if host.process.histograms is not None and isinstance(message.event, f.AskAdded):
+                host.ask_fetched(message.event, message.fetched)
             core.feed_offset = message.offset
             core.handle_event(message.event)
             self._batch.append(message)
@@ -162,6 +172,12 @@ class DurableCacheActor(CacheActor):
 @dataclasses.dataclass(eq=False)
 class _Runtime(PartitionRuntime):
     host: HostedPartition | None = None
+
+    def _track(self, actor: Actor) -> Actor:
+        histograms = self.host.process.histograms if self.host is not None else None
+        if histograms is not None:
+            actor.timer = histograms.timer(self.partition)
+        return super()._track(actor)
 
     def _factories(self) -> list[tuple[ActorFactory, bool]]:
         factories = super()._factories()
@@ -201,6 +217,8 @@ class HostedPartition:
         self._send_failed = anyio.Event()
         self._tg: TaskGroup | None = None
         self.time = TimeBase(core.state.now)  # the partition's clock goes on from its restored time
+        self.recent_preemptions: deque[d.Preempt] = deque(maxlen=RECENT_PREEMPTIONS)
+        self.asked: dict[tuple[str, str], float] = {}  # (app, ask) -> when its ask_added was fetched
 
     @property
     def actors(self) -> list[Actor]:
@@ -217,6 +235,19 @@ class HostedPartition:
         now = self.time.now()
         assert now is not None  # anchored at construction
         return now
+
+    def ask_fetched(self, event: f.AskAdded, fetched: float) -> None:
+        """Remember when an ask came in, for the feed-to-decision latency (the oldest go past a bound)."""
+        asked = self.asked
+        asked[(event.app, event.ask)] = fetched
+        if len(asked) > ASKS_TIMED:
+            del asked[next(iter(asked))]
+
+    def follow(self, t: float) -> None:
+        """A feed event stamped ``t`` ahead of the clock moves the clock there: the partition keeps the
+        feed's time base (a feed replayed ten times faster runs grace periods ten times faster too)."""
+        if t > self.now():
+            self.time.anchor(t)
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         started = False
@@ -284,6 +315,16 @@ class HostedPartition:
         if not decisions:
             return None
         sent = await self.process.bus.send_many(DECISIONS, [(self.name, x) for x in decisions])
+        asked = self.asked
+        histograms = self.process.histograms
+        if asked and histograms is not None:
+            child = histograms.feed_to_decision.labels(self.name)
+            now = time.perf_counter()
+            for x in decisions:
+                if isinstance(x, d.Allocated | d.Rejected):
+                    fetched = asked.pop((x.app, x.ask), None)
+                    if fetched is not None:
+                        child.observe(now - fetched)
         c = self.counters
         c.decisions += len(decisions)
         self._decisions_since_snapshot += len(decisions)
@@ -292,6 +333,7 @@ class HostedPartition:
                 c.allocations += 1
             elif isinstance(x, d.Preempt) and not x.observe_only:
                 c.preemptions += 1
+                self.recent_preemptions.append(x)
             elif isinstance(x, d.PreemptCancelled):
                 c.preemptions_cancelled += 1
             elif isinstance(x, d.Rejected):
@@ -418,6 +460,7 @@ class CoreProcess(GroupMember[HostedPartition]):
         self._configured: dict[str, PartitionConfig] = {
             part.name: part for part in (self.options.config.partitions if self.options.config else ())
         }
+        self.histograms: CoreHistograms | None = None  # set by the metrics endpoint, if any
 
     @property
     def group(self) -> str:
@@ -472,7 +515,7 @@ class CoreProcess(GroupMember[HostedPartition]):
                 kp, offset, event = await feed.receive_record()
             except (anyio.EndOfStream, anyio.ClosedResourceError):
                 return
-            delivery = Delivery(event, offset, kp)
+            delivery = Delivery(event, offset, kp, fetched=time.perf_counter())
             self._inflight.append(delivery)
             try:
                 await self._deliver(delivery)

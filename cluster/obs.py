@@ -1,12 +1,20 @@
-"""Observability of a core process: a Prometheus endpoint and structured logs.
+"""Observability of a core process: a Prometheus endpoint, a read-only state endpoint, structured logs.
 
 Owns the process's :class:`prometheus_client.CollectorRegistry` (one per :class:`CoreMetrics`, so
-several in-process cores in tests do not collide) and a collector that reads the hosted partitions at
-scrape time: per-queue usage, pending and guarantee (gauges labelled partition/queue/resource),
-allocations, preemptions and proposal rejections (counters), consumer lag per Kafka partition and the
-inbox depth of every actor. Reading happens on the HTTP server's thread without locks: values are
-plain ints read from dicts that the event loop mutates; a scrape may see a state a few messages old,
-and a dict resized during the scrape is retried once, then skipped.
+several in-process cores in tests do not collide) with the ``process_`` and ``python_`` collectors, the
+histograms of :class:`CoreHistograms` (an ask fetched to its first decision, allocation cycle,
+preemption round, in seconds) and a collector that reads the hosted partitions at scrape time:
+per-queue used, pending, guaranteed and maximum resources in base units (``_bytes`` for memory,
+``_cores`` for vcore; other resources in their own plain units, labelled ``resource``), allocations,
+preemptions, kills and rejections (counters), consumer lag per Kafka partition and actor inbox depths.
+The collector reads plain ints from dicts the event loop mutates, without locks: a scrape may see a
+state a few messages old, and a dict resized during the scrape is retried once, then skipped.
+
+The same port serves ``GET /ws/v1/state`` (JSON, like YuniKorn's REST API under ``/ws/v1``): per
+partition the queues (guaranteed, max, used, pending, ideal), nodes, reservations, preemptions in
+flight and the last preemptions with their reasons. It is built on the event loop (the HTTP thread
+hands the request over and waits), so it never races the actors: it is the state between two messages.
+Resources there are in Sniper's units (``units`` in the answer: memory MiB, vcore milli-cores).
 
 Logs: :func:`setup_logging` installs one handler writing JSON lines (``--log-format json``) or
 ``key=value`` lines (``kv``); records of actors carry their ``partition`` and ``actor``.
@@ -14,20 +22,120 @@ Logs: :func:`setup_logging` installs one handler writing JSON lines (``--log-for
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
+import socketserver
 import sys
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
-from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client import (
+    CollectorRegistry,
+    GCCollector,
+    Histogram,
+    PlatformCollector,
+    ProcessCollector,
+    make_wsgi_app,
+)
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from sniper.core.resources import MEMORY, VCORE, Resource
+
 if TYPE_CHECKING:
-    from sniper.cluster.core import CoreProcess
+    from sniper.cluster.core import CoreProcess, HostedPartition
     from sniper.cluster.roles import ReplicaProcess
+
+STATE_PATH = "/ws/v1/state"
+# Sniper's integer units (sniper.core.resources) and the base unit a metric name carries.
+BASE_UNITS: dict[str, tuple[str, float]] = {MEMORY: ("bytes", float(2**20)), VCORE: ("cores", 0.001)}
+SNIPER_UNITS = {MEMORY: "MiB", VCORE: "millicores"}
+# Seconds: a feed record's decisions are acknowledged in ms; a preemption round may take a second.
+LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+
+
+class CoreHistograms:
+    """Timings of one core process, observed by its hosted partitions and their actors."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        labels = ["partition"]
+        self.feed_to_decision = Histogram(
+            "sniper_feed_to_decision_seconds",
+            "From fetching an ask to handing its first decision (allocated or rejected) to the producer",
+            labels,
+            registry=registry,
+            buckets=LATENCY_BUCKETS,
+        )
+        self.work = {
+            "allocation_cycle": Histogram(
+                "sniper_allocation_cycle_seconds",
+                "One allocation cycle of a partition's allocator",
+                labels,
+                registry=registry,
+                buckets=LATENCY_BUCKETS,
+            ),
+            "preemption_round": Histogram(
+                "sniper_preemption_round_seconds",
+                "One round of a preemption policy",
+                labels,
+                registry=registry,
+                buckets=LATENCY_BUCKETS,
+            ),
+        }
+
+    def timer(self, partition: str) -> Callable[[str, float], None]:
+        """What a partition's actors call with (work kind, seconds)."""
+        children = {kind: histogram.labels(partition) for kind, histogram in self.work.items()}
+
+        def observe(kind: str, seconds: float) -> None:
+            child = children.get(kind)
+            if child is not None:
+                child.observe(seconds)
+
+        return observe
+
+
+def _in_base_units(resource: Resource) -> Iterator[tuple[str, str | None, float]]:
+    """(unit suffix or None, resource label or None, value) of each resource in base units."""
+    for name, value in resource.items():
+        unit = BASE_UNITS.get(name)
+        if unit is None:
+            yield "", name, float(value)
+        else:
+            yield f"_{name}_{unit[0]}", None, value * unit[1]
+
+
+class _QueueFamilies:
+    """The gauges of one per-queue figure (used, pending, ...): one per base unit, one for the rest."""
+
+    def __init__(self, what: str, help_text: str) -> None:
+        self.what = what
+        self.help = help_text
+        self.by_unit: dict[str, GaugeMetricFamily] = {}
+        for name, (unit, _factor) in BASE_UNITS.items():
+            self.by_unit[f"_{name}_{unit}"] = GaugeMetricFamily(
+                f"sniper_queue_{what}_{name}_{unit}", f"{help_text} ({name}, {unit})", labels=["partition", "queue"]
+            )
+        self.other = GaugeMetricFamily(
+            f"sniper_queue_{what}",
+            f"{help_text} (other resources, in their own units)",
+            labels=["partition", "queue", "resource"],
+        )
+
+    def add(self, partition: str, queue: str, resource: Resource) -> None:
+        for suffix, label, value in _in_base_units(resource):
+            if label is None:
+                self.by_unit[suffix].add_metric([partition, queue], value)
+            else:
+                self.other.add_metric([partition, queue, label], value)
+
+    def families(self) -> Iterable[GaugeMetricFamily]:
+        yield from self.by_unit.values()
+        yield self.other
 
 
 class _CoreCollector(Collector):
@@ -43,26 +151,22 @@ class _CoreCollector(Collector):
                 continue
 
     def _collect(self) -> Iterator[Any]:
-        from sniper.cluster.core import HostedPartition
-
         process = self.process
-        labels = ["partition", "queue", "resource"]
-        usage = GaugeMetricFamily("sniper_queue_usage", "Committed usage of a queue", labels=labels)
-        pending = GaugeMetricFamily("sniper_queue_pending", "Pending demand of a queue", labels=labels)
-        guaranteed = GaugeMetricFamily("sniper_queue_guaranteed", "Guaranteed resources of a queue", labels=labels)
-        hosts = list(process.hosts.values())
-        caches = [host for host in hosts if isinstance(host, HostedPartition)]  # split replicas have none
-        for host in caches:
+        figures = {
+            "used": _QueueFamilies("used", "Committed usage of a queue"),
+            "pending": _QueueFamilies("pending", "Pending demand of a queue"),
+            "guaranteed": _QueueFamilies("guaranteed", "Guaranteed resources of a queue"),
+            "max": _QueueFamilies("max", "Maximum resources of a queue (absent: no maximum)"),
+        }
+        for host in _caches(process):
             for queue in list(host.core.state.queues.values()):
-                for resource, value in list(queue.allocated.items()):
-                    usage.add_metric([host.name, queue.path, resource], value)
-                for resource, value in list(queue.pending.items()):
-                    pending.add_metric([host.name, queue.path, resource], value)
-                for resource, value in list(queue.guaranteed.items()):
-                    guaranteed.add_metric([host.name, queue.path, resource], value)
-        yield usage
-        yield pending
-        yield guaranteed
+                figures["used"].add(host.name, queue.path, dict(queue.allocated))
+                figures["pending"].add(host.name, queue.path, dict(queue.pending))
+                figures["guaranteed"].add(host.name, queue.path, dict(queue.guaranteed))
+                if queue.max is not None:
+                    figures["max"].add(host.name, queue.path, dict(queue.max))
+        for figure in figures.values():
+            yield from figure.families()
         counters = {
             "allocations": "Allocations decided",
             "preemptions": "Victims preempted",
@@ -80,7 +184,7 @@ class _CoreCollector(Collector):
         rejections = CounterMetricFamily(
             "sniper_proposals_rejected", "Placements the cache rejected (stale view)", labels=["partition"]
         )
-        for host in caches:
+        for host in _caches(process):
             rejections.add_metric([host.name], host.core.stats.placements_rejected)
         yield rejections
         lag = GaugeMetricFamily("sniper_consumer_lag", "Feed records not yet fetched", labels=["kafka_partition"])
@@ -94,28 +198,181 @@ class _CoreCollector(Collector):
             depth.add_metric([partition, actor], value)
         yield depth
         hosted = GaugeMetricFamily("sniper_partitions_hosted", "Scheduler partitions this process hosts")
-        hosted.add_metric([], len(hosts))
+        hosted.add_metric([], len(process.hosts))
         yield hosted
         dead = CounterMetricFamily("sniper_dead_letters", "Feed records dead-lettered by this process")
         dead.add_metric([], process.dead_lettered + process.bus.dead_lettered)
         yield dead
 
 
+def _caches(process: CoreProcess | ReplicaProcess) -> list[HostedPartition]:
+    """The hosted partitions that hold a cache (split replicas have none)."""
+    from sniper.cluster.core import HostedPartition
+
+    return [host for host in list(process.hosts.values()) if isinstance(host, HostedPartition)]
+
+
+def state_of(process: CoreProcess | ReplicaProcess) -> dict[str, Any]:
+    """The read-only state document of ``/ws/v1/state``; call it on the event loop (between messages)."""
+    from sniper.core.preemption.quotas import usable_capacity
+    from sniper.core.preemption.view import ideal_of, snapshot_from_state
+
+    partitions: list[dict[str, Any]] = []
+    for host in sorted(_caches(process), key=lambda h: h.name):
+        state = host.core.state
+        ideal: dict[str, Resource] = {}
+        if state.config is not None and state.capacity:
+            assignment = ideal_of(snapshot_from_state(state, capacity=usable_capacity(state)))
+            ideal = {q.path: q.ideal_assigned for q in assignment}
+        partitions.append(
+            {
+                "name": host.name,
+                "epoch": host.core.epoch,
+                "now": state.now,
+                "capacity": dict(state.capacity),
+                "queues": [
+                    {
+                        "queue": q.path,
+                        "guaranteed": dict(q.guaranteed),
+                        "max": None if q.max is None else dict(q.max),
+                        "used": dict(q.allocated),
+                        "pending": dict(q.pending),
+                        "ideal": ideal.get(q.path),
+                    }
+                    for q in state.queues.values()
+                ],
+                "nodes": [
+                    {
+                        "node": n.name,
+                        "schedulable": n.schedulable,
+                        "capacity": dict(n.capacity),
+                        "allocated": dict(n.allocated),
+                        "reserved": dict(n.reserved),
+                    }
+                    for n in state.nodes.values()
+                ],
+                "reservations": [
+                    {
+                        "reservation": r.id,
+                        "app": r.app,
+                        "ask": r.ask,
+                        "node": r.node,
+                        "resource": dict(r.resource),
+                        "victims": list(r.victims),
+                        "deadline": r.deadline,
+                        "expires": r.expires,
+                        "policy": r.policy,
+                    }
+                    for r in state.reservations.values()
+                ],
+                "preemptions_in_flight": [
+                    {
+                        "allocation": a.id,
+                        "app": a.app,
+                        "queue": a.queue.path,
+                        "node": a.node,
+                        "resource": dict(a.resource),
+                        "deadline": a.preempt_deadline,
+                        "reservation": a.reservation,
+                    }
+                    for a in state.allocations.values()
+                    if a.preempt_deadline is not None
+                ],
+                "recent_preemptions": [
+                    {
+                        "t": x.t,
+                        "allocation": x.allocation,
+                        "queue": x.queue,
+                        "node": x.node,
+                        "for_app": x.for_app,
+                        "for_queue": x.for_queue,
+                        "policy": x.policy,
+                        "reason": x.reason,
+                    }
+                    for x in host.recent_preemptions
+                ],
+            }
+        )
+    return {"units": SNIPER_UNITS, "partitions": partitions}
+
+
+class MetricsServeError(RuntimeError):
+    """The metrics endpoint could not listen (its port is in use, or the address is not local)."""
+
+
+class _Server(socketserver.ThreadingMixIn, WSGIServer):
+    daemon_threads = True
+
+
+class _Quiet(WSGIRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:
+        """Scrapes are not worth a log line each."""
+
+
 class CoreMetrics:
-    """The Prometheus registry and endpoint of one core process."""
+    """The Prometheus registry and the HTTP endpoint (metrics and state) of one core process."""
 
     def __init__(self, process: CoreProcess | ReplicaProcess) -> None:
+        self.process = process
         self.registry = CollectorRegistry()
         self.registry.register(_CoreCollector(process))
-        self.port: int | None = None
-        self._server: Any = None
+        ProcessCollector(registry=self.registry)
+        PlatformCollector(registry=self.registry)
+        GCCollector(registry=self.registry)
+        self.histograms = CoreHistograms(self.registry)
+        from sniper.cluster.core import CoreProcess
 
-    def serve(self, port: int, addr: str = "0.0.0.0") -> int:
-        """Start the HTTP endpoint (``port`` 0 picks a free one); returns the port."""
-        server, _thread = start_http_server(port, addr=addr, registry=self.registry)
+        if isinstance(process, CoreProcess):  # split replica processes time nothing
+            process.histograms = self.histograms
+        self.port: int | None = None
+        self._server: _Server | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def serve(self, port: int, addr: str = "127.0.0.1") -> int:
+        """Start the HTTP endpoint (``port`` 0 picks a free one); returns the port.
+
+        Call it on the process's event loop: ``/ws/v1/state`` is built there.
+        """
+        try:
+            self._loop = asyncio.get_running_loop()
+        except RuntimeError:
+            self._loop = None
+        metrics_app = make_wsgi_app(self.registry)
+
+        def app(environ: dict[str, Any], start_response: Any) -> Iterable[bytes]:
+            if environ.get("PATH_INFO") == STATE_PATH:
+                return self._state(start_response)
+            return metrics_app(environ, start_response)  # type: ignore[no-any-return]
+
+        try:
+            server = make_server(addr, port, app, server_class=_Server, handler_class=_Quiet)
+        except OSError as err:
+            raise MetricsServeError(
+                f"metrics port {port} on {addr}: {err.strerror or err}; choose another --metrics-port "
+                "or --metrics-address"
+            ) from None
+        threading.Thread(target=server.serve_forever, name="sniper-metrics", daemon=True).start()
         self._server = server
         self.port = int(server.server_address[1])
         return self.port
+
+    def _state(self, start_response: Any) -> list[bytes]:
+        loop = self._loop
+        if loop is None or loop.is_closed():
+            start_response("503 Service Unavailable", [("Content-Type", "text/plain")])
+            return [b"the core's event loop is not running\n"]
+
+        async def build() -> dict[str, Any]:
+            return state_of(self.process)
+
+        try:
+            document = asyncio.run_coroutine_threadsafe(build(), loop).result(timeout=10)
+        except Exception as err:  # the loop stopped or the build failed: say so, keep serving
+            start_response("503 Service Unavailable", [("Content-Type", "text/plain")])
+            return [f"state unavailable: {err!r}\n".encode()]
+        body = json.dumps(document).encode()
+        start_response("200 OK", [("Content-Type", "application/json"), ("Content-Length", str(len(body)))])
+        return [body]
 
     def close(self) -> None:
         if self._server is not None:

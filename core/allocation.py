@@ -104,6 +104,9 @@ def find_ask_candidates(
     orders queues with ``queue_key``; the walk is the same, but ``max`` is left to the placer, which
     counts the victims leaving the same subtree (``preemption=True``).
     ``headroom_extra`` adds per-queue usage that the caller holds but the state does not show yet.
+    Outside preemption an ask is listed at most as many times as its container fits in the free room
+    of all schedulable nodes (at least once, so a miss is still tried and counted): a pending count
+    of millions costs no more than the room it could take.
     """
     root = state.root
     if root is None or n <= 0:
@@ -124,6 +127,14 @@ def find_ask_candidates(
     picked: dict[AskKey, int] = {}
     heaps: dict[str, list[tuple[tuple[object, ...], Queue]]] = {}
     cursors: dict[str, _LeafCursor] = {}
+    room: list[Resource] = []  # free room of the schedulable nodes, summed once when first needed
+
+    def fits_again(ask: Ask, times: int) -> bool:
+        """Whether the free room holds ``times + 1`` containers of ``ask`` (``times`` already picked)."""
+        if not room:
+            room.append(_free_room(state))
+        free = room[0]
+        return all(free.get(name, 0) >= (times + 1) * amount for name, amount in ask.resource.items() if amount > 0)
 
     def usage(q: Queue) -> Resource:
         u = q.usage()
@@ -155,7 +166,8 @@ def find_ask_candidates(
                 if (
                     ask.key in filters.skip
                     or (filters.ask is not None and not filters.ask(ask))
-                    or ask.pending - picked.get(ask.key, 0) <= 0
+                    or ask.pending - (times := picked.get(ask.key, 0)) <= 0
+                    or (times and not preemption and not fits_again(ask, times))
                 ):
                     app_cur.current = next(app_cur.rest, None)
                     continue
@@ -199,6 +211,17 @@ def find_ask_candidates(
     return out
 
 
+def _free_room(state: PartitionState) -> Resource:
+    """Free room summed over the schedulable nodes: no ask places more containers than fit in it."""
+    total: Resource = {}
+    for node in state.nodes.values():
+        if node.schedulable:
+            for name, amount in node.free().items():
+                if amount > 0:
+                    total[name] = total.get(name, 0) + amount
+    return total
+
+
 # ---------------------------------------------------------------------- placement
 
 
@@ -216,10 +239,12 @@ class FreeRoomPlacer:
         request = ask.resource
         if ask.required_node is not None:
             node = nodes.get(ask.required_node)
-            return node if node is not None and node.schedulable and node.can_hold(request) else None
+            if node is None or not node.schedulable or not ask.accepts(node):
+                return None
+            return node if node.can_hold(request) else None
         for name in state.node_index.candidates(request):
             node = nodes[name]
-            if node.can_hold(request):
+            if node.can_hold(request) and ask.accepts(node):
                 return node
         return None
 

@@ -25,6 +25,7 @@ from sniper.core.state import (
     StateError,
     allocation_number,
     ask_label,
+    selector_matches,
 )
 from sniper.messages import decisions as d
 from sniper.messages import feed as f
@@ -310,6 +311,18 @@ class CacheCore:
                     event=e.id,
                 )
                 return
+        if (
+            e.node_selector
+            and self.state.nodes
+            and not any(selector_matches(e.node_selector, n.labels) for n in self.state.nodes.values())
+        ):
+            self._reject(
+                f"ask {e.app}/{e.ask}: no node matches its node selector {e.node_selector}",
+                app=e.app,
+                ask=e.ask,
+                event=e.id,
+            )
+            return
         why = self._never_fits(resource, e.node)
         if why is not None:
             self._reject(f"ask {e.app}/{e.ask} ({res.fmt(resource)}) {why}", app=e.app, ask=e.ask, event=e.id)
@@ -326,6 +339,7 @@ class CacheCore:
                 seq=self.counters["ask"],
                 created=self.state.now,
                 required_node=e.node,
+                node_selector=e.node_selector,
                 duration=e.duration,
                 retry=e.retry,
                 damped_until=self._damped_until((e.app, e.ask)),
@@ -571,6 +585,8 @@ class CacheCore:
             return "node is not schedulable"
         if ask.required_node is not None and ask.required_node != node_name:
             return f"ask requires node {ask.required_node}"
+        if not ask.accepts(node):
+            return f"node {node_name} does not match the ask's node selector"
         if not node.can_hold(ask.resource):
             return "does not fit the node's free room"
         if not state.headroom_allows(app.queue, ask.resource, freed):
@@ -643,6 +659,7 @@ def state_changes(state: PartitionState) -> list[p.ChangeMsg]:
                     seq=ask.seq,
                     created=ask.created,
                     required_node=ask.required_node,
+                    node_selector={k: sorted(v) for k, v in ask.node_selector.items()},
                     duration=ask.duration,
                     retry=ask.retry,
                     damped_until=ask.damped_until,

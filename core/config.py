@@ -1,19 +1,27 @@
 """The YuniKorn-style ``queues.yaml``: parsing and validation into immutable config objects.
 
-Invariants of a parsed config: names are unique among siblings and partitions, the root queue is
-``root``, every ``max`` is at least its ``guaranteed``, children's guarantees fit in their parent's,
-and no child's ``max`` exceeds its parent's. Errors name the offending path and key.
+A config means what it means to Apache YuniKorn 1.4+: the same keys, the same quantities (see
+:func:`sniper.core.resources.parse_quantity`), a ``root`` queue inserted when the top level does not
+name one. Shapes and ranges are checked by msgspec structs (unknown keys are refused); YuniKorn keys
+Sniper does not implement are accepted with a warning that names them. Invariants of a parsed config:
+names are unique among siblings and partitions, the root queue is ``root``, every ``max`` is at least
+its ``guaranteed``, children's guarantees fit in their parent's, no child's ``max`` exceeds its
+parent's, and the raw input is a finite tree of bounded depth. Errors name the offending path and key.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import math
-from collections.abc import Mapping
+import difflib
+import re
+import typing
+from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
 
+import msgspec
 import yaml
+from msgspec import Meta
 
 from sniper.core import resources as res
 from sniper.core.resources import Resource
@@ -28,6 +36,32 @@ SORT_POLICY_KEY = "application.sort.policy"
 PRIORITY_OFFSET_KEY = "priority.offset"
 PREEMPTION_POLICY_KEY = "preemption.policy"
 KNOWN_PROPERTIES = (SORT_POLICY_KEY, PRIORITY_OFFSET_KEY, PREEMPTION_POLICY_KEY)
+# Queue properties YuniKorn documents and Sniper does not implement: accepted, with a warning.
+UNSUPPORTED_PROPERTIES = (
+    "application.sort.priority",
+    "priority.policy",
+    "preemption.delay",
+    "quota.preemption.delay",
+    "application.unschedasks.backoff",
+    "application.unschedasks.backoff.delay",
+)
+# Resource names other schedulers spell differently: accepted as resources of their own, with a hint.
+OTHER_SPELLINGS: dict[str, str] = {
+    "vcores": res.VCORE,
+    "cpu": res.VCORE,
+    "cpus": res.VCORE,
+    "mem": res.MEMORY,
+    "memory-mb": res.MEMORY,
+    "memory_mb": res.MEMORY,
+}
+# YuniKorn's rule for queue names: up to 64 of these characters, so never a dot.
+QUEUE_NAME = r"^[a-zA-Z0-9_:#/@-]{1,64}$"
+MAX_NESTING = 100  # containers (mappings and lists) inside one partition: about 48 queue levels
+MAX_NODES = 200_000  # values inside one config, counting every use of a YAML alias
+SECONDS_MAX = 1e9  # about 31 years: a longer time is a typo
+
+Seconds = Annotated[float, Meta(ge=0, le=SECONDS_MAX)]
+Share = Annotated[float, Meta(ge=0, le=1)]
 
 
 class ConfigError(ValueError):
@@ -36,19 +70,21 @@ class ConfigError(ValueError):
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class PreemptionConfig:
-    policy: str = "sniper"
-    interval: float = 3.0  # YARN's monitoring_interval (3000 ms)
-    total_preemption_per_round: float = 0.1
-    max_ignored_over_capacity: float = 0.1
-    natural_termination_factor: float = 0.2
-    grace: float = 15.0  # YARN's max_wait_before_kill (15000 ms)
+    """A partition's ``preemption`` section; the annotations are the checks its keys get."""
+
+    policy: str = "sniper"  # one of POLICIES
+    interval: Annotated[float, Meta(gt=0, le=SECONDS_MAX)] = 3.0  # YARN's monitoring_interval (3000 ms)
+    total_preemption_per_round: Share = 0.1
+    max_ignored_over_capacity: Annotated[float, Meta(ge=0, le=1000)] = 0.1
+    natural_termination_factor: Share = 0.2
+    grace: Seconds = 15.0  # YARN's max_wait_before_kill (15000 ms)
     observe_only: bool = False
-    mask_ttl: float = 30.0
-    min_missed_opportunities: int = 1
-    victim_cost: str = "running_time"
+    mask_ttl: Seconds = 30.0
+    min_missed_opportunities: Annotated[int, Meta(ge=0)] = 1
+    victim_cost: str = "running_time"  # one of VICTIM_COSTS
     intra_queue: bool = False
-    max_candidate_nodes: int | None = None  # opt-in cap on nodes whose set is costed (default: every node)
-    reservation_timeout: float = 60.0
+    max_candidate_nodes: Annotated[int, Meta(ge=1)] | None = None  # opt-in cap on nodes costed per placement
+    reservation_timeout: Seconds = 60.0
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -80,6 +116,8 @@ class PartitionConfig:
     root: QueueConfig
     node_sort_policy: str = "binpacking"
     preemption: PreemptionConfig = dataclasses.field(default_factory=PreemptionConfig)
+    # What the source said that Sniper accepted without acting on it; not part of the config's meaning.
+    warnings: tuple[str, ...] = dataclasses.field(default=(), compare=False)
 
     def queues(self) -> list[QueueConfig]:
         return self.root.walk()
@@ -106,19 +144,184 @@ class SchedulerConfig:
                 return p
         raise ConfigError(f"no partition named {name!r}")
 
-
-def _check_keys(raw: Mapping[str, Any], allowed: tuple[str, ...], where: str) -> None:
-    unknown = sorted(set(raw) - set(allowed))
-    if unknown:
-        raise ConfigError(f"{where}: unknown key(s) {', '.join(map(repr, unknown))}; allowed: {', '.join(allowed)}")
+    @property
+    def warnings(self) -> tuple[str, ...]:
+        return tuple(w for p in self.partitions for w in p.warnings)
 
 
-def _mapping(raw: object, where: str) -> Mapping[str, Any]:
-    if raw is None:
-        return {}
-    if not isinstance(raw, Mapping):
-        raise ConfigError(f"{where}: expected a mapping, got {type(raw).__name__}")
-    return raw
+# --- the raw shapes, as msgspec structs: every key YuniKorn documents, unknown keys refused -------------
+
+
+class _Raw(msgspec.Struct, forbid_unknown_fields=True):
+    pass
+
+
+Quantity = int | float | str
+ResourceName = Annotated[str, Meta(min_length=1)]
+PropertyValue = str | int | float | bool
+
+
+class _RawResources(_Raw):
+    guaranteed: dict[ResourceName, Quantity] = {}
+    max: dict[ResourceName, Quantity] | None = None
+
+
+class _RawQueue(_Raw):
+    name: Annotated[str, Meta(pattern=QUEUE_NAME)]
+    parent: bool = False
+    queues: list[_RawQueue] = []
+    resources: _RawResources | None = None
+    properties: dict[str, PropertyValue] | None = None
+    maxapplications: Annotated[int, Meta(ge=1)] | None = None  # not implemented yet: warned
+    limits: list[dict[str, Any]] | None = None  # not implemented yet: warned
+    submitacl: str | None = None  # warned
+    adminacl: str | None = None  # warned
+    childtemplate: dict[str, Any] | None = None  # warned: Sniper has no dynamic queues
+
+
+class _RawNodeSort(_Raw):
+    type: Literal["binpacking", "fair"] = "binpacking"
+    resourceweights: dict[str, float] | None = None  # warned
+
+
+def _preemption_struct() -> type[msgspec.Struct]:
+    """The raw ``preemption`` section: :class:`PreemptionConfig`'s fields with their checks, plus
+    YuniKorn's two keys (``enabled``, ``quotapreemptionenabled``)."""
+    hints = typing.get_type_hints(PreemptionConfig, include_extras=True)
+    choices: dict[str, Any] = {"policy": Literal[POLICIES], "victim_cost": Literal[VICTIM_COSTS]}
+    fields: list[tuple[str, Any, Any]] = [
+        (f.name, choices.get(f.name, hints[f.name]), f.default) for f in dataclasses.fields(PreemptionConfig)
+    ]
+    fields += [("enabled", bool, True), ("quotapreemptionenabled", bool, False)]
+    return msgspec.defstruct("_RawPreemption", fields, bases=(_Raw,), module=__name__)
+
+
+_RawPreemption = _preemption_struct()
+
+
+class _RawPartition(_Raw):
+    queues: Annotated[list[_RawQueue], Meta(min_length=1)]
+    name: Annotated[str, Meta(min_length=1)] = "default"
+    nodesortpolicy: Literal["binpacking", "fair"] | _RawNodeSort = "binpacking"
+    preemption: _RawPreemption | None = None  # type: ignore[valid-type]
+    placementrules: list[Any] | None = None  # warned: applications name their queue
+    limits: list[dict[str, Any]] | None = None  # warned
+    usergroupresolver: dict[str, Any] | None = None  # warned
+
+
+class _RawConfig(_Raw):
+    partitions: Annotated[list[Any], Meta(min_length=1)]
+
+
+# Which struct a path inside a partition lands in, to list the keys it allows.
+_STRUCT_AT: dict[tuple[bool, str], type[msgspec.Struct]] = {
+    (False, ".preemption"): _RawPreemption,
+    (False, ".nodesortpolicy"): _RawNodeSort,
+    (True, ""): _RawQueue,
+    (True, ".resources"): _RawResources,
+}
+_CHOICES_AT: dict[str, tuple[str, ...]] = {
+    ".preemption.policy": POLICIES,
+    ".preemption.victim_cost": VICTIM_COSTS,
+    ".nodesortpolicy": NODE_SORT_POLICIES,
+    ".nodesortpolicy.type": NODE_SORT_POLICIES,
+}
+
+
+# --- bounded input: no loops, no unbounded depth ------------------------------------------------------
+
+
+def _check_bounded(raw: object, label: str) -> None:
+    """Refuse input that loops (a YAML anchor inside itself), nests deeper than :data:`MAX_NESTING` or
+    holds more than :data:`MAX_NODES` values, before anything walks it without a bound."""
+    on_path: set[int] = set()
+    seen = 0
+
+    def visit(value: object, depth: int) -> None:
+        nonlocal seen
+        seen += 1
+        if seen > MAX_NODES:
+            raise ConfigError(f"{label}: more than {MAX_NODES} values (YAML aliases expanding without end?)")
+        if isinstance(value, Mapping):
+            children: Iterable[object] = value.values()
+        elif isinstance(value, list | tuple):
+            children = value
+        else:
+            return
+        if id(value) in on_path:
+            raise ConfigError(f"{label}: the config contains itself (a YAML anchor used inside its own value)")
+        if depth >= MAX_NESTING:
+            raise ConfigError(
+                f"{label}: nested more than {MAX_NESTING} levels deep; queue trees that deep are not supported"
+            )
+        on_path.add(id(value))
+        for child in children:
+            visit(child, depth + 1)  # the recursion is bounded by MAX_NESTING
+        on_path.discard(id(value))
+
+    visit(raw, 0)
+
+
+# --- errors that name the queue path and key ---------------------------------------------------------
+
+
+_PATH_TOKEN = re.compile(r"\.([^.\[]+)|\[(\d+|\.\.\.)\]")
+
+
+def _explain(err: msgspec.ValidationError, raw: object, label: str, top: type[msgspec.Struct]) -> ConfigError:
+    """msgspec's ``... - at `$.queues[0].queues[1].resources``` as ``queue root.a.resources: ...``."""
+    message, _, at = str(err).partition(" - at `")
+    tokens = _PATH_TOKEN.findall(at.rstrip("`")[1:])
+    node: object = raw
+    queue_path: str | None = None
+    rest = ""
+    i = 0
+    while i < len(tokens):
+        key, index = tokens[i]
+        if key == "queues" and i + 1 < len(tokens) and tokens[i + 1][1].isdigit() and isinstance(node, Mapping):
+            siblings = node.get("queues")
+            child = siblings[int(tokens[i + 1][1])] if isinstance(siblings, list) else None
+            name = child.get("name") if isinstance(child, Mapping) else None
+            if isinstance(name, str) and re.match(QUEUE_NAME, name) and isinstance(siblings, list):
+                if queue_path is None:
+                    queue_path = "root" if _names_root(siblings) else f"root.{name}"
+                else:
+                    queue_path = f"{queue_path}.{name}"
+                node, rest, i = child, "", i + 2
+                continue
+        rest += f".{key}" if key else f"[{index}]"
+        if isinstance(node, Mapping) and key:
+            node = node.get(key)
+        elif isinstance(node, list) and index.isdigit() and int(index) < len(node):
+            node = node[int(index)]
+        else:
+            node = None
+        i += 1
+    where = f"queue {queue_path}{rest}" if queue_path is not None else f"{label}{rest}"
+    unknown = re.fullmatch(r"Object contains unknown field `(.*)`", message)
+    if unknown is not None:
+        struct = top if queue_path is None and not rest else _STRUCT_AT.get((queue_path is not None, rest))
+        allowed = struct.__struct_fields__ if struct is not None else ()
+        hint = difflib.get_close_matches(unknown.group(1), allowed, n=1)
+        text = f"unknown key {unknown.group(1)!r}" + (f" (did you mean {hint[0]!r}?)" if hint else "")
+        if allowed:
+            text += f"; allowed: {', '.join(allowed)}"
+    else:
+        text = message[:1].lower() + message[1:]
+        choices = _CHOICES_AT.get(rest) if queue_path is None else None
+        if choices and message.startswith("Invalid enum value "):
+            text = f"{message.removeprefix('Invalid enum value ')} is not one of {', '.join(choices)}"
+        if message.startswith("Expected `str` matching regex"):
+            text = f"{node!r} is not a queue name (1 to 64 letters, digits or _:#/@-; never a dot)"
+    return ConfigError(f"{where}: {text}")
+
+
+def _names_root(top: list[Any]) -> bool:
+    """YuniKorn inserts a ``root`` unless the top level is exactly one queue named ``root``."""
+    return len(top) == 1 and isinstance(top[0], Mapping) and top[0].get("name") == "root"
+
+
+# --- from raw structs to config objects ---------------------------------------------------------------
 
 
 def _choice(value: object, choices: tuple[str, ...], where: str) -> str:
@@ -127,92 +330,74 @@ def _choice(value: object, choices: tuple[str, ...], where: str) -> str:
     return value
 
 
-def _number(value: object, where: str, *, low: float = 0.0, high: float = math.inf) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise ConfigError(f"{where}: {value!r} is not a number")
-    number = float(value)
-    if not (low <= number <= high) or not math.isfinite(number):
-        raise ConfigError(f"{where}: {value!r} is outside [{low}, {high}]")
-    return number
-
-
-def _parse_preemption(raw: object, where: str) -> PreemptionConfig:
-    data = _mapping(raw, where)
-    fields = {f.name: f for f in dataclasses.fields(PreemptionConfig)}
-    _check_keys(data, tuple(fields), where)
-    values: dict[str, Any] = {}
-    for key, value in data.items():
-        at = f"{where}.{key}"
-        default = fields[key].default
-        if key == "policy":
-            values[key] = _choice(value, POLICIES, at)
-        elif key == "victim_cost":
-            values[key] = _choice(value, VICTIM_COSTS, at)
-        elif isinstance(default, bool):
-            if not isinstance(value, bool):
-                raise ConfigError(f"{at}: {value!r} is not a boolean")
-            values[key] = value
-        elif key == "max_candidate_nodes":
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-                raise ConfigError(f"{at}: must be at least 1 (or null: no cap)")
-            values[key] = value
-        elif isinstance(default, int):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise ConfigError(f"{at}: {value!r} is not a non-negative integer")
-            values[key] = value
-        elif key in ("total_preemption_per_round", "natural_termination_factor"):
-            values[key] = _number(value, at, low=0.0, high=1.0)
-        else:
-            values[key] = _number(value, at)
-    cfg = PreemptionConfig(**values)
-    if cfg.interval <= 0:
-        raise ConfigError(f"{where}.interval: must be positive")
-    return cfg
-
-
-def _parse_queue(raw: object, parent_path: str | None, where: str) -> QueueConfig:
-    data = _mapping(raw, where)
-    _check_keys(data, ("name", "queues", "resources", "properties", "parent"), where)
-    name = data.get("name")
-    if not isinstance(name, str) or not name or "." in name:
-        raise ConfigError(f"{where}: queue name must be a non-empty string without dots, got {name!r}")
-    path = name if parent_path is None else f"{parent_path}.{name}"
-    at = f"queue {path}"
-    resources = _mapping(data.get("resources"), f"{at}.resources")
-    _check_keys(resources, ("guaranteed", "max"), f"{at}.resources")
+def _resource(raw: Mapping[str, Quantity], where: str, warnings: list[str], *, keep_zero: bool = False) -> Resource:
+    for name in raw:
+        if name in (res.MEMORY, res.VCORE):
+            continue
+        known = OTHER_SPELLINGS.get(name) or (name.lower() if name.lower() in (res.MEMORY, res.VCORE) else None)
+        if known is not None:
+            warnings.append(
+                f"{where}: resource {name!r} is not {known!r} (did you mean {known!r}?); "
+                "it is kept as a resource of its own that no node may have"
+            )
     try:
-        guaranteed = res.parse_resource(_mapping(resources.get("guaranteed"), f"{at}.guaranteed"), f"{at}.guaranteed")
-        max_raw = resources.get("max")
-        # A zero in a max is kept: it means none of that resource (YuniKorn), unlike a missing name (no limit).
-        maximum = (
-            None if max_raw is None else res.parse_resource(_mapping(max_raw, f"{at}.max"), f"{at}.max", keep_zero=True)
-        )
+        return res.parse_resource(raw, where, keep_zero=keep_zero)
     except res.QuantityError as err:
         raise ConfigError(str(err)) from None
-    props = _mapping(data.get("properties"), f"{at}.properties")
-    _check_keys(props, KNOWN_PROPERTIES, f"{at}.properties")
-    sort_policy = _choice(props.get(SORT_POLICY_KEY, "fifo"), APP_SORT_POLICIES, f"{at}.{SORT_POLICY_KEY}")
+
+
+def _properties(raw: Mapping[str, PropertyValue], at: str, warnings: list[str]) -> tuple[str, int, str]:
+    """A queue's sort policy, priority offset and preemption policy, from its ``properties``."""
+    unknown = sorted(set(raw) - set(KNOWN_PROPERTIES) - set(UNSUPPORTED_PROPERTIES))
+    if unknown:
+        hints = [m for k in unknown for m in difflib.get_close_matches(k, KNOWN_PROPERTIES, n=1)]
+        raise ConfigError(
+            f"{at}.properties: unknown key(s) {', '.join(map(repr, unknown))}"
+            + (f" (did you mean {', '.join(map(repr, hints))}?)" if hints else "")
+            + f"; allowed: {', '.join(KNOWN_PROPERTIES + UNSUPPORTED_PROPERTIES)}"
+        )
+    ignored = [k for k in UNSUPPORTED_PROPERTIES if k in raw]
+    if ignored:
+        warnings.append(f"{at}.properties: {', '.join(ignored)} not implemented by Sniper; ignored")
+    sort_policy = _choice(raw.get(SORT_POLICY_KEY, "fifo"), APP_SORT_POLICIES, f"{at}.{SORT_POLICY_KEY}")
     preemption_policy = _choice(
-        props.get(PREEMPTION_POLICY_KEY, "default"), QUEUE_PREEMPTION_POLICIES, f"{at}.{PREEMPTION_POLICY_KEY}"
+        raw.get(PREEMPTION_POLICY_KEY, "default"), QUEUE_PREEMPTION_POLICIES, f"{at}.{PREEMPTION_POLICY_KEY}"
     )
-    offset_raw = props.get(PRIORITY_OFFSET_KEY, 0)
+    offset_raw = raw.get(PRIORITY_OFFSET_KEY, 0)
     try:
-        if isinstance(offset_raw, bool):
+        if isinstance(offset_raw, bool) or (isinstance(offset_raw, str) and len(offset_raw) > 20):
             raise ValueError
         priority_offset = int(offset_raw)
     except (TypeError, ValueError, OverflowError):
         raise ConfigError(f"{at}.{PRIORITY_OFFSET_KEY}: {offset_raw!r} is not an integer") from None
-    children_raw = data.get("queues") or []
-    if not isinstance(children_raw, list):
-        raise ConfigError(f"{at}.queues: expected a list")
-    children = tuple(_parse_queue(c, path, f"{at}.queues[{i}]") for i, c in enumerate(children_raw))
+    return sort_policy, priority_offset, preemption_policy
+
+
+def _queue(raw: _RawQueue, parent_path: str | None, warnings: list[str]) -> QueueConfig:
+    path = raw.name if parent_path is None else f"{parent_path}.{raw.name}"
+    at = f"queue {path}"
+    not_implemented = [
+        key
+        for key in ("maxapplications", "limits", "submitacl", "adminacl", "childtemplate")
+        if getattr(raw, key) is not None
+    ]
+    if not_implemented:
+        warnings.append(f"{at}: {', '.join(not_implemented)} not implemented by Sniper yet; accepted and ignored")
+    if raw.parent and not raw.queues:
+        warnings.append(f"{at}: parent: true without child queues; Sniper creates no dynamic queues, so it is a leaf")
+    resources = raw.resources or _RawResources()
+    guaranteed = _resource(resources.guaranteed, f"{at}.guaranteed", warnings)
+    # A zero in a max is kept: it means none of that resource (YuniKorn), unlike a missing name (no limit).
+    maximum = None if resources.max is None else _resource(resources.max, f"{at}.max", warnings, keep_zero=True)
+    sort_policy, priority_offset, preemption_policy = _properties(raw.properties or {}, at, warnings)
+    children = tuple(_queue(c, path, warnings) for c in raw.queues)
     seen: set[str] = set()
     for child in children:
         if child.name in seen:
             raise ConfigError(f"{at}: duplicate child queue name {child.name!r}")
         seen.add(child.name)
     queue = QueueConfig(
-        name=name,
+        name=raw.name,
         path=path,
         guaranteed=guaranteed,
         max=maximum,
@@ -229,11 +414,9 @@ def _validate_queue_resources(queue: QueueConfig) -> None:
     at = f"queue {queue.path}"
     if queue.max is not None:
         for k, g in queue.guaranteed.items():
+            # A max that does not name a resource leaves it unlimited.
             if k in queue.max and queue.max[k] < g:
                 raise ConfigError(f"{at}: max {k}={queue.max[k]} is below guaranteed {k}={g}")
-            if k not in queue.max and queue.max:
-                # A max that names other resources but not this one leaves it unlimited: fine.
-                continue
     children_guaranteed = res.total(c.guaranteed for c in queue.children)
     for child in queue.children:
         for k, g in child.guaranteed.items():
@@ -257,33 +440,66 @@ def _validate_queue_resources(queue: QueueConfig) -> None:
                 )
 
 
+def _preemption(raw: Any, explicit: Mapping[str, Any], at: str, warnings: list[str]) -> PreemptionConfig:
+    values = {f.name: getattr(raw, f.name) for f in dataclasses.fields(PreemptionConfig)}
+    if not raw.enabled:  # YuniKorn's switch for all preemption in the partition
+        if explicit.get("policy", "none") != "none":
+            raise ConfigError(f"{at}: enabled is false but policy is {explicit['policy']!r}; say one of them")
+        values["policy"] = "none"
+    if raw.quotapreemptionenabled:
+        warnings.append(f"{at}: quotapreemptionenabled not implemented by Sniper; ignored")
+    return PreemptionConfig(**values)
+
+
 def parse_partition(raw: object, where: str = "partition") -> PartitionConfig:
-    data = _mapping(raw, where)
-    _check_keys(data, ("name", "queues", "nodesortpolicy", "preemption"), where)
-    name = data.get("name", "default")
-    if not isinstance(name, str) or not name:
-        raise ConfigError(f"{where}: partition name must be a non-empty string")
-    at = f"partition {name}"
-    node_sort = _mapping(data.get("nodesortpolicy"), f"{at}.nodesortpolicy")
-    _check_keys(node_sort, ("type",), f"{at}.nodesortpolicy")
-    node_sort_policy = _choice(node_sort.get("type", "binpacking"), NODE_SORT_POLICIES, f"{at}.nodesortpolicy.type")
-    preemption = _parse_preemption(data.get("preemption"), f"{at}.preemption")
-    queues_raw = data.get("queues")
-    if not isinstance(queues_raw, list) or len(queues_raw) != 1:
-        raise ConfigError(f"{at}.queues: expected a list holding exactly one queue, the root")
-    root = _parse_queue(queues_raw[0], None, f"{at}.queues[0]")
-    if root.name != "root":
-        raise ConfigError(f"{at}: the top queue must be named 'root', got {root.name!r}")
-    return PartitionConfig(name=name, root=root, node_sort_policy=node_sort_policy, preemption=preemption)
+    """One entry of ``partitions`` (also a ``partition_config`` event's ``config``)."""
+    if not isinstance(raw, Mapping):
+        raise ConfigError(f"{where}: expected a mapping, got {type(raw).__name__}")
+    name = raw.get("name", "default")
+    label = f"partition {name}" if isinstance(name, str) and name else where
+    _check_bounded(raw, label)
+    try:
+        parsed = msgspec.convert(raw, _RawPartition)
+    except msgspec.ValidationError as err:
+        raise _explain(err, raw, label, _RawPartition) from None
+    warnings: list[str] = []
+    ignored = [k for k in ("placementrules", "limits", "usergroupresolver") if getattr(parsed, k) is not None]
+    if ignored:
+        warnings.append(f"{label}: {', '.join(ignored)} not implemented by Sniper yet; accepted and ignored")
+    node_sort = parsed.nodesortpolicy
+    if isinstance(node_sort, _RawNodeSort):
+        if node_sort.resourceweights is not None:
+            warnings.append(f"{label}.nodesortpolicy: resourceweights not implemented by Sniper; ignored")
+        node_sort_policy: str = node_sort.type
+    else:
+        node_sort_policy = node_sort
+    explicit = raw.get("preemption") or {}
+    preemption = _preemption(parsed.preemption or _RawPreemption(), explicit, f"{label}.preemption", warnings)
+    top = parsed.queues
+    if len(top) == 1 and top[0].name == "root":
+        root = _queue(top[0], None, warnings)
+    elif any(q.name == "root" for q in top):
+        raise ConfigError(f"{label}.queues: a queue named 'root' must be the only queue at the top")
+    else:  # YuniKorn inserts the root queue
+        root = _queue(_RawQueue(name="root", queues=top), None, warnings)
+    return PartitionConfig(
+        name=parsed.name,
+        root=root,
+        node_sort_policy=node_sort_policy,
+        preemption=preemption,
+        warnings=tuple(warnings),
+    )
 
 
 def parse_config(raw: object) -> SchedulerConfig:
-    data = _mapping(raw, "config")
-    _check_keys(data, ("partitions",), "config")
-    parts_raw = data.get("partitions")
-    if not isinstance(parts_raw, list) or not parts_raw:
-        raise ConfigError("config.partitions: expected a non-empty list")
-    partitions = tuple(parse_partition(p, f"partitions[{i}]") for i, p in enumerate(parts_raw))
+    if not isinstance(raw, Mapping):
+        raise ConfigError(f"config: expected a mapping, got {type(raw).__name__}")
+    _check_bounded(raw, "config")
+    try:
+        parsed = msgspec.convert(raw, _RawConfig)
+    except msgspec.ValidationError as err:
+        raise _explain(err, raw, "config", _RawConfig) from None
+    partitions = tuple(parse_partition(p, f"partitions[{i}]") for i, p in enumerate(parsed.partitions))
     names = [p.name for p in partitions]
     dupes = sorted({n for n in names if names.count(n) > 1})
     if dupes:
@@ -298,6 +514,8 @@ def load_config(path: str | Path) -> SchedulerConfig:
         raise ConfigError(f"{path}: not valid YAML: {err}") from None
     except UnicodeDecodeError as err:
         raise ConfigError(f"{path}: not UTF-8 text: {err}") from None
+    except RecursionError:
+        raise ConfigError(f"{path}: nested too deeply to read (more than {MAX_NESTING} levels are refused)") from None
     return parse_config(raw)
 
 
@@ -308,9 +526,9 @@ def partition_to_raw(cfg: PartitionConfig) -> dict[str, Any]:
         out: dict[str, Any] = {"name": q.name}
         resources: dict[str, Any] = {}
         if q.guaranteed:
-            resources["guaranteed"] = dict(q.guaranteed)
+            resources["guaranteed"] = res.as_quantities(q.guaranteed)
         if q.max is not None:
-            resources["max"] = dict(q.max)
+            resources["max"] = res.as_quantities(q.max)
         if resources:
             out["resources"] = resources
         out["properties"] = {

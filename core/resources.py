@@ -1,7 +1,8 @@
 """Resource vectors: named non-negative integers (memory MiB, vcore milli-cores, gpu, ...).
 
 A resource is a plain ``dict[str, int]``; a missing name means zero. All arithmetic is integer.
-Functions here never mutate their arguments unless their name ends in ``_into``.
+Functions here never mutate their arguments unless their name ends in ``_into``. Configs write
+quantities the YuniKorn way (``parse_quantity``); only this module turns them into these units.
 """
 
 from __future__ import annotations
@@ -16,9 +17,13 @@ ResourceLike = Mapping[str, int]
 MEMORY = "memory"
 VCORE = "vcore"
 
-_BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50}
-_DECIMAL = {"k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15}
-_QUANTITY = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*(Ki|Mi|Gi|Ti|Pi|k|M|G|T|P|m)?\s*$")
+MiB = 2**20
+# Kubernetes quantity suffixes, as YuniKorn 1.4+ reads them (``K`` is accepted beside ``k``).
+_BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
+_DECIMAL = {"k": 10**3, "K": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18}
+_QUANTITY = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*(Ki|Mi|Gi|Ti|Pi|Ei|k|K|M|G|T|P|E|m)?\s*$")
+MAX_QUANTITY = 2**62  # in Sniper's units; anything larger is a typo, and overflows the wire's int64
+_MAX_TEXT = 64  # characters: longer text is no quantity, and never reaches big-number arithmetic
 
 
 class QuantityError(ValueError):
@@ -26,53 +31,62 @@ class QuantityError(ValueError):
 
 
 def parse_quantity(name: str, value: object) -> int:
-    """Parse one resource value into Sniper's integer unit for that resource.
+    """One YuniKorn quantity (``queues.yaml``, ``partition_config``) in Sniper's unit for ``name``.
 
-    Integers are taken as they are (memory in MiB, vcore in milli-cores). Strings follow
-    Kubernetes / YuniKorn quantities: ``"64Gi"`` for memory is 65536 MiB, ``"2"`` vcores is 2000
-    milli-cores, ``"500m"`` vcores is 500 milli-cores. Other resource names count plain units.
+    As YuniKorn 1.4+ reads it: memory is bytes when bare (``Ki``..``Ei`` binary and ``k``..``E``
+    decimal suffixes), stored as MiB rounded up; vcore is cores when bare, ``m`` for milli-cores,
+    stored as milli-cores; any other resource is a bare count (suffixes scale it). An integer means
+    what the same digits in a string mean. Results above :data:`MAX_QUANTITY` are refused.
     """
     if isinstance(value, bool):
         raise QuantityError(f"{name}: boolean is not a quantity")
+    if isinstance(value, int) and 0 <= value < 10**_MAX_TEXT:  # the common case, without text
+        return _in_unit(name, value, 1, value)
     if isinstance(value, int):
         if value < 0:
             raise QuantityError(f"{name}: negative quantity {value}")
-        return value
+        raise QuantityError(f"{name}: an integer of more than {_MAX_TEXT} digits is too large")
     if isinstance(value, float):
-        if value < 0 or not math.isfinite(value) or value != int(value):
-            raise QuantityError(f"{name}: {value} is not a non-negative integer")
-        return int(value)
-    if not isinstance(value, str):
+        if not math.isfinite(value):
+            raise QuantityError(f"{name}: {value} is not a quantity")
+        text = repr(value)
+    elif isinstance(value, str):
+        text = value
+    else:
         raise QuantityError(f"{name}: {value!r} is not a quantity")
-    match = _QUANTITY.match(value)
+    if text.lstrip().startswith("-"):
+        raise QuantityError(f"{name}: negative quantity {value!r}")
+    if len(text) > _MAX_TEXT:
+        raise QuantityError(f"{name}: quantity {_short(text)} is too large")
+    match = _QUANTITY.match(text)
     if match is None:
         raise QuantityError(f"{name}: cannot parse quantity {value!r}")
-    number, suffix = float(match.group(1)), match.group(2)
-    if name == MEMORY:
-        if suffix in _BINARY:
-            amount = number * _BINARY[suffix] / 2**20
-        elif suffix in _DECIMAL:
-            amount = number * _DECIMAL[suffix] / 2**20
-        elif suffix == "m":
-            raise QuantityError(f"{name}: milli-units make no sense for memory ({value!r})")
-        else:
-            amount = number  # a bare number is MiB, like the integer form
-    elif name == VCORE:
-        if suffix == "m":
-            amount = number
-        elif suffix in _DECIMAL:
-            amount = number * _DECIMAL[suffix] * 1000
-        elif suffix in _BINARY:
-            raise QuantityError(f"{name}: binary suffix on a CPU quantity ({value!r})")
-        else:
-            amount = number * 1000  # "2" cores = 2000 milli-cores
+    whole, _, decimals = match.group(1).partition(".")
+    suffix = match.group(2) or ""
+    if suffix == "m" and name != VCORE:
+        raise QuantityError(f"{name}: the milli suffix 'm' is for vcore only ({value!r})")
+    numerator, denominator = int(whole + decimals), 10 ** len(decimals)
+    if suffix == "m":
+        denominator *= 1000
     else:
-        if suffix == "m":
-            raise QuantityError(f"{name}: milli-units need a resource measured in milli-units ({value!r})")
-        scale = _BINARY.get(suffix or "", _DECIMAL.get(suffix or "", 1))
-        amount = number * scale
-    result = math.ceil(amount - 1e-9)
-    return int(result)
+        numerator *= _BINARY.get(suffix) or _DECIMAL.get(suffix) or 1
+    return _in_unit(name, numerator, denominator, text)
+
+
+def _in_unit(name: str, numerator: int, denominator: int, written: object) -> int:
+    """``numerator / denominator`` of the written unit (bytes, cores, a count) in Sniper's unit, rounded up."""
+    if name == MEMORY:
+        denominator *= MiB  # bytes to MiB
+    elif name == VCORE:
+        numerator *= 1000  # cores to milli-cores
+    result = -(-numerator // denominator)
+    if result > MAX_QUANTITY:
+        raise QuantityError(f"{name}: quantity {_short(str(written))} is too large (more than 2**62 in Sniper's unit)")
+    return result
+
+
+def _short(text: str) -> str:
+    return repr(text) if len(text) <= 40 else repr(f"{text[:20]}...{text[-12:]}")
 
 
 def parse_resource(raw: Mapping[str, object], where: str = "resource", *, keep_zero: bool = False) -> Resource:
@@ -88,6 +102,44 @@ def parse_resource(raw: Mapping[str, object], where: str = "resource", *, keep_z
         if amount or keep_zero:
             out[name] = amount
     return out
+
+
+def as_quantities(resource: ResourceLike) -> dict[str, int | str]:
+    """``resource`` written as YuniKorn quantities that :func:`parse_resource` reads back exactly: memory
+    in the largest binary unit that holds it whole (``"64Gi"``), vcore in whole cores (``16``) or else
+    milli-cores (``"500m"``), other resources as bare counts."""
+    out: dict[str, int | str] = {}
+    for name, amount in resource.items():
+        if name == MEMORY:
+            size, suffix = _largest_unit(amount, ((2**20, "Ti"), (2**10, "Gi"), (1, "Mi")))
+            out[name] = f"{amount // size}{suffix}"
+        elif name == VCORE:
+            out[name] = amount // 1000 if amount % 1000 == 0 else f"{amount}m"
+        else:
+            out[name] = amount
+    return out
+
+
+def _largest_unit(amount: int, units: tuple[tuple[int, str], ...]) -> tuple[int, str]:
+    """The first ``(size, unit)`` of ``units`` (largest first, the last of size 1) that divides ``amount``."""
+    return next((size, unit) for size, unit in units if amount % size == 0)
+
+
+def describe(resource: ResourceLike) -> str:
+    """``resource`` for people, in the largest unit that shows it exactly: ``memory 320 GiB, vcore 80 cores``."""
+    parts: list[str] = []
+    for name in sorted(resource, key=lambda n: (n != MEMORY, n != VCORE, n)):
+        amount = resource[name]
+        if name == MEMORY:
+            size, unit = _largest_unit(amount, ((2**20, "TiB"), (2**10, "GiB"), (1, "MiB")))
+            text = f"{amount // size} {unit}"
+        elif name == VCORE:
+            fraction = f".{amount % 1000:03d}".rstrip("0") if amount % 1000 else ""
+            text = f"{amount // 1000}{fraction} cores"
+        else:
+            text = str(amount)
+        parts.append(f"{name} {text}")
+    return ", ".join(parts) if parts else "none"
 
 
 def add(a: ResourceLike, b: ResourceLike) -> Resource:

@@ -10,7 +10,7 @@ the allocator's ``allocating`` counters, which only the allocator touches (propo
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator, Mapping
 from typing import Any
 
 from sortedcontainers import SortedList
@@ -32,6 +32,15 @@ def allocation_number(allocation_id: str) -> int:
     """The commit order of an ``alloc-N`` id (ids from elsewhere sort first)."""
     tail = allocation_id.rsplit("-", 1)[-1]
     return int(tail) if tail.isdigit() else -1
+
+
+def selector_matches(selector: Mapping[str, Collection[str]], labels: Mapping[str, str]) -> bool:
+    """The one node-selector rule (Kubernetes ``nodeSelector`` with a list of accepted values, YARN node
+    labels): every key the selector names is on the node with one of its accepted values."""
+    for key, accepted in selector.items():
+        if labels.get(key) not in accepted:
+            return False
+    return True
 
 
 class Node:
@@ -155,6 +164,7 @@ class Ask:
         "duration",
         "key",
         "name",
+        "node_selector",
         "priority",
         "required_node",
         "reserved",
@@ -175,6 +185,7 @@ class Ask:
         self.seq = change.seq
         self.created = change.created
         self.required_node = change.required_node
+        self.node_selector: dict[str, frozenset[str]] = {k: frozenset(v) for k, v in change.node_selector.items()}
         self.duration = change.duration
         self.retry = change.retry
         self.damped_until = change.damped_until
@@ -182,6 +193,13 @@ class Ask:
         self.reserved = 0  # preemption reservations held for it
         self.allocating = 0  # allocator only: proposed, result not back yet
         self.sort_key = (-change.priority, change.seq)
+
+    def accepts(self, node: Node) -> bool:
+        """Whether the ask may run on ``node`` at all (its required node, its node selector), room aside:
+        the one rule normal allocation, preemption placement and the cache's checks all use."""
+        if self.required_node is not None and self.required_node != node.name:
+            return False
+        return not self.node_selector or selector_matches(self.node_selector, node.labels)
 
     @property
     def pending(self) -> int:

@@ -51,6 +51,8 @@ def decode_feed_lines(lines: Iterable[str | bytes], source: str = "trace") -> It
             yield feed_json.decode(text)
         except (msgspec.DecodeError, UnicodeDecodeError) as err:  # a string field that is not UTF-8
             yield BadInput(f"{source}:{number}", str(err))
+        except RecursionError:  # msgspec decodes nested values recursively
+            yield BadInput(f"{source}:{number}", "nested too deeply to decode")
 
 
 def read_trace(path: str | Path) -> tuple[list[Feed], list[BadInput]]:

@@ -64,6 +64,8 @@ class AskAdded(FeedEvent, tag="ask_added", frozen=True, gc=False):
     duration: Annotated[float, msgspec.Meta(ge=0)] | None = None
     retry: bool = True
     node: str | None = None  # a required node, if any
+    # Node label key -> accepted values: the ask runs only on nodes whose labels match every key.
+    node_selector: dict[str, list[str]] = {}
 
 
 class AskRemoved(FeedEvent, tag="ask_removed", frozen=True, gc=False):

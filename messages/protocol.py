@@ -59,6 +59,7 @@ class AskSet(Change, tag="ask", frozen=True, gc=False):
     duration: float | None = None
     retry: bool = True
     damped_until: float = 0.0  # re-added after a withdrawal that ended a reservation: no preemption before
+    node_selector: dict[str, list[str]] = {}
 
 
 class AskGone(Change, tag="ask_gone", frozen=True, gc=False):

@@ -22,6 +22,7 @@ class AskInfo:
     am: bool
     duration: float | None
     retry: bool
+    node_selector: dict[str, list[str]]
 
 
 class StandInRM:
@@ -40,7 +41,7 @@ class StandInRM:
         """Learn from a feed event on its way to the scheduler."""
         if isinstance(event, f.AskAdded):
             self.asks[(event.partition, event.app, event.ask)] = AskInfo(
-                dict(event.resource), event.priority, event.am, event.duration, event.retry
+                dict(event.resource), event.priority, event.am, event.duration, event.retry, event.node_selector
             )
         elif isinstance(event, f.AppAdded):
             self.apps.add((event.partition, event.app))
@@ -113,5 +114,6 @@ class StandInRM:
                 am=info.am,
                 duration=duration,
                 retry=info.retry,
+                node_selector=info.node_selector,
             )
         ]

@@ -11,6 +11,7 @@ import random
 from collections.abc import Callable
 from typing import Any
 
+from sniper.core import resources as res
 from sniper.core.config import SchedulerConfig, parse_config
 from sniper.messages import feed as f
 
@@ -35,9 +36,9 @@ def _queue(
     q: dict[str, Any] = {"name": name}
     resources: dict[str, Any] = {}
     if guaranteed:
-        resources["guaranteed"] = guaranteed
+        resources["guaranteed"] = res.as_quantities(guaranteed)
     if maximum:
-        resources["max"] = maximum
+        resources["max"] = res.as_quantities(maximum)
     if resources:
         q["resources"] = resources
     if props:
@@ -240,7 +241,7 @@ def fence(seed: int = 0) -> Scenario:
     quarter = {k: v // 4 for k, v in cap.items()}
     team = {
         "name": "team",
-        "resources": {"guaranteed": half},
+        "resources": {"guaranteed": res.as_quantities(half)},
         "properties": {"preemption.policy": "fence"},
         "queues": [_queue("x", quarter), _queue("y", quarter)],
     }
@@ -289,7 +290,7 @@ def random_mix(seed: int = 0) -> Scenario:
                 parent_g[k] += g[k]
             kids.append(_queue(f"l{j}", g, None, application_sort_policy=rng.choice(["fifo", "fair", "priority"])))
             leaves.append(f"root.p{i}.l{j}")
-        parents.append({"name": f"p{i}", "resources": {"guaranteed": parent_g}, "queues": kids})
+        parents.append({"name": f"p{i}", "resources": {"guaranteed": res.as_quantities(parent_g)}, "queues": kids})
     raw = _partition(parents, dict(PREEMPTION))
     events: list[f.Feed] = list(_nodes(nodes, 64 * GiB, 16_000))
     for n in range(60):

@@ -33,13 +33,15 @@ def queue(
     maximum: dict[str, Any] | None = None,
     **props: Any,
 ) -> dict[str, Any]:
-    """One raw queue; ``props`` use ``_`` for ``.`` (``priority_offset="10"``)."""
+    """One raw queue; ``props`` use ``_`` for ``.`` (``priority_offset="10"``). Integer amounts in
+    ``guaranteed`` and ``maximum`` are Sniper's units (MiB, milli-cores), as in feed events; strings are
+    YuniKorn quantities as they are."""
     q: dict[str, Any] = {"name": name}
     resources: dict[str, Any] = {}
     if guaranteed is not None:
-        resources["guaranteed"] = guaranteed
+        resources["guaranteed"] = quantities(guaranteed)
     if maximum is not None:
-        resources["max"] = maximum
+        resources["max"] = quantities(maximum)
     if resources:
         q["resources"] = resources
     if props:
@@ -47,6 +49,11 @@ def queue(
     if children:
         q["queues"] = list(children)
     return q
+
+
+def quantities(amounts: dict[str, Any]) -> dict[str, Any]:
+    """``amounts`` for a queues.yaml: integers in Sniper's units become YuniKorn quantities, strings stay."""
+    return {k: res.as_quantities({k: v})[k] if isinstance(v, int) else v for k, v in amounts.items()}
 
 
 def partition_raw(

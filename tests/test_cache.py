@@ -99,8 +99,8 @@ BAD_EVENTS: list[tuple[str, f.Feed, str]] = [
     ("update of an unknown node", f.NodeUpdated(node="ghost", schedulable=False), "unknown node ghost"),
     (
         "invalid config",
-        f.PartitionConfigEvent(config={"name": "default", "queues": [{"name": "top"}]}),
-        "the top queue must be named 'root'",
+        f.PartitionConfigEvent(config={"name": "default", "queues": []}),
+        "partition default.queues: expected `array` of length >= 1",
     ),
     (
         "config dropping a queue in use",

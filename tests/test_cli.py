@@ -85,8 +85,8 @@ def test_simulate_reports_bad_lines_and_goes_on(tmp_path: Path) -> None:
     ("args", "message"),
     [
         (["simulate", "no-such-scenario"], "unknown scenario 'no-such-scenario'"),
-        (["simulate", "missing.jsonl"], "No such file or directory"),
-        (["simulate", "demo", "--policy", "shotgun"], "unknown policy 'shotgun'"),
+        (["simulate", "missing.jsonl"], "error: no such file: missing.jsonl"),
+        (["simulate", "demo", "--policy", "shotgun"], "'shotgun' is not one of 'sniper', 'proportional', 'none'"),
         (["scenario", "no-such-scenario"], "unknown scenario"),
     ],
 )
@@ -102,7 +102,30 @@ def test_check_config_accepts_a_good_file(tmp_path: Path) -> None:
     result = _invoke("check-config", str(path))
     assert result.exit_code == 0, result.output
     assert "partition default" in result.output
-    assert "root.a" not in result.output and "  a  guaranteed={}" in result.output
+    assert "    a: guaranteed none; no max;" in result.output
+    assert "    b: guaranteed memory 1 MiB; no max;" in result.output
+
+
+def test_check_config_prints_units_preemption_settings_and_warnings(tmp_path: Path) -> None:
+    path = tmp_path / "queues.yaml"
+    path.write_text(
+        "partitions:\n  - preemption: {policy: sniper, interval: 1}\n    queues:\n"
+        "      - {name: team, properties: {preemption.policy: fence}, maxapplications: 3,\n"
+        "         resources: {guaranteed: {memory: 320Gi, vcore: 80}, max: {memory: 343597383680, vcores: 2}}}\n"
+        "      - {name: '[/]x', properties: {preemption.policy: disabled}}\n"
+    )
+    result = _invoke("check-config", str(path))
+    assert result.exit_code == 2  # '[/]x' is no queue name, and printing it does not trip rich
+    assert "'[/]x' is not a queue name" in _text(result)
+    path.write_text(path.read_text().replace("'[/]x'", "c"))
+    result = _invoke("check-config", str(path))
+    assert result.exit_code == 0, result.output
+    assert "preemption: policy sniper, every 1 s, grace 15 s, at most 10% of the partition a round" in result.output
+    assert "fenced: root.team" in result.output and "never victims (disabled): root.c" in result.output
+    assert "team: guaranteed memory 320 GiB, vcore 80 cores; max memory 320 GiB, vcores 2;" in result.output
+    text = _text(result)
+    assert "warning: queue root.team: maxapplications not implemented by Sniper yet" in text
+    assert "resource 'vcores' is not 'vcore' (did you mean 'vcore'?)" in text
 
 
 @pytest.mark.parametrize(

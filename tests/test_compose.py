@@ -90,3 +90,15 @@ def test_the_bundled_trace_is_a_valid_feed() -> None:
     events, bad = read_trace(COMPOSE / "demo.jsonl")
     assert not bad and len(events) > 100
     assert isinstance(events[0], PartitionConfigEvent)
+
+
+def test_only_the_metrics_ports_are_published_and_on_loopback() -> None:
+    services = compose()["services"]
+    assert "ports" not in services["kafka"]  # Kafka stays inside the compose network
+    published = {name: s["ports"] for name, s in services.items() if "ports" in s}
+    cores = {name for name, s in sniper_services().items() if s["command"][0] == "core"}
+    assert set(published) == cores
+    for name, ports in published.items():
+        command = services[name]["command"]
+        inside = command[command.index("--metrics-port") + 1]
+        assert len(ports) == 1 and ports[0].startswith("127.0.0.1:") and ports[0].endswith(f":{inside}"), name

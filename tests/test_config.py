@@ -46,8 +46,8 @@ def _full() -> dict[str, Any]:
                             {
                                 "name": "a",
                                 "resources": {
-                                    "guaranteed": {"memory": 327680, "vcore": 80000},
-                                    "max": {"memory": 655360, "vcore": 160000},
+                                    "guaranteed": {"memory": "320Gi", "vcore": 80},
+                                    "max": {"memory": "640Gi", "vcore": "160000m"},
                                 },
                                 "properties": {
                                     "application.sort.policy": "fifo",
@@ -55,7 +55,7 @@ def _full() -> dict[str, Any]:
                                     "preemption.policy": "default",
                                 },
                             },
-                            {"name": "b", "resources": {"guaranteed": {"memory": "320Gi", "vcore": "80"}}},
+                            {"name": "b", "resources": {"guaranteed": {"memory": 343597383680, "vcore": "80000m"}}},
                         ],
                     }
                 ],
@@ -76,7 +76,8 @@ def test_the_architecture_example_parses() -> None:
     assert a is not None and b is not None
     assert a.priority_offset == 10
     assert a.max == {"memory": 655360, "vcore": 160000}
-    assert b.guaranteed == {"memory": 327680, "vcore": 80000}  # "320Gi" and "80" cores
+    assert a.guaranteed == {"memory": 320 * 1024, "vcore": 80_000}  # 320 GiB in MiB, 80 cores in milli-cores
+    assert b.guaranteed == a.guaranteed  # the same in bytes and milli-cores
     assert b.max is None
     assert part.leaf("root") is None  # not a leaf
     with pytest.raises(ConfigError, match="no partition named 'x'"):
@@ -126,27 +127,27 @@ BAD_PARTITIONS: list[tuple[str, dict[str, Any], str]] = [
     (
         "unknown partition key",
         {**partition_raw(queue("a")), "nodesort": "fair"},
-        "partition: unknown key(s) 'nodesort'",
+        "partition default: unknown key 'nodesort' (did you mean 'nodesortpolicy'?)",
     ),
     (
         "unknown queue key",
         partition_raw({"name": "a", "capacity": 10}),
-        "unknown key(s) 'capacity'",
+        "queue root.a: unknown key 'capacity'; allowed: name, parent, queues",
     ),
     (
         "unknown resources key",
         partition_raw({"name": "a", "resources": {"min": {"memory": 1}}}),
-        "queue root.a.resources: unknown key(s) 'min'",
+        "queue root.a.resources: unknown key 'min'; allowed: guaranteed, max",
     ),
     (
         "unknown property",
         partition_raw(queue("a", application_sortpolicy="fifo")),
-        "queue root.a.properties: unknown key(s) 'application.sortpolicy'",
+        "queue root.a.properties: unknown key(s) 'application.sortpolicy' (did you mean 'application.sort.policy'?)",
     ),
     (
         "unknown preemption key",
         {**partition_raw(queue("a")), "preemption": {"policy": "sniper", "delay": 5}},
-        "partition default.preemption: unknown key(s) 'delay'",
+        "partition default.preemption: unknown key 'delay'; allowed: policy, interval,",
     ),
     (
         "child guaranteed over parent's",
@@ -188,19 +189,17 @@ BAD_PARTITIONS: list[tuple[str, dict[str, Any], str]] = [
     (
         "dotted queue name",
         partition_raw(queue("a.b")),
-        "queue name must be a non-empty string without dots",
+        "queue root.queues[0].name: 'a.b' is not a queue name (1 to 64 letters",
     ),
-    ("empty queue name", partition_raw({"name": ""}), "queue name must be a non-empty string"),
+    ("empty queue name", partition_raw({"name": ""}), "'' is not a queue name"),
+    ("queue name with markup", partition_raw({"name": "[/]"}), "'[/]' is not a queue name"),
+    ("queue name too long", partition_raw({"name": "q" * 65}), "is not a queue name (1 to 64"),
     (
-        "top queue not root",
-        {"name": "default", "queues": [{"name": "top"}]},
-        "the top queue must be named 'root', got 'top'",
-    ),
-    (
-        "two top queues",
+        "a root among other top queues",
         {"name": "default", "queues": [{"name": "root"}, {"name": "other"}]},
-        "expected a list holding exactly one queue, the root",
+        "partition default.queues: a queue named 'root' must be the only queue at the top",
     ),
+    ("no queues", {"name": "default", "queues": []}, "partition default.queues: expected `array` of length >= 1"),
     (
         "bad node sort policy",
         partition_raw(queue("a"), node_sort="spread"),
@@ -224,7 +223,7 @@ BAD_PARTITIONS: list[tuple[str, dict[str, Any], str]] = [
     (
         "bad victim cost",
         {**partition_raw(queue("a")), "preemption": {"victim_cost": "random"}},
-        "partition default.preemption.victim_cost: 'random' is not one of",
+        "partition default.preemption.victim_cost: 'random' is not one of running_time,",
     ),
     (
         "priority offset not an integer",
@@ -249,37 +248,37 @@ BAD_PARTITIONS: list[tuple[str, dict[str, Any], str]] = [
     (
         "negative quantity",
         _with_leaf(maximum={"vcore": -1}),
-        "queue root.a.max: vcore: negative quantity -1",
+        "queue root.a.max: vcore: negative quantity '-1m'",
     ),
     (
         "share out of range",
         {**partition_raw(queue("a")), "preemption": {"total_preemption_per_round": 1.5}},
-        "total_preemption_per_round: 1.5 is outside [0.0, 1.0]",
+        "partition default.preemption.total_preemption_per_round: expected `float` <= 1.0",
     ),
     (
         "interval zero",
         {**partition_raw(queue("a")), "preemption": {"interval": 0}},
-        "partition default.preemption.interval: must be positive",
+        "partition default.preemption.interval: expected `float` > 0.0",
     ),
     (
         "boolean expected",
         {**partition_raw(queue("a")), "preemption": {"observe_only": "yes"}},
-        "observe_only: 'yes' is not a boolean",
+        "partition default.preemption.observe_only: expected `bool`, got `str`",
     ),
     (
         "integer expected",
         {**partition_raw(queue("a")), "preemption": {"min_missed_opportunities": 1.5}},
-        "min_missed_opportunities: 1.5 is not a non-negative integer",
+        "partition default.preemption.min_missed_opportunities: expected `int`, got `float`",
     ),
     (
         "resources not a mapping",
         partition_raw({"name": "a", "resources": [1, 2]}),
-        "queue root.a.resources: expected a mapping, got list",
+        "queue root.a.resources: expected `object | null`, got `array`",
     ),
     (
         "children not a list",
         partition_raw({"name": "a", "queues": {"name": "b"}}),
-        "queue root.a.queues: expected a list",
+        "queue root.a.queues: expected `array`, got `object`",
     ),
 ]
 
@@ -292,9 +291,9 @@ def test_invalid_partitions_are_refused_with_a_clear_reason(raw: dict[str, Any],
 @pytest.mark.parametrize(
     ("raw", "message"),
     [
-        ({}, "config.partitions: expected a non-empty list"),
-        ({"partitions": []}, "config.partitions: expected a non-empty list"),
-        ({"partitions": [partition_raw(queue("a"))], "extra": 1}, "config: unknown key(s) 'extra'"),
+        ({}, "config: object missing required field `partitions`"),
+        ({"partitions": []}, "config.partitions: expected `array` of length >= 1"),
+        ({"partitions": [partition_raw(queue("a"))], "extra": 1}, "config: unknown key 'extra'"),
         (
             {"partitions": [partition_raw(queue("a")), partition_raw(queue("b"))]},
             "duplicate partition name(s) default",

@@ -1,25 +1,34 @@
-"""Observability of a core process: the Prometheus endpoint of an in-process core, and structured logs."""
+"""Observability of a core process: the Prometheus endpoint and the state endpoint of an in-process
+core, ``sniper status``, kills counted on a sped-up feed, and structured logs."""
 
 from __future__ import annotations
 
 import json
 import logging
+import socket
 import urllib.request
+from typing import Any
 
 import anyio
 import pytest
+from typer.testing import CliRunner
 
+from sniper.cli import app
 from sniper.cluster.core import CoreOptions, CoreProcess
-from sniper.cluster.obs import CoreMetrics, StructuredFormatter
+from sniper.cluster.obs import CoreMetrics, MetricsServeError, StructuredFormatter
 from sniper.messages import decisions as d
 from sniper.transport.bus import DECISIONS, FEED
 from sniper.transport.kafka import KafkaBus, KafkaSettings
 from tests.test_core_process import Decisions, workload
 
 
-def scrape(port: int) -> str:
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
+def scrape(port: int, path: str = "/metrics") -> str:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=10) as response:
         return str(response.read().decode())
+
+
+def status(port: int, *args: str) -> Any:
+    return CliRunner().invoke(app, ["status", "--url", f"http://127.0.0.1:{port}", *args], env={"COLUMNS": "250"})
 
 
 @pytest.mark.kafka
@@ -37,24 +46,103 @@ async def test_the_metrics_endpoint_of_a_core(kafka_settings: KafkaSettings) -> 
                     for event in workload("p1", 3):
                         await bus.publish(FEED, "p1", event)
                     await reader.until(lambda _: len(reader.of(d.Allocated)) == 3)
+                    # The partition started on these (and replayed them); two more asks reach the running cache.
+                    for event in workload("p1", 2, tag="late")[4:]:
+                        await bus.publish(FEED, "p1", event)
+                    await reader.until(lambda _: len(reader.of(d.Allocated)) == 5)
                     text = await anyio.to_thread.run_sync(scrape, port)
+                    state = json.loads(await anyio.to_thread.run_sync(scrape, port, "/ws/v1/state"))
+                    table = await anyio.to_thread.run_sync(status, port)
+                    as_json = await anyio.to_thread.run_sync(status, port, "--json")
                 finally:
                     metrics.close()
                 tg.cancel_scope.cancel()
     lines = set(text.splitlines())
-    assert 'sniper_allocations_total{partition="p1"} 3.0' in lines
-    assert 'sniper_queue_usage{partition="p1",queue="root.a",resource="memory"} 12.0' in lines
-    assert 'sniper_queue_guaranteed{partition="p1",queue="root.a",resource="memory"} 64.0' in lines
+    assert 'sniper_allocations_total{partition="p1"} 5.0' in lines
+    # Base units in the names: 20 MiB used and 64 MiB guaranteed, in bytes.
+    assert 'sniper_queue_used_memory_bytes{partition="p1",queue="root.a"} 2.097152e+07' in lines
+    assert 'sniper_queue_guaranteed_memory_bytes{partition="p1",queue="root.a"} 6.7108864e+07' in lines
     assert "sniper_partitions_hosted 1.0" in lines
     for name in (
-        "sniper_queue_pending",
+        "sniper_queue_pending_memory_bytes",
+        "sniper_queue_used_vcore_cores",
         "sniper_preemptions_total",
+        "sniper_kills_total",
         "sniper_proposals_rejected_total",
         "sniper_consumer_lag",
         'sniper_inbox_depth{actor="cache",partition="p1"}',
         "sniper_dead_letters_total",
+        "process_cpu_seconds_total",
+        "process_resident_memory_bytes",
+        "python_gc_objects_collected_total",
+        "python_info",
+        'sniper_feed_to_decision_seconds_bucket{le="0.005",partition="p1"}',
+        'sniper_allocation_cycle_seconds_bucket{le="0.005",partition="p1"}',
+        "sniper_preemption_round_seconds_bucket",
     ):
         assert name in text, name
+    counts = {line.split()[0]: float(line.split()[1]) for line in lines if "_seconds_count" in line}
+    assert counts['sniper_feed_to_decision_seconds_count{partition="p1"}'] == 2  # the two late asks
+    assert counts['sniper_allocation_cycle_seconds_count{partition="p1"}'] >= 1
+    assert "sniper_queue_usage" not in text  # no unit-less resource gauges for memory or vcore
+    (part,) = state["partitions"]
+    assert state["units"] == {"memory": "MiB", "vcore": "millicores"}
+    queues = {q["queue"]: q for q in part["queues"]}
+    assert queues["root.a"]["used"] == {"memory": 20} and queues["root.a"]["guaranteed"] == {"memory": 64}
+    assert set(queues["root.a"]) == {"queue", "guaranteed", "max", "used", "pending", "ideal"}
+    assert sorted(n["node"] for n in part["nodes"]) == ["n1", "n2"]
+    assert part["reservations"] == [] and part["preemptions_in_flight"] == [] and part["recent_preemptions"] == []
+    assert table.exit_code == 0, table.output
+    assert "partition p1" in table.output and "root.a" in table.output and "memory=20" in table.output
+    again = json.loads(as_json.stdout)
+    assert again["partitions"][0]["queues"] == part["queues"] and again["units"] == state["units"]
+
+
+def test_the_metrics_endpoint_listens_on_loopback_by_default_and_names_a_port_in_use() -> None:
+    metrics = CoreMetrics(CoreProcess(KafkaSettings(bootstrap="127.0.0.1:1")))
+    try:
+        port = metrics.serve(0)
+        assert metrics._server is not None and metrics._server.server_address[0] == "127.0.0.1"
+        with pytest.raises(MetricsServeError, match=f"metrics port {port} on 127.0.0.1"):
+            CoreMetrics(CoreProcess(KafkaSettings(bootstrap="127.0.0.1:1"))).serve(port)
+    finally:
+        metrics.close()
+
+
+def test_status_of_nothing_listening_exits_3() -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]  # bound, not listening: connections are refused
+        result = status(port)
+    assert result.exit_code == 3, result.output
+    assert "cannot reach" in result.output and "Traceback" not in result.output
+
+
+@pytest.mark.kafka
+async def test_a_sped_up_feed_kills_victims_after_their_grace(kafka_settings: KafkaSettings) -> None:
+    """The core keeps the feed's time base: at ten times speed a 15 s grace ends after 1.5 wall seconds,
+    so victims that ignore the preempt signal are killed, and the kills are counted."""
+    from sniper.simulator.scenarios import scenario
+    from sniper.tools.feeder import PlayOptions, play
+
+    sc = scenario("demo", 0)
+    with anyio.fail_after(120):
+        async with anyio.create_task_group() as tg:
+            process = CoreProcess(kafka_settings, CoreOptions(group="kills", tick=0.1))
+            metrics = CoreMetrics(process)
+            port = metrics.serve(0)
+            try:
+                await tg.start(process.run)
+                played = await play(kafka_settings, sc.events, PlayOptions(speed=20, until=200), config=sc.config)
+                text = await anyio.to_thread.run_sync(scrape, port)
+            finally:
+                metrics.close()
+            tg.cancel_scope.cancel()
+    assert played.report["invariant_violations"] == 0
+    assert played.report["kills"] > 0
+    kills = [line for line in text.splitlines() if line.startswith("sniper_kills_total{")]
+    assert kills and sum(float(line.split()[1]) for line in kills) >= played.report["kills"]
+    assert "sniper_preemption_round_seconds_count" in text
 
 
 def _record(**extra: object) -> logging.LogRecord:

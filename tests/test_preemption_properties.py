@@ -18,6 +18,7 @@ from sniper.core.config import SchedulerConfig, parse_config
 from sniper.messages import decisions as d
 from sniper.messages import feed as f
 from sniper.simulator.run import SimulationResult, SimulationSettings, run_simulation
+from tests.core_support import quantities
 
 GiB = 1024
 NODE = {"memory": 64 * GiB, "vcore": 16_000}
@@ -37,7 +38,7 @@ def traces(draw: st.DrawFn) -> Trace:
         g = {k: v * w // sum(weights) for k, v in cap.items()}
         q: dict[str, Any] = {
             "name": f"q{i}",
-            "resources": {"guaranteed": g},
+            "resources": {"guaranteed": quantities(g)},
             "properties": {
                 "priority.offset": str(draw(st.sampled_from([0, 0, 5]))),
                 "preemption.policy": draw(st.sampled_from(["default", "default", "fence", "disabled"])),
@@ -48,10 +49,10 @@ def traces(draw: st.DrawFn) -> Trace:
             q["queues"] = [
                 {
                     "name": "x",
-                    "resources": {"guaranteed": half},
+                    "resources": {"guaranteed": quantities(half)},
                     "properties": {"priority.offset": str(draw(st.sampled_from([0, 3])))},
                 },
-                {"name": "y", "resources": {"guaranteed": half}},
+                {"name": "y", "resources": {"guaranteed": quantities(half)}},
             ]
             leaves += [f"root.q{i}.x", f"root.q{i}.y"]
         else:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from sniper.core import resources as res
 from sniper.core.resources import QuantityError, parse_quantity, parse_resource
@@ -13,33 +15,47 @@ from sniper.core.resources import QuantityError, parse_quantity, parse_resource
 @pytest.mark.parametrize(
     ("name", "value", "expected"),
     [
+        # memory: bytes when bare (YuniKorn 1.4+), kept as MiB rounded up
         ("memory", "64Gi", 65536),
         ("memory", "1Gi", 1024),
         ("memory", "1.5Gi", 1536),
         ("memory", "512Mi", 512),
         ("memory", "1Ti", 1024 * 1024),
+        ("memory", "1Ei", 2**40),
         ("memory", "2048Ki", 2),
         ("memory", "1Ki", 1),  # rounded up to a whole MiB
         ("memory", "1G", 954),  # 10**9 bytes, rounded up to MiB
-        ("memory", "4096", 4096),  # a bare number is MiB, like the integer form
+        ("memory", "1k", 1),
+        ("memory", "1K", 1),
+        ("memory", "1M", 1),  # 10**6 bytes
+        ("memory", "1T", 953675),  # 10**12 bytes
+        ("memory", "1048576", 1),  # a bare number is bytes
+        ("memory", 1048576, 1),  # and an integer means the same
+        ("memory", 343597383680, 320 * 1024),
         ("memory", " 8Gi ", 8192),
-        ("memory", 4096, 4096),
         ("memory", 0, 0),
-        ("memory", 4096.0, 4096),
+        ("memory", "0", 0),
+        ("memory", 1, 1),
+        ("memory", 2097152.0, 2),
+        # vcore: cores when bare, m for milli-cores, kept as milli-cores
         ("vcore", "500m", 500),
         ("vcore", "2", 2000),
+        ("vcore", 2, 2000),  # vcore: 2 and vcore: "2" are both 2 cores
+        ("vcore", 10, 10_000),
+        ("vcore", "10", 10_000),
         ("vcore", "1.5", 1500),
+        ("vcore", 0.5, 500),
         ("vcore", "0.1m", 1),  # rounded up
         ("vcore", "1k", 1_000_000),
-        ("vcore", 2, 2),  # integers are already milli-cores
-        ("vcore", 16000, 16000),
+        ("vcore", "160000m", 160_000),
+        # anything else: a bare count
         ("gpu", "2", 2),
         ("gpu", 3, 3),
         ("gpu", "1k", 1000),
         ("gpu", "1Ki", 1024),
     ],
 )
-def test_parse_quantity(name: str, value: object, expected: int) -> None:
+def test_parse_quantity_reads_yunikorn_quantities(name: str, value: object, expected: int) -> None:
     assert parse_quantity(name, value) == expected
 
 
@@ -47,27 +63,54 @@ def test_parse_quantity(name: str, value: object, expected: int) -> None:
     ("name", "value", "fragment"),
     [
         ("memory", -1, "negative"),
-        ("memory", "-1Gi", "cannot parse"),
+        ("memory", "-1Gi", "negative"),
         ("memory", "abc", "cannot parse"),
         ("memory", "1Xi", "cannot parse"),
         ("memory", "", "cannot parse"),
         ("memory", "1e3", "cannot parse"),
-        ("memory", "500m", "milli-units make no sense for memory"),
-        ("vcore", "1Gi", "binary suffix on a CPU quantity"),
-        ("gpu", "500m", "milli-units need a resource measured in milli-units"),
+        ("memory", "500m", "the milli suffix 'm' is for vcore only"),
+        ("gpu", "500m", "the milli suffix 'm' is for vcore only"),
         ("memory", True, "boolean"),
-        ("memory", 1.5, "not a non-negative integer"),
-        ("memory", -2.0, "not a non-negative integer"),
-        ("memory", math.inf, "not a non-negative integer"),
-        ("memory", math.nan, "not a non-negative integer"),
+        ("memory", -2.0, "negative"),
+        ("memory", math.inf, "is not a quantity"),
+        ("memory", math.nan, "is not a quantity"),
         ("memory", None, "is not a quantity"),
         ("memory", [1], "is not a quantity"),
+        ("memory", "9" * 400 + "Gi", "too large"),
+        ("memory", "9" * 30 + "Ei", "too large"),
+        ("vcore", 10**30, "too large"),
+        pytest.param("gpu", 10**5000, "too large", id="more digits than Python turns into text"),
+        ("gpu", "1" + "0" * 19, "too large"),
     ],
 )
 def test_parse_quantity_errors(name: str, value: object, fragment: str) -> None:
     with pytest.raises(QuantityError, match=fragment) as info:
         parse_quantity(name, value)
     assert str(info.value).startswith(f"{name}:")
+    assert len(str(info.value)) < 200
+
+
+@given(st.integers(0, 2**40), st.sampled_from(["memory", "vcore", "gpu"]))
+def test_as_quantities_reads_back_exactly(amount: int, name: str) -> None:
+    assert parse_resource(res.as_quantities({name: amount}), keep_zero=True) == {name: amount}
+
+
+@given(st.integers(0, 2**40), st.sampled_from(["memory", "vcore", "gpu"]))
+def test_integers_and_strings_mean_the_same(amount: int, name: str) -> None:
+    assert parse_quantity(name, amount) == parse_quantity(name, str(amount))
+
+
+@pytest.mark.parametrize(
+    ("resource", "text"),
+    [
+        ({"memory": 320 * 1024, "vcore": 80_000}, "memory 320 GiB, vcore 80 cores"),
+        ({"vcore": 1500, "memory": 1536, "gpu": 2}, "memory 1536 MiB, vcore 1.5 cores, gpu 2"),
+        ({"memory": 2 * 2**20, "vcore": 250}, "memory 2 TiB, vcore 0.25 cores"),
+        ({}, "none"),
+    ],
+)
+def test_describe_says_units(resource: dict[str, int], text: str) -> None:
+    assert res.describe(resource) == text
 
 
 def test_parse_resource_drops_zero_entries_and_names_where() -> None:

@@ -26,8 +26,8 @@ QUEUES: dict[str, Any] = {
         {
             "name": "root",
             "queues": [
-                {"name": "a", "resources": {"guaranteed": {"memory": 8192}}},
-                {"name": "b", "resources": {"max": {"memory": 8192}}},
+                {"name": "a", "resources": {"guaranteed": {"memory": "8Gi"}}},
+                {"name": "b", "resources": {"max": {"memory": "8Gi"}}},
             ],
         }
     ],

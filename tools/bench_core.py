@@ -15,6 +15,7 @@ import anyio
 
 from sniper.actors.partition import PartitionRuntime
 from sniper.actors.router import Router
+from sniper.core import resources as res
 from sniper.core.config import parse_partition
 from sniper.messages import decisions as d
 from sniper.messages import feed as f
@@ -32,13 +33,15 @@ def two_level_queues(leaves: int, node_count: int, node_mem: int, node_cpu: int)
     children = []
     n = 0
     for i, count in enumerate(per_parent):
-        parent_g = {"memory": total_mem * count // leaves, "vcore": total_cpu * count // leaves}
+        parent_g = res.as_quantities({"memory": total_mem * count // leaves, "vcore": total_cpu * count // leaves})
         kids = []
         for _ in range(count):
             kids.append(
                 {
                     "name": f"q{n:03d}",
-                    "resources": {"guaranteed": {"memory": total_mem // leaves, "vcore": total_cpu // leaves}},
+                    "resources": {
+                        "guaranteed": res.as_quantities({"memory": total_mem // leaves, "vcore": total_cpu // leaves})
+                    },
                 }
             )
             n += 1
@@ -136,7 +139,7 @@ def bench_preempt(
     from sniper.messages import protocol as pm
 
     node_mem, node_cpu = 64 * GiB, 16_000
-    half = {"memory": nodes * node_mem // 2, "vcore": nodes * node_cpu // 2}
+    half = res.as_quantities({"memory": nodes * node_mem // 2, "vcore": nodes * node_cpu // 2})
     raw = {
         "name": "default",
         "preemption": {"policy": "sniper", "max_candidate_nodes": candidates},

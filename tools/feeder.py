@@ -8,8 +8,12 @@ decisions, releases containers after their duration, answers kills and asks agai
 ARCHITECTURE section-7 report as far as the decisions allow. Decisions of a deposed owner (a lower
 epoch than the highest seen for the partition) are dropped, as a real resource manager would.
 
-:func:`record` writes the feed as it passes to a JSON Lines trace (``t`` = wall seconds since the
-first record), which ``sniper simulate FILE`` can replay.
+:func:`record` writes the feed as it passes to a JSON Lines trace, which ``sniper simulate FILE`` can
+replay: ``t`` is the event's own trace time less the first record's, so times and durations stay in
+one time base (trace seconds) whatever the speed the feed was played at.
+
+A play that gets no decision at all within ``answer_timeout`` wall seconds of its first event raises
+:class:`NoAnswer`: no core is listening, and waiting longer would report an empty run as a success.
 
 The wall clock is read here only; the trace clock is wall time since the start times ``speed``.
 """
@@ -44,10 +48,15 @@ class PlayOptions:
     drain: float = 10.0  # after the trace: stop once nothing was decided for this many wall seconds
     sample: float = 1.0  # trace seconds between metric samples
     run: str = ""  # id prefix of the events; default: a random one
+    answer_timeout: float = 30.0  # wall seconds from the first event to the first decision
 
     def __post_init__(self) -> None:
-        if self.speed <= 0 or self.drain <= 0 or self.sample <= 0:
-            raise ValueError("speed, drain and sample must be positive")
+        if self.speed <= 0 or self.drain <= 0 or self.sample <= 0 or self.answer_timeout <= 0:
+            raise ValueError("speed, drain, sample and answer_timeout must be positive")
+
+
+class NoAnswer(RuntimeError):
+    """No core decided anything within ``PlayOptions.answer_timeout`` of the first event."""
 
 
 @dataclasses.dataclass(slots=True)
@@ -97,6 +106,7 @@ async def play(
     latest = dataclasses.replace(settings, auto_offset_reset="latest")
     rm_ids = 0
     published = 0
+    answered = False
     last_decision = time.monotonic()
     async with KafkaBus(latest) as bus:
         decisions = await bus.subscribe_ready(DECISIONS, group=f"{settings.prefix}feeder-{run}", capacity=8192)
@@ -122,7 +132,7 @@ async def play(
             return out
 
         async def read_decisions(sub: KafkaSubscription) -> None:
-            nonlocal last_decision
+            nonlocal last_decision, answered
             while True:
                 try:
                     dec = await sub.receive()
@@ -130,6 +140,7 @@ async def play(
                     return
                 sub.ack()
                 last_decision = time.monotonic()
+                answered = True
                 t = now()
                 if checker.on_decision(dec, t) and not isinstance(dec, d.Rejected):
                     answer = rm.on_decision(dec, t)
@@ -161,12 +172,17 @@ async def play(
                 batch.extend(rm_events(rm.due(t)))
                 if batch:
                     await publish(batch)
+                if not answered and time.monotonic() - start > options.answer_timeout:
+                    raise NoAnswer(
+                        f"no core answered {published} feed event(s) within {options.answer_timeout:g} s: "
+                        f"start one (sniper core --bootstrap {settings.bootstrap}) or raise --answer-timeout"
+                    )
                 if t >= next_sample:
                     checker.sample(t)
                     next_sample = t + options.sample
                     if progress is not None:
                         progress(t, max(end_hint, t))
-                if i >= len(trace) and options.until is None:
+                if i >= len(trace) and options.until is None and answered:
                     quiet = time.monotonic() - last_decision
                     pending = sum(p.model.pending_containers() for p in checker.parts.values())
                     if rm.next_time() is None and (pending == 0 or quiet > options.drain) and quiet > 0.5:
@@ -209,9 +225,9 @@ async def _copy(sub: KafkaSubscription, handle: Any, counted: list[int]) -> None
         except (anyio.EndOfStream, anyio.ClosedResourceError):
             return
         sub.ack()
-        wall = time.monotonic()
         if first is None:
-            first = wall
-        await handle.write(encode_json_line(msgspec.structs.replace(event, t=round(wall - first, 6))))
+            first = event.t
+        t = round(max(0.0, event.t - first), 6)  # trace seconds, like the durations the events carry
+        await handle.write(encode_json_line(msgspec.structs.replace(event, t=t)))
         await handle.flush()
         counted[0] += 1

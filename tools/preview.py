@@ -76,13 +76,14 @@ def _check_policy(policy: str) -> None:
 def render_table(results: Sequence[dict[str, Any]], width: int = 120) -> str:
     """A human-readable rendering of :func:`preview`'s results (rich tables as plain text)."""
     buffer = io.StringIO()
-    console = Console(file=buffer, width=width, force_terminal=False, color_system=None, highlight=False)
+    # Names are data: no markup, so a queue or app called "[/]" prints as it is.
+    console = Console(file=buffer, width=width, force_terminal=False, color_system=None, highlight=False, markup=False)
     for result in results:
         if "order" in result:
-            console.print(f"[bold]{result['id']}[/bold]  order: {' '.join(map(str, result['order']))}")
+            console.print(f"{result['id']}  order: {' '.join(map(str, result['order']))}")
             continue
         for rnd in result.get("rounds", []):
-            console.print(f"[bold]{result['id']}[/bold]  clock {rnd['clock_ms']} ms")
+            console.print(f"{result['id']}  clock {rnd['clock_ms']} ms")
             apps = Table("app", "marked", "killable", title="containers", title_justify="left")
             for app, count in rnd["marked"].items():
                 apps.add_row(str(app), str(count), str(rnd["killable"].get(app, 0)))

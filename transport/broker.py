@@ -87,6 +87,17 @@ def free_port(host: str = "127.0.0.1") -> int:
         return port
 
 
+def port_free(host: str, port: int) -> bool:
+    """True if nothing listens on ``host:port`` now (a bind succeeds)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # a closed socket's TIME_WAIT is no listener
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+        return True
+
+
 def probe(host: str, port: int, timeout: float = 0.5) -> bool:
     """True if a Kafka broker at ``host:port`` answers an ``ApiVersions`` (v0) request without error."""
     client_id = b"sniper-probe"
@@ -202,6 +213,11 @@ class EmbeddedBroker:
         if self.running:
             return self.bootstrap
         attempts = 1 if self._requested_port is not None else self.attempts
+        if self._requested_port is not None and not port_free(self.host, self._requested_port):
+            raise BrokerStartError(
+                f"broker port {self._requested_port} on {self.host} is in use: choose another --port "
+                "or stop what listens there"
+            )
         failure = ""
         for _ in range(attempts):
             port = self._requested_port if self._requested_port is not None else free_port(self.host)

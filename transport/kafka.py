@@ -80,6 +80,10 @@ class KafkaTransportError(RuntimeError):
     """The Kafka transport failed (a subscription's consumer stopped on an error)."""
 
 
+class KafkaConnectTimeout(KafkaTransportError):
+    """No broker answered at the bootstrap address within ``KafkaSettings.connect_timeout``."""
+
+
 class MessageTooLarge(ValueError):
     """An encoded message exceeds ``KafkaSettings.max_message_bytes``."""
 
@@ -109,6 +113,7 @@ class KafkaSettings:
     session_timeout_ms: int = 6_000
     heartbeat_interval_ms: int = 1_000
     request_timeout_ms: int = 30_000
+    connect_timeout: float = 30.0  # first contact (topics, producer): give up after this many seconds
 
     def __post_init__(self) -> None:
         if not self.bootstrap.strip():
@@ -128,8 +133,8 @@ class KafkaSettings:
             raise ValueError("partitions and replication must be at least 1")
         if self.max_message_bytes < 2 * _DEADLETTER_MARGIN:
             raise ValueError(f"max_message_bytes must be at least {2 * _DEADLETTER_MARGIN}")
-        if self.commit_interval <= 0 or self.close_timeout <= 0:
-            raise ValueError("commit_interval and close_timeout must be positive")
+        if self.commit_interval <= 0 or self.close_timeout <= 0 or self.connect_timeout <= 0:
+            raise ValueError("commit_interval, close_timeout and connect_timeout must be positive")
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> KafkaSettings:
@@ -261,7 +266,7 @@ class KafkaBus(Bus):
                 raise anyio.ClosedResourceError("the Kafka bus is closed")
             if self._producer is not None:
                 return
-            await self.ensure_topics()
+            limit = self.settings.connect_timeout
             producer = AIOKafkaProducer(
                 **self.settings.client_options(),
                 acks="all",
@@ -270,9 +275,16 @@ class KafkaBus(Bus):
                 linger_ms=0,
             )
             try:
-                await producer.start()
-            except BaseException:
+                async with asyncio.timeout(limit):
+                    await self.ensure_topics()
+                    await producer.start()
+            except BaseException as err:
                 await self._bounded(producer.stop(), "producer stop after a failed start")
+                if isinstance(err, TimeoutError):
+                    raise KafkaConnectTimeout(
+                        f"no Kafka broker answered at {self.settings.bootstrap} within {limit:g} s: "
+                        "check --bootstrap / SNIPER_KAFKA_BOOTSTRAP, or raise --connect-timeout"
+                    ) from None
                 raise
             if self._closed:  # closed while starting
                 await self._bounded(producer.stop(), "producer stop")

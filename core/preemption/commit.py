@@ -110,8 +110,8 @@ def _check(
     node = state.nodes.get(pl.node)
     if node is None or not node.schedulable:
         return "node is gone or not schedulable"
-    if ask.required_node is not None and ask.required_node != pl.node:
-        return f"ask requires node {ask.required_node}"
+    if not ask.accepts(node):
+        return f"node {pl.node} does not match the ask's required node or node selector"
     victims: list[Allocation] = []
     for vid in pl.victims:
         v = state.allocations.get(vid)

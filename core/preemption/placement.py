@@ -166,7 +166,8 @@ class VictimPlacer:
         self.deficits = self._headroom_deficits(ask)
         if ask.required_node is not None:
             node = state.nodes.get(ask.required_node)
-            best = None if node is None or not node.schedulable else self._minimal_set(node, ask)
+            usable = node is not None and node.schedulable and ask.accepts(node)
+            best = self._minimal_set(node, ask) if node is not None and usable else None
         else:
             best = self._search(state, ask)
         if best is None:
@@ -181,7 +182,8 @@ class VictimPlacer:
     def _shape(self, ask: Ask) -> tuple[object, ...]:
         """Asks of one shape have the same candidate sets on every node (one search heap)."""
         who = (ask.app.name, ask.priority) if self.intra else ()
-        return (tuple(sorted(ask.resource.items())), ask.app.queue.path, bool(self.deficits), *who)
+        selector = tuple(sorted((k, tuple(sorted(v))) for k, v in ask.node_selector.items()))
+        return (tuple(sorted(ask.resource.items())), ask.app.queue.path, bool(self.deficits), selector, *who)
 
     def _search(self, state: PartitionState, ask: Ask) -> VictimSet | None:
         """Best-first over lower bounds: the first entry popped that is exact and current is the
@@ -190,7 +192,8 @@ class VictimPlacer:
         shape = self._shape(ask)
         search = self.heaps.get(shape)
         if search is None:
-            heap = [e for e in (self._bound_entry(state.nodes[name], ask) for name in self.held) if e is not None]
+            nodes = (state.nodes[name] for name in self.held)
+            heap = [e for e in (self._bound_entry(node, ask) for node in nodes if ask.accepts(node)) if e is not None]
             heapq.heapify(heap)
             search = self.heaps[shape] = (ask, heap)
         heap = search[1]
@@ -236,7 +239,7 @@ class VictimPlacer:
         names = [ask.required_node] if ask.required_node is not None else list(self.held)
         for name in names:
             node = state.nodes.get(name)
-            if node is None or name not in self.held:
+            if node is None or name not in self.held or not ask.accepts(node):
                 continue
             shortfall = self._shortfall(node, ask)
             got: Resource = {}
@@ -386,7 +389,7 @@ class VictimPlacer:
         self.epoch += 1
         self.version[name] = self.version.get(name, 0) + 1
         for shape_ask, heap in self.heaps.values():
-            entry = self._bound_entry(chosen.node, shape_ask)
+            entry = self._bound_entry(chosen.node, shape_ask) if shape_ask.accepts(chosen.node) else None
             if entry is not None:
                 heapq.heappush(heap, entry)
         if any(v <= 0 for k, v in self.budget_left.items() if k in self.request.budget and self.request.budget[k] > 0):

@@ -1,12 +1,13 @@
 """The ``sniper`` command line: one typer app (:mod:`sniper.cli.app`) with the simulation commands
-(:mod:`sniper.cli.sim`) and the Kafka cluster commands (:mod:`sniper.cli.kafka`). Exit codes: 0 fine,
-1 an invariant was violated, 2 bad input or usage, 3 a runtime failure.
+(:mod:`sniper.cli.sim`), the Kafka cluster commands (:mod:`sniper.cli.kafka`) and the importers
+(:mod:`sniper.cli.importing`). Exit codes: 0 fine, 1 an invariant was violated, 2 bad input or usage,
+3 a runtime failure.
 """
 
-from sniper.cli import kafka, sim
+from sniper.cli import importing, kafka, sim
 from sniper.cli.app import app
 
-__all__ = ["app", "kafka", "main", "sim"]
+__all__ = ["app", "importing", "kafka", "main", "sim"]
 
 
 def main() -> None:

@@ -1,26 +1,153 @@
 """The ``sniper`` typer application and what every command shares: the app and its ``bench`` group,
-the consoles (tables to stdout, progress and errors to stderr), logging set-up, and how a trace or a
-bundled scenario is loaded. Commands live in :mod:`sniper.cli.sim` and :mod:`sniper.cli.kafka`.
+the consoles (tables to stdout, progress and errors to stderr), logging set-up, the choices a flag
+takes, how a trace or a bundled scenario is loaded, and the one place that turns an exception into
+an exit code. Commands live in :mod:`sniper.cli.sim`, :mod:`sniper.cli.kafka` and
+:mod:`sniper.cli.importing`.
+
+Invariants: an operational error prints one line on stderr (what is wrong, what to do) and exits 2
+(usage or input) or 3 (a runtime failure), never a traceback; exit 1 means an invariant was violated.
+Names are data and may look like rich markup (``[/]``): text that holds names is printed through
+:func:`literal` (or escaped), never parsed as markup.
 """
 
 from __future__ import annotations
 
+import enum
+import errno
 import logging
 import sys
+from collections.abc import Iterable, Sequence
 from pathlib import Path
+from typing import Any, NoReturn
 
+import msgspec
 import typer
 from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+from typer.core import TyperGroup
 
-from sniper.core.config import SchedulerConfig, load_config
+from sniper.core.config import ConfigError, SchedulerConfig, load_config, parse_partition
+from sniper.messages import decisions as d
 from sniper.messages import feed as f
-from sniper.messages.codec import read_trace
+from sniper.messages.codec import BadInput, read_trace
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, help="Sniper: a scheduler core with sniper preemption.")
+EXIT_INVARIANT = 1
+EXIT_INPUT = 2
+EXIT_RUNTIME = 3
+
+
+class CliError(Exception):
+    """An operational error: one line for stderr and the exit code (2 input, 3 runtime)."""
+
+    def __init__(self, message: str, code: int = EXIT_INPUT) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def fail(message: str, code: int = EXIT_INPUT) -> NoReturn:
+    raise CliError(message, code)
+
+
+def _leaf(err: BaseException) -> BaseException:
+    """The first real error inside (possibly nested) exception groups from task groups."""
+    while isinstance(err, BaseExceptionGroup) and err.exceptions:
+        err = err.exceptions[0]
+    return err
+
+
+def explain(err: BaseException) -> tuple[int, str]:
+    """The exit code and the one line an operator sees for ``err``."""
+    from aiokafka.errors import KafkaConnectionError
+
+    from sniper.cluster.obs import MetricsServeError
+    from sniper.tools.cpulimit import CpuLimitUnavailable
+    from sniper.tools.feeder import NoAnswer
+    from sniper.transport.broker import BrokerStartError
+    from sniper.transport.kafka import KafkaConnectTimeout
+
+    err = _leaf(err)
+    if isinstance(err, CliError):
+        return err.code, str(err)
+    if isinstance(err, FileNotFoundError):
+        return EXIT_INPUT, f"no such file: {err.filename or err}"
+    if isinstance(err, IsADirectoryError | NotADirectoryError | PermissionError):
+        return EXIT_INPUT, f"cannot use {err.filename}: {err.strerror}"
+    if isinstance(err, CpuLimitUnavailable):  # --core-cpus on a machine that cannot cap: usage
+        return EXIT_INPUT, str(err)
+    if isinstance(err, ConfigError | msgspec.DecodeError | msgspec.ValidationError):
+        return EXIT_INPUT, f"invalid input: {err}"
+    if isinstance(err, BrokerStartError | MetricsServeError | KafkaConnectTimeout | NoAnswer):
+        return EXIT_RUNTIME, str(err)
+    if isinstance(err, KafkaConnectionError | ConnectionError):
+        return EXIT_RUNTIME, f"cannot reach Kafka: {err}; check --bootstrap / SNIPER_KAFKA_BOOTSTRAP"
+    if isinstance(err, OSError) and err.errno == errno.EADDRINUSE:
+        return EXIT_RUNTIME, f"address in use: {err}; choose another port"
+    if isinstance(err, ValueError):
+        return EXIT_INPUT, f"invalid input: {err}"
+    if isinstance(err, OSError):
+        return EXIT_RUNTIME, f"{err.strerror or err}" + (f": {err.filename}" if err.filename else "")
+    return EXIT_RUNTIME, f"internal error ({type(err).__name__}: {err}); run with -v for details and report it"
+
+
+class SniperGroup(TyperGroup):
+    """The app's command group: every command runs inside :meth:`invoke`, so errors are mapped here."""
+
+    def invoke(self, ctx: Any) -> Any:
+        try:
+            return super().invoke(ctx)
+        except (typer.Exit, typer.Abort, typer.TyperException):
+            raise
+        except KeyboardInterrupt:
+            raise typer.Exit(130) from None
+        except Exception as err:  # the one place an exception becomes an exit code
+            code, message = explain(err)
+            logging.getLogger("sniper.cli").info("command failed", exc_info=err)  # the details, with -v
+            console.print(literal(f"error: {message}", "red"))
+            raise typer.Exit(code) from None
+
+
+app = typer.Typer(
+    cls=SniperGroup,
+    rich_markup_mode=None,  # usage errors as two plain lines, not a box
+    add_completion=False,
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    help="Sniper: a scheduler core with sniper preemption. Exit codes: 0 fine, 1 an invariant was violated, "
+    "2 bad input or usage, 3 a runtime failure.",
+)
 bench_app = typer.Typer(no_args_is_help=True, help="Benchmarks (print figures; never assert).")
 app.add_typer(bench_app, name="bench")
-console = Console(stderr=True)
-out = Console()
+console = Console(stderr=True, highlight=False, soft_wrap=True)
+out = Console(highlight=False)
+
+
+def literal(text: object, style: str = "") -> Text:
+    """``text`` as rich prints it, character for character: queue, node, app and event names are data."""
+    return Text(str(text), style=style)
+
+
+class Policy(enum.StrEnum):
+    sniper = "sniper"
+    proportional = "proportional"
+    none = "none"
+
+
+class Role(enum.StrEnum):
+    all = "all"
+    cache = "cache"
+    allocator = "allocator"
+    policy = "policy"
+
+
+class LogFormat(enum.StrEnum):
+    kv = "kv"
+    json = "json"
+
+
+class Transport(enum.StrEnum):
+    memory = "memory"
+    kafka = "kafka"
 
 
 def setup_logging(verbose: bool) -> None:
@@ -31,18 +158,89 @@ def setup_logging(verbose: bool) -> None:
     )
 
 
+def print_bad(bad: Sequence[BadInput], kind: str) -> None:
+    """Report skipped input lines (the first 20, then how many more)."""
+    for problem in bad[:20]:
+        console.print(literal(f"skipped {problem}", "yellow"))
+    if len(bad) > 20:
+        console.print(literal(f"... and {len(bad) - 20} more {kind} lines", "yellow"))
+
+
+def print_table(title: str, rows: dict[str, Any]) -> None:
+    """A two-column table (key, value) on stdout: what ``bench`` and ``feed`` print without ``--json``."""
+    import json
+
+    table = Table(title=literal(title))
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    for key, value in rows.items():
+        table.add_row(literal(key), literal(json.dumps(value) if isinstance(value, dict | list) else value))
+    out.print(table)
+
+
+def rejections(decisions: Iterable[d.DecisionMsg]) -> list[dict[str, str]]:
+    """The rejected events and asks of a run, with their reasons (the report's ``rejections``)."""
+    return [
+        {"partition": x.partition, "event": x.event, "app": x.app, "ask": x.ask, "reason": x.reason}
+        for x in decisions
+        if isinstance(x, d.Rejected)
+    ]
+
+
+def show_rejections(items: list[dict[str, str]], show: bool) -> None:
+    """List the rejections on stderr (``--show-rejections``), or say how to see them."""
+    if not items:
+        return
+    if not show:
+        console.print(literal(f"{len(items)} event(s) rejected: --show-rejections lists them with their reasons"))
+        return
+    for item in items:
+        what = " ".join(f"{k}={v}" for k, v in item.items() if v and k != "reason")
+        console.print(literal(f"rejected {what}: {item['reason']}", "yellow"))
+
+
+def decided_nothing(decisions: Iterable[d.DecisionMsg], events: int) -> None:
+    """Fail (exit 3) when a run of ``events`` events decided nothing but rejections."""
+    if not any(not isinstance(x, d.Rejected) for x in decisions):
+        fail(f"nothing was decided for {events} events (see the rejections above)", EXIT_RUNTIME)
+
+
 def load_inputs(trace: Path | None, queues: Path | None, seed: int) -> tuple[list[f.Feed], SchedulerConfig | None, str]:
+    """The events, the configuration (``--queues`` or the scenario's) and a description of the source.
+
+    A trace that configures no partition, given without ``--queues``, is refused: nothing would be
+    decided. The configuration's warnings (YuniKorn keys Sniper does not implement, misspelt resource
+    names) are printed, whether it comes from ``--queues`` or from the trace's ``partition_config``.
+    """
     from sniper.simulator.scenarios import scenario
 
     if trace is None:
         trace = Path("demo")
+    config = load_config(queues) if queues is not None else None
     if not trace.exists() and not trace.suffix:
         sc = scenario(str(trace), seed)  # a bundled scenario by name
-        config = load_config(queues) if queues is not None else sc.config
-        return sc.events, config, f"bundled scenario '{sc.name}' (seed {seed})"
-    events, bad = read_trace(trace)
-    for problem in bad[:20]:
-        console.print(f"[yellow]skipped[/] {problem}")
-    if len(bad) > 20:
-        console.print(f"[yellow]... and {len(bad) - 20} more bad lines[/]")
-    return events, (load_config(queues) if queues is not None else None), str(trace)
+        events, source = sc.events, f"bundled scenario '{sc.name}' (seed {seed})"
+        config = config or sc.config
+    else:
+        events, bad = read_trace(trace)
+        print_bad(bad, "bad")
+        source = str(trace)
+        if config is None and not any(isinstance(e, f.PartitionConfigEvent) for e in events):
+            fail(f"{trace} configures no partition (no partition_config event): pass --queues FILE")
+    print_config_warnings(config, events)
+    return events, config, source
+
+
+def print_config_warnings(config: SchedulerConfig | None, events: Sequence[f.Feed]) -> None:
+    """Each warning of the configuration in force once on stderr (an invalid ``partition_config`` is
+    the cache's to reject, with its reason, so it is skipped here)."""
+    warnings: list[str] = list(config.warnings) if config is not None else []
+    if config is None:
+        for event in events:
+            if isinstance(event, f.PartitionConfigEvent):
+                try:
+                    warnings.extend(parse_partition(event.config, f"partition_config {event.partition}").warnings)
+                except ConfigError:
+                    continue
+    for warning in dict.fromkeys(warnings):
+        console.print(literal(f"warning: {warning}", "yellow"))

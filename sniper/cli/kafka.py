@@ -2,8 +2,9 @@
 
 They register on the main typer app of :mod:`sniper.cli.app`. A thin shell like the rest of the
 CLI: it parses flags, builds :class:`~sniper.transport.kafka.KafkaSettings` (flags, then ``SNIPER_KAFKA_*``),
-starts the embedded broker when no bootstrap is given, runs the asyncio program on uvloop and maps
-outcomes to exit codes (0 fine, 1 invariant violated, 2 bad input or configuration).
+starts the embedded broker when no bootstrap is given and runs the asyncio program on uvloop. Errors
+become exit codes in :mod:`sniper.cli.app` (1 invariant violated, 2 bad input, 3 a runtime failure:
+no broker within ``--connect-timeout``, a port in use, no core answering the feed).
 """
 
 from __future__ import annotations
@@ -18,7 +19,22 @@ from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 
-from sniper.cli.app import app, bench_app, console, load_inputs
+from sniper.cli.app import (
+    EXIT_INVARIANT,
+    LogFormat,
+    Role,
+    app,
+    bench_app,
+    console,
+    decided_nothing,
+    fail,
+    literal,
+    load_inputs,
+    print_config_warnings,
+    print_table,
+    rejections,
+    show_rejections,
+)
 
 if TYPE_CHECKING:
     from sniper.transport.kafka import KafkaSettings
@@ -42,6 +58,10 @@ CertFile = Annotated[Path | None, typer.Option(help="TLS client certificate")]
 KeyFile = Annotated[Path | None, typer.Option(help="TLS client key")]
 MaxMessage = Annotated[int | None, typer.Option(help="largest record in bytes (topics and clients)")]
 SessionTimeout = Annotated[int | None, typer.Option(help="consumer-group session timeout (ms)")]
+ConnectTimeout = Annotated[
+    float | None, typer.Option(min=0.1, help="give up when no broker answers within this many seconds (default 30)")
+]
+AsJson = Annotated[bool, typer.Option("--json", help="one JSON object on stdout instead of a table")]
 
 
 # A command's Kafka connection flags (parameter name -> KafkaSettings field); each command declares
@@ -58,6 +78,7 @@ _KAFKA_FLAGS = {
     "ssl_keyfile": "ssl_keyfile",
     "max_message_bytes": "max_message_bytes",
     "session_timeout_ms": "session_timeout_ms",
+    "connect_timeout": "connect_timeout",
 }
 
 
@@ -76,7 +97,10 @@ async def _connect(bootstrap: str | None, flags: Mapping[str, Any]) -> AsyncIter
     bootstrap is given or set."""
     from sniper.cluster.kafka_env import bootstrap_or_embedded, build_settings
 
-    async with bootstrap_or_embedded(bootstrap, announce=console.print) as (address, embedded):
+    async with bootstrap_or_embedded(bootstrap, announce=lambda text: console.print(literal(text))) as (
+        address,
+        embedded,
+    ):
         yield build_settings(address, embedded=embedded, **flags)
 
 
@@ -84,11 +108,6 @@ def _run(main: Any) -> Any:
     import anyio
 
     return anyio.run(main, backend="asyncio", backend_options={"use_uvloop": True})
-
-
-def _fail(message: str, code: int = 2) -> typer.Exit:
-    console.print(f"[red]error:[/] {message}")
-    return typer.Exit(code)
 
 
 async def _until_signal() -> None:
@@ -123,7 +142,7 @@ def broker(
     host: Annotated[str, typer.Option(help="address to listen on and advertise")] = "127.0.0.1",
 ) -> None:
     """Run the embedded Kafka-compatible broker (tansu, in-memory) in the foreground until Ctrl-C."""
-    from sniper.transport.broker import BrokerStartError, EmbeddedBroker
+    from sniper.transport.broker import EmbeddedBroker
 
     async def main() -> None:
         async with EmbeddedBroker(host=host, port=port) as embedded:
@@ -135,25 +154,24 @@ def broker(
             )
             await _until_signal()
 
-    try:
+    with contextlib.suppress(KeyboardInterrupt):
         _run(main)
-    except BrokerStartError as err:
-        raise _fail(str(err), 1) from None
-    except KeyboardInterrupt:
-        pass
 
 
 @app.command("core")
 def core(
     bootstrap: Bootstrap = None,
-    role: Annotated[str, typer.Option(help="all | cache | allocator | policy")] = "all",
+    role: Annotated[Role, typer.Option(help="which actors this process runs")] = Role.all,
     group: Annotated[str, typer.Option(help="consumer group of the core processes")] = "sniper-core",
     queues: Annotated[Path | None, typer.Option(help="queues.yaml: partitions configured up front")] = None,
-    metrics_port: Annotated[int | None, typer.Option(help="serve Prometheus metrics on this port")] = None,
+    metrics_port: Annotated[
+        int | None, typer.Option(min=0, max=65535, help="serve Prometheus metrics and /ws/v1/state on this port")
+    ] = None,
+    metrics_address: Annotated[str, typer.Option(help="address the metrics endpoint listens on")] = "127.0.0.1",
     tick: Annotated[float, typer.Option(help="seconds between clock ticks")] = 0.5,
     snapshot_interval: Annotated[float, typer.Option(help="seconds between snapshots of a busy partition")] = 5.0,
     snapshot_every: Annotated[int, typer.Option(help="decisions between snapshots (at least the state's size)")] = 1000,
-    log_format: Annotated[str, typer.Option(help="kv | json")] = "kv",
+    log_format: Annotated[LogFormat, typer.Option(help="log line format")] = LogFormat.kv,
     verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
     prefix: Prefix = None,
     kafka_partitions: Partitions = None,
@@ -166,27 +184,26 @@ def core(
     ssl_keyfile: KeyFile = None,
     max_message_bytes: MaxMessage = None,
     session_timeout_ms: SessionTimeout = None,
+    connect_timeout: ConnectTimeout = None,
 ) -> None:
     """Run one scheduler-core process: it joins the group and hosts the partitions Kafka assigns it."""
     flags = _kafka_flags(locals())
     from sniper.cluster.core import CoreOptions
     from sniper.cluster.obs import CoreMetrics, setup_logging
     from sniper.cluster.roles import core_process
-    from sniper.core.config import ConfigError, load_config
+    from sniper.core.config import load_config
 
-    try:
-        setup_logging(log_format, logging.DEBUG if verbose else logging.INFO)
-        config = load_config(queues) if queues is not None else None
-        options = CoreOptions(
-            group=group,
-            role=role,
-            config=config,
-            tick=tick,
-            snapshot_interval=snapshot_interval,
-            snapshot_every=snapshot_every,
-        )
-    except (ConfigError, ValueError, OSError) as err:
-        raise _fail(str(err)) from None
+    setup_logging(log_format.value, logging.DEBUG if verbose else logging.INFO)
+    config = load_config(queues) if queues is not None else None
+    print_config_warnings(config, ())
+    options = CoreOptions(
+        group=group,
+        role=role.value,
+        config=config,
+        tick=tick,
+        snapshot_interval=snapshot_interval,
+        snapshot_every=snapshot_every,
+    )
 
     async def main() -> None:
         import gc
@@ -204,20 +221,18 @@ def core(
             metrics = None
             if metrics_port is not None:
                 metrics = CoreMetrics(process)
-                port = metrics.serve(metrics_port)
-                logging.getLogger("sniper.core").info("metrics on http://0.0.0.0:%d/metrics", port)
+                port = metrics.serve(metrics_port, addr=metrics_address)
+                logging.getLogger("sniper.core").info(
+                    "metrics on http://%s:%d/metrics, state on /ws/v1/state", metrics_address, port
+                )
             try:
                 await _until_signal_or(process.run)
             finally:
                 if metrics is not None:
                     metrics.close()
 
-    try:
+    with contextlib.suppress(KeyboardInterrupt):
         _run(main)
-    except ValueError as err:
-        raise _fail(str(err)) from None
-    except KeyboardInterrupt:
-        pass
 
 
 @app.command("feed")
@@ -229,7 +244,12 @@ def feed(
     report: Annotated[Path | None, typer.Option(help="write the JSON report here")] = None,
     until: Annotated[float | None, typer.Option(help="stop at this trace second")] = None,
     drain: Annotated[float, typer.Option(help="after the trace, stop after this many quiet wall seconds")] = 10.0,
-    seed: Annotated[int, typer.Option(help="seed of a bundled scenario")] = 0,
+    seed: Annotated[int, typer.Option(min=0, help="seed of a bundled scenario")] = 0,
+    answer_timeout: Annotated[
+        float, typer.Option(min=0.1, help="fail when no core decides anything within this many wall seconds")
+    ] = 30.0,
+    show: Annotated[bool, typer.Option("--show-rejections", help="list every rejected event with its reason")] = False,
+    as_json: AsJson = False,
     prefix: Prefix = None,
     kafka_partitions: Partitions = None,
     security_protocol: SecurityProtocol = None,
@@ -240,38 +260,39 @@ def feed(
     ssl_certfile: CertFile = None,
     ssl_keyfile: KeyFile = None,
     max_message_bytes: MaxMessage = None,
+    connect_timeout: ConnectTimeout = None,
 ) -> None:
     """Replay a trace onto the feed in scaled real time and play the resource manager (exit 1 on a violation)."""
     flags = _kafka_flags(locals())
-    from sniper.core.config import ConfigError
     from sniper.simulator.ideal_view import ideal_for_model
     from sniper.tools.feeder import PlayOptions, play
 
-    try:
-        events, config, source = load_inputs(trace, queues, seed)
-        options = PlayOptions(speed=speed, until=until, drain=drain)
-    except (ConfigError, ValueError, OSError) as err:
-        raise _fail(str(err)) from None
+    events, config, source = load_inputs(trace, queues, seed)
+    options = PlayOptions(speed=speed, until=until, drain=drain, answer_timeout=answer_timeout)
 
     async def main() -> Any:
         async with _connect(bootstrap, flags) as settings:
-            console.print(f"feeding {source}: {len(events)} events at x{speed:g} to {settings.bootstrap}")
+            console.print(literal(f"feeding {source}: {len(events)} events at x{speed:g} to {settings.bootstrap}"))
             return await play(settings, events, options, config=config, ideal_fn=ideal_for_model)
 
-    try:
-        result = _run(main)
-    except ValueError as err:
-        raise _fail(str(err)) from None
-    summary = {k: result.report.get(k) for k in ("allocations", "decisions", "pending_at_end", "invariant_violations")}
-    console.print(f"published {result.published} events; {summary}")
-    if report is not None:
-        import json
+    import json
 
+    result = _run(main)
+    decisions = result.checker.decisions()
+    result.report["rejections"] = rejected = rejections(decisions)
+    if as_json:
+        sys.stdout.write(json.dumps(result.report) + "\n")
+    else:
+        keys = ("published", "decisions", "allocations", "preemptions", "kills", "rejected", "pending_at_end")
+        print_table(f"sniper feed: {source}", {k: result.report.get(k) for k in (*keys, "invariant_violations")})
+    show_rejections(rejected, show)
+    if report is not None:
         report.write_text(json.dumps(result.report, indent=2) + "\n")
-        console.print(f"report written to {report}")
+        console.print(literal(f"report written to {report}"))
     if result.violations:
-        console.print(f"[red]{result.violations} invariant violation(s)[/]")
-        raise typer.Exit(1)
+        console.print(literal(f"{result.violations} invariant violation(s)", "red"))
+        raise typer.Exit(EXIT_INVARIANT)
+    decided_nothing(decisions, len(events))
 
 
 @app.command("record")
@@ -289,8 +310,9 @@ def record(
     ssl_certfile: CertFile = None,
     ssl_keyfile: KeyFile = None,
     max_message_bytes: MaxMessage = None,
+    connect_timeout: ConnectTimeout = None,
 ) -> None:
-    """Write the feed as it passes to a JSON Lines trace (t relative to the first event)."""
+    """Write the feed as it passes to a JSON Lines trace (trace seconds from the first event's ``t``)."""
     flags = _kafka_flags(locals())
     from sniper.tools.feeder import record as run_record
 
@@ -301,11 +323,8 @@ def record(
             )
             return count or 0
 
-    try:
-        count = _run(main)
-    except (ValueError, OSError) as err:
-        raise _fail(str(err)) from None
-    console.print(f"recorded {count} events to {out}")
+    count = _run(main)
+    console.print(literal(f"recorded {count} events to {out}"))
 
 
 @bench_app.command("e2e")
@@ -319,19 +338,19 @@ def bench_e2e(
     core_cpus: Annotated[
         float | None, typer.Option(help="cap each core process at this many CPUs (a cgroup; Linux, root)")
     ] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="one JSON object on stdout")] = False,
+    as_json: AsJson = False,
+    connect_timeout: ConnectTimeout = None,
 ) -> None:
     """Feed-event-to-decision latency and events/s through the broker; scale-out with more core processes."""
     flags = _kafka_flags(locals())
     import json
 
     from sniper.tools.bench_e2e import bench_e2e as run_bench
-    from sniper.tools.cpulimit import CpuLimitUnavailable
 
     if events < 1 or partitions < 1 or cores < 1 or rate < 0:
-        raise _fail("events, partitions and cores must be at least 1, rate at least 0")
+        fail("events, partitions and cores must be at least 1, rate at least 0")
     if core_cpus is not None and core_cpus < 0.01:
-        raise _fail("--core-cpus must be at least 0.01")
+        fail("--core-cpus must be at least 0.01")
 
     async def main() -> Any:
         async with _connect(bootstrap, flags) as settings:
@@ -339,11 +358,107 @@ def bench_e2e(
                 settings, events=events, rate=rate, partitions=partitions, cores=cores, core_cpus=core_cpus
             )
 
-    try:
-        result = _run(main)
-    except CpuLimitUnavailable as err:
-        raise _fail(str(err)) from None
+    result = _run(main)
     if as_json:
         sys.stdout.write(json.dumps(result) + "\n")
     else:
-        console.print(result)
+        print_table("bench e2e", result)
+
+
+def _resources(value: Mapping[str, int] | None) -> str:
+    if value is None:
+        return "-"
+    return " ".join(f"{k}={v}" for k, v in sorted(value.items()) if v) or "0"
+
+
+def _rows_table(title: str, columns: list[str], rows: list[list[str]], limit: int) -> Any:
+    from rich.table import Table
+
+    table = Table(title=literal(title if len(rows) <= limit else f"{title} (first {limit} of {len(rows)})"))
+    for column in columns:
+        table.add_column(column)
+    for row in rows[:limit]:
+        table.add_row(*map(literal, row))
+    return table
+
+
+def render_state(document: Mapping[str, Any], limit: int) -> list[Any]:
+    """The tables ``sniper status`` prints for a ``/ws/v1/state`` document."""
+    units = ", ".join(f"{k} in {v}" for k, v in document.get("units", {}).items())
+    tables: list[Any] = []
+    for part in document["partitions"]:
+        name = f"partition {part['name']} (epoch {part['epoch']}, time {part['now']:.1f} s; {units})"
+        queue_rows = [
+            [q["queue"], *(_resources(q[k]) for k in ("guaranteed", "max", "used", "pending", "ideal"))]
+            for q in part["queues"]
+        ]
+        node_rows = [
+            [n["node"], "yes" if n["schedulable"] else "no", *(_resources(n[k]) for k in ("capacity", "allocated"))]
+            for n in part["nodes"]
+        ]
+        reservation_rows = [
+            [r["reservation"], f"{r['app']}/{r['ask']}", r["node"], _resources(r["resource"]), str(len(r["victims"]))]
+            for r in part["reservations"]
+        ]
+        flight_rows = [
+            [a["allocation"], a["queue"], a["node"], _resources(a["resource"]), f"{a['deadline']:.1f}"]
+            for a in part["preemptions_in_flight"]
+        ]
+        recent_rows = [
+            [f"{x['t']:.1f}", x["allocation"], x["queue"], x["node"], f"{x['for_app']} ({x['for_queue']})", x["reason"]]
+            for x in reversed(part["recent_preemptions"])
+        ]
+        tables += [
+            _rows_table(
+                f"{name}: queues", ["queue", "guaranteed", "max", "used", "pending", "ideal"], queue_rows, limit
+            ),
+            _rows_table("nodes", ["node", "schedulable", "capacity", "allocated"], node_rows, limit),
+            _rows_table("reservations", ["reservation", "for", "node", "resource", "victims"], reservation_rows, limit),
+            _rows_table(
+                "preemptions in flight", ["allocation", "queue", "node", "resource", "deadline"], flight_rows, limit
+            ),
+            _rows_table("last preemptions", ["t", "allocation", "queue", "node", "for", "reason"], recent_rows, limit),
+        ]
+    return tables
+
+
+@app.command("status")
+def status(
+    url: Annotated[
+        str, typer.Option(help="a core's metrics endpoint; /ws/v1/state is added when the URL has no path")
+    ] = "http://127.0.0.1:9100",
+    limit: Annotated[int, typer.Option(min=1, help="rows shown per table")] = 50,
+    timeout: Annotated[float, typer.Option(min=0.1, help="seconds to wait for the answer")] = 10.0,
+    as_json: AsJson = False,
+) -> None:
+    """Print a core's state (queues, nodes, reservations, preemptions) from its /ws/v1/state endpoint."""
+    import json
+    import urllib.error
+    import urllib.parse
+    import urllib.request
+
+    from sniper.cli.app import EXIT_RUNTIME, out
+    from sniper.cluster.obs import STATE_PATH
+
+    target = url if urllib.parse.urlsplit(url).path not in ("", "/") else url.rstrip("/") + STATE_PATH
+    if urllib.parse.urlsplit(target).scheme not in ("http", "https"):
+        fail(f"--url {url!r} is not an http(s) URL")
+    try:
+        with urllib.request.urlopen(target, timeout=timeout) as response:
+            document = json.loads(response.read())
+    except urllib.error.HTTPError as err:
+        fail(f"{target} answered {err.code} {err.reason}", EXIT_RUNTIME)
+    except (urllib.error.URLError, TimeoutError) as err:
+        reason = err.reason if isinstance(err, urllib.error.URLError) else err
+        fail(f"cannot reach {target}: {reason}; is `sniper core --metrics-port` running there?", EXIT_RUNTIME)
+    except ValueError:
+        fail(f"{target} did not answer with JSON: is it a Sniper core's metrics port?", EXIT_RUNTIME)
+    if not isinstance(document, dict) or not isinstance(document.get("partitions"), list):
+        fail(f"{target} did not answer with a Sniper state document", EXIT_RUNTIME)
+    if as_json:
+        sys.stdout.write(json.dumps(document) + "\n")
+        return
+    if not document["partitions"]:
+        console.print("the core hosts no partition yet")
+    for table in render_state(document, limit):
+        out.print(table)

@@ -1,7 +1,8 @@
 """The simulation commands of ``sniper``: simulate, compare, scenario, preview, check-config, bench allocate/preempt.
 
-A thin shell: it parses arguments, loads files, shows progress and tables, writes reports and plots,
-and maps outcomes to exit codes (0 fine, 1 invariant violated, 2 bad input).
+A thin shell: it parses arguments, loads files, shows progress and tables, writes reports and plots.
+Errors become exit codes in :mod:`sniper.cli.app` (0 fine, 1 invariant violated, 2 bad input, 3 a
+runtime failure such as a run that decided nothing).
 """
 
 from __future__ import annotations
@@ -11,20 +12,43 @@ import sys
 from pathlib import Path
 from typing import Annotated, Any
 
-import msgspec
 import typer
 import yaml
+from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from sniper.cli.app import app, bench_app, console, load_inputs, out, setup_logging
-from sniper.core.config import ConfigError, load_config
+from sniper.cli.app import (
+    EXIT_INVARIANT,
+    Policy,
+    Transport,
+    app,
+    bench_app,
+    console,
+    decided_nothing,
+    fail,
+    literal,
+    load_inputs,
+    out,
+    print_table,
+    rejections,
+    setup_logging,
+    show_rejections,
+)
+from sniper.core import resources as res
+from sniper.core.config import ConfigError, PartitionConfig, load_config
 from sniper.messages import feed as f
 from sniper.messages.codec import encode_json_line
 
+ShowRejections = Annotated[
+    bool, typer.Option("--show-rejections", help="list every rejected event and ask with its reason")
+]
+Seed = Annotated[int, typer.Option(min=0, help="seed of a bundled scenario")]
+Until = Annotated[float | None, typer.Option(min=0.0, help="stop at this simulated second")]
+
 
 def _print_summary(report: dict[str, Any], title: str) -> None:
-    table = Table(title=title, show_header=True)
+    table = Table(title=literal(title), show_header=True)
     table.add_column("metric")
     table.add_column("value", justify="right")
     for key in (
@@ -46,13 +70,13 @@ def _print_summary(report: dict[str, Any], title: str) -> None:
             value = report[key]
             if key == "preemptions":
                 value = value["victims"]
-            table.add_row(key, json.dumps(value) if isinstance(value, dict) else str(value))
+            table.add_row(key, literal(json.dumps(value) if isinstance(value, dict) else value))
     for queue, ttg in report.get("time_to_guarantee", {}).items():
         table.add_row(
-            f"time_to_guarantee {queue}",
+            literal(f"time_to_guarantee {queue}"),
             f"episodes {ttg['episodes']} unmet {ttg['unmet']} p50 {ttg['p50']} max {ttg['max']}",
         )
-    console.print(table)
+    out.print(table)
 
 
 @app.command()
@@ -63,11 +87,12 @@ def simulate(
     queues: Annotated[Path | None, typer.Option(help="queues.yaml (defaults to the scenario's own)")] = None,
     report: Annotated[Path | None, typer.Option(help="write the JSON report here")] = None,
     plot: Annotated[Path | None, typer.Option(help="write a PNG of per-queue usage against guarantee")] = None,
-    until: Annotated[float | None, typer.Option(help="stop at this simulated second")] = None,
-    seed: Annotated[int, typer.Option(help="seed of the bundled scenario")] = 0,
-    policy: Annotated[str | None, typer.Option(help="override the preemption policy: sniper|proportional|none")] = None,
-    transport: Annotated[str, typer.Option(help="memory (default) or kafka")] = "memory",
+    until: Until = None,
+    seed: Seed = 0,
+    policy: Annotated[Policy | None, typer.Option(help="override the preemption policy")] = None,
+    transport: Annotated[Transport, typer.Option(help="the links between the actors")] = Transport.memory,
     bootstrap: Annotated[str | None, typer.Option(help="Kafka bootstrap for --transport kafka")] = None,
+    show: ShowRejections = False,
     verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
 ) -> None:
     """Replay a trace in virtual time through the real actors and report (exit 1 on an invariant violation)."""
@@ -76,20 +101,11 @@ def simulate(
     from sniper.simulator.run import SimulationSettings, run_simulation
 
     setup_logging(verbose)
-    try:
-        events, config, source = load_inputs(trace, queues, seed)
-        if policy is not None and policy not in ("sniper", "proportional", "none"):
-            raise ConfigError(f"unknown policy {policy!r}")
-    except (ConfigError, ValueError, OSError) as err:
-        console.print(f"[red]error:[/] {err}")
-        raise typer.Exit(2) from None
-    if transport not in ("memory", "kafka"):
-        console.print(f"[red]error:[/] unknown transport {transport!r}")
-        raise typer.Exit(2)
-    settings = SimulationSettings(until=until, seed=seed, policy=policy)
-    console.print(f"simulating {source}: {len(events)} events")
+    events, config, source = load_inputs(trace, queues, seed)
+    settings = SimulationSettings(until=until, seed=seed, policy=None if policy is None else policy.value)
+    console.print(literal(f"simulating {source}: {len(events)} events"))
     with Progress(
-        TextColumn("[bold]sim[/]"),
+        TextColumn("sim"),
         BarColumn(),
         TextColumn("{task.fields[now]:>8.1f}s"),
         TimeElapsedColumn(),
@@ -100,7 +116,7 @@ def simulate(
         def progress(now: float, end: float | None) -> None:
             bar.update(task, completed=min(1.0, now / end) if end else 0.0, now=now)
 
-        if transport == "kafka":
+        if transport is Transport.kafka:
             from sniper.simulator.kafka_run import run_simulation_kafka
 
             result = run_simulation_kafka(
@@ -109,18 +125,21 @@ def simulate(
         else:
             result = run_simulation(events, config, settings, progress=progress, ideal_fn=ideal_for_model)
         bar.update(task, completed=1.0)
+    result.report["rejections"] = rejected = rejections(result.decisions)
     _print_summary(result.report, f"Sniper simulation: {source}")
+    show_rejections(rejected, show)
     if report is not None:
         report.write_text(json.dumps(result.report, indent=2) + "\n")
-        console.print(f"report written to {report}")
+        console.print(literal(f"report written to {report}"))
     if plot is not None:
         for name, metrics in result.metrics.items():
             target = plot if len(result.metrics) == 1 else plot.with_name(f"{plot.stem}-{name}{plot.suffix}")
             plot_usage(metrics, target, f"{source} [{name}] policy={result.report['policy']}")
-            console.print(f"plot written to {target}")
+            console.print(literal(f"plot written to {target}"))
     if result.violations:
-        console.print(f"[red]{result.violations} invariant violation(s)[/]")
-        raise typer.Exit(1)
+        console.print(literal(f"{result.violations} invariant violation(s)", "red"))
+        raise typer.Exit(EXIT_INVARIANT)
+    decided_nothing(result.decisions, len(events))
 
 
 @app.command()
@@ -130,8 +149,8 @@ def compare(
     policies: Annotated[str, typer.Option(help="comma-separated policies")] = "sniper,proportional,none",
     report: Annotated[Path | None, typer.Option(help="write {policy: report} as JSON here")] = None,
     plot: Annotated[Path | None, typer.Option(help="write a PNG comparing the policies")] = None,
-    until: Annotated[float | None, typer.Option(help="stop each run at this simulated second")] = None,
-    seed: Annotated[int, typer.Option(help="seed of a bundled scenario")] = 0,
+    until: Until = None,
+    seed: Seed = 0,
     as_markdown: Annotated[bool, typer.Option("--markdown", help="print the table as Markdown")] = False,
 ) -> None:
     """Run the same trace under several policies and print the metrics side by side."""
@@ -140,16 +159,12 @@ def compare(
     from sniper.simulator.run import SimulationSettings
 
     names = [x.strip() for x in policies.split(",") if x.strip()]
-    bad = [x for x in names if x not in ("sniper", "proportional", "none")]
+    known = [p.value for p in Policy]
+    bad = [x for x in names if x not in known]
     if bad or not names:
-        console.print(f"[red]error:[/] unknown policies {bad}")
-        raise typer.Exit(2)
-    try:
-        events, config, source = load_inputs(trace, queues, seed)
-    except (ConfigError, ValueError, OSError) as err:
-        console.print(f"[red]error:[/] {err}")
-        raise typer.Exit(2) from None
-    with Progress(TextColumn("[bold]{task.description}[/]"), BarColumn(), TimeElapsedColumn(), console=console) as bar:
+        fail(f"unknown policies {bad or policies!r}: choose among {', '.join(known)}")
+    events, config, source = load_inputs(trace, queues, seed)
+    with Progress(TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(), console=console) as bar:
         tasks = {name: bar.add_task(name, total=1.0) for name in names}
 
         def progress(policy: str, now: float, end: float | None) -> None:
@@ -158,42 +173,38 @@ def compare(
         results = run_compare(events, config, names, SimulationSettings(until=until, seed=seed), progress)
     rows = table_rows(results)
     if as_markdown:
-        out.print("| metric | " + " | ".join(names) + " |", soft_wrap=True)
-        out.print("|---|" + "---:|" * len(names), soft_wrap=True)
+        out.print(literal("| metric | " + " | ".join(names) + " |"), soft_wrap=True)
+        out.print(literal("|---|" + "---:|" * len(names)), soft_wrap=True)
         for row in rows:
-            out.print("| " + " | ".join(row) + " |", soft_wrap=True)
+            out.print(literal("| " + " | ".join(row) + " |"), soft_wrap=True)
     else:
-        table = Table(title=f"{source}: policies compared")
+        table = Table(title=literal(f"{source}: policies compared"))
         table.add_column("metric")
         for name in names:
             table.add_column(name, justify="right")
         for row in rows:
-            table.add_row(*row)
+            table.add_row(*map(literal, row))
         out.print(table)
     if report is not None:
         report.write_text(json.dumps({k: r.report for k, r in results.items()}, indent=2) + "\n")
-        console.print(f"report written to {report}")
+        console.print(literal(f"report written to {report}"))
     if plot is not None:
         plot_compare(results, plot, source)
-        console.print(f"plot written to {plot}")
+        console.print(literal(f"plot written to {plot}"))
     if any(r.violations for r in results.values()):
-        raise typer.Exit(1)
+        raise typer.Exit(EXIT_INVARIANT)
 
 
 @app.command("scenario")
 def write_scenario(
     name: Annotated[str, typer.Argument(help="bundled scenario name")],
     out_dir: Annotated[Path, typer.Option("--out", help="directory for NAME.jsonl and NAME.yaml")] = Path("."),
-    seed: Annotated[int, typer.Option()] = 0,
+    seed: Seed = 0,
 ) -> None:
     """Write a bundled scenario as a trace file and a queues.yaml."""
     from sniper.simulator.scenarios import scenario
 
-    try:
-        sc = scenario(name, seed)
-    except ValueError as err:
-        console.print(f"[red]error:[/] {err}")
-        raise typer.Exit(2) from None
+    sc = scenario(name, seed)
     out_dir.mkdir(parents=True, exist_ok=True)
     partition = sc.queues["partitions"][0]
     config_event = f.PartitionConfigEvent(t=0.0, partition=partition["name"], config=partition)
@@ -202,13 +213,13 @@ def write_scenario(
         for event in sc.events:
             handle.write(encode_json_line(event))
     (out_dir / f"{name}.yaml").write_text(yaml.safe_dump(sc.queues, sort_keys=False))
-    console.print(f"wrote {out_dir / (name + '.jsonl')} and {out_dir / (name + '.yaml')}: {sc.description}")
+    console.print(literal(f"wrote {out_dir / (name + '.jsonl')} and {out_dir / (name + '.yaml')}: {sc.description}"))
 
 
 @app.command()
 def preview(
     snapshot: Annotated[Path, typer.Argument(help="queue-state snapshot (conformance format)")],
-    policy: Annotated[str, typer.Option(help="policy to preview")] = "proportional",
+    policy: Annotated[Policy, typer.Option(help="policy to preview")] = Policy.proportional,
     as_json: Annotated[bool, typer.Option("--json", help="JSON Lines, one object per case")] = False,
 ) -> None:
     """What would preemption do to this cluster state right now? (observe-only, one round per case)."""
@@ -216,23 +227,22 @@ def preview(
     from sniper.tools.preview import render_table
 
     try:
-        results = run_preview(snapshot, policy)
-    except (ValueError, OSError, msgspec.DecodeError, KeyError) as err:
-        console.print(f"[red]error:[/] {err}")
-        raise typer.Exit(2) from None
+        results = run_preview(snapshot, policy.value)
+    except KeyError as err:  # a field the snapshot lacks: input, not a failure of ours
+        fail(f"{snapshot}: missing field {err}")
     if as_json:
         for item in results:
             sys.stdout.write(json.dumps(item) + "\n")
     else:
-        out.print(render_table(results))
+        out.print(literal(render_table(results)))
 
 
 @bench_app.command("allocate")
 def bench_allocate_cmd(
-    nodes: Annotated[int, typer.Option()] = 5000,
-    queues: Annotated[int, typer.Option()] = 100,
-    asks: Annotated[int, typer.Option()] = 100_000,
-    as_json: Annotated[bool, typer.Option("--json")] = False,
+    nodes: Annotated[int, typer.Option(min=1)] = 5000,
+    queues: Annotated[int, typer.Option(min=1)] = 100,
+    asks: Annotated[int, typer.Option(min=1)] = 100_000,
+    as_json: Annotated[bool, typer.Option("--json", help="one JSON object on stdout")] = False,
 ) -> None:
     """Committed allocations per second through the actors on the memory transport."""
     from sniper.tools.bench_core import bench_allocate
@@ -241,18 +251,18 @@ def bench_allocate_cmd(
     if as_json:
         sys.stdout.write(json.dumps(result) + "\n")
     else:
-        out.print(result)
+        print_table("bench allocate", result)
 
 
 @bench_app.command("preempt")
 def bench_preempt_cmd(
-    nodes: Annotated[int, typer.Option()] = 10_000,
-    running: Annotated[int, typer.Option()] = 100_000,
-    starving: Annotated[int, typer.Option()] = 1_000,
+    nodes: Annotated[int, typer.Option(min=1)] = 10_000,
+    running: Annotated[int, typer.Option(min=1)] = 100_000,
+    starving: Annotated[int, typer.Option(min=1)] = 1_000,
     candidates: Annotated[
-        int | None, typer.Option(help="preemption.max_candidate_nodes (default: none, the exact search)")
+        int | None, typer.Option(min=1, help="preemption.max_candidate_nodes (default: none, the exact search)")
     ] = None,
-    as_json: Annotated[bool, typer.Option("--json")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="one JSON object on stdout")] = False,
 ) -> None:
     """One full sniper preemption round on a packed cluster: round time and targeted victims per second."""
     from sniper.tools.bench_core import bench_preempt
@@ -261,22 +271,47 @@ def bench_preempt_cmd(
     if as_json:
         sys.stdout.write(json.dumps(result) + "\n")
     else:
-        out.print(result)
+        print_table("bench preempt", result)
 
 
 @app.command("check-config")
 def check_config(path: Annotated[Path, typer.Argument(help="queues.yaml")]) -> None:
-    """Validate a queues.yaml and print the parsed queue tree."""
+    """Validate a queues.yaml; print each partition's preemption settings and its queue tree with units."""
     try:
         config = load_config(path)
     except (ConfigError, OSError) as err:
-        console.print(f"[red]invalid:[/] {err}")
+        console.print(f"[red]invalid:[/] {escape(str(err))}")
         raise typer.Exit(2) from None
     for part in config.partitions:
-        out.print(f"partition {part.name}: nodes {part.node_sort_policy}, preemption {part.preemption.policy}")
-        for q in part.queues():
-            depth = q.path.count(".")
-            out.print(
-                f"{'  ' * depth}{q.name}  guaranteed={q.guaranteed} max={q.max} "
-                f"sort={q.sort_policy} priority={q.priority_offset}"
-            )
+        for line in _describe_partition(part):
+            out.print(escape(line), highlight=False, soft_wrap=True)
+    for warning in config.warnings:
+        console.print(f"[yellow]warning:[/] {escape(warning)}", highlight=False, soft_wrap=True)
+
+
+def _describe_partition(part: PartitionConfig) -> list[str]:
+    """A partition as ``check-config`` prints it: settings, then one line per queue, units spelled out."""
+    p = part.preemption
+    if p.policy == "none":
+        settings = "none (nothing is preempted)"
+    else:
+        settings = (
+            f"policy {p.policy}, every {p.interval:g} s, grace {p.grace:g} s, "
+            f"at most {p.total_preemption_per_round:.0%} of the partition a round, "
+            f"deadzone {p.max_ignored_over_capacity:.0%} over the ideal"
+            + (", intra-queue on" if p.intra_queue else "")
+            + (", observe only" if p.observe_only else "")
+        )
+    lines = [f"partition {part.name}: nodes sorted {part.node_sort_policy}", f"  preemption: {settings}"]
+    for setting in ("fence", "disabled"):
+        paths = [q.path for q in part.queues() if q.preemption_policy == setting]
+        lines.append(
+            f"  {'fenced' if setting == 'fence' else 'never victims (disabled)'}: {', '.join(paths) or 'none'}"
+        )
+    for q in part.queues():
+        limit = "no max" if q.max is None else f"max {res.describe(q.max)}"
+        lines.append(
+            f"  {'  ' * q.path.count('.')}{q.name}: guaranteed {res.describe(q.guaranteed)}; {limit}; "
+            f"sort {q.sort_policy}; priority {q.priority_offset}; preemption {q.preemption_policy}"
+        )
+    return lines

@@ -1,0 +1,250 @@
+"""Errors are clear and exit codes mean something: one line on stderr, 2 for input, 3 for a runtime
+failure, never a traceback; names print literally; a run that decides nothing says so."""
+
+from __future__ import annotations
+
+import json
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+
+import anyio
+import msgspec
+import pytest
+from typer.testing import CliRunner, Result
+
+from sniper.cli import app
+from sniper.cli.app import EXIT_INPUT, EXIT_RUNTIME, explain
+from sniper.core.config import ConfigError
+from sniper.transport.kafka import KafkaSettings
+from tests.core_support import partition_raw, queue
+from tests.test_cli import TINY
+
+
+def _invoke(*args: str) -> Result:
+    return CliRunner().invoke(app, list(args))
+
+
+def _trace(tmp_path: Path, events: list[object], name: str = "t.jsonl") -> Path:
+    path = tmp_path / name
+    path.write_text("".join((e if isinstance(e, str) else msgspec.json.encode(e).decode()) + "\n" for e in events))
+    return path
+
+
+def _one_error_line(result: Result) -> str:
+    assert "Traceback" not in result.output
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert lines, result.output
+    return lines[-1]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["simulate", "--until", "-5"], "Invalid value for '--until'"),
+        (["simulate", "--seed", "x"], "Invalid value for '--seed'"),
+        (["simulate", "--seed", "-1"], "Invalid value for '--seed'"),
+        (["bench", "allocate", "--nodes", "0"], "Invalid value for '--nodes'"),
+        (["bench", "preempt", "--running", "0"], "Invalid value for '--running'"),
+        (["core", "--role", "boss"], "'all', 'cache', 'allocator', 'policy'"),
+        (["core", "--log-format", "xml"], "'kv', 'json'"),
+        (["simulate", "--transport", "pigeon"], "'memory', 'kafka'"),
+        (["compare", "demo", "--policies", "sniper,shotgun"], "choose among sniper, proportional, none"),
+        (["simulate", "missing.jsonl"], "error: no such file: missing.jsonl"),
+        (["preview", "missing.json"], "error: no such file: missing.json"),
+    ],
+)
+def test_bad_usage_or_input_exits_2_in_one_line(args: list[str], message: str) -> None:
+    result = _invoke(*args)
+    assert result.exit_code == EXIT_INPUT, result.output
+    assert message in _one_error_line(result)
+
+
+def test_choices_are_listed_in_help() -> None:
+    result = _invoke("core", "--help")
+    text = " ".join(result.output.split())
+    assert "<all|cache|allocator|policy>" in text and "<kv|json>" in text
+
+
+def test_a_trace_without_config_and_without_queues_is_refused(tmp_path: Path) -> None:
+    trace = _trace(tmp_path, TINY[1:])
+    result = _invoke("simulate", str(trace))
+    assert result.exit_code == EXIT_INPUT, result.output
+    assert "configures no partition" in _one_error_line(result) and "--queues" in result.stderr
+
+
+def test_a_run_that_decides_nothing_lists_the_rejections_and_exits_3(tmp_path: Path) -> None:
+    events = [TINY[0], {"t": 1, "type": "app_added", "app": "a1", "queue": "root.nowhere"}]
+    report = tmp_path / "report.json"
+    result = _invoke("simulate", str(_trace(tmp_path, events)), "--report", str(report), "--show-rejections")
+    assert result.exit_code == EXIT_RUNTIME, result.output
+    assert "nothing was decided" in _one_error_line(result)
+    assert "rejected" in result.stderr and "app=a1" in result.stderr and "root.nowhere" in result.stderr
+    rejections = json.loads(report.read_text())["rejections"]
+    assert len(rejections) == 1 and rejections[0]["app"] == "a1" and "root.nowhere" in rejections[0]["reason"]
+
+
+def test_the_simulate_summary_goes_to_stdout(tmp_path: Path) -> None:
+    result = _invoke("simulate", str(_trace(tmp_path, TINY)))
+    assert result.exit_code == 0, result.output
+    assert "invariant_violations" in result.stdout and "invariant_violations" not in result.stderr
+
+
+def test_names_that_look_like_markup_print_literally(tmp_path: Path) -> None:
+    # queue names follow YuniKorn's rule (no brackets); node, app and event names are free text
+    config = partition_raw(queue("q", guaranteed={"memory": 4096}))
+    events = [
+        {"t": 0, "type": "partition_config", "config": config},
+        {"t": 0, "type": "node_added", "node": "[/]", "capacity": {"memory": 8192, "vcore": 8000}},
+        {"t": 1, "type": "app_added", "app": "[red]", "queue": "root.q"},
+        {"t": 1, "type": "ask_added", "app": "[red]", "ask": "k", "resource": {"memory": 2048}, "count": 1},
+        {"t": 1, "type": "app_added", "app": "[/]x", "queue": "root.[/]"},
+        {"t": 2, "type": "[/]"},
+    ]
+    source = _trace(tmp_path, events, name="[bold].jsonl")
+    result = _invoke("simulate", str(source), "--show-rejections")
+    assert result.exit_code == 0, result.output
+    assert "[/]" in result.stderr and "[bold].jsonl" in result.stderr  # the bad line, as written
+    assert "rejected partition=default app=[/]x: " in result.stderr and "root.[/] is an unknown queue" in result.stderr
+    assert "[bold].jsonl" in " ".join(result.stdout.split())  # the summary's title
+
+
+def test_a_huge_pending_count_does_not_keep_simulate_busy(tmp_path: Path) -> None:
+    events = [*TINY[:3], {**TINY[3], "count": 10_000_000, "duration": None}]
+    report = tmp_path / "report.json"
+    result = _invoke("simulate", str(_trace(tmp_path, events)), "--report", str(report))
+    assert result.exit_code == 0, result.output
+    assert json.loads(report.read_text())["pending_at_end"] == 10_000_000 - 4
+
+
+def test_errors_inside_task_groups_and_unknown_ones_map_to_one_line() -> None:
+    nested = ExceptionGroup("tg", [ExceptionGroup("inner", [ConfigError("queue root.x: bad")])])
+    assert explain(nested) == (EXIT_INPUT, "invalid input: queue root.x: bad")
+    code, line = explain(ZeroDivisionError("boom"))
+    assert code == EXIT_RUNTIME and "internal error" in line and "\n" not in line
+
+
+@pytest.fixture
+def silent_port() -> Iterator[int]:
+    """A port that accepts TCP connections and never answers (a wrong, unresponsive bootstrap)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        yield int(sock.getsockname()[1])
+
+
+def test_an_unanswering_bootstrap_gives_up_within_the_connect_timeout(silent_port: int, tmp_path: Path) -> None:
+    out = tmp_path / "r.jsonl"
+    result = _invoke("record", "--bootstrap", f"127.0.0.1:{silent_port}", "--connect-timeout", "0.5", "--out", str(out))
+    assert result.exit_code == EXIT_RUNTIME, result.output
+    line = _one_error_line(result)
+    assert f"no Kafka broker answered at 127.0.0.1:{silent_port} within 0.5 s" in line
+
+
+def test_a_broker_port_in_use_is_named(silent_port: int) -> None:
+    result = _invoke("broker", "--port", str(silent_port))
+    assert result.exit_code == EXIT_RUNTIME, result.output
+    assert f"broker port {silent_port} on 127.0.0.1 is in use" in _one_error_line(result)
+
+
+def test_connect_timeout_defaults_to_30_seconds() -> None:
+    assert KafkaSettings(bootstrap="h:1").connect_timeout == 30.0
+
+
+@pytest.mark.kafka
+def test_feed_with_no_core_answering_fails(kafka_settings: KafkaSettings, tmp_path: Path) -> None:
+    trace = _trace(tmp_path, TINY)
+    args = ["feed", str(trace), "--bootstrap", kafka_settings.bootstrap, "--prefix", kafka_settings.prefix]
+    result = _invoke(*args, "--answer-timeout", "1", "--speed", "100")
+    assert result.exit_code == EXIT_RUNTIME, result.output
+    assert "no core answered" in _one_error_line(result)
+
+
+class _Lines:
+    """A file handle for ``record``'s copy loop that says when it holds ``want`` lines."""
+
+    def __init__(self, want: int) -> None:
+        self.lines: list[bytes] = []
+        self.want = want
+        self.full = anyio.Event()
+
+    async def write(self, data: bytes) -> None:
+        self.lines.append(data)
+        if len(self.lines) >= self.want:
+            self.full.set()
+
+    async def flush(self) -> None:
+        return None
+
+
+@pytest.mark.kafka
+async def test_record_keeps_one_time_base(kafka_settings: KafkaSettings) -> None:
+    """A feed played ten times faster is recorded in trace seconds: times and durations agree."""
+    from sniper.messages import feed as f
+    from sniper.tools.feeder import _copy
+    from sniper.transport.bus import FEED
+    from sniper.transport.kafka import KafkaBus
+
+    events = [
+        f.AppAdded(t=100.0, partition="p", app="a1", queue="root.a"),
+        f.AskAdded(t=130.0, partition="p", app="a1", ask="k", resource={"memory": 1}, duration=30.0),
+    ]
+    handle = _Lines(2)
+    with anyio.fail_after(60):
+        async with KafkaBus(kafka_settings) as bus:
+            sub = await bus.subscribe_ready(FEED, group=kafka_settings.prefix + "record")
+            await bus.publish_many(FEED, [("p", e) for e in events])
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(_copy, sub, handle, [0])
+                await handle.full.wait()
+                tg.cancel_scope.cancel()
+    recorded = [json.loads(line) for line in handle.lines]
+    assert [r["t"] for r in recorded] == [0.0, 30.0]  # 30 trace seconds apart, whatever the wall took
+    assert recorded[1]["duration"] == 30.0
+
+
+def test_preview_tables_print_names_literally() -> None:
+    from sniper.tools.preview import render_table
+
+    assert "[/] order: a [bold]" in " ".join(render_table([{"id": "[/]", "order": ["a", "[bold]"]}]).split())
+
+
+def test_bench_prints_a_table_or_json() -> None:
+    args = ["bench", "preempt", "--nodes", "4", "--running", "8", "--starving", "2"]
+    table = _invoke(*args)
+    assert table.exit_code == 0, table.output
+    assert "victims_per_s" in table.stdout and "┃ metric" in table.stdout
+    as_json = _invoke(*args, "--json")
+    assert json.loads(as_json.stdout)["nodes"] == 4
+
+
+@pytest.mark.kafka
+async def test_feed_prints_a_table_or_json_with_the_rejections(kafka_settings: KafkaSettings, tmp_path: Path) -> None:
+    from sniper.cluster.core import CoreOptions, CoreProcess
+
+    bad_app = {"t": 1, "type": "app_added", "app": "x[/]", "queue": "root.nowhere"}
+    trace = _trace(tmp_path, [*TINY, bad_app])
+    args = ["feed", str(trace), "--bootstrap", kafka_settings.bootstrap, "--prefix", kafka_settings.prefix]
+    args += ["--speed", "20", "--drain", "1", "--show-rejections"]
+    with anyio.fail_after(120):
+        async with anyio.create_task_group() as tg:
+            await tg.start(CoreProcess(kafka_settings, CoreOptions(group="feed", tick=0.1)).run)
+            as_json = await anyio.to_thread.run_sync(lambda: _invoke(*args, "--json"))
+            table = await anyio.to_thread.run_sync(lambda: _invoke(*args))
+            tg.cancel_scope.cancel()
+    assert as_json.exit_code == 0, as_json.output
+    report = json.loads(as_json.stdout)
+    assert report["allocations"] == 3
+    assert [r["app"] for r in report["rejections"]] == ["x[/]"] and "root.nowhere" in report["rejections"][0]["reason"]
+    assert "rejected" in as_json.stderr and "app=x[/]" in as_json.stderr
+    assert table.exit_code == 0, table.output
+    assert "┃ metric" in table.stdout and "allocations" in table.stdout
+
+
+def test_simulate_prints_the_warnings_of_a_traces_partition_config(tmp_path: Path) -> None:
+    config = partition_raw(queue("q", guaranteed={"memory": 4096}))
+    config["queues"][0]["maxapplications"] = 3  # a YuniKorn key Sniper only warns about
+    config["queues"][0]["resources"] = {"guaranteed": {"memory": "4Gi", "vcores": 2}}
+    events = [{"t": 0, "type": "partition_config", "config": config}, *TINY[1:]]
+    result = _invoke("simulate", str(_trace(tmp_path, events)))
+    assert "warning:" in result.stderr and "vcores" in result.stderr

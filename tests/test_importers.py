@@ -1,0 +1,356 @@
+"""``sniper import sls`` and ``sniper import pods-csv``: every column and key used, SLS's defaults,
+malformed rows reported with their line and skipped, the window, time-scale and node-sample options,
+deterministic output that ``sniper simulate`` runs as it is."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from typer.testing import CliRunner, Result
+
+from sniper.cli import app
+from sniper.core.config import parse_partition
+from sniper.core.resources import parse_resource
+from sniper.importers.common import ImportError_, ImportOptions, build_trace
+from sniper.importers.pods_csv import read_pods_csv
+from sniper.importers.sls import read_sls
+from sniper.messages import feed as f
+
+DATA = Path(__file__).parent / "data"
+PODS = DATA / "gpu_v2023" / "pods.csv"
+NODES = DATA / "gpu_v2023" / "nodes.csv"
+SLS_JOBS = DATA / "sls" / "jobs.json"
+SLS_NODES = DATA / "sls" / "nodes.json"
+
+POD_HEADER = (
+    "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,deletion_time,scheduled_time"
+)
+NODE_CSV = (
+    "sn,cpu_milli,memory_mib,gpu,model\nn-cpu,32000,262144,0,\nn-v100,96000,786432,8,V100M32\nn-t4,64000,131072,2,T4\n"
+)
+
+
+def invoke(*args: str) -> Result:
+    return CliRunner().invoke(app, list(args))
+
+
+def lines(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def by_type(events: list[f.Feed], kind: type[f.FeedEvent]) -> list[Any]:
+    return [e for e in events if isinstance(e, kind)]
+
+
+def write(tmp_path: Path, name: str, text: str) -> Path:
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+# ---------------------------------------------------------------------- pods-csv
+
+
+def test_every_pod_and_node_column_is_used(tmp_path: Path) -> None:
+    pods = write(
+        tmp_path,
+        "pods.csv",
+        POD_HEADER
+        + "\n"
+        + "p-multi,88000,327680,8,1000,,Burstable,Succeeded,1000,5000,1200\n"
+        + "p-share,4000,15258,1,220,V100M16|V100M32|V100M32,LS,Running,1100,1500,1100\n"
+        + "p-cpu,2000,4096,0,0,nan,BE,Failed,1300,1350,1310\n"
+        + "p-wait,6000,12288,1,460,T4,BE,Pending,1400,1900,\n",
+    )
+    nodes = write(tmp_path, "nodes.csv", NODE_CSV)
+    work = read_pods_csv(pods, nodes)
+    assert work.bad == []
+    events = build_trace(work, ImportOptions()).events
+    # nodes: sn, cpu_milli, memory_mib, gpu (whole GPUs -> milli-GPUs), model (-> gpu_model label)
+    assert {
+        (n.node, tuple(sorted(n.capacity.items())), tuple(n.labels.items())) for n in by_type(events, f.NodeAdded)
+    } == {
+        ("n-cpu", (("memory", 262144), ("vcore", 32000)), ()),
+        ("n-v100", (("gpu", 8000), ("memory", 786432), ("vcore", 96000)), (("gpu_model", "V100M32"),)),
+        ("n-t4", (("gpu", 2000), ("memory", 131072), ("vcore", 64000)), (("gpu_model", "T4"),)),
+    }
+    apps = {a.app: a for a in by_type(events, f.AppAdded)}
+    assert {a: x.queue for a, x in apps.items()} == {  # qos is the queue by default
+        "p-multi": "root.Burstable",
+        "p-share": "root.LS",
+        "p-cpu": "root.BE",
+        "p-wait": "root.BE",
+    }
+    asks = {a.ask: a for a in by_type(events, f.AskAdded)}
+    # creation_time is the arrival (relative to the first), deletion - scheduled the run time
+    assert (asks["p-multi"].t, asks["p-multi"].duration) == (0.0, 3800.0)
+    assert asks["p-multi"].resource == {"memory": 327680, "vcore": 88000, "gpu": 8000}  # num_gpu x gpu_milli
+    assert asks["p-share"].resource == {"memory": 15258, "vcore": 4000, "gpu": 220}
+    assert asks["p-share"].node_selector == {"gpu_model": ["V100M16", "V100M32"]}  # gpu_spec, deduplicated
+    assert asks["p-cpu"].resource == {"memory": 4096, "vcore": 2000} and asks["p-cpu"].node_selector == {}
+    assert (asks["p-cpu"].t, asks["p-cpu"].duration) == (300.0, 40.0)
+    # never scheduled (pod_phase Pending, no scheduled_time): withdrawn at deletion_time if still waiting
+    assert asks["p-wait"].node_selector == {"gpu_model": ["T4"]}
+    assert [(r.ask, r.t) for r in by_type(events, f.AskRemoved)] == [("p-wait", 900.0)]
+    assert all(a.count == 1 and not a.am for a in asks.values())
+
+
+def test_the_public_excerpt_imports_cleanly_and_deterministically(tmp_path: Path) -> None:
+    first, second = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    for out in (first, second):
+        result = invoke("import", "pods-csv", "--pods", str(PODS), "--nodes", str(NODES), "--out", str(out))
+        assert result.exit_code == 0, result.output
+    assert first.read_bytes() == second.read_bytes()
+    assert first.with_suffix(".yaml").read_bytes() == second.with_suffix(".yaml").read_bytes()
+    events = lines(first)
+    assert events[0]["type"] == "partition_config"
+    assert sum(e["type"] == "node_added" for e in events) == 20
+    assert sum(e["type"] == "app_added" for e in events) == 200
+    times = [e["t"] for e in events]
+    assert times == sorted(times) and times[0] == 0.0
+    assert "malformed rows skipped" in result.output and "200" in result.output
+
+
+def test_the_config_has_explicit_units_and_equal_shares_by_default(tmp_path: Path) -> None:
+    out = tmp_path / "t.jsonl"
+    assert invoke("import", "pods-csv", "--pods", str(PODS), "--nodes", str(NODES), "--out", str(out)).exit_code == 0
+    config = yaml.safe_load(out.with_suffix(".yaml").read_text())
+    leaves = config["partitions"][0]["queues"][0]["queues"]
+    assert [q["name"] for q in leaves] == ["BE", "Burstable", "LS"]
+    totals = {"memory": 0, "vcore": 0, "gpu": 0}
+    for node in (e for e in lines(out) if e["type"] == "node_added"):
+        for k, v in node["capacity"].items():
+            totals[k] += v
+    for q in leaves:
+        raw = q["resources"]["guaranteed"]
+        assert str(raw["memory"]).endswith("Mi") and str(raw["vcore"]).endswith("m")
+        g = parse_resource(raw)
+        assert g == {k: v // 3 for k, v in totals.items()}
+    # the trace's partition_config is the same partition
+    assert lines(out)[0]["config"] == config["partitions"][0]
+    parse_partition(config["partitions"][0])
+
+
+def test_malformed_pod_and_node_rows_are_reported_with_their_line_and_skipped(tmp_path: Path) -> None:
+    pods = write(
+        tmp_path,
+        "pods.csv",
+        POD_HEADER
+        + "\n"
+        + "ok-1,1000,1024,0,0,,LS,Running,0,10,0\n"  # line 2
+        + "bad-int,lots,1024,0,0,,LS,Running,0,10,0\n"  # line 3
+        + "bad-phase,1000,1024,0,0,,LS,Sleeping,0,10,0\n"  # line 4
+        + "bad-time,1000,1024,0,0,,LS,Running,50,10,50\n"  # line 5
+        + "ok-1,1000,1024,0,0,,LS,Running,0,10,0\n"  # line 6: duplicate
+        + "short,1000\n"  # line 7
+        + "nothing,0,0,0,0,,LS,Running,0,10,0\n"  # line 8
+        + "ok-2,1000,1024,1,500,,BE,Running,5,10,6\n",  # line 9
+    )
+    nodes = write(tmp_path, "nodes.csv", NODE_CSV + "n-bad,x,1,0,\nn-cpu,1,1,0,\n")
+    out = tmp_path / "t.jsonl"
+    result = invoke("import", "pods-csv", "--pods", str(pods), "--nodes", str(nodes), "--out", str(out))
+    assert result.exit_code == 0, result.output
+    work = read_pods_csv(pods, nodes)
+    assert [b.where for b in work.bad] == [f"{nodes}:5", f"{nodes}:6"] + [f"{pods}:{n}" for n in (3, 4, 5, 6, 7, 8)]
+    reasons = [b.reason for b in work.bad]
+    assert "cpu_milli" in reasons[0] and "duplicate node n-cpu" in reasons[1]
+    assert "cpu_milli: 'lots'" in reasons[2] and "Sleeping" in reasons[3] and "before creation_time" in reasons[4]
+    assert "duplicate pod ok-1 (first on line 2)" in reasons[5] and "number of fields" in reasons[6]
+    assert "asks for nothing" in reasons[7]
+    assert sorted(j.app for j in work.jobs) == ["ok-1", "ok-2"]
+    assert f"{pods}:3" in result.output.replace("\n", "")  # the CLI names the line too
+    assert sum(e["type"] == "app_added" for e in lines(out)) == 2
+
+
+def test_a_row_that_is_not_utf8_is_reported_with_its_line(tmp_path: Path) -> None:
+    pods = tmp_path / "pods.csv"
+    pods.write_bytes(
+        (POD_HEADER + "\nok,1000,1024,0,0,,LS,Running,0,10,0\n").encode()
+        + b"bad\xff,1000,1024,0,0,,LS,Running,0,10,0\n"
+        + b"ok-2,1000,1024,0,0,,LS,Running,0,10,0\n"
+    )
+    work = read_pods_csv(pods, write(tmp_path, "nodes.csv", NODE_CSV))
+    assert [(b.where, "UTF-8" in b.reason) for b in work.bad] == [(f"{pods}:3", True)]
+    assert [j.app for j in work.jobs] == ["ok", "ok-2"]
+
+
+def test_a_file_without_the_columns_is_refused_with_exit_2(tmp_path: Path) -> None:
+    pods = write(tmp_path, "pods.csv", "name,cpu\nx,1\n")
+    result = invoke(
+        "import", "pods-csv", "--pods", str(pods), "--nodes", str(NODES), "--out", str(tmp_path / "t.jsonl")
+    )
+    assert result.exit_code == 2
+    assert "missing column" in result.output and "memory_mib" in result.output
+    missing = invoke(
+        "import", "pods-csv", "--pods", str(tmp_path / "nope.csv"), "--nodes", str(NODES), "--out", "x.jsonl"
+    )
+    assert missing.exit_code == 2 and "no such file" in missing.output
+
+
+def test_window_time_scale_and_node_sample(tmp_path: Path) -> None:
+    work = read_pods_csv(PODS, NODES)
+    first = min(j.t for j in work.jobs)
+    whole = build_trace(work, ImportOptions())
+    cut = build_trace(work, ImportOptions(start=10_000, span=20_000, time_scale=10, nodes_sample=7))
+    kept = {j.app for j in work.jobs if first + 10_000 <= j.t < first + 30_000}
+    assert 0 < len(kept) < len(work.jobs)
+    assert {a.app for a in by_type(cut.events, f.AppAdded)} == kept
+    assert cut.summary.outside_window == len(work.jobs) - len(kept)
+    full_asks = {a.ask: a for a in by_type(whole.events, f.AskAdded)}
+    for ask in by_type(cut.events, f.AskAdded):
+        original = full_asks[ask.ask]
+        assert ask.t == pytest.approx((original.t - 10_000) / 10, abs=1e-3)
+        assert ask.duration == pytest.approx(original.duration / 10, abs=1e-3)
+    sampled = [n.node for n in by_type(cut.events, f.NodeAdded)]
+    names = sorted(n.name for n in work.nodes)
+    assert sampled == [names[i * 20 // 7] for i in range(7)]
+    again = build_trace(
+        read_pods_csv(PODS, NODES), ImportOptions(start=10_000, span=20_000, time_scale=10, nodes_sample=7)
+    )
+    assert again == cut
+    with pytest.raises(ImportError_, match="time-scale"):
+        build_trace(work, ImportOptions(time_scale=0))
+
+
+def test_queue_by_and_guarantees(tmp_path: Path) -> None:
+    out = tmp_path / "t.jsonl"
+    shares = write(tmp_path, "shares.yaml", "root.LS: 0.5\n")
+    args = ("import", "pods-csv", "--pods", str(PODS), "--nodes", str(NODES), "--out", str(out))
+    assert invoke(*args, "--guarantees", str(shares), "--guarantee", "BE=0.3").exit_code == 0
+    leaves = {
+        q["name"]: parse_resource(q["resources"]["guaranteed"]) for q in lines(out)[0]["config"]["queues"][0]["queues"]
+    }
+    total_gpu = sum(e["capacity"].get("gpu", 0) for e in lines(out) if e["type"] == "node_added")
+    assert leaves["LS"]["gpu"] == total_gpu // 2
+    assert leaves["BE"]["gpu"] == int(total_gpu * 0.3)
+    assert leaves["Burstable"]["gpu"] == int(total_gpu * 0.2)  # the rest, shared by the unnamed queues
+    assert invoke(*args, "--queue-by", "none").exit_code == 0
+    assert {e["queue"] for e in lines(out) if e["type"] == "app_added"} == {"root.default"}
+    too_much = invoke(*args, "--guarantee", "LS=0.8", "--guarantee", "BE=0.5")
+    assert too_much.exit_code == 2 and "more than the whole cluster" in too_much.output
+    assert invoke(*args, "--queue-by", "colour").exit_code == 2
+
+
+def test_simulate_runs_an_imported_trace_as_it_is(tmp_path: Path) -> None:
+    out = tmp_path / "t.jsonl"
+    args = ("--pods", str(PODS), "--nodes", str(NODES), "--out", str(out), "--span", "6000", "--time-scale", "20")
+    assert invoke("import", "pods-csv", *args).exit_code == 0
+    report = tmp_path / "r.json"
+    result = invoke("simulate", str(out), "--until", "400", "--report", str(report))
+    assert result.exit_code == 0, result.output
+    data = json.loads(report.read_text())
+    assert data["allocations"] > 0 and data["invariant_violations"] == 0
+    assert "gpu" in data["utilization"]
+
+
+# ---------------------------------------------------------------------- sls
+
+
+def test_sls_jobs_and_topology_with_every_key() -> None:
+    work = read_sls(SLS_JOBS, SLS_NODES)
+    assert work.bad == []
+    events = build_trace(work, ImportOptions()).events
+    nodes = {n.node: n for n in by_type(events, f.NodeAdded)}
+    assert nodes["node1"].capacity == {"memory": 10_240, "vcore": 10_000}  # SLS's node defaults
+    assert nodes["node2"].capacity == {"memory": 8192, "vcore": 4000}
+    assert nodes["gpu1"].capacity == {"memory": 65536, "vcore": 16000, "gpu": 4000}
+    assert nodes["gpu1"].labels == {"gpu": "true", "rack": "gpu-rack"}
+    assert nodes["node1"].labels == {"rack": "default-rack"}
+    apps = {a.app: a for a in by_type(events, f.AppAdded)}
+    assert set(apps) == {"job_1", "sls_job_1_0", "sls_job_1_1"}  # job.id; job.count copies get fresh ids
+    assert (apps["job_1"].queue, apps["job_1"].user, apps["job_1"].t) == ("root.sls_queue_1", "alice", 0.0)
+    assert apps["sls_job_1_0"].t == 100.0 and apps["sls_job_1_0"].user == "default"
+    asks = {a.ask: a for a in by_type(events, f.AskAdded)}
+    am = asks["job_1-am"]
+    assert (am.am, am.resource, am.t, am.duration) == (True, {"memory": 1024, "vcore": 1000}, 0.0, 90.0)
+    maps = asks["job_1-map-0"]
+    assert (maps.count, maps.resource, maps.t, maps.duration, maps.priority) == (
+        2,
+        {"memory": 2048, "vcore": 2000},
+        1.0,
+        20.0,
+        -20,
+    )
+    reduce = asks["job_1-reduce-1"]  # no resources given: SLS's container defaults
+    assert (reduce.resource, reduce.priority, reduce.t, reduce.duration) == (
+        {"memory": 1024, "vcore": 1000},
+        -10,
+        25.0,
+        30.0,
+    )
+    gpu = asks["sls_job_1_0-map-0"]
+    assert gpu.resource == {"memory": 4096, "vcore": 1000, "gpu": 1000} and gpu.duration == 50.0
+    assert gpu.node_selector == {"gpu": ["true"]} == asks["sls_job_1_0-am"].node_selector  # job.label.expression
+    assert asks["sls_job_1_0-am"].duration == 50.0  # no job.end.ms: until its last container ends
+    assert work.notes == {"opportunistic containers (scheduled as guaranteed)": 2}
+
+
+def test_sls_nodes_from_num_nodes_and_hosts(tmp_path: Path) -> None:
+    jobs = write(
+        tmp_path,
+        "jobs.json",
+        '{"num.nodes": 3, "num.racks": 2}\n'
+        '{"job.start.ms": 0, "job.queue.name": "q",\n'
+        ' "job.tasks": [{"container.host": "/r9/h1", "duration.ms": 1000}]}\n',
+    )
+    work = read_sls(jobs)
+    assert {(n.name, n.labels["rack"]) for n in work.nodes} == {
+        ("node0", "rack0"),
+        ("node1", "rack1"),
+        ("node2", "rack0"),
+        ("h1", "r9"),
+    }
+    assert all(n.capacity == {"memory": 10_240, "vcore": 10_000} for n in work.nodes)
+    nothing = write(tmp_path, "none.json", '{"job.start.ms": 0, "job.tasks": [{"duration.ms": 1}]}\n')
+    with pytest.raises(ImportError_, match="no node"):
+        read_sls(nothing)
+
+
+def test_sls_malformed_jobs_are_reported_with_their_line_and_skipped(tmp_path: Path) -> None:
+    jobs = write(
+        tmp_path,
+        "jobs.json",
+        "\n".join(
+            [
+                '{"job.start.ms": 0, "job.queue.name": "q", "job.id": "a", "job.tasks": [{"duration.ms": 1000}]}',  # 1
+                '{"job.start.ms": 0, "job.queue.name": "q", "job.tasks": [ {"duration.ms": 10 ]}',  # 2: not JSON
+                '{"job.queue.name": "q", "job.tasks": [{"duration.ms": 1}]}',  # 3: no start
+                '{"job.start.ms": 0, "job.tasks": [{"container.start.ms": 5}]}',  # 4: no duration
+                '{"job.start.ms": 0, "job.tasks": []}',  # 5: no task
+                '{"job.start.ms": 0, "job.tasks": [{"duration.ms": 1, "container.execution.type": "maybe"}]}',  # 6
+                '{"job.start.ms": 0, "job.id": "a", "job.tasks": [{"duration.ms": 1}]}',  # 7: duplicate id
+                '{"job.start.ms": 0, "job.tasks": [{"duration.ms": 1, "container.memory": "lots"}]}',  # 8
+                "[1]",  # 9
+                '{"job.start.ms": 2000, "job.queue.name": "q", "job.id": "b", "job.tasks": [{"duration.ms": 1}]}',  # 10
+            ]
+        )
+        + "\n",
+    )
+    nodes = write(tmp_path, "nodes.json", '{"rack": "r", "nodes": [{"node": "n1"}]}\n{"rack": "r"}\n')
+    work = read_sls(jobs, nodes)
+    assert [b.where.rsplit(":", 1)[1] for b in work.bad] == ["2", "3", "4", "5", "6", "7", "8", "9", "2"]
+    reasons = [b.reason for b in work.bad]
+    assert "not JSON" in reasons[0] and "job.start.ms is missing" in reasons[1] and "no duration" in reasons[2]
+    assert "no task" in reasons[3] and "maybe" in reasons[4] and "duplicate job id a (first on line 1)" in reasons[5]
+    assert "'lots'" in reasons[6] and "JSON object" in reasons[7] and work.bad[8].where.startswith(str(nodes))
+    assert [j.app for j in work.jobs] == ["a", "b"]
+    out = tmp_path / "t.jsonl"
+    result = invoke("import", "sls", str(jobs), "--nodes", str(nodes), "--out", str(out))
+    assert result.exit_code == 0 and f"{jobs}:2" in result.output.replace("\n", "")
+
+
+def test_sls_import_then_simulate(tmp_path: Path) -> None:
+    out = tmp_path / "sls.jsonl"
+    result = invoke("import", "sls", str(SLS_JOBS), "--nodes", str(SLS_NODES), "--out", str(out))
+    assert result.exit_code == 0, result.output
+    for what in ("nodes", "apps", "asks", "span"):
+        assert what in result.output
+    report = tmp_path / "r.json"
+    sim = invoke("simulate", str(out), "--until", "200", "--report", str(report))
+    assert sim.exit_code == 0, sim.output
+    data = json.loads(report.read_text())
+    assert data["allocations"] == 8 and data["rejected"] == 0 and data["invariant_violations"] == 0
