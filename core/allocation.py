@@ -1,8 +1,8 @@
 """The allocation cycle of seed 002: ``find_ask_candidates`` and ``try_allocate``, sans-IO.
 
-``find_ask_candidates`` walks the queue tree most-under-served first (business priority, then below
-guarantee, then dominant share of usage against guarantee, then more pending), apps by their queue's
-sort policy, asks by priority then age, within every ``max`` up the tree. It keeps one heap per
+``find_ask_candidates`` walks the queue tree most-under-served first (below guarantee in the DRF
+comparison, then business priority, then dominant share of usage against guarantee, then more pending),
+apps by their queue's sort policy, asks by priority then age, within every ``max`` up the tree. It keeps one heap per
 parent queue and re-keys only the path it just served, so a cycle of n picks costs O(n log q).
 ``try_allocate`` places candidates one container at a time through a :class:`Placer`: the node
 index in normal mode, a victim index in preemption mode (same loop, same accounting).
@@ -27,19 +27,18 @@ QueueKey = Callable[[Queue, Resource], tuple[object, ...]]
 def usage_key(
     queue: Queue, usage: Resource, capacity: Resource, pending_share: float | None = None
 ) -> tuple[object, ...]:
-    """Normal-mode queue order: higher priority, below guarantee, lower share, more pending."""
-    if queue.guaranteed:
-        # Only guaranteed resources count: a resource the guarantee does not name is not guaranteed
-        # (as for ``max``), so using it must not make the queue look over its guarantee.
-        guaranteed = queue.guaranteed
+    """Normal-mode queue order, the ideal assignment's (seed 000): queues below their guarantee (DRF) first,
+    so each keeps its elastic minimum min(used + pending, guaranteed) whatever its business priority; then
+    higher priority, lower share (of the guarantee, or of the cluster without one), more pending."""
+    guaranteed = queue.guaranteed
+    below = 0 if capacity and res.drf_below(usage, guaranteed, capacity) else 1
+    if res.any_positive(guaranteed):
         share = res.dominant_share({k: v for k, v in usage.items() if k in guaranteed}, guaranteed)
-        below = 0 if share < 1.0 else 1
     else:
         share = res.dominant_share(usage, capacity) if capacity else (math.inf if res.any_positive(usage) else 0.0)
-        below = 1
     if pending_share is None:
         pending_share = res.dominant_share(queue.pending, capacity) if capacity else 0.0
-    return (-queue.priority, below, share, -pending_share, queue.path)
+    return (below, -queue.priority, share, -pending_share, queue.path)
 
 
 def app_key(policy: str, app: App, selected: Resource | None, capacity: Resource) -> tuple[object, ...]:

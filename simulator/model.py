@@ -62,6 +62,7 @@ class ClusterModel:
         self.removed_nodes: set[str] = set()
         self.apps: dict[str, str] = {}  # app -> queue
         self.asks: dict[tuple[str, str], tuple[Resource, int]] = {}  # -> (resource, count)
+        self.ask_priority: dict[tuple[str, str], int] = {}
         self.ask_allocated: dict[tuple[str, str], int] = defaultdict(int)
         self.withdrawn: set[tuple[str, str]] = set()
         self.allocations: dict[str, ModelAllocation] = {}
@@ -105,7 +106,7 @@ class ClusterModel:
             case f.AppRemoved(app=a):
                 self.apps.pop(a, None)
                 self.withdrawn.update(k for k in self.asks if k[0] == a)
-            case f.AskAdded(app=a, ask=k, resource=r, count=c):
+            case f.AskAdded(app=a, ask=k, resource=r, count=c, priority=prio):
                 if (a, k) in self.withdrawn or (a, k) in self.rejected_asks:
                     # Asked again under a withdrawn or refused name: a new ask for the cache, its count
                     # starts over.
@@ -114,6 +115,7 @@ class ClusterModel:
                     self.asks.pop((a, k), None)
                     self.ask_allocated.pop((a, k), None)
                 self.asks.setdefault((a, k), (res.normalized(r), c))
+                self.ask_priority.setdefault((a, k), prio)
             case f.AskRemoved(app=a, ask=k):
                 self.withdrawn.add((a, k))
             case _:
@@ -141,8 +143,8 @@ class ClusterModel:
                     return
                 if dec.observe_only:
                     return
-                self._check_preemption(dec, alloc)
-                alloc.preempted_at = dec.t if alloc.preempted_at is None else alloc.preempted_at
+                # The reservation is recorded before the victim is judged: the room it holds is committed
+                # to the beneficiary's queue (for intra-queue preemption, the victim's own).
                 if dec.reservation:
                     r = self.reservations.get(dec.reservation)
                     if r is None:
@@ -162,6 +164,8 @@ class ClusterModel:
                         self._violate(
                             dec.t, 6, f"victim {alloc.id} is on {alloc.node}, not the reserved node {dec.node}"
                         )
+                self._check_preemption(dec, alloc)
+                alloc.preempted_at = dec.t if alloc.preempted_at is None else alloc.preempted_at
             case d.PreemptCancelled(allocation=aid):
                 alloc = self.allocations.get(aid)
                 if alloc is None or alloc.preempted_at is None:
@@ -177,9 +181,11 @@ class ClusterModel:
                 pass
 
     def _check_preemption(self, dec: d.Preempt, victim: ModelAllocation) -> None:
-        """Invariant 5 as far as an outside observer can check it: queue relations from the config,
-        and (targeted policies) the victim's queue never taken below its guarantee, counting the room
-        reservations already hold for it (committed to that queue)."""
+        """Invariant 5 as far as an outside observer can check it: queue relations from the config;
+        inside one queue (5b) a lower-priority victim for a higher-priority ask; across queues (5a) the
+        victim's queue over its ideal on some resource when chosen (YARN's positive excess) and, without
+        it, at or above its guarantee by dominant share against the cluster (the DRF comparison), counting
+        the room reservations already hold for it (committed to that queue)."""
         t = dec.t
         chain = _lineage(victim.queue)
         if any(self.queue_cfg[q].preemption_policy == "disabled" for q in chain if q in self.queue_cfg):
@@ -190,33 +196,37 @@ class ClusterModel:
         if dec.policy == "intra_queue":
             if beneficiary != victim.queue:
                 self._violate(t, 5, f"intra-queue victim {victim.id} of {victim.queue} for {beneficiary}")
-        else:
-            if beneficiary == victim.queue:
-                self._violate(t, 5, f"inter-queue victim {victim.id} preempted for its own queue")
-            for q in chain:
-                cfg = self.queue_cfg.get(q)
-                if cfg is not None and cfg.preemption_policy == "fence" and not _within(beneficiary, q):
-                    self._violate(t, 5, f"victim {victim.id} preempted across the fence of {q} for {beneficiary}")
-            parted = _parting(victim.queue, beneficiary)
-            if parted is not None:
-                v_side, b_side = (self.queue_cfg.get(x) for x in parted)
-                if v_side is not None and b_side is not None and v_side.priority_offset > b_side.priority_offset:
-                    self._violate(t, 5, f"{victim.queue} preempted for lower-priority {beneficiary}")
+            mine = self.ask_priority.get((victim.app, victim.ask), 0)
+            theirs = self.ask_priority.get((dec.for_app, dec.for_ask), 0)
+            if mine >= theirs:
+                self._violate(t, 5, f"intra-queue victim {victim.id} (priority {mine}) for an ask of priority {theirs}")
+            return  # 5b: a swap inside one queue leaves its usage as it was
+        if beneficiary == victim.queue:
+            self._violate(t, 5, f"inter-queue victim {victim.id} preempted for its own queue")
+        for q in _lineage(beneficiary):
+            cfg = self.queue_cfg.get(q)
+            if cfg is not None and cfg.preemption_policy == "fence" and not _within(victim.queue, q):
+                self._violate(t, 5, f"{beneficiary}, fenced in {q}, preempted {victim.id} outside the fence")
+        parted = _parting(victim.queue, beneficiary)
+        if parted is not None:
+            v_side, b_side = (self.queue_cfg.get(x) for x in parted)
+            if v_side is not None and b_side is not None and v_side.priority_offset > b_side.priority_offset:
+                self._violate(t, 5, f"{victim.queue} preempted for lower-priority {beneficiary}")
         cfg = self.queue_cfg.get(victim.queue)
         if cfg is None:
             return
         held = res.total(r.resource for r in self.reservations.values() if r.queue == victim.queue)
         before: Resource = dict(held)
-        after: Resource = dict(held)
         for a in self.allocations.values():
-            if a.queue != victim.queue or (a.preempted_at is not None and a.id != victim.id):
-                continue
-            res.add_into(before, a.resource)
-            if a.id != victim.id:
-                res.add_into(after, a.resource)
-        for k, g in cfg.guaranteed.items():
-            if after.get(k, 0) < min(g, before.get(k, 0)):
-                self._violate(t, 5, f"victim {victim.id} takes {victim.queue} below its guarantee {k}={g}")
+            if a.queue == victim.queue and (a.preempted_at is None or a.id == victim.id):
+                res.add_into(before, a.resource)
+        after = res.sub(before, victim.resource)
+        capacity = self.capacity()
+        if _dominant_level(after, capacity) < _dominant_level(cfg.guaranteed, capacity):
+            self._violate(t, 5, f"victim {victim.id} takes {victim.queue} below its guarantee")
+        ideal = dec.victim_queue_ideal
+        if ideal and not any(before.get(k, 0) > ideal.get(k, 0) for k, c in capacity.items() if c > 0):
+            self._violate(t, 5, f"victim {victim.id} chosen while {victim.queue} was over its ideal nowhere")
 
     def _allocated(self, dec: d.Allocated) -> None:
         t = dec.t
@@ -320,6 +330,12 @@ class ClusterModel:
 
     def capacity(self) -> Resource:
         return res.total(self.nodes.values())
+
+
+def _dominant_level(r: Resource, capacity: Resource) -> float:
+    """The largest share of the cluster ``r`` holds (resources no node has say nothing), rounded to 12
+    places so that a container-exact level is not lost to float error."""
+    return round(max((r.get(k, 0) / c for k, c in capacity.items() if c > 0), default=0.0), 12)
 
 
 def _within(path: str, ancestor: str) -> bool:

@@ -231,9 +231,11 @@ def priority_queues(seed: int = 0) -> Scenario:
 
 
 def fence(seed: int = 0) -> Scenario:
-    """A fenced subtree: root.team (fence) holds team.x and team.y; root.other is outside. team.x borrowed
-    everything; other and team.y then ask. team.y may preempt team.x (inside the fence); other may not
-    preempt team.x across the fence, so it waits for natural completions."""
+    """A fenced subtree (YuniKorn's semantics): root.team (fence, half the cluster) holds team.x and
+    team.y; root.other and root.ext (a quarter each) are outside. other and team.x each borrowed a quarter
+    beyond their guarantees; then team.y asks for its own: it may preempt team.x (inside the fence) but
+    never other, an ask inside a fence never preempting outside it. Later ext asks: asks from outside may
+    preempt inside a fence by the usual rules, and other is the queue over its ideal."""
     rng = random.Random(seed)
     nodes = 12
     cap = {"memory": nodes * 64 * GiB, "vcore": nodes * 16_000}
@@ -245,12 +247,12 @@ def fence(seed: int = 0) -> Scenario:
         "properties": {"preemption.policy": "fence"},
         "queues": [_queue("x", quarter), _queue("y", quarter)],
     }
-    raw = _partition([team, _queue("other", half)], dict(PREEMPTION))
+    raw = _partition([team, _queue("other", quarter), _queue("ext", quarter)], dict(PREEMPTION))
     events: list[f.Feed] = list(_nodes(nodes, 64 * GiB, 16_000))
-    for k in range(2):
-        _job(events, 1 + k, f"x-{k}", "root.team.x", 100, 4 * GiB, 1000, rng.uniform(150, 300))
+    _job(events, 1, "other-0", "root.other", 96, 4 * GiB, 1000, rng.uniform(300, 400))
+    _job(events, 2, "x-0", "root.team.x", 96, 4 * GiB, 1000, rng.uniform(300, 400))
     _job(events, 50, "y-0", "root.team.y", 40, 4 * GiB, 1000, 120)
-    _job(events, 50, "other-0", "root.other", 80, 4 * GiB, 1000, 120)
+    _job(events, 100, "ext-0", "root.ext", 40, 4 * GiB, 1000, 120)
     return Scenario("fence", fence.__doc__ or "", raw, events)
 
 

@@ -43,7 +43,7 @@ def test_the_registry_holds_the_three_policies() -> None:
         ("sniper", False, ["sniper"]),
         ("proportional", False, ["proportional"]),
         ("none", False, []),
-        ("none", True, ["intra_queue"]),
+        ("none", True, []),  # none switches off every policy, intra-queue included
         ("sniper", True, ["sniper", "intra_queue"]),
     ],
 )

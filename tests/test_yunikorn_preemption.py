@@ -185,10 +185,7 @@ NO_GUARANTEE = {
     "name",
     [
         "NoGuaranteed",
-        pytest.param(
-            "ParentGuaranteed",
-            marks=xfail(15, why="child2 has no guarantee of its own under guaranteed root.parent: never a beneficiary"),
-        ),
+        "ParentGuaranteed",
         "ChildGuaranteed",
         "BothGuaranteed",
     ],
@@ -856,7 +853,6 @@ def test_user_guide_fence_case_1_fenced_queue_2_gets_nothing_from_queue_1(fence:
     assert fence.placed["a2-pods"] == 0
 
 
-@xfail(17, why="Sniper's fence points the other way: sys may not preempt inside the fenced tenants")
 def test_user_guide_fence_case_2_sys_preempts_in_both_tenants(fence: Outcome) -> None:
     # YuniKorn: ten-a 15 -> 10, ten-b 15 -> 10, sys 0 -> 10. Sniper preempts towards the ideal
     # assignment (sys and ten-b 12, ten-a 6); both keep every guarantee.

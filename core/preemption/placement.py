@@ -464,7 +464,7 @@ def answer_placement_request(core: AllocatorCore, request: p.PlacementRequest) -
             if q.path not in beneficiaries:
                 return False
             target = targets.get(q.path)
-            return target is None or below_ideal(q.usage(), target)
+            return target is None or below_ideal(q.usage(), target, state.capacity)
         return any(b.startswith(q.path + ".") for b in beneficiaries)
 
     def ask_ok(ask: Ask) -> bool:

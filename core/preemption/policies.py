@@ -59,11 +59,11 @@ def make_policy(name: str, partition: str, config: PreemptionConfig) -> Policy:
 
 
 def enabled_policies(config: PreemptionConfig) -> list[str]:
-    """The policies a partition's ``preemption`` section turns on."""
-    names = [] if config.policy == "none" else [config.policy]
-    if config.intra_queue:
-        names.append("intra_queue")
-    return names
+    """The policies a partition's ``preemption`` section turns on; ``policy: none`` turns every one off,
+    intra-queue preemption included."""
+    if config.policy == "none":
+        return []
+    return [config.policy, "intra_queue"] if config.intra_queue else [config.policy]
 
 
 class _Placing:
