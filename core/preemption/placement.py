@@ -423,16 +423,16 @@ def may_take(
 ) -> bool:
     """Whether ``queue``, having lost ``before`` to this set, may lose ``victim`` too with ``left`` its
     remaining quota (ARCHITECTURE invariant 5a). Within the quota, yes. Containers are whole, so one
-    victim may overshoot it, as YARN's selector does, while the queue was still over its floor (the
-    quota left is positive, nothing overdrawn) and stays, without it, at or above its guarantee: in the
-    DRF comparison, and on each resource the guarantee names. ``gone``: what the queue already lost
+    victim may overshoot it, as YARN's selector does, while the queue was still over its floor (quota
+    left on every resource the victim holds, nothing overdrawn) and stays, without it, at or above its
+    guarantee: in the DRF comparison, and on each resource the guarantee names. ``gone``: what the queue already lost
     that its usage does not show yet (victims taken earlier in the same placement round)."""
     after = res.add(before, victim)
     if res.fits(after, left):
         return True
     rest = res.sub(left, before)
-    if any(v < 0 for v in rest.values()) or not res.any_positive(rest):
-        return False  # overdrawn already (one whole container beyond the quota at most), or nothing left
+    if any(v < 0 for v in rest.values()) or not all(rest.get(k, 0) > 0 for k in victim):
+        return False  # overdrawn already (one whole container beyond the quota at most), or at its floor
     usage = net_usage(queue) if gone is None else res.sub(net_usage(queue), gone)
     remaining = res.sub(usage, after)
     guaranteed = queue.guaranteed
