@@ -84,6 +84,7 @@ class CandidateFilter:
     """Which asks are eligible in one call (preemption mode narrows it); ``None`` admits everything."""
 
     skip: set[AskKey] = field(default_factory=set)
+    blocked: set[AskKey] | None = None  # when set, collects the asks an ancestor's ``max`` kept out
     queue: Callable[[Queue], bool] | None = None
     app: Callable[[App], bool] | None = None
     ask: Callable[[Ask], bool] | None = None
@@ -101,8 +102,9 @@ def find_ask_candidates(
 ) -> list[Ask]:
     """Up to ``n`` containers to try, one list entry per container, most deserving first.
 
-    ``preemption`` marks the mode: preemption narrows ``filters`` (starving asks of
-    queues below their ideal, not masked) and orders queues with ``queue_key``; the walk is the same.
+    ``preemption`` marks the mode: preemption narrows ``filters`` (starving asks of queues below their
+    ideal, not masked) and orders queues with ``queue_key``; the walk is the same, but ``max`` is left to
+    the placer, which counts the victims leaving the same subtree.
     ``headroom_extra`` adds per-queue usage that the caller holds but the state does not show yet;
     ``limits`` is the caller's view of user and application limits (a fresh one when not given), charged
     with every pick.
@@ -172,9 +174,15 @@ def find_ask_candidates(
                     or (filters.ask is not None and not filters.ask(ask))
                     or ask.pending - (times := picked.get(ask.key, 0)) <= 0
                     or (times and not preemption and not fits_again(ask, times))
-                    or not state.headroom_allows(leaf, ask.resource, extra)
                     or (limits is not None and not limits.allows(ask))
                 ):
+                    app_cur.current = next(app_cur.rest, None)
+                    continue
+                if not preemption and not state.headroom_allows(leaf, ask.resource, extra):
+                    # Only an ancestor's max makes it a miss: victims leaving that subtree free it.
+                    blocked = filters.blocked
+                    if blocked is not None and state.headroom_allows(leaf, ask.resource, extra, ancestors=False):
+                        blocked.add(ask.key)
                     app_cur.current = next(app_cur.rest, None)
                     continue
                 if limits is not None:
@@ -268,7 +276,8 @@ def try_allocate(
 
     With ``hold`` the placed room is added to the allocator's ``allocating`` counters (node, queue,
     ask) so it is never proposed twice before the cache answers. ``preemption=True`` requires a
-    ``placer`` that counts victims' room (see :mod:`sniper.core.preemption.sniper`).
+    ``placer`` that counts victims' room and checks every ``max`` with the victims gone (see
+    :mod:`sniper.core.preemption.placement`).
     """
     if preemption and placer is None:
         raise ValueError("preemption mode needs a placer that knows the victims")
@@ -277,7 +286,7 @@ def try_allocate(
     for ask in candidates:
         if ask.key in result.failed:
             continue
-        if ask.pending <= 0 or not state.headroom_allows(ask.app.queue, ask.resource):
+        if ask.pending <= 0 or (not preemption and not state.headroom_allows(ask.app.queue, ask.resource)):
             result.failed.add(ask.key)
             continue
         node = placer.place(state, ask)

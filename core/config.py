@@ -84,7 +84,7 @@ class PreemptionConfig:
     min_missed_opportunities: Annotated[int, Meta(ge=0)] = 1
     victim_cost: str = "running_time"  # one of VICTIM_COSTS
     intra_queue: bool = False
-    max_candidate_nodes: Annotated[int, Meta(ge=1)] = 16  # feasible nodes compared per placement (cheapest wins)
+    max_candidate_nodes: Annotated[int, Meta(ge=1)] | None = None  # opt-in cap on nodes costed per placement
     reservation_timeout: Seconds = 60.0
 
 

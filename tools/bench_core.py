@@ -120,13 +120,16 @@ def bench_allocate(nodes: int, queues: int, asks: int, apps_per_queue: int = 10)
     return anyio.run(main, backend="asyncio", backend_options={"use_uvloop": True})
 
 
-def bench_preempt(nodes: int, running: int, starving: int, ask_gib: int = 16, candidates: int = 16) -> dict[str, Any]:
+def bench_preempt(
+    nodes: int, running: int, starving: int, ask_gib: int = 16, candidates: int | None = None
+) -> dict[str, Any]:
     """One full sniper preemption round on a packed cluster, timed through the functions the actors run.
 
     Queue ``b`` holds ``running`` containers packed evenly on ``nodes`` 64 GiB nodes (the cluster full,
     far over its guarantee); queue ``a`` has ``starving`` asks of ``ask_gib`` GiB that missed a cycle.
     The round is the policy's quota computation, the allocator's preemption-mode placement and the
-    cache's commit; ``candidates`` is ``preemption.max_candidate_nodes``.
+    cache's commit; ``candidates`` is ``preemption.max_candidate_nodes`` (``None``: the exact search
+    over every node).
     """
     from sniper.core.allocator import AllocatorCore
     from sniper.core.cache import CacheCore

@@ -5,10 +5,12 @@ ask, the node and a reservation together (YuniKorn's lesson YUNIKORN-2270/1988):
 preempting with a grace deadline, the room on that node is held for the beneficiary until they are
 gone (or the reservation times out), and the beneficiary is allocated there the moment it fits. The
 checks repeat invariant 5 on the cache's own figures: the victim's queue is above its ideal plus the
-deadzone and keeps at least ``max(ideal, guaranteed)``; the beneficiary's queue is below its ideal;
-no priority inversion, no fence crossed, no disabled queue; the victim set is minimal; the beneficiary
-stays within its user, group and application limits (an intra-queue victim of the same priority or
-more belongs to a user above its limit). Observe-only
+deadzone and loses at most its quota plus one whole container, never going below its guarantee; the
+beneficiary's queue is below its ideal and within every ``max`` once the victims of its subtree are
+gone; no priority inversion, no fence crossed, no disabled queue, no container placed for a required
+node; the victim set is minimal (for the room and for those ``max``); the beneficiary stays within its
+user, group and application limits (an intra-queue victim of the same priority or more belongs to a
+user above its limit). Observe-only
 proposals publish what would be preempted and change nothing.
 """
 
@@ -18,10 +20,11 @@ from typing import TYPE_CHECKING
 
 from sniper.core import resources as res
 from sniper.core.limits import Limits
+from sniper.core.preemption.placement import quota_allows
 from sniper.core.preemption.quotas import Quotas, compute_quotas, net_usage
 from sniper.core.preemption.rules import may_preempt_for, preemption_disabled
 from sniper.core.resources import Resource
-from sniper.core.state import Allocation, Ask
+from sniper.core.state import Allocation, Ask, PartitionState, Queue
 from sniper.messages import decisions as d
 from sniper.messages import protocol as p
 
@@ -122,8 +125,6 @@ def _check(
         return "node is gone or not schedulable"
     if not ask.accepts(node):
         return f"node {pl.node} does not match the ask's required node or node selector"
-    if not state.headroom_allows(app.queue, ask.resource):
-        return "beneficiary's queue max would be exceeded"
     refusal = None if limits is None else limits.refusal(ask)
     if refusal is not None:
         return f"beneficiary: {refusal}"
@@ -139,9 +140,17 @@ def _check(
         victims.append(v)
     if len({v.id for v in victims}) != len(victims):
         return "a victim is named twice"
+    if any(v.pinned for v in victims):
+        return "a victim was placed for a required-node ask (never a victim)"
+    # Counted gone for every max: these victims and those already under notice (as placement does).
+    leaving = {q.path: res.scale(q.preempting, -1) for q in app.queue.lineage()}
+    for v in victims:
+        for q in v.queue.lineage():
+            res.sub_into(leaving.setdefault(q.path, {}), v.resource)
+    if not state.headroom_allows(app.queue, ask.resource, leaving):
+        return "beneficiary's queue max would be exceeded, even with the victims gone"
     if quotas is not None and app.queue.path not in quotas.beneficiaries:
         return f"beneficiary's queue {app.queue.path} is not below its ideal"
-    taking: dict[str, Resource] = {}
     taking_from: list[Allocation] = []  # victims checked so far
     for v in victims:
         if intra:
@@ -153,20 +162,29 @@ def _check(
                 )
         elif not may_preempt_for(v.queue, app.queue):
             return f"victim {v.id}'s queue {v.queue.path} may not be preempted for {app.queue.path}"
-        res.add_into(taking.setdefault(v.queue.path, {}), v.resource)
         taking_from.append(v)
     if not intra:
-        for path, amount in taking.items():
-            if not res.fits(amount, lose_left.get(path, {})):
-                return f"victims would take {path} below its guarantee or ideal, or it is within the deadzone"
+        path = quota_allows(victims, lose_left, state.capacity)
+        if path is not None:
+            return f"victims would take {path} below its guarantee or ideal, or it is within the deadzone"
     free = state.room_once_victims_leave(node)
     room = res.add(free, res.total(v.resource for v in victims))
     if not res.fits(ask.resource, room):
         return "victims do not free enough room"
     for v in victims:
-        if res.fits(ask.resource, res.sub(room, v.resource)):
+        if res.fits(ask.resource, res.sub(room, v.resource)) and _headroom_without(state, app.queue, ask, leaving, v):
             return f"victim {v.id} is not needed (the victim set is not minimal)"
     return None
+
+
+def _headroom_without(
+    state: PartitionState, queue: Queue, ask: Ask, leaving: dict[str, Resource], victim: Allocation
+) -> bool:
+    """Whether every ``max`` would still allow the ask if ``victim`` stayed."""
+    staying = {path: dict(amount) for path, amount in leaving.items()}
+    for q in victim.queue.lineage():
+        res.add_into(staying.setdefault(q.path, {}), victim.resource)
+    return state.headroom_allows(queue, ask.resource, staying)
 
 
 def _commit_one(

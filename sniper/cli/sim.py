@@ -257,7 +257,9 @@ def bench_preempt_cmd(
     nodes: Annotated[int, typer.Option(min=1)] = 10_000,
     running: Annotated[int, typer.Option(min=1)] = 100_000,
     starving: Annotated[int, typer.Option(min=1)] = 1_000,
-    candidates: Annotated[int, typer.Option(min=1, help="preemption.max_candidate_nodes")] = 16,
+    candidates: Annotated[
+        int | None, typer.Option(min=1, help="preemption.max_candidate_nodes (default: none, the exact search)")
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="one JSON object on stdout")] = False,
 ) -> None:
     """One full sniper preemption round on a packed cluster: round time and targeted victims per second."""
