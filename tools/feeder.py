@@ -12,7 +12,7 @@ dropped, as a real resource manager would. The checker reads only the feed recor
 (judged at the edge like them); the dead letters of the others are the cores' to write. At the end a
 marker per partition (an ask of an unknown app) proves that a core answered every event before it;
 ``PlayResult.unanswered`` names the partitions whose marker got no answer within ``drain`` seconds,
-with their events no decision covered.
+with the number of events published to each.
 
 :func:`record` writes the feed as it passes to a JSON Lines trace, which ``sniper simulate FILE`` can
 replay: ``t`` is the event's own trace time less the first record's, so times and durations stay in
@@ -29,6 +29,7 @@ from __future__ import annotations
 import dataclasses
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -122,6 +123,7 @@ async def play(
     last_decision = time.monotonic()
     markers = {e.partition: f"{run}:end:{e.partition}" for e in player.trace}
     marked: set[str] = set()  # partitions whose end marker a core answered
+    per_partition: Counter[str] = Counter()  # events published, per partition
     all_marked = anyio.Event()
     async with KafkaBus(latest, validators={FEED: feed_problem}) as bus:
         decisions = await bus.subscribe_ready(DECISIONS, group=f"{settings.prefix}feeder-{run}", capacity=8192)
@@ -137,6 +139,8 @@ async def play(
                 player.observe(event)
             await bus.publish_many(FEED, [(e.partition, e) for e in batch])
             published += len(batch)
+            for event in batch:
+                per_partition[event.partition] += 1
 
         def rm_events(batch: list[f.Feed]) -> list[f.Feed]:
             nonlocal rm_ids
@@ -221,9 +225,7 @@ async def play(
                 if markers:
                     await all_marked.wait()
             tg.cancel_scope.cancel()
-    unanswered = {
-        p: sum(1 for _, e in checker.part(p).feed if e.id != markers[p]) for p in sorted(markers.keys() - marked)
-    }
+    unanswered = {p: per_partition[p] for p in sorted(markers.keys() - marked)}
     checker.finish(seconds)
     report = checker.report(
         seconds=seconds,

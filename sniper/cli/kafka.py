@@ -311,7 +311,7 @@ def feed(
         lost = sum(result.unanswered.values())
         parts = ", ".join(sorted(result.unanswered))
         fail(
-            f"no core answered partition(s) {parts} within --drain {drain:g}s ({lost} event(s) unanswered)",
+            f"no core answered partition(s) {parts} within --drain {drain:g}s ({lost} event(s) published to them)",
             EXIT_RUNTIME,
         )
 
