@@ -13,6 +13,7 @@ from collections import Counter, OrderedDict
 from collections.abc import Callable, Collection
 from typing import Any
 
+from sniper.core import gang
 from sniper.core import resources as res
 from sniper.core.config import ConfigError, PartitionConfig, parse_partition, partition_to_raw
 from sniper.core.resources import Resource
@@ -284,10 +285,21 @@ class CacheCore:
         if not resource:
             self._reject(f"ask {e.app}/{e.ask} asks for nothing", app=e.app, ask=e.ask, event=e.id)
             return
+        if e.gang_min > e.count:
+            self._reject(
+                f"ask {e.app}/{e.ask}: gang_min {e.gang_min} is more than its count {e.count}",
+                app=e.app,
+                ask=e.ask,
+                event=e.id,
+            )
+            return
+        whole = res.scale(resource, max(1, e.gang_min))  # a gang's members must fit together
         for q in app.queue.lineage():
-            if q.max is not None and not res.fits({k: v for k, v in resource.items() if k in q.max}, q.max):
+            if q.max is not None and not res.fits({k: v for k, v in whole.items() if k in q.max}, q.max):
+                what = f"its gang of {e.gang_min}" if e.gang_min > 1 else f"ask {e.app}/{e.ask}"
                 self._reject(
-                    f"ask {e.app}/{e.ask} ({res.fmt(resource)}) can never fit queue {q.path}'s max ({res.fmt(q.max)})",
+                    f"ask {e.app}/{e.ask} ({res.fmt(resource)}): {what} can never fit queue {q.path}'s max"
+                    f" ({res.fmt(q.max)})",
                     app=e.app,
                     ask=e.ask,
                     event=e.id,
@@ -305,6 +317,11 @@ class CacheCore:
                 event=e.id,
             )
             return
+        if e.gang_min > 1 and self.state.nodes:
+            why = gang.never_fits(self.state, resource, e.gang_min, e.node, e.node_selector)
+            if why:
+                self._reject(f"ask {e.app}/{e.ask} ({res.fmt(resource)}): {why}", app=e.app, ask=e.ask, event=e.id)
+                return
         self.counters["ask"] += 1
         self.commit(
             p.AskSet(
@@ -320,6 +337,7 @@ class CacheCore:
                 node_selector=e.node_selector,
                 duration=e.duration,
                 retry=e.retry,
+                gang_min=e.gang_min,
             )
         )
 
@@ -457,13 +475,21 @@ class CacheCore:
     def _handle_allocation_proposal(self, proposal: p.AllocationProposal) -> None:
         accepted = 0
         rejected: dict[str, str] = {}
-        for pl in proposal.placements:
-            why = self.check_placement(pl.app, pl.ask, pl.node, pl.ask_seq)
-            if why is None:
-                self.allocate(pl.app, pl.ask, pl.node)
-                accepted += 1
-            else:
-                rejected[f"{pl.app}/{pl.ask}@{pl.node}#{len(rejected)}"] = why
+        placements = proposal.placements
+
+        def check(pl: p.Placement) -> str | None:
+            return self.check_placement(pl.app, pl.ask, pl.node, pl.ask_seq)
+
+        # A gang's missing members are one unit: all validated, then all committed, or none.
+        for members, need in gang.units(self.state, placements):
+            unit = [placements[i] for i in members]
+            why = check(unit[0]) if need == 1 else gang.check_unit(self.state, unit, need, check)
+            for pl in unit:
+                if why is None:
+                    self.allocate(pl.app, pl.ask, pl.node)
+                    accepted += 1
+                else:
+                    rejected[f"{pl.app}/{pl.ask}@{pl.node}#{len(rejected)}"] = why
         self.outcome(proposal.id, accepted, rejected)
 
     def check_placement(self, app_name: str, ask_name: str, node_name: str, ask_seq: int = 0) -> str | None:
@@ -562,6 +588,7 @@ def state_changes(state: PartitionState) -> list[p.ChangeMsg]:
                     node_selector={k: sorted(v) for k, v in ask.node_selector.items()},
                     duration=ask.duration,
                     retry=ask.retry,
+                    gang_min=ask.gang_min,
                 )
             )
     for alloc in state.allocations.values():

@@ -161,6 +161,7 @@ class Ask:
         "count",
         "created",
         "duration",
+        "gang_min",
         "key",
         "name",
         "node_selector",
@@ -187,6 +188,7 @@ class Ask:
         self.node_selector: dict[str, frozenset[str]] = {k: frozenset(v) for k, v in change.node_selector.items()}
         self.duration = change.duration
         self.retry = change.retry
+        self.gang_min = change.gang_min  # all or nothing for the first gang_min containers (0: no gang)
         self.allocated = 0  # containers committed for this ask, ever
         self.reserved = 0  # preemption reservations held for it
         self.allocating = 0  # allocator only: proposed, result not back yet

@@ -59,6 +59,7 @@ class AskSet(Change, tag="ask", frozen=True, gc=False):
     duration: float | None = None
     retry: bool = True
     node_selector: dict[str, list[str]] = {}
+    gang_min: int = 0  # the first ``gang_min`` containers are placed together or not at all
 
 
 class AskGone(Change, tag="ask_gone", frozen=True, gc=False):

@@ -6,19 +6,22 @@ preempting with a grace deadline, the room on that node is held for the benefici
 gone (or the reservation times out), and the beneficiary is allocated there the moment it fits. The
 checks repeat invariant 5 on the cache's own figures: the victim's queue is above its ideal plus the
 deadzone and keeps at least ``max(ideal, guaranteed)``; the beneficiary's queue is below its ideal;
-no priority inversion, no fence crossed, no disabled queue; the victim set is minimal. Observe-only
-proposals publish what would be preempted and change nothing.
+no priority inversion, no fence crossed, no disabled queue; the victim set is minimal. A gang's
+missing members are one unit (:mod:`sniper.core.gang`): all validated, each counting the members
+before it, then all committed in the same view delta, or none; never one whose whole gang would take
+its queue above its ideal. Observe-only proposals publish what would be preempted and change nothing.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from sniper.core import gang
 from sniper.core import resources as res
 from sniper.core.preemption.quotas import Quotas, compute_quotas, net_usage
 from sniper.core.preemption.rules import may_preempt_for, preemption_disabled
 from sniper.core.resources import Resource
-from sniper.core.state import Allocation, Ask
+from sniper.core.state import Allocation, Ask, Node
 from sniper.messages import decisions as d
 from sniper.messages import protocol as p
 
@@ -84,14 +87,67 @@ def _commit_placements(cache: CacheCore, proposal: p.PreemptionProposal) -> None
     lose_left: dict[str, Resource] = {} if quotas is None else {k: dict(v) for k, v in quotas.may_lose.items()}
     accepted = 0
     rejected: dict[str, str] = {}
-    for n, pl in enumerate(proposal.placements):
-        why = _check(cache, pl, quotas, lose_left, intra)
-        if why is not None:
-            rejected[f"{pl.app}/{pl.ask}@{pl.node}#{n}"] = why
-            continue
-        accepted += 1
-        _commit_one(cache, pl, quotas, lose_left, proposal)
+    placements = proposal.placements
+    for members, need in gang.units(state, placements):
+        unit = [placements[n] for n in members]
+        if need == 1:
+            why = _check(cache, unit[0], quotas, lose_left, intra)
+        else:
+            why = _check_gang(cache, unit, need, quotas, lose_left, intra)
+        for n, pl in zip(members, unit, strict=True):
+            if why is not None:
+                rejected[f"{pl.app}/{pl.ask}@{pl.node}#{n}"] = why
+                continue
+            accepted += 1
+            _commit_one(cache, pl, quotas, lose_left, proposal)
     cache.outcome(proposal.id, accepted, rejected)
+
+
+def _check_gang(
+    cache: CacheCore,
+    unit: list[p.Victimized],
+    need: int,
+    quotas: Quotas | None,
+    lose_left: dict[str, Resource],
+    intra: bool,
+) -> str | None:
+    """:func:`_check` for every member of a gang, each seeing the room, victims and quotas the members
+    before it took (held on the state while checking, then released): the whole unit or nothing."""
+    state = cache.state
+    ask = state.ask((unit[0].app, unit[0].ask))
+    if ask is None:
+        return "beneficiary ask is gone"
+    queue = ask.app.queue
+    ideal = None if quotas is None else quotas.ideal.get(queue.path)
+    whole = res.add(queue.usage(), res.scale(ask.resource, need))
+    if ideal is not None and res.drf_above(whole, ideal, state.capacity):
+        return f"gang of {need} would take {queue.path} above its ideal ({res.fmt(ideal)})"
+    lose = {k: dict(v) for k, v in lose_left.items()}
+    claimed: set[str] = set()
+    freeing: list[tuple[Node, Resource]] = []  # earlier members' victims, counted as leaving
+
+    def check(pl: p.Victimized) -> str | None:
+        if claimed.intersection(pl.victims):
+            return "a victim is named for two members"
+        why = _check(cache, pl, quotas, lose, intra)
+        if why is not None:
+            return why
+        claimed.update(pl.victims)
+        victims = [state.allocations[v] for v in pl.victims]
+        if not intra:
+            for v in victims:
+                res.sub_into(lose[v.queue.path], v.resource)
+        freed = res.total(v.resource for v in victims)
+        node = state.nodes[pl.node]
+        res.add_into(node.preempting, freed)
+        freeing.append((node, freed))
+        return None
+
+    try:
+        return gang.check_unit(state, unit, need, check)
+    finally:
+        for node, freed in freeing:
+            res.sub_into(node.preempting, freed)
 
 
 def _check(

@@ -7,7 +7,9 @@ nodes that could possibly hold it, and at most ``max_candidate_nodes`` feasible 
 victim set is minimal: cheapest victims first (AM containers last), then every victim whose removal
 still leaves room is dropped again. Among nodes the cheapest set wins (AM-free sets first).
 Invariants: a victim is taken at most once per round; no queue loses more than its quota in any
-resource; the round stops once the preempted total reaches its budget.
+resource; the round stops once the preempted total reaches its budget. A gang's members are one unit
+(:mod:`sniper.core.gang`): the budget is checked when a unit starts, not between its members, and a
+unit that fails, or would take its queue above its ideal, leaves the round as it found it.
 """
 
 from __future__ import annotations
@@ -35,6 +37,24 @@ class VictimSet:
     has_am: bool
 
 
+@dataclasses.dataclass(slots=True)
+class _RoundMark:
+    """A victim placer's round state, kept while a gang unit is open so that a failed unit leaves none."""
+
+    quota_left: dict[str, Resource]
+    budget_left: Resource
+    sets: int
+    taken: set[str]
+    freed: dict[str, Resource]
+    room: dict[str, Resource]
+    by_node: dict[str, list[tuple[bool, float, str, Allocation]]]
+    index: SortedList
+    potential: dict[str, int]
+    max_slack: int
+    slack: dict[str, int]
+    slack_index: SortedList
+
+
 class VictimPlacer:
     """Finds, for one ask at a time, the cheapest node where a minimal victim set makes room."""
 
@@ -53,6 +73,7 @@ class VictimPlacer:
         # A budget of nothing (``total_preemption_per_round: 0``) allows nothing, not everything.
         self.exhausted = not any(v > 0 for v in self.budget_left.values())
         self.intra = request.intra_queue
+        self._unit: _RoundMark | None = None  # the round as it was when the open gang unit started
         # Candidate victims per node, cheapest first and AM containers last, built on a node's first
         # evaluation (cost is fixed for the round). The index key is an upper bound of the memory a
         # placement could get there, from per-node aggregates: O(nodes) to build, not O(containers).
@@ -112,7 +133,7 @@ class VictimPlacer:
     # ------------------------------------------------------------------ Placer
 
     def place(self, state: PartitionState, ask: Ask) -> Node | None:
-        if self.exhausted:
+        if self.exhausted and self._unit is None:
             return None
         need = ask.resource
         need_mem = need.get(MEMORY, 0)
@@ -147,6 +168,46 @@ class VictimPlacer:
             return None
         self._take(best, ask)
         return best.node
+
+    # ------------------------------------------------------------------ gang units (gang.UnitPlacer)
+
+    def open_unit(self, state: PartitionState, ask: Ask, members: int) -> bool:
+        """Start a gang of ``members``: refused once the budget is spent, or when the whole gang would
+        take its queue above its ideal (no victim for a gang that cannot be completed)."""
+        if self.exhausted:
+            return False
+        target = self.request.targets.get(ask.app.queue.path)
+        if target is not None and not self.intra:
+            after = res.add(ask.app.queue.usage(), res.scale(ask.resource, members))
+            if res.drf_above(after, target, state.capacity):
+                return False
+        self._unit = _RoundMark(
+            {k: dict(v) for k, v in self.quota_left.items()},
+            dict(self.budget_left),
+            len(self.sets),
+            set(self.taken),
+            {k: dict(v) for k, v in self.freed.items()},
+            {k: dict(v) for k, v in self._room.items()},
+            dict(self.by_node),
+            self.index.copy(),
+            dict(self.potential),
+            self.max_slack,
+            dict(self.slack),
+            self.slack_index.copy(),
+        )
+        return True
+
+    def close_unit(self, keep: bool) -> None:
+        """End the open unit; without ``keep`` every victim it took is given back to the round."""
+        mark, self._unit = self._unit, None
+        if keep or mark is None:
+            return
+        self.quota_left, self.budget_left, self.taken = mark.quota_left, mark.budget_left, mark.taken
+        self.freed, self._room, self.by_node = mark.freed, mark.room, mark.by_node
+        self.index, self.potential, self.max_slack = mark.index, mark.potential, mark.max_slack
+        self.slack, self.slack_index = mark.slack, mark.slack_index
+        del self.sets[mark.sets :]
+        self.exhausted = False  # a unit opens only when the round was not exhausted
 
     def _tasks_could_make_room(self, state: PartitionState, ask: Ask) -> bool:
         """Whether some node's non-AM victims the rules allow, quota aside, cover the ask's shortfall."""
