@@ -389,8 +389,10 @@ def answer_placement_request(core: AllocatorCore, request: p.PlacementRequest) -
         if not progress:
             break
     placements: list[p.Victimized] = []
+    waits: dict[AskKey, int] = {}
     for (ask, node), chosen in zip(placed, placer.sets, strict=True):
-        waited = missed.pop(ask.key, 0)  # the ask got its container (update-missed-opportunity)
+        # The ask got its container (update-missed-opportunity); a gang's members share its wait.
+        waited = waits.setdefault(ask.key, missed.pop(ask.key, 0))
         reason = f"{ask_label(ask.key)} missed {waited} cycles"
         placements.append(
             p.Victimized(
