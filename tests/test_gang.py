@@ -3,6 +3,7 @@ for a whole gang or nobody, the round's budget, rejection of gangs that can neve
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any
 
 from hypothesis import HealthCheck, given, settings
@@ -13,6 +14,8 @@ from sniper.messages import decisions as d
 from sniper.messages import feed as f
 from sniper.messages import protocol as p
 from sniper.simulator.model import ClusterModel
+from sniper.simulator.run import SimulationSettings, run_simulation
+from sniper.simulator.scenarios import scenario
 from tests.core_support import Harness, config_of, invariant_problems, queue, rejected_reasons
 from tests.preemption_support import PARTITION, PreemptHarness, preemption_raw, two_queues
 
@@ -297,3 +300,18 @@ def test_random_gangs_never_partial_and_no_victim_for_an_incomplete_gang(
     for x in h.preempts():
         ask = h.cache.state.ask((x.for_app, x.for_ask))
         assert ask is not None and ask.allocated + ask.reserved >= ask.gang_min
+
+
+# ---------------------------------------------------------------------- the bundled scenario
+
+
+def test_gang_scenario_sniper_preempts_for_whole_gangs_only_and_the_baseline_wastes() -> None:
+    sc = scenario("gang")
+    sniper = run_simulation(sc.events, sc.config, SimulationSettings(until=350, policy="sniper"))
+    beneficiaries = Counter(x.for_ask for x in sniper.decisions if isinstance(x, d.Preempt))
+    # 7 victims for each of train-0's 4 workers, none for train-1 (above the ideal), 4 x 4 for train-2.
+    assert beneficiaries == {"train-0-workers": 28, "train-2-workers": 16}
+    assert sniper.report["wasted_preemptions"] == 0 and sniper.report["invariant_violations"] == 0
+    baseline = run_simulation(sc.events, sc.config, SimulationSettings(until=150, policy="proportional"))
+    assert baseline.report["wasted_preemptions"] > 0 and baseline.report["invariant_violations"] == 0
+    assert not [x for x in baseline.decisions if isinstance(x, d.Allocated) and x.app.startswith("train")]
