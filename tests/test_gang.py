@@ -13,6 +13,7 @@ from sniper.core import resources as res
 from sniper.messages import decisions as d
 from sniper.messages import feed as f
 from sniper.messages import protocol as p
+from sniper.messages.codec import BadInput, decode_feed_lines
 from sniper.simulator.model import ClusterModel
 from sniper.simulator.run import SimulationSettings, run_simulation
 from sniper.simulator.scenarios import scenario
@@ -60,6 +61,14 @@ def test_gang_larger_than_the_queue_max_is_rejected_with_the_reason() -> None:
     [reason] = rejected_reasons(h.feed(gang_ask("a1", "g", 60, count=3, gang_min=3)))
     assert "gang of 3 can never fit queue root.a's max" in reason
     assert not rejected_reasons(h.feed(gang_ask("a1", "ok", 60, count=3, gang_min=2)))
+
+
+def test_a_bad_gang_min_on_the_feed_is_reported_with_its_line_not_raised() -> None:
+    line = b'{"type":"ask_added","app":"a1","ask":"g","resource":{"memory":1},"count":2,"gang_min":-1}'
+    [bad] = list(decode_feed_lines([line], source="feed"))
+    assert isinstance(bad, BadInput) and bad.where == "feed:1" and "gang_min" in bad.reason
+    [ok] = list(decode_feed_lines([line.replace(b"-1", b"2")], source="feed"))
+    assert isinstance(ok, f.AskAdded) and ok.gang_min == 2
 
 
 # ---------------------------------------------------------------------- normal allocation
@@ -158,6 +167,24 @@ def test_sniper_preempts_for_every_member_of_a_gang_in_one_commit() -> None:
     assert len(h.cache.state.reservations) == 2
     ask = h.cache.state.ask(("a1", "g"))
     assert ask is not None and ask.reserved == 2
+    h.model.check(h.now)
+    assert not h.model.violations
+
+
+def test_two_members_on_one_node_count_the_room_the_first_members_victims_free() -> None:
+    # n0 holds 30+30+30 of b's, 10 free: member 1 (45) needs two victims (room 70), member 2 one more.
+    h = PreemptHarness(two_queues(100, 0))
+    h.nodes("n0")
+    h.fill("b0", "root.b", "n0", [30, 30, 30])
+    h.app("a1", "root.a")
+    h.feed(gang_ask("a1", "g", 45, count=2, gang_min=2))
+    h.starve()
+    r = h.preempt_round()
+    assert r.outcome is not None and r.outcome.accepted == 2, r.outcome
+    assert [len(pl.victims) for pl in r.placements] == [2, 1]
+    h.tick(h.now + 16)
+    h.release(*h.kills())
+    assert sorted(x.ask for x in h.allocated() if x.app == "a1") == ["g", "g"]
     h.model.check(h.now)
     assert not h.model.violations
 
