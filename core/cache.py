@@ -296,9 +296,9 @@ class CacheCore:
         whole = res.scale(resource, max(1, e.gang_min))  # a gang's members must fit together
         for q in app.queue.lineage():
             if q.max is not None and not res.fits({k: v for k, v in whole.items() if k in q.max}, q.max):
-                what = f"its gang of {e.gang_min}" if e.gang_min > 1 else f"ask {e.app}/{e.ask}"
+                what = f": its gang of {e.gang_min}" if e.gang_min > 1 else ""
                 self._reject(
-                    f"ask {e.app}/{e.ask} ({res.fmt(resource)}): {what} can never fit queue {q.path}'s max"
+                    f"ask {e.app}/{e.ask} ({res.fmt(resource)}){what} can never fit queue {q.path}'s max"
                     f" ({res.fmt(q.max)})",
                     app=e.app,
                     ask=e.ask,
