@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Protocol, TypeVar, runtime_checkable
 
 from sniper.core import allocation
 from sniper.core import resources as res
+from sniper.core.limits import Limits
 from sniper.core.state import Ask, AskKey, Node, PartitionState, selector_matches
 
 if TYPE_CHECKING:
@@ -67,14 +68,24 @@ class UnitPlacer(Protocol):
         ...
 
 
-def place_unit(state: PartitionState, ask: Ask, placer: Placer, members: int) -> list[Node] | None:
+def place_unit(
+    state: PartitionState, ask: Ask, placer: Placer, members: int, *, preemption: bool = False
+) -> list[Node] | None:
     """Place ``members`` containers of ``ask`` through ``placer``, each held as it is placed, or none.
 
-    Returns the nodes (held in the allocator's ``allocating`` counters), or ``None`` with every hold
-    and the placer's own state undone.
+    The whole unit must stay within the user, group and application limits, and (outside preemption,
+    where the placer counts victims leaving) within every ``max``. Returns the nodes (held in the
+    allocator's ``allocating`` counters), or ``None`` with every hold and the placer's own state undone.
     """
-    if ask.pending < members or not state.headroom_allows(ask.app.queue, res.scale(ask.resource, members)):
+    if ask.pending < members:
         return None
+    if not preemption and not state.headroom_allows(ask.app.queue, res.scale(ask.resource, members)):
+        return None
+    limits = Limits.of(state)
+    if limits is not None:
+        limits.charge(ask, members - 1)
+        if not limits.allows(ask):
+            return None
     unit = placer if isinstance(placer, UnitPlacer) else None
     if unit is not None and not unit.open_unit(state, ask, members):
         return None

@@ -160,6 +160,7 @@ class Ask:
         "app",
         "count",
         "created",
+        "damped_until",
         "duration",
         "gang_min",
         "key",
@@ -188,6 +189,7 @@ class Ask:
         self.node_selector: dict[str, frozenset[str]] = {k: frozenset(v) for k, v in change.node_selector.items()}
         self.duration = change.duration
         self.retry = change.retry
+        self.damped_until = change.damped_until
         self.gang_min = change.gang_min  # all or nothing for the first gang_min containers (0: no gang)
         self.allocated = 0  # containers committed for this ask, ever
         self.reserved = 0  # preemption reservations held for it
@@ -212,6 +214,7 @@ class App:
         "allocated",
         "allocations",
         "asks",
+        "groups",
         "name",
         "pending_asks",
         "priority",
@@ -225,6 +228,7 @@ class App:
         self.name = change.app
         self.queue = queue
         self.user = change.user
+        self.groups = change.groups
         self.priority = change.priority
         self.submit_seq = change.submit_seq
         self.submit_time = change.submit_time
@@ -243,6 +247,7 @@ class Allocation:
         "id",
         "killed",
         "node",
+        "pinned",
         "preempt_deadline",
         "priority",
         "queue",
@@ -261,6 +266,7 @@ class Allocation:
         self.am = change.am
         self.queue = queue
         self.priority = change.priority
+        self.pinned = change.pinned
         self.reservation: str | None = None  # set while it is a victim held for this reservation
         self.preempt_deadline: float | None = None  # set while it is a victim
         self.killed = False
@@ -337,9 +343,12 @@ class PartitionState:
         app = self.apps.get(key[0])
         return None if app is None else app.asks.get(key[1])
 
-    def headroom_allows(self, queue: Queue, request: Resource, extra: dict[str, Resource] | None = None) -> bool:
-        """True when ``request`` on top of each queue's usage stays within every ``max`` up the tree."""
-        for q in queue.lineage():
+    def headroom_allows(
+        self, queue: Queue, request: Resource, extra: dict[str, Resource] | None = None, *, ancestors: bool = True
+    ) -> bool:
+        """True when ``request`` on top of each queue's usage stays within every ``max`` up the tree
+        (``ancestors=False``: the queue's own only)."""
+        for q in queue.lineage() if ancestors else (queue,):
             if q.max is None:
                 continue
             add = extra.get(q.path) if extra else None
