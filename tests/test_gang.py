@@ -1,5 +1,6 @@
 """Gangs (all or nothing, ``gang_min``): normal allocation, the cache's atomic commit, sniper preemption
-for a whole gang or nobody, the round's budget, rejection of gangs that can never fit, the checker."""
+for a whole gang or nobody, the round's budget, user limits on the whole gang, rejection of gangs that
+can never fit, the checker."""
 
 from __future__ import annotations
 
@@ -141,6 +142,45 @@ def test_cache_commits_a_gang_atomically_when_one_member_does_not_fit() -> None:
     assert not any(res.any_positive(n.allocating) for n in h.cache.state.nodes.values())
     h.model.check(h.now)
     assert not h.model.violations
+
+
+def limited_user(limit_mib: int) -> Harness:
+    """Queue root.a where each user may hold ``limit_mib`` of memory; app a1 belongs to user sue."""
+    leaf = queue("a")
+    leaf["limits"] = [{"users": ["*"], "maxresources": {"memory": f"{limit_mib}Mi"}}]
+    h = Harness(config_of(leaf))
+    h.feed(
+        *(f.NodeAdded(node=f"n{i}", capacity={"memory": 100}) for i in range(3)),
+        f.AppAdded(app="a1", queue="root.a", user="sue"),
+    )
+    return h
+
+
+def test_a_gang_beyond_its_users_limit_places_no_member() -> None:
+    h = limited_user(100)  # two 40s fit sue's limit, a gang of three does not
+    h.feed(gang_ask("a1", "g", 40, count=3, gang_min=3))
+    assert h.propose() is None  # the allocator proposes no member: the cache would refuse them all
+    h.settle()
+    assert not h.placements() and not h.cache.state.allocations
+    h.feed(gang_ask("a1", "pair", 40, count=2, gang_min=2))
+    h.settle()
+    assert [ask for ask, _ in h.placements()] == ["pair", "pair"]
+    h.model.check(h.now)
+    assert not gang_violations(h.model)
+
+
+def test_cache_refuses_a_whole_gang_whose_members_together_break_a_user_limit() -> None:
+    h = limited_user(100)
+    h.feed(gang_ask("a1", "g", 40, count=3, gang_min=3))
+    h.settle()
+    seq = h.cache.state.ask(("a1", "g")).seq  # type: ignore[union-attr]
+    three = [p.Placement("a1", "g", n, seq) for n in ("n0", "n1", "n2")]
+    h.cache.handle_proposal(p.AllocationProposal(id="t/3", view_seq=0, placements=three))
+    h.pump()
+    outcome = h.outcomes["t/3"]
+    assert outcome.accepted == 0 and len(outcome.rejected) == 3
+    assert all("gang member 3 of 3" in why and "maxresources" in why for why in outcome.rejected.values())
+    assert not h.cache.state.allocations
 
 
 # ---------------------------------------------------------------------- sniper preemption
