@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from sniper.core import gang
 from sniper.core import resources as res
 from sniper.core.limits import Limits
 from sniper.core.resources import Resource
@@ -277,7 +278,8 @@ def try_allocate(
     With ``hold`` the placed room is added to the allocator's ``allocating`` counters (node, queue,
     ask) so it is never proposed twice before the cache answers. ``preemption=True`` requires a
     ``placer`` that counts victims' room and checks every ``max`` with the victims gone (see
-    :mod:`sniper.core.preemption.placement`).
+    :mod:`sniper.core.preemption.placement`). A gang that still misses members is placed as one unit
+    of them all, or not at all (:mod:`sniper.core.gang`).
     """
     if preemption and placer is None:
         raise ValueError("preemption mode needs a placer that knows the victims")
@@ -285,6 +287,17 @@ def try_allocate(
     result = TryResult()
     for ask in candidates:
         if ask.key in result.failed:
+            continue
+        members = gang.unit_size(ask)
+        if members > 1:
+            unit = gang.place_unit(state, ask, placer, members, preemption=preemption)
+            if unit is None:
+                result.failed.add(ask.key)
+                continue
+            result.placed.extend((ask, member) for member in unit)
+            if not hold:
+                for member in unit:
+                    hold_room(state, ask, member, -1)
             continue
         if ask.pending <= 0 or (not preemption and not state.headroom_allows(ask.app.queue, ask.resource)):
             result.failed.add(ask.key)

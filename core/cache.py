@@ -13,6 +13,7 @@ from collections import Counter, OrderedDict
 from collections.abc import Callable, Collection
 from typing import Any
 
+from sniper.core import gang
 from sniper.core import resources as res
 from sniper.core.config import ConfigError, PartitionConfig, parse_partition, partition_to_raw
 from sniper.core.limits import Limits
@@ -304,10 +305,21 @@ class CacheCore:
         if not resource:
             self._reject(f"ask {e.app}/{e.ask} asks for nothing", app=e.app, ask=e.ask, event=e.id)
             return
+        if e.gang_min > e.count:
+            self._reject(
+                f"ask {e.app}/{e.ask}: gang_min {e.gang_min} is more than its count {e.count}",
+                app=e.app,
+                ask=e.ask,
+                event=e.id,
+            )
+            return
+        whole = res.scale(resource, max(1, e.gang_min))  # a gang's members must fit together
         for q in app.queue.lineage():
-            if q.max is not None and not res.fits({k: v for k, v in resource.items() if k in q.max}, q.max):
+            if q.max is not None and not res.fits({k: v for k, v in whole.items() if k in q.max}, q.max):
+                what = f": its gang of {e.gang_min}" if e.gang_min > 1 else ""
                 self._reject(
-                    f"ask {e.app}/{e.ask} ({res.fmt(resource)}) can never fit queue {q.path}'s max ({res.fmt(q.max)})",
+                    f"ask {e.app}/{e.ask} ({res.fmt(resource)}){what} can never fit queue {q.path}'s max"
+                    f" ({res.fmt(q.max)})",
                     app=e.app,
                     ask=e.ask,
                     event=e.id,
@@ -329,6 +341,11 @@ class CacheCore:
         if why is not None:
             self._reject(f"ask {e.app}/{e.ask} ({res.fmt(resource)}) {why}", app=e.app, ask=e.ask, event=e.id)
             return
+        if e.gang_min > 1 and self.state.nodes:
+            why = gang.never_fits(self.state, resource, e.gang_min, e.node, e.node_selector)
+            if why:
+                self._reject(f"ask {e.app}/{e.ask} ({res.fmt(resource)}): {why}", app=e.app, ask=e.ask, event=e.id)
+                return
         self.counters["ask"] += 1
         self.commit(
             p.AskSet(
@@ -344,6 +361,7 @@ class CacheCore:
                 node_selector=e.node_selector,
                 duration=e.duration,
                 retry=e.retry,
+                gang_min=e.gang_min,
                 damped_until=self._damped_until((e.app, e.ask)),
             )
         )
@@ -543,16 +561,35 @@ class CacheCore:
         accepted = 0
         rejected: dict[str, str] = {}
         limits = Limits.of(self.state)  # the allocator's view of the limits may be stale: check again
-        for pl in proposal.placements:
-            why = self.check_placement(pl.app, pl.ask, pl.node, pl.ask_seq, limits)
-            if why is None:
-                self._end_reservation_placed_elsewhere(pl.app, pl.ask, pl.node)
-                self.allocate(pl.app, pl.ask, pl.node)
-                accepted += 1
-                if limits is not None:
-                    limits.charge(self.state.apps[pl.app].asks[pl.ask])
+        placements = proposal.placements
+        # A gang's missing members are one unit: all validated, then all committed, or none.
+        for members, need in gang.units(self.state, placements):
+            unit = [placements[i] for i in members]
+            if need == 1:
+                why = self.check_placement(unit[0].app, unit[0].ask, unit[0].node, unit[0].ask_seq, limits)
+                trial = limits
             else:
-                rejected[f"{pl.app}/{pl.ask}@{pl.node}#{len(rejected)}"] = why
+                # Each member is checked with those before it charged to a copy of the limits view.
+                trial = None if limits is None else limits.fork()
+
+                def check(pl: p.Placement, trial: Limits | None = trial) -> str | None:
+                    why = self.check_placement(pl.app, pl.ask, pl.node, pl.ask_seq, trial)
+                    if why is None and trial is not None:
+                        trial.charge(self.state.apps[pl.app].asks[pl.ask])
+                    return why
+
+                why = gang.check_unit(self.state, unit, need, check)
+            for pl in unit:
+                if why is None:
+                    self._end_reservation_placed_elsewhere(pl.app, pl.ask, pl.node)
+                    self.allocate(pl.app, pl.ask, pl.node)
+                    accepted += 1
+                    if limits is not None and need == 1:
+                        limits.charge(self.state.apps[pl.app].asks[pl.ask])
+                else:
+                    rejected[f"{pl.app}/{pl.ask}@{pl.node}#{len(rejected)}"] = why
+            if why is None:
+                limits = trial
         self.outcome(proposal.id, accepted, rejected)
 
     def _end_reservation_placed_elsewhere(self, app_name: str, ask_name: str, node_name: str) -> None:
@@ -673,6 +710,7 @@ def state_changes(state: PartitionState) -> list[p.ChangeMsg]:
                     node_selector={k: sorted(v) for k, v in ask.node_selector.items()},
                     duration=ask.duration,
                     retry=ask.retry,
+                    gang_min=ask.gang_min,
                     damped_until=ask.damped_until,
                 )
             )

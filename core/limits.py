@@ -145,6 +145,15 @@ class Limits:
         """A view, or ``None`` when the partition configures no limit (nothing to check)."""
         return cls(state) if has_limits(state) else None
 
+    def fork(self) -> Limits:
+        """A copy whose charges leave this view untouched (a gang tried as a unit, kept or dropped whole)."""
+        out = Limits.__new__(Limits)
+        out.state, out._bounds, out._waiting = self.state, self._bounds, self._waiting
+        out.usage = {k: dict(v) for k, v in self.usage.items()}
+        out.running = dict(self.running)
+        out._running_apps = set(self._running_apps)
+        return out
+
     def bounds(self, app: App) -> list[Bound]:
         out = self._bounds.get(app.name)
         if out is None:

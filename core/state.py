@@ -162,6 +162,7 @@ class Ask:
         "created",
         "damped_until",
         "duration",
+        "gang_min",
         "key",
         "name",
         "node_selector",
@@ -189,6 +190,7 @@ class Ask:
         self.duration = change.duration
         self.retry = change.retry
         self.damped_until = change.damped_until
+        self.gang_min = change.gang_min  # all or nothing for the first gang_min containers (0: no gang)
         self.allocated = 0  # containers committed for this ask, ever
         self.reserved = 0  # preemption reservations held for it
         self.allocating = 0  # allocator only: proposed, result not back yet

@@ -67,6 +67,8 @@ class AskAdded(FeedEvent, tag="ask_added", frozen=True, gc=False):
     node: str | None = None  # a required node, if any
     # Node label key -> accepted values: the ask runs only on nodes whose labels match every key.
     node_selector: dict[str, list[str]] = {}
+    # All or nothing: the first ``gang_min`` containers are placed together or not at all (0: no gang).
+    gang_min: Annotated[int, msgspec.Meta(ge=0, le=10**7)] = 0
 
 
 class AskRemoved(FeedEvent, tag="ask_removed", frozen=True, gc=False):

@@ -61,6 +61,7 @@ class AskSet(Change, tag="ask", frozen=True, gc=False):
     retry: bool = True
     damped_until: float = 0.0  # re-added after a withdrawal that ended a reservation: no preemption before
     node_selector: dict[str, list[str]] = {}
+    gang_min: int = 0  # the first ``gang_min`` containers are placed together or not at all
 
 
 class AskGone(Change, tag="ask_gone", frozen=True, gc=False):

@@ -88,6 +88,8 @@ class ClusterModel:
         self.last_seq = 0
         self.rejected_asks: set[tuple[str, str]] = set()
         self.seen_events: set[str] = set()
+        self.gangs: dict[tuple[str, str], int] = {}  # ask -> gang_min, for gangs of two or more
+        self.gang_held: dict[tuple[str, str], int] = {}  # ask -> containers held at the last check
         self.open: dict[tuple[str, str], None] = {}  # asks that may still have containers to place
         self.usage: dict[str, Resource] = defaultdict(dict)  # committed, per queue path, parents included
         self.notices = 0  # allocations under a preemption notice
@@ -138,7 +140,7 @@ class ClusterModel:
                 self.withdrawn.update(k for k in self.asks if k[0] == a)
                 for k in [k for k in self.open if k[0] == a]:
                     del self.open[k]
-            case f.AskAdded(app=a, ask=k, resource=r, count=c, priority=prio):
+            case f.AskAdded(app=a, ask=k, resource=r, count=c, priority=prio, gang_min=g):
                 if (a, k) in self.withdrawn or (a, k) in self.rejected_asks:
                     # Asked again under a withdrawn or refused name: a new ask for the cache, its count
                     # starts over.
@@ -146,6 +148,10 @@ class ClusterModel:
                     self.rejected_asks.discard((a, k))
                     self.asks.pop((a, k), None)
                     self.ask_allocated.pop((a, k), None)
+                    self.gangs.pop((a, k), None)
+                    self.gang_held.pop((a, k), None)
+                if (a, k) not in self.asks and g > 1:
+                    self.gangs[(a, k)] = g
                 self.asks.setdefault((a, k), (res.normalized(r), c))
                 self.ask_priority.setdefault((a, k), prio)
                 self.open[(a, k)] = None
@@ -350,6 +356,23 @@ class ClusterModel:
             cap = self.nodes.get(node)
             if cap is not None and not res.fits(used, cap):
                 self._violate(t, 1, f"node {node} over capacity: {res.fmt(used)} > {res.fmt(cap)}")
+        self._check_gangs(t)
+
+    def _check_gangs(self, t: float) -> None:
+        """Invariant 8: a gang is placed whole. The containers a gang ask holds (allocated ever, plus
+        reservations naming it) never grow to a count between none and its ``gang_min``: the gang's
+        members are allocated or reserved in the same step, or not at all."""
+        if not self.gangs:
+            return
+        reserved: dict[tuple[str, str], int] = defaultdict(int)
+        for r in self.reservations.values():
+            reserved[(r.app, r.ask)] += 1
+        for key, k in self.gangs.items():
+            held = self.ask_allocated.get(key, 0) + reserved.get(key, 0)
+            before = self.gang_held.get(key, 0)
+            if before < held < k and key not in self.rejected_asks:
+                self._violate(t, 8, f"partial gang {key[0]}/{key[1]}: {held} of {k} members placed or reserved")
+            self.gang_held[key] = held
 
     # ------------------------------------------------------------------ views for metrics
 

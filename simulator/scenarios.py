@@ -384,6 +384,38 @@ def user_limits(seed: int = 0) -> Scenario:
     return Scenario("user_limits", user_limits.__doc__ or "", raw, events)
 
 
+def gang(seed: int = 0) -> Scenario:
+    """Distributed training, all or nothing: on 8 nodes of 64 GiB, queue batch borrowed everything with
+    4 GiB containers and keeps asking; queue train (guarantee: 40% of the cluster) runs jobs of four
+    28 GiB workers that only start together (``gang_min`` 4). The second job arrives while the first
+    runs: both together would take train above its ideal, so room freed for part of it is wasted. A
+    third job of six 16 GiB workers needs four of them together, the other two are ordinary."""
+    rng = random.Random(seed)
+    nodes = 8
+    share = {"memory": nodes * 64 * GiB * 2 // 5, "vcore": nodes * 16_000 * 2 // 5}
+    rest = {"memory": nodes * 64 * GiB * 3 // 5, "vcore": nodes * 16_000 * 3 // 5}
+    raw = _partition([_queue("train", share), _queue("batch", rest)], dict(PREEMPTION))
+    events: list[f.Feed] = list(_nodes(nodes, 64 * GiB, 16_000))
+    for k in range(4):
+        _job(events, 1 + k, f"batch-{k}", "root.batch", 40, 4 * GiB, 1000, rng.uniform(400, 600))
+    jobs = [(60.0, 4, 4, 28 * GiB), (90.0, 4, 4, 28 * GiB), (300.0 + rng.uniform(0, 20), 6, 4, 16 * GiB)]
+    for n, (t, count, gang_min, memory) in enumerate(jobs):
+        app = f"train-{n}"
+        events.append(f.AppAdded(t=t, app=app, queue="root.train"))
+        events.append(
+            f.AskAdded(
+                t=t,
+                app=app,
+                ask=f"{app}-workers",
+                resource={"memory": memory, "vcore": 4000},
+                count=count,
+                gang_min=gang_min,
+                duration=rng.uniform(100, 140),
+            )
+        )
+    return Scenario("gang", gang.__doc__ or "", raw, events)
+
+
 ScenarioFn = Callable[[int], Scenario]
 SCENARIOS: dict[str, ScenarioFn] = {
     "demo": demo,
@@ -394,6 +426,7 @@ SCENARIOS: dict[str, ScenarioFn] = {
     "random_mix": random_mix,
     "fragmented": fragmented,
     "user_limits": user_limits,
+    "gang": gang,
 }
 
 

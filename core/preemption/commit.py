@@ -10,21 +10,24 @@ beneficiary's queue is below its ideal and within every ``max`` once the victims
 gone; no priority inversion, no fence crossed, no disabled queue, no container placed for a required
 node; the victim set is minimal (for the room and for those ``max``); the beneficiary stays within its
 user, group and application limits (an intra-queue victim of the same priority or more belongs to a
-user above its limit). Observe-only
-proposals publish what would be preempted and change nothing.
+user above its limit). A gang's missing members are one unit (:mod:`sniper.core.gang`): all
+validated, each counting the members before it, then all committed in the same view delta, or none;
+never one whose whole gang would take its queue above its ideal. Observe-only proposals publish what
+would be preempted and change nothing.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from sniper.core import gang
 from sniper.core import resources as res
 from sniper.core.limits import Limits
 from sniper.core.preemption.placement import quota_allows
 from sniper.core.preemption.quotas import Quotas, compute_quotas, net_usage
 from sniper.core.preemption.rules import may_preempt_for, preemption_disabled
 from sniper.core.resources import Resource
-from sniper.core.state import Allocation, Ask, PartitionState, Queue
+from sniper.core.state import Allocation, Ask, Node, PartitionState, Queue
 from sniper.messages import decisions as d
 from sniper.messages import protocol as p
 
@@ -91,18 +94,82 @@ def _commit_placements(cache: CacheCore, proposal: p.PreemptionProposal) -> None
     limits = Limits.of(state)
     accepted = 0
     rejected: dict[str, str] = {}
-    for n, pl in enumerate(proposal.placements):
-        why = _check(cache, pl, quotas, lose_left, intra, limits)
-        if why is not None:
-            rejected[f"{pl.app}/{pl.ask}@{pl.node}#{n}"] = why
-            continue
-        accepted += 1
-        if limits is not None:  # before the commit: it may allocate at once, and the view counts once
-            limits.charge(state.apps[pl.app].asks[pl.ask])
-            for vid in pl.victims:
-                limits.take(state.allocations[vid])
-        _commit_one(cache, pl, quotas, lose_left, proposal)
+    placements = proposal.placements
+    for members, need in gang.units(state, placements):
+        unit = [placements[n] for n in members]
+        if need == 1:
+            why = _check(cache, unit[0], quotas, lose_left, intra, limits)
+            trial = limits
+        else:
+            trial = None if limits is None else limits.fork()
+            why = _check_gang(cache, unit, need, quotas, lose_left, intra, trial)
+        for n, pl in zip(members, unit, strict=True):
+            if why is not None:
+                rejected[f"{pl.app}/{pl.ask}@{pl.node}#{n}"] = why
+                continue
+            accepted += 1
+            if limits is not None and need == 1:  # before the commit: it may allocate at once
+                limits.charge(state.apps[pl.app].asks[pl.ask])
+                for vid in pl.victims:
+                    limits.take(state.allocations[vid])
+            _commit_one(cache, pl, quotas, lose_left, proposal)
+        if why is None:
+            limits = trial  # a gang's members were charged to the trial view as they were checked
     cache.outcome(proposal.id, accepted, rejected)
+
+
+def _check_gang(
+    cache: CacheCore,
+    unit: list[p.Victimized],
+    need: int,
+    quotas: Quotas | None,
+    lose_left: dict[str, Resource],
+    intra: bool,
+    limits: Limits | None,
+) -> str | None:
+    """:func:`_check` for every member of a gang, each seeing the room, victims, quotas and limits the
+    members before it took (held on the state while checking, then released; ``limits`` is a trial view
+    the caller keeps only when the unit passes): the whole unit or nothing."""
+    state = cache.state
+    ask = state.ask((unit[0].app, unit[0].ask))
+    if ask is None:
+        return "beneficiary ask is gone"
+    queue = ask.app.queue
+    ideal = None if quotas is None else quotas.ideal.get(queue.path)
+    whole = res.add(queue.usage(), res.scale(ask.resource, need))
+    if ideal is not None and res.drf_above(whole, ideal, state.capacity):
+        return f"gang of {need} would take {queue.path} above its ideal ({res.fmt(ideal)})"
+    lose = {k: dict(v) for k, v in lose_left.items()}
+    claimed: set[str] = set()
+    # Earlier members' victims, counted as leaving (preempting) on their node and up their queue tree.
+    freeing: list[tuple[Node | Queue, Resource]] = []
+
+    def check(pl: p.Victimized) -> str | None:
+        if claimed.intersection(pl.victims):
+            return "a victim is named for two members"
+        why = _check(cache, pl, quotas, lose, intra, limits)
+        if why is not None:
+            return why
+        claimed.update(pl.victims)
+        victims = [state.allocations[v] for v in pl.victims]
+        if limits is not None:
+            limits.charge(ask)
+        for v in victims:
+            if not intra:
+                res.sub_into(lose[v.queue.path], v.resource)
+            if limits is not None:
+                limits.take(v)
+            holders: list[Node | Queue] = [state.nodes[pl.node], *v.queue.lineage()]
+            for holder in holders:
+                res.add_into(holder.preempting, v.resource)
+                freeing.append((holder, v.resource))
+        return None
+
+    try:
+        return gang.check_unit(state, unit, need, check)
+    finally:
+        for holder, amount in freeing:
+            res.sub_into(holder.preempting, amount)
 
 
 def _check(

@@ -9,7 +9,10 @@ exactly: a best-first search over per-node lower bounds (victims needed times th
 costs only the nodes that could beat the best set; ``max_candidate_nodes`` optionally caps that.
 Invariants: a victim is taken at most once per round; containers placed for a required node are
 never victims; a queue loses at most its quota plus one whole container, never going below its
-guarantee (:func:`may_take`); the round stops once the preempted total reaches its budget.
+guarantee (:func:`may_take`); the round stops once the preempted total reaches its budget. A gang's
+members are one unit (:mod:`sniper.core.gang`): the budget is checked when a unit starts, not between
+its members, and a unit that fails, or would take its queue above its ideal, leaves the round as it
+found it.
 """
 
 from __future__ import annotations
@@ -36,6 +39,27 @@ class VictimSet:
     victims: list[Allocation]
     cost: float
     has_am: bool
+
+
+@dataclasses.dataclass(slots=True)
+class _RoundMark:
+    """A victim placer's round state, kept while a gang unit is open so that a failed unit leaves none."""
+
+    quota_left: dict[str, Resource]
+    budget_left: Resource
+    sets: int
+    taken: set[str]
+    freed: dict[str, Resource]
+    leaving: dict[str, Resource]
+    room: dict[str, Resource]
+    limits: Limits | None
+    by_node: dict[str, list[tuple[bool, float, str, Allocation]]]
+    held: dict[str, Resource]
+    largest: dict[str, Resource]
+    cheapest: dict[str, float]
+    epoch: int
+    version: dict[str, int]
+    heaps: dict[tuple[object, ...], tuple[Ask, list[_Entry]]]
 
 
 # (has AM, cost or its lower bound, node, node version, epoch when exact or -1, tie-breaker, the set)
@@ -87,6 +111,7 @@ class VictimPlacer:
         self.entries = 0
         self.deficits: list[tuple[Queue, dict[str, int]]] = []  # the current ask's max deficits
         self.heaps: dict[tuple[object, ...], tuple[Ask, list[_Entry]]] = {}  # shape -> (an ask of it, heap)
+        self._unit: _RoundMark | None = None  # the round as it was when the open gang unit started
 
     def _victims_on(self, name: str) -> list[tuple[bool, float, str, Allocation]]:
         entries = self.by_node.get(name)
@@ -165,7 +190,7 @@ class VictimPlacer:
     # ------------------------------------------------------------------ Placer
 
     def place(self, state: PartitionState, ask: Ask) -> Node | None:
-        if self.exhausted:
+        if self.exhausted and self._unit is None:
             self.budget_stopped.add(ask.key)
             return None
         self.deficits = self._headroom_deficits(ask)
@@ -183,6 +208,50 @@ class VictimPlacer:
             return None
         self._take(best, ask)
         return best.node
+
+    # ------------------------------------------------------------------ gang units (gang.UnitPlacer)
+
+    def open_unit(self, state: PartitionState, ask: Ask, members: int) -> bool:
+        """Start a gang of ``members``: refused once the budget is spent, or when the whole gang would
+        take its queue above its ideal (no victim for a gang that cannot be completed)."""
+        if self.exhausted:
+            self.budget_stopped.add(ask.key)
+            return False
+        target = self.request.targets.get(ask.app.queue.path)
+        if target is not None and not self.intra:
+            after = res.add(ask.app.queue.usage(), res.scale(ask.resource, members))
+            if res.drf_above(after, target, state.capacity):
+                return False
+        self._unit = _RoundMark(
+            {k: dict(v) for k, v in self.quota_left.items()},
+            dict(self.budget_left),
+            len(self.sets),
+            set(self.taken),
+            {k: dict(v) for k, v in self.freed.items()},
+            {k: dict(v) for k, v in self.leaving.items()},
+            {k: dict(v) for k, v in self._room.items()},
+            None if self.limits is None else self.limits.fork(),
+            dict(self.by_node),
+            dict(self.held),
+            dict(self.largest),
+            dict(self.cheapest),
+            self.epoch,
+            dict(self.version),
+            {shape: (a, list(heap)) for shape, (a, heap) in self.heaps.items()},
+        )
+        return True
+
+    def close_unit(self, keep: bool) -> None:
+        """End the open unit; without ``keep`` every victim it took is given back to the round."""
+        mark, self._unit = self._unit, None
+        if keep or mark is None:
+            return
+        self.quota_left, self.budget_left, self.taken = mark.quota_left, mark.budget_left, mark.taken
+        self.freed, self.leaving, self._room, self.limits = mark.freed, mark.leaving, mark.room, mark.limits
+        self.by_node, self.held, self.largest, self.cheapest = mark.by_node, mark.held, mark.largest, mark.cheapest
+        self.epoch, self.version, self.heaps = mark.epoch, mark.version, mark.heaps
+        del self.sets[mark.sets :]
+        self.exhausted = False  # a unit opens only when the round was not exhausted
 
     def _shape(self, ask: Ask) -> tuple[object, ...]:
         """Asks of one shape have the same candidate sets on every node (one search heap)."""
@@ -510,8 +579,10 @@ def answer_placement_request(core: AllocatorCore, request: p.PlacementRequest) -
     for key in unplaceable:
         missed[key] = missed.get(key, 0) + 1
     placements: list[p.Victimized] = []
+    waits: dict[AskKey, int] = {}
     for (ask, node), chosen in zip(placed, placer.sets, strict=True):
-        waited = missed.pop(ask.key, 0)  # the ask got its container (update-missed-opportunity)
+        # The ask got its container (update-missed-opportunity); a gang's members share its wait.
+        waited = waits.setdefault(ask.key, missed.pop(ask.key, 0))
         reason = f"{ask_label(ask.key)} missed {waited} cycles"
         placements.append(
             p.Victimized(

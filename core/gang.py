@@ -1,0 +1,171 @@
+"""Gangs (all or nothing): an ask's first ``gang_min`` containers are placed together or not at all.
+
+The one definition every side uses: an ask still *needs a gang* while its containers held (allocated
+ever, reserved, and in the allocator proposed) are fewer than ``gang_min``; its missing members then
+form one unit that normal allocation, preemption placement and the cache's commit treat as a whole.
+Once the gang is held the rest of the ask is ordinary. Invariant: a unit is placed, reserved or
+committed in full or not at all; a failed unit leaves no trace (holds and placer state are undone).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Mapping, Sequence
+from typing import TYPE_CHECKING, Protocol, TypeVar, runtime_checkable
+
+from sniper.core import allocation
+from sniper.core import resources as res
+from sniper.core.limits import Limits
+from sniper.core.state import Ask, AskKey, Node, PartitionState, selector_matches
+
+if TYPE_CHECKING:
+    from sniper.core.allocation import Placer
+
+
+def members_missing(ask: Ask) -> int:
+    """How many containers the ask must still get as one unit (0: no gang, or the gang is held)."""
+    if ask.gang_min <= 0:
+        return 0
+    return max(0, ask.gang_min - ask.allocated - ask.reserved - ask.allocating)
+
+
+def unit_size(ask: Ask) -> int:
+    """Containers the next placement of ``ask`` must get at once: the missing gang, or one."""
+    return max(1, members_missing(ask))
+
+
+def never_fits(
+    state: PartitionState,
+    resource: res.Resource,
+    gang_min: int,
+    required_node: str | None = None,
+    node_selector: Mapping[str, Collection[str]] | None = None,
+) -> str:
+    """Why ``gang_min`` containers of ``resource`` can never run at once on the partition's schedulable
+    nodes the ask may use (each node counted for as many whole containers as its capacity holds), or
+    ``""``. Only meaningful once nodes are known."""
+    slots = 0
+    for node in state.nodes.values():
+        if not node.schedulable or (required_node is not None and node.name != required_node):
+            continue
+        if node_selector and not selector_matches(node_selector, node.labels):
+            continue
+        slots += min((node.capacity.get(k, 0) // v for k, v in resource.items() if v > 0), default=0)
+        if slots >= gang_min:
+            return ""
+    return f"its gang of {gang_min} can never fit the partition: its nodes hold at most {slots} such containers"
+
+
+@runtime_checkable
+class UnitPlacer(Protocol):
+    """A placer with per-call state (preemption's victim placer) that a failed gang must roll back."""
+
+    def open_unit(self, state: PartitionState, ask: Ask, members: int) -> bool:
+        """Whether a unit of ``members`` containers of ``ask`` may be tried now; marks the state."""
+        ...
+
+    def close_unit(self, keep: bool) -> None:
+        """End the unit: keep what it took, or restore the state marked by ``open_unit``."""
+        ...
+
+
+def place_unit(
+    state: PartitionState, ask: Ask, placer: Placer, members: int, *, preemption: bool = False
+) -> list[Node] | None:
+    """Place ``members`` containers of ``ask`` through ``placer``, each held as it is placed, or none.
+
+    The whole unit must stay within the user, group and application limits, and (outside preemption,
+    where the placer counts victims leaving) within every ``max``. Returns the nodes (held in the
+    allocator's ``allocating`` counters), or ``None`` with every hold and the placer's own state undone.
+    """
+    if ask.pending < members:
+        return None
+    if not preemption and not state.headroom_allows(ask.app.queue, res.scale(ask.resource, members)):
+        return None
+    limits = Limits.of(state)
+    if limits is not None:
+        limits.charge(ask, members - 1)
+        if not limits.allows(ask):
+            return None
+    unit = placer if isinstance(placer, UnitPlacer) else None
+    if unit is not None and not unit.open_unit(state, ask, members):
+        return None
+    nodes: list[Node] = []
+    for _ in range(members):
+        node = placer.place(state, ask)
+        if node is None:
+            break
+        allocation.hold_room(state, ask, node, 1)
+        nodes.append(node)
+    complete = len(nodes) == members
+    if not complete:
+        for node in nodes:
+            allocation.hold_room(state, ask, node, -1)
+    if unit is not None:
+        unit.close_unit(complete)
+    return nodes if complete else None
+
+
+class _Keyed(Protocol):
+    @property
+    def app(self) -> str: ...
+
+    @property
+    def ask(self) -> str: ...
+
+    @property
+    def node(self) -> str: ...
+
+
+_P = TypeVar("_P", bound=_Keyed)
+
+
+def units(state: PartitionState, placements: Sequence[_Keyed]) -> list[tuple[list[int], int]]:
+    """A proposal's placements (indices) in units, in order of each unit's first member.
+
+    A gang still missing ``k`` members gets one unit of its first ``k`` placements in the proposal
+    (fewer when the proposal has fewer: such a unit must be refused whole); every other placement is a
+    unit of one. Each unit comes with the number of members it needs (1 for ordinary ones).
+    """
+    out: list[tuple[list[int], int]] = []
+    filling: dict[AskKey, tuple[list[int], int]] = {}
+    seen: set[AskKey] = set()
+    for i, pl in enumerate(placements):
+        key = (pl.app, pl.ask)
+        open_unit = filling.get(key)
+        if open_unit is not None:
+            open_unit[0].append(i)
+            if len(open_unit[0]) == open_unit[1]:
+                del filling[key]
+            continue
+        ask = None if key in seen else state.ask(key)
+        seen.add(key)
+        need = 0 if ask is None else members_missing(ask)
+        if need > 1:
+            filling[key] = ([i], need)
+            out.append(filling[key])
+        else:
+            out.append(([i], 1))
+    return out
+
+
+def check_unit(state: PartitionState, unit: Sequence[_P], need: int, check: Callable[[_P], str | None]) -> str | None:
+    """Why a gang's unit cannot be committed whole, or ``None``: every member passes ``check`` with the
+    members before it counted as taken (their room held on the state while checking, then released)."""
+    if len(unit) < need:
+        return f"gang of {need} proposed with {len(unit)} members: all or nothing"
+    ask = state.ask((unit[0].app, unit[0].ask))
+    if ask is None:
+        return "ask is gone"
+    held: list[Node] = []
+    try:
+        for n, pl in enumerate(unit, 1):
+            why = check(pl)
+            if why is not None:
+                return f"gang member {n} of {need}: {why}"
+            node = state.nodes[pl.node]
+            allocation.hold_room(state, ask, node, 1)
+            held.append(node)
+        return None
+    finally:
+        for node in held:
+            allocation.hold_room(state, ask, node, -1)
