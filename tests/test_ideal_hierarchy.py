@@ -137,3 +137,18 @@ def test_below_a_fence_the_children_share_what_the_subtree_holds() -> None:
     assert fenced["root.team"] == HALF  # the fence changes what its children share, not its own ideal
     plain = ideals(preemption_raw(team, queue("other")), used, pending)
     assert plain["root.team.y"] == r(150) and plain["root.team.x"] == r(350)
+
+
+def test_an_unguaranteed_resource_scarce_in_the_parent_never_cuts_a_childs_guaranteed_share() -> None:
+    """YuniKorn's TestTryPreemption in ideal terms: p (guaranteed memory 1000) -> c1 (500) holding all the
+    memory and 2 pods, c2 (500) asking 500 memory and 1 pod; pods, named by no guarantee, are 5 in the
+    cluster. c2 is owed its 500 memory and the pod its ask needs: its pod share of p's 2 pods must not
+    rank it at its guarantee (ratios are dominant shares of the partition's capacity), nor may the
+    leaf cap (what its guarantee names) offer it no pod, which would make its increment ineffective."""
+    raw = preemption_raw(queue("p", queue("c1", guaranteed=r(500)), queue("c2", guaranteed=r(500)), guaranteed=CAP))
+    used = {"root.p": r(1000, pods=2), "root.p.c1": r(1000, pods=2)}
+    pending = {"root.p.c2": r(500, pods=1)}
+    cap = r(1000, pods=5)
+    out = ideals(raw, used, pending, cap, {"root.p.c2": r(500, pods=1)})
+    assert out["root.p.c2"] == r(500, pods=1)
+    assert out["root.p.c1"]["memory"] == 500

@@ -66,7 +66,6 @@ def two_children(child2_guaranteed: int = 5) -> dict[str, object]:
 APPS12 = {"app-1": CHILD1, "app-2": CHILD2}
 
 
-@xfail(16, why="the ask uses `pods`, which no guarantee names, so child2's ideal is empty")
 def test_TryPreemption() -> None:
     case = Case(
         root=two_children(),
@@ -81,7 +80,6 @@ def test_TryPreemption() -> None:
     assert_outcome(run(case), victims={CHILD1: 1}, placed={"alloc3": 1})
 
 
-@xfail(16, why="the ask uses `pods`, which no guarantee names, so child2's ideal is empty")
 def test_TryPreemptionOnNode() -> None:
     case = Case(
         root=two_children(),
@@ -133,7 +131,6 @@ def test_TryPreemptionOnNodeWithOGParentAndUGPreemptor() -> None:
     assert_outcome(run(case), victims={CHILD1: 1}, placed={"alloc7": 1})
 
 
-@xfail(12, 16, why="root.parent is at its max (10) and the ask uses `pods`, which no guarantee names")
 def test_TryPreemptionOnQueue() -> None:
     root = q(
         "root",

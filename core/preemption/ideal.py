@@ -18,8 +18,11 @@ itself (both off for the YARN baseline):
   (a queue at twice its memory guarantee would look "below its ideal"); Sniper clamps each resource to
   the demand, a leaf without a guarantee of its own is not capped at its usage (it shares, by demand,
   what its parent's guarantee leaves over its siblings'), and a resource no needy sibling's guarantee
-  names is offered evenly instead of not at all. Below a ``fence`` queue the children share what the
-  subtree holds, at most its ideal: asks inside a fence preempt only inside it.
+  names is offered evenly instead of not at all, and never capped by the leaf cap of a guarantee that does
+  not name it; the order of needy queues compares dominant shares of the partition's capacity, not of the
+  parent's ideal (where a resource scarce in the parent, such as pods, would dominate). Below a ``fence``
+  queue the children share what the subtree holds, at most its ideal: asks inside a fence preempt only
+  inside it.
 
 The computation, level by level from the root (whose ideal is its guarantee):
 
@@ -392,6 +395,11 @@ class _Solver:
     def _ratio(self, tot: Resource, q: _Q) -> float:
         if not self.calc.positive(tot, q.guaranteed):
             return _ZERO_GUARANTEE_RATIO
+        if self.cap_by_demand:
+            # Dominant shares against the partition's capacity (ARCHITECTURE section 1), not the parent's
+            # ideal: there a resource scarce in the parent (pods, held by a sibling) would dominate and
+            # rank a queue at its guarantee long before it holds its share of the resources it names.
+            return self.calc.divide(self.cluster, q.ideal, q.guaranteed)
         return self.calc.divide(tot, q.ideal, q.guaranteed)
 
     def _order(self, tot: Resource, a: _Q, b: _Q) -> int:
@@ -434,6 +442,10 @@ class _Solver:
             accepted = component_min(accepted, component_max(wanted, {}))
         if q.is_leaf and not self.balance and not (self.cap_by_demand and not any_positive(q.guaranteed)):
             cap = calc.rmax(tot, sub(calc.rmax(tot, q.used, q.guaranteed), q.ideal), {})
+            if self.cap_by_demand:
+                # A resource the guarantee does not name is not capped by it (only by the demand): else
+                # an ask using one (pods) is offered none of it and the whole increment is ineffective.
+                cap = {**cap, **{n: v for n, v in accepted.items() if not q.guaranteed.get(n, 0)}}
             accepted = calc.rmin(tot, accepted, cap)
         accepted = component_min(component_max(accepted, {}), avail)
         q.ideal = add(q.ideal, accepted)
