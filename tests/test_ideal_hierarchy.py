@@ -63,8 +63,9 @@ def test_a_leafs_guarantee_counts_when_its_ancestors_have_none() -> None:
         # a guarantee naming a GPU the queue does not use, with or without GPUs in the cluster
         (r(500, gpu=4), r(1000, gpu=8), r(50), HALF),
         (r(500, gpu=4), CAP, r(50), HALF),
-        # an ask using a GPU no guarantee names: nobody's GPUs are shared; its dominant share counts them
-        (HALF, r(1000, gpu=8), r(50, gpu=1), r(375, gpu=4)),
+        # an ask using a GPU no guarantee names: nobody's GPUs are shared, and they do not count against
+        # its guarantee of the others (a resource no guarantee names is not guaranteed)
+        (HALF, r(1000, gpu=8), r(50, gpu=1), r(500, gpu=4)),
         # an ask using a resource no node has (it can never run): the rest of the queue keeps its share
         (HALF, CAP, r(50, gpu=1), HALF),
     ],

@@ -19,8 +19,9 @@ itself (both off for the YARN baseline):
   the demand, a leaf without a guarantee of its own is not capped at its usage (it shares, by demand,
   what its parent's guarantee leaves over its siblings'), and a resource no needy sibling's guarantee
   names is offered evenly instead of not at all, and never capped by the leaf cap of a guarantee that does
-  not name it; the order of needy queues compares dominant shares of the partition's capacity, not of the
-  parent's ideal (where a resource scarce in the parent, such as pods, would dominate). Below a ``fence``
+  not name it; the order of needy queues compares dominant shares of the partition's capacity on the
+  resources each guarantee names (an unnamed one scarce in the parent, such as pods, would dominate it
+  and end a queue's share of its guaranteed resources early). Below a ``fence``
   queue the children share what the subtree holds, at most its ideal: asks inside a fence preempt only
   inside it.
 
@@ -396,10 +397,12 @@ class _Solver:
         if not self.calc.positive(tot, q.guaranteed):
             return _ZERO_GUARANTEE_RATIO
         if self.cap_by_demand:
-            # Dominant shares against the partition's capacity (ARCHITECTURE section 1), not the parent's
-            # ideal: there a resource scarce in the parent (pods, held by a sibling) would dominate and
-            # rank a queue at its guarantee long before it holds its share of the resources it names.
-            return self.calc.divide(self.cluster, q.ideal, q.guaranteed)
+            # How far a queue is towards its guarantee: dominant shares of the partition's capacity, of the
+            # resources its guarantee names only (the others are not guaranteed, section 1). An unnamed one
+            # scarce in the cluster or the parent (pods) would otherwise rank the queue at its guarantee
+            # long before it holds its share of the resources it is guaranteed.
+            named = {n: v for n, v in q.ideal.items() if q.guaranteed.get(n, 0)}
+            return self.calc.divide(self.cluster, named, q.guaranteed)
         return self.calc.divide(tot, q.ideal, q.guaranteed)
 
     def _order(self, tot: Resource, a: _Q, b: _Q) -> int:
