@@ -214,7 +214,6 @@ def limited_parent(parent_max: int, *children: dict[str, object]) -> dict[str, o
     return q("root", q("parent", *children, maximum={"first": parent_max}))
 
 
-@xfail(12, why="root.parent is at its max (8): the victims leaving the subtree are not counted")
 def test_TryPreemption_VictimsAvailable_InsufficientResource() -> None:
     case = Case(
         root=limited_parent(8, q("child1"), q("child2", guaranteed={"first": 5})),
@@ -396,7 +395,6 @@ def test_TryPreemption_OnNode_AskResTypesDifferent_GuaranteedSetOnVictimAndPreem
     assert_outcome(run(case), victims={P2C2: 2}, placed={"alloc4": 1}, never=OTHER_ONLY)
 
 
-@xfail(13, 15, 16, why="vcore-only victims; child1's guarantee ignored (parent1 has none); gpu and memory unguaranteed")
 def test_TryPreemption_OnNode_AskResTypesSame_GuaranteedSetOnPreemptorSide() -> None:
     case = mixed_victims(
         {"vcores": 3, "gpu": 300, "mem": 200}, {"gpu": 100}, {"vcores": 2, "mem": 200}, child1={"vcores": 2}
@@ -404,7 +402,6 @@ def test_TryPreemption_OnNode_AskResTypesSame_GuaranteedSetOnPreemptorSide() -> 
     assert_outcome(run(case), victims={P2C2: 2}, placed={"alloc4": 1}, never=OTHER_ONLY)
 
 
-@xfail(13, 15, 16, why="vcore-only victims; child1's guarantee ignored (parent1 has none); gpu and memory unguaranteed")
 def test_TryPreemption_OnNode_AskResTypesSame_GuaranteedSetOnVictimAndPreemptorSides() -> None:
     case = mixed_victims(
         {"vcores": 3, "gpu": 700, "mem": 200},
@@ -566,7 +563,6 @@ def ask_side(root: dict[str, object], victim: str, asker: str) -> Case:
     )
 
 
-@xfail(12, 16, why="root.parent is at its max (first 20); the ask uses `third`, which no guarantee names")
 def test_TryPreemption_AskQueue_With_OG_And_UG_ResTypes() -> None:
     root = q(
         "root",
@@ -601,16 +597,8 @@ ASK_DIFF_PARENTS = {
 @pytest.mark.parametrize(
     "name",
     [
-        pytest.param(
-            "ask queue under parent different from victim queue with some OG res types",
-            marks=xfail(12, 15, 16, why="parent at its max; child2 has no guarantee of its own; the ask uses `third`"),
-        ),
-        pytest.param(
-            "ask queue with some OG res types under parent different from victim queue",
-            marks=xfail(
-                12, 15, 16, why="parent at its max; leaf guarantees under parents without; the ask uses `third`"
-            ),
-        ),
+        "ask queue under parent different from victim queue with some OG res types",
+        "ask queue with some OG res types under parent different from victim queue",
     ],
 )
 def test_TryPreemption_AskQueue_Under_DiffParent_With_OG_And_UG_ResTypes(name: str) -> None:

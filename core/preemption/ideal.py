@@ -11,7 +11,9 @@ itself (both off for the YARN baseline):
   (their own usage included), so it never takes from a higher one.
 - ``avoid_ineffective``: a queue whose increment over its usage cannot start even its smallest pending ask
   gets no increment at all; the level is recomputed without its demand, so its share goes to the others
-  (seed 000). One queue (the one with the largest useless increment) is dropped per recomputation.
+  (seed 000). One queue (the one with the largest useless increment) is dropped per recomputation. A
+  parent's increment is judged with what its other children hold above their guarantees: a parent at its
+  max still serves a child's ask by preemption inside its own subtree.
 - ``cap_by_demand``: an ideal never exceeds ``used + pending`` on any resource (ARCHITECTURE section 1).
   YARN's dominant calculator takes the DRF-smaller of two vectors whole, so an offer or a protected
   guarantee can hand a memory-heavy queue vcores it neither holds nor asks for, lifting its dominant share
@@ -456,13 +458,17 @@ class _Solver:
 
     # --- Sniper: ineffective preemption --------------------------------------------------------------------
 
-    def _asks(self, q: _Q) -> list[Resource]:
+    def _asks(self, q: _Q) -> list[tuple[Resource, Resource]]:
+        """The smallest pending ask of every leaf below ``q`` with demand, each with the room inside ``q`` it
+        may also use: what the other children on its path hold above their guarantees (their preemptable
+        extras; a parent at its max still serves a child by preemption inside its subtree)."""
         if q.snap.smallest_pending_ask is not None:
-            return [q.snap.smallest_pending_ask]
-        asks: list[Resource] = []
+            return [(q.snap.smallest_pending_ask, {})]
+        asks: list[tuple[Resource, Resource]] = []
         for child in q.children:
             if any_positive(child.pending):
-                asks.extend(self._asks(child))
+                others = total(c.preemptable for c in q.children if c is not child)
+                asks.extend((ask, add(room, others)) for ask, room in self._asks(child))
         return asks
 
     def _ineffective(self, queues: list[_Q], tot: Resource) -> _Q | None:
@@ -477,7 +483,7 @@ class _Solver:
             if not calc.positive(tot, increment):
                 continue
             asks = self._asks(q)
-            if not asks or any(calc.fits_in(ask, increment) for ask in asks):
+            if not asks or any(calc.fits_in(ask, add(increment, room)) for ask, room in asks):
                 continue
             if worst is None or calc.gt(tot, increment, worst_increment):
                 worst, worst_increment = q, increment
