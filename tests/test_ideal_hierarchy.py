@@ -115,6 +115,13 @@ def test_the_ideal_never_exceeds_demand_on_any_resource() -> None:
             {"root.p.y": r(500)},
             {"root.p": r(100), "root.p.x": r(100), "root.p.y": {}, "root.z": r(900)},
         ),
+        # a parent guaranteed more than the cluster leaves its unnamed leaf only what the cluster has over
+        # the named ones (YuniKorn's GNotSetOnVictimChild_As_Siblings: x must not be guaranteed all it holds)
+        (
+            [queue("p", queue("x"), queue("y", guaranteed=r(500)), guaranteed=r(5000))],
+            {"root.p.x": r(1000)},
+            {"root.p": r(5000), "root.p.x": r(500), "root.p.y": r(500)},
+        ),
     ],
 )
 def test_composed_guarantees(

@@ -443,7 +443,6 @@ def siblings(child1: dict[str, int] | None, child2: dict[str, int] | None) -> Ca
     )
 
 
-@xfail(14, 15, why="passed with the quotas before the drf merge; with drf's quotas no victim is found: to investigate")
 def test_TryPreemption_OnNode_UGParent_With_UGPreemptorChild_GNotSetOnVictimChild_As_Siblings() -> None:
     assert_outcome(run(siblings(None, {"vcores": 1})), victims={SIB1: 1}, placed={"alloc3": 1})
 
