@@ -424,7 +424,6 @@ def test_avoid_ineffective_uses_descendant_asks_for_parents() -> None:
     assert mem(result, "to_be_preempted") == {}
 
 
-
 def test_avoid_ineffective_counts_room_a_parent_at_its_max_frees_inside() -> None:
     # p (max 60) is at 40, its increment (20) cannot start c2's ask (50) alone; c1 holds 40 above its
     # (empty) guarantee inside p, so the ask is served by preemption inside p's subtree (YuniKorn's

@@ -160,3 +160,16 @@ def test_an_unguaranteed_resource_scarce_in_the_parent_never_cuts_a_childs_guara
     out = ideals(raw, used, pending, cap, {"root.p.c2": r(500, pods=1)})
     assert out["root.p.c2"] == r(500, pods=1)
     assert out["root.p.c1"]["memory"] == 500
+
+
+def test_a_guaranteed_resource_nobody_uses_never_protects_all_a_queue_holds() -> None:
+    """YuniKorn's TestTryPreemption_VictimQueue_With_OG_And_UG_ResTypes in ideal terms: c1's guarantee names
+    GPUs nobody uses (so p's ideal has none); it must not look infinite and protect all c1 holds: c2 is
+    owed what it asks out of c1's share above its guarantee."""
+    raw = preemption_raw(
+        queue("p", queue("c1", guaranteed=r(500, gpu=2)), queue("c2", guaranteed=r(500)), guaranteed=CAP)
+    )
+    used = {"root.p": r(1000), "root.p.c1": r(1000)}
+    out = ideals(raw, used, {"root.p.c2": r(250)}, r(1000, gpu=4), {"root.p.c2": r(250)})
+    assert out["root.p.c2"] == r(250)
+    assert out["root.p.c1"] == r(750)

@@ -480,9 +480,6 @@ def victim_side(root: dict[str, object], victim: str, asker: str) -> Case:
     )
 
 
-@xfail(
-    12, 14, why="root.parent is at its max (first 20); a victim (first 10) larger than child1 may lose over its ideal"
-)
 def test_TryPreemption_VictimQueue_With_OG_And_UG_ResTypes() -> None:
     root = q(
         "root",
@@ -529,14 +526,8 @@ def diff_parents(guarantees: tuple[dict[str, int] | None, ...], parent_max: dict
 @pytest.mark.parametrize(
     "name",
     [
-        pytest.param(
-            "victim queue under parent different from ask queue with some OG res types",
-            marks=xfail(12, 14, 15, why="parent at its max; whole 10-unit victims; child2 has no guarantee of its own"),
-        ),
-        pytest.param(
-            "victim queue with some OG res types under parent different from ask queue",
-            marks=xfail(14, 15, why="passed before the drf merge; none found with drf's quotas: to investigate"),
-        ),
+        "victim queue under parent different from ask queue with some OG res types",
+        "victim queue with some OG res types under parent different from ask queue",
     ],
 )
 def test_TryPreemption_VictimQueue_Under_Diff_Parent_With_OG_And_UG_ResTypes(name: str) -> None:

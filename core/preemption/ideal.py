@@ -365,7 +365,12 @@ class _Solver:
                 unassigned = self._fixpoint(tot, zero, unassigned, ignore_guarantee=True, initialize=False)
 
     def _initial(self, tot: Resource, q: _Q) -> Resource:
-        if self.calc.gt(tot, q.used, q.guaranteed):
+        guaranteed = q.guaranteed
+        if self.cap_by_demand:
+            # A guaranteed resource the parent's ideal has none of (nobody uses it) would make the
+            # guarantee look infinite there and protect all the queue holds: it is left out.
+            guaranteed = {n: v for n, v in guaranteed.items() if tot.get(n, 0)}
+        if self.calc.gt(tot, q.used, guaranteed):
             protected = add(q.guaranteed, q.untouchable)
             return component_min(protected, add(q.used, q.pending_eff)) if self.cap_by_demand else protected
         return dict(q.used)
@@ -446,12 +451,19 @@ class _Solver:
         if self.cap_by_demand:
             accepted = component_min(accepted, component_max(wanted, {}))
         if q.is_leaf and not self.balance and not (self.cap_by_demand and not any_positive(q.guaranteed)):
-            cap = calc.rmax(tot, sub(calc.rmax(tot, q.used, q.guaranteed), q.ideal), {})
             if self.cap_by_demand:
-                # A resource the guarantee does not name is not capped by it (only by the demand): else
-                # an ask using one (pods) is offered none of it and the whole increment is ineffective.
-                cap = {**cap, **{n: v for n, v in accepted.items() if not q.guaranteed.get(n, 0)}}
-            accepted = calc.rmin(tot, accepted, cap)
+                # Resource by resource: up to ``max(used, guaranteed)`` on what the guarantee names; a
+                # resource it does not name is capped by the demand only (else an ask using one, pods, is
+                # offered none of it and the increment is ineffective). YARN's whole-vector DRF choice
+                # against the parent's ideal lets a resource scarce there (pods) cut the guaranteed ones.
+                ceiling = component_max(q.used, q.guaranteed)
+                accepted = {
+                    n: min(v, max(ceiling.get(n, 0) - q.ideal.get(n, 0), 0)) if q.guaranteed.get(n, 0) else v
+                    for n, v in accepted.items()
+                }
+            else:
+                cap = calc.rmax(tot, sub(calc.rmax(tot, q.used, q.guaranteed), q.ideal), {})
+                accepted = calc.rmin(tot, accepted, cap)
         accepted = component_min(component_max(accepted, {}), avail)
         q.ideal = add(q.ideal, accepted)
         return accepted
