@@ -9,7 +9,7 @@ many victims and from which queue, which containers are never victims, whether t
 up placed, nothing preempted where YuniKorn preempts nothing. Where Sniper deliberately differs (it
 preempts up to the ideal assignment, YuniKorn up to the guarantee; a victim may be any container of
 equal use), the test asserts the rule both schedulers share and docs/yunikorn-preemption.md says why.
-Cases that fail today are strict xfails naming the defect of issue 9 that breaks them.
+Every case passes (docs/yunikorn-preemption.md lists where Sniper's outcome deliberately differs).
 """
 
 from __future__ import annotations
@@ -21,11 +21,6 @@ from tests.yunikorn.harness import Ask, Case, Outcome, Running, q, run
 CHILD1 = "root.parent.child1"
 CHILD2 = "root.parent.child2"
 CHILD3 = "root.parent.child3"
-
-
-def xfail(*defects: int, why: str) -> pytest.MarkDecorator:
-    numbers = ", ".join(str(n) for n in defects)
-    return pytest.mark.xfail(strict=True, reason=f"issue 9 defect {numbers}: {why}")
 
 
 def assert_outcome(
@@ -621,7 +616,9 @@ ORIGINATORS = ("ask9", "ask10")
 
 def daemon_set(ask_priority: int, pinned: str = "") -> Case:
     """app1's containers fill the node; app-ds asks first 5 on that node at ``ask_priority``; the
-    container ``pinned`` (if any) was itself placed for a required-node ask."""
+    container ``pinned`` (if any) was itself placed for a required-node ask. Both apps share one queue:
+    YuniKorn's required-node preemption is Sniper's intra-queue policy (invariant 5b: only containers
+    of lower priority than the ask), which a partition switches on (docs/yunikorn-preemption.md)."""
     return Case(
         root=q("root", q("default")),
         nodes={DS_NODE: {"first": sum(n for _, n, _, _ in DS_RUNNING)}},
@@ -632,10 +629,10 @@ def daemon_set(ask_priority: int, pinned: str = "") -> Case:
         ),
         asks=(Ask("ask13", "app-ds", {"first": 5}, priority=ask_priority, node=DS_NODE),),
         app_priority={"app1": 5, "app-ds": ask_priority},
+        intra_queue=True,
     )
 
 
-@xfail(10, why="an ask pinned to a full node is never served by preemption")
 def test_GetVictims_required_node_ask_preempts_one_lower_priority_container() -> None:
     # TestGetVictims case 2: a daemon-set ask of first 5 at priority 20 on a full node: one victim
     # (YuniKorn's is ask5: lowest priority, not an originator).
@@ -644,7 +641,6 @@ def test_GetVictims_required_node_ask_preempts_one_lower_priority_container() ->
     assert o.placed["ask13"] == 1
 
 
-@xfail(10, 18, why="an ask pinned to a full node is never served by preemption; pinned containers are victims")
 def test_FilterAllocations_required_node_container_is_never_a_victim() -> None:
     # TestFilterAllocations case 5: ask9 was itself placed for a required-node ask; it is filtered out,
     # and the new daemon-set ask takes one other container.
