@@ -424,6 +424,23 @@ def test_avoid_ineffective_uses_descendant_asks_for_parents() -> None:
     assert mem(result, "to_be_preempted") == {}
 
 
+def test_avoid_ineffective_counts_room_a_parent_at_its_max_frees_inside() -> None:
+    # p (max 60) is at 40, its increment (20) cannot start c2's ask (50) alone; c1 holds 40 above its
+    # (empty) guarantee inside p, so the ask is served by preemption inside p's subtree (YuniKorn's
+    # TestTryPreemption_VictimsAvailable_InsufficientResource): p is not ineffective, c2 is owed its ask.
+    snapshot = tree(
+        100,
+        Q("root", 100, 100),
+        Q("root.x", 50, 40),
+        Q("root.p", 50, 40, max=60),
+        Q("root.p.c1", 0, 40),
+        Q("root.p.c2", 50, 0, pending=50, ask=50),
+    )
+    result = run(snapshot, avoid_ineffective=True)
+    assert not result["root.p"].ineffective and not result["root.p.c2"].ineffective
+    assert mem(result, "ideal_assigned")["root.p.c2"] == 50
+
+
 # --- DRF -----------------------------------------------------------------------------------------------------
 
 

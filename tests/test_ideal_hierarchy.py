@@ -63,8 +63,9 @@ def test_a_leafs_guarantee_counts_when_its_ancestors_have_none() -> None:
         # a guarantee naming a GPU the queue does not use, with or without GPUs in the cluster
         (r(500, gpu=4), r(1000, gpu=8), r(50), HALF),
         (r(500, gpu=4), CAP, r(50), HALF),
-        # an ask using a GPU no guarantee names: nobody's GPUs are shared; its dominant share counts them
-        (HALF, r(1000, gpu=8), r(50, gpu=1), r(375, gpu=4)),
+        # an ask using a GPU no guarantee names: nobody's GPUs are shared, and they do not count against
+        # its guarantee of the others (a resource no guarantee names is not guaranteed)
+        (HALF, r(1000, gpu=8), r(50, gpu=1), r(500, gpu=4)),
         # an ask using a resource no node has (it can never run): the rest of the queue keeps its share
         (HALF, CAP, r(50, gpu=1), HALF),
     ],
@@ -114,6 +115,13 @@ def test_the_ideal_never_exceeds_demand_on_any_resource() -> None:
             {"root.p.y": r(500)},
             {"root.p": r(100), "root.p.x": r(100), "root.p.y": {}, "root.z": r(900)},
         ),
+        # a parent guaranteed more than the cluster leaves its unnamed leaf only what the cluster has over
+        # the named ones (YuniKorn's GNotSetOnVictimChild_As_Siblings: x must not be guaranteed all it holds)
+        (
+            [queue("p", queue("x"), queue("y", guaranteed=r(500)), guaranteed=r(5000))],
+            {"root.p.x": r(1000)},
+            {"root.p": r(5000), "root.p.x": r(500), "root.p.y": r(500)},
+        ),
     ],
 )
 def test_composed_guarantees(
@@ -137,3 +145,31 @@ def test_below_a_fence_the_children_share_what_the_subtree_holds() -> None:
     assert fenced["root.team"] == HALF  # the fence changes what its children share, not its own ideal
     plain = ideals(preemption_raw(team, queue("other")), used, pending)
     assert plain["root.team.y"] == r(150) and plain["root.team.x"] == r(350)
+
+
+def test_an_unguaranteed_resource_scarce_in_the_parent_never_cuts_a_childs_guaranteed_share() -> None:
+    """YuniKorn's TestTryPreemption in ideal terms: p (guaranteed memory 1000) -> c1 (500) holding all the
+    memory and 2 pods, c2 (500) asking 500 memory and 1 pod; pods, named by no guarantee, are 5 in the
+    cluster. c2 is owed its 500 memory and the pod its ask needs: its pod share of p's 2 pods must not
+    rank it at its guarantee (ratios are dominant shares of the partition's capacity), nor may the
+    leaf cap (what its guarantee names) offer it no pod, which would make its increment ineffective."""
+    raw = preemption_raw(queue("p", queue("c1", guaranteed=r(500)), queue("c2", guaranteed=r(500)), guaranteed=CAP))
+    used = {"root.p": r(1000, pods=2), "root.p.c1": r(1000, pods=2)}
+    pending = {"root.p.c2": r(500, pods=1)}
+    cap = r(1000, pods=5)
+    out = ideals(raw, used, pending, cap, {"root.p.c2": r(500, pods=1)})
+    assert out["root.p.c2"] == r(500, pods=1)
+    assert out["root.p.c1"]["memory"] == 500
+
+
+def test_a_guaranteed_resource_nobody_uses_never_protects_all_a_queue_holds() -> None:
+    """YuniKorn's TestTryPreemption_VictimQueue_With_OG_And_UG_ResTypes in ideal terms: c1's guarantee names
+    GPUs nobody uses (so p's ideal has none); it must not look infinite and protect all c1 holds: c2 is
+    owed what it asks out of c1's share above its guarantee."""
+    raw = preemption_raw(
+        queue("p", queue("c1", guaranteed=r(500, gpu=2)), queue("c2", guaranteed=r(500)), guaranteed=CAP)
+    )
+    used = {"root.p": r(1000), "root.p.c1": r(1000)}
+    out = ideals(raw, used, {"root.p.c2": r(250)}, r(1000, gpu=4), {"root.p.c2": r(250)})
+    assert out["root.p.c2"] == r(250)
+    assert out["root.p.c1"] == r(750)

@@ -614,3 +614,18 @@ def test_a_queue_overshoots_its_quota_by_one_container_per_round_at_most() -> No
     reply = place(h, request({"root.b": {"memory": 30}}))
     (pl,) = reply.placements  # 40 beyond a quota of 30 once; a second 40 would overdraw it again
     assert sizes(h, pl.victims) == [40]
+
+
+def test_the_overshoot_ignores_a_guaranteed_resource_the_victim_queue_never_used() -> None:
+    """b's guarantee names vcores it never used (YuniKorn's victim queue "with some OG res types"): losing
+    one whole container beyond its quota leaves it at its memory guarantee, which is its guarantee's
+    dominant level (invariant 5a): the victim is allowed, as the quotas' own check allows it."""
+    raw = preemption_raw(queue("a", guaranteed={"memory": 50}), queue("b", guaranteed={"memory": 50, "vcore": 50}))
+    h = PreemptHarness(raw)
+    h.nodes("n1", memory=100, vcore=100)
+    h.fill("b1", "root.b", "n1", [50, 50])
+    h.app("a1", "root.a")
+    h.ask("a1", "big", 50)
+    h.starve()
+    reply = place(h, request({"root.b": {"memory": 40}}))
+    assert [sizes(h, pl.victims) for pl in reply.placements] == [[50]]

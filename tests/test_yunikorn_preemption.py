@@ -9,7 +9,7 @@ many victims and from which queue, which containers are never victims, whether t
 up placed, nothing preempted where YuniKorn preempts nothing. Where Sniper deliberately differs (it
 preempts up to the ideal assignment, YuniKorn up to the guarantee; a victim may be any container of
 equal use), the test asserts the rule both schedulers share and docs/yunikorn-preemption.md says why.
-Cases that fail today are strict xfails naming the defect of issue 9 that breaks them.
+Every case passes (docs/yunikorn-preemption.md lists where Sniper's outcome deliberately differs).
 """
 
 from __future__ import annotations
@@ -21,11 +21,6 @@ from tests.yunikorn.harness import Ask, Case, Outcome, Running, q, run
 CHILD1 = "root.parent.child1"
 CHILD2 = "root.parent.child2"
 CHILD3 = "root.parent.child3"
-
-
-def xfail(*defects: int, why: str) -> pytest.MarkDecorator:
-    numbers = ", ".join(str(n) for n in defects)
-    return pytest.mark.xfail(strict=True, reason=f"issue 9 defect {numbers}: {why}")
 
 
 def assert_outcome(
@@ -66,7 +61,6 @@ def two_children(child2_guaranteed: int = 5) -> dict[str, object]:
 APPS12 = {"app-1": CHILD1, "app-2": CHILD2}
 
 
-@xfail(16, why="the ask uses `pods`, which no guarantee names, so child2's ideal is empty")
 def test_TryPreemption() -> None:
     case = Case(
         root=two_children(),
@@ -81,7 +75,6 @@ def test_TryPreemption() -> None:
     assert_outcome(run(case), victims={CHILD1: 1}, placed={"alloc3": 1})
 
 
-@xfail(16, why="the ask uses `pods`, which no guarantee names, so child2's ideal is empty")
 def test_TryPreemptionOnNode() -> None:
     case = Case(
         root=two_children(),
@@ -133,7 +126,6 @@ def test_TryPreemptionOnNodeWithOGParentAndUGPreemptor() -> None:
     assert_outcome(run(case), victims={CHILD1: 1}, placed={"alloc7": 1})
 
 
-@xfail(12, 16, why="root.parent is at its max (10) and the ask uses `pods`, which no guarantee names")
 def test_TryPreemptionOnQueue() -> None:
     root = q(
         "root",
@@ -217,7 +209,6 @@ def limited_parent(parent_max: int, *children: dict[str, object]) -> dict[str, o
     return q("root", q("parent", *children, maximum={"first": parent_max}))
 
 
-@xfail(12, why="root.parent is at its max (8): the victims leaving the subtree are not counted")
 def test_TryPreemption_VictimsAvailable_InsufficientResource() -> None:
     case = Case(
         root=limited_parent(8, q("child1"), q("child2", guaranteed={"first": 5})),
@@ -399,7 +390,6 @@ def test_TryPreemption_OnNode_AskResTypesDifferent_GuaranteedSetOnVictimAndPreem
     assert_outcome(run(case), victims={P2C2: 2}, placed={"alloc4": 1}, never=OTHER_ONLY)
 
 
-@xfail(13, 15, 16, why="vcore-only victims; child1's guarantee ignored (parent1 has none); gpu and memory unguaranteed")
 def test_TryPreemption_OnNode_AskResTypesSame_GuaranteedSetOnPreemptorSide() -> None:
     case = mixed_victims(
         {"vcores": 3, "gpu": 300, "mem": 200}, {"gpu": 100}, {"vcores": 2, "mem": 200}, child1={"vcores": 2}
@@ -407,7 +397,6 @@ def test_TryPreemption_OnNode_AskResTypesSame_GuaranteedSetOnPreemptorSide() -> 
     assert_outcome(run(case), victims={P2C2: 2}, placed={"alloc4": 1}, never=OTHER_ONLY)
 
 
-@xfail(13, 15, 16, why="vcore-only victims; child1's guarantee ignored (parent1 has none); gpu and memory unguaranteed")
 def test_TryPreemption_OnNode_AskResTypesSame_GuaranteedSetOnVictimAndPreemptorSides() -> None:
     case = mixed_victims(
         {"vcores": 3, "gpu": 700, "mem": 200},
@@ -449,7 +438,6 @@ def siblings(child1: dict[str, int] | None, child2: dict[str, int] | None) -> Ca
     )
 
 
-@xfail(14, 15, why="passed with the quotas before the drf merge; with drf's quotas no victim is found: to investigate")
 def test_TryPreemption_OnNode_UGParent_With_UGPreemptorChild_GNotSetOnVictimChild_As_Siblings() -> None:
     assert_outcome(run(siblings(None, {"vcores": 1})), victims={SIB1: 1}, placed={"alloc3": 1})
 
@@ -487,9 +475,6 @@ def victim_side(root: dict[str, object], victim: str, asker: str) -> Case:
     )
 
 
-@xfail(
-    12, 14, why="root.parent is at its max (first 20); a victim (first 10) larger than child1 may lose over its ideal"
-)
 def test_TryPreemption_VictimQueue_With_OG_And_UG_ResTypes() -> None:
     root = q(
         "root",
@@ -536,14 +521,8 @@ def diff_parents(guarantees: tuple[dict[str, int] | None, ...], parent_max: dict
 @pytest.mark.parametrize(
     "name",
     [
-        pytest.param(
-            "victim queue under parent different from ask queue with some OG res types",
-            marks=xfail(12, 14, 15, why="parent at its max; whole 10-unit victims; child2 has no guarantee of its own"),
-        ),
-        pytest.param(
-            "victim queue with some OG res types under parent different from ask queue",
-            marks=xfail(14, 15, why="passed before the drf merge; none found with drf's quotas: to investigate"),
-        ),
+        "victim queue under parent different from ask queue with some OG res types",
+        "victim queue with some OG res types under parent different from ask queue",
     ],
 )
 def test_TryPreemption_VictimQueue_Under_Diff_Parent_With_OG_And_UG_ResTypes(name: str) -> None:
@@ -569,7 +548,6 @@ def ask_side(root: dict[str, object], victim: str, asker: str) -> Case:
     )
 
 
-@xfail(12, 16, why="root.parent is at its max (first 20); the ask uses `third`, which no guarantee names")
 def test_TryPreemption_AskQueue_With_OG_And_UG_ResTypes() -> None:
     root = q(
         "root",
@@ -604,16 +582,8 @@ ASK_DIFF_PARENTS = {
 @pytest.mark.parametrize(
     "name",
     [
-        pytest.param(
-            "ask queue under parent different from victim queue with some OG res types",
-            marks=xfail(12, 15, 16, why="parent at its max; child2 has no guarantee of its own; the ask uses `third`"),
-        ),
-        pytest.param(
-            "ask queue with some OG res types under parent different from victim queue",
-            marks=xfail(
-                12, 15, 16, why="parent at its max; leaf guarantees under parents without; the ask uses `third`"
-            ),
-        ),
+        "ask queue under parent different from victim queue with some OG res types",
+        "ask queue with some OG res types under parent different from victim queue",
     ],
 )
 def test_TryPreemption_AskQueue_Under_DiffParent_With_OG_And_UG_ResTypes(name: str) -> None:
@@ -646,7 +616,9 @@ ORIGINATORS = ("ask9", "ask10")
 
 def daemon_set(ask_priority: int, pinned: str = "") -> Case:
     """app1's containers fill the node; app-ds asks first 5 on that node at ``ask_priority``; the
-    container ``pinned`` (if any) was itself placed for a required-node ask."""
+    container ``pinned`` (if any) was itself placed for a required-node ask. Both apps share one queue:
+    YuniKorn's required-node preemption is Sniper's intra-queue policy (invariant 5b: only containers
+    of lower priority than the ask), which a partition switches on (docs/yunikorn-preemption.md)."""
     return Case(
         root=q("root", q("default")),
         nodes={DS_NODE: {"first": sum(n for _, n, _, _ in DS_RUNNING)}},
@@ -657,10 +629,10 @@ def daemon_set(ask_priority: int, pinned: str = "") -> Case:
         ),
         asks=(Ask("ask13", "app-ds", {"first": 5}, priority=ask_priority, node=DS_NODE),),
         app_priority={"app1": 5, "app-ds": ask_priority},
+        intra_queue=True,
     )
 
 
-@xfail(10, why="an ask pinned to a full node is never served by preemption")
 def test_GetVictims_required_node_ask_preempts_one_lower_priority_container() -> None:
     # TestGetVictims case 2: a daemon-set ask of first 5 at priority 20 on a full node: one victim
     # (YuniKorn's is ask5: lowest priority, not an originator).
@@ -669,7 +641,6 @@ def test_GetVictims_required_node_ask_preempts_one_lower_priority_container() ->
     assert o.placed["ask13"] == 1
 
 
-@xfail(10, 18, why="an ask pinned to a full node is never served by preemption; pinned containers are victims")
 def test_FilterAllocations_required_node_container_is_never_a_victim() -> None:
     # TestFilterAllocations case 5: ask9 was itself placed for a required-node ask; it is filtered out,
     # and the new daemon-set ask takes one other container.

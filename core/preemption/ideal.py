@@ -11,15 +11,21 @@ itself (both off for the YARN baseline):
   (their own usage included), so it never takes from a higher one.
 - ``avoid_ineffective``: a queue whose increment over its usage cannot start even its smallest pending ask
   gets no increment at all; the level is recomputed without its demand, so its share goes to the others
-  (seed 000). One queue (the one with the largest useless increment) is dropped per recomputation.
+  (seed 000). One queue (the one with the largest useless increment) is dropped per recomputation. A
+  parent's increment is judged with what its other children hold above their guarantees: a parent at its
+  max still serves a child's ask by preemption inside its own subtree.
 - ``cap_by_demand``: an ideal never exceeds ``used + pending`` on any resource (ARCHITECTURE section 1).
   YARN's dominant calculator takes the DRF-smaller of two vectors whole, so an offer or a protected
   guarantee can hand a memory-heavy queue vcores it neither holds nor asks for, lifting its dominant share
   (a queue at twice its memory guarantee would look "below its ideal"); Sniper clamps each resource to
   the demand, a leaf without a guarantee of its own is not capped at its usage (it shares, by demand,
   what its parent's guarantee leaves over its siblings'), and a resource no needy sibling's guarantee
-  names is offered evenly instead of not at all. Below a ``fence`` queue the children share what the
-  subtree holds, at most its ideal: asks inside a fence preempt only inside it.
+  names is offered evenly instead of not at all, and never capped by the leaf cap of a guarantee that does
+  not name it; the order of needy queues compares dominant shares of the partition's capacity on the
+  resources each guarantee names (an unnamed one scarce in the parent, such as pods, would dominate it
+  and end a queue's share of its guaranteed resources early). Below a ``fence``
+  queue the children share what the subtree holds, at most its ideal: asks inside a fence preempt only
+  inside it.
 
 The computation, level by level from the root (whose ideal is its guarantee):
 
@@ -359,7 +365,12 @@ class _Solver:
                 unassigned = self._fixpoint(tot, zero, unassigned, ignore_guarantee=True, initialize=False)
 
     def _initial(self, tot: Resource, q: _Q) -> Resource:
-        if self.calc.gt(tot, q.used, q.guaranteed):
+        guaranteed = q.guaranteed
+        if self.cap_by_demand:
+            # A guaranteed resource the parent's ideal has none of (nobody uses it) would make the
+            # guarantee look infinite there and protect all the queue holds: it is left out.
+            guaranteed = {n: v for n, v in guaranteed.items() if tot.get(n, 0)}
+        if self.calc.gt(tot, q.used, guaranteed):
             protected = add(q.guaranteed, q.untouchable)
             return component_min(protected, add(q.used, q.pending_eff)) if self.cap_by_demand else protected
         return dict(q.used)
@@ -392,6 +403,13 @@ class _Solver:
     def _ratio(self, tot: Resource, q: _Q) -> float:
         if not self.calc.positive(tot, q.guaranteed):
             return _ZERO_GUARANTEE_RATIO
+        if self.cap_by_demand:
+            # How far a queue is towards its guarantee: dominant shares of the partition's capacity, of the
+            # resources its guarantee names only (the others are not guaranteed, section 1). An unnamed one
+            # scarce in the cluster or the parent (pods) would otherwise rank the queue at its guarantee
+            # long before it holds its share of the resources it is guaranteed.
+            named = {n: v for n, v in q.ideal.items() if q.guaranteed.get(n, 0)}
+            return self.calc.divide(self.cluster, named, q.guaranteed)
         return self.calc.divide(tot, q.ideal, q.guaranteed)
 
     def _order(self, tot: Resource, a: _Q, b: _Q) -> int:
@@ -433,21 +451,36 @@ class _Solver:
         if self.cap_by_demand:
             accepted = component_min(accepted, component_max(wanted, {}))
         if q.is_leaf and not self.balance and not (self.cap_by_demand and not any_positive(q.guaranteed)):
-            cap = calc.rmax(tot, sub(calc.rmax(tot, q.used, q.guaranteed), q.ideal), {})
-            accepted = calc.rmin(tot, accepted, cap)
+            if self.cap_by_demand:
+                # Resource by resource: up to ``max(used, guaranteed)`` on what the guarantee names; a
+                # resource it does not name is capped by the demand only (else an ask using one, pods, is
+                # offered none of it and the increment is ineffective). YARN's whole-vector DRF choice
+                # against the parent's ideal lets a resource scarce there (pods) cut the guaranteed ones.
+                ceiling = component_max(q.used, q.guaranteed)
+                accepted = {
+                    n: min(v, max(ceiling.get(n, 0) - q.ideal.get(n, 0), 0)) if q.guaranteed.get(n, 0) else v
+                    for n, v in accepted.items()
+                }
+            else:
+                cap = calc.rmax(tot, sub(calc.rmax(tot, q.used, q.guaranteed), q.ideal), {})
+                accepted = calc.rmin(tot, accepted, cap)
         accepted = component_min(component_max(accepted, {}), avail)
         q.ideal = add(q.ideal, accepted)
         return accepted
 
     # --- Sniper: ineffective preemption --------------------------------------------------------------------
 
-    def _asks(self, q: _Q) -> list[Resource]:
+    def _asks(self, q: _Q) -> list[tuple[Resource, Resource]]:
+        """The smallest pending ask of every leaf below ``q`` with demand, each with the room inside ``q`` it
+        may also use: what the other children on its path hold above their guarantees (their preemptable
+        extras; a parent at its max still serves a child by preemption inside its subtree)."""
         if q.snap.smallest_pending_ask is not None:
-            return [q.snap.smallest_pending_ask]
-        asks: list[Resource] = []
+            return [(q.snap.smallest_pending_ask, {})]
+        asks: list[tuple[Resource, Resource]] = []
         for child in q.children:
             if any_positive(child.pending):
-                asks.extend(self._asks(child))
+                others = total(c.preemptable for c in q.children if c is not child)
+                asks.extend((ask, add(room, others)) for ask, room in self._asks(child))
         return asks
 
     def _ineffective(self, queues: list[_Q], tot: Resource) -> _Q | None:
@@ -462,7 +495,7 @@ class _Solver:
             if not calc.positive(tot, increment):
                 continue
             asks = self._asks(q)
-            if not asks or any(calc.fits_in(ask, increment) for ask in asks):
+            if not asks or any(calc.fits_in(ask, add(increment, room)) for ask, room in asks):
                 continue
             if worst is None or calc.gt(tot, increment, worst_increment):
                 worst, worst_increment = q, increment

@@ -26,7 +26,7 @@ from sniper.core.allocation import CandidateFilter, find_ask_candidates, try_all
 from sniper.core.allocator import AllocatorCore
 from sniper.core.limits import Limits
 from sniper.core.preemption.costs import victim_cost
-from sniper.core.preemption.quotas import below_ideal, net_usage
+from sniper.core.preemption.quotas import below_ideal, guarantee_floor, net_usage
 from sniper.core.preemption.rules import may_preempt_for, preemption_disabled
 from sniper.core.resources import Resource
 from sniper.core.state import Allocation, Ask, AskKey, Node, PartitionState, Queue, ask_label
@@ -518,7 +518,9 @@ def may_take(
     # conservatively, on every resource the guarantee names (what the queue held of it, if less).
     if any(remaining.get(k, 0) < min(g, usage.get(k, 0)) for k, g in guaranteed.items()):
         return False
-    return not res.drf_below({k: remaining.get(k, 0) for k in guaranteed}, guaranteed, capacity)
+    # In the DRF comparison as the quotas read it (:func:`guarantee_floor`): at its guarantee's dominant level
+    # it is not below it, though it holds none of a resource the guarantee names and it never used.
+    return not res.drf_below(remaining, guarantee_floor(remaining, guaranteed, capacity), capacity)
 
 
 def _net_usage_key(capacity: Resource) -> object:

@@ -106,7 +106,10 @@ def composed_guarantees(
         unnamed = [c for c in q.children if not declared[c.path]]
         for c in named:
             out[c.path] = declared[c.path]
-        left = res.clamp_min_zero(res.sub(guaranteed, res.total(declared[c.path] for c in named)))
+        # What is left over the named children is never more than the cluster has: a parent guaranteed more
+        # than the capacity must not hand its unnamed children a share that covers all they hold.
+        within = {k: min(v, capacity.get(k, 0)) for k, v in guaranteed.items()}
+        left = res.clamp_min_zero(res.sub(within, res.total(declared[c.path] for c in named)))
         demand = {c.path: res.add(used.get(c.path, {}), pending.get(c.path, {})) for c in unnamed}
         wanted = res.total(demand.values())
         for c in unnamed:

@@ -113,6 +113,7 @@ class Case:
     asks: tuple[Ask, ...]
     app_priority: dict[str, int] = dataclasses.field(default_factory=dict)
     retry: bool = False  # are preempted containers asked for again (a ReplicaSet)?
+    intra_queue: bool = False  # Sniper's switch for preemption inside one leaf queue (YuniKorn's is always on)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -137,7 +138,8 @@ PREEMPTION: dict[str, Any] = {
 
 def feed(case: Case) -> list[f.Feed]:
     """The staged feed of ``case`` (module docstring)."""
-    config = {"name": PARTITION, "preemption": PREEMPTION, "queues": [case.root]}
+    preemption = {**PREEMPTION, "intra_queue": True} if case.intra_queue else PREEMPTION
+    config = {"name": PARTITION, "preemption": preemption, "queues": [case.root]}
     events: list[f.Feed] = [f.PartitionConfigEvent(t=0, partition=PARTITION, config=config)]
     names = list(case.nodes)
     for name in names:
