@@ -13,6 +13,7 @@ from collections import Counter, OrderedDict
 from collections.abc import Callable, Collection
 from typing import Any
 
+from sniper.core import opportunistic
 from sniper.core import resources as res
 from sniper.core.config import ConfigError, PartitionConfig, parse_partition, partition_to_raw
 from sniper.core.resources import Resource
@@ -191,6 +192,8 @@ class CacheCore:
                 alloc = self.state.allocations.get(aid)
                 if alloc is not None:
                     self._release(alloc)
+            case f.AllocationPromoted(allocation=aid):
+                self._promote(aid, event.id)
 
     def _configure(self, raw: dict[str, Any]) -> None:
         config = parse_partition(raw, f"partition {self.partition}")
@@ -284,7 +287,7 @@ class CacheCore:
         if not resource:
             self._reject(f"ask {e.app}/{e.ask} asks for nothing", app=e.app, ask=e.ask, event=e.id)
             return
-        for q in app.queue.lineage():
+        for q in () if e.execution_type == "opportunistic" else app.queue.lineage():  # no max for those
             if q.max is not None and not res.fits({k: v for k, v in resource.items() if k in q.max}, q.max):
                 self._reject(
                     f"ask {e.app}/{e.ask} ({res.fmt(resource)}) can never fit queue {q.path}'s max ({res.fmt(q.max)})",
@@ -320,6 +323,7 @@ class CacheCore:
                 node_selector=e.node_selector,
                 duration=e.duration,
                 retry=e.retry,
+                opportunistic=e.execution_type == "opportunistic",
             )
         )
 
@@ -330,6 +334,28 @@ class CacheCore:
         for r in [r for r in self.state.reservations.values() if (r.app, r.ask) == key]:
             self._end_reservation(r, f"ask {ask_label(key)} was withdrawn")
         self.commit(p.AskGone(app=key[0], ask=key[1]))
+
+    def _promote(self, aid: str, event_id: str) -> None:
+        """YARN's PROMOTE_EXECUTION_TYPE: the container keeps running, now counted as guaranteed."""
+        alloc = self.state.allocations.get(aid)
+        why = None
+        if alloc is None:
+            why = "is not running"
+        elif not alloc.opportunistic:
+            why = "is already guaranteed"
+        elif alloc.preempting:
+            why = "is being killed to make room for a guaranteed ask"
+        elif not self.state.headroom_allows(alloc.queue, alloc.resource):
+            why = f"would take queue {alloc.queue.path} over its max"
+        if why is not None:
+            app = "" if alloc is None else alloc.app
+            self._reject(f"allocation_promoted: allocation {aid} {why}", app=app, event=event_id)
+            return
+        assert alloc is not None
+        self.commit(p.AllocationPromoted(allocation=aid))
+        self.decide(
+            d.Promoted, allocation=aid, app=alloc.app, queue=alloc.queue.path, node=alloc.node, resource=alloc.resource
+        )
 
     def _release(self, alloc: Allocation) -> None:
         self.decide(
@@ -457,6 +483,13 @@ class CacheCore:
     def _handle_allocation_proposal(self, proposal: p.AllocationProposal) -> None:
         accepted = 0
         rejected: dict[str, str] = {}
+        for ev in proposal.evictions:  # guaranteed asks first: their room before any opportunistic ask's
+            why = opportunistic.check_eviction(self, ev)
+            if why is None:
+                opportunistic.commit_eviction(self, ev)
+                accepted += 1
+            else:
+                rejected[f"{ev.app}/{ev.ask}@{ev.node}#{len(rejected)}"] = why
         for pl in proposal.placements:
             why = self.check_placement(pl.app, pl.ask, pl.node, pl.ask_seq)
             if why is None:
@@ -490,7 +523,7 @@ class CacheCore:
             return f"node {node_name} does not match the ask's node selector"
         if not node.can_hold(ask.resource):
             return "does not fit the node's free room"
-        if not state.headroom_allows(app.queue, ask.resource):
+        if not ask.opportunistic and not state.headroom_allows(app.queue, ask.resource):
             return "queue max would be exceeded"
         return None
 
@@ -510,6 +543,7 @@ class CacheCore:
                 am=ask.am,
                 reservation=None if reservation is None else reservation.id,
                 priority=ask.priority,
+                opportunistic=ask.opportunistic,
             )
         )
         self.decide(
@@ -522,6 +556,7 @@ class CacheCore:
             resource=ask.resource,
             am=ask.am,
             reservation=None if reservation is None else reservation.id,
+            opportunistic=ask.opportunistic,
         )
         if reservation is not None:
             self._release_victims(reservation, "its beneficiary was placed before its victims were gone")
@@ -562,6 +597,7 @@ def state_changes(state: PartitionState) -> list[p.ChangeMsg]:
                     node_selector={k: sorted(v) for k, v in ask.node_selector.items()},
                     duration=ask.duration,
                     retry=ask.retry,
+                    opportunistic=ask.opportunistic,
                 )
             )
     for alloc in state.allocations.values():
@@ -575,6 +611,7 @@ def state_changes(state: PartitionState) -> list[p.ChangeMsg]:
                 start=alloc.start,
                 am=alloc.am,
                 priority=alloc.priority,
+                opportunistic=alloc.opportunistic,
             )
         )
     for r in state.reservations.values():

@@ -7,7 +7,7 @@ non-negative integers. New fields must come with defaults (msgspec schema evolut
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import msgspec
 
@@ -66,6 +66,9 @@ class AskAdded(FeedEvent, tag="ask_added", frozen=True, gc=False):
     node: str | None = None  # a required node, if any
     # Node label key -> accepted values: the ask runs only on nodes whose labels match every key.
     node_selector: dict[str, list[str]] = {}
+    # YARN's ExecutionType: "opportunistic" containers run only on room no guaranteed ask can use now,
+    # count against no queue's guarantee, ideal or max, and are killed first (docs/feed.md).
+    execution_type: Literal["guaranteed", "opportunistic"] = "guaranteed"
 
 
 class AskRemoved(FeedEvent, tag="ask_removed", frozen=True, gc=False):
@@ -74,6 +77,13 @@ class AskRemoved(FeedEvent, tag="ask_removed", frozen=True, gc=False):
 
 
 class AllocationReleased(FeedEvent, tag="allocation_released", frozen=True, gc=False):
+    allocation: Name
+
+
+class AllocationPromoted(FeedEvent, tag="allocation_promoted", frozen=True, gc=False):
+    """Turn a running opportunistic allocation into a guaranteed one (YARN's container update
+    ``PROMOTE_EXECUTION_TYPE``); committed when its queue's ``max`` allows, else ``rejected``."""
+
     allocation: Name
 
 
@@ -87,4 +97,5 @@ Feed = (
     | AskAdded
     | AskRemoved
     | AllocationReleased
+    | AllocationPromoted
 )

@@ -59,6 +59,7 @@ class AskSet(Change, tag="ask", frozen=True, gc=False):
     duration: float | None = None
     retry: bool = True
     node_selector: dict[str, list[str]] = {}
+    opportunistic: bool = False
 
 
 class AskGone(Change, tag="ask_gone", frozen=True, gc=False):
@@ -76,6 +77,13 @@ class AllocationSet(Change, tag="alloc", frozen=True, gc=False):
     am: bool = False
     reservation: str | None = None
     priority: int = 0  # the ask's priority (intra-queue preemption compares it)
+    opportunistic: bool = False  # outside every queue's accounting, counted on its node only
+
+
+class AllocationPromoted(Change, tag="alloc_promoted", frozen=True, gc=False):
+    """An opportunistic allocation becomes guaranteed: it now counts in its queue like any other."""
+
+    allocation: str
 
 
 class AllocationGone(Change, tag="alloc_gone", frozen=True, gc=False):
@@ -128,6 +136,7 @@ ChangeMsg = (
     | AskGone
     | AllocationSet
     | AllocationGone
+    | AllocationPromoted
     | ReservationSet
     | ReservationGone
     | VictimsMarked
@@ -180,6 +189,9 @@ class AllocationProposal(Message, tag="allocate", frozen=True, gc=False):
     id: str
     view_seq: int
     placements: list[Placement]
+    # Guaranteed asks that fit once these opportunistic containers are gone (killed at once, the room
+    # reserved for the ask): see sniper.core.opportunistic.
+    evictions: list[Victimized] = []
 
 
 class PreemptionProposal(Message, tag="preempt", frozen=True, gc=False):

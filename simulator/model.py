@@ -30,6 +30,7 @@ class ModelAllocation:
     start: float
     am: bool
     preempted_at: float | None = None
+    opportunistic: bool = False  # on its node only: in no queue's usage, not bound by max
 
 
 @dataclasses.dataclass(slots=True)
@@ -64,6 +65,7 @@ class ClusterModel:
         self.asks: dict[tuple[str, str], tuple[Resource, int]] = {}  # -> (resource, count)
         self.ask_allocated: dict[tuple[str, str], int] = defaultdict(int)
         self.withdrawn: set[tuple[str, str]] = set()
+        self.opportunistic_asks: set[tuple[str, str]] = set()
         self.allocations: dict[str, ModelAllocation] = {}
         self.seen_allocations: set[str] = set()
         self.reservations: dict[str, ModelReservation] = {}
@@ -114,6 +116,10 @@ class ClusterModel:
                     self.asks.pop((a, k), None)
                     self.ask_allocated.pop((a, k), None)
                 self.asks.setdefault((a, k), (res.normalized(r), c))
+                if event.execution_type == "opportunistic":
+                    self.opportunistic_asks.add((a, k))
+                else:
+                    self.opportunistic_asks.discard((a, k))
             case f.AskRemoved(app=a, ask=k):
                 self.withdrawn.add((a, k))
             case _:
@@ -134,6 +140,8 @@ class ClusterModel:
                 self._gone(aid)
             case d.AllocationLost(allocation=aid):
                 self._gone(aid)
+            case d.Promoted():
+                self._promoted(dec)
             case d.Preempt():
                 alloc = self.allocations.get(dec.allocation)
                 if alloc is None:
@@ -181,6 +189,8 @@ class ClusterModel:
         and (targeted policies) the victim's queue never taken below its guarantee, counting the room
         reservations already hold for it (committed to that queue)."""
         t = dec.t
+        if victim.opportunistic:
+            return  # outside every queue: any guaranteed ask may have it killed (YARN's NodeManager)
         chain = _lineage(victim.queue)
         if any(self.queue_cfg[q].preemption_policy == "disabled" for q in chain if q in self.queue_cfg):
             self._violate(t, 5, f"victim {victim.id} is in a preemption-disabled queue {victim.queue}")
@@ -238,17 +248,9 @@ class ClusterModel:
             self._violate(t, 4, f"allocation {dec.allocation} on missing node {dec.node}")
         queue = self.apps.get(dec.app, dec.queue)
         resource = res.normalized(dec.resource)
-        # Invariant 2: a new allocation never takes a queue over its max.
-        if not dec.reservation:
-            usage = self.queue_usage()
-            for path in _lineage(queue):
-                cfg = self.queue_cfg.get(path)
-                if cfg is None or cfg.max is None:
-                    continue
-                after = res.add(usage.get(path, {}), resource)
-                for k, m in cfg.max.items():
-                    if after.get(k, 0) > m:
-                        self._violate(t, 2, f"allocation {dec.allocation} takes {path} to {k}={after[k]} over max {m}")
+        # Invariant 2: a new allocation never takes a queue over its max (opportunistic ones are outside it).
+        if not dec.reservation and not dec.opportunistic:
+            self._check_max(t, dec.allocation, queue, resource)
         if dec.reservation:
             r = self.reservations.pop(dec.reservation, None)
             if r is None or (r.app, r.ask) != (dec.app, dec.ask) or r.node != dec.node:
@@ -264,8 +266,27 @@ class ClusterModel:
                         t, 6, f"allocation {dec.allocation} on {dec.node} takes room reserved for a beneficiary"
                     )
         self.allocations[dec.allocation] = ModelAllocation(
-            dec.allocation, dec.app, dec.ask, queue, dec.node, resource, t, dec.am
+            dec.allocation, dec.app, dec.ask, queue, dec.node, resource, t, dec.am, opportunistic=dec.opportunistic
         )
+
+    def _check_max(self, t: float, aid: str, queue: str, resource: Resource) -> None:
+        usage = self.queue_usage()
+        for path in _lineage(queue):
+            cfg = self.queue_cfg.get(path)
+            if cfg is None or cfg.max is None:
+                continue
+            after = res.add(usage.get(path, {}), resource)
+            for k, m in cfg.max.items():
+                if after.get(k, 0) > m:
+                    self._violate(t, 2, f"allocation {aid} takes {path} to {k}={after[k]} over max {m}")
+
+    def _promoted(self, dec: d.Promoted) -> None:
+        alloc = self.allocations.get(dec.allocation)
+        if alloc is None or not alloc.opportunistic:
+            self._violate(dec.t, 3, f"promotion of {dec.allocation}, not a running opportunistic allocation")
+            return
+        self._check_max(dec.t, alloc.id, alloc.queue, alloc.resource)
+        alloc.opportunistic = False
 
     def _gone(self, aid: str) -> None:
         self.allocations.pop(aid, None)
@@ -290,15 +311,21 @@ class ClusterModel:
         """Committed usage per queue path, parents included."""
         out: dict[str, Resource] = defaultdict(dict)
         for a in self.allocations.values():
+            if a.opportunistic:
+                continue
             for path in _lineage(a.queue):
                 res.add_into(out[path], a.resource)
         return out
+
+    def opportunistic_usage(self) -> Resource:
+        """What running opportunistic containers hold (on nodes only, in no queue's usage)."""
+        return res.total(a.resource for a in self.allocations.values() if a.opportunistic)
 
     def queue_pending(self) -> dict[str, Resource]:
         """Outstanding demand per queue path, parents included (withdrawn and rejected asks excluded)."""
         out: dict[str, Resource] = defaultdict(dict)
         for key, (resource, count) in self.asks.items():
-            if key in self.withdrawn or key in self.rejected_asks:
+            if key in self.withdrawn or key in self.rejected_asks or key in self.opportunistic_asks:
                 continue
             left = count - self.ask_allocated.get(key, 0)  # reserved containers still wait: demand
             if left <= 0:

@@ -1,0 +1,255 @@
+"""Opportunistic containers (YARN's execution type, seed 003): idle room only, outside every queue's
+accounting, killed first (at once, reason ``opportunistic``) when a guaranteed ask needs their room,
+and promoted to guaranteed when the queue's max allows."""
+
+from __future__ import annotations
+
+import msgspec
+import pytest
+
+from sniper.core.opportunistic import minimal_evictions
+from sniper.messages import codec
+from sniper.messages import decisions as d
+from sniper.messages import feed as f
+from tests.core_support import Harness, config_of, invariant_problems, queue
+
+CONFIG = config_of(
+    queue("a", guaranteed={"memory": 4096}, maximum={"memory": 8192}),
+    queue("b", guaranteed={"memory": 4096}),
+)
+
+
+def opp(app: str, ask: str, memory: int, count: int = 1, **kw: object) -> f.AskAdded:
+    return f.AskAdded(app=app, ask=ask, resource={"memory": memory}, count=count, execution_type="opportunistic", **kw)  # type: ignore[arg-type]
+
+
+def gua(app: str, ask: str, memory: int, count: int = 1) -> f.AskAdded:
+    return f.AskAdded(app=app, ask=ask, resource={"memory": memory}, count=count)
+
+
+def harness(*events: f.Feed, nodes: int = 1, memory: int = 8192) -> Harness:
+    h = Harness(CONFIG)
+    h.feed(*(f.NodeAdded(node=f"n{i}", capacity={"memory": memory}) for i in range(1, nodes + 1)))
+    h.feed(f.AppAdded(app="a1", queue="root.a"), f.AppAdded(app="b1", queue="root.b"))
+    h.feed(*events)
+    return h
+
+
+def settle(h: Harness, rounds: int = 20) -> None:
+    """Cycles until quiet; killed containers are released at once, as a resource manager does."""
+    for _ in range(rounds):
+        h.settle()
+        killed = [a.id for a in h.cache.state.allocations.values() if a.killed]
+        if not killed:
+            return
+        h.feed(*(f.AllocationReleased(allocation=x) for x in killed))
+    raise AssertionError("never settled")
+
+
+def opportunistic_ids(h: Harness) -> set[str]:
+    return {a.id for a in h.cache.state.allocations.values() if a.opportunistic}
+
+
+def kills(h: Harness) -> list[d.Kill]:
+    return [x for x in h.decisions if isinstance(x, d.Kill)]
+
+
+# ---------------------------------------------------------------------- the feed field
+
+
+def test_execution_type_defaults_to_guaranteed_and_rejects_unknown_values() -> None:
+    event = msgspec.json.decode(b'{"type":"ask_added","app":"a","ask":"x","resource":{"memory":1}}', type=f.Feed)
+    assert isinstance(event, f.AskAdded) and event.execution_type == "guaranteed"
+    with pytest.raises(msgspec.ValidationError, match="execution_type"):
+        msgspec.json.decode(
+            b'{"type":"ask_added","app":"a","ask":"x","resource":{"memory":1},"execution_type":"spot"}', type=f.Feed
+        )
+    raw = codec.encode_json_line(opp("a", "x", 1))
+    assert msgspec.json.decode(raw, type=f.Feed) == opp("a", "x", 1)
+
+
+# ---------------------------------------------------------------------- accounting
+
+
+def test_opportunistic_allocations_count_on_the_node_only() -> None:
+    h = harness(opp("a1", "o", 1024, count=3))
+    settle(h)
+    allocated = h.allocated()
+    assert len(allocated) == 3 and all(x.opportunistic for x in allocated)
+    state = h.cache.state
+    a = state.queues["root.a"]
+    assert a.allocated == {} and a.pending == {}
+    assert a.opportunistic == {"memory": 3072} and state.queues["root"].opportunistic == {"memory": 3072}
+    assert state.nodes["n1"].allocated == {"memory": 3072}
+    assert h.model.queue_usage().get("root.a", {}) == {}
+    assert h.model.opportunistic_usage() == {"memory": 3072}
+    assert invariant_problems(state) == []
+
+
+def test_opportunistic_asks_are_not_bound_by_queue_max() -> None:
+    # root.a's max is 8192; an opportunistic ask larger than that still runs (YARN: outside the queue).
+    h = harness(opp("a1", "o", 6144, count=2), nodes=2)
+    settle(h)
+    assert len(opportunistic_ids(h)) == 2
+    assert h.model.violations == []
+
+
+def test_guaranteed_asks_go_first_and_opportunistic_take_what_is_left() -> None:
+    h = harness(opp("a1", "o", 2048, count=4), gua("b1", "g", 2048, count=3))
+    settle(h)
+    by_kind = [(x.ask, x.opportunistic) for x in h.allocated()]
+    assert by_kind[:3] == [("g", False)] * 3  # the same cycle: guaranteed placed before any opportunistic
+    assert by_kind[3:] == [("o", True)]
+    assert kills(h) == []
+
+
+def test_opportunistic_never_takes_reserved_room() -> None:
+    from sniper.messages import protocol as p
+
+    h = harness(gua("a1", "big", 4096))
+    h.cache.commit(  # as a committed preemption holds room for its beneficiary
+        p.ReservationSet(
+            reservation="resv-x",
+            app="a1",
+            ask="big",
+            node="n1",
+            resource={"memory": 4096},
+            victims=[],
+            deadline=15.0,
+            expires=60.0,
+        )
+    )
+    h.pump()
+    h.feed(gua("b1", "g", 2048), opp("a1", "o", 2048, count=4))
+    settle(h)
+    assert len(opportunistic_ids(h)) == 1  # 8192 - 4096 reserved - 2048 for g: room for one
+    node = h.cache.state.nodes["n1"]
+    assert node.allocated == {"memory": 4096} and node.reserved == {"memory": 4096}
+
+
+# ---------------------------------------------------------------------- first to go
+
+
+def test_guaranteed_ask_kills_opportunistic_at_once_newest_first_and_gets_the_room() -> None:
+    h = harness(opp("a1", "o", 2048, count=4))
+    settle(h)
+    oldest_first = [x.allocation for x in h.allocated()]
+    h.tick(5.0)
+    h.feed(gua("b1", "g", 4096))
+    proposal = h.propose()
+    assert proposal is not None and len(proposal.evictions) == 1
+    h.deliver()
+    killed = kills(h)
+    assert [k.reason for k in killed] == ["opportunistic", "opportunistic"]
+    assert {k.allocation for k in killed} == set(oldest_first[2:])  # the two most recent
+    assert all(k.t == 5.0 for k in killed)  # no grace
+    notices = [x for x in h.decisions if isinstance(x, d.Preempt)]
+    assert all(x.opportunistic and x.policy == "opportunistic" and x.deadline == 5.0 for x in notices)
+    settle(h)
+    g = [x for x in h.allocated() if x.ask == "g"]
+    assert len(g) == 1 and g[0].reservation is not None and g[0].node == "n1"
+    assert h.model.violations == []
+    assert invariant_problems(h.cache.state) == []
+
+
+def test_eviction_takes_a_minimal_set() -> None:
+    h = harness()
+    h.feed(opp("a1", "small", 1024, count=2), opp("a1", "large", 4096))
+    settle(h)
+    h.tick(1.0)
+    h.feed(gua("b1", "g", 4096))  # free is 1024: the 4096 alone is enough
+    settle(h)
+    victims = {x.allocation for x in kills(h)}
+    large = [x.allocation for x in h.allocated() if x.ask == "large"]
+    assert victims == set(large)
+
+
+def test_no_eviction_when_the_guaranteed_ask_cannot_fit_even_without_them() -> None:
+    h = harness(opp("a1", "o", 2048, count=2))
+    h.feed(gua("b1", "g", 6144))
+    settle(h)
+    g_node = [x for x in h.allocated() if x.ask == "g"]
+    assert g_node and kills(h) == []  # 6144 fit the free room first: guaranteed before opportunistic
+    h.feed(gua("b1", "huge", 16384))
+    settle(h)
+    assert kills(h) == []  # no node can ever hold it: killing would free nothing useful
+
+
+def test_no_eviction_for_an_ask_its_queue_max_stops() -> None:
+    h = harness(opp("b1", "o", 2048, count=4))
+    settle(h)
+    h.feed(gua("a1", "g", 8192), gua("a1", "g2", 2048))  # a's max is 8192: g fits it, g2 then does not
+    settle(h)
+    assert [x.ask for x in h.allocated() if not x.opportunistic] == ["g"]
+    assert len(kills(h)) == 4
+
+
+def test_minimal_evictions_helper() -> None:
+    class A:
+        def __init__(self, aid: str, memory: int) -> None:
+            self.id, self.resource = aid, {"memory": memory}
+
+    x, y, z = A("x", 1024), A("y", 2048), A("z", 1024)
+    assert minimal_evictions({"memory": 4096}, {"memory": 1024}, [x]) == []  # type: ignore[list-item]
+    assert minimal_evictions({"memory": 0}, {"memory": 2048}, [x, y, z]) == [y]  # type: ignore[list-item]
+    assert minimal_evictions({"memory": 0}, {"memory": 9000}, [x, y, z]) is None  # type: ignore[list-item]
+
+
+# ---------------------------------------------------------------------- promotion
+
+
+def test_promotion_moves_the_allocation_into_its_queue() -> None:
+    h = harness(opp("a1", "o", 4096, count=2))
+    settle(h)
+    first, second = (x.allocation for x in h.allocated())
+    out = h.feed(f.AllocationPromoted(allocation=first))
+    assert [type(x) for x in out] == [d.Promoted]
+    a = h.cache.state.queues["root.a"]
+    assert a.allocated == {"memory": 4096} and a.opportunistic == {"memory": 4096}
+    assert h.model.queue_usage()["root.a"] == {"memory": 4096}
+    assert invariant_problems(h.cache.state) == []
+    assert h.allocator.state.queues["root.a"].allocated == {"memory": 4096}
+    # A second promotion stays within a's max of 8192; a third would not, and is rejected.
+    h.feed(f.AllocationPromoted(allocation=second))
+    h.feed(opp("a1", "o2", 1024))
+    settle(h, rounds=3)
+    assert h.cache.state.queues["root.a"].allocated == {"memory": 8192}
+
+
+def test_promotion_over_max_is_rejected_with_the_reason() -> None:
+    h = harness(opp("a1", "o", 6144), opp("a1", "p", 2048), nodes=2)
+    settle(h)
+    o, p_ = (x.allocation for x in h.allocated())
+    h.feed(gua("a1", "g", 4096))
+    settle(h)
+    out = h.feed(f.AllocationPromoted(allocation=o))
+    rejected = [x for x in out if isinstance(x, d.Rejected)]
+    assert len(rejected) == 1 and "over its max" in rejected[0].reason
+    assert h.cache.state.allocations[o].opportunistic
+    for bad, why in ((o + "x", "is not running"), (h.allocated()[-1].allocation, "already guaranteed")):
+        out = h.feed(f.AllocationPromoted(allocation=bad))
+        assert next(x.reason for x in out if isinstance(x, d.Rejected)).endswith(why)
+    assert p_
+
+
+def test_recovery_rebuilds_opportunistic_and_promoted_allocations() -> None:
+    from sniper.core.cache import CacheCore
+    from sniper.core.recovery import apply_logged
+
+    h = harness(opp("a1", "o", 2048, count=2))
+    settle(h)
+    h.feed(f.AllocationPromoted(allocation=h.allocated()[0].allocation))
+    fresh = CacheCore("default", CONFIG)
+    fresh.drain()
+    events: list[f.Feed] = [f.NodeAdded(node="n1", capacity={"memory": 8192}), f.AppAdded(app="a1", queue="root.a")]
+    events += [f.AppAdded(app="b1", queue="root.b"), opp("a1", "o", 2048, count=2)]
+    for e in events:
+        fresh.handle_event(e)
+    log = [x for x in h.decisions if not isinstance(x, d.Rejected)]
+    i = 0
+    while i < len(log):
+        i, problems = apply_logged(fresh, log, i)
+        assert problems == []
+    a = fresh.state.queues["root.a"]
+    assert a.allocated == {"memory": 2048} and a.opportunistic == {"memory": 2048}
+    assert invariant_problems(fresh.state) == []
