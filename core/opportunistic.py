@@ -67,6 +67,21 @@ def minimal_evictions(room: Resource, need: Resource, candidates: list[Allocatio
     return chosen
 
 
+def first_victims(state: PartitionState, chosen: list[Allocation]) -> list[Allocation]:
+    """A policy's victim list with opportunistic containers first: the partition's running ones, newest
+    first, until they cover what ``chosen`` frees, then ``chosen`` (in its order) for the rest."""
+    need = res.total(a.resource for a in chosen)
+    running = newest_first([a for a in state.allocations.values() if a.opportunistic and not a.preempting])
+    out: list[Allocation] = []
+    got: Resource = {}
+    for alloc in running + [a for a in chosen if not a.opportunistic]:
+        if res.fits(need, got):
+            break
+        out.append(alloc)
+        res.add_into(got, alloc.resource)
+    return out
+
+
 # ---------------------------------------------------------------------- the allocator's side
 
 

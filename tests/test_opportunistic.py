@@ -11,7 +11,9 @@ from sniper.core.opportunistic import minimal_evictions
 from sniper.messages import codec
 from sniper.messages import decisions as d
 from sniper.messages import feed as f
+from sniper.messages import protocol as p
 from tests.core_support import Harness, config_of, invariant_problems, queue
+from tests.preemption_support import PreemptHarness, two_queues
 
 CONFIG = config_of(
     queue("a", guaranteed={"memory": 4096}, maximum={"memory": 8192}),
@@ -104,8 +106,6 @@ def test_guaranteed_asks_go_first_and_opportunistic_take_what_is_left() -> None:
 
 
 def test_opportunistic_never_takes_reserved_room() -> None:
-    from sniper.messages import protocol as p
-
     h = harness(gua("a1", "big", 4096))
     h.cache.commit(  # as a committed preemption holds room for its beneficiary
         p.ReservationSet(
@@ -253,3 +253,55 @@ def test_recovery_rebuilds_opportunistic_and_promoted_allocations() -> None:
     a = fresh.state.queues["root.a"]
     assert a.allocated == {"memory": 2048} and a.opportunistic == {"memory": 2048}
     assert invariant_problems(fresh.state) == []
+
+
+# ---------------------------------------------------------------------- first to go in preemption
+
+
+def preemption_harness(policy: str) -> tuple[PreemptHarness, str]:
+    """n1 full of b's guaranteed containers; n2 half b's, half one opportunistic container of b; a (below
+    its ideal) asks for 75, which neither node holds even with the opportunistic container gone."""
+    h = PreemptHarness(two_queues(100, 100, policy=policy, natural_termination_factor=1.0))
+    h.nodes("n1", "n2")
+    h.fill("b1", "root.b", "n1", [25] * 4)
+    h.fill("b1", "root.b", "n2", [25] * 2, start=4)
+    h.feed(opp("b1", "idle", 50))
+    h.cache.allocate("b1", "idle", "n2")
+    h.pump()
+    oid = h.allocated()[-1].allocation
+    h.app("a1", "root.a")
+    h.ask("a1", "big", 75)
+    h.starve(2)
+    assert not h.kills()  # the normal allocator's eviction cannot help: 50 + 0 free < 75
+    return h, oid
+
+
+def test_sniper_takes_the_opportunistic_container_before_any_guaranteed_one() -> None:
+    h, oid = preemption_harness("sniper")
+    result = h.preempt_round(10.0)
+    [placement] = result.placements
+    assert placement.node == "n2" and oid in placement.victims and len(placement.victims) == 2
+    kills_now = [x for x in result.decisions if isinstance(x, d.Kill)]
+    assert [(x.allocation, x.reason, x.t) for x in kills_now] == [(oid, "opportunistic", 10.0)]
+    guaranteed = [x for x in result.preempts() if not x.opportunistic]
+    assert len(guaranteed) == 1 and guaranteed[0].queue == "root.b" and guaranteed[0].deadline == 25.0
+    h.release(oid)
+    h.tick(25.0)
+    h.release(*h.kills()[1:])
+    assert [x.node for x in h.allocated() if x.ask == "big"] == ["n2"]
+    assert h.model.violations == []
+
+
+def test_the_proportional_baseline_takes_opportunistic_victims_first() -> None:
+    h, oid = preemption_harness("proportional")
+    result = h.preempt_round(10.0)
+    assert isinstance(result.request, p.PreemptionProposal)
+    # YARN's selection frees 25 of b's (150 used, ideal 125): the opportunistic 50 covers it alone.
+    assert result.request.victims == [oid]
+    assert [(x.allocation, x.reason) for x in result.decisions if isinstance(x, d.Kill)] == [(oid, "opportunistic")]
+    h.release(oid)
+    # Next round: nothing opportunistic is left, so YARN's guaranteed victims go.
+    again = h.preempt_round(11.0)
+    assert isinstance(again.request, p.PreemptionProposal)
+    assert again.request.victims and all(not h.cache.state.allocations[v].opportunistic for v in again.request.victims)
+    assert h.model.violations == []

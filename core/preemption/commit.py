@@ -7,7 +7,8 @@ gone (or the reservation times out), and the beneficiary is allocated there the 
 checks repeat invariant 5 on the cache's own figures: the victim's queue is above its ideal plus the
 deadzone and keeps at least ``max(ideal, guaranteed)``; the beneficiary's queue is below its ideal;
 no priority inversion, no fence crossed, no disabled queue; the victim set is minimal. Observe-only
-proposals publish what would be preempted and change nothing.
+proposals publish what would be preempted and change nothing. Opportunistic victims stand outside
+those queue rules and are killed at once (:func:`sniper.core.opportunistic.evict`).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from sniper.core import resources as res
+from sniper.core.opportunistic import KILL_REASON, evict
 from sniper.core.preemption.quotas import Quotas, compute_quotas, net_usage
 from sniper.core.preemption.rules import may_preempt_for, preemption_disabled
 from sniper.core.resources import Resource
@@ -47,7 +49,7 @@ def _commit_shotgun(cache: CacheCore, proposal: p.PreemptionProposal) -> None:
             rejected[vid] = "victim is gone"
         elif alloc.preempting:
             rejected[vid] = "victim is already preempting"
-        elif preemption_disabled(alloc.queue):
+        elif preemption_disabled(alloc.queue) and not alloc.opportunistic:
             rejected[vid] = "victim's queue has preemption disabled"
         else:
             accepted.append(alloc)
@@ -68,9 +70,11 @@ def _commit_shotgun(cache: CacheCore, proposal: p.PreemptionProposal) -> None:
             policy=proposal.policy,
             reason="proportional: queue over its ideal assignment (no beneficiary)",
             observe_only=proposal.observe_only,
+            opportunistic=alloc.opportunistic,
         )
     if accepted and not proposal.observe_only:
         cache.commit(p.VictimsMarked(victims=[a.id for a in accepted], deadline=deadline, policy=proposal.policy))
+        evict(cache, accepted)
     cache.outcome(proposal.id, len(accepted), rejected)
 
 
@@ -127,6 +131,8 @@ def _check(
         return f"beneficiary's queue {app.queue.path} is not below its ideal"
     taking: dict[str, Resource] = {}
     for v in victims:
+        if v.opportunistic:
+            continue  # outside every queue's rules and quota
         if intra:
             if v.queue is not app.queue or v.app == app.name or v.priority >= ask.priority or v.am:
                 return f"victim {v.id} is not a lower-priority container of another app in {app.queue.path}"
@@ -166,7 +172,9 @@ def _commit_one(
     rid = f"resv-{cache.next_id('reservation')}"
     for v in victims:
         ideal = quotas.ideal.get(v.queue.path, {}) if quotas is not None else {}
-        if quotas is not None:
+        if v.opportunistic:
+            why = f"{KILL_REASON}: first to go"
+        elif quotas is not None:
             over = res.clamp_min_zero(res.sub(net_usage(v.queue), ideal))
             why = f"{v.queue.path} over its ideal by {res.fmt(over)}"
             res.sub_into(lose_left[v.queue.path], v.resource)
@@ -190,6 +198,7 @@ def _commit_one(
             observe_only=proposal.observe_only,
             victim_queue_ideal=ideal,
             for_resource=ask.resource,
+            opportunistic=v.opportunistic,
         )
     if proposal.observe_only:
         return
@@ -206,4 +215,5 @@ def _commit_one(
             policy=proposal.policy,
         )
     )
+    evict(cache, victims)
     cache.fulfil_reservations(pl.node)

@@ -6,6 +6,8 @@ indexed by that potential room (free memory plus candidate victims' memory), so 
 nodes that could possibly hold it, and at most ``max_candidate_nodes`` feasible ones. On each node the
 victim set is minimal: cheapest victims first (AM containers last), then every victim whose removal
 still leaves room is dropped again. Among nodes the cheapest set wins (AM-free sets first).
+Opportunistic containers come before every guaranteed victim, free of quota and budget (they count
+in no queue), and are killed at once by the commit (:mod:`sniper.core.opportunistic`).
 Invariants: a victim is taken at most once per round; no queue loses more than its quota in any
 resource; the round stops once the preempted total reaches its budget.
 """
@@ -67,9 +69,10 @@ class VictimPlacer:
             if not node.schedulable:
                 continue
             held = sum(node.by_queue.get(q, {}).get(MEMORY, 0) for q in self.victim_queues)
-            if held <= 0:
+            idle = node.opportunistic.get(MEMORY, 0)  # opportunistic room: no guaranteed victim needed
+            if held <= 0 and idle <= 0:
                 continue
-            base = state.room_once_victims_leave(node).get(MEMORY, 0)
+            base = state.room_once_victims_leave(node).get(MEMORY, 0) + idle
             self.max_slack = max(self.max_slack, base)
             self.potential[name] = base + held
             self.index.add((base + held, name))
@@ -83,9 +86,16 @@ class VictimPlacer:
             entries = []
             for aid in self.state.nodes[name].allocations:
                 alloc = allocations[aid]
-                if not alloc.preempting and self._victim_queue_ok(alloc.queue):
+                if alloc.preempting:
+                    continue
+                if alloc.opportunistic:
+                    entries.append((False, 0.0, alloc.id, alloc))
+                elif self._victim_queue_ok(alloc.queue):
                     entries.append((alloc.am, self.cost_of(alloc, self.now), alloc.id, alloc))
-            entries.sort(key=lambda e: (e[0], e[1], e[2]))
+            # Opportunistic containers first, newest first (YARN's NodeManager kills them LIFO).
+            entries.sort(
+                key=lambda e: (not e[3].opportunistic, e[0], -e[3].start if e[3].opportunistic else e[1], e[2])
+            )
             self.by_node[name] = entries
         return entries
 
@@ -96,6 +106,8 @@ class VictimPlacer:
 
     def _allowed(self, alloc: Allocation, ask: Ask) -> bool:
         """Victims taken this round are already gone from ``by_node``; preempting ones never entered."""
+        if alloc.opportunistic:
+            return True
         if self.intra:
             return (
                 alloc.queue is ask.app.queue
@@ -207,7 +219,7 @@ class VictimPlacer:
             alloc = entry[3]
             if not self._allowed(alloc, ask):
                 continue
-            if not self.intra:
+            if not self.intra and not alloc.opportunistic:
                 path = alloc.queue.path
                 left = self.quota_left[path]
                 if not within_quota:
@@ -241,7 +253,8 @@ class VictimPlacer:
     def _within_quota(self, chosen: list[tuple[bool, float, str, Allocation]]) -> bool:
         lose: dict[str, Resource] = {}
         for entry in chosen:
-            res.add_into(lose.setdefault(entry[3].queue.path, {}), entry[3].resource)
+            if not entry[3].opportunistic:
+                res.add_into(lose.setdefault(entry[3].queue.path, {}), entry[3].resource)
         return all(res.fits(amount, self.quota_left[path]) for path, amount in lose.items())
 
     def _take(self, chosen: VictimSet, ask: Ask) -> None:
@@ -252,10 +265,17 @@ class VictimPlacer:
         for alloc in chosen.victims:
             self.taken.add(alloc.id)
             res.add_into(self.freed.setdefault(name, {}), alloc.resource)
+            if alloc.opportunistic:
+                continue  # in no queue's quota, nor in the round's preemption budget
             if not self.intra:
                 res.sub_into(self.quota_left[alloc.queue.path], alloc.resource)
             res.sub_into(self.budget_left, alloc.resource)
-        slack = self._base_room(chosen.node).get(MEMORY, 0) + self.freed[name].get(MEMORY, 0)
+        idle = sum(
+            e[3].resource.get(MEMORY, 0)
+            for e in self._victims_on(name)
+            if e[3].opportunistic and e[3].id not in self.taken
+        )
+        slack = self._base_room(chosen.node).get(MEMORY, 0) + self.freed[name].get(MEMORY, 0) + idle
         self.max_slack = max(self.max_slack, slack)
         old_slack = self.slack.get(name)
         if old_slack is not None:
