@@ -65,9 +65,20 @@ def compare(
     return results
 
 
+# Shown only when some run allocated opportunistic containers.
+OPPORTUNISTIC_ROWS: tuple[tuple[str, Callable[[dict[str, Any]], Any]], ...] = (
+    ("opportunistic allocations", lambda r: r.get("opportunistic", {}).get("allocations")),
+    ("opportunistic evictions", lambda r: r.get("opportunistic", {}).get("evictions")),
+    ("opportunistic utilization memory", lambda r: r.get("opportunistic", {}).get("utilization", {}).get(MEMORY)),
+)
+
+
 def table_rows(results: dict[str, SimulationResult]) -> list[list[str]]:
     rows = []
-    for label, get in ROWS:
+    shown = ROWS
+    if any(r.report.get("opportunistic", {}).get("allocations") for r in results.values()):
+        shown = ROWS + OPPORTUNISTIC_ROWS
+    for label, get in shown:
         rows.append([label] + [_fmt(get(r.report)) for r in results.values()])
     return rows
 

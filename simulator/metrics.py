@@ -27,6 +27,7 @@ class Sample:
     pending: dict[str, Resource]
     capacity: Resource
     ideal: dict[str, Resource] | None
+    opportunistic: Resource = dataclasses.field(default_factory=dict)  # outside every queue's usage
 
 
 def _percentile(values: list[float], q: float) -> float:
@@ -57,7 +58,7 @@ class Metrics:
         ideal = self.ideal_fn(model) if self.ideal_fn is not None else None
         if self.samples and self.samples[-1].t == t:
             self.samples.pop()
-        self.samples.append(Sample(t, dict(usage), dict(pending), model.capacity(), ideal))
+        self.samples.append(Sample(t, dict(usage), dict(pending), model.capacity(), ideal, model.opportunistic_usage()))
         for path, cfg in model.queue_cfg.items():
             if cfg.children or not cfg.guaranteed:
                 continue
@@ -83,6 +84,25 @@ class Metrics:
                 weighted_cap[k] += v * dt
                 weighted_used[k] += used.get(k, 0) * dt
         return {k: round(weighted_used[k] / c, 4) for k, c in sorted(weighted_cap.items()) if c > 0}
+
+    def opportunistic(self) -> dict[str, Any]:
+        """Opportunistic containers, reported apart: how many were allocated, killed for guaranteed asks
+        (reason ``opportunistic``) and promoted, and the utilization they added (time-averaged, per
+        resource, over capacity; ``utilization`` counts guaranteed containers only)."""
+        weighted: dict[str, float] = defaultdict(float)
+        weighted_cap: dict[str, float] = defaultdict(float)
+        for a, b in zip(self.samples, self.samples[1:], strict=False):
+            dt = b.t - a.t
+            for k, v in a.capacity.items():
+                weighted_cap[k] += v * dt
+                weighted[k] += a.opportunistic.get(k, 0) * dt
+        decisions = self.decisions
+        return {
+            "allocations": sum(1 for x in decisions if isinstance(x, d.Allocated) and x.opportunistic),
+            "evictions": sum(1 for x in decisions if isinstance(x, d.Kill) and x.reason == "opportunistic"),
+            "promoted": sum(1 for x in decisions if isinstance(x, d.Promoted)),
+            "utilization": {k: round(weighted[k] / c, 4) for k, c in sorted(weighted_cap.items()) if c > 0},
+        }
 
     def fairness_gap(self) -> float | None:
         leaves = [p for p, c in self.model.queue_cfg.items() if not c.children]
@@ -143,7 +163,10 @@ class Metrics:
         preempts = [
             x
             for x in self.decisions
-            if isinstance(x, d.Preempt) and not x.observe_only and (x.allocation, x.reservation) not in cancelled
+            if isinstance(x, d.Preempt)
+            and not x.observe_only
+            and not x.opportunistic
+            and (x.allocation, x.reservation) not in cancelled
         ]
         if not preempts:
             return 0, 0, 0
@@ -191,8 +214,9 @@ class Metrics:
         return wasted, ping_pong, undecided
 
     def preemption_totals(self) -> dict[str, Any]:
-        """Victims given notice (count and resources), and how many of those notices were cancelled."""
-        preempts = [x for x in self.decisions if isinstance(x, d.Preempt)]
+        """Victims given notice (count and resources), and how many of those notices were cancelled
+        (opportunistic containers killed first are counted apart, in :meth:`opportunistic`)."""
+        preempts = [x for x in self.decisions if isinstance(x, d.Preempt) and not x.opportunistic]
         cancelled = sum(1 for x in self.decisions if isinstance(x, d.PreemptCancelled))
         return {"victims": len(preempts), "resources": res.total(x.resource for x in preempts), "cancelled": cancelled}
 

@@ -265,6 +265,7 @@ def build_report(
             "preemptions_undecided": undecided,
             "time_to_guarantee": m.time_to_guarantee(),
             "utilization": m.utilization(),
+            "opportunistic": m.opportunistic(),
             "fairness_gap": m.fairness_gap(),
             "pending_at_end": model.pending_containers(),
             "rejected": sum(1 for x in decisions if isinstance(x, d.Rejected) and x.partition == name),
