@@ -101,38 +101,36 @@ def plan(state: PartitionState, starving: list[Ask], budget: int) -> Opportunist
     taken: set[str] = set()
     freed: dict[str, Resource] = {}  # node -> opportunistic room this plan already evicts there
     hosts = [n for n in state.nodes.values() if n.schedulable and res.any_positive(n.opportunistic)]
-    for ask in starving:
-        if not hosts:
-            break
-        if ask.opportunistic or ask.pending <= 0 or not state.headroom_allows(ask.app.queue, ask.resource):
-            continue
-        best: tuple[tuple[int, int, str], Node, list[Allocation]] | None = None
-        for node in hosts:
-            if not ask.accepts(node):
-                continue
-            room = res.add(state.room_once_victims_leave(node), freed.get(node.name, {}))
-            chosen = minimal_evictions(room, ask.resource, running_on(state, node, taken))
-            if not chosen:
-                continue  # none needed is the guaranteed pass's room; None: not enough here
-            key = (len(chosen), sum(a.resource.get("memory", 0) for a in chosen), node.name)
-            if best is None or key < best[0]:
-                best = (key, node, chosen)
-        if best is None:
-            continue
-        _, node, chosen = best
-        for alloc in chosen:
-            taken.add(alloc.id)
-            res.add_into(freed.setdefault(node.name, {}), alloc.resource)
-        hold_room(state, ask, node, 1)
-        out.evictions.append((ask, node, chosen))
+    for ask in starving if hosts else ():
+        # One container at a time, as many as opportunistic room can make (the hold lowers pending).
+        while not ask.opportunistic and ask.pending > 0 and state.headroom_allows(ask.app.queue, ask.resource):
+            best: tuple[tuple[int, int, str], Node, list[Allocation]] | None = None
+            for node in hosts:
+                if not ask.accepts(node):
+                    continue
+                room = res.add(state.room_once_victims_leave(node), freed.get(node.name, {}))
+                chosen = minimal_evictions(room, ask.resource, running_on(state, node, taken))
+                if not chosen:
+                    continue  # none needed is the guaranteed pass's room; None: not enough here
+                key = (len(chosen), sum(a.resource.get("memory", 0) for a in chosen), node.name)
+                if best is None or key < best[0]:
+                    best = (key, node, chosen)
+            if best is None:
+                break
+            _, host, chosen = best
+            for alloc in chosen:
+                taken.add(alloc.id)
+                res.add_into(freed.setdefault(host.name, {}), alloc.resource)
+            hold_room(state, ask, host, 1)
+            out.evictions.append((ask, host, chosen))
     placer = FreeRoomPlacer(exclude=freed.keys())
     for ask in list(state.opportunistic_asks.values()):
         while budget > 0 and ask.pending > 0:
-            host = placer.place(state, ask)
-            if host is None:
+            spot = placer.place(state, ask)
+            if spot is None:
                 break
-            hold_room(state, ask, host, 1)
-            out.placed.append((ask, host))
+            hold_room(state, ask, spot, 1)
+            out.placed.append((ask, spot))
             budget -= 1
     return out
 
