@@ -483,13 +483,6 @@ class CacheCore:
     def _handle_allocation_proposal(self, proposal: p.AllocationProposal) -> None:
         accepted = 0
         rejected: dict[str, str] = {}
-        for ev in proposal.evictions:  # guaranteed asks first: their room before any opportunistic ask's
-            why = opportunistic.check_eviction(self, ev)
-            if why is None:
-                opportunistic.commit_eviction(self, ev)
-                accepted += 1
-            else:
-                rejected[f"{ev.app}/{ev.ask}@{ev.node}#{len(rejected)}"] = why
         for pl in proposal.placements:
             why = self.check_placement(pl.app, pl.ask, pl.node, pl.ask_seq)
             if why is None:
@@ -497,6 +490,15 @@ class CacheCore:
                 accepted += 1
             else:
                 rejected[f"{pl.app}/{pl.ask}@{pl.node}#{len(rejected)}"] = why
+        # Evictions last, as the allocator planned them: after the free room it placed guaranteed asks
+        # on, on nodes where it placed no opportunistic container.
+        for ev in proposal.evictions:
+            why = opportunistic.check_eviction(self, ev)
+            if why is None:
+                opportunistic.commit_eviction(self, ev)
+                accepted += 1
+            else:
+                rejected[f"{ev.app}/{ev.ask}@{ev.node}#{len(rejected)}"] = why
         self.outcome(proposal.id, accepted, rejected)
 
     def check_placement(self, app_name: str, ask_name: str, node_name: str, ask_seq: int = 0) -> str | None:

@@ -6,13 +6,16 @@ from __future__ import annotations
 
 import msgspec
 import pytest
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
 
+from sniper.core import resources as res
 from sniper.core.opportunistic import minimal_evictions
 from sniper.messages import codec
 from sniper.messages import decisions as d
 from sniper.messages import feed as f
 from sniper.messages import protocol as p
-from tests.core_support import Harness, config_of, invariant_problems, queue
+from tests.core_support import Harness, config_of, fingerprint, invariant_problems, queue
 from tests.preemption_support import PreemptHarness, two_queues
 
 CONFIG = config_of(
@@ -305,3 +308,91 @@ def test_the_proportional_baseline_takes_opportunistic_victims_first() -> None:
     assert isinstance(again.request, p.PreemptionProposal)
     assert again.request.victims and all(not h.cache.state.allocations[v].opportunistic for v in again.request.victims)
     assert h.model.violations == []
+
+
+# ---------------------------------------------------------------------- property
+
+
+OpOp = tuple[object, ...]
+sizes = st.sampled_from([1024, 2048, 3072, 4096, 6144])
+opportunistic_op = st.tuples(st.just("opportunistic"), st.sampled_from(["a1", "b1"]), sizes, st.integers(2, 8))
+prop_ops = st.one_of(
+    opportunistic_op,
+    opportunistic_op,  # twice as likely: the cluster is mostly full of them when guaranteed asks come
+    st.tuples(st.just("guaranteed"), st.sampled_from(["a1", "b1"]), sizes, st.integers(1, 4)),
+    st.tuples(st.just("release"), st.integers(0, 30)),
+    st.tuples(st.just("promote"), st.integers(0, 30)),
+    st.tuples(st.just("withdraw"), st.integers(0, 30)),
+    st.tuples(st.just("tick"),),
+)
+
+
+def needs_opportunistic_room(h: Harness) -> list[str]:
+    """Guaranteed asks (within their queue's max) that would fit a node if the opportunistic containers
+    there were gone, and do not fit its free room: after a cycle there must be none."""
+    state = h.cache.state
+    out = []
+    for app in state.apps.values():
+        for ask in app.asks.values():
+            if ask.opportunistic or ask.count - ask.allocated - ask.reserved <= 0:
+                continue
+            if not state.headroom_allows(app.queue, ask.resource):
+                continue
+            for node in state.nodes.values():
+                free = state.room_once_victims_leave(node)
+                if (
+                    node.schedulable
+                    and any(node.opportunistic.values())
+                    and ask.accepts(node)
+                    and res.fits(ask.resource, res.add(free, node.opportunistic))
+                    and not res.fits(ask.resource, free)
+                ):
+                    out.append(f"{app.name}/{ask.name}@{node.name}")
+    return out
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(script=st.lists(prop_ops, min_size=5, max_size=40))
+def test_random_opportunistic_and_guaranteed_asks(script: list[OpOp]) -> None:
+    h = harness(nodes=3)
+    asks: list[tuple[str, str]] = []
+    for n, op in enumerate([("opportunistic", "b1", 2048, 12), *script]):  # the idle cluster filled first
+        kind = op[0]
+        state = h.cache.state
+        live = sorted(state.allocations)
+        if kind in ("guaranteed", "opportunistic"):
+            app, memory, count = str(op[1]), int(op[2]), int(op[3])  # type: ignore[call-overload]
+            make = gua if kind == "guaranteed" else opp
+            h.feed(make(app, f"k{n}", memory, count))
+            asks.append((app, f"k{n}"))
+        elif kind == "release" and live:
+            h.feed(f.AllocationReleased(allocation=live[int(op[1]) % len(live)]))  # type: ignore[call-overload]
+        elif kind == "promote" and live:
+            h.feed(f.AllocationPromoted(allocation=live[int(op[1]) % len(live)]))  # type: ignore[call-overload]
+        elif kind == "withdraw" and asks:
+            app, name = asks[int(op[1]) % len(asks)]  # type: ignore[call-overload]
+            h.feed(f.AskRemoved(app=app, ask=name))
+        elif kind == "tick":
+            h.tick(h.now + 1.0)
+        # One allocation cycle, delivered; killed containers leave at once (the resource manager).
+        if h.propose() is not None:
+            h.deliver()
+        killed = [a.id for a in h.cache.state.allocations.values() if a.killed]
+        h.feed(*(f.AllocationReleased(allocation=x) for x in killed))
+        state = h.cache.state
+        assert invariant_problems(state) == []
+        h.model.check(h.now)
+        assert h.model.violations == []
+        assert needs_opportunistic_room(h) == []  # no opportunistic container outlives that need a cycle
+        # Guarantee accounting never holds opportunistic usage: the cache's and the outside model's.
+        usage = h.model.queue_usage()
+        for path in ("root.a", "root.b"):
+            q = state.queues[path]
+            guaranteed = res.total(
+                a.resource for a in state.allocations.values() if a.queue is q and not a.opportunistic
+            )
+            assert res.normalized(q.allocated) == res.normalized(guaranteed)
+            assert res.normalized(usage.get(path, {})) == res.normalized(guaranteed)
+    h.settle()
+    assert fingerprint(h.allocator.state) == fingerprint(h.cache.state)
+    event(f"opportunistic kills: {min(len(kills(h)), 3)}+")
