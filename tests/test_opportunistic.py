@@ -323,7 +323,9 @@ prop_ops = st.one_of(
     st.tuples(st.just("release"), st.integers(0, 30)),
     st.tuples(st.just("promote"), st.integers(0, 30)),
     st.tuples(st.just("withdraw"), st.integers(0, 30)),
-    st.tuples(st.just("tick"),),
+    st.tuples(
+        st.just("tick"),
+    ),
 )
 
 
