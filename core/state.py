@@ -561,7 +561,7 @@ class PartitionState:
             self._end_reservation(c.reservation)
             if ask is not None:
                 ask.allocated += 1
-        elif ask is not None:
+        elif ask is not None and not ask.opportunistic:
             ask.allocated += 1
             resource = alloc.resource
             for q in app.queue.lineage():  # usage up, pending down, in one walk
@@ -572,6 +572,10 @@ class PartitionState:
             if ask.count - ask.allocated - ask.reserved <= 0:
                 app.pending_asks.discard(ask)
         else:
+            if ask is not None:  # a promoted container of an opportunistic ask (from a snapshot)
+                ask.allocated += 1
+                if ask.count - ask.allocated <= 0:
+                    self.opportunistic_asks.pop(ask.key, None)
             self._add_usage(app.queue, "allocated", alloc.resource, 1)
         self._index(node)
 

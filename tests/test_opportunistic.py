@@ -4,8 +4,6 @@ and promoted to guaranteed when the queue's max allows."""
 
 from __future__ import annotations
 
-import msgspec
-import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
@@ -62,15 +60,18 @@ def kills(h: Harness) -> list[d.Kill]:
 # ---------------------------------------------------------------------- the feed field
 
 
-def test_execution_type_defaults_to_guaranteed_and_rejects_unknown_values() -> None:
-    event = msgspec.json.decode(b'{"type":"ask_added","app":"a","ask":"x","resource":{"memory":1}}', type=f.Feed)
-    assert isinstance(event, f.AskAdded) and event.execution_type == "guaranteed"
-    with pytest.raises(msgspec.ValidationError, match="execution_type"):
-        msgspec.json.decode(
-            b'{"type":"ask_added","app":"a","ask":"x","resource":{"memory":1},"execution_type":"spot"}', type=f.Feed
-        )
-    raw = codec.encode_json_line(opp("a", "x", 1))
-    assert msgspec.json.decode(raw, type=f.Feed) == opp("a", "x", 1)
+def test_execution_type_defaults_to_guaranteed_and_bad_values_are_bad_input() -> None:
+    lines = [
+        b'{"type":"ask_added","app":"a","ask":"x","resource":{"memory":1}}',
+        b'{"type":"ask_added","app":"a","ask":"x","resource":{"memory":1},"execution_type":"spot"}',
+        codec.encode_json_line(opp("a", "x", 1)),
+        b'{"type":"allocation_promoted","allocation":"alloc-3"}',
+    ]
+    default, bad, kept, promoted = codec.decode_feed_lines(lines)
+    assert isinstance(default, f.AskAdded) and default.execution_type == "guaranteed"
+    assert isinstance(bad, codec.BadInput) and "execution_type" in bad.reason and bad.where == "trace:2"
+    assert kept == opp("a", "x", 1)
+    assert promoted == f.AllocationPromoted(allocation="alloc-3")
 
 
 # ---------------------------------------------------------------------- accounting
@@ -398,3 +399,51 @@ def test_random_opportunistic_and_guaranteed_asks(script: list[OpOp]) -> None:
     h.settle()
     assert fingerprint(h.allocator.state) == fingerprint(h.cache.state)
     event(f"opportunistic kills: {min(len(kills(h)), 3)}+")
+
+
+# ---------------------------------------------------------------------- outside every queue's figures
+
+
+def test_ideal_and_the_baseline_snapshot_ignore_opportunistic_usage() -> None:
+    from sniper.core.preemption.quotas import compute_quotas
+    from sniper.core.preemption.view import snapshot_from_state
+
+    h = PreemptHarness(two_queues(100, 100, policy="sniper"))
+    h.nodes("n1", "n2")
+    h.app("b1", "root.b")
+    h.feed(opp("b1", "idle", 50, count=4))
+    h.settle()
+    state = h.cache.state
+    assert len(opportunistic_ids(h)) == 4
+    snapshot = snapshot_from_state(state, with_containers=True)
+    assert all(not app.containers for q in snapshot.queues for app in q.apps)
+    assert all(not any(q.used.values()) for q in snapshot.queues)
+    quotas = compute_quotas(state, state.config.preemption)  # type: ignore[union-attr]
+    assert not any(quotas.ideal.get("root.b", {}).values())  # no demand, no usage: no share
+
+
+def test_a_snapshot_rebuilds_opportunistic_state() -> None:
+    from sniper.core.cache import state_changes
+    from sniper.core.state import PartitionState
+
+    h = harness(opp("a1", "o", 2048, count=3), gua("b1", "g", 2048))
+    settle(h)
+    h.feed(f.AllocationPromoted(allocation=next(x.allocation for x in h.allocated() if x.opportunistic)))
+    h.feed(opp("b1", "more", 2048, count=5))
+    rebuilt = PartitionState("default", indexed=False)
+    rebuilt.apply_all(state_changes(h.cache.state))
+    assert fingerprint(rebuilt) == fingerprint(h.cache.state)
+    assert set(rebuilt.opportunistic_asks) == {("b1", "more")}
+
+
+def test_the_bundled_scenario_reports_opportunistic_work_apart() -> None:
+    from sniper.simulator.run import SimulationSettings, run_simulation
+    from sniper.simulator.scenarios import scenario
+
+    sc = scenario("opportunistic")
+    report = run_simulation(sc.events, sc.config, SimulationSettings(until=60)).report
+    assert report["invariant_violations"] == 0
+    o = report["opportunistic"]
+    assert o["allocations"] > 0 and o["evictions"] > 0 and o["promoted"] == 0
+    assert 0 < o["utilization"]["memory"] <= 1
+    assert report["preemptions"]["victims"] == 0  # by 60 s only opportunistic containers were killed
