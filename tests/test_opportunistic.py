@@ -4,7 +4,7 @@ and promoted to guaranteed when the queue's max allows."""
 
 from __future__ import annotations
 
-from hypothesis import HealthCheck, event, given, settings
+from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 
 from sniper.core import resources as res
@@ -14,7 +14,7 @@ from sniper.messages import decisions as d
 from sniper.messages import feed as f
 from sniper.messages import protocol as p
 from tests.core_support import Harness, config_of, fingerprint, invariant_problems, queue
-from tests.preemption_support import PreemptHarness, two_queues
+from tests.preemption_support import PreemptHarness, preemption_raw, two_queues
 
 CONFIG = config_of(
     queue("a", guaranteed={"memory": 4096}, maximum={"memory": 8192}),
@@ -327,6 +327,9 @@ prop_ops = st.one_of(
     st.tuples(
         st.just("tick"),
     ),
+    st.tuples(
+        st.just("preempt"),
+    ),
 )
 
 
@@ -354,10 +357,25 @@ def needs_opportunistic_room(h: Harness) -> list[str]:
     return out
 
 
+PREEMPTING: list[OpOp] = [("guaranteed", "b1", 2048, 4)] * 3 + [("guaranteed", "a1", 2048, 2), ("preempt",)]
+
+
+@example(script=[*PREEMPTING, ("tick",), ("tick",), ("tick",), ("preempt",)], policy="sniper")
+@example(script=[*PREEMPTING, ("tick",), ("tick",), ("tick",), ("preempt",)], policy="proportional")
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(script=st.lists(prop_ops, min_size=5, max_size=40))
-def test_random_opportunistic_and_guaranteed_asks(script: list[OpOp]) -> None:
-    h = harness(nodes=3)
+@given(script=st.lists(prop_ops, min_size=5, max_size=40), policy=st.sampled_from(["sniper", "proportional"]))
+def test_random_opportunistic_and_guaranteed_asks(script: list[OpOp], policy: str) -> None:
+    raw = preemption_raw(
+        queue("a", guaranteed={"memory": 4096}, maximum={"memory": 8192}),
+        queue("b", guaranteed={"memory": 4096}),
+        policy=policy,
+        grace=2.0,
+        natural_termination_factor=1.0,
+    )
+    h = PreemptHarness(raw)
+    h.feed(*(f.NodeAdded(node=f"n{i}", capacity={"memory": 8192}) for i in (1, 2, 3)))
+    h.app("a1", "root.a")
+    h.app("b1", "root.b")
     asks: list[tuple[str, str]] = []
     for n, op in enumerate([("opportunistic", "b1", 2048, 12), *script]):  # the idle cluster filled first
         kind = op[0]
@@ -366,24 +384,32 @@ def test_random_opportunistic_and_guaranteed_asks(script: list[OpOp]) -> None:
         if kind in ("guaranteed", "opportunistic"):
             app, memory, count = str(op[1]), int(op[2]), int(op[3])  # type: ignore[call-overload]
             make = gua if kind == "guaranteed" else opp
-            h.feed(make(app, f"k{n}", memory, count))
+            h.feed(make(app, f"k{n}", memory, count), allow_rejected=True)
             asks.append((app, f"k{n}"))
         elif kind == "release" and live:
-            h.feed(f.AllocationReleased(allocation=live[int(op[1]) % len(live)]))  # type: ignore[call-overload]
+            h.feed(f.AllocationReleased(allocation=live[int(op[1]) % len(live)]), allow_rejected=True)  # type: ignore[call-overload]
         elif kind == "promote" and live:
-            h.feed(f.AllocationPromoted(allocation=live[int(op[1]) % len(live)]))  # type: ignore[call-overload]
+            h.feed(f.AllocationPromoted(allocation=live[int(op[1]) % len(live)]), allow_rejected=True)  # type: ignore[call-overload]
         elif kind == "withdraw" and asks:
             app, name = asks[int(op[1]) % len(asks)]  # type: ignore[call-overload]
-            h.feed(f.AskRemoved(app=app, ask=name))
+            h.feed(f.AskRemoved(app=app, ask=name), allow_rejected=True)
         elif kind == "tick":
             h.tick(h.now + 1.0)
+        elif kind == "preempt":
+            h.starve()  # missed opportunities, then one round of the policy, committed
+            h.preempt_round(h.now + 1.0)
         # One allocation cycle, delivered; killed containers leave at once (the resource manager).
         if h.propose() is not None:
             h.deliver()
         killed = [a.id for a in h.cache.state.allocations.values() if a.killed]
-        h.feed(*(f.AllocationReleased(allocation=x) for x in killed))
+        h.feed(*(f.AllocationReleased(allocation=x) for x in killed), allow_rejected=True)
         state = h.cache.state
-        assert invariant_problems(state) == []
+        # Invariant 1 with preemptions in flight: committed allocations fit, and so do the reservations
+        # once the victims under notice are gone.
+        assert [x for x in invariant_problems(state) if not x.startswith("inv1")] == []
+        for node in state.nodes.values():
+            staying = res.sub(node.allocated, node.preempting)
+            assert res.fits(node.allocated, node.capacity) and res.fits(res.add(staying, node.reserved), node.capacity)
         h.model.check(h.now)
         assert h.model.violations == []
         assert needs_opportunistic_room(h) == []  # no opportunistic container outlives that need a cycle
@@ -399,6 +425,7 @@ def test_random_opportunistic_and_guaranteed_asks(script: list[OpOp]) -> None:
     h.settle()
     assert fingerprint(h.allocator.state) == fingerprint(h.cache.state)
     event(f"opportunistic kills: {min(len(kills(h)), 3)}+")
+    event(f"{policy} guaranteed victims: {min(sum(1 for x in h.preempts() if not x.opportunistic), 3)}+")
 
 
 # ---------------------------------------------------------------------- outside every queue's figures
