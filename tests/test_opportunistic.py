@@ -474,3 +474,21 @@ def test_the_bundled_scenario_reports_opportunistic_work_apart() -> None:
     assert o["allocations"] > 0 and o["evictions"] > 0 and o["promoted"] == 0
     assert 0 < o["utilization"]["memory"] <= 1
     assert report["preemptions"]["victims"] == 0  # by 60 s only opportunistic containers were killed
+
+
+def test_the_intra_queue_policy_takes_opportunistic_victims_first() -> None:
+    h = PreemptHarness(two_queues(100, 100, policy="none"), policy="intra_queue")
+    h.nodes("n1")
+    low = h.fill("a1", "root.a", "n1", [25, 25], start=0)
+    h.feed(opp("a1", "idle", 50))
+    h.cache.allocate("a1", "idle", "n1")
+    h.pump()
+    oid = h.allocated()[-1].allocation
+    h.app("a2", "root.a", priority=5)
+    h.ask("a2", "urgent", 75, priority=5)
+    h.starve(2)  # 75 does not fit even without the opportunistic 50: no eviction by the allocator
+    result = h.preempt_round(10.0)
+    [placement] = result.placements
+    assert oid in placement.victims and len(placement.victims) == 2
+    assert set(placement.victims) - {oid} <= set(low)
+    assert [(x.allocation, x.reason) for x in result.decisions if isinstance(x, d.Kill)] == [(oid, "opportunistic")]
