@@ -287,6 +287,10 @@ class CacheCore:
         if not resource:
             self._reject(f"ask {e.app}/{e.ask} asks for nothing", app=e.app, ask=e.ask, event=e.id)
             return
+        if e.am and e.execution_type == "opportunistic":  # as YARN: an AM always runs guaranteed
+            why = f"ask {e.app}/{e.ask}: an application master cannot be opportunistic"
+            self._reject(why, app=e.app, ask=e.ask, event=e.id)
+            return
         for q in () if e.execution_type == "opportunistic" else app.queue.lineage():  # no max for those
             if q.max is not None and not res.fits({k: v for k, v in resource.items() if k in q.max}, q.max):
                 self._reject(

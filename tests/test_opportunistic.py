@@ -74,6 +74,15 @@ def test_execution_type_defaults_to_guaranteed_and_bad_values_are_bad_input() ->
     assert promoted == f.AllocationPromoted(allocation="alloc-3")
 
 
+def test_an_opportunistic_application_master_is_rejected() -> None:
+    h = harness()
+    out = h.feed(opp("a1", "am", 1024, am=True))
+    assert [x.reason for x in out if isinstance(x, d.Rejected)] == [
+        "ask a1/am: an application master cannot be opportunistic"
+    ]
+    assert h.cache.state.ask(("a1", "am")) is None
+
+
 # ---------------------------------------------------------------------- accounting
 
 
