@@ -30,9 +30,22 @@ What it owns:
   size (its allocations, apps and nodes): a snapshot costs time in proportion to the state, so a busy
   large partition would otherwise spend most of its time snapshotting; this way snapshots cost O(1)
   per decision and a recovery replays at most about as many decisions as the snapshot holds records.
-- **Bad input** never stops the process: a record whose partition does not hash to the Kafka partition
-  it came on is dead-lettered with the reason; undecodable records are dead-lettered by the transport;
-  invalid events become ``rejected`` decisions in the cache.
+- **Bad input** never stops a partition or the process, and each bad record is dead-lettered once, by
+  the owner of its Kafka partition: the subscription hands over records that are too large, undecodable
+  or refused by :func:`~sniper.core.recovery.feed_problem` (checked at the edge, on the record alone)
+  and this process writes their dead letter; recovery skips them too, and writes the dead letters the
+  previous owner had not written yet (it reads which it did). A record whose partition does not hash to
+  the Kafka partition it came on, or that would start a partition beyond ``max_partitions``, is
+  dead-lettered with the reason. Events the state refuses become ``rejected`` decisions in the cache.
+- **Starting without blocking**: a partition's first record starts it in the background (at most
+  ``STARTS_AT_ONCE`` at a time); its records wait for it in order while the other partitions go on.
+- **Lease**: decisions and snapshots are published only while the group membership is known current
+  (:meth:`~sniper.transport.kafka.KafkaSubscription.leased`, checked before each batch): a process
+  paused past its session publishes nothing under its old epoch once it resumes.
+- **A lost log stops the process** (:class:`~sniper.transport.kafka.LogLost` out of :meth:`run`;
+  ``sniper core`` exits 3): the hosted states were built from records and offsets the broker no longer
+  has, and the decisions topic (the commit log) is gone with them, so no state here can be reconciled
+  with the new log. A restarted process starts from what the broker still holds, as any new owner does.
 
 The wall clock is read here (ticks, snapshot timers), never in ``core``.
 """
@@ -61,15 +74,15 @@ from sniper.cluster.logread import read_partition
 from sniper.cluster.member import GroupMember
 from sniper.core.allocator import DEFAULT_BATCH
 from sniper.core.config import PartitionConfig, SchedulerConfig
-from sniper.core.recovery import DurableCacheCore, replay, restore, stamp, take_snapshot
+from sniper.core.recovery import DurableCacheCore, feed_problem, replay, restore, stamp, take_snapshot
 from sniper.messages import decisions as d
 from sniper.messages import feed as f
 from sniper.messages import protocol as p
-from sniper.messages.codec import decision_msgpack, feed_msgpack
+from sniper.messages.codec import decision_msgpack
 from sniper.messages.deadletter import DeadLetter
 from sniper.messages.snapshot import Snapshot, SnapshotError, snapshot_msgpack
 from sniper.transport.bus import DEADLETTER, DECISIONS, FEED, SNAPSHOTS, VIEW
-from sniper.transport.kafka import KafkaSettings, KafkaSubscription, MessageTooLarge
+from sniper.transport.kafka import BadRecords, KafkaSettings, KafkaSubscription, KafkaTransportError, MessageTooLarge
 from sniper.transport.memory import MemoryBus
 
 if TYPE_CHECKING:
@@ -81,6 +94,7 @@ ASKS_TIMED = 100_000  # asks waiting for their first decision whose latency is m
 
 ROLES = ("all", "cache", "allocator", "policy")
 FLUSH_EVERY = 256  # feed records a busy cache handles before it publishes their decisions anyway
+STARTS_AT_ONCE = 4  # partitions restored concurrently (each reads three topics), so others keep the loop
 
 
 class DecisionsLost(RuntimeError):
@@ -100,21 +114,25 @@ class CoreOptions:
     batch: int = DEFAULT_BATCH
     capacity: int = 1_024
     member: str = ""  # a name for the logs
+    max_partitions: int = 256  # scheduler partitions one process hosts; records of more are dead-lettered
 
     def __post_init__(self) -> None:
         if self.role not in ROLES:
             raise ValueError(f"role must be one of {ROLES}, not {self.role!r}")
         if self.tick <= 0 or self.snapshot_interval <= 0 or self.snapshot_every < 1:
             raise ValueError("tick and snapshot_interval must be positive, snapshot_every at least 1")
+        if self.max_partitions < 1:
+            raise ValueError("max_partitions must be at least 1")
 
 
 @dataclasses.dataclass(slots=True, eq=False)
 class Delivery:
-    """One feed record on its way from the Kafka subscription to a partition's cache."""
+    """One feed record on its way from the Kafka subscription to a partition's cache (or a dead letter)."""
 
-    event: f.Feed
+    event: f.Feed | None  # None: a bad record, dead-lettered instead
     offset: int
     kafka_partition: int
+    key: str  # the scheduler partition the record names (its Kafka key for a bad record)
     done: bool = False
     fetched: float = 0.0  # time.perf_counter() when the subscription handed it over (for the latency)
 
@@ -133,6 +151,7 @@ class DurableCacheActor(CacheActor):
         self.busy = True
         if isinstance(message, Delivery):
             core = self.host.core
+            assert message.event is not None  # bad records are dead-lettered, never delivered
             host = self.host
             host.follow(message.event.t)
             if host.process.histograms is not None and isinstance(message.event, f.AskAdded):
@@ -314,6 +333,7 @@ class HostedPartition:
     async def _hand_over(self, decisions: list[d.DecisionMsg]) -> asyncio.Future[Any] | None:
         if not decisions:
             return None
+        await self.process.leased()  # a deposed owner waits here until the group revokes it
         sent = await self.process.bus.send_many(DECISIONS, [(self.name, x) for x in decisions])
         asked = self.asked
         histograms = self.process.histograms
@@ -408,9 +428,18 @@ class HostedPartition:
         if self.send_error is not None:
             return  # the state holds decisions the log lacks: the restore must not start from it
         try:
+            await self.process.leased()
             await self.process.bus.publish(SNAPSHOTS, self.name, snapshot)
+        except KafkaTransportError as err:  # the log is lost: this process is on its way out
+            log.warning("snapshot not published: %s", err, extra={"partition": self.name})
+            return
         except MessageTooLarge as err:
-            log.error("snapshot not published: %s", err, extra={"partition": self.name})
+            self.counters.snapshots_failed += 1
+            log.error(
+                "ALERT snapshot not published (recovery replays from the previous one): %s",
+                err,
+                extra={"partition": self.name},
+            )
             return
         self._last_snapshot = time.monotonic()
         self.counters.snapshots += 1
@@ -448,14 +477,19 @@ class CoreProcess(GroupMember[HostedPartition]):
     """A scheduler-core group member on the feed, hosting the partitions its Kafka partitions carry."""
 
     topic = FEED
+    bad_records: ClassVar[BadRecords] = "deliver"  # this process writes the dead letters of its feed records (once)
     hosts_role: ClassVar[str] = "all"  # the role this class runs (sniper.cluster.roles.core_process picks the class)
 
     def __init__(self, settings: KafkaSettings, options: CoreOptions | None = None) -> None:
-        super().__init__(settings)
+        super().__init__(settings, validators={FEED: feed_problem})
         self.options = options or CoreOptions()
         if self.options.role != self.hosts_role:
             raise ValueError(f"role {self.options.role!r} runs in the process cluster.roles.core_process builds")
         self._starting: dict[str, anyio.Event] = {}
+        self._start_slots = anyio.Semaphore(STARTS_AT_ONCE)
+        self._waiting: dict[str, list[Delivery]] = {}  # records of partitions being started, in order
+        self._lettered: dict[int, set[int]] = {}  # per owned Kafka partition: feed offsets dead-lettered
+        self._lettered_lock = anyio.Lock()
         self._inflight: deque[Delivery] = deque()
         self._configured: dict[str, PartitionConfig] = {
             part.name: part for part in (self.options.config.partitions if self.options.config else ())
@@ -483,6 +517,8 @@ class CoreProcess(GroupMember[HostedPartition]):
 
     async def on_revoked(self, partitions: frozenset[int]) -> None:
         await super().on_revoked(partitions)
+        for kp in partitions:
+            self._lettered.pop(kp, None)  # the next owner writes them
         for delivery in self._inflight:
             if delivery.kafka_partition in partitions:
                 delivery.done = True  # the new owner reads it again
@@ -506,6 +542,9 @@ class CoreProcess(GroupMember[HostedPartition]):
                     names.setdefault(record.key.decode(errors="replace"), kp)
         for name, kp in sorted(names.items()):
             if kp in self.owned and self.bus.partition_for(name) == kp:
+                if not self._room_for(name):
+                    log.warning("partition %s not started: this process hosts its maximum already", name)
+                    continue
                 await self.ensure(name, kp)
 
     # ---- feed dispatch
@@ -515,53 +554,135 @@ class CoreProcess(GroupMember[HostedPartition]):
                 kp, offset, event = await feed.receive_record()
             except (anyio.EndOfStream, anyio.ClosedResourceError):
                 return
-            delivery = Delivery(event, offset, kp, fetched=time.perf_counter())
+            if isinstance(event, DeadLetter):
+                delivery = Delivery(None, offset, kp, key=event.key)
+                self._inflight.append(delivery)
+                await self._bad_record(delivery, event)
+                continue
+            delivery = Delivery(event, offset, kp, key=event.partition, fetched=time.perf_counter())
             self._inflight.append(delivery)
             try:
-                await self._deliver(delivery)
+                await self._deliver(delivery, event)
             finally:
                 self.advance_acks()
 
-    async def _deliver(self, delivery: Delivery) -> None:
-        event, kp = delivery.event, delivery.kafka_partition
+    async def _deliver(self, delivery: Delivery, event: f.Feed) -> None:
+        kp = delivery.kafka_partition
         name = event.partition
         if self.bus.partition_for(name) != kp:
-            delivery.done = True
-            await self._dead_letter(
-                delivery, f"partition {name!r} belongs on Kafka partition {self.bus.partition_for(name)}, not {kp}"
-            )
+            reason = f"partition {name!r} belongs on Kafka partition {self.bus.partition_for(name)}, not {kp}"
+            self._dead_letter(delivery, reason, msgspec.msgpack.encode(event))
             return
         if kp not in self.owned:
             delivery.done = True
             return
-        host = self.hosts.get(name)
-        if host is None:
-            host = await self.ensure(name, kp)
-        if host is None or kp not in self.owned:
-            delivery.done = True  # recovery failed (logged) or the partition was revoked meanwhile
+        waiting = self._waiting.get(name)
+        if waiting is not None:  # the partition is starting: its records keep their order behind it
+            waiting.append(delivery)
             return
+        host = self.hosts.get(name)
+        if host is not None:
+            await self._hand(host, delivery)
+            return
+        if not self._room_for(name):
+            reason = (
+                f"partition {name!r} not started: this process hosts its maximum of "
+                f"{self.options.max_partitions} partitions (--max-partitions)"
+            )
+            self._dead_letter(delivery, reason, msgspec.msgpack.encode(event))
+            return
+        assert self._tg is not None
+        self._waiting[name] = [delivery]
+        self._tg.start_soon(self._start_then_deliver, name, kp)
+
+    def _room_for(self, name: str) -> bool:
+        """``name`` runs or starts here already, or one more partition stays within ``max_partitions``."""
+        known = self.hosts.keys() | self._waiting.keys() | self._starting.keys()
+        return name in known or len(known) < self.options.max_partitions
+
+    async def _start_then_deliver(self, name: str, kp: int) -> None:
+        """Start partition ``name``, then hand it the records that came meanwhile, in order."""
+        waiting = self._waiting[name]
+        try:
+            host = await self.ensure(name, kp)
+            while waiting:
+                delivery = waiting.pop(0)
+                if host is None or kp not in self.owned or self.hosts.get(name) is not host:
+                    delivery.done = True  # recovery failed (logged) or the partition was revoked meanwhile
+                else:
+                    await self._hand(host, delivery)
+                self.advance_acks()
+        finally:
+            for delivery in waiting:
+                delivery.done = True
+            del self._waiting[name]
+            self.advance_acks()
+
+    async def _hand(self, host: HostedPartition, delivery: Delivery) -> None:
         if delivery.offset <= host.applied_offset:
             delivery.done = True  # already in the state (recovery replayed it)
             return
         host.applied_offset = delivery.offset
-        await host.memory.publish(FEED, name, delivery)
+        await host.memory.publish(FEED, host.name, delivery)
 
-    async def _dead_letter(self, delivery: Delivery, reason: str) -> None:
-        self.dead_lettered += 1
-        log.warning("dead letter: feed[%d]@%d: %s", delivery.kafka_partition, delivery.offset, reason)
-        letter = DeadLetter(
-            topic=FEED,
-            partition=delivery.kafka_partition,
-            offset=delivery.offset,
-            key=delivery.event.partition,
-            reason=reason,
-            payload=msgspec.msgpack.encode(delivery.event),
-            t=time.time(),
+    async def _bad_record(self, delivery: Delivery, letter: DeadLetter) -> None:
+        """A record the subscription found bad: dead-letter it unless this or a previous owner did."""
+        written = await self._lettered_offsets(delivery.kafka_partition)
+        if delivery.offset in written:
+            delivery.done = True
+            self.advance_acks()
+            return
+        written.add(delivery.offset)
+        self._send_dead_letter(delivery, letter)
+
+    async def _lettered_offsets(self, kp: int) -> set[int]:
+        """Offsets of the feed records of Kafka partition ``kp`` dead-lettered so far (read once per assignment).
+
+        A bad record's dead letter is keyed like the record, so it is on the same Kafka partition of the
+        deadletter topic; records delivered again after a failover find their letter here.
+        """
+        async with self._lettered_lock:
+            written = self._lettered.get(kp)
+            if written is None:
+                written = set()
+                for record in await read_partition(self.settings, DEADLETTER, kp):
+                    old, _ = self.bus.decode(DEADLETTER, record.value)
+                    if isinstance(old, DeadLetter) and old.topic == FEED and old.partition == kp:
+                        written.add(old.offset)
+                self._lettered[kp] = written
+            return written
+
+    def _dead_letter(self, delivery: Delivery, reason: str, payload: bytes) -> None:
+        self._send_dead_letter(
+            delivery, self._letter(delivery.kafka_partition, delivery.offset, delivery.key, reason, payload)
         )
-        try:
-            await self.bus.publish(DEADLETTER, delivery.event.partition, letter)
-        except Exception as err:
-            log.error("dead letter lost (%r): %s", err, reason)
+
+    @staticmethod
+    def _letter(kp: int, offset: int, key: str, reason: str, payload: bytes) -> DeadLetter:
+        return DeadLetter(
+            topic=FEED, partition=kp, offset=offset, key=key, reason=reason, payload=payload, t=time.time()
+        )
+
+    async def _dead_letter_once(self, kp: int, letters: list[DeadLetter]) -> None:
+        """Publish those of ``letters`` (bad feed records of Kafka partition ``kp``) not written yet."""
+        written = await self._lettered_offsets(kp)
+        for letter in letters:
+            if letter.offset not in written:
+                written.add(letter.offset)
+                await self.bus.dead_letter(letter)
+
+    def _send_dead_letter(self, delivery: Delivery, letter: DeadLetter) -> None:
+        """Publish ``letter`` in the background; ``delivery`` is done once it is out (or given up)."""
+
+        async def send() -> None:
+            try:
+                await self.bus.dead_letter(letter)
+            finally:
+                delivery.done = True
+                self.advance_acks()
+
+        assert self._tg is not None
+        self._tg.start_soon(send)
 
     def advance_acks(self) -> None:
         """Acknowledge feed records, in fetch order, as far as every one of them is done."""
@@ -582,7 +703,7 @@ class CoreProcess(GroupMember[HostedPartition]):
         """
         self._forget(host)
         for delivery in self._inflight:
-            if delivery.event.partition == host.name:
+            if delivery.key == host.name:
                 delivery.done = True
         self.advance_acks()
         if self._tg is not None and host.kafka_partition in self.owned:
@@ -606,8 +727,9 @@ class CoreProcess(GroupMember[HostedPartition]):
             await starting.wait()  # another start attempt ended: look again
         event = self._starting[name] = anyio.Event()
         try:
-            with anyio.fail_after(self.options.recovery_timeout):
-                return await self._start(name, kafka_partition)
+            async with self._start_slots:
+                with anyio.fail_after(self.options.recovery_timeout):
+                    return await self._start(name, kafka_partition)
         except Exception:
             log.exception("partition %s could not be restored", name, extra={"partition": name})
             return None
@@ -636,18 +758,20 @@ class CoreProcess(GroupMember[HostedPartition]):
         if core is None:
             core = DurableCacheCore(name, self._configured.get(name), epoch=epoch)
         feed: list[tuple[int, f.Feed]] = []
+        bad: list[DeadLetter] = []
         for record in await read_partition(self.settings, FEED, kp, start=core.feed_offset + 1, key=name):
-            try:
-                event = feed_msgpack.decode(record.value or b"")
-            except msgspec.DecodeError:
-                continue  # dead-lettered by the subscription that first read it
-            if event.partition == name:
+            event, reason = self.bus.decode(FEED, record.value)
+            if event is None:  # skipped as live; its dead letter is written below unless it was already
+                bad.append(self._letter(kp, record.offset, name, reason, record.value or b""))
+            elif event.partition == name:
                 feed.append((record.offset, event))
+        if bad:
+            await self._dead_letter_once(kp, bad)
         result = replay(core, feed, logged)
         if kp not in self.owned:
             return None
         host = self._new_host(name, kp, core)
-        host.applied_offset = max(core.feed_offset, feed[-1][0] if feed else -1)
+        host.applied_offset = max(core.feed_offset, feed[-1][0] if feed else -1, bad[-1].offset if bad else -1)
         counters = host.counters
         counters.recovered_feed += result.feed_replayed
         counters.recovered_decisions += result.decisions_applied

@@ -4,22 +4,32 @@
 partitions the group gave it (``owned``) and the hosted scheduler partitions (``hosts``, by name).
 Invariant: a host lives on an owned Kafka partition; when the group revokes one, its hosts are
 forgotten and stopped (each host bounds its own stop), and shutdown stops every host before the bus
-closes. What a record does and how a host starts belongs to the subclasses (:mod:`sniper.cluster.core` on the
-feed, :mod:`sniper.cluster.roles` on the view).
+closes. Hosts publish their output only under the membership's lease (:meth:`GroupMember.leased`;
+decisions and snapshots still buffered when it lapses are failed, not sent: ``KafkaBus.fence``).
+What a record does and how a host starts belongs to the subclasses (:mod:`sniper.cluster.core` on
+the feed, :mod:`sniper.cluster.roles` on the view).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import ClassVar, Generic, Protocol, TypeVar
 
 import anyio
 from anyio.abc import TaskGroup, TaskStatus
 
 from sniper.actors.base import Actor
-from sniper.transport.kafka import KafkaBus, KafkaSettings, KafkaSubscription, RebalanceListener
+from sniper.transport.bus import DECISIONS, SNAPSHOTS
+from sniper.transport.kafka import (
+    BadRecords,
+    KafkaBus,
+    KafkaSettings,
+    KafkaSubscription,
+    RebalanceListener,
+    Validator,
+)
 
 log = logging.getLogger("sniper.core")
 
@@ -36,6 +46,7 @@ class PartitionCounters:
     lost: int = 0
     decisions: int = 0
     snapshots: int = 0
+    snapshots_failed: int = 0  # snapshots that could not be published (an alert: recovery replays more)
     recovered_feed: int = 0
     recovered_decisions: int = 0
     recovery_divergences: int = 0
@@ -63,15 +74,15 @@ class GroupMember(RebalanceListener, Generic[H]):
     """Joins ``group`` on ``topic``, hosts partitions of the Kafka partitions it owns, stops them on revocation."""
 
     topic: ClassVar[str]
+    bad_records: ClassVar[BadRecords] = "dead_letter"  # what the subscription does with bad records
 
-    def __init__(self, settings: KafkaSettings) -> None:
+    def __init__(self, settings: KafkaSettings, *, validators: Mapping[str, Validator] | None = None) -> None:
         self.settings = settings
-        self.bus = KafkaBus(settings)
+        self.bus = KafkaBus(settings, validators=validators)
         self.hosts: dict[str, H] = {}
         self.counters: dict[str, PartitionCounters] = {}
         self.owned: frozenset[int] = frozenset()
         self.subscription: KafkaSubscription | None = None
-        self.dead_lettered = 0
         self.ready = anyio.Event()
         self._hosting_changed = anyio.Event()
         self._tg: TaskGroup | None = None
@@ -100,7 +111,10 @@ class GroupMember(RebalanceListener, Generic[H]):
             await self.bus.start()
             async with anyio.create_task_group() as tg:
                 self._tg = tg
-                self.subscription = self.bus.subscribe(self.topic, group=self.group, capacity=4096, listener=self)
+                self.subscription = self.bus.subscribe(
+                    self.topic, group=self.group, capacity=4096, listener=self, bad=self.bad_records
+                )
+                self.bus.fence(self.subscription, (DECISIONS, SNAPSHOTS))
                 await self.subscription.ready()
                 self.ready.set()
                 task_status.started()
@@ -111,6 +125,11 @@ class GroupMember(RebalanceListener, Generic[H]):
                     await host.stop()
                 self.hosts.clear()
                 await self.bus.aclose()
+
+    async def leased(self) -> None:
+        """Return once this member's group membership is known current (at once while its lease holds)."""
+        if self.subscription is not None:
+            await self.subscription.leased()
 
     # ---- the group's decisions
     async def on_assigned(self, partitions: frozenset[int]) -> None:

@@ -175,6 +175,7 @@ class _CoreCollector(Collector):
             "kills": "Victims killed after their grace",
             "lost": "Allocations lost with their node",
             "snapshots": "Snapshots published",
+            "snapshots_failed": "Snapshots that could not be published (alert: too large or refused)",
         }
         for name, help_text in counters.items():
             family = CounterMetricFamily(f"sniper_{name}", help_text, labels=["partition"])
@@ -201,7 +202,7 @@ class _CoreCollector(Collector):
         hosted.add_metric([], len(process.hosts))
         yield hosted
         dead = CounterMetricFamily("sniper_dead_letters", "Feed records dead-lettered by this process")
-        dead.add_metric([], process.dead_lettered + process.bus.dead_lettered)
+        dead.add_metric([], process.bus.dead_lettered)
         yield dead
 
 

@@ -1,8 +1,9 @@
 """The allocation cycle of seed 002: ``find_ask_candidates`` and ``try_allocate``, sans-IO.
 
-``find_ask_candidates`` walks the queue tree most-under-served first (business priority, then below
-guarantee, then dominant share of usage against guarantee, then more pending), apps by their queue's
-sort policy, asks by priority then age, within every ``max`` up the tree. It keeps one heap per
+``find_ask_candidates`` walks the queue tree most-under-served first (below guarantee in the DRF
+comparison, then business priority, then dominant share of usage against guarantee, then more pending),
+apps by their queue's sort policy, asks by priority then age, within every ``max`` up the tree and every
+user, group and application limit (:mod:`sniper.core.limits`). It keeps one heap per
 parent queue and re-keys only the path it just served, so a cycle of n picks costs O(n log q).
 ``try_allocate`` places candidates one container at a time through a :class:`Placer`: the node
 index in normal mode, a victim index in preemption mode (same loop, same accounting).
@@ -18,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from sniper.core import resources as res
+from sniper.core.limits import Limits
 from sniper.core.resources import Resource
 from sniper.core.state import App, Ask, AskKey, Node, PartitionState, Queue
 
@@ -27,19 +29,18 @@ QueueKey = Callable[[Queue, Resource], tuple[object, ...]]
 def usage_key(
     queue: Queue, usage: Resource, capacity: Resource, pending_share: float | None = None
 ) -> tuple[object, ...]:
-    """Normal-mode queue order: higher priority, below guarantee, lower share, more pending."""
-    if queue.guaranteed:
-        # Only guaranteed resources count: a resource the guarantee does not name is not guaranteed
-        # (as for ``max``), so using it must not make the queue look over its guarantee.
-        guaranteed = queue.guaranteed
+    """Normal-mode queue order, the ideal assignment's (seed 000): queues below their guarantee (DRF) first,
+    so each keeps its elastic minimum min(used + pending, guaranteed) whatever its business priority; then
+    higher priority, lower share (of the guarantee, or of the cluster without one), more pending."""
+    guaranteed = queue.guaranteed
+    below = 0 if capacity and res.drf_below(usage, guaranteed, capacity) else 1
+    if res.any_positive(guaranteed):
         share = res.dominant_share({k: v for k, v in usage.items() if k in guaranteed}, guaranteed)
-        below = 0 if share < 1.0 else 1
     else:
         share = res.dominant_share(usage, capacity) if capacity else (math.inf if res.any_positive(usage) else 0.0)
-        below = 1
     if pending_share is None:
         pending_share = res.dominant_share(queue.pending, capacity) if capacity else 0.0
-    return (-queue.priority, below, share, -pending_share, queue.path)
+    return (below, -queue.priority, share, -pending_share, queue.path)
 
 
 def app_key(policy: str, app: App, selected: Resource | None, capacity: Resource) -> tuple[object, ...]:
@@ -83,6 +84,7 @@ class CandidateFilter:
     """Which asks are eligible in one call (preemption mode narrows it); ``None`` admits everything."""
 
     skip: set[AskKey] = field(default_factory=set)
+    blocked: set[AskKey] | None = None  # when set, collects the asks an ancestor's ``max`` kept out
     queue: Callable[[Queue], bool] | None = None
     app: Callable[[App], bool] | None = None
     ask: Callable[[Ask], bool] | None = None
@@ -96,12 +98,16 @@ def find_ask_candidates(
     filters: CandidateFilter | None = None,
     queue_key: QueueKey | None = None,
     headroom_extra: dict[str, Resource] | None = None,
+    limits: Limits | None = None,
 ) -> list[Ask]:
     """Up to ``n`` containers to try, one list entry per container, most deserving first.
 
-    ``preemption`` marks the mode: preemption narrows ``filters`` (starving asks of
-    queues below their ideal, not masked) and orders queues with ``queue_key``; the walk is the same.
-    ``headroom_extra`` adds per-queue usage that the caller holds but the state does not show yet.
+    ``preemption`` marks the mode: preemption narrows ``filters`` (starving asks of queues below their
+    ideal, not masked) and orders queues with ``queue_key``; the walk is the same, but ``max`` is left to
+    the placer, which counts the victims leaving the same subtree.
+    ``headroom_extra`` adds per-queue usage that the caller holds but the state does not show yet;
+    ``limits`` is the caller's view of user and application limits (a fresh one when not given), charged
+    with every pick.
     Outside preemption an ask is listed at most as many times as its container fits in the free room
     of all schedulable nodes (at least once, so a miss is still tried and counted): a pending count
     of millions costs no more than the room it could take.
@@ -120,6 +126,8 @@ def find_ask_candidates(
         return usage_key(q, u, capacity, share)
 
     key_of: QueueKey = queue_key or default_key
+    if limits is None:
+        limits = Limits.of(state)
     # Usage picked in this call (plus what the caller holds), per queue path, all levels.
     extra: dict[str, Resource] = {k: dict(v) for k, v in headroom_extra.items()} if headroom_extra else {}
     picked: dict[AskKey, int] = {}
@@ -166,10 +174,19 @@ def find_ask_candidates(
                     or (filters.ask is not None and not filters.ask(ask))
                     or ask.pending - (times := picked.get(ask.key, 0)) <= 0
                     or (times and not preemption and not fits_again(ask, times))
-                    or not state.headroom_allows(leaf, ask.resource, extra)
+                    or (limits is not None and not limits.allows(ask))
                 ):
                     app_cur.current = next(app_cur.rest, None)
                     continue
+                if not preemption and not state.headroom_allows(leaf, ask.resource, extra):
+                    # Only an ancestor's max makes it a miss: victims leaving that subtree free it.
+                    blocked = filters.blocked
+                    if blocked is not None and state.headroom_allows(leaf, ask.resource, extra, ancestors=False):
+                        blocked.add(ask.key)
+                    app_cur.current = next(app_cur.rest, None)
+                    continue
+                if limits is not None:
+                    limits.charge(ask)
                 if cur.policy == "fair":
                     res.add_into(app_cur.selected, ask.resource)
                     new_key = app_key("fair", app_cur.app, app_cur.selected, capacity)
@@ -262,7 +279,8 @@ def try_allocate(
 
     With ``hold`` the placed room is added to the allocator's ``allocating`` counters (node, queue,
     ask) so it is never proposed twice before the cache answers. ``preemption=True`` requires a
-    ``placer`` that counts victims' room (see :mod:`sniper.core.preemption.sniper`).
+    ``placer`` that counts victims' room and checks every ``max`` with the victims gone (see
+    :mod:`sniper.core.preemption.placement`).
     """
     if preemption and placer is None:
         raise ValueError("preemption mode needs a placer that knows the victims")
@@ -271,7 +289,7 @@ def try_allocate(
     for ask in candidates:
         if ask.key in result.failed:
             continue
-        if ask.pending <= 0 or not state.headroom_allows(ask.app.queue, ask.resource):
+        if ask.pending <= 0 or (not preemption and not state.headroom_allows(ask.app.queue, ask.resource)):
             result.failed.add(ask.key)
             continue
         node = placer.place(state, ask)

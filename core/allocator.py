@@ -3,7 +3,8 @@
 Invariants: view deltas are applied strictly in sequence order (a duplicate is ignored, a gap asks
 for a reset); every container proposed stays counted in ``allocating`` until the cache's outcome for
 that proposal arrives, so it is never proposed twice; an ask's missed-opportunity count grows by one
-per cycle in which it was a candidate and got nothing, and drops to zero when it gets a container.
+per cycle in which it was a candidate (or only an ancestor's ``max`` kept it out) and got nothing,
+and drops to zero when it gets a container. A reserved beneficiary still competes for free room.
 """
 
 from __future__ import annotations
@@ -11,9 +12,10 @@ from __future__ import annotations
 import dataclasses
 
 from sniper.core import opportunistic
-from sniper.core.allocation import CandidateFilter, find_ask_candidates, hold_room, try_allocate
+from sniper.core import resources as res
+from sniper.core.allocation import CandidateFilter, FreeRoomPlacer, find_ask_candidates, hold_room, try_allocate
 from sniper.core.replica import ViewReplica
-from sniper.core.state import Ask, AskKey, Node
+from sniper.core.state import Ask, AskKey, Node, PartitionState
 from sniper.messages import protocol as p
 
 DEFAULT_BATCH = 4096
@@ -36,6 +38,7 @@ class AllocatorCore(ViewReplica):
         self.batch = batch
         self.inflight: dict[str, list[tuple[Ask, Node]]] = {}
         self.missed: dict[AskKey, int] = {}
+        self.last_tried: frozenset[AskKey] = frozenset()  # the asks the last cycle tried
         self.stats = AllocatorStats()
         self.dirty = False  # something changed since the last cycle that may allow an allocation
         self._next_proposal = 0
@@ -97,8 +100,11 @@ class AllocatorCore(ViewReplica):
         placed_all: list[tuple[Ask, Node]] = []
         tried: set[AskKey] = set()
         failed: set[AskKey] = set()
+        blocked: set[AskKey] = set()  # kept out by a max: they miss too (preemption may free the max)
         while n_alloc > 0:
-            candidates = find_ask_candidates(state, n_alloc, preemption=False, filters=CandidateFilter(skip=failed))
+            candidates = find_ask_candidates(
+                state, n_alloc, preemption=False, filters=CandidateFilter(skip=failed, blocked=blocked)
+            )
             if not candidates:
                 break
             result = try_allocate(state, candidates, preemption=False)
@@ -111,6 +117,9 @@ class AllocatorCore(ViewReplica):
             n_alloc -= len(result.placed)
             if not progress:
                 break
+        reserved = place_reserved(state, n_alloc)  # after the queues in the ideal assignment's order
+        placed_all.extend(reserved)
+        n_alloc -= len(reserved)
         self.stats.cycles += 1
         plan = opportunistic.OpportunisticPlan()
         if n_alloc <= 0:
@@ -123,6 +132,8 @@ class AllocatorCore(ViewReplica):
             placed_all.extend(plan.placed)
             placed_all.extend((ask, node) for ask, node, _ in plan.evictions)
         got = {ask.key for ask, _ in placed_all}  # an eviction's room is reserved for its ask: it got it
+        tried |= got | blocked
+        self.last_tried = frozenset(tried)
         missed = self.missed
         for key in tried:
             if key in got:
@@ -146,3 +157,30 @@ class AllocatorCore(ViewReplica):
             ],
             evictions=opportunistic.as_victimized(plan.evictions),
         )
+
+
+def place_reserved(state: PartitionState, budget: int) -> list[tuple[Ask, Node]]:
+    """Reserved beneficiaries keep competing for free room (ARCHITECTURE section 2): one container per
+    reservation whose ask still wants one, on free room anywhere, until its victims are killed; the
+    cache then ends that reservation and cancels its victims' notices. Served after the other asks, so
+    the ideal assignment's order stands (serving them first cost random_mix 16 s of time to guarantee)."""
+    placer = FreeRoomPlacer()
+    placed: list[tuple[Ask, Node]] = []
+    for rid in sorted(state.reservations):
+        if len(placed) >= budget:
+            break
+        r = state.reservations[rid]
+        if r.deadline <= state.now:
+            continue  # its victims were killed: their room is coming, moving would waste the kills
+        ask = state.ask((r.app, r.ask))
+        if ask is None or ask.count - ask.allocated - ask.allocating <= 0:
+            continue
+        # The reservation ends when the container is placed, so its room leaves the queue's usage.
+        freed = {q.path: res.scale(ask.resource, -1) for q in ask.app.queue.lineage()}
+        if not state.headroom_allows(ask.app.queue, ask.resource, freed):
+            continue
+        node = placer.place(state, ask)
+        if node is not None:
+            placed.append((ask, node))
+            hold_room(state, ask, node, 1)
+    return placed

@@ -16,6 +16,7 @@ from typing import Any
 from sniper.core import opportunistic
 from sniper.core import resources as res
 from sniper.core.config import ConfigError, PartitionConfig, parse_partition, partition_to_raw
+from sniper.core.limits import Limits
 from sniper.core.resources import Resource
 from sniper.core.state import (
     Allocation,
@@ -60,6 +61,8 @@ class CacheCore:
         self.view_seq = 0
         self.counters = {"alloc": 0, "app": 0, "ask": 0, "reservation": 0}
         self.seen: OrderedDict[str, None] = OrderedDict()
+        self.flaps: dict[AskKey, tuple[int, float]] = {}  # asks withdrawn holding a reservation: (times, last)
+        self.shapes: list[Resource] = []  # node capacities seen, none covered by another (asks' fit)
         self.stats = CacheStats()
         self._changes: list[p.ChangeMsg] = []
         self._decisions: list[d.DecisionMsg] = []
@@ -210,10 +213,10 @@ class CacheCore:
         node = self.state.nodes.get(name)
         if node is not None and node.capacity == cap and node.schedulable == schedulable and node.labels == labels:
             return
-        if node is not None and not res.fits(res.add(node.allocated, node.reserved), cap):
+        if node is not None and node.reservations:
+            self._keep_reservations(node, cap, schedulable)
+        if node is not None and not res.fits(node.allocated, cap):
             # The node shrank below what it holds: newest allocations are lost until the rest fits.
-            for rid in sorted(node.reservations):
-                self._end_reservation(self.state.reservations[rid], f"node {name} shrank")
             held = (self.state.allocations[a] for a in node.allocations)
             newest_first = sorted(held, key=lambda a: (-a.start, -allocation_number(a.id)))
             for alloc in newest_first:
@@ -221,6 +224,22 @@ class CacheCore:
                     break
                 self._lose(alloc, f"node {name} shrank")
         self.commit(p.NodeSet(node=name, capacity=cap, schedulable=schedulable, labels=dict(labels)))
+        if not any(res.fits(cap, shape) for shape in self.shapes):
+            # Only shapes no other shape covers are kept (a handful: node types, not nodes).
+            self.shapes = [shape for shape in self.shapes if not res.fits(shape, cap)] + [cap]
+
+    def _keep_reservations(self, node: Node, cap: Resource, schedulable: bool) -> None:
+        """A node changed: its reservations stay while they can still be fulfilled, the latest due
+        end first otherwise, each with the true reason (unschedulable, or shrunk below its need)."""
+        order = self._reservations_by_deadline(node)
+        if not schedulable:
+            for r in order:
+                self._end_reservation(r, f"node {node.name} became unschedulable")
+            return
+        free = res.sub(cap, node.allocated)
+        while order and not self._promises_hold(free, order, self._room_leaving(node)):
+            r = order.pop()
+            self._end_reservation(r, f"node {node.name} shrank below what reservation {r.id} needs")
 
     def _node_removed(self, name: str) -> None:
         node = self.state.nodes.get(name)
@@ -260,6 +279,7 @@ class CacheCore:
                 app=e.app,
                 queue=e.queue,
                 user=e.user,
+                groups=tuple(e.groups),
                 priority=e.priority,
                 submit_seq=self.counters["app"],
                 submit_time=self.state.now,
@@ -288,8 +308,8 @@ class CacheCore:
             self._reject(f"ask {e.app}/{e.ask} asks for nothing", app=e.app, ask=e.ask, event=e.id)
             return
         if e.am and e.execution_type == "opportunistic":  # as YARN: an AM always runs guaranteed
-            why = f"ask {e.app}/{e.ask}: an application master cannot be opportunistic"
-            self._reject(why, app=e.app, ask=e.ask, event=e.id)
+            reason = f"ask {e.app}/{e.ask}: an application master cannot be opportunistic"
+            self._reject(reason, app=e.app, ask=e.ask, event=e.id)
             return
         for q in () if e.execution_type == "opportunistic" else app.queue.lineage():  # no max for those
             if q.max is not None and not res.fits({k: v for k, v in resource.items() if k in q.max}, q.max):
@@ -312,6 +332,10 @@ class CacheCore:
                 event=e.id,
             )
             return
+        why = self._never_fits(resource, e.node)
+        if why is not None:
+            self._reject(f"ask {e.app}/{e.ask} ({res.fmt(resource)}) {why}", app=e.app, ask=e.ask, event=e.id)
+            return
         self.counters["ask"] += 1
         self.commit(
             p.AskSet(
@@ -328,14 +352,64 @@ class CacheCore:
                 duration=e.duration,
                 retry=e.retry,
                 opportunistic=e.execution_type == "opportunistic",
+                damped_until=self._damped_until((e.app, e.ask)),
             )
         )
+
+    def _never_fits(self, resource: Resource, required_node: str | None) -> str | None:
+        """Why no node can ever hold ``resource`` (``None`` when one may): it names a resource no node
+        has, or is larger than every node shape seen in this partition (nodes that left included: they
+        may come back), or its required node is unknown or too small. Before any node registered,
+        nothing is judged."""
+        if required_node is not None:
+            node = self.state.nodes.get(required_node)
+            if node is None:
+                return f"requires node {required_node}, which is unknown"
+            if not res.fits(resource, node.capacity):
+                return f"can never fit its required node {required_node} ({res.fmt(node.capacity)})"
+            return None
+        shapes = self.shapes or [n.capacity for n in self.state.nodes.values()]  # (restored from a snapshot)
+        if not shapes:
+            return None
+        known = {k for shape in shapes for k in shape}
+        missing = sorted(k for k in resource if k not in known)
+        if missing:
+            return f"names resources no node has: {', '.join(missing)}"
+        if not any(res.fits(resource, shape) for shape in shapes):
+            return "is larger than every node in some resource"
+        return None
+
+    def _damped_until(self, key: AskKey) -> float:
+        """Flapping damper: an ask withdrawn while it held a reservation, and asked again, may not
+        preempt before ``grace`` seconds after that withdrawal, doubled for each withdrawal that
+        followed within the damping (at most 8 times), so a flapping ask preempts ever more rarely."""
+        flap = self.flaps.get(key)
+        if flap is None or self.state.config is None:
+            return 0.0
+        count, when = flap
+        damping = self._damping(count)
+        if self.state.now >= when + 2 * damping:
+            del self.flaps[key]  # quiet long enough: forgiven
+            return 0.0
+        return when + damping
+
+    def _damping(self, count: int) -> float:
+        assert self.state.config is not None
+        return float(self.state.config.preemption.grace * 2 ** min(count - 1, 3))
 
     def _ask_removed(self, key: AskKey) -> None:
         ask = self.state.ask(key)
         if ask is None:
             return
-        for r in [r for r in self.state.reservations.values() if (r.app, r.ask) == key]:
+        held = [r for r in self.state.reservations.values() if (r.app, r.ask) == key]
+        if held:
+            now = self.state.now
+            count, when = self.flaps.get(key, (0, now))
+            again = count > 0 and now < when + 2 * self._damping(count)
+            self.flaps[key] = (count + 1 if again else 1, now)
+            if len(self.flaps) > SEEN_IDS:  # forget asks whose damping ran out (never asked again)
+                self.flaps = {k: (n, t) for k, (n, t) in self.flaps.items() if t + self._damping(n) > now}
+        for r in held:
             self._end_reservation(r, f"ask {ask_label(key)} was withdrawn")
         self.commit(p.AskGone(app=key[0], ask=key[1]))
 
@@ -390,13 +464,24 @@ class CacheCore:
             if r.id not in state.reservations:
                 continue
             free = res.sub(node.capacity, node.allocated)
-            if not res.fits(r.resource, free):
+            if not res.fits(r.resource, free) or not self._within_max(r):
                 continue
             # Never at the expense of a reservation due earlier that still waits: each must still find
             # its room once the victims due by its own deadline are gone.
             earlier = [e for e in order[:i] if e.id in state.reservations]
             if not earlier or self._promises_hold(res.sub(free, r.resource), earlier, self._room_leaving(node)):
                 self.allocate(r.app, r.ask, node_name, reservation=r)
+
+    def _within_max(self, r: Reservation) -> bool:
+        """Whether the beneficiary's queues are within every ``max`` with what they hold now: when
+        victims must leave to make room under a max, the reservation waits for them (it is not
+        fulfilled early on free room, which would cancel victims the max still needs gone)."""
+        for q in self.state.apps[r.app].queue.lineage():
+            if q.max is not None and not res.fits(
+                {k: v for k, v in res.add(q.allocated, q.reserved).items() if k in q.max}, q.max
+            ):
+                return False
+        return True
 
     def _reservations_by_deadline(self, node: Node) -> list[Reservation]:
         held = [self.state.reservations[rid] for rid in node.reservations]
@@ -487,11 +572,16 @@ class CacheCore:
     def _handle_allocation_proposal(self, proposal: p.AllocationProposal) -> None:
         accepted = 0
         rejected: dict[str, str] = {}
+        limits = Limits.of(self.state)  # the allocator's view of the limits may be stale: check again
         for pl in proposal.placements:
-            why = self.check_placement(pl.app, pl.ask, pl.node, pl.ask_seq)
+            why = self.check_placement(pl.app, pl.ask, pl.node, pl.ask_seq, limits)
             if why is None:
+                self._end_reservation_placed_elsewhere(pl.app, pl.ask, pl.node)
                 self.allocate(pl.app, pl.ask, pl.node)
                 accepted += 1
+                ask = self.state.apps[pl.app].asks[pl.ask]
+                if limits is not None and not ask.opportunistic:
+                    limits.charge(ask)
             else:
                 rejected[f"{pl.app}/{pl.ask}@{pl.node}#{len(rejected)}"] = why
         # Evictions last, as the allocator planned them: after the free room it placed guaranteed asks
@@ -505,8 +595,22 @@ class CacheCore:
                 rejected[f"{ev.app}/{ev.ask}@{ev.node}#{len(rejected)}"] = why
         self.outcome(proposal.id, accepted, rejected)
 
-    def check_placement(self, app_name: str, ask_name: str, node_name: str, ask_seq: int = 0) -> str | None:
-        """Why one container of the ask cannot go to the node now, or ``None`` when it can."""
+    def _end_reservation_placed_elsewhere(self, app_name: str, ask_name: str, node_name: str) -> None:
+        """A reserved beneficiary placed on free room: when every container it still wants is reserved,
+        the reservation due last ends and its victims' notices are cancelled (they need not die)."""
+        state = self.state
+        ask = state.apps[app_name].asks[ask_name]
+        if ask.count - ask.allocated - ask.reserved > 0:
+            return
+        held = [r for r in state.reservations.values() if (r.app, r.ask) == (app_name, ask_name)]
+        last = max(held, key=lambda r: (r.deadline, r.id))
+        self._end_reservation(last, f"its beneficiary was placed on free room on {node_name}")
+
+    def check_placement(
+        self, app_name: str, ask_name: str, node_name: str, ask_seq: int = 0, limits: Limits | None = None
+    ) -> str | None:
+        """Why one container of the ask cannot go to the node now, or ``None`` when it can (``limits``:
+        the proposal's view of user and application limits, charged with what it accepted so far)."""
         state = self.state
         app = state.apps.get(app_name)
         if app is None:
@@ -516,8 +620,12 @@ class CacheCore:
             return "ask is gone"
         if ask_seq and ask.seq != ask_seq:
             return "ask was withdrawn and asked again since (another ask of the same name)"
-        if ask.count - ask.allocated - ask.reserved <= 0:
+        if ask.count - ask.allocated <= 0:
             return "ask is already fully allocated"
+        # Every container left is reserved: placing one here ends a reservation (its room leaves usage).
+        freed = None
+        if ask.count - ask.allocated - ask.reserved <= 0:
+            freed = {q.path: res.scale(ask.resource, -1) for q in app.queue.lineage()}
         node = state.nodes.get(node_name)
         if node is None:
             return "node is gone"
@@ -529,8 +637,10 @@ class CacheCore:
             return f"node {node_name} does not match the ask's node selector"
         if not node.can_hold(ask.resource):
             return "does not fit the node's free room"
-        if not ask.opportunistic and not state.headroom_allows(app.queue, ask.resource):
+        if not ask.opportunistic and not state.headroom_allows(app.queue, ask.resource, freed):
             return "queue max would be exceeded"
+        if limits is not None and not ask.opportunistic:
+            return limits.refusal(ask)
         return None
 
     def allocate(self, app_name: str, ask_name: str, node_name: str, reservation: Reservation | None = None) -> None:
@@ -550,6 +660,7 @@ class CacheCore:
                 reservation=None if reservation is None else reservation.id,
                 priority=ask.priority,
                 opportunistic=ask.opportunistic,
+                pinned=ask.required_node is not None,
             )
         )
         self.decide(
@@ -582,6 +693,7 @@ def state_changes(state: PartitionState) -> list[p.ChangeMsg]:
                 app=app.name,
                 queue=app.queue.path,
                 user=app.user,
+                groups=app.groups,
                 priority=app.priority,
                 submit_seq=app.submit_seq,
                 submit_time=app.submit_time,
@@ -604,6 +716,7 @@ def state_changes(state: PartitionState) -> list[p.ChangeMsg]:
                     duration=ask.duration,
                     retry=ask.retry,
                     opportunistic=ask.opportunistic,
+                    damped_until=ask.damped_until,
                 )
             )
     for alloc in state.allocations.values():
@@ -618,6 +731,7 @@ def state_changes(state: PartitionState) -> list[p.ChangeMsg]:
                 am=alloc.am,
                 priority=alloc.priority,
                 opportunistic=alloc.opportunistic,
+                pinned=alloc.pinned,
             )
         )
     for r in state.reservations.values():

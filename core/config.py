@@ -6,7 +6,8 @@ name one. Shapes and ranges are checked by msgspec structs (unknown keys are ref
 Sniper does not implement are accepted with a warning that names them. Invariants of a parsed config:
 names are unique among siblings and partitions, the root queue is ``root``, every ``max`` is at least
 its ``guaranteed``, children's guarantees fit in their parent's, no child's ``max`` exceeds its
-parent's, and the raw input is a finite tree of bounded depth. Errors name the offending path and key.
+parent's, no child's ``maxapplications`` exceeds its parent's, a limit's ``maxresources`` stays within its
+queue's ``max``, and the raw input is a finite tree of bounded depth. Errors name the offending path and key.
 """
 
 from __future__ import annotations
@@ -83,8 +84,26 @@ class PreemptionConfig:
     min_missed_opportunities: Annotated[int, Meta(ge=0)] = 1
     victim_cost: str = "running_time"  # one of VICTIM_COSTS
     intra_queue: bool = False
-    max_candidate_nodes: Annotated[int, Meta(ge=1)] = 16  # feasible nodes compared per placement (cheapest wins)
+    max_candidate_nodes: Annotated[int, Meta(ge=1)] | None = None  # opt-in cap on nodes costed per placement
     reservation_timeout: Seconds = 60.0
+
+
+WILDCARD = "*"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class LimitConfig:
+    """One entry of a queue's ``limits`` (YuniKorn): who it covers and what they may hold together.
+
+    ``users`` and ``groups`` name whom it covers; ``*`` covers every user (or group) not named by
+    another entry of the queue, each one separately. ``None`` leaves that bound unlimited.
+    """
+
+    description: str
+    users: tuple[str, ...] = ()
+    groups: tuple[str, ...] = ()
+    max_resources: Resource | None = None
+    max_applications: int | None = None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -97,6 +116,8 @@ class QueueConfig:
     priority_offset: int = 0
     preemption_policy: str = "default"
     children: tuple[QueueConfig, ...] = ()
+    max_applications: int | None = None  # running apps in this queue's subtree
+    limits: tuple[LimitConfig, ...] = ()
 
     @property
     def is_leaf(self) -> bool:
@@ -166,14 +187,25 @@ class _RawResources(_Raw):
     max: dict[ResourceName, Quantity] | None = None
 
 
+Principal = Annotated[str, Meta(min_length=1)]
+
+
+class _RawLimit(_Raw):
+    limit: str = ""
+    users: list[Principal] = []
+    groups: list[Principal] = []
+    maxresources: dict[ResourceName, Quantity] | None = None
+    maxapplications: Annotated[int, Meta(ge=1)] | None = None
+
+
 class _RawQueue(_Raw):
     name: Annotated[str, Meta(pattern=QUEUE_NAME)]
     parent: bool = False
     queues: list[_RawQueue] = []
     resources: _RawResources | None = None
     properties: dict[str, PropertyValue] | None = None
-    maxapplications: Annotated[int, Meta(ge=1)] | None = None  # not implemented yet: warned
-    limits: list[dict[str, Any]] | None = None  # not implemented yet: warned
+    maxapplications: Annotated[int, Meta(ge=1)] | None = None
+    limits: list[_RawLimit] | None = None
     submitacl: str | None = None  # warned
     adminacl: str | None = None  # warned
     childtemplate: dict[str, Any] | None = None  # warned: Sniper has no dynamic queues
@@ -219,6 +251,7 @@ _STRUCT_AT: dict[tuple[bool, str], type[msgspec.Struct]] = {
     (False, ".nodesortpolicy"): _RawNodeSort,
     (True, ""): _RawQueue,
     (True, ".resources"): _RawResources,
+    (True, ".limits[]"): _RawLimit,
 }
 _CHOICES_AT: dict[str, tuple[str, ...]] = {
     ".preemption.policy": POLICIES,
@@ -300,7 +333,8 @@ def _explain(err: msgspec.ValidationError, raw: object, label: str, top: type[ms
     where = f"queue {queue_path}{rest}" if queue_path is not None else f"{label}{rest}"
     unknown = re.fullmatch(r"Object contains unknown field `(.*)`", message)
     if unknown is not None:
-        struct = top if queue_path is None and not rest else _STRUCT_AT.get((queue_path is not None, rest))
+        at_struct = re.sub(r"\[\d+\]", "[]", rest)
+        struct = top if queue_path is None and not rest else _STRUCT_AT.get((queue_path is not None, at_struct))
         allowed = struct.__struct_fields__ if struct is not None else ()
         hint = difflib.get_close_matches(unknown.group(1), allowed, n=1)
         text = f"unknown key {unknown.group(1)!r}" + (f" (did you mean {hint[0]!r}?)" if hint else "")
@@ -376,11 +410,7 @@ def _properties(raw: Mapping[str, PropertyValue], at: str, warnings: list[str]) 
 def _queue(raw: _RawQueue, parent_path: str | None, warnings: list[str]) -> QueueConfig:
     path = raw.name if parent_path is None else f"{parent_path}.{raw.name}"
     at = f"queue {path}"
-    not_implemented = [
-        key
-        for key in ("maxapplications", "limits", "submitacl", "adminacl", "childtemplate")
-        if getattr(raw, key) is not None
-    ]
+    not_implemented = [key for key in ("submitacl", "adminacl", "childtemplate") if getattr(raw, key) is not None]
     if not_implemented:
         warnings.append(f"{at}: {', '.join(not_implemented)} not implemented by Sniper yet; accepted and ignored")
     if raw.parent and not raw.queues:
@@ -390,6 +420,7 @@ def _queue(raw: _RawQueue, parent_path: str | None, warnings: list[str]) -> Queu
     # A zero in a max is kept: it means none of that resource (YuniKorn), unlike a missing name (no limit).
     maximum = None if resources.max is None else _resource(resources.max, f"{at}.max", warnings, keep_zero=True)
     sort_policy, priority_offset, preemption_policy = _properties(raw.properties or {}, at, warnings)
+    limits = tuple(_limit(lim, f"{at}.limits[{i}]", warnings) for i, lim in enumerate(raw.limits or ()))
     children = tuple(_queue(c, path, warnings) for c in raw.queues)
     seen: set[str] = set()
     for child in children:
@@ -405,9 +436,75 @@ def _queue(raw: _RawQueue, parent_path: str | None, warnings: list[str]) -> Queu
         priority_offset=priority_offset,
         preemption_policy=preemption_policy,
         children=children,
+        max_applications=raw.maxapplications,
+        limits=limits,
     )
     _validate_queue_resources(queue)
+    _validate_queue_limits(queue)
     return queue
+
+
+def _limit(raw: _RawLimit, at: str, warnings: list[str]) -> LimitConfig:
+    """One ``limits`` entry: it names users, groups or both, and bounds something."""
+    if not raw.users and not raw.groups:
+        raise ConfigError(f"{at}: a limit names the users or groups it covers")
+    if raw.maxresources is None and raw.maxapplications is None:
+        raise ConfigError(f"{at}: a limit sets maxresources, maxapplications or both")
+    for names, kind in ((raw.users, "users"), (raw.groups, "groups")):
+        if WILDCARD in names and len(names) > 1:
+            raise ConfigError(f"{at}.{kind}: the wildcard '*' stands alone in its limit")
+        if len(set(names)) != len(names):
+            raise ConfigError(f"{at}.{kind}: a name is listed twice")
+    maximum = None
+    if raw.maxresources is not None:
+        maximum = _resource(raw.maxresources, f"{at}.maxresources", warnings, keep_zero=True)
+    return LimitConfig(
+        description=raw.limit,
+        users=tuple(raw.users),
+        groups=tuple(raw.groups),
+        max_resources=maximum,
+        max_applications=raw.maxapplications,
+    )
+
+
+def _validate_queue_limits(queue: QueueConfig) -> None:
+    """YuniKorn's checks: each user and group in one limit of a queue at most, the wildcard entry last
+    of its kind, a limit within its queue's ``max`` and ``maxapplications``, a child's
+    ``maxapplications`` within its parent's."""
+    at = f"queue {queue.path}"
+    for kind in ("users", "groups"):
+        seen: set[str] = set()
+        for i, lim in enumerate(queue.limits):
+            names: tuple[str, ...] = getattr(lim, kind)
+            if names and WILDCARD in seen:
+                raise ConfigError(f"{at}.limits[{i}]: the wildcard {kind} limit must be the last {kind} limit")
+            for name in names:
+                if name in seen:
+                    raise ConfigError(f"{at}.limits[{i}].{kind}: {name!r} is already covered by an earlier limit")
+                seen.add(name)
+    for i, lim in enumerate(queue.limits):
+        if lim.max_resources is not None and queue.max is not None:
+            for k, v in lim.max_resources.items():
+                if k in queue.max and v > queue.max[k]:
+                    raise ConfigError(
+                        f"{at}.limits[{i}]: maxresources {k}={v} exceeds the queue's max {k}={queue.max[k]}"
+                    )
+        if (
+            lim.max_applications is not None
+            and queue.max_applications is not None
+            and lim.max_applications > queue.max_applications
+        ):
+            raise ConfigError(
+                f"{at}.limits[{i}]: maxapplications {lim.max_applications} exceeds the queue's "
+                f"maxapplications {queue.max_applications}"
+            )
+    if queue.max_applications is not None:
+        for child in queue.children:
+            if child.max_applications is not None and child.max_applications > queue.max_applications:
+                raise ConfigError(
+                    f"queue {child.path}: maxapplications {child.max_applications} exceeds parent "
+                    f"{queue.path}'s maxapplications {queue.max_applications}"
+                )
 
 
 def _validate_queue_resources(queue: QueueConfig) -> None:
@@ -536,8 +633,24 @@ def partition_to_raw(cfg: PartitionConfig) -> dict[str, Any]:
             PRIORITY_OFFSET_KEY: str(q.priority_offset),
             PREEMPTION_POLICY_KEY: q.preemption_policy,
         }
+        if q.max_applications is not None:
+            out["maxapplications"] = q.max_applications
+        if q.limits:
+            out["limits"] = [limit(lim) for lim in q.limits]
         if q.children:
             out["queues"] = [queue(c) for c in q.children]
+        return out
+
+    def limit(lim: LimitConfig) -> dict[str, Any]:
+        out: dict[str, Any] = {"limit": lim.description}
+        if lim.users:
+            out["users"] = list(lim.users)
+        if lim.groups:
+            out["groups"] = list(lim.groups)
+        if lim.max_resources is not None:
+            out["maxresources"] = res.as_quantities(lim.max_resources)
+        if lim.max_applications is not None:
+            out["maxapplications"] = lim.max_applications
         return out
 
     return {

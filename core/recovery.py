@@ -2,9 +2,12 @@
 
 What it owns:
 
+- :func:`feed_problem`, the check a feed record passes at the edge (before any cache sees it, live or in
+  replay): resource quantities up to :data:`MAX_QUANTITY`, bounded node labels, a ``partition_config``
+  that parses. It depends on the record alone, so a record refused once is refused on every replay;
 - :class:`DurableCacheCore`, a :class:`~sniper.core.cache.CacheCore` that stamps every decision with the
-  Kafka offset of the last feed record it had handled (``feed_offset``) and refuses absurd resource
-  quantities (over :data:`MAX_QUANTITY`) with a ``rejected`` decision;
+  Kafka offset of the last feed record it had handled (``feed_offset``) and refuses what
+  :func:`feed_problem` refuses with a ``rejected`` decision (for records that did not pass the edge);
 - :func:`take_snapshot` / :func:`restore`: a cache to a :class:`~sniper.messages.snapshot.Snapshot` and back;
 - :func:`apply_logged`: one logged decision that came from a proposal or a tick turned back into the
   state changes that made it (``allocated``, ``preempt`` with its reservation, ``preempt_cancelled``,
@@ -32,13 +35,15 @@ from collections.abc import Sequence
 from typing import Any
 
 from sniper.core.cache import SEEN_IDS, CacheCore, state_changes
-from sniper.core.config import PartitionConfig
+from sniper.core.config import PartitionConfig, parse_partition
 from sniper.messages import decisions as d
 from sniper.messages import feed as f
 from sniper.messages import protocol as p
 from sniper.messages.snapshot import Snapshot, SnapshotBody, decode_body, encode_body
 
 MAX_QUANTITY = 2**40  # a sanity cap on one resource value (2**40 MiB is an exbibyte of memory)
+MAX_LABELS = 64  # node labels per node
+MAX_LABEL_CHARS = 256  # characters of one label's key or value (Kubernetes allows 253 and 63)
 
 _ID_NUMBER = re.compile(r"^(?:alloc|resv)-(\d+)$")
 
@@ -56,6 +61,32 @@ def absurd_quantity(event: f.Feed) -> str | None:
     return None
 
 
+def feed_problem(event: f.Feed) -> str | None:
+    """Why ``event`` must not reach a cache (dead-lettered at the edge), or ``None`` when it may.
+
+    Whatever in the record itself would stop or poison a partition: an absurd quantity, unbounded
+    labels, a configuration that does not parse (any error of the parser, not only the expected ones).
+    """
+    why = absurd_quantity(event)
+    if why is not None:
+        return f"{type(event).__name__}: absurd resource: {why}"
+    if isinstance(event, f.NodeAdded):
+        labels = event.labels
+        if len(labels) > MAX_LABELS:
+            return f"node_added {event.node}: {len(labels)} labels, over the limit of {MAX_LABELS}"
+        for key, value in labels.items():
+            if len(key) > MAX_LABEL_CHARS or len(value) > MAX_LABEL_CHARS:
+                return (
+                    f"node_added {event.node}: label {key[:40]!r} has a key or value over {MAX_LABEL_CHARS} characters"
+                )
+    if isinstance(event, f.PartitionConfigEvent):
+        try:
+            parse_partition(event.config, f"partition {event.partition}")
+        except Exception as err:  # any parser failure: the record is bad, never the partition
+            return f"partition_config: {type(err).__name__}: {err}"[:1000]
+    return None
+
+
 class DurableCacheCore(CacheCore):
     """A cache whose decisions say which feed record they were made after (for replay)."""
 
@@ -67,10 +98,10 @@ class DurableCacheCore(CacheCore):
         super().decide(decision_type, feed_offset=self.feed_offset, **fields)
 
     def handle_event(self, event: f.Feed) -> None:
-        why = absurd_quantity(event)
+        why = feed_problem(event)
         if why is not None:
             self.stats.events += 1
-            self._reject(f"{type(event).__name__}: absurd resource: {why}", event=event.id)
+            self._reject(why, event=event.id)
             return
         super().handle_event(event)
 

@@ -166,6 +166,7 @@ class Ask:
         "app",
         "count",
         "created",
+        "damped_until",
         "duration",
         "key",
         "name",
@@ -195,6 +196,7 @@ class Ask:
         self.duration = change.duration
         self.retry = change.retry
         self.opportunistic = change.opportunistic
+        self.damped_until = change.damped_until
         self.allocated = 0  # containers committed for this ask, ever
         self.reserved = 0  # preemption reservations held for it
         self.allocating = 0  # allocator only: proposed, result not back yet
@@ -218,6 +220,7 @@ class App:
         "allocated",
         "allocations",
         "asks",
+        "groups",
         "name",
         "pending_asks",
         "priority",
@@ -231,6 +234,7 @@ class App:
         self.name = change.app
         self.queue = queue
         self.user = change.user
+        self.groups = change.groups
         self.priority = change.priority
         self.submit_seq = change.submit_seq
         self.submit_time = change.submit_time
@@ -250,6 +254,7 @@ class Allocation:
         "killed",
         "node",
         "opportunistic",
+        "pinned",
         "preempt_deadline",
         "priority",
         "queue",
@@ -269,6 +274,7 @@ class Allocation:
         self.queue = queue
         self.priority = change.priority
         self.opportunistic = change.opportunistic
+        self.pinned = change.pinned
         self.reservation: str | None = None  # set while it is a victim held for this reservation
         self.preempt_deadline: float | None = None  # set while it is a victim
         self.killed = False
@@ -348,9 +354,12 @@ class PartitionState:
         app = self.apps.get(key[0])
         return None if app is None else app.asks.get(key[1])
 
-    def headroom_allows(self, queue: Queue, request: Resource, extra: dict[str, Resource] | None = None) -> bool:
-        """True when ``request`` on top of each queue's usage stays within every ``max`` up the tree."""
-        for q in queue.lineage():
+    def headroom_allows(
+        self, queue: Queue, request: Resource, extra: dict[str, Resource] | None = None, *, ancestors: bool = True
+    ) -> bool:
+        """True when ``request`` on top of each queue's usage stays within every ``max`` up the tree
+        (``ancestors=False``: the queue's own only)."""
+        for q in queue.lineage() if ancestors else (queue,):
             if q.max is None:
                 continue
             add = extra.get(q.path) if extra else None

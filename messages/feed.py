@@ -48,6 +48,7 @@ class AppAdded(FeedEvent, tag="app_added", frozen=True, gc=False):
     queue: Name
     user: str = ""
     priority: int = 0
+    groups: list[str] = []  # the user's groups, for group limits (YuniKorn's UserGroup)
 
 
 class AppRemoved(FeedEvent, tag="app_removed", frozen=True, gc=False):

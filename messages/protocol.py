@@ -40,6 +40,7 @@ class AppSet(Change, tag="app", frozen=True, gc=False):
     priority: int = 0
     submit_seq: int = 0
     submit_time: float = 0.0
+    groups: tuple[str, ...] = ()
 
 
 class AppGone(Change, tag="app_gone", frozen=True, gc=False):
@@ -58,6 +59,7 @@ class AskSet(Change, tag="ask", frozen=True, gc=False):
     required_node: str | None = None
     duration: float | None = None
     retry: bool = True
+    damped_until: float = 0.0  # re-added after a withdrawal that ended a reservation: no preemption before
     node_selector: dict[str, list[str]] = {}
     opportunistic: bool = False
 
@@ -78,6 +80,7 @@ class AllocationSet(Change, tag="alloc", frozen=True, gc=False):
     reservation: str | None = None
     priority: int = 0  # the ask's priority (intra-queue preemption compares it)
     opportunistic: bool = False  # outside every queue's accounting, counted on its node only
+    pinned: bool = False  # placed for a required-node ask: never a victim (ARCHITECTURE 5a)
 
 
 class AllocationPromoted(Change, tag="alloc_promoted", frozen=True, gc=False):
@@ -220,7 +223,7 @@ class PlacementRequest(Message, tag="placement_request", frozen=True, gc=False):
     mask: list[str] = []  # "app/ask" keys to skip
     min_missed: int = 1
     victim_cost: str = "running_time"
-    max_candidate_nodes: int = 16
+    max_candidate_nodes: int | None = None  # opt-in cap on the nodes costed per placement
     intra_queue: bool = False
 
 

@@ -1,10 +1,16 @@
 """Runs one trace under several policies and lays the reports side by side (table rows and a plot).
 
-Each run is an independent simulation of the same events and config; only the policy differs.
+Each run is an independent simulation of the same events and config; only the policy differs. With
+``jobs`` above one the policies run in parallel processes (each returns its report and metrics; the
+actors stay in the worker). The table has a row per resource for utilization, fairness and stranded
+capacity (idle while asks that could use it wait); runs with opportunistic containers add their
+allocations, evictions and utilization.
 """
 
 from __future__ import annotations
 
+import concurrent.futures
+import dataclasses
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -15,33 +21,66 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
 from sniper.core.config import SchedulerConfig
-from sniper.core.resources import MEMORY
+from sniper.messages import decisions as d
 from sniper.messages import feed as f
 from sniper.simulator.ideal_view import ideal_for_model
-from sniper.simulator.run import SimulationResult, SimulationSettings, run_simulation
+from sniper.simulator.metrics import Metrics
+from sniper.simulator.plot import scarcest_resource
+from sniper.simulator.report import Report
+from sniper.simulator.run import SimulationSettings, run_simulation
 
-ROWS: tuple[tuple[str, Callable[[dict[str, Any]], Any]], ...] = (
-    ("allocations", lambda r: r["allocations"]),
-    ("preempted containers", lambda r: r["preemptions"]["victims"]),
-    ("preempted memory (MiB)", lambda r: r["preemptions"]["resources"].get(MEMORY, 0)),
-    ("preemptions cancelled", lambda r: r["preemptions"]["cancelled"]),
-    ("wasted preemptions", lambda r: r["wasted_preemptions"]),
-    ("ping-pong", lambda r: r["ping_pong"]),
-    ("guarantee episodes unmet", lambda r: sum(v["unmet"] for v in r["time_to_guarantee"].values())),
+
+@dataclasses.dataclass(slots=True)
+class PolicyRun:
+    """One policy's run as compare keeps it: the report, the per-partition metrics (samples) and the
+    decisions."""
+
+    summary: Report
+    metrics: dict[str, Metrics]
+    decisions: list[d.DecisionMsg]
+
+    @property
+    def report(self) -> dict[str, Any]:
+        """The report as JSON-ready builtins (the struct is :attr:`summary`)."""
+        return self.summary.to_dict()
+
+    @property
+    def violations(self) -> int:
+        return self.summary.invariant_violations
+
+
+ROWS: tuple[tuple[str, Callable[[Report], Any]], ...] = (
+    ("allocations", lambda r: r.allocations),
+    ("preempted containers", lambda r: r.preemptions.victims),
+    ("preemptions cancelled", lambda r: r.preemptions.cancelled),
+    ("wasted preemptions", lambda r: r.wasted_preemptions),
+    ("ping-pong", lambda r: r.ping_pong),
+    ("guarantee episodes unmet", lambda r: sum(v.unmet for v in r.time_to_guarantee.values())),
     ("time to guarantee max (s)", lambda r: _worst(r, "max")),
     ("time to guarantee p50 (s)", lambda r: _worst(r, "p50")),
-    ("fairness gap", lambda r: r["fairness_gap"]),
-    ("utilization memory", lambda r: r["utilization"].get(MEMORY)),
-    ("lost work (container-s)", lambda r: r["lost_work_seconds"]),
-    ("pending at end", lambda r: r["pending_at_end"]),
-    ("proposals rejected", lambda r: r["proposals_rejected"]),
-    ("invariant violations", lambda r: r["invariant_violations"]),
+    ("fairness gap", lambda r: r.fairness_gap),
+    ("lost work (container-s)", lambda r: r.lost_work_seconds),
+    ("pending at end", lambda r: r.pending_at_end),
+    ("proposals rejected", lambda r: r.proposals_rejected),
+    ("invariant violations", lambda r: r.invariant_violations),
+    ("wall clock (s)", lambda r: r.wall_seconds),
+)
+PER_RESOURCE: tuple[tuple[str, Callable[[Report], dict[str, Any]]], ...] = (
+    ("preempted", lambda r: dict(r.preemptions.resources)),
+    ("utilization", lambda r: dict(r.utilization)),
+    ("fairness gap", lambda r: dict(r.fairness)),
+    ("stranded", lambda r: dict(r.stranded)),
 )
 
 
-def _worst(report: dict[str, Any], key: str) -> float | None:
-    values = [v[key] for v in report["time_to_guarantee"].values() if v[key] is not None]
+def _worst(report: Report, key: str) -> float | None:
+    values = [getattr(v, key) for v in report.time_to_guarantee.values() if getattr(v, key) is not None]
     return max(values) if values else None
+
+
+def _run_policy(events: list[f.Feed], config: SchedulerConfig | None, settings: SimulationSettings) -> PolicyRun:
+    result = run_simulation(events, config, settings, ideal_fn=ideal_for_model)
+    return PolicyRun(result.summary, result.metrics, result.decisions)
 
 
 def compare(
@@ -50,36 +89,53 @@ def compare(
     policies: list[str],
     settings: SimulationSettings,
     progress: Callable[[str, float, float | None], None] | None = None,
-) -> dict[str, SimulationResult]:
-    results: dict[str, SimulationResult] = {}
-    for policy in policies:
-        run_settings = SimulationSettings(
-            until=settings.until, seed=settings.seed, tick=settings.tick, policy=policy, batch=settings.batch
-        )
+    *,
+    jobs: int = 1,
+) -> dict[str, PolicyRun]:
+    """Run every policy; ``jobs`` > 1 runs them in that many processes (progress then per finished run)."""
+    per_policy = {policy: dataclasses.replace(settings, policy=policy) for policy in policies}
+    if jobs > 1 and len(policies) > 1:
+        with concurrent.futures.ProcessPoolExecutor(max_workers=min(jobs, len(policies))) as pool:
+            futures = {pool.submit(_run_policy, events, config, s): p for p, s in per_policy.items()}
+            done: dict[str, PolicyRun] = {}
+            for future in concurrent.futures.as_completed(futures):
+                policy = futures[future]
+                done[policy] = future.result()
+                if progress is not None:
+                    progress(policy, 1.0, 1.0)
+        return {policy: done[policy] for policy in policies}
+    results: dict[str, PolicyRun] = {}
+    for policy, run_settings in per_policy.items():
 
         def step(now: float, end: float | None, policy: str = policy) -> None:
             if progress is not None:
                 progress(policy, now, end)
 
-        results[policy] = run_simulation(events, config, run_settings, progress=step, ideal_fn=ideal_for_model)
+        result = run_simulation(events, config, run_settings, progress=step, ideal_fn=ideal_for_model)
+        results[policy] = PolicyRun(result.summary, result.metrics, result.decisions)
     return results
 
 
 # Shown only when some run allocated opportunistic containers.
-OPPORTUNISTIC_ROWS: tuple[tuple[str, Callable[[dict[str, Any]], Any]], ...] = (
-    ("opportunistic allocations", lambda r: r.get("opportunistic", {}).get("allocations")),
-    ("opportunistic evictions", lambda r: r.get("opportunistic", {}).get("evictions")),
-    ("opportunistic utilization memory", lambda r: r.get("opportunistic", {}).get("utilization", {}).get(MEMORY)),
+OPPORTUNISTIC_ROWS: tuple[tuple[str, Callable[[Report], Any]], ...] = (
+    ("opportunistic allocations", lambda r: r.opportunistic.allocations),
+    ("opportunistic evictions", lambda r: r.opportunistic.evictions),
 )
 
 
-def table_rows(results: dict[str, SimulationResult]) -> list[list[str]]:
-    rows = []
-    shown = ROWS
-    if any(r.report.get("opportunistic", {}).get("allocations") for r in results.values()):
-        shown = ROWS + OPPORTUNISTIC_ROWS
-    for label, get in shown:
-        rows.append([label] + [_fmt(get(r.report)) for r in results.values()])
+def table_rows(results: dict[str, PolicyRun]) -> list[list[str]]:
+    reports = [r.summary for r in results.values()]
+    opportunistic = any(r.opportunistic.allocations for r in reports)
+    rows = [[label] + [_fmt(get(r)) for r in reports] for label, get in ROWS]
+    if opportunistic:
+        rows += [[label] + [_fmt(get(r)) for r in reports] for label, get in OPPORTUNISTIC_ROWS]
+    per_resource = PER_RESOURCE
+    if opportunistic:
+        per_resource += (("opportunistic utilization", lambda r: dict(r.opportunistic.utilization)),)
+    for label, get in per_resource:
+        values = [get(r) for r in reports]
+        for resource in sorted({k for v in values for k in v}):
+            rows.append([f"{label} {resource}"] + [_fmt(v.get(resource)) for v in values])
     return rows
 
 
@@ -91,10 +147,12 @@ def _fmt(value: Any) -> str:
     return str(value)
 
 
-def plot_compare(results: dict[str, SimulationResult], out: Path, title: str) -> None:
-    """Per leaf queue, memory usage over time under each policy, with preemptions as ticks below."""
+def plot_compare(results: dict[str, PolicyRun], out: Path, title: str, resource: str | None = None) -> None:
+    """Per leaf queue, its share of ``resource`` (default: the scarcest, measured on the first run) over
+    time under each policy, with preemptions as ticks below."""
     first = next(iter(results.values()))
     metrics = next(iter(first.metrics.values()))
+    resource = resource or scarcest_resource(metrics)
     leaves = [p for p, c in metrics.model.queue_cfg.items() if not c.children]
     fig, axes = plt.subplots(
         len(leaves) + 1, 1, figsize=(10, 2.2 * (len(leaves) + 1) + 0.6), sharex=True, squeeze=False
@@ -105,28 +163,30 @@ def plot_compare(results: dict[str, SimulationResult], out: Path, title: str) ->
         times = [s.t for s in m.samples]
         for ax, path in zip(axes[:-1, 0], leaves, strict=True):
             values = [
-                s.usage.get(path, {}).get(MEMORY, 0) / s.capacity[MEMORY] if s.capacity.get(MEMORY) else 0.0
+                s.usage.get(path, {}).get(resource, 0) / s.capacity[resource] if s.capacity.get(resource) else 0.0
                 for s in m.samples
             ]
-            ax.plot(times, values, color=colors[i % len(colors)], label=policy)
+            ax.plot(times, values, color=colors[i % len(colors)], label=policy, drawstyle="steps-post")
             ax.set_ylabel(path, rotation=0, ha="right", fontsize=8)
-        preempt_times = [x["t"] for x in result.report.get("preemption_log", [])]
+        preempt_times = [x.t for x in result.summary.preemption_log]
         axes[-1, 0].scatter(preempt_times, [i] * len(preempt_times), s=4, color=colors[i % len(colors)])
     for ax, path in zip(axes[:-1, 0], leaves, strict=True):
         cap_share = [
-            metrics.model.queue_cfg[path].guaranteed.get(MEMORY, 0) / s.capacity[MEMORY]
-            if s.capacity.get(MEMORY)
+            metrics.model.queue_cfg[path].guaranteed.get(resource, 0) / s.capacity[resource]
+            if s.capacity.get(resource)
             else 0
             for s in metrics.samples
         ]
-        ax.plot([s.t for s in metrics.samples], cap_share, "--", color="tab:red", label="guaranteed")
+        ax.plot(
+            [s.t for s in metrics.samples], cap_share, "--", color="tab:red", label="guaranteed", drawstyle="steps-post"
+        )
         ax.set_ylim(bottom=0)
         ax.grid(alpha=0.3)
     axes[0, 0].legend(loc="upper right", fontsize=7, ncol=len(results) + 1)
     axes[-1, 0].set_yticks(range(len(results)), list(results))
     axes[-1, 0].set_ylabel("preemptions", rotation=0, ha="right", fontsize=8)
     axes[-1, 0].set_xlabel("simulated seconds")
-    fig.suptitle(f"{title}: memory share per queue under each policy", fontsize=10)
+    fig.suptitle(f"{title}: {resource} share per queue under each policy", fontsize=10)
     fig.tight_layout()
     fig.savefig(out, dpi=110)
     plt.close(fig)

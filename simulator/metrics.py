@@ -1,6 +1,12 @@
 """The simulator's metrics (ARCHITECTURE section 7), from samples of the independent cluster model and
 from the decision log. Every time here is simulated seconds, except ``allocations_per_s`` (wall clock,
 measured by the caller).
+
+A sample is taken only when the model changed since the last one (its ``version``), so the ideal
+assignment is recomputed once per change, never per tick; between samples the state is constant, so
+the time averages (utilization, fairness, stranded capacity) integrate exactly over the samples, and
+:meth:`Metrics.finish` closes the last interval at the end of the run. Above/below questions use the
+one DRF comparison, :func:`sniper.core.resources.drf_compare`.
 """
 
 from __future__ import annotations
@@ -9,13 +15,14 @@ import bisect
 import dataclasses
 import math
 from collections import defaultdict
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Iterator
 
 from sniper.core import resources as res
+from sniper.core.opportunistic import KILL_REASON
 from sniper.core.resources import Resource
 from sniper.messages import decisions as d
 from sniper.simulator.model import ClusterModel
+from sniper.simulator.report import Opportunistic, PreemptionLogEntry, Preemptions, TimeToGuarantee
 
 IdealFn = Callable[[ClusterModel], dict[str, Resource]]
 
@@ -47,93 +54,135 @@ class Metrics:
         self._open: dict[str, float] = {}
         self._episodes: dict[str, list[float]] = defaultdict(list)
         self._times: list[float] | None = None
+        self._sampled_version = -1
 
     def record(self, dec: d.DecisionMsg) -> None:
         self.decisions.append(dec)
 
-    def sample(self, t: float) -> None:
+    def sample(self, t: float) -> bool:
+        """Sample the model at ``t`` if it changed since the last sample (else the last one holds);
+        returns whether it did."""
         model = self.model
-        usage = model.queue_usage()
-        pending = model.queue_pending()
+        if model.version == self._sampled_version:
+            return False
+        self._sampled_version = model.version
+        derived = model.derived()
+        usage, pending, capacity = derived.usage, derived.pending, derived.capacity
         ideal = self.ideal_fn(model) if self.ideal_fn is not None else None
         if self.samples and self.samples[-1].t == t:
             self.samples.pop()
-        self.samples.append(Sample(t, dict(usage), dict(pending), model.capacity(), ideal, model.opportunistic_usage()))
+        self.samples.append(Sample(t, usage, pending, capacity, ideal, derived.opportunistic))
         for path, cfg in model.queue_cfg.items():
             if cfg.children or not cfg.guaranteed:
                 continue
             u, p = usage.get(path, {}), pending.get(path, {})
-            satisfied = all(u.get(k, 0) >= min(g, u.get(k, 0) + p.get(k, 0)) for k, g in cfg.guaranteed.items())
+            target = res.component_min(cfg.guaranteed, res.add(u, p))
+            satisfied = not res.drf_below(u, target, capacity)
             if not satisfied and path not in self._open:
                 self._open[path] = t
             elif satisfied and path in self._open:
                 self._episodes[path].append(t - self._open.pop(path))
+        return True
+
+    def finish(self, t: float) -> None:
+        """Close the run at ``t``: the last state held until then."""
+        if self.samples and self.samples[-1].t < t:
+            last = self.samples[-1]
+            self.samples.append(Sample(t, last.usage, last.pending, last.capacity, last.ideal))
 
     # ------------------------------------------------------------------ summaries
 
+    def _intervals(self) -> Iterator[tuple[Sample, float]]:
+        for a, b in zip(self.samples, self.samples[1:], strict=False):
+            if b.t > a.t:
+                yield a, b.t - a.t
+
     def utilization(self) -> dict[str, float]:
-        used: Resource = {}
-        cap: Resource = {}
+        """Time-averaged allocated over capacity, per resource."""
         weighted_used: dict[str, float] = defaultdict(float)
         weighted_cap: dict[str, float] = defaultdict(float)
-        for a, b in zip(self.samples, self.samples[1:], strict=False):
-            dt = b.t - a.t
+        for a, dt in self._intervals():
             used = a.usage.get("root", {})
-            cap = a.capacity
-            for k, v in cap.items():
+            for k, v in a.capacity.items():
                 weighted_cap[k] += v * dt
                 weighted_used[k] += used.get(k, 0) * dt
         return {k: round(weighted_used[k] / c, 4) for k, c in sorted(weighted_cap.items()) if c > 0}
 
-    def opportunistic(self) -> dict[str, Any]:
+    def opportunistic(self) -> Opportunistic:
         """Opportunistic containers, reported apart: how many were allocated, killed for guaranteed asks
         (reason ``opportunistic``) and promoted, and the utilization they added (time-averaged, per
         resource, over capacity; ``utilization`` counts guaranteed containers only)."""
         weighted: dict[str, float] = defaultdict(float)
         weighted_cap: dict[str, float] = defaultdict(float)
-        for a, b in zip(self.samples, self.samples[1:], strict=False):
-            dt = b.t - a.t
+        for a, dt in self._intervals():
             for k, v in a.capacity.items():
                 weighted_cap[k] += v * dt
                 weighted[k] += a.opportunistic.get(k, 0) * dt
         decisions = self.decisions
-        return {
-            "allocations": sum(1 for x in decisions if isinstance(x, d.Allocated) and x.opportunistic),
-            "evictions": sum(1 for x in decisions if isinstance(x, d.Kill) and x.reason == "opportunistic"),
-            "promoted": sum(1 for x in decisions if isinstance(x, d.Promoted)),
-            "utilization": {k: round(weighted[k] / c, 4) for k, c in sorted(weighted_cap.items()) if c > 0},
-        }
+        return Opportunistic(
+            allocations=sum(1 for x in decisions if isinstance(x, d.Allocated) and x.opportunistic),
+            evictions=sum(1 for x in decisions if isinstance(x, d.Kill) and x.reason == KILL_REASON),
+            promoted=sum(1 for x in decisions if isinstance(x, d.Promoted)),
+            utilization={k: round(weighted[k] / c, 4) for k, c in sorted(weighted_cap.items()) if c > 0},
+        )
+
+    def stranded(self) -> dict[str, float]:
+        """Time-averaged share of each resource left idle while waiting asks could use it: free capacity
+        up to the waiting demand for that resource (idle GPUs while GPU asks wait, fragmentation
+        included), over capacity."""
+        weighted: dict[str, float] = defaultdict(float)
+        weighted_cap: dict[str, float] = defaultdict(float)
+        for a, dt in self._intervals():
+            used, waiting = a.usage.get("root", {}), a.pending.get("root", {})
+            for k, cap in a.capacity.items():
+                weighted_cap[k] += cap * dt
+                weighted[k] += min(max(0, cap - used.get(k, 0)), waiting.get(k, 0)) * dt
+        return {k: round(weighted[k] / c, 4) for k, c in sorted(weighted_cap.items()) if c > 0}
+
+    def _gaps(self) -> Iterator[tuple[Sample, float, dict[str, float]]]:
+        """Per interval: the sum over leaf queues of |usage - ideal| per resource, as a share of capacity."""
+        leaves = [p for p, c in self.model.queue_cfg.items() if not c.children]
+        for a, dt in self._intervals():
+            if a.ideal is None:
+                continue
+            gaps: dict[str, float] = {}
+            for k, cap in a.capacity.items():
+                if cap:
+                    gap = sum(abs(a.usage.get(p, {}).get(k, 0) - a.ideal.get(p, {}).get(k, 0)) for p in leaves)
+                    gaps[k] = gap / cap
+            yield a, dt, gaps
+
+    def fairness(self) -> dict[str, float]:
+        """Time-averaged fairness gap per resource (empty without an ideal assignment)."""
+        total: dict[str, float] = defaultdict(float)
+        span = 0.0
+        for _, dt, gaps in self._gaps():
+            span += dt
+            for k, g in gaps.items():
+                total[k] += g * dt
+        return {k: round(v / span, 4) for k, v in sorted(total.items())} if span > 0 else {}
 
     def fairness_gap(self) -> float | None:
-        leaves = [p for p, c in self.model.queue_cfg.items() if not c.children]
-        total = 0.0
-        span = 0.0
-        for a, b in zip(self.samples, self.samples[1:], strict=False):
-            if a.ideal is None or not a.capacity:
-                return None
-            dt = b.t - a.t
-            gap_by_resource: dict[str, float] = defaultdict(float)
-            for path in leaves:
-                u, i = a.usage.get(path, {}), a.ideal.get(path, {})
-                for k in a.capacity:
-                    gap_by_resource[k] += abs(u.get(k, 0) - i.get(k, 0))
-            dominant = max((g / a.capacity[k] for k, g in gap_by_resource.items() if a.capacity.get(k)), default=0.0)
-            total += dominant * dt
+        """Time-averaged fairness gap of the dominant resource at each moment (None without an ideal)."""
+        if self.ideal_fn is None:
+            return None
+        total = span = 0.0
+        for _, dt, gaps in self._gaps():
+            total += max(gaps.values(), default=0.0) * dt
             span += dt
         return round(total / span, 4) if span > 0 else 0.0
 
-    def time_to_guarantee(self) -> dict[str, dict[str, Any]]:
-        out: dict[str, dict[str, Any]] = {}
-        paths = sorted(set(self._episodes) | set(self._open))
-        for path in paths:
+    def time_to_guarantee(self) -> dict[str, TimeToGuarantee]:
+        out: dict[str, TimeToGuarantee] = {}
+        for path in sorted(set(self._episodes) | set(self._open)):
             done = self._episodes.get(path, [])
-            out[path] = {
-                "episodes": len(done) + (1 if path in self._open else 0),
-                "unmet": 1 if path in self._open else 0,
-                "p50": round(_percentile(done, 0.5), 3) if done else None,
-                "p99": round(_percentile(done, 0.99), 3) if done else None,
-                "max": round(max(done), 3) if done else None,
-            }
+            out[path] = TimeToGuarantee(
+                episodes=len(done) + (1 if path in self._open else 0),
+                unmet=1 if path in self._open else 0,
+                p50=round(_percentile(done, 0.5), 3) if done else None,
+                p99=round(_percentile(done, 0.99), 3) if done else None,
+                max=round(max(done), 3) if done else None,
+            )
         return out
 
     def _below_ideal(self, queue: str, t: float) -> bool:
@@ -145,7 +194,7 @@ class Metrics:
         if target is None:
             cfg = self.model.queue_cfg.get(queue)
             target = cfg.guaranteed if cfg is not None else {}
-        return any(usage.get(k, 0) < v for k, v in target.items())
+        return res.drf_below(usage, target, sample.capacity)
 
     def _sample_at(self, t: float) -> Sample | None:
         i = (
@@ -156,9 +205,15 @@ class Metrics:
         return self.samples[i - 1] if i else None
 
     def preemption_outcomes(self, grace: float, cycle: float) -> tuple[int, int, int]:
-        """``(wasted, ping_pong, undecided)`` over every victim in the decision log; a victim whose
-        window (grace plus one cycle) had not closed when the run ended is undecided, not wasted, and
-        one whose preemption was cancelled (it kept running) is neither."""
+        """``(wasted, ping_pong, undecided)`` over every victim in the decision log.
+
+        A victim's window is grace plus one cycle from its notice (or from when it left, if later). It
+        is wasted when its room was not used in that window by its beneficiary (reserved victims) or by
+        a queue below its ideal (untargeted ones), or when it was killed although its beneficiary had
+        already been placed on other room; it ping-pongs when, wasted, its room went back to its own
+        queue. Undecided: the window had not closed when the run ended. A cancelled notice (the victim
+        kept running) is neither wasted nor undecided.
+        """
         cancelled = {(x.allocation, x.reservation) for x in self.decisions if isinstance(x, d.PreemptCancelled)}
         preempts = [
             x
@@ -173,12 +228,14 @@ class Metrics:
         end = self.samples[-1].t if self.samples else 0.0
         gone_at: dict[str, float] = {}
         fulfilled: dict[str, float] = {}
+        placed_at: dict[tuple[str, str], list[tuple[float, str | None]]] = defaultdict(list)  # -> (t, reservation)
         allocs_on_node: dict[str, list[d.Allocated]] = defaultdict(list)
         for x in self.decisions:
             if isinstance(x, d.Kill | d.Released | d.AllocationLost):
                 gone_at.setdefault(x.allocation, x.t)
             elif isinstance(x, d.Allocated):
                 allocs_on_node[x.node].append(x)
+                placed_at[(x.app, x.ask)].append((x.t, x.reservation))
                 if x.reservation:
                     fulfilled.setdefault(x.reservation, x.t)
         wasted = ping_pong = undecided = 0
@@ -192,47 +249,59 @@ class Metrics:
             if t_gone is None:
                 wasted += 1  # never left: its room was never freed
                 continue
-            if pre.reservation:
-                got = fulfilled.get(pre.reservation)
-                if got is not None and t_gone <= got <= window_end:
-                    continue  # its beneficiary took the room it freed
-                # Its own beneficiary placed first, the cache kept it only because another reservation
-                # on the node counted on its room: useful if that one got the room in the window.
-                kept_for_another = got is not None and got < t_gone
-                if kept_for_another and any(
-                    a.reservation and t_gone <= a.t <= window_end for a in allocs_on_node.get(pre.node, [])
-                ):
-                    continue
-                wasted += 1
-                continue
             later = [a for a in allocs_on_node.get(pre.node, []) if t_gone <= a.t <= window_end]
-            if any(a.queue != pre.queue and self._below_ideal(a.queue, a.t) for a in later):
+            if pre.reservation and self._reserved_victim_useful(pre, t_gone, window_end, fulfilled, placed_at, later):
+                continue
+            if not pre.reservation and any(a.queue != pre.queue and self._below_ideal(a.queue, a.t) for a in later):
                 continue
             wasted += 1
             if any(a.queue == pre.queue for a in later):
                 ping_pong += 1
         return wasted, ping_pong, undecided
 
-    def preemption_totals(self) -> dict[str, Any]:
+    @staticmethod
+    def _reserved_victim_useful(
+        pre: d.Preempt,
+        t_gone: float,
+        window_end: float,
+        fulfilled: dict[str, float],
+        placed_at: dict[tuple[str, str], list[tuple[float, str | None]]],
+        later: list[d.Allocated],
+    ) -> bool:
+        elsewhere = any(
+            pre.t <= t <= t_gone and reservation != pre.reservation
+            for t, reservation in placed_at.get((pre.for_app, pre.for_ask), [])
+        )
+        got = fulfilled.get(pre.reservation)
+        if got is not None and t_gone <= got <= window_end:
+            return True  # its beneficiary took the room it freed
+        if elsewhere and got is None:
+            return False  # killed although its beneficiary had been placed on other room
+        # Its own beneficiary placed first, the cache kept it only because another reservation on the
+        # node counted on its room: useful if that one got the room in the window.
+        return got is not None and got < t_gone and any(a.reservation for a in later)
+
+    def preemption_totals(self) -> Preemptions:
         """Victims given notice (count and resources), and how many of those notices were cancelled
         (opportunistic containers killed first are counted apart, in :meth:`opportunistic`)."""
         preempts = [x for x in self.decisions if isinstance(x, d.Preempt) and not x.opportunistic]
         cancelled = sum(1 for x in self.decisions if isinstance(x, d.PreemptCancelled))
-        return {"victims": len(preempts), "resources": res.total(x.resource for x in preempts), "cancelled": cancelled}
+        resources = res.total(x.resource for x in preempts)
+        return Preemptions(victims=len(preempts), resources=resources, cancelled=cancelled)
 
-    def preemption_log(self, limit: int = 1000) -> list[dict[str, Any]]:
+    def preemption_log(self, limit: int = 1000) -> list[PreemptionLogEntry]:
         return [
-            {
-                "t": x.t,
-                "victim": x.allocation,
-                "victim_queue": x.queue,
-                "node": x.node,
-                "beneficiary_ask": x.for_ask,
-                "beneficiary_queue": x.for_queue,
-                "cost": x.cost,
-                "policy": x.policy,
-                "reason": x.reason,
-            }
+            PreemptionLogEntry(
+                t=x.t,
+                victim=x.allocation,
+                victim_queue=x.queue,
+                node=x.node,
+                beneficiary_ask=x.for_ask,
+                beneficiary_queue=x.for_queue,
+                cost=x.cost,
+                policy=x.policy,
+                reason=x.reason,
+            )
             for x in self.decisions
             if isinstance(x, d.Preempt)
         ][:limit]

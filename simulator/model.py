@@ -3,7 +3,11 @@ checks of ARCHITECTURE section 6 over it.
 
 It shares no code with the cache's state on purpose: it is the outside observer the simulator, the
 chaos tests and ``sniper feed --report`` trust. Violations are recorded with the time and the reason;
-checking never raises.
+checking never raises. ``version`` grows with every input that may change the model, so views derived
+from it (usage, pending demand, notices) are computed once per change and readers can skip unchanged
+states; asks with nothing left to place leave the ``open`` set, so those views cost what is running
+and waiting, not the whole history. Opportunistic allocations and asks stay out of every queue's usage,
+demand, ``max`` and guarantee check (they are totalled apart).
 """
 
 from __future__ import annotations
@@ -45,6 +49,18 @@ class ModelReservation:
     created: float
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class Derived:
+    """What the metrics and the driver read from the model, computed once per version."""
+
+    usage: dict[str, Resource]  # committed, per queue path, parents included
+    pending: dict[str, Resource]  # outstanding demand, per queue path, parents included
+    pending_containers: int
+    notices: int  # allocations under a preemption notice
+    capacity: Resource
+    opportunistic: Resource  # held by running opportunistic containers (in no queue's usage)
+
+
 @dataclasses.dataclass(slots=True)
 class Violation:
     t: float
@@ -63,6 +79,8 @@ class ClusterModel:
         self.removed_nodes: set[str] = set()
         self.apps: dict[str, str] = {}  # app -> queue
         self.asks: dict[tuple[str, str], tuple[Resource, int]] = {}  # -> (resource, count)
+        self.ask_priority: dict[tuple[str, str], int] = {}
+        self.app_user: dict[str, str] = {}
         self.ask_allocated: dict[tuple[str, str], int] = defaultdict(int)
         self.withdrawn: set[tuple[str, str]] = set()
         self.opportunistic_asks: set[tuple[str, str]] = set()
@@ -74,6 +92,14 @@ class ClusterModel:
         self.last_seq = 0
         self.rejected_asks: set[tuple[str, str]] = set()
         self.seen_events: set[str] = set()
+        self.open: dict[tuple[str, str], None] = {}  # asks that may still have containers to place
+        self.usage: dict[str, Resource] = defaultdict(dict)  # committed, per queue path, parents included
+        self.opportunistic: Resource = {}  # held by running opportunistic containers, in no queue
+        self.notices = 0  # allocations under a preemption notice
+        self._capacity: Resource | None = None  # the nodes' total, until a node changes
+        self.version = 0
+        self._derived: Derived | None = None
+        self._derived_version = -1
         if config is not None:
             self.configure(config)
 
@@ -84,6 +110,10 @@ class ClusterModel:
         self.queue_cfg = {q.path: q for q in config.queues()}
 
     def on_event(self, event: f.Feed) -> None:
+        self._on_event(event)
+        self.version += 1
+
+    def _on_event(self, event: f.Feed) -> None:
         if event.id:
             if event.id in self.seen_events:
                 return  # a replayed event (at-least-once delivery) changes nothing, as for the cache
@@ -93,21 +123,27 @@ class ClusterModel:
                 with contextlib.suppress(ValueError):  # the cache rejects it too
                     self.configure(parse_partition(raw, f"partition {self.partition}"))
             case f.NodeAdded(node=n, capacity=cap):
+                self._capacity = None
                 self.nodes[n] = res.normalized(cap)
                 self.removed_nodes.discard(n)
             case f.NodeUpdated(node=n, capacity=cap):
                 if cap is not None and n in self.nodes:
+                    self._capacity = None
                     self.nodes[n] = res.normalized(cap)
             case f.NodeRemoved(node=n):
                 if n in self.nodes:
+                    self._capacity = None
                     del self.nodes[n]
                     self.removed_nodes.add(n)
-            case f.AppAdded(app=a, queue=q):
+            case f.AppAdded(app=a, queue=q, user=u):
                 self.apps.setdefault(a, q)
+                self.app_user.setdefault(a, u)
             case f.AppRemoved(app=a):
                 self.apps.pop(a, None)
                 self.withdrawn.update(k for k in self.asks if k[0] == a)
-            case f.AskAdded(app=a, ask=k, resource=r, count=c):
+                for k in [k for k in self.open if k[0] == a]:
+                    del self.open[k]
+            case f.AskAdded(app=a, ask=k, resource=r, count=c, priority=prio):
                 if (a, k) in self.withdrawn or (a, k) in self.rejected_asks:
                     # Asked again under a withdrawn or refused name: a new ask for the cache, its count
                     # starts over.
@@ -116,12 +152,15 @@ class ClusterModel:
                     self.asks.pop((a, k), None)
                     self.ask_allocated.pop((a, k), None)
                 self.asks.setdefault((a, k), (res.normalized(r), c))
+                self.ask_priority.setdefault((a, k), prio)
                 if event.execution_type == "opportunistic":
                     self.opportunistic_asks.add((a, k))
                 else:
                     self.opportunistic_asks.discard((a, k))
+                self.open[(a, k)] = None
             case f.AskRemoved(app=a, ask=k):
                 self.withdrawn.add((a, k))
+                self.open.pop((a, k), None)
             case _:
                 pass
 
@@ -129,6 +168,10 @@ class ClusterModel:
         self.violations.append(Violation(t, invariant, reason))
 
     def on_decision(self, dec: d.DecisionMsg) -> None:
+        self._on_decision(dec)
+        self.version += 1
+
+    def _on_decision(self, dec: d.DecisionMsg) -> None:
         self.decisions += 1
         if dec.seq and dec.seq <= self.last_seq:
             return  # a duplicate delivery of the commit log
@@ -149,8 +192,8 @@ class ClusterModel:
                     return
                 if dec.observe_only:
                     return
-                self._check_preemption(dec, alloc)
-                alloc.preempted_at = dec.t if alloc.preempted_at is None else alloc.preempted_at
+                # The reservation is recorded before the victim is judged: the room it holds is committed
+                # to the beneficiary's queue (for intra-queue preemption, the victim's own).
                 if dec.reservation:
                     r = self.reservations.get(dec.reservation)
                     if r is None:
@@ -170,24 +213,32 @@ class ClusterModel:
                         self._violate(
                             dec.t, 6, f"victim {alloc.id} is on {alloc.node}, not the reserved node {dec.node}"
                         )
+                self._check_preemption(dec, alloc)
+                if alloc.preempted_at is None:
+                    alloc.preempted_at = dec.t
+                    self.notices += 1
             case d.PreemptCancelled(allocation=aid):
                 alloc = self.allocations.get(aid)
                 if alloc is None or alloc.preempted_at is None:
                     self._violate(dec.t, 5, f"preemption of {aid} cancelled, but it was not under notice")
                 else:
                     alloc.preempted_at = None
+                    self.notices -= 1
             case d.ReservationEnded(reservation=rid):
                 self.reservations.pop(rid, None)
             case d.Rejected(app=a, ask=k):
                 if k:
                     self.rejected_asks.add((a, k))
+                    self.open.pop((a, k), None)
             case _:
                 pass
 
     def _check_preemption(self, dec: d.Preempt, victim: ModelAllocation) -> None:
-        """Invariant 5 as far as an outside observer can check it: queue relations from the config,
-        and (targeted policies) the victim's queue never taken below its guarantee, counting the room
-        reservations already hold for it (committed to that queue)."""
+        """Invariant 5 as far as an outside observer can check it: queue relations from the config;
+        inside one queue (5b) a lower-priority victim for a higher-priority ask; across queues (5a) the
+        victim's queue over its ideal on some resource when chosen (YARN's positive excess) and, without
+        it, at or above its guarantee by dominant share against the cluster (the DRF comparison), counting
+        the room reservations already hold for it (committed to that queue)."""
         t = dec.t
         if victim.opportunistic:
             return  # outside every queue: any guaranteed ask may have it killed (YARN's NodeManager)
@@ -200,33 +251,43 @@ class ClusterModel:
         if dec.policy == "intra_queue":
             if beneficiary != victim.queue:
                 self._violate(t, 5, f"intra-queue victim {victim.id} of {victim.queue} for {beneficiary}")
-        else:
-            if beneficiary == victim.queue:
-                self._violate(t, 5, f"inter-queue victim {victim.id} preempted for its own queue")
-            for q in chain:
-                cfg = self.queue_cfg.get(q)
-                if cfg is not None and cfg.preemption_policy == "fence" and not _within(beneficiary, q):
-                    self._violate(t, 5, f"victim {victim.id} preempted across the fence of {q} for {beneficiary}")
-            parted = _parting(victim.queue, beneficiary)
-            if parted is not None:
-                v_side, b_side = (self.queue_cfg.get(x) for x in parted)
-                if v_side is not None and b_side is not None and v_side.priority_offset > b_side.priority_offset:
-                    self._violate(t, 5, f"{victim.queue} preempted for lower-priority {beneficiary}")
+            mine = self.ask_priority.get((victim.app, victim.ask), 0)
+            theirs = self.ask_priority.get((dec.for_app, dec.for_ask), 0)
+            if mine >= theirs and not self._user_limit_swap(victim, dec):
+                self._violate(t, 5, f"intra-queue victim {victim.id} (priority {mine}) for an ask of priority {theirs}")
+            return  # 5b: a swap inside one queue leaves its usage as it was
+        if beneficiary == victim.queue:
+            self._violate(t, 5, f"inter-queue victim {victim.id} preempted for its own queue")
+        for q in _lineage(beneficiary):
+            cfg = self.queue_cfg.get(q)
+            if cfg is not None and cfg.preemption_policy == "fence" and not _within(victim.queue, q):
+                self._violate(t, 5, f"{beneficiary}, fenced in {q}, preempted {victim.id} outside the fence")
+        parted = _parting(victim.queue, beneficiary)
+        if parted is not None:
+            v_side, b_side = (self.queue_cfg.get(x) for x in parted)
+            if v_side is not None and b_side is not None and v_side.priority_offset > b_side.priority_offset:
+                self._violate(t, 5, f"{victim.queue} preempted for lower-priority {beneficiary}")
         cfg = self.queue_cfg.get(victim.queue)
         if cfg is None:
             return
         held = res.total(r.resource for r in self.reservations.values() if r.queue == victim.queue)
         before: Resource = dict(held)
-        after: Resource = dict(held)
         for a in self.allocations.values():
-            if a.queue != victim.queue or (a.preempted_at is not None and a.id != victim.id):
-                continue
-            res.add_into(before, a.resource)
-            if a.id != victim.id:
-                res.add_into(after, a.resource)
-        for k, g in cfg.guaranteed.items():
-            if after.get(k, 0) < min(g, before.get(k, 0)):
-                self._violate(t, 5, f"victim {victim.id} takes {victim.queue} below its guarantee {k}={g}")
+            if a.queue == victim.queue and not a.opportunistic and (a.preempted_at is None or a.id == victim.id):
+                res.add_into(before, a.resource)
+        after = res.sub(before, victim.resource)
+        capacity = self.capacity()
+        if _dominant_level(after, capacity) < _dominant_level(cfg.guaranteed, capacity):
+            self._violate(t, 5, f"victim {victim.id} takes {victim.queue} below its guarantee")
+        ideal = dec.victim_queue_ideal
+        if ideal and not any(before.get(k, 0) > ideal.get(k, 0) for k, c in capacity.items() if c > 0):
+            self._violate(t, 5, f"victim {victim.id} chosen while {victim.queue} was over its ideal nowhere")
+
+    def _user_limit_swap(self, victim: ModelAllocation, dec: d.Preempt) -> bool:
+        """5b's user clause as an outside observer sees it: the queue or an ancestor has user or group
+        ``limits`` and the victim's application belongs to another user than the beneficiary's."""
+        limited = any(self.queue_cfg[q].limits for q in _lineage(victim.queue) if q in self.queue_cfg)
+        return limited and self.app_user.get(victim.app, "") != self.app_user.get(dec.for_app, "")
 
     def _allocated(self, dec: d.Allocated) -> None:
         t = dec.t
@@ -240,6 +301,8 @@ class ClusterModel:
             self._violate(t, 3, f"allocation {dec.allocation} for unknown ask {dec.app}/{dec.ask}")
         else:
             self.ask_allocated[key] += 1
+            if self.ask_allocated[key] >= ask[1]:
+                self.open.pop(key, None)
             if self.ask_allocated[key] > ask[1]:
                 self._violate(
                     t, 3, f"ask {dec.app}/{dec.ask} allocated {self.ask_allocated[key]} times, count {ask[1]}"
@@ -268,9 +331,14 @@ class ClusterModel:
         self.allocations[dec.allocation] = ModelAllocation(
             dec.allocation, dec.app, dec.ask, queue, dec.node, resource, t, dec.am, opportunistic=dec.opportunistic
         )
+        if dec.opportunistic:
+            res.add_into(self.opportunistic, resource)
+        else:
+            for path in _lineage(queue):
+                res.add_into(self.usage[path], resource)
 
     def _check_max(self, t: float, aid: str, queue: str, resource: Resource) -> None:
-        usage = self.queue_usage()
+        usage = self.usage
         for path in _lineage(queue):
             cfg = self.queue_cfg.get(path)
             if cfg is None or cfg.max is None:
@@ -287,9 +355,20 @@ class ClusterModel:
             return
         self._check_max(dec.t, alloc.id, alloc.queue, alloc.resource)
         alloc.opportunistic = False
+        res.sub_into(self.opportunistic, alloc.resource)
+        for path in _lineage(alloc.queue):
+            res.add_into(self.usage[path], alloc.resource)
 
     def _gone(self, aid: str) -> None:
-        self.allocations.pop(aid, None)
+        alloc = self.allocations.pop(aid, None)
+        if alloc is not None:
+            if alloc.preempted_at is not None:
+                self.notices -= 1
+            if alloc.opportunistic:
+                res.sub_into(self.opportunistic, alloc.resource)
+            else:
+                for path in _lineage(alloc.queue):
+                    res.sub_into(self.usage[path], alloc.resource)
 
     # ------------------------------------------------------------------ checks at quiescence
 
@@ -307,46 +386,54 @@ class ClusterModel:
 
     # ------------------------------------------------------------------ views for metrics
 
-    def queue_usage(self) -> dict[str, Resource]:
-        """Committed usage per queue path, parents included."""
-        out: dict[str, Resource] = defaultdict(dict)
-        for a in self.allocations.values():
-            if a.opportunistic:
+    def derived(self) -> Derived:
+        """Usage, pending demand, notices and capacity as of now (recomputed only after a change)."""
+        if self._derived is not None and self._derived_version == self.version:
+            return self._derived
+        usage = {path: res.normalized(r) for path, r in self.usage.items()}
+        pending: dict[str, Resource] = defaultdict(dict)
+        containers = 0
+        for key in self.open:
+            resource, count = self.asks[key]
+            left = count - self.ask_allocated.get(key, 0)  # reserved containers still wait: demand
+            queue = self.apps.get(key[0])
+            if left <= 0 or queue is None:
                 continue
-            for path in _lineage(a.queue):
-                res.add_into(out[path], a.resource)
-        return out
+            containers += left
+            if key in self.opportunistic_asks:
+                continue  # waits for idle room: no queue's demand
+            for path in _lineage(queue):
+                res.add_into(pending[path], resource, left)
+        if self._capacity is None:
+            self._capacity = res.total(self.nodes.values())
+        opportunistic = res.normalized(self.opportunistic)
+        self._derived = Derived(usage, pending, containers, self.notices, self._capacity, opportunistic)
+        self._derived_version = self.version
+        return self._derived
+
+    def queue_usage(self) -> dict[str, Resource]:
+        """Committed usage per queue path, parents included (a snapshot: later changes leave it be)."""
+        return self.derived().usage
 
     def opportunistic_usage(self) -> Resource:
         """What running opportunistic containers hold (on nodes only, in no queue's usage)."""
-        return res.total(a.resource for a in self.allocations.values() if a.opportunistic)
+        return self.derived().opportunistic
 
     def queue_pending(self) -> dict[str, Resource]:
         """Outstanding demand per queue path, parents included (withdrawn and rejected asks excluded)."""
-        out: dict[str, Resource] = defaultdict(dict)
-        for key, (resource, count) in self.asks.items():
-            if key in self.withdrawn or key in self.rejected_asks or key in self.opportunistic_asks:
-                continue
-            left = count - self.ask_allocated.get(key, 0)  # reserved containers still wait: demand
-            if left <= 0:
-                continue
-            queue = self.apps.get(key[0])
-            if queue is None:
-                continue
-            for path in _lineage(queue):
-                res.add_into(out[path], resource, left)
-        return out
+        return self.derived().pending
 
     def pending_containers(self) -> int:
-        total = 0
-        for key, (_, count) in self.asks.items():
-            if key in self.withdrawn or key in self.rejected_asks or key[0] not in self.apps:
-                continue
-            total += max(0, count - self.ask_allocated.get(key, 0))
-        return total
+        return self.derived().pending_containers
 
     def capacity(self) -> Resource:
-        return res.total(self.nodes.values())
+        return self.derived().capacity
+
+
+def _dominant_level(r: Resource, capacity: Resource) -> float:
+    """The largest share of the cluster ``r`` holds (resources no node has say nothing), rounded to 12
+    places so that a container-exact level is not lost to float error."""
+    return round(max((r.get(k, 0) / c for k, c in capacity.items() if c > 0), default=0.0), 12)
 
 
 def _within(path: str, ancestor: str) -> bool:

@@ -1,6 +1,8 @@
 """Plots of a simulation: per-queue usage against guarantee over time, with preemptions marked.
 
-Pure rendering of samples already taken; files are PNG written with matplotlib's Agg backend.
+Pure rendering of samples already taken; files are PNG written with matplotlib's Agg backend. The
+resource plotted defaults to the partition's scarcest, measured: the one whose demand (usage plus
+waiting asks) was the largest share of its capacity, time-averaged.
 """
 
 from __future__ import annotations
@@ -17,8 +19,23 @@ from sniper.messages import decisions as d
 from sniper.simulator.metrics import Metrics
 
 
-def plot_usage(metrics: Metrics, out: Path, title: str, resource: str = MEMORY) -> None:
-    """One panel per leaf queue: usage and ideal (when known) as a share of the cluster, guarantee dashed."""
+def scarcest_resource(metrics: Metrics) -> str:
+    """The resource whose demand (usage plus waiting asks, whole partition) was the largest share of its
+    capacity, averaged over the run (memory when nothing was sampled)."""
+    weighted: dict[str, float] = {}
+    for a, b in zip(metrics.samples, metrics.samples[1:], strict=False):
+        dt = b.t - a.t
+        used, waiting = a.usage.get("root", {}), a.pending.get("root", {})
+        for k, cap in a.capacity.items():
+            if cap > 0:
+                weighted[k] = weighted.get(k, 0.0) + (used.get(k, 0) + waiting.get(k, 0)) / cap * dt
+    return max(sorted(weighted), key=lambda k: weighted[k]) if weighted else MEMORY
+
+
+def plot_usage(metrics: Metrics, out: Path, title: str, resource: str | None = None) -> None:
+    """One panel per leaf queue: usage and ideal (when known) as a share of the cluster, guarantee dashed;
+    ``resource`` defaults to the scarcest (:func:`scarcest_resource`)."""
+    resource = resource or scarcest_resource(metrics)
     model = metrics.model
     leaves = [p for p, c in model.queue_cfg.items() if not c.children]
     samples = metrics.samples
@@ -36,8 +53,15 @@ def plot_usage(metrics: Metrics, out: Path, title: str, resource: str = MEMORY) 
             cap = s_cap.get(resource, 0)
             return values.get(path, {}).get(resource, 0) / cap if cap else 0.0
 
-        ax.plot(times, [share(s.usage, s.capacity) for s in samples], label="usage", color="tab:blue")
-        ax.plot(times, [share(s.pending, s.capacity) for s in samples], label="pending", color="tab:gray", alpha=0.5)
+        ax.plot(
+            times,
+            [share(s.usage, s.capacity) for s in samples],
+            label="usage",
+            color="tab:blue",
+            drawstyle="steps-post",
+        )
+        pending = [share(s.pending, s.capacity) for s in samples]
+        ax.plot(times, pending, label="pending", color="tab:gray", alpha=0.5, drawstyle="steps-post")
         if any(s.ideal is not None for s in samples):
             ax.plot(
                 times, [share(s.ideal or {}, s.capacity) for s in samples], label="ideal", color="tab:green", alpha=0.7

@@ -4,6 +4,8 @@ Each container is released ``duration`` seconds after it starts; a killed contai
 once; a preempted, killed or lost container's work is asked for again as a new one-container ask
 (unless the trace said ``"retry": false``). Apps ignore the preempt signal (seed 002: none reacts),
 so victims leave at their kill. Deterministic: events come out in (time, sequence) order.
+``lost_work`` sums, per partition, the running time of every killed or lost container (ARCHITECTURE
+section 7, ``lost_work_seconds``), asked again or not.
 """
 
 from __future__ import annotations
@@ -32,8 +34,9 @@ class StandInRM:
         self.apps: set[tuple[str, str]] = set()
         self.timers: list[tuple[float, int, f.Feed]] = []
         self.release_at: dict[tuple[str, str], float] = {}
+        self.started: dict[tuple[str, str], float] = {}  # (partition, allocation) -> start
         self.retries = 0
-        self.lost_work = 0.0  # container-seconds of work lost to kills and node loss
+        self.lost_work: dict[str, float] = {}  # partition -> container-seconds lost to kills and node loss
         self._seq = 0
         self._retry_names: dict[tuple[str, str, str], int] = {}
         self.alloc_ask: dict[tuple[str, str], str] = {}
@@ -73,6 +76,7 @@ class StandInRM:
         match dec:
             case d.Allocated():
                 self.alloc_ask[(dec.partition, dec.allocation)] = dec.ask
+                self.started[(dec.partition, dec.allocation)] = now
                 info = self.asks.get((dec.partition, dec.app, dec.ask))
                 if info is not None and info.duration is not None:
                     at = now + info.duration
@@ -80,23 +84,30 @@ class StandInRM:
                     self._schedule(at, f.AllocationReleased(t=at, partition=dec.partition, allocation=dec.allocation))
                 return []
             case d.Kill():
-                started = self.release_at.pop((dec.partition, dec.allocation), None)
+                self._lost(dec.partition, dec.allocation, now)
                 ask = self.alloc_ask.pop((dec.partition, dec.allocation), "")
                 out: list[f.Feed] = [f.AllocationReleased(t=now, partition=dec.partition, allocation=dec.allocation)]
-                out.extend(self._again(dec.partition, dec.app, ask, now, started))
+                out.extend(self._again(dec.partition, dec.app, ask, now))
                 return out
             case d.AllocationLost():
+                self._lost(dec.partition, dec.allocation, now)
                 self.alloc_ask.pop((dec.partition, dec.allocation), None)
-                started = self.release_at.pop((dec.partition, dec.allocation), None)
-                return self._again(dec.partition, dec.app, dec.ask, now, started)
+                return self._again(dec.partition, dec.app, dec.ask, now)
             case d.Released():
                 self.alloc_ask.pop((dec.partition, dec.allocation), None)
                 self.release_at.pop((dec.partition, dec.allocation), None)
+                self.started.pop((dec.partition, dec.allocation), None)
                 return []
             case _:
                 return []
 
-    def _again(self, partition: str, app: str, ask: str, now: float, release_at: float | None) -> list[f.Feed]:
+    def _lost(self, partition: str, allocation: str, now: float) -> None:
+        self.release_at.pop((partition, allocation), None)
+        started = self.started.pop((partition, allocation), None)
+        if started is not None:
+            self.lost_work[partition] = self.lost_work.get(partition, 0.0) + max(0.0, now - started)
+
+    def _again(self, partition: str, app: str, ask: str, now: float) -> list[f.Feed]:
         info = self.asks.get((partition, app, ask))
         if info is None or not info.retry or (partition, app) not in self.apps:
             return []
@@ -105,8 +116,6 @@ class StandInRM:
         self._retry_names[(partition, app, base)] = n
         self.retries += 1
         duration = info.duration
-        if duration is not None and release_at is not None:
-            self.lost_work += max(0.0, duration - (release_at - now))
         name = f"{base}~{n}"
         self.asks[(partition, app, name)] = info
         return [

@@ -1,9 +1,17 @@
 """The simulation driver: replays a trace in virtual time through the real actors.
 
-Each step moves the clock to the next interesting time (a trace event, a container's end, a tick),
-publishes the tick and the events due, waits until every actor has handled everything (the links are
-quiescent), then checks the invariants and samples the metrics. Nothing here reads the wall clock
-except to measure ``allocations_per_s``; the same trace and seed give the same decisions.
+Each step moves the clock to the next time that can change something (a trace event, a container's
+end, the next tick while the scheduler holds work that time moves: pending asks a policy may act on,
+notices and reservations with deadlines), publishes the tick and the events due, waits until every
+actor has handled everything (the links are quiescent), then checks the invariants and samples the
+metrics when the model changed. Idle and settled time (:func:`_has_work`) is jumped over: ticking
+through it would change only the phase of the policies' rounds, which the driver keeps with one tick
+at the last round ticking would have run (:func:`_round_ticks`; exact while the active policies share
+one phase), and the allocator's missed-opportunity counts, which it carries over (:func:`_carry_missed`).
+The trace cursor, the stand-in resource manager and the stop rules are the shared
+:class:`~sniper.simulator.player.Player`.
+Nothing here reads the wall clock except to measure ``allocations_per_s``; the same trace and seed
+give the same decisions, and ``skip_idle=False`` (tick every second) gives the same decisions too.
 
 :func:`drive` is the driver for any transport, given as :class:`Links` (how to publish, how decisions
 come back, how to wait for quiescence); :func:`simulate` runs it on the memory bus
@@ -14,23 +22,26 @@ from __future__ import annotations
 
 import abc
 import dataclasses
-import math
 import time
+from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
 import anyio
 
+from sniper.actors.allocator import AllocatorActor
 from sniper.actors.partition import PartitionRuntime
 from sniper.actors.policy import PolicyActor
 from sniper.actors.router import Router
 from sniper.core.config import PartitionConfig, SchedulerConfig, parse_partition
+from sniper.core.preemption.policies import SniperPolicy, enabled_policies
 from sniper.messages import decisions as d
 from sniper.messages import feed as f
 from sniper.messages import protocol as p
 from sniper.simulator.metrics import IdealFn, Metrics
 from sniper.simulator.model import ClusterModel
-from sniper.simulator.rm import StandInRM
+from sniper.simulator.player import EPS, Player, last_round_before, ticks_between
+from sniper.simulator.report import PartitionFigures, Report, build_report
 from sniper.transport.bus import DECISIONS, FEED, TICK
 from sniper.transport.memory import MemoryBus
 
@@ -45,15 +56,22 @@ class SimulationSettings:
     policy: str | None = None  # overrides every partition's configured policy
     batch: int = 4096
     quiet: float = 60.0  # after the trace, stop once nothing happened for this long
+    skip_idle: bool = True  # jump over idle time (False: tick every second, the reference)
 
 
 @dataclasses.dataclass(slots=True)
 class SimulationResult:
-    report: dict[str, Any]
+    summary: Report
     decisions: list[d.DecisionMsg]
     metrics: dict[str, Metrics]
     models: dict[str, ClusterModel]
     runtimes: dict[str, PartitionRuntime]
+    steps: int = 0  # driver steps taken (virtual-time jumps)
+
+    @property
+    def report(self) -> dict[str, Any]:
+        """The report as JSON-ready builtins (the struct is :attr:`summary`)."""
+        return self.summary.to_dict()
 
     @property
     def violations(self) -> int:
@@ -82,6 +100,69 @@ def _initial_config(
             except ValueError:
                 return None
     return None
+
+
+def _has_work(model: ClusterModel, runtime: PartitionRuntime, changed_at: float) -> bool:
+    """Whether a tick can change anything in this partition: notices or reservations (deadlines), an
+    allocator whose batch ran out, or pending asks while a preemption policy may still act on them.
+
+    Pending asks are settled (ticks change nothing but the allocator's missed-opportunity counts, which
+    the driver carries over) when the only policy is sniper, its last round came after the partition's
+    last change and found no queue that could gain by preemption (no beneficiary or nothing to lose),
+    no request is in flight, and one missed cycle is enough to be a candidate."""
+    derived = model.derived()
+    if derived.notices or model.reservations:
+        return True
+    if any(isinstance(a, AllocatorActor) and a.core.dirty for a in runtime.actors):
+        return True
+    config = model.config
+    if not derived.pending_containers or config is None or not enabled_policies(config.preemption):
+        return False
+    if config.preemption.min_missed_opportunities > 1:
+        return True
+    for actor in runtime.actors:
+        if not isinstance(actor, PolicyActor) or not actor.active:
+            continue
+        policy = actor.replica_of.policy
+        if not isinstance(policy, SniperPolicy) or policy.waiting is not None:
+            return True
+        quotas = policy.last_quotas
+        if quotas is None or (quotas.beneficiaries and quotas.may_lose):
+            return True
+        if actor.next_round - policy.config.interval <= changed_at + EPS:
+            return True  # no round has seen the latest state yet
+    return False
+
+
+def _carry_missed(runtimes: dict[str, PartitionRuntime], cycles: int) -> None:
+    """Count ``cycles`` skipped allocation cycles as missed for the asks the last cycle tried (settled
+    time: each of those cycles would have tried the same asks and placed nothing)."""
+    if cycles <= 0:
+        return
+    for runtime in runtimes.values():
+        for actor in runtime.actors:
+            if isinstance(actor, AllocatorActor):
+                missed = actor.core.missed
+                for key in actor.core.last_tried:
+                    if key in missed:
+                        missed[key] += cycles
+
+
+def _round_ticks(runtimes: dict[str, PartitionRuntime], first_tick: float, before: float, tick: float) -> list[float]:
+    """The last tick before ``before`` at which each active policy actor would have run a round had the
+    driver ticked every ``tick`` from ``first_tick`` on."""
+    out: set[float] = set()
+    for runtime in runtimes.values():
+        for actor in runtime.actors:
+            if not isinstance(actor, PolicyActor) or not actor.active:
+                continue
+            config = actor.replica_of.state.config
+            if config is None:
+                continue
+            at = last_round_before(actor.next_round, config.preemption.interval, first_tick, before, tick)
+            if at is not None:
+                out.add(at)
+    return sorted(out)
 
 
 class Links(abc.ABC):
@@ -143,7 +224,14 @@ async def drive(
     ideal_fn: IdealFn | None = None,
 ) -> SimulationResult:
     """Replay ``events`` in virtual time through partitions whose actors run on ``links`` (closed at the end)."""
-    trace = sorted((_with_policy(e, settings.policy) for e in events), key=lambda e: e.t)
+    player = Player(
+        [_with_policy(e, settings.policy) for e in events],
+        until=settings.until,
+        tick=settings.tick,
+        quiet=settings.quiet,
+        skip_idle=settings.skip_idle,
+    )
+    trace = player.trace
     names = sorted({e.partition for e in trace} | {part.name for part in (config.partitions if config else ())})
     try:
         router = links.router
@@ -156,17 +244,15 @@ async def drive(
             runtimes[name] = PartitionRuntime(name, router, config=initial if provided else None, batch=settings.batch)
             models[name] = ClusterModel(name, initial)
             metrics[name] = Metrics(models[name], ideal_fn)
-        rm = StandInRM()
+        changed_at = dict.fromkeys(names, 0.0)  # when each partition's model last changed
         decisions_log: list[d.DecisionMsg] = []
         decisions = router.inbox([(DECISIONS, None)], group="resource-manager", capacity=1 << 16)
-        clock = {"now": 0.0, "last_activity": 0.0}
-        end_hint = settings.until if settings.until is not None else (trace[-1].t if trace else 0.0)
 
         async def publish_feed(event: f.Feed) -> None:
             model = models.get(event.partition)
             if model is not None:
                 model.on_event(event)
-            rm.observe(event)
+            player.observe(event)
             await router.publish(FEED, event.partition, event)
 
         async def consume_decisions() -> None:
@@ -176,13 +262,11 @@ async def drive(
                 except (anyio.EndOfStream, anyio.ClosedResourceError):
                     return
                 decisions_log.append(dec)
-                if not isinstance(dec, d.Rejected | d.ReservationEnded):
-                    clock["last_activity"] = clock["now"]
                 model = models.get(dec.partition)
                 if model is not None:
                     model.on_decision(dec)
                     metrics[dec.partition].record(dec)
-                for event in rm.on_decision(dec, clock["now"]):
+                for event in player.on_decision(dec, player.now):
                     await publish_feed(event)
                 decisions.ack()
 
@@ -193,117 +277,65 @@ async def drive(
             await links.ready()
             tg.start_soon(consume_decisions)
             await links.idle()
-            i = 0
-            next_tick = 0.0
             while True:
-                upcoming = [next_tick]
-                if i < len(trace):
-                    upcoming.append(trace[i].t)
-                rm_next = rm.next_time()
-                if rm_next is not None:
-                    upcoming.append(rm_next)
-                nxt = min(upcoming)
-                if settings.until is not None:
-                    if nxt > settings.until:
-                        break
-                elif i >= len(trace) and rm_next is None:
-                    waiting = any(m.pending_containers() for m in models.values())
-                    if not waiting or nxt - clock["last_activity"] > settings.quiet:
-                        break
-                now = clock["now"] = nxt
-                if now >= next_tick:
-                    next_tick = (math.floor(now / settings.tick + 1e-9) + 1) * settings.tick
+                active = any(_has_work(models[n], runtimes[n], changed_at[n]) for n in names)
+                waiting = any(m.pending_containers() for m in models.values())
+                now = player.next_step(active=active, waiting=waiting)
+                if now is None:
+                    break
+                if now > player.next_tick:  # settled time jumped over: as if ticking through it
+                    rounds = _round_ticks(runtimes, player.next_tick, now, settings.tick)
+                    _carry_missed(runtimes, ticks_between(player.next_tick, now, settings.tick) - len(rounds))
+                    for at in rounds:
+                        await router.publish(TICK, "*", p.Tick(now=at))
+                        await links.idle()
+                due = player.advance(now)
                 await router.publish(TICK, "*", p.Tick(now=now))
-                while i < len(trace) and trace[i].t <= now:
-                    await publish_feed(trace[i])
-                    i += 1
-                for event in rm.due(now):
+                for event in due:
                     await publish_feed(event)
                 await links.idle()
                 for name, model in models.items():
-                    model.check(now)
-                    metrics[name].sample(now)
+                    if metrics[name].sample(now):
+                        model.check(now)
+                        changed_at[name] = now
                 if progress is not None:
-                    progress(now, settings.until if settings.until is not None else max(end_hint, now))
+                    progress(now, player.end_hint)
             wall = time.perf_counter() - wall_start
             tg.cancel_scope.cancel()
     finally:
         with anyio.CancelScope(shield=True):
             await links.aclose()
-    report = build_report(runtimes, models, metrics, decisions_log, clock["now"], wall, settings, rm)
-    report["transport"] = links.name
-    report["topic_prefix"] = links.prefix
-    return SimulationResult(report, decisions_log, metrics, models, runtimes)
+    for m in metrics.values():
+        m.finish(player.now)
+    parts = {name: _figures(runtimes[name], models[name], metrics[name], player) for name in names}
+    report = build_report(
+        parts,
+        sim_seconds=player.now,
+        wall=wall,
+        cycle=settings.tick,
+        policy=settings.policy,
+        seed=settings.seed,
+        retries=player.rm.retries,
+        transport=links.name,
+        topic_prefix=links.prefix,
+    )
+    return SimulationResult(report, decisions_log, metrics, models, runtimes, player.steps)
 
 
-def build_report(
-    runtimes: dict[str, PartitionRuntime],
-    models: dict[str, ClusterModel],
-    metrics: dict[str, Metrics],
-    decisions: list[d.DecisionMsg],
-    sim_seconds: float,
-    wall: float,
-    settings: SimulationSettings,
-    rm: StandInRM,
-) -> dict[str, Any]:
-    per_partition: dict[str, dict[str, Any]] = {}
-    for name, runtime in runtimes.items():
-        core = runtime.cache_core
-        assert core is not None
-        model, m = models[name], metrics[name]
-        cfg = core.state.config
-        pre = cfg.preemption if cfg is not None else None
-        grace = pre.grace if pre is not None else 15.0
-        wasted, ping_pong, undecided = m.preemption_outcomes(grace, settings.tick)
-        allocations = sum(1 for x in decisions if isinstance(x, d.Allocated) and x.partition == name)
-        per_partition[name] = {
-            "policy": pre.policy if pre is not None else "none",
-            "allocations": allocations,
-            "preemptions": m.preemption_totals(),
-            "wasted_preemptions": wasted,
-            "ping_pong": ping_pong,
-            "preemptions_undecided": undecided,
-            "time_to_guarantee": m.time_to_guarantee(),
-            "utilization": m.utilization(),
-            "opportunistic": m.opportunistic(),
-            "fairness_gap": m.fairness_gap(),
-            "pending_at_end": model.pending_containers(),
-            "rejected": sum(1 for x in decisions if isinstance(x, d.Rejected) and x.partition == name),
-            "proposals_rejected": core.stats.placements_rejected,
-            "proposals": core.stats.proposals,
-            "mask": mask_statistics(runtime),
-            "invariant_violations": len(model.violations),
-            "violations": [dataclasses.asdict(v) for v in model.violations[:50]],
-            "preemption_log": m.preemption_log(),
-        }
-    total_allocations = sum(r["allocations"] for r in per_partition.values())
-    report: dict[str, Any] = {
-        "policy": settings.policy or next(iter(per_partition.values()), {}).get("policy", "none"),
-        "sim_seconds": round(sim_seconds, 3),
-        "seed": settings.seed,
-        "allocations": total_allocations,
-        "allocations_per_s": round(total_allocations / wall, 1) if wall > 0 else None,
-        "wall_seconds": round(wall, 3),
-        "decisions": len(decisions),
-        "retries": rm.retries,
-        "lost_work_seconds": round(rm.lost_work, 3),
-    }
-    if len(per_partition) == 1:
-        report.update({k: v for k, v in next(iter(per_partition.values())).items() if k != "policy"})
-    else:
-        for key in ("wasted_preemptions", "ping_pong", "pending_at_end", "rejected", "proposals_rejected"):
-            report[key] = sum(r[key] for r in per_partition.values())
-        report["invariant_violations"] = sum(r["invariant_violations"] for r in per_partition.values())
-        report["preemptions"] = {
-            "victims": sum(r["preemptions"]["victims"] for r in per_partition.values()),
-            "resources": _sum_resources(r["preemptions"]["resources"] for r in per_partition.values()),
-            "cancelled": sum(r["preemptions"]["cancelled"] for r in per_partition.values()),
-        }
-        report["time_to_guarantee"] = {
-            f"{name}:{q}": v for name, r in per_partition.items() for q, v in r["time_to_guarantee"].items()
-        }
-        report["partitions"] = per_partition
-    return report
+def _figures(runtime: PartitionRuntime, model: ClusterModel, metrics: Metrics, player: Player) -> PartitionFigures:
+    core = runtime.cache_core
+    assert core is not None
+    cfg = core.state.config
+    return PartitionFigures(
+        model=model,
+        metrics=metrics,
+        grace=cfg.preemption.grace if cfg is not None else 15.0,
+        counts=Counter(type(x).__name__ for x in metrics.decisions),
+        lost_work=player.rm.lost_work.get(runtime.partition, 0.0),
+        proposals_rejected=core.stats.placements_rejected,
+        proposals=core.stats.proposals,
+        mask=mask_statistics(runtime),
+    )
 
 
 def mask_statistics(runtime: PartitionRuntime) -> dict[str, int]:
@@ -317,14 +349,6 @@ def mask_statistics(runtime: PartitionRuntime) -> dict[str, int]:
             out["hits"] += mask.hits
             out["clears"] += mask.clears
             out["entries_at_end"] += len(mask)
-    return out
-
-
-def _sum_resources(items: Any) -> dict[str, int]:
-    out: dict[str, int] = {}
-    for r in items:
-        for k, v in r.items():
-            out[k] = out.get(k, 0) + v
     return out
 
 

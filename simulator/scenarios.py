@@ -231,9 +231,11 @@ def priority_queues(seed: int = 0) -> Scenario:
 
 
 def fence(seed: int = 0) -> Scenario:
-    """A fenced subtree: root.team (fence) holds team.x and team.y; root.other is outside. team.x borrowed
-    everything; other and team.y then ask. team.y may preempt team.x (inside the fence); other may not
-    preempt team.x across the fence, so it waits for natural completions."""
+    """A fenced subtree (YuniKorn's semantics): root.team (fence, half the cluster) holds team.x and
+    team.y; root.other and root.ext (a quarter each) are outside. other and team.x each borrowed a quarter
+    beyond their guarantees; then team.y asks for its own: it may preempt team.x (inside the fence) but
+    never other, an ask inside a fence never preempting outside it. Later ext asks: asks from outside may
+    preempt inside a fence by the usual rules, and other is the queue over its ideal."""
     rng = random.Random(seed)
     nodes = 12
     cap = {"memory": nodes * 64 * GiB, "vcore": nodes * 16_000}
@@ -245,12 +247,12 @@ def fence(seed: int = 0) -> Scenario:
         "properties": {"preemption.policy": "fence"},
         "queues": [_queue("x", quarter), _queue("y", quarter)],
     }
-    raw = _partition([team, _queue("other", half)], dict(PREEMPTION))
+    raw = _partition([team, _queue("other", quarter), _queue("ext", quarter)], dict(PREEMPTION))
     events: list[f.Feed] = list(_nodes(nodes, 64 * GiB, 16_000))
-    for k in range(2):
-        _job(events, 1 + k, f"x-{k}", "root.team.x", 100, 4 * GiB, 1000, rng.uniform(150, 300))
+    _job(events, 1, "other-0", "root.other", 96, 4 * GiB, 1000, rng.uniform(300, 400))
+    _job(events, 2, "x-0", "root.team.x", 96, 4 * GiB, 1000, rng.uniform(300, 400))
     _job(events, 50, "y-0", "root.team.y", 40, 4 * GiB, 1000, 120)
-    _job(events, 50, "other-0", "root.other", 80, 4 * GiB, 1000, 120)
+    _job(events, 100, "ext-0", "root.ext", 40, 4 * GiB, 1000, 120)
     return Scenario("fence", fence.__doc__ or "", raw, events)
 
 
@@ -333,6 +335,55 @@ def fragmented(seed: int = 0) -> Scenario:
     return Scenario("fragmented", fragmented.__doc__ or "", raw, events)
 
 
+def user_limits(seed: int = 0) -> Scenario:
+    """User limits (seed 000's user_limit_factor, YuniKorn's ``limits``): root.shared is one team's queue
+    where a heavy user submits far more work than the queue holds and three light users come and go;
+    every user may hold at most a quarter of the queue's guarantee and run two apps at a time (a third
+    waits, first come first served). root.batch borrowed the idle cluster first. Preemption frees room
+    only an ask within its user's limit can take; the heavy user's blocked asks still count as the
+    queue's demand."""
+    rng = random.Random(seed)
+    nodes = 16
+    half = {"memory": nodes * 64 * GiB // 2, "vcore": nodes * 16_000 // 2}
+    shared = _queue("shared", half)
+    shared["limits"] = [
+        {
+            "limit": "a quarter of the queue per user",
+            "users": ["*"],
+            "maxresources": res.as_quantities({"memory": half["memory"] // 4, "vcore": half["vcore"] // 4}),
+            "maxapplications": 2,
+        }
+    ]
+    shared["maxapplications"] = 8
+    raw = _partition([shared, _queue("batch", half)], dict(PREEMPTION))
+    events: list[f.Feed] = list(_nodes(nodes, 64 * GiB, 16_000))
+
+    def job(t: float, app: str, queue: str, user: str, count: int, duration: float) -> None:
+        events.append(f.AppAdded(t=t, app=app, queue=queue, user=user))
+        events.append(
+            f.AskAdded(
+                t=t,
+                app=app,
+                ask=f"{app}-task",
+                resource={"memory": 4 * GiB, "vcore": 1000},
+                count=count,
+                duration=duration,
+            )
+        )
+
+    for k in range(2):
+        job(1 + k, f"batch-{k}", "root.batch", "etl", nodes * 16, rng.uniform(400, 600))
+    for k in range(3):  # the heavy user: three big apps, each alone more than the whole queue
+        job(20 + k, f"heavy-{k}", "root.shared", "hank", 160, rng.uniform(150, 250))
+    for user in ("lou", "liz", "leo"):
+        t = rng.uniform(40, 80)
+        for k in range(4):
+            job(t, f"{user}-{k}", "root.shared", user, rng.randint(10, 24), rng.uniform(60, 120))
+            t += rng.uniform(60, 120)
+    events.sort(key=lambda e: e.t)
+    return Scenario("user_limits", user_limits.__doc__ or "", raw, events)
+
+
 ScenarioFn = Callable[[int], Scenario]
 
 
@@ -376,6 +427,7 @@ SCENARIOS: dict[str, ScenarioFn] = {
     "random_mix": random_mix,
     "fragmented": fragmented,
     "opportunistic": opportunistic,
+    "user_limits": user_limits,
 }
 
 

@@ -96,7 +96,10 @@ class TopicReader:
 
 
 class CoreSubprocess:
-    """A ``sniper core`` subprocess (any role); its log tells which Kafka partitions it was last assigned."""
+    """A ``sniper core`` subprocess (any role); its log tells which Kafka partitions it was last assigned.
+
+    ``changed`` is set at every log line (``lines``), ``assigned`` follows the assignment lines.
+    """
 
     def __init__(self, process: Process) -> None:
         self.process = process
@@ -123,8 +126,8 @@ class CoreSubprocess:
                 found = ASSIGNED.search(line)
                 if found is not None:
                     self.assigned = [int(x) for x in found.group(1).replace(" ", "").split(",") if x]
-                    self.changed.set()
-                    self.changed = anyio.Event()
+                self.changed.set()  # on every line: waiters check their own condition
+                self.changed = anyio.Event()
 
     async def until_assigned(self) -> None:
         while not self.assigned:

@@ -69,9 +69,27 @@ def _first_queue(state: PartitionState) -> str:
 
 QUEUE_ORDER: list[tuple[str, list[dict[str, Any]], Build, str]] = [
     (
-        "priority.offset first, even far over its guarantee",
+        "below its guarantee before a higher priority above its own (issue 9, item 2)",
         [queue("a", guaranteed={"memory": 1000}, priority_offset="10"), queue("b", guaranteed={"memory": 50_000})],
         Build().app("A", "root.a").app("B", "root.b").used("A", 40_000).ask("A", "x", 100).ask("B", "y", 100),
+        "root.b",
+    ),
+    (
+        "priority.offset first among queues above their guarantees, whatever the shares",
+        [queue("a", guaranteed={"memory": 1000}, priority_offset="10"), queue("b", guaranteed={"memory": 1000})],
+        Build()
+        .app("A", "root.a")
+        .app("B", "root.b")
+        .used("A", 40_000)
+        .used("B", 2000)
+        .ask("A", "x", 1)
+        .ask("B", "y", 1),
+        "root.a",
+    ),
+    (
+        "priority.offset first among queues below their guarantees",
+        [queue("a", guaranteed={"memory": 10_000}, priority_offset="10"), queue("b", guaranteed={"memory": 10_000})],
+        Build().app("A", "root.a").app("B", "root.b").used("A", 9000).ask("A", "x", 1).ask("B", "y", 1),
         "root.a",
     ),
     (

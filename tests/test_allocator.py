@@ -33,6 +33,8 @@ def _idle(h: Harness) -> None:
 
 
 NODE = f.NodeAdded(node="n1", capacity={"memory": 8192, "vcore": 8000})
+# A large node out of service: asks only it could hold are kept waiting (not rejected as never fitting).
+DOWN = f.NodeAdded(node="down", capacity={"memory": 65536, "vcore": 8000}, schedulable=False)
 APP = f.AppAdded(app="a1", queue="root.a")
 
 
@@ -40,7 +42,8 @@ APP = f.AppAdded(app="a1", queue="root.a")
 
 
 def test_missed_opportunities_grow_per_cycle_and_reset_on_allocation() -> None:
-    h = _harness(NODE, APP, f.AskAdded(app="a1", ask="big", resource={"memory": 16384}))
+    # asked before any node registered: not judged, it waits (a larger node comes below)
+    h = _harness(APP, f.AskAdded(app="a1", ask="big", resource={"memory": 16384}), NODE)
     key = ("a1", "big")
     for cycle in range(1, 4):
         assert h.propose() is None
@@ -57,6 +60,7 @@ def test_missed_opportunities_grow_per_cycle_and_reset_on_allocation() -> None:
 def test_missed_counts_only_asks_that_were_candidates() -> None:
     h = _harness(
         NODE,
+        DOWN,
         APP,
         f.AskAdded(app="a1", ask="fits", resource={"memory": 1024}),
         f.AskAdded(app="a1", ask="never", resource={"memory": 9000}),
@@ -303,6 +307,7 @@ def test_an_unplaceable_ask_filling_the_batch_does_not_starve_the_others() -> No
     """Candidates that all fail are skipped and the cycle asks for the next ones."""
     h = _harness(
         NODE,
+        DOWN,
         f.AppAdded(app="b1", queue="root.b"),  # no max: only the batch bounds the candidates
         f.AskAdded(app="b1", ask="huge", resource={"memory": 65536}, count=10, priority=9),
         f.AskAdded(app="b1", ask="small", resource={"memory": 1024}),

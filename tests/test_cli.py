@@ -110,7 +110,7 @@ def test_check_config_prints_units_preemption_settings_and_warnings(tmp_path: Pa
     path = tmp_path / "queues.yaml"
     path.write_text(
         "partitions:\n  - preemption: {policy: sniper, interval: 1}\n    queues:\n"
-        "      - {name: team, properties: {preemption.policy: fence}, maxapplications: 3,\n"
+        "      - {name: team, properties: {preemption.policy: fence}, adminacl: admins,\n"
         "         resources: {guaranteed: {memory: 320Gi, vcore: 80}, max: {memory: 343597383680, vcores: 2}}}\n"
         "      - {name: '[/]x', properties: {preemption.policy: disabled}}\n"
     )
@@ -124,7 +124,7 @@ def test_check_config_prints_units_preemption_settings_and_warnings(tmp_path: Pa
     assert "fenced: root.team" in result.output and "never victims (disabled): root.c" in result.output
     assert "team: guaranteed memory 320 GiB, vcore 80 cores; max memory 320 GiB, vcores 2;" in result.output
     text = _text(result)
-    assert "warning: queue root.team: maxapplications not implemented by Sniper yet" in text
+    assert "warning: queue root.team: adminacl not implemented by Sniper yet" in text
     assert "resource 'vcores' is not 'vcore' (did you mean 'vcore'?)" in text
 
 
@@ -179,3 +179,38 @@ def test_bench_e2e_refuses_a_nonsense_cpu_cap_before_starting_anything() -> None
     result = _invoke("bench", "e2e", "--core-cpus", "0")
     assert result.exit_code != 0
     assert "--core-cpus must be at least 0.01" in result.output
+
+
+def test_compare_runs_policies_in_parallel_and_plots_the_resource_asked(tmp_path: Path) -> None:
+    report, plot = tmp_path / "compare.json", tmp_path / "compare.png"
+    trace = str(_tiny_trace(tmp_path))
+    args = ["compare", trace, "--policies", "sniper,none", "--jobs", "2", "--resource", "memory", "--markdown"]
+    result = _invoke(*args, "--report", str(report), "--plot", str(plot))
+    assert result.exit_code == 0, result.output
+    assert "| utilization memory |" in result.output and "| stranded memory |" in result.output
+    data = json.loads(report.read_text())
+    assert list(data) == ["sniper", "none"] and data["none"]["allocations"] == 3
+    assert plot.stat().st_size > 0
+
+
+def test_compare_refuses_fewer_than_one_job(tmp_path: Path) -> None:
+    result = _invoke("compare", str(_tiny_trace(tmp_path)), "--jobs", "0")
+    assert result.exit_code == 2
+    assert "--jobs" in _text(result) and "greater than or equal to 1" in _text(result)
+
+
+def test_simulate_plots_the_scarcest_resource_by_default(tmp_path: Path) -> None:
+    plot = tmp_path / "usage.png"
+    result = _invoke("simulate", str(_tiny_trace(tmp_path)), "--plot", str(plot))
+    assert result.exit_code == 0, result.output
+    assert plot.stat().st_size > 0
+
+
+def test_bench_simulate_prints_its_rates_as_json() -> None:
+    result = _invoke(
+        "bench", "simulate", "--nodes", "3", "--days", "0.05", "--pods", "30", "--policy", "none", "--json"
+    )
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    assert data["bench"] == "simulate" and data["allocations"] > 0 and data["invariant_violations"] == 0
+    assert data["sim_seconds_per_wall_s"] > 0 and data["events_per_s"] > 0

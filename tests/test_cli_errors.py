@@ -230,6 +230,9 @@ async def test_feed_prints_a_table_or_json_with_the_rejections(kafka_settings: K
         async with anyio.create_task_group() as tg:
             await tg.start(CoreProcess(kafka_settings, CoreOptions(group="feed", tick=0.1)).run)
             as_json = await anyio.to_thread.run_sync(lambda: _invoke(*args, "--json"))
+            # The second run asks anew (the first run's ask is done; its decisions are all read by now).
+            again = [*TINY[:3], {**TINY[3], "ask": "k2"}, bad_app]
+            args[1] = str(_trace(tmp_path, again, "again.jsonl"))
             table = await anyio.to_thread.run_sync(lambda: _invoke(*args))
             tg.cancel_scope.cancel()
     assert as_json.exit_code == 0, as_json.output

@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import logging
+import random
+import string
 from collections.abc import AsyncIterator, Callable, Iterable
 from typing import Any
 
@@ -107,19 +110,19 @@ async def test_a_core_hosts_partitions_and_answers_with_stamped_decisions(
             assert {x.epoch for x in reader.items} == {1}
             assert all(x.feed_offset >= 0 for x in reader.items)
             assert set(process.hosts) == {"p1", "p2"}
-            # Bad input: an unknown app, an absurd node, an event keyed on the wrong Kafka partition.
+            # Bad input: an unknown app (rejected by the state), an absurd node (refused at the edge), an
+            # event keyed on the wrong Kafka partition: the last two are dead-lettered, once each.
             await bus.publish(
                 FEED, "p1", f.AskAdded(partition="p1", id="x1", app="nope", ask="k", resource={"memory": 1})
             )
             await bus.publish(FEED, "p1", f.NodeAdded(partition="p1", id="x2", node="big", capacity={"memory": 2**41}))
             wrong = next(k for k in (f"w{i}" for i in range(100)) if bus.partition_for(k) != bus.partition_for("p1"))
             await bus.publish(FEED, "p1", f.AppAdded(partition=wrong, id="x3", app="z", queue="root.a"))
-            await reader.until(lambda _: len(reader.of(d.Rejected, "p1")) == 2)
-            reasons = [x.reason for x in reader.of(d.Rejected, "p1")]
-            assert "unknown app nope" in reasons[0] and "sanity cap" in reasons[1]
+            await reader.until(lambda _: len(reader.of(d.Rejected, "p1")) == 1)
+            assert "unknown app nope" in reader.of(d.Rejected, "p1")[0].reason
             letters = await bus.subscribe_ready(DEADLETTER, group=bus.settings.prefix + "letters")
-            letter = await letters.receive()
-            assert letter.topic == FEED and "belongs on Kafka partition" in letter.reason
+            reasons = sorted([(await letters.receive()).reason for _ in range(2)])
+            assert "sanity cap" in reasons[0] and "belongs on Kafka partition" in reasons[1], reasons
             # Raw garbage on the feed is dead-lettered by the transport; the core carries on.
             producer = AIOKafkaProducer(bootstrap_servers=kafka_settings.bootstrap)
             await producer.start()
@@ -236,3 +239,50 @@ async def test_a_large_partition_snapshots_after_at_least_as_many_decisions_as_i
     assert size == 1004
     large = HostedPartition(process, "p1", 0, core)
     assert all(size // 2 <= large._snapshot_point()[0] <= size for _ in range(20))
+
+
+class _Alerts(logging.Handler):
+    """Wakes a waiter at each ALERT log line (the alert is a log line and a metric)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen = anyio.Event()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.getMessage().startswith("ALERT"):
+            self.seen.set()
+
+
+async def test_a_snapshot_too_large_to_publish_raises_an_alert_and_the_partition_goes_on(
+    kafka_settings: KafkaSettings,
+) -> None:
+    settings = dataclasses.replace(kafka_settings, max_message_bytes=8 << 10)
+    rng = random.Random(5)
+    noise = string.ascii_letters + string.digits  # random labels: the compressed snapshot stays large
+    nodes = [
+        f.NodeAdded(
+            partition="wide",
+            id=f"n{i}",
+            node=f"n{i}",
+            capacity={"memory": 8},
+            labels={f"l{j}": "".join(rng.choices(noise, k=200)) for j in range(8)},
+        )
+        for i in range(60)
+    ]
+    alerts = _Alerts()
+    logging.getLogger("sniper.core").addHandler(alerts)
+    try:
+        with anyio.fail_after(WAIT):
+            async with KafkaBus(settings) as bus, anyio.create_task_group() as tg:
+                reader = Decisions(await bus.subscribe_ready(DECISIONS, group=bus.settings.prefix + "reader"))
+                tg.start_soon(reader.pump)
+                process = CoreProcess(settings, options(snapshot_interval=0.2))
+                await tg.start(process.run)
+                await bus.publish_many(FEED, [(e.partition, e) for e in workload("wide", 0)[:1] + nodes])
+                await alerts.seen.wait()
+                await bus.publish_many(FEED, [(e.partition, e) for e in workload("wide", 2)[3:]])
+                await reader.until(lambda _: len(reader.of(d.Allocated, "wide")) == 2)
+                tg.cancel_scope.cancel()
+    finally:
+        logging.getLogger("sniper.core").removeHandler(alerts)
+    assert process.counters["wide"].snapshots_failed >= 1

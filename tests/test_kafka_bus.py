@@ -196,6 +196,32 @@ async def test_malformed_records_go_to_the_deadletter_topic(kafka_settings: Kafk
     assert feed.dead_lettered == 3
 
 
+async def test_a_record_over_max_message_bytes_is_dead_lettered_not_delivered(kafka_settings: KafkaSettings) -> None:
+    settings = dataclasses.replace(kafka_settings, max_message_bytes=64 << 10)
+    big = msgpack_encoder.encode(
+        NodeAdded(partition="p0", id="big", node="n" * 100, capacity={f"r{i}": i for i in range(9000)})
+    )
+    assert len(big) > settings.max_message_bytes
+    good = NodeAdded(partition="p0", id="good", node="n1", capacity={"cpu": 1})
+    raw = AIOKafkaProducer(bootstrap_servers=settings.bootstrap, acks="all", enable_idempotence=False)
+    with anyio.fail_after(WAIT):
+        async with KafkaBus(settings) as bus:
+            letters = bus.subscribe(DEADLETTER, group="operator")
+            feed = bus.subscribe(FEED, group="cache")
+            await all_ready(letters, feed)
+            await raw.start()
+            try:
+                await raw.send_and_wait(settings.topic(FEED), big, key=b"p0")
+            finally:
+                await raw.stop()
+            await bus.publish(FEED, "p0", good)
+            assert await feed.receive() == good
+            feed.ack()
+            [letter] = await take(letters, 1)
+    assert f"over max_message_bytes={64 << 10}" in letter.reason and "payload truncated" in letter.reason
+    assert big.startswith(letter.payload) and len(letter.payload) < settings.max_message_bytes
+
+
 async def test_ack_then_reopen_resumes_after_the_acked_records(kafka_settings: KafkaSettings) -> None:
     events = [NodeAdded(partition="p0", id=f"e{i}", node=f"n{i}", capacity={"cpu": i}) for i in range(10)]
     with anyio.fail_after(WAIT):

@@ -501,3 +501,40 @@ def test_the_intra_queue_policy_takes_opportunistic_victims_first() -> None:
     assert oid in placement.victims and len(placement.victims) == 2
     assert set(placement.victims) - {oid} <= set(low)
     assert [(x.allocation, x.reason) for x in result.decisions if isinstance(x, d.Kill)] == [(oid, "opportunistic")]
+
+
+def test_the_models_invariant_5_counts_no_opportunistic_container_as_the_victim_queues() -> None:
+    from sniper.core.config import parse_partition
+    from sniper.simulator.model import ClusterModel
+    from tests.core_support import partition_raw
+
+    model = ClusterModel("default", parse_partition(partition_raw(queue("a", guaranteed={"memory": 4096}), queue("b"))))
+    for e in (
+        f.NodeAdded(node="n1", capacity={"memory": 16384}),
+        f.AppAdded(app="a1", queue="root.a"),
+        f.AskAdded(app="a1", ask="g", resource={"memory": 4096}),
+        opp("a1", "o", 4096),
+        f.AppAdded(app="b1", queue="root.b"),
+        f.AskAdded(app="b1", ask="m", resource={"memory": 4096}),
+    ):
+        model.on_event(e)
+    common = {"app": "a1", "queue": "root.a", "node": "n1", "resource": {"memory": 4096}}
+    model.on_decision(d.Allocated(allocation="x1", ask="g", seq=1, **common))  # type: ignore[arg-type]
+    model.on_decision(d.Allocated(allocation="x2", ask="o", opportunistic=True, seq=2, **common))  # type: ignore[arg-type]
+    assert model.queue_usage()["root.a"] == {"memory": 4096} and model.opportunistic_usage() == {"memory": 4096}
+    assert model.queue_pending().get("root.a", {}) == {}  # all placed; an opportunistic ask is no demand anyway
+    model.on_decision(
+        d.Preempt(
+            allocation="x1",
+            for_ask="m",
+            for_app="b1",
+            for_queue="root.b",
+            deadline=15.0,
+            reservation="r1",
+            seq=3,
+            **common,  # type: ignore[arg-type]
+        )
+    )
+    # Only the guaranteed container counts: without it root.a is below its guarantee (the opportunistic
+    # one on the same queue does not hold it up).
+    assert [(v.invariant, v.reason) for v in model.violations] == [(5, "victim x1 takes root.a below its guarantee")]

@@ -96,8 +96,11 @@ def test_the_victim_set_is_minimal(held: list[int], free: int, ask: int, victims
         # the single 60 fits the quota even though the greedy pass tried the cheap 10s first
         ([60, 10, 10, 10, 10], 60, 60, [60]),
         ([40, 40, 20], 40, 40, [40]),
-        ([40, 40, 20], 30, 40, None),  # no set within 30 frees 40
-        ([30, 30, 30], 50, 60, None),
+        # containers are whole (invariant 5a): one victim may overshoot the quota while b (guarantee
+        # 50) keeps its guarantee: 100 - 40 = 60
+        ([40, 40, 20], 30, 40, [40]),
+        ([30, 30, 30], 50, 60, None),  # 30 within the quota, the second 30 would leave b at 30 < 50
+        ([60, 30], 20, 60, None),  # the overshoot would leave b at 30, below its guarantee
     ],
 )
 def test_the_victim_set_stays_within_the_quota(
@@ -123,10 +126,12 @@ def test_victim_sets_free_enough_never_drop_a_needed_victim_and_keep_the_quota(
     held: list[tuple[int, int]], free: int, ask: tuple[int, int], quota: int
 ) -> None:
     """YUNIKORN-3442 and YUNIKORN-2699: the set frees the room, none of its victims is unnecessary, and
-    it takes no more than the quota; two resources, so trimming has to respect both."""
+    it takes no more than the quota but for one whole container; two resources, so trimming has to
+    respect both."""
     cap = {"memory": sum(m for m, _ in held) + free, "vcore": sum(v for _, v in held) + 5}
     h = PreemptHarness(preemption_raw(queue("a"), queue("b")))
     h.feed(f.NodeAdded(node="n1", capacity=cap))
+    h.feed(f.NodeAdded(node="down", capacity={"memory": 1000, "vcore": 1000}, schedulable=False))  # asks stay
     for i, (m, v) in enumerate(held):
         h.run("b1", m, "n1", at=float(i), vcore=v or None, queue_path="root.b")
     h.app("a1", "root.a")
@@ -146,7 +151,8 @@ def test_victim_sets_free_enough_never_drop_a_needed_victim_and_keep_the_quota(
     freed = res.total(h.alloc(v).resource for v in pl.victims)
     room = res.add(base, freed)
     assert res.fits(want, room)
-    assert freed.get("memory", 0) <= quota
+    # whole containers: at most one victim beyond the quota (b has no guarantee to keep)
+    assert any(freed.get("memory", 0) - h.alloc(v).resource["memory"] <= quota for v in pl.victims)
     for v in pl.victims:
         assert not res.fits(want, res.sub(room, h.alloc(v).resource)), f"{v} is not needed"
     assert len(set(pl.victims)) == len(pl.victims)
@@ -479,3 +485,132 @@ def test_intra_queue_finds_nothing_when_no_container_has_a_lower_priority() -> N
     result = h.preempt_round(10.0)
     assert result.request is None  # no lower-priority container: the leaf is no beneficiary
     assert h.preempts() == []
+
+
+def test_a_failed_attempt_misses_an_opportunity_and_only_searched_asks_are_masked() -> None:
+    # budget for one 50 victim: "first" takes it, "second" is stopped by the budget, "huge" has no set
+    h = PreemptHarness(two_queues(150, 50))
+    h.nodes("n1", "n2")
+    h.feed(f.NodeAdded(node="down", capacity={"memory": 200}, schedulable=False))  # "huge" may fit one day
+    h.fill("b1", "root.b", "n1", [50, 50])
+    h.fill("b1", "root.b", "n2", [50, 50], start=2)
+    h.app("a1", "root.a")
+    h.ask("a1", "first", 50, priority=2)
+    h.ask("a1", "huge", 150, priority=3)
+    h.ask("a1", "second", 50)
+    h.starve()
+    before = dict(h.allocator.missed)
+    reply = place(h, request(budget={"memory": 50}))
+    assert [pl.ask for pl in reply.placements] == ["first"]
+    assert reply.unplaceable == ["a1/huge"]  # "second" was never searched: not masked
+    assert h.allocator.missed[("a1", "huge")] == before[("a1", "huge")] + 1
+    assert h.allocator.missed[("a1", "second")] == before[("a1", "second")]
+
+
+def test_the_cheapest_set_is_found_over_every_node_not_the_first_sixteen() -> None:
+    h = PreemptHarness(two_queues(2000, 2000))
+    names = [f"n{i:02d}" for i in range(40)]
+    h.nodes(*names)
+    for name in names[:-1]:
+        h.fill("b1", "root.b", name, [50, 50])  # started at t = 0, 1: cost 99-100 each at t = 100
+    h.fill("b1", "root.b", names[-1], [50, 50], start=90.0)  # the cheap ones, last in every node order
+    h.app("a1", "root.a")
+    h.ask("a1", "big", 50)
+    h.starve()
+    reply = place(h)
+    (pl,) = reply.placements
+    assert pl.node == names[-1] and pl.cost == 9.0
+    capped = place(h, request(rid="r2", max_candidate_nodes=1))
+    assert [x.node for x in capped.placements] != [names[-1]]  # the opt-in cap still trades cost for time
+
+
+@pytest.mark.parametrize("kind", ["vcore", "gpu"])
+def test_victims_holding_no_memory_are_found(kind: str) -> None:
+    h = PreemptHarness(preemption_raw(queue("a", guaranteed={kind: 8}), queue("b", guaranteed={kind: 8})))
+    h.feed(*(f.NodeAdded(node=n, capacity={"memory": 100, kind: 8}) for n in ("n1", "n2")))
+    h.app("b1", "root.b")
+    h.feed(f.AskAdded(app="b1", ask="t", resource={kind: 4}, count=4))
+    h.settle()
+    h.app("a1", "root.a")
+    h.feed(f.AskAdded(app="a1", ask="need", resource={kind: 4}, count=1))
+    h.starve()
+    reply = place(h, request({"root.b": {kind: 8}}))
+    (pl,) = reply.placements
+    assert len(pl.victims) == 1 and h.alloc(pl.victims[0]).resource == {kind: 4}
+
+
+def parent_at_max() -> PreemptHarness:
+    """YuniKorn's user guide, first example: under a parent with max 12, q1 holds 10 (guarantee 5),
+    q2 holds 2 (guarantee 5) and asks for 3 more; the cluster has room the parent may not use."""
+    raw = preemption_raw(
+        queue(
+            "p",
+            queue("q1", guaranteed={"memory": 5}),
+            queue("q2", guaranteed={"memory": 5}),
+            maximum={"memory": 12},
+        ),
+        queue("other"),
+    )
+    h = PreemptHarness(raw)
+    h.nodes("n1", memory=20)
+    h.fill("b1", "root.p.q1", "n1", [1] * 10)
+    h.fill("c1", "root.p.q2", "n1", [1, 1], start=10)
+    h.ask("c1", "more", 1, count=3)
+    h.starve()
+    return h
+
+
+def test_a_parent_at_its_max_does_not_block_preemption_for_its_own_children() -> None:
+    h = parent_at_max()
+    assert h.cache.state.nodes["n1"].free() == {"memory": 8}  # free room, but p is at its max
+    reply = place(h, request({"root.p.q1": {"memory": 3}}, beneficiaries=("root.p.q2",)))
+    assert len(reply.placements) == 3
+    assert all(len(pl.victims) == 1 and h.alloc(pl.victims[0]).queue.path == "root.p.q1" for pl in reply.placements)
+
+
+def test_the_user_guide_example_preempts_three_in_a_full_round() -> None:
+    h = parent_at_max()
+    result = h.preempt_round(30.0)
+    assert len(result.preempts()) == 3
+    assert {x.queue for x in result.preempts()} == {"root.p.q1"}
+    assert h.model.violations == []
+
+
+def test_whole_victims_of_several_queues_combine_on_one_node() -> None:
+    """b and c may each lose 30, less than one of their 50 containers; each keeps its guarantee
+    (100) without one: a's 100 is made on n1 from one container of each (invariant 5a)."""
+    raw = preemption_raw(
+        queue("a", guaranteed={"memory": 100}),
+        queue("b", guaranteed={"memory": 100}),
+        queue("c", guaranteed={"memory": 100}),
+    )
+    h = PreemptHarness(raw)
+    h.nodes("n1", "n2", "n3")
+    h.fill("b1", "root.b", "n1", [50])
+    h.fill("c1", "root.c", "n1", [50], start=1)
+    h.fill("b1", "root.b", "n2", [50, 50], start=2)
+    h.fill("c1", "root.c", "n3", [50, 50], start=4)
+    h.app("a1", "root.a")
+    h.ask("a1", "big", 100)
+    h.starve()
+    reply = place(h, request({"root.b": {"memory": 30}, "root.c": {"memory": 30}}))
+    (pl,) = reply.placements
+    assert pl.node == "n1"
+    assert sorted(h.alloc(v).queue.path for v in pl.victims) == ["root.b", "root.c"]
+    outcome, _ = h.commit(
+        p.PreemptionProposal(partition="default", id="x", view_seq=0, policy="sniper", placements=[pl])
+    )
+    assert outcome.accepted == 1, outcome.rejected
+
+
+def test_a_queue_overshoots_its_quota_by_one_container_per_round_at_most() -> None:
+    h = PreemptHarness(two_queues(150, 50))
+    h.nodes("n1", "n2", memory=80)
+    h.fill("b1", "root.b", "n1", [40, 40])
+    h.fill("b1", "root.b", "n2", [40, 40], start=2)
+    h.app("a1", "root.a")
+    h.ask("a1", "big", 40, count=2)
+    h.starve()
+    reply = place(h, request({"root.b": {"memory": 30}}))
+    (pl,) = reply.placements  # 40 beyond a quota of 30 once; a second 40 would overdraw it again
+    assert sizes(h, pl.victims) == [40]

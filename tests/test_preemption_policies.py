@@ -43,7 +43,7 @@ def test_the_registry_holds_the_three_policies() -> None:
         ("sniper", False, ["sniper"]),
         ("proportional", False, ["proportional"]),
         ("none", False, []),
-        ("none", True, ["intra_queue"]),
+        ("none", True, []),  # none switches off every policy, intra-queue included
         ("sniper", True, ["sniper", "intra_queue"]),
     ],
 )
@@ -114,10 +114,11 @@ def test_room_changes_clear_the_mask(change: p.ChangeMsg, clears: bool) -> None:
 
 
 def unplaceable() -> PreemptHarness:
-    """a asks for 80 where b's containers (quota 50 + room) can free at most 50 on a node; one small ask fits."""
+    """a asks for 80 where b's containers can free at most 50 on a node: a second 50 beyond b's quota
+    would leave b (150, guarantee 60) below its guarantee; one small ask fits."""
     raw = preemption_raw(
         queue("a", guaranteed={"memory": 100}),
-        queue("b", guaranteed={"memory": 50}),
+        queue("b", guaranteed={"memory": 60}),
         queue("c", guaranteed={"memory": 50}, preemption_policy="disabled"),
         mask_ttl=30.0,
     )

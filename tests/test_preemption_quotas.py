@@ -17,9 +17,11 @@ from hypothesis import strategies as st
 from sniper.core import resources as res
 from sniper.core.config import parse_partition
 from sniper.core.preemption.quotas import (
+    allows,
     below_ideal,
     compute_quotas,
     floor_of,
+    guarantee_floor,
     net_usage,
     over_deadzone,
     usable_capacity,
@@ -55,33 +57,37 @@ def quotas_of(h: PreemptHarness) -> Any:
 
 # ---------------------------------------------------------------------- floor, below ideal, deadzone
 
+CAP = {"memory": 100, "vcore": 100}
+
 
 @pytest.mark.parametrize(
-    ("usage", "ideal", "capacity", "guaranteed", "floor"),
+    ("usage", "ideal", "guaranteed", "capacity", "floor"),
     [
-        # memory is the most over: kept at its ideal; vcore only keeps its guarantee
-        ({"memory": 80, "vcore": 30}, {"memory": 50, "vcore": 50}, {"memory": 100, "vcore": 100},
-         {"memory": 20, "vcore": 20}, {"memory": 50, "vcore": 20}),
-        # most over relative to the cluster, not in absolute units: 10 of 40 vcores beats 20 of 1000 MiB
-        ({"memory": 60, "vcore": 30}, {"memory": 40, "vcore": 20}, {"memory": 1000, "vcore": 40},
-         {"memory": 10, "vcore": 10}, {"memory": 10, "vcore": 20}),
-        # the guarantee wins over a lower ideal on the most-over resource
-        ({"memory": 80}, {"memory": 30}, {"memory": 100}, {"memory": 50}, {"memory": 50}),
-        # a resource used below its guarantee is kept whole
-        ({"memory": 80, "vcore": 5}, {"memory": 40, "vcore": 10}, {"memory": 100, "vcore": 100},
-         {"memory": 20, "vcore": 20}, {"memory": 40, "vcore": 5}),
-        # over nowhere: only the guarantee (the deadzone keeps such a queue out of the quotas anyway)
-        ({"memory": 30}, {"memory": 50}, {"memory": 100}, {"memory": 10}, {"memory": 10}),
-        # no guarantee at all: the ideal on the most-over resource, nothing elsewhere
-        ({"memory": 70, "vcore": 10}, {"memory": 40, "vcore": 40}, {"memory": 100, "vcore": 100}, {},
-         {"memory": 40, "vcore": 0}),
-        # a resource the cluster does not count cannot be the most over; it keeps its guarantee
-        ({"memory": 70, "gpu": 4}, {"memory": 40}, {"memory": 100}, {"memory": 10, "gpu": 2},
-         {"memory": 40, "gpu": 2}),
+        # memory-heavy (item 1): its guarantee's dominant share of memory and its ideal there; vcores go
+        ({"memory": 100, "vcore": 25}, {"memory": 50, "vcore": 25}, {"memory": 50, "vcore": 50}, CAP,
+         {"memory": 50}),
+        # an ideal above the guarantee on the most-over resource wins
+        ({"memory": 100, "vcore": 25}, {"memory": 70, "vcore": 25}, {"memory": 50, "vcore": 50}, CAP,
+         {"memory": 70}),
+        # the ideal's own dominant share (vcores it cannot use) does not hold memory back (large_containers)
+        ({"memory": 90, "vcore": 90}, {"memory": 62, "vcore": 90}, {"memory": 50, "vcore": 50}, CAP,
+         {"memory": 62}),
+        # a guarantee dominant on another resource is kept as that share of the queue's dominant resource
+        ({"memory": 90, "vcore": 10}, {"memory": 40, "vcore": 10}, {"memory": 10, "vcore": 60}, CAP,
+         {"memory": 60}),
+        # most over relative to the cluster: 22 of 40 vcores beats 500 of 1000 MiB
+        ({"memory": 600, "vcore": 32}, {"memory": 100, "vcore": 10}, {"memory": 100, "vcore": 10},
+         {"memory": 1000, "vcore": 40}, {"vcore": 10}),
+        # gpu: a whole number of units, rounded up
+        ({"gpu": 8, "memory": 10}, {"gpu": 4, "memory": 10}, {"gpu": 3, "memory": 50}, {"gpu": 8, "memory": 100},
+         {"gpu": 4}),
+        # a resource the cluster does not have says nothing
+        ({"memory": 70, "gpu": 4}, {"memory": 40}, {"memory": 40}, {"memory": 100}, {"memory": 40}),
+        ({}, {"memory": 40}, {"memory": 40}, {}, {}),
     ],
 )  # fmt: skip
-def test_floor_of(usage: Resource, ideal: Resource, capacity: Resource, guaranteed: Resource, floor: Resource) -> None:
-    assert floor_of(_queue_with(guaranteed), usage, ideal, capacity) == floor
+def test_floor_of(usage: Resource, ideal: Resource, guaranteed: Resource, capacity: Resource, floor: Resource) -> None:
+    assert floor_of(usage, ideal, guaranteed, capacity) == floor
 
 
 resource_names = st.sampled_from(["memory", "vcore", "gpu"])
@@ -89,19 +95,21 @@ amounts = st.dictionaries(resource_names, st.integers(0, 1000), max_size=3)
 
 
 @settings(max_examples=200, deadline=None)
-@given(usage=amounts, ideal=amounts, guaranteed=amounts, capacity=st.dictionaries(resource_names, st.integers(1, 2000)))
-def test_the_floor_never_goes_below_the_guarantee_on_any_resource(
-    usage: Resource, ideal: Resource, guaranteed: Resource, capacity: Resource
+@given(usage=amounts, removed=amounts, guaranteed=amounts, ideal=amounts,
+       capacity=st.dictionaries(resource_names, st.integers(1, 2000), min_size=1))  # fmt: skip
+def test_whatever_a_queue_loses_above_its_floor_keeps_its_guarantee_and_its_ideal_where_most_over(
+    usage: Resource, removed: Resource, guaranteed: Resource, ideal: Resource, capacity: Resource
 ) -> None:
-    floor = floor_of(_queue_with(res.normalized(guaranteed)), usage, ideal, capacity)
-    assert set(floor) == set(usage)
-    for k, v in usage.items():
-        assert floor[k] >= min(v, guaranteed.get(k, 0)), k
-    # and it keeps the ideal on the resource the queue is most over (when it is over anywhere)
-    excess = {k: (v - ideal.get(k, 0)) / capacity[k] for k, v in usage.items() if k in capacity}
-    if excess and max(excess.values()) > 0:
+    floor = floor_of(usage, ideal, guaranteed, capacity)
+    left = res.clamp_min_zero(res.sub(usage, removed))
+    if res.fits(floor, left):
+        # not below the guarantee's dominant share, DRF-compared through the same floor
+        assert not res.drf_below(left, guarantee_floor(left, guaranteed, capacity), capacity)
+        assert res.share_vector(left, capacity)[0] >= res.share_vector(guaranteed, capacity)[0] - 1e-9
+        excess = {k: (usage.get(k, 0) - ideal.get(k, 0)) / c for k, c in capacity.items()}
         worst = max(sorted(excess), key=lambda k: excess[k])
-        assert floor[worst] >= ideal.get(worst, 0)
+        if excess[worst] > 0:
+            assert left.get(worst, 0) >= ideal.get(worst, 0)
 
 
 @pytest.mark.parametrize(
@@ -109,15 +117,16 @@ def test_the_floor_never_goes_below_the_guarantee_on_any_resource(
     [
         ({"memory": 10}, {"memory": 20}, True),
         ({"memory": 20}, {"memory": 20}, False),  # at the ideal is not below it
-        ({"memory": 10, "vcore": 30}, {"memory": 20, "vcore": 20}, False),  # over on one resource
-        ({"memory": 10, "vcore": 20}, {"memory": 20, "vcore": 20}, True),  # below on one, at on the other
+        ({"memory": 10, "vcore": 30}, {"memory": 20, "vcore": 20}, False),  # dominant share above
+        ({"memory": 30, "vcore": 10}, {"memory": 20, "vcore": 20}, False),  # DRF: below on vcore only
+        ({"memory": 10, "vcore": 20}, {"memory": 20, "vcore": 20}, True),  # tie, broken by the next share
         ({}, {"memory": 5}, True),
         ({}, {}, False),
-        ({"gpu": 1}, {"memory": 5}, False),  # uses a resource its ideal does not give it
+        ({"gpu": 1}, {"memory": 5}, True),  # a resource the cluster lacks says nothing
     ],
 )
 def test_below_ideal(usage: Resource, ideal: Resource, below: bool) -> None:
-    assert below_ideal(usage, ideal) is below
+    assert below_ideal(usage, ideal, CAP) is below
 
 
 @pytest.mark.parametrize(
@@ -135,7 +144,17 @@ def test_below_ideal(usage: Resource, ideal: Resource, below: bool) -> None:
 )
 def test_over_deadzone(usage: int, ideal: int, deadzone: float, over: bool) -> None:
     q = _queue_with({"memory": 100})
-    assert over_deadzone(q, {"memory": usage}, {"memory": ideal}, deadzone) is over
+    assert over_deadzone(q, {"memory": usage}, {"memory": ideal}, deadzone, {"memory": 1000}) is over
+
+
+def test_over_deadzone_is_a_drf_question() -> None:
+    """Twice its memory guarantee, half its vcore guarantee: above it (item 1 of the issue)."""
+    q = _queue_with({"memory": 25, "vcore": 25})
+    assert over_deadzone(q, {"memory": 50, "vcore": 12}, {"memory": 25, "vcore": 25}, 0.1, CAP)
+    assert not over_deadzone(q, {"memory": 27, "vcore": 12}, {"memory": 25, "vcore": 25}, 0.1, CAP)  # deadzone
+    assert not over_deadzone(q, {"memory": 50, "vcore": 12}, {"memory": 50, "vcore": 25}, 0.1, CAP)  # at ideal
+    # over its ideal on memory though the ideal's dominant share (vcores) is larger: still over
+    assert over_deadzone(q, {"memory": 80, "vcore": 80}, {"memory": 60, "vcore": 90}, 0.1, CAP)
 
 
 # ---------------------------------------------------------------------- compute_quotas on live states
@@ -192,7 +211,10 @@ def test_a_disabled_queue_never_gets_a_quota() -> None:
     assert quotas.beneficiaries == ("root.a",)
 
 
-def test_drf_quota_keeps_the_ideal_on_the_most_over_resource_and_the_guarantee_elsewhere() -> None:
+def test_a_memory_heavy_queue_may_lose_everything_but_its_dominant_share() -> None:
+    """Item 1: b holds 160 of 200 MiB and 40 of 200 vcores (guarantee 100/100): above its guarantee in
+    the DRF comparison. It keeps its ideal's (and guarantee's) dominant share of memory; vcores it may
+    lose with its containers, though it holds fewer than its guarantee names."""
     g = {"memory": 100, "vcore": 100}
     h = PreemptHarness(preemption_raw(queue("a", guaranteed=g), queue("b", guaranteed=g)))
     h.nodes("n1", "n2", vcore=100)
@@ -203,15 +225,14 @@ def test_drf_quota_keeps_the_ideal_on_the_most_over_resource_and_the_guarantee_e
     h.ask("a1", "x", 10, count=10, vcore=10)
     quotas = quotas_of(h)
     ideal_b = quotas.ideal["root.b"]
-    assert ideal_b["memory"] < 160 and ideal_b["vcore"] > 40
-    # memory is the most over: b may go down to its ideal (and guarantee) there; vcore is below its
-    # ideal and its guarantee, so b loses no vcores even though its containers carry some
-    assert quotas.may_lose == {"root.b": {"memory": 160 - max(ideal_b["memory"], 100)}}
+    keep = max(ideal_b["memory"], 100)
+    assert quotas.may_lose == {"root.b": {"memory": 160 - keep, "vcore": 40}}
+    assert keep < 160
     assert quotas.beneficiaries == ("root.a",)
 
 
-def test_quotas_never_take_a_queue_below_its_guarantee_on_any_resource() -> None:
-    """Vcore-heavy b over its ideal on vcores only: memory stays whole, vcores go down to the floor."""
+def test_quotas_never_take_a_queue_below_its_guarantee() -> None:
+    """Vcore-heavy b over its ideal on vcores: it keeps its dominant share of vcores, may lose memory."""
     g = {"memory": 100, "vcore": 100}
     h = PreemptHarness(preemption_raw(queue("a", guaranteed=g), queue("b", guaranteed=g)))
     h.nodes("n1", "n2", vcore=100)
@@ -222,10 +243,11 @@ def test_quotas_never_take_a_queue_below_its_guarantee_on_any_resource() -> None
     h.ask("a1", "x", 10, count=10, vcore=10)
     quotas = quotas_of(h)
     lose = quotas.may_lose["root.b"]
+    cap = h.cache.state.capacity
     usage = net_usage(h.cache.state.queues["root.b"])
-    for k, v in usage.items():
-        assert v - lose.get(k, 0) >= min(v, g[k]), k
-    assert lose.get("memory", 0) == 0
+    left = res.sub(usage, lose)
+    assert lose["memory"] == 40
+    assert res.share_vector(left, cap)[0] >= 0.5 and left["vcore"] >= quotas.ideal["root.b"]["vcore"]
     assert lose["vcore"] == 200 - max(quotas.ideal["root.b"]["vcore"], 100)
 
 
@@ -254,7 +276,7 @@ def test_beneficiaries_are_leaves_below_their_ideal_with_demand() -> None:
     assert "root.full" not in quotas.beneficiaries
     for path in quotas.beneficiaries:
         q = h.cache.state.queues[path]
-        assert res.any_positive(q.pending) and below_ideal(net_usage(q), quotas.ideal[path])
+        assert res.any_positive(q.pending) and below_ideal(net_usage(q), quotas.ideal[path], h.cache.state.capacity)
     assert set(quotas.may_lose) == {"root.b"}
 
 
@@ -339,3 +361,36 @@ def test_a_cluster_full_on_one_resource_still_preempts_for_a_starving_queue() ->
     result = h.preempt_round(10.0)
     assert result.outcome is not None and result.outcome.accepted == 1
     assert [h.alloc(v).resource for v in result.placements[0].victims] == [{"memory": 10, "vcore": 50}]
+
+
+# ---------------------------------------------------------------------- whole containers beyond the quota
+
+
+@pytest.mark.parametrize(
+    ("a_demand", "taken", "victim", "allowed"),
+    [
+        # b holds the whole 200; a wants 40: b's ideal is 160, its quota 40
+        (40, 0, 40, True),  # within the quota
+        (40, 30, 20, True),  # beyond it by 10, less than one container; b stays at 150 >= its guarantee
+        (40, 30, 70, True),  # ends at its guarantee exactly: at it, not below
+        (40, 30, 71, False),  # would end below its guarantee
+        (40, 41, 5, False),  # nothing left to lose: one whole container beyond the quota at most
+        # a wants 100: b's ideal is its guarantee; never a container below it
+        (100, 90, 10, True),
+        (100, 95, 10, False),
+    ],
+)
+def test_a_whole_victim_beyond_the_quota_is_allowed_while_the_guarantee_holds(
+    a_demand: int, taken: int, victim: int, allowed: bool
+) -> None:
+    h = PreemptHarness(two_queues(100, 100))
+    h.nodes("n1", "n2")
+    occupy(h, "b1", "root.b", 200, ["n1", "n2"])
+    h.app("a1", "root.a")
+    h.ask("a1", "small", 10, count=a_demand // 10)
+    quotas = quotas_of(h)
+    quota = quotas.may_lose["root.b"]
+    assert quota == {"memory": 200 - max(quotas.ideal["root.b"]["memory"], 100)}
+    b = h.cache.state.queues["root.b"]
+    cap = h.cache.state.capacity
+    assert allows(b, quota, {"memory": taken}, {"memory": victim}, cap) is allowed

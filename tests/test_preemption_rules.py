@@ -78,15 +78,17 @@ def test_preemption_disabled_covers_the_subtree(tree: PartitionState, path: str,
         ("off.x", "hi.x", False, "disabled parent, higher priority beneficiary"),
         ("solo", "plain", False, "disabled leaf"),
         ("plain", "off.x", True, "a disabled queue may still benefit"),
-        # fence: never for a queue outside the fenced subtree; allowed inside
-        ("team.x", "plain", False, "fence crossed"),
-        ("team.x", "hi.x", False, "fence crossed even for a higher priority"),
+        # fence (YuniKorn): an ask inside a fence never preempts outside it; asks from outside may
+        # still preempt inside by the usual rules
+        ("team.x", "plain", True, "an ask from outside may preempt inside the fence"),
+        ("team.x", "hi.x", True, "from outside, a higher priority preempts inside the fence"),
         ("team.x", "team.y", True, "inside the fence"),
-        ("team.sub.z", "team.x", False, "inner fence crossed from inside the outer one"),
-        ("team.x", "team.sub.z", True, "inside the outer fence"),
-        ("lone", "plain", False, "fenced leaf"),
-        ("plain", "team.x", True, "a fenced queue may preempt outside it"),
-        ("plain", "lone", True, "a fenced leaf may preempt outside it"),
+        ("team.sub.z", "team.x", True, "into an inner fence from inside the outer one"),
+        ("team.x", "team.sub.z", False, "an inner fence's ask never preempts outside it"),
+        ("lone", "plain", True, "a fenced leaf may be preempted from outside"),
+        ("plain", "team.x", False, "an ask in a fence never preempts outside it"),
+        ("plain", "lone", False, "a fenced leaf's ask never preempts outside it"),
+        ("off.x", "team.x", False, "disabled whatever the fence"),
         # priority: never for a lower-priority queue, compared where the paths part
         ("plain", "hi.x", True, "lower for higher"),
         ("hi.x", "plain", False, "higher for lower"),
@@ -112,7 +114,7 @@ def _independent(cfg: dict[str, tuple[str, int]], victim: str, beneficiary: str)
     chain = _lineage(victim)
     if any(cfg[x][0] == "disabled" for x in chain):
         return False
-    if any(cfg[x][0] == "fence" and not _within(beneficiary, x) for x in chain):
+    if any(cfg[x][0] == "fence" and not _within(victim, x) for x in _lineage(beneficiary)):
         return False
     parted = _parting(victim, beneficiary)
     return parted is None or cfg[parted[0]][1] <= cfg[parted[1]][1]
@@ -141,7 +143,7 @@ def test_rules_agree_with_the_checkers_reading_of_the_config(tree: PartitionStat
     ("c_props", "victim_in", "reason"),
     [
         ({"preemption_policy": "disabled"}, "c", "root.c may not be preempted for root.a"),
-        ({"preemption_policy": "fence"}, "c", "root.c may not be preempted for root.a"),
+        ({"preemption_policy": "fence"}, "c", "below its guarantee or ideal"),  # a fence stops only asks inside
         ({"priority_offset": "5"}, "c", "root.c may not be preempted for root.a"),
         ({}, "c", "below its guarantee or ideal"),  # c is at its ideal: no quota, but no rule broken
         ({"preemption_policy": "disabled"}, "b", None),
@@ -179,18 +181,23 @@ def test_the_cache_refuses_a_proposal_that_breaks_a_queue_rule(
 
 
 @pytest.mark.parametrize(
-    ("props", "asked"),
+    ("props", "a_props", "asked"),
     [
         # the ideal already accounts for these: root.a is not even below its ideal, no request goes out
-        ({"preemption_policy": "disabled"}, False),
-        ({"priority_offset": "5"}, False),
+        ({"preemption_policy": "disabled"}, {}, False),
+        ({"priority_offset": "5"}, {}, False),
         # a fence is not in the ideal: the allocator is asked, finds no victim it may take, says so
-        ({"preemption_policy": "fence"}, True),
+        ({}, {"preemption_policy": "fence"}, True),
     ],
 )
-def test_a_protected_queue_is_never_offered_as_a_victim(props: dict[str, str], asked: bool) -> None:
-    """The sniper round never proposes what the cache would refuse: the only room is the protected queue's."""
-    raw = preemption_raw(queue("a", guaranteed={"memory": 100}), queue("b", guaranteed={"memory": 100}, **props))
+def test_a_protected_queue_is_never_offered_as_a_victim(
+    props: dict[str, str], a_props: dict[str, str], asked: bool
+) -> None:
+    """The sniper round never proposes what the cache would refuse: the only room is the protected queue's
+    (b disabled or of higher priority), or the asker is fenced in (a fence stops the asks inside it)."""
+    raw = preemption_raw(
+        queue("a", guaranteed={"memory": 100}, **a_props), queue("b", guaranteed={"memory": 100}, **props)
+    )
     h = PreemptHarness(raw)
     h.nodes("n1", "n2")
     h.fill("b1", "root.b", "n1", [50, 50])

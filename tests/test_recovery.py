@@ -14,7 +14,16 @@ import msgspec
 import pytest
 
 from sniper.core.allocator import AllocatorCore
-from sniper.core.recovery import MAX_QUANTITY, DurableCacheCore, apply_logged, replay, restore, take_snapshot
+from sniper.core.recovery import (
+    MAX_LABELS,
+    MAX_QUANTITY,
+    DurableCacheCore,
+    apply_logged,
+    feed_problem,
+    replay,
+    restore,
+    take_snapshot,
+)
 from sniper.messages import decisions as d
 from sniper.messages import feed as f
 from sniper.messages import protocol as p
@@ -253,6 +262,19 @@ def test_absurd_quantities_are_rejected_with_the_reason() -> None:
     assert rejected and "sanity cap" in rejected[-1].reason
     assert "huge" not in o.core.state.nodes
     assert rejected[-1].feed_offset == o.offset
+
+
+def test_feed_problem_refuses_what_would_poison_a_partition_and_nothing_else() -> None:
+    raw = partition_raw(queue("a", guaranteed={"memory": "9" * 400 + "Gi"}), name=P)
+    poison = f.PartitionConfigEvent(partition=P, id="poison", config=raw)
+    assert "partition_config" in (feed_problem(poison) or "")
+    many = {f"k{i}": "v" for i in range(MAX_LABELS + 1)}
+    assert "labels" in (feed_problem(f.NodeAdded(partition=P, node="n", capacity={}, labels=many)) or "")
+    huge = {"zone": "x" * 400_000}
+    assert "over 256 characters" in (feed_problem(f.NodeAdded(partition=P, node="n", capacity={}, labels=huge)) or "")
+    fine = f.NodeAdded(partition=P, node="n", capacity={"memory": 1}, labels={"zone": "a"})
+    good = f.PartitionConfigEvent(partition=P, id="ok", config=partition_raw(queue("a"), name=P))
+    assert feed_problem(fine) is None and feed_problem(good) is None
 
 
 def test_decisions_carry_the_feed_offset_they_were_made_after() -> None:

@@ -323,7 +323,7 @@ def test_the_stand_in_rm_releases_after_duration_and_asks_again_for_lost_work() 
         2,
         10.0,
     )
-    assert rm.lost_work == 2.0  # started at 6, lost at 8
+    assert rm.lost_work == {"default": 2.0}  # started at 6, lost at 8
     killed = rm.on_decision(d.Kill(allocation="x3", app="a1", queue="root.a", node="n1"), now=9.0)
     assert killed == [f.AllocationReleased(t=9.0, allocation="x3")]  # retry: false, so no new ask
     rm.observe(f.AppRemoved(app="a1"))

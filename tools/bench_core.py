@@ -120,13 +120,16 @@ def bench_allocate(nodes: int, queues: int, asks: int, apps_per_queue: int = 10)
     return anyio.run(main, backend="asyncio", backend_options={"use_uvloop": True})
 
 
-def bench_preempt(nodes: int, running: int, starving: int, ask_gib: int = 16, candidates: int = 16) -> dict[str, Any]:
+def bench_preempt(
+    nodes: int, running: int, starving: int, ask_gib: int = 16, candidates: int | None = None
+) -> dict[str, Any]:
     """One full sniper preemption round on a packed cluster, timed through the functions the actors run.
 
     Queue ``b`` holds ``running`` containers packed evenly on ``nodes`` 64 GiB nodes (the cluster full,
     far over its guarantee); queue ``a`` has ``starving`` asks of ``ask_gib`` GiB that missed a cycle.
     The round is the policy's quota computation, the allocator's preemption-mode placement and the
-    cache's commit; ``candidates`` is ``preemption.max_candidate_nodes``.
+    cache's commit; ``candidates`` is ``preemption.max_candidate_nodes`` (``None``: the exact search
+    over every node).
     """
     from sniper.core.allocator import AllocatorCore
     from sniper.core.cache import CacheCore
@@ -200,4 +203,105 @@ def bench_preempt(nodes: int, running: int, starving: int, ask_gib: int = 16, ca
         "round_cpu_s": round(cpu, 3),
         "proposals_rejected": cache.stats.placements_rejected,
         "max_candidate_nodes": candidates,
+    }
+
+
+def gpu_workload(
+    nodes: int,
+    pods: int,
+    span: float,
+    *,
+    mean_duration: float,
+    max_duration: float,
+    start: float = 0.0,
+    seed: int = 0,
+) -> list[f.Feed]:
+    """A generated GPU-cluster trace shaped like the public pod lists: 8-GPU nodes (GPU in milli-GPUs),
+    three QoS queues with equal guarantees, pods of 1 to 8 GPUs (half of them a fraction of one)
+    arriving in bursts over ``span`` seconds from ``start``, running exponentially long (``mean_duration``,
+    at most ``max_duration``, at least 1 s)."""
+    import random
+
+    rng = random.Random(seed)
+    node_cap = {"memory": 512 * GiB, "vcore": 96_000, "gpu": 8_000}
+    share = {k: v * nodes // 3 for k, v in node_cap.items()}
+    qos = ("ls", "be", "burstable")
+    config = {
+        "name": "default",
+        "preemption": {"policy": "sniper"},
+        "queues": [
+            {
+                "name": "root",
+                "queues": [{"name": q, "resources": {"guaranteed": res.as_quantities(share)}} for q in qos],
+            }
+        ],
+    }
+    events: list[f.Feed] = [f.PartitionConfigEvent(t=start, partition="default", config=config)]
+    events += [f.NodeAdded(t=start, node=f"n{i:05d}", capacity=node_cap) for i in range(nodes)]
+    events += [f.AppAdded(t=start, app=f"{q}-app", queue=f"root.{q}") for q in qos]
+    t = start
+    mean_gap = span / max(1, pods)
+    for i in range(pods):
+        t += rng.expovariate(1.0 / mean_gap) * (0.1 if rng.random() < 0.5 else 1.9)  # bursts and lulls
+        gpu = rng.choice((250, 500)) if rng.random() < 0.5 else rng.choice((1, 1, 1, 2, 2, 4, 8)) * 1000
+        duration = round(max(1.0, min(max_duration, rng.expovariate(1.0 / mean_duration))), 1)
+        events.append(
+            f.AskAdded(
+                t=round(min(t, start + span), 3),
+                app=f"{rng.choice(qos)}-app",
+                ask=f"pod{i:06d}",
+                resource={
+                    "memory": rng.choice((8, 16, 32, 64)) * GiB,
+                    "vcore": rng.choice((2, 4, 8, 16)) * 1000,
+                    "gpu": gpu,
+                },
+                duration=duration,
+            )
+        )
+    return events
+
+
+def bench_simulate(
+    nodes: int = 1500,
+    days: float = 30.0,
+    pods: int = 20_000,
+    *,
+    mean_duration: float = 6 * 3600.0,
+    policy: str = "sniper",
+    until: float | None = None,
+    skip_idle: bool = True,
+    seed: int = 0,
+) -> dict[str, Any]:
+    """The simulator on a generated GPU workload (:func:`gpu_workload`, stamped in epoch seconds):
+    simulated seconds per wall second and trace events per wall second, on the memory transport."""
+    from sniper.simulator.run import SimulationSettings, run_simulation
+
+    span = days * 86400.0
+    events = gpu_workload(
+        nodes, pods, span, mean_duration=mean_duration, max_duration=4 * mean_duration, start=1.7e9, seed=seed
+    )
+    settings = SimulationSettings(until=until, policy=policy, skip_idle=skip_idle)
+    start, cpu_start = time.perf_counter(), time.process_time()
+    result = run_simulation(events, None, settings)
+    wall, cpu = time.perf_counter() - start, time.process_time() - cpu_start
+    report = result.summary
+    return {
+        "bench": "simulate",
+        "nodes": nodes,
+        "pods": pods,
+        "days": days,
+        "policy": policy,
+        "skip_idle": skip_idle,
+        "trace_events": len(events),
+        "steps": result.steps,
+        "decisions": len(result.decisions),
+        "allocations": report.allocations,
+        "preempted": report.preemptions.victims,
+        "sim_seconds": report.sim_seconds,
+        "wall_seconds": round(wall, 3),
+        "cpu_seconds": round(cpu, 3),
+        "sim_seconds_per_wall_s": round(report.sim_seconds / wall, 1) if wall > 0 else None,
+        "events_per_s": round(len(events) / wall, 1) if wall > 0 else None,
+        "decisions_per_s": round(len(result.decisions) / wall, 1) if wall > 0 else None,
+        "invariant_violations": report.invariant_violations,
     }

@@ -21,7 +21,8 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-from collections import defaultdict, deque
+from collections import Counter, deque
+from collections.abc import Mapping
 from typing import Any
 
 import msgspec
@@ -31,6 +32,7 @@ from sniper.messages import decisions as d
 from sniper.messages import feed as f
 from sniper.simulator.metrics import IdealFn, Metrics
 from sniper.simulator.model import ClusterModel
+from sniper.simulator.report import PartitionFigures, Report, build_report
 
 
 @dataclasses.dataclass(slots=True)
@@ -127,6 +129,7 @@ class OrderedChecker:
             self._apply_feed(part, None)
             part.model.check(now)
             part.metrics.sample(now)
+            part.metrics.finish(now)
 
     # ---- results
     @property
@@ -140,67 +143,32 @@ class OrderedChecker:
         return [x for p in self.parts.values() for x in p.accepted]
 
     def report(
-        self, *, seconds: float, wall: float, tick: float, extra: dict[str, Any] | None = None
-    ) -> dict[str, Any]:
+        self,
+        *,
+        seconds: float,
+        wall: float,
+        tick: float,
+        lost_work: Mapping[str, float] | None = None,
+        retries: int = 0,
+        extra: Mapping[str, Any] | None = None,
+    ) -> Report:
         """The ARCHITECTURE section-7 report, as far as the decisions allow (``proposals_rejected``: None)."""
-        per: dict[str, dict[str, Any]] = {}
-        for name, part in sorted(self.parts.items()):
-            model, m = part.model, part.metrics
-            config = model.config
-            grace = config.preemption.grace if config is not None else 15.0
-            wasted, ping_pong, _undecided = m.preemption_outcomes(grace, tick)
-            counts: dict[str, int] = defaultdict(int)
-            for x in part.accepted:
-                counts[type(x).__name__] += 1
-            per[name] = {
-                "policy": config.preemption.policy if config is not None else "none",
-                "allocations": counts["Allocated"],
-                "preemptions": m.preemption_totals(),
-                "wasted_preemptions": wasted,
-                "ping_pong": ping_pong,
-                "time_to_guarantee": m.time_to_guarantee(),
-                "utilization": m.utilization(),
-                "fairness_gap": m.fairness_gap(),
-                "pending_at_end": model.pending_containers(),
-                "rejected": counts["Rejected"],
-                "lost": counts["AllocationLost"],
-                "kills": counts["Kill"],
-                "proposals_rejected": None,
-                "invariant_violations": len(model.violations),
-                "violations": [dataclasses.asdict(v) for v in model.violations[:50]],
-                "epoch": part.max_epoch,
-                "preemption_log": m.preemption_log(),
-            }
-        allocations = sum(r["allocations"] for r in per.values())
-        report: dict[str, Any] = {
-            "policy": next(iter(per.values()), {}).get("policy", "none"),
-            "sim_seconds": round(seconds, 3),
-            "allocations": allocations,
-            "allocations_per_s": round(allocations / wall, 1) if wall > 0 else None,
-            "wall_seconds": round(wall, 3),
-            "decisions": sum(len(p.accepted) for p in self.parts.values()),
+        parts = {
+            name: PartitionFigures(
+                model=part.model,
+                metrics=part.metrics,
+                grace=part.model.config.preemption.grace if part.model.config is not None else 15.0,
+                counts=Counter(type(x).__name__ for x in part.accepted),
+                lost_work=(lost_work or {}).get(name, 0.0),
+            )
+            for name, part in self.parts.items()
+        }
+        more = {
             "stale_decisions_dropped": self.stale,
             "duplicate_decisions_dropped": self.duplicates,
+            "epochs": {name: part.max_epoch for name, part in sorted(self.parts.items())},
             **(extra or {}),
         }
-        if len(per) == 1:
-            report.update({k: v for k, v in next(iter(per.values())).items() if k != "policy"})
-        else:
-            for key in ("wasted_preemptions", "ping_pong", "pending_at_end", "rejected", "lost", "kills"):
-                report[key] = sum(r[key] for r in per.values())
-            report["proposals_rejected"] = None
-            report["invariant_violations"] = sum(r["invariant_violations"] for r in per.values())
-            resources: dict[str, int] = defaultdict(int)
-            for r in per.values():
-                for k, v in r["preemptions"]["resources"].items():
-                    resources[k] += v
-            report["preemptions"] = {
-                "victims": sum(r["preemptions"]["victims"] for r in per.values()),
-                "resources": dict(resources),
-                "cancelled": sum(r["preemptions"]["cancelled"] for r in per.values()),
-            }
-            report["time_to_guarantee"] = {
-                f"{name}:{q}": v for name, r in per.items() for q, v in r["time_to_guarantee"].items()
-            }
-            report["partitions"] = per
-        return report
+        return build_report(
+            parts, sim_seconds=seconds, wall=wall, cycle=tick, retries=retries, transport="kafka", extra=more
+        )

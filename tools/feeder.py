@@ -1,12 +1,18 @@
 """``sniper feed`` and ``sniper record``: a resource manager's side of a live cluster.
 
-:func:`play` replays a trace onto the ``feed`` topic in scaled real time (trace second ``t`` is
-published at wall second ``t / speed``; every event gets an id, ``RUN:LINE``, unless it has one) and
-plays the resource manager with the simulator's :class:`~sniper.simulator.rm.StandInRM`: it consumes the
-decisions, releases containers after their duration, answers kills and asks again for lost work. An
+:func:`play` replays a trace onto the ``feed`` topic in scaled real time (trace second ``t``, counted
+from the first event, is published at wall second ``t / speed``; every event gets an id, ``RUN:LINE``,
+unless it has one) through the simulator's sans-IO :class:`~sniper.simulator.player.Player` (the trace
+cursor and the stand-in resource manager the virtual-time driver uses): it consumes the decisions,
+releases containers after their duration, answers kills and asks again for lost work. An
 :class:`~sniper.tools.checker.OrderedChecker` reads the feed and the decisions from Kafka and produces the
-ARCHITECTURE section-7 report as far as the decisions allow. Decisions of a deposed owner (a lower
-epoch than the highest seen for the partition) are dropped, as a real resource manager would.
+ARCHITECTURE section-7 report (one :class:`~sniper.simulator.report.Report`) as far as the decisions
+allow. Decisions of a deposed owner (a lower epoch than the highest seen for the partition) are
+dropped, as a real resource manager would. The checker reads only the feed records the cores accept
+(judged at the edge like them); the dead letters of the others are the cores' to write. At the end a
+marker per partition (an ask of an unknown app) proves that a core answered every event before it;
+``PlayResult.unanswered`` names the partitions whose marker got no answer within ``drain`` seconds,
+with the number of events published to each.
 
 :func:`record` writes the feed as it passes to a JSON Lines trace, which ``sniper simulate FILE`` can
 replay: ``t`` is the event's own trace time less the first record's, so times and durations stay in
@@ -23,6 +29,7 @@ from __future__ import annotations
 import dataclasses
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -31,11 +38,13 @@ import anyio
 import msgspec
 
 from sniper.core.config import SchedulerConfig
+from sniper.core.recovery import feed_problem
 from sniper.messages import decisions as d
 from sniper.messages import feed as f
 from sniper.messages.codec import encode_json_line
 from sniper.simulator.metrics import IdealFn
-from sniper.simulator.rm import StandInRM
+from sniper.simulator.player import Player
+from sniper.simulator.report import Report
 from sniper.tools.checker import OrderedChecker
 from sniper.transport.bus import DECISIONS, FEED
 from sniper.transport.kafka import KafkaBus, KafkaSettings, KafkaSubscription
@@ -61,9 +70,15 @@ class NoAnswer(RuntimeError):
 
 @dataclasses.dataclass(slots=True)
 class PlayResult:
-    report: dict[str, Any]
+    summary: Report
     checker: OrderedChecker
     published: int
+    unanswered: dict[str, int] = dataclasses.field(default_factory=dict)  # partition -> events unanswered
+
+    @property
+    def report(self) -> dict[str, Any]:
+        """The report as JSON-ready builtins (the struct is :attr:`summary`)."""
+        return self.summary.to_dict()
 
     @property
     def violations(self) -> int:
@@ -99,18 +114,20 @@ async def play(
 ) -> PlayResult:
     options = options or PlayOptions()
     run = options.run or uuid.uuid4().hex[:8]
-    trace = sorted(with_ids(with_config_events(events, config), run), key=lambda e: e.t)
-    end_hint = options.until if options.until is not None else (trace[-1].t if trace else 0.0)
+    player = Player(with_ids(with_config_events(events, config), run), until=options.until)
     checker = OrderedChecker(config, ideal_fn)
-    rm = StandInRM()
     latest = dataclasses.replace(settings, auto_offset_reset="latest")
     rm_ids = 0
     published = 0
     answered = False
     last_decision = time.monotonic()
-    async with KafkaBus(latest) as bus:
+    markers = {e.partition: f"{run}:end:{e.partition}" for e in player.trace}
+    marked: set[str] = set()  # partitions whose end marker a core answered
+    per_partition: Counter[str] = Counter()  # events published, per partition
+    all_marked = anyio.Event()
+    async with KafkaBus(latest, validators={FEED: feed_problem}) as bus:
         decisions = await bus.subscribe_ready(DECISIONS, group=f"{settings.prefix}feeder-{run}", capacity=8192)
-        feed = await bus.subscribe_ready(FEED, group=f"{settings.prefix}checker-{run}", capacity=8192)
+        feed = await bus.subscribe_ready(FEED, group=f"{settings.prefix}checker-{run}", capacity=8192, bad="skip")
         start = time.monotonic()
 
         def now() -> float:
@@ -119,9 +136,11 @@ async def play(
         async def publish(batch: list[f.Feed]) -> None:
             nonlocal published
             for event in batch:
-                rm.observe(event)
+                player.observe(event)
             await bus.publish_many(FEED, [(e.partition, e) for e in batch])
             published += len(batch)
+            for event in batch:
+                per_partition[event.partition] += 1
 
         def rm_events(batch: list[f.Feed]) -> list[f.Feed]:
             nonlocal rm_ids
@@ -140,10 +159,15 @@ async def play(
                     return
                 sub.ack()
                 last_decision = time.monotonic()
+                if isinstance(dec, d.Rejected) and dec.event == markers.get(dec.partition):
+                    marked.add(dec.partition)
+                    if marked == markers.keys():
+                        all_marked.set()
+                    continue  # the end markers stay out of the checker and the report
                 answered = True
                 t = now()
                 if checker.on_decision(dec, t) and not isinstance(dec, d.Rejected):
-                    answer = rm.on_decision(dec, t)
+                    answer = player.on_decision(dec, t)
                     if answer:
                         await publish(rm_events(answer))
 
@@ -154,22 +178,21 @@ async def play(
                 except (anyio.EndOfStream, anyio.ClosedResourceError):
                     return
                 sub.ack()
-                checker.on_feed(offset, event, now())
+                if event.id != markers.get(event.partition):  # the end markers stay out of the report
+                    checker.on_feed(offset, event, now())
 
         async with anyio.create_task_group() as tg:
             tg.start_soon(read_decisions, decisions)
             tg.start_soon(read_feed, feed)
-            i = 0
             next_sample = 0.0
             while True:
                 t = now()
                 if options.until is not None and t > options.until:
                     break
-                batch: list[f.Feed] = []
-                while i < len(trace) and trace[i].t <= t:
-                    batch.append(trace[i])
-                    i += 1
-                batch.extend(rm_events(rm.due(t)))
+                before = player.cursor
+                due = player.due(t)  # trace events first, then the resource manager's container ends
+                traced = player.cursor - before
+                batch = due[:traced] + rm_events(due[traced:])
                 if batch:
                     await publish(batch)
                 if not answered and time.monotonic() - start > options.answer_timeout:
@@ -181,27 +204,38 @@ async def play(
                     checker.sample(t)
                     next_sample = t + options.sample
                     if progress is not None:
-                        progress(t, max(end_hint, t))
-                if i >= len(trace) and options.until is None and answered:
+                        progress(t, player.end_hint)
+                if player.cursor >= len(player.trace) and options.until is None and answered:
                     quiet = time.monotonic() - last_decision
                     pending = sum(p.model.pending_containers() for p in checker.parts.values())
-                    if rm.next_time() is None and (pending == 0 or quiet > options.drain) and quiet > 0.5:
+                    upcoming = player.rm.next_time()
+                    if upcoming is None and (pending == 0 or quiet > options.drain) and quiet > 0.5:
                         break
-                    upcoming = rm.next_time()
                     if quiet > options.drain and (upcoming is None or upcoming > t + options.drain * options.speed):
                         break
                 await anyio.sleep(0.01)  # the replay's pacing timer, not a synchronisation
             wall = time.monotonic() - start
             seconds = now()
+            ends = [
+                (p, f.AskAdded(partition=p, id=m, app=f"{run}:none", ask="end", resource={}))
+                for p, m in markers.items()
+            ]
+            await bus.publish_many(FEED, ends)
+            with anyio.move_on_after(options.drain):
+                if markers:
+                    await all_marked.wait()
             tg.cancel_scope.cancel()
+    unanswered = {p: per_partition[p] for p in sorted(markers.keys() - marked)}
     checker.finish(seconds)
     report = checker.report(
         seconds=seconds,
         wall=wall,
         tick=options.sample,
-        extra={"published": published, "retries": rm.retries, "lost_work_seconds": round(rm.lost_work, 3)},
+        lost_work=player.rm.lost_work,
+        retries=player.rm.retries,
+        extra={"published": published},
     )
-    return PlayResult(report, checker, published)
+    return PlayResult(report, checker, published, unanswered)
 
 
 async def record(settings: KafkaSettings, out: Path, *, duration: float | None, from_beginning: bool = False) -> int:

@@ -17,10 +17,20 @@ creation of the prefixed topics, the msgpack wire format and the dead-letter pat
 - **Subscriptions**: a subscription buffers at most ``capacity`` records (one more in a rare race with a
   rebalance): it pauses fetching while its inbox is full, so a slow reader applies backpressure
   instead of growing memory. Records
-  whose key differs from the wanted key are skipped. A record that cannot be decoded or validated is
-  published on the ``deadletter`` topic with the reason and skipped; the consumer carries on (bad
-  records on the deadletter topic itself are only logged, never re-dead-lettered; a dead letter that
-  cannot be published after a few retries is logged instead).
+  whose key differs from the wanted key are skipped. A record that is larger than
+  ``max_message_bytes``, cannot be decoded, or fails the topic's validator (``validators``: a reason or
+  None) is bad. What happens to it is the subscription's ``bad`` choice: ``dead_letter`` (the default)
+  publishes it on the ``deadletter`` topic with the reason and skips it; ``deliver`` hands the receiver
+  the :class:`DeadLetter` instead of a message (the owner of the records writes it, once); ``skip``
+  only logs it (observers of a topic that another group owns). The consumer carries on either way
+  (bad records on the deadletter topic itself are only logged, never re-dead-lettered; a dead letter
+  that cannot be published after a few retries is logged instead).
+- **Lease**: a group member may act for its partitions only while its membership is known to be
+  current: until ``session_timeout_ms`` after the send of its last successful heartbeat (or its last
+  assignment). :meth:`KafkaSubscription.leased` waits for that; a process paused longer than the
+  session (SIGSTOP, a stalled loop) is deposed by the group meanwhile and must not publish on resume.
+  :meth:`KafkaBus.fence` ties topics to a subscription's lease: records of those topics still in the
+  producer's buffer when the lease has lapsed are failed instead of sent (their senders see the error).
 - **At-least-once**: offsets are committed manually, periodically, on revocation and on close, and
   only up to the first record that is not handled yet (a record is handled once acknowledged, skipped
   or dead-lettered). A record is never committed before it was handled; after a crash or a
@@ -29,6 +39,11 @@ creation of the prefixed topics, the msgpack wire format and the dead-letter pat
   handled and drops the buffered records of the revoked partitions (their new owner re-reads them);
   acknowledgements of records of a revoked partition are ignored. On assignment it calls
   ``on_assigned``. Closing a subscription reports its partitions as revoked.
+- **A lost log is fatal**: at each assignment the subscription compares what the broker holds with
+  what it read and committed before (kept across rebalances). A partition now empty that had records,
+  or a group that lost offsets it had committed, means the broker lost its
+  log (an in-memory broker restarted, a topic deleted): the subscription fails with :class:`LogLost`
+  and its receivers get the error, so the process stops instead of serving state the log no longer has.
 - **Shutdown** is bounded by ``close_timeout`` (aiokafka's ``stop()`` can hang on a dead broker).
 
 The consumer and committer run as asyncio tasks (aiokafka is asyncio-only) owned by the subscription.
@@ -43,7 +58,7 @@ import logging
 import os
 import time
 from collections import deque
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from types import TracebackType
 from typing import Any, Literal, Self, get_args
 
@@ -52,10 +67,11 @@ import msgspec
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.abc import ConsumerRebalanceListener
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
-from aiokafka.errors import KafkaError
+from aiokafka.errors import KafkaError, UnknownTopicOrPartitionError
 from aiokafka.helpers import create_ssl_context
 from aiokafka.partitioner import murmur2
 from aiokafka.protocol.group import LeaveGroupRequest
+from aiokafka.protocol.produce import ProduceRequest
 
 from sniper.messages.codec import decision_msgpack, feed_msgpack, msgpack_encoder, proposal_msgpack, view_msgpack
 from sniper.messages.deadletter import DeadLetter, deadletter_msgpack
@@ -67,6 +83,8 @@ log = logging.getLogger(__name__)
 SecurityProtocol = Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"]
 SaslMechanism = Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"]
 OffsetReset = Literal["earliest", "latest"]
+BadRecords = Literal["dead_letter", "deliver", "skip"]
+Validator = Callable[[Any], str | None]  # why a decoded message is invalid, or None
 
 ENV_PREFIX = "SNIPER_KAFKA_"
 _TOPIC_ALREADY_EXISTS = 36
@@ -74,6 +92,7 @@ _DEADLETTER_MARGIN = 4096  # room for the dead-letter envelope around a payload
 _DEADLETTER_RETRIES = (0.2, 1.0, 3.0)  # backoff after each failed attempt to publish a dead letter
 _ABANDON_GRACE = 0.5  # seconds a cancelled shutdown step gets before it is abandoned
 _PARTITION_MEMO = 65_536  # keys whose Kafka partition is remembered
+_LOG_CHECK_TIMEOUT = 5.0  # seconds a check that the broker still holds a log may take
 
 
 class KafkaTransportError(RuntimeError):
@@ -86,6 +105,16 @@ class KafkaConnectTimeout(KafkaTransportError):
 
 class MessageTooLarge(ValueError):
     """An encoded message exceeds ``KafkaSettings.max_message_bytes``."""
+
+
+class LogLost(KafkaTransportError):
+    """The broker no longer holds records or committed offsets this subscription saw (see the module)."""
+
+
+class LeaseLapsed(KafkaError):  # type: ignore[misc]  # aiokafka is untyped
+    """A record of a fenced topic was not sent: the group membership it depends on may be lost."""
+
+    retriable = False  # aiokafka's sender fails the batch instead of sending it again
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -244,10 +273,15 @@ class KafkaBus(Bus):
     """The bus on Kafka. Starts lazily on first use; ``await bus.start()`` surfaces errors early."""
 
     def __init__(
-        self, settings: KafkaSettings, *, decoders: Mapping[str, msgspec.msgpack.Decoder[Any]] | None = None
+        self,
+        settings: KafkaSettings,
+        *,
+        decoders: Mapping[str, msgspec.msgpack.Decoder[Any]] | None = None,
+        validators: Mapping[str, Validator] | None = None,
     ) -> None:
         self.settings = settings
         self._decoders = {**DEFAULT_DECODERS, **(decoders or {})}
+        self._validators = dict(validators or {})
         self._producer: Any = None
         self._start_lock = asyncio.Lock()
         self._closed = False
@@ -255,6 +289,7 @@ class KafkaBus(Bus):
         self.published = 0
         self.dead_lettered = 0
         self._partition_of: dict[str, int] = {}  # partition_for's memo (murmur2 is pure Python)
+        self._fence: tuple[KafkaSubscription, frozenset[str]] | None = None
 
     # ---- lifecycle
     async def start(self) -> None:
@@ -289,7 +324,19 @@ class KafkaBus(Bus):
             if self._closed:  # closed while starting
                 await self._bounded(producer.stop(), "producer stop")
                 raise anyio.ClosedResourceError("the Kafka bus is closed")
+            _hold_back_unleased(producer, self._unleased_topics)
             self._producer = producer
+
+    def fence(self, subscription: KafkaSubscription, topics: Iterable[str]) -> None:
+        """Send records of ``topics`` only while ``subscription``'s lease holds (see the module invariants)."""
+        self._fence = (subscription, frozenset(self.settings.topic(t) for t in topics))
+
+    def _unleased_topics(self) -> frozenset[str]:
+        """The Kafka topics whose records must not be sent now (their lease has lapsed)."""
+        fence = self._fence
+        if fence is None or fence[0].lease_valid():
+            return frozenset()
+        return fence[1]
 
     def topic_configs(self, topic: str) -> dict[str, str]:
         """Kafka topic configuration of a topic this bus creates (snapshots are compacted)."""
@@ -441,7 +488,7 @@ class KafkaBus(Bus):
         await producer.send_and_wait(self.settings.topic(topic), payload, key=raw_key)
         self.published += 1
 
-    async def _dead_letter(self, letter: DeadLetter) -> bool:
+    async def dead_letter(self, letter: DeadLetter) -> bool:
         """Publish ``letter`` on the deadletter topic, retrying a few times; never raises.
 
         False if it could not be published: the letter is then only logged (with the start of its payload).
@@ -479,10 +526,12 @@ class KafkaBus(Bus):
         key: str | None = None,
         capacity: int = 1024,
         listener: RebalanceListener | None = None,
+        bad: BadRecords = "dead_letter",
     ) -> KafkaSubscription:
         """A consumer of ``topic`` in consumer group ``group`` (must be called inside a running event loop).
 
         Use ``await subscription.ready()`` to wait until it joined its group and got its partitions.
+        ``bad`` says what becomes of bad records (see the module invariants).
         """
         if self._closed:
             raise anyio.ClosedResourceError("the Kafka bus is closed")
@@ -490,7 +539,9 @@ class KafkaBus(Bus):
             raise ValueError(f"unknown topic {topic!r} (known: {sorted(self._decoders)})")
         if capacity < 1:
             raise ValueError("capacity must be at least 1")
-        sub = KafkaSubscription(self, topic, group=group, key=key, capacity=capacity, listener=listener)
+        if bad not in get_args(BadRecords):
+            raise ValueError(f"bad must be one of {get_args(BadRecords)}, not {bad!r}")
+        sub = KafkaSubscription(self, topic, group=group, key=key, capacity=capacity, listener=listener, bad=bad)
         self._subscriptions.add(sub)
         sub._start()
         return sub
@@ -503,9 +554,10 @@ class KafkaBus(Bus):
         key: str | None = None,
         capacity: int = 1024,
         listener: RebalanceListener | None = None,
+        bad: BadRecords = "dead_letter",
     ) -> KafkaSubscription:
         """:meth:`subscribe`, then wait until the subscription has its assignment."""
-        sub = self.subscribe(topic, group=group, key=key, capacity=capacity, listener=listener)
+        sub = self.subscribe(topic, group=group, key=key, capacity=capacity, listener=listener, bad=bad)
         try:
             await sub.ready()
         except BaseException:
@@ -514,8 +566,28 @@ class KafkaBus(Bus):
             raise
         return sub
 
-    def _decoder(self, topic: str) -> msgspec.msgpack.Decoder[Any]:
-        return self._decoders[topic]
+    def decode(self, topic: str, value: bytes | None) -> tuple[Any, str]:
+        """``(message, "")`` for a good record of ``topic``, ``(None, reason)`` for a bad one.
+
+        Bad: no value, larger than ``max_message_bytes``, undecodable, or refused by the topic's
+        validator. Subscriptions and readers of the log outside the group (recovery) judge alike.
+        """
+        if value is None:
+            return None, "empty record (no value)"
+        limit = self.settings.max_message_bytes
+        if len(value) > limit:
+            return None, f"record of {len(value)} bytes is over max_message_bytes={limit}"
+        try:
+            message = self._decoders[topic].decode(value)
+        except msgspec.ValidationError as err:
+            return None, f"invalid {topic} message: {err}"
+        except msgspec.DecodeError as err:
+            return None, f"undecodable {topic} record: {err}"
+        except Exception as err:  # whatever else a decoder may raise must not stop the consumer
+            return None, f"undecodable {topic} record: {err!r}"
+        validate = self._validators.get(topic)
+        reason = validate(message) if validate is not None else None
+        return (None, reason) if reason else (message, "")
 
     def _forget(self, sub: KafkaSubscription) -> None:
         self._subscriptions.discard(sub)
@@ -614,8 +686,10 @@ class KafkaSubscription(Subscription):
         key: str | None,
         capacity: int,
         listener: RebalanceListener | None,
+        bad: BadRecords = "dead_letter",
     ) -> None:
         self._bus = bus
+        self.bad = bad
         self.topic = topic
         self.kafka_topic = bus.settings.topic(topic)
         self.group = group
@@ -623,7 +697,10 @@ class KafkaSubscription(Subscription):
         self.capacity = capacity
         self._key_bytes = key.encode() if key is not None else None
         self._listener = listener
-        self._decoder = bus._decoder(topic)
+        self._lease_until = 0.0  # monotonic time until which the group membership is known current
+        self._read_to: dict[int, int] = {}  # per Kafka partition, the offset after the last record read (ever)
+        self._committed_to: dict[int, int] = {}  # per Kafka partition, the last offset committed (ever)
+        self._lease_renewed = asyncio.Event()
         self._queue: deque[_Record] = deque()
         self._unacked: deque[_Record] = deque()
         self._parts: dict[int, _Partition] = {}
@@ -692,6 +769,28 @@ class KafkaSubscription(Subscription):
     @property
     def unacked(self) -> int:
         return len(self._unacked)
+
+    def lease_valid(self) -> bool:
+        """The group membership is known current now (see the module's lease invariant); never once failed."""
+        return self._error is None and time.monotonic() < self._lease_until
+
+    async def leased(self) -> None:
+        """Return at once while the lease holds; else wait until a heartbeat or an assignment renews it.
+
+        A member deposed meanwhile never gets it back before the group revoked its partitions (callers
+        stop their work there). Raises like :meth:`receive` once the subscription failed or closed.
+        """
+        while not self.lease_valid():
+            self._raise_if_over()
+            self._lease_renewed.clear()
+            await self._lease_renewed.wait()
+
+    def _renew_lease(self, since: float) -> None:
+        """The broker knew this member as current at monotonic time ``since`` (a heartbeat's send)."""
+        until = since + self._bus.settings.session_timeout_ms / 1000
+        if until > self._lease_until:
+            self._lease_until = until
+            self._lease_renewed.set()
 
     async def receive_record(self) -> tuple[int, int, Any]:
         """Like :meth:`receive`, with where the record was: ``(kafka_partition, offset, message)``."""
@@ -762,6 +861,7 @@ class KafkaSubscription(Subscription):
             )
             self._consumer = consumer
             await consumer.start()
+            _watch_heartbeats(consumer, self._renew_lease)
             consumer.subscribe([self.kafka_topic], listener=_Listener(self))
             self._tasks.append(asyncio.get_running_loop().create_task(self._commit_periodically()))
             await self._fetch(consumer)
@@ -811,44 +911,38 @@ class KafkaSubscription(Subscription):
         if part is None or not part.live or tp.topic != self.kafka_topic:
             return  # a record of a partition revoked meanwhile: its new owner reads it
         part.fetched = record.offset + 1
+        self._read_to[tp.partition] = max(self._read_to.get(tp.partition, 0), record.offset + 1)
         if self._key_bytes is not None and record.key != self._key_bytes:
             self.skipped += 1  # handled by skipping it: nothing to keep
             return
         value: bytes | None = record.value
-        reason = ""
-        message: Any = None
-        if value is None:
-            reason = "empty record (no value)"
-        else:
-            try:
-                message = self._decoder.decode(value)
-            except msgspec.ValidationError as err:
-                reason = f"invalid {self.topic} message: {err}"
-            except msgspec.DecodeError as err:
-                reason = f"undecodable {self.topic} record: {err}"
-            except Exception as err:  # whatever else a decoder may raise must not stop the consumer
-                reason = f"undecodable {self.topic} record: {err!r}"
+        message, reason = self._bus.decode(self.topic, value)
         entry = _Record(part, record.offset, message)
         part.pending.append(entry)
         if not reason:
             self._queue.append(entry)
             self._nonempty.set()
             return
-        raw_key = record.key or b""
+        letter = DeadLetter(
+            topic=self.topic,
+            partition=tp.partition,
+            offset=record.offset,
+            key=(record.key or b"").decode(errors="replace"),
+            reason=reason,
+            payload=value or b"",
+            t=time.time(),
+        )
+        if self.bad == "deliver":
+            entry.message = letter  # the receiver dead-letters it (once) and acknowledges it
+            self._queue.append(entry)
+            self._nonempty.set()
+            return
         if self.topic == DEADLETTER:
             log.error("bad record on the deadletter topic %s[%d]@%d: %s", tp.topic, tp.partition, record.offset, reason)
+        elif self.bad == "skip":
+            log.debug("bad record skipped: %s[%d]@%d: %s", tp.topic, tp.partition, record.offset, reason)
         else:
-            await self._bus._dead_letter(
-                DeadLetter(
-                    topic=self.topic,
-                    partition=tp.partition,
-                    offset=record.offset,
-                    key=raw_key.decode(errors="replace"),
-                    reason=reason,
-                    payload=value or b"",
-                    t=time.time(),
-                )
-            )
+            await self._bus.dead_letter(letter)
         self.dead_lettered += 1
         if part.live:
             part.handled(entry)
@@ -856,8 +950,8 @@ class KafkaSubscription(Subscription):
     # ---- internals: offsets and rebalancing
     async def _commit(self, partitions: frozenset[int] | None) -> None:
         consumer = self._consumer
-        if consumer is None:
-            return
+        if consumer is None or isinstance(self._error, LogLost):
+            return  # offsets of a lost log must not land in the new one (the next member would skip records)
         async with self._commit_lock:
             offsets: dict[Any, int] = {}
             for number, part in self._parts.items():
@@ -875,6 +969,7 @@ class KafkaSubscription(Subscription):
                 return
             self.commits += 1
             for tp, offset in offsets.items():
+                self._committed_to[tp.partition] = offset
                 current = self._parts.get(tp.partition)
                 if current is not None and current.tp == tp:
                     current.committed = offset
@@ -894,13 +989,65 @@ class KafkaSubscription(Subscription):
             if tp.partition not in self._parts:
                 self._parts[tp.partition] = _Partition(TopicPartition(tp.topic, tp.partition))
         self._assigned = frozenset(self._parts)
+        self._renew_lease(time.monotonic())  # the group has just taken this member in
         log.debug("%s group %s assigned %s", self.kafka_topic, self.group, sorted(self._assigned))
+        if await self._check_log(mine):
+            return
         if self._listener is not None:
             try:
                 await self._listener.on_assigned(frozenset(tp.partition for tp in mine))
             except Exception:
                 log.exception("rebalance listener on_assigned failed")
         self._ready.set()
+
+    async def _check_log(self, partitions: list[Any]) -> bool:
+        """Fail the subscription with :class:`LogLost` if the broker lost the log of ``partitions``.
+
+        Checked at each assignment and before each revocation's commit (a member the broker forgot
+        would otherwise commit its old offsets into the new log). True if it is lost.
+        """
+        if isinstance(self._error, LogLost):
+            return True
+        lost = await self._lost_log(partitions)
+        if not lost:
+            return False
+        log.critical("%s", lost)
+        self._error = LogLost(lost)
+        self._ready.set()
+        self._nonempty.set()
+        self._lease_renewed.set()
+        return True
+
+    async def _lost_log(self, partitions: list[Any]) -> str:
+        """Why the broker lost the log of these partitions ("" when it did not, or cannot tell)."""
+        consumer = self._consumer
+        known = [tp for tp in partitions if tp.partition in self._read_to or tp.partition in self._committed_to]
+        if consumer is None or not known:
+            return ""
+        try:
+            with anyio.fail_after(_LOG_CHECK_TIMEOUT):
+                ends = await consumer.end_offsets(known)
+        except UnknownTopicOrPartitionError as err:
+            return f"the broker lost {self.kafka_topic}: {err!r}"
+        except (KafkaError, TimeoutError) as err:
+            log.warning("cannot check the log of %s: %r", self.kafka_topic, err)
+            return ""
+        for tp in known:
+            read = self._read_to.get(tp.partition, 0)
+            # The bundled broker reports the base offset of its last batch + 1 as the end, so only an
+            # empty log proves records were lost; a lost group (below) covers a log that grew again.
+            if ends.get(tp, 0) == 0 and read > 0:
+                return (
+                    f"the broker lost the log of {self.kafka_topic}[{tp.partition}]: it ends at offset "
+                    f"{ends.get(tp, 0)}, and this process had read up to {read}"
+                )
+            committed_before = self._committed_to.get(tp.partition)
+            if committed_before is not None and await consumer.committed(tp) is None:
+                return (
+                    f"the broker lost the committed offsets of group {self.group} on {self.kafka_topic}"
+                    f"[{tp.partition}] (this process had committed {committed_before})"
+                )
+        return ""
 
     async def _on_revoked(self, revoked: Iterable[Any]) -> None:
         numbers = frozenset(tp.partition for tp in revoked if tp.topic == self.kafka_topic)
@@ -910,6 +1057,8 @@ class KafkaSubscription(Subscription):
         if not numbers:
             return
         log.debug("%s group %s revoked %s", self.kafka_topic, self.group, sorted(numbers))
+        # Before the listener's last words (final snapshots) and the commit: neither may reach a new log.
+        await self._check_log([self._parts[n].tp for n in numbers if n in self._parts])
         if self._listener is not None:
             try:
                 await self._listener.on_revoked(numbers)
@@ -963,7 +1112,72 @@ class KafkaSubscription(Subscription):
             self._ready.set()
             self._nonempty.set()
             self._space.set()
+            self._lease_renewed.set()
             bus._forget(self)
+
+
+def _hold_back_unleased(producer: Any, unleased: Callable[[], frozenset[str]]) -> None:
+    """Fail, instead of sending, the batches of the topics ``unleased()`` names when they would be sent.
+
+    aiokafka's sender drains its accumulator, then sends a produce request once the connection is ready;
+    a process may stop in between. Both steps are wrapped (internals, like :func:`_watch_heartbeats`;
+    without them nothing is held back, and a warning says so): the drain fails the buffered batches of
+    those topics, and a produce request holding any is refused just before it is written.
+    """
+    accumulator: Any = getattr(producer, "_message_accumulator", None)
+    original = getattr(accumulator, "drain_by_nodes", None)
+    batches = getattr(accumulator, "_batches", None)
+    client: Any = getattr(producer, "client", None)
+    send = getattr(client, "send", None)
+    ready = getattr(client, "ready", None)
+    if original is None or batches is None or not hasattr(accumulator, "_pop_batch") or send is None or ready is None:
+        log.warning("aiokafka's producer is not as expected: records are not held back when the lease lapses")
+        return
+
+    async def send_if_leased(node_id: Any, request: Any, **options: Any) -> Any:
+        if isinstance(request, ProduceRequest):
+            await ready(node_id, **options)  # the last wait before the write: check the lease after it
+            topics = unleased()
+            held = [name for name, _ in getattr(request, "_topics", ()) if name in topics]
+            if held:
+                raise LeaseLapsed(f"not sent to {held[0]}: lease lapsed")
+        return await send(node_id, request, **options)
+
+    def drain(ignore_nodes: Any, muted_partitions: Any = frozenset()) -> Any:
+        topics = unleased()
+        if topics:
+            for tp in [tp for tp in batches if tp.topic in topics]:
+                while tp in batches:
+                    accumulator._pop_batch(tp).failure(exception=LeaseLapsed(f"not sent to {tp.topic}: lease lapsed"))
+        return original(ignore_nodes, muted_partitions)
+
+    accumulator.drain_by_nodes = drain
+    client.send = send_if_leased
+
+
+def _watch_heartbeats(consumer: Any, renewed: Callable[[float], None]) -> None:
+    """Call ``renewed(sent_at)`` after each heartbeat the group coordinator accepted.
+
+    aiokafka has no hook for it: this wraps its coordinator's heartbeat (internals, like
+    :func:`_leave_even_at_generation_zero`). Without those internals the lease is renewed only at
+    assignments and so lapses: publishing would wait forever, so then the lease is made permanent.
+    """
+    coordinator = getattr(consumer, "_coordinator", None)
+    original = getattr(coordinator, "_do_heartbeat", None)
+    if coordinator is None or original is None:
+        log.warning("aiokafka's heartbeat is not where expected: group membership is not leased")
+        renewed(float("inf"))
+        return
+
+    async def heartbeat() -> bool:
+        sent = time.monotonic()
+        ok = bool(await original())
+        rejoin = getattr(coordinator, "_rejoin_needed_fut", None)
+        if ok and not (rejoin is not None and rejoin.done()):  # still a member, no rebalance under way
+            renewed(sent)
+        return ok
+
+    coordinator._do_heartbeat = heartbeat
 
 
 def _leave_even_at_generation_zero(consumer: Any) -> None:
@@ -1000,6 +1214,8 @@ __all__ = [
     "KafkaSettings",
     "KafkaSubscription",
     "KafkaTransportError",
+    "LeaseLapsed",
+    "LogLost",
     "MessageTooLarge",
     "RebalanceListener",
     "kafka_partition",

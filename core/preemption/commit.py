@@ -5,10 +5,14 @@ ask, the node and a reservation together (YuniKorn's lesson YUNIKORN-2270/1988):
 preempting with a grace deadline, the room on that node is held for the beneficiary until they are
 gone (or the reservation times out), and the beneficiary is allocated there the moment it fits. The
 checks repeat invariant 5 on the cache's own figures: the victim's queue is above its ideal plus the
-deadzone and keeps at least ``max(ideal, guaranteed)``; the beneficiary's queue is below its ideal;
-no priority inversion, no fence crossed, no disabled queue; the victim set is minimal. Observe-only
-proposals publish what would be preempted and change nothing. Opportunistic victims stand outside
-those queue rules and are killed at once (:func:`sniper.core.opportunistic.evict`).
+deadzone and loses at most its quota plus one whole container, never going below its guarantee; the
+beneficiary's queue is below its ideal and within every ``max`` once the victims of its subtree are
+gone; no priority inversion, no fence crossed, no disabled queue, no container placed for a required
+node; the victim set is minimal (for the room and for those ``max``); the beneficiary stays within its
+user, group and application limits (an intra-queue victim of the same priority or more belongs to a
+user above its limit). Observe-only proposals publish what would be preempted and change nothing.
+Opportunistic victims stand outside those queue rules, quotas and ``max`` (they count in no queue) and
+are killed at once (:func:`sniper.core.opportunistic.evict`).
 """
 
 from __future__ import annotations
@@ -16,11 +20,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from sniper.core import resources as res
+from sniper.core.limits import Limits
 from sniper.core.opportunistic import KILL_REASON, evict
+from sniper.core.preemption.placement import quota_allows
 from sniper.core.preemption.quotas import Quotas, compute_quotas, net_usage
 from sniper.core.preemption.rules import may_preempt_for, preemption_disabled
 from sniper.core.resources import Resource
-from sniper.core.state import Allocation, Ask
+from sniper.core.state import Allocation, Ask, PartitionState, Queue
 from sniper.messages import decisions as d
 from sniper.messages import protocol as p
 
@@ -86,20 +92,30 @@ def _commit_placements(cache: CacheCore, proposal: p.PreemptionProposal) -> None
     intra = proposal.policy == "intra_queue"
     quotas = None if intra else compute_quotas(state, pre)
     lose_left: dict[str, Resource] = {} if quotas is None else {k: dict(v) for k, v in quotas.may_lose.items()}
+    limits = Limits.of(state)
     accepted = 0
     rejected: dict[str, str] = {}
     for n, pl in enumerate(proposal.placements):
-        why = _check(cache, pl, quotas, lose_left, intra)
+        why = _check(cache, pl, quotas, lose_left, intra, limits)
         if why is not None:
             rejected[f"{pl.app}/{pl.ask}@{pl.node}#{n}"] = why
             continue
         accepted += 1
+        if limits is not None:  # before the commit: it may allocate at once, and the view counts once
+            limits.charge(state.apps[pl.app].asks[pl.ask])
+            for vid in pl.victims:
+                limits.take(state.allocations[vid])
         _commit_one(cache, pl, quotas, lose_left, proposal)
     cache.outcome(proposal.id, accepted, rejected)
 
 
 def _check(
-    cache: CacheCore, pl: p.Victimized, quotas: Quotas | None, lose_left: dict[str, Resource], intra: bool
+    cache: CacheCore,
+    pl: p.Victimized,
+    quotas: Quotas | None,
+    lose_left: dict[str, Resource],
+    intra: bool,
+    limits: Limits | None,
 ) -> str | None:
     state = cache.state
     app = state.apps.get(pl.app)
@@ -113,8 +129,9 @@ def _check(
         return "node is gone or not schedulable"
     if not ask.accepts(node):
         return f"node {pl.node} does not match the ask's required node or node selector"
-    if not state.headroom_allows(app.queue, ask.resource):
-        return "beneficiary's queue max would be exceeded"
+    refusal = None if limits is None else limits.refusal(ask)
+    if refusal is not None:
+        return f"beneficiary: {refusal}"
     victims: list[Allocation] = []
     for vid in pl.victims:
         v = state.allocations.get(vid)
@@ -127,30 +144,56 @@ def _check(
         victims.append(v)
     if len({v.id for v in victims}) != len(victims):
         return "a victim is named twice"
+    if any(v.pinned for v in victims):
+        return "a victim was placed for a required-node ask (never a victim)"
+    # Counted gone for every max: these victims and those already under notice (as placement does).
+    leaving = {q.path: res.scale(q.preempting, -1) for q in app.queue.lineage()}
+    guaranteed = [v for v in victims if not v.opportunistic]  # opportunistic ones count in no queue
+    for v in guaranteed:
+        for q in v.queue.lineage():
+            res.sub_into(leaving.setdefault(q.path, {}), v.resource)
+    if not state.headroom_allows(app.queue, ask.resource, leaving):
+        return "beneficiary's queue max would be exceeded, even with the victims gone"
     if quotas is not None and app.queue.path not in quotas.beneficiaries:
         return f"beneficiary's queue {app.queue.path} is not below its ideal"
-    taking: dict[str, Resource] = {}
+    taking_from: list[Allocation] = []  # victims checked so far
     for v in victims:
         if v.opportunistic:
             continue  # outside every queue's rules and quota
         if intra:
-            if v.queue is not app.queue or v.app == app.name or v.priority >= ask.priority or v.am:
-                return f"victim {v.id} is not a lower-priority container of another app in {app.queue.path}"
+            lower = v.queue is app.queue and v.app != app.name and v.priority < ask.priority and not v.am
+            if not lower and not (limits is not None and limits.may_take(v, ask, taking_from)):
+                return (
+                    f"victim {v.id} is not a lower-priority container of another app in {app.queue.path}, "
+                    "nor of another user above its limit"
+                )
         elif not may_preempt_for(v.queue, app.queue):
             return f"victim {v.id}'s queue {v.queue.path} may not be preempted for {app.queue.path}"
-        res.add_into(taking.setdefault(v.queue.path, {}), v.resource)
+        taking_from.append(v)
     if not intra:
-        for path, amount in taking.items():
-            if not res.fits(amount, lose_left.get(path, {})):
-                return f"victims would take {path} below its guarantee or ideal, or it is within the deadzone"
+        path = quota_allows(guaranteed, lose_left, state.capacity)
+        if path is not None:
+            return f"victims would take {path} below its guarantee or ideal, or it is within the deadzone"
     free = state.room_once_victims_leave(node)
     room = res.add(free, res.total(v.resource for v in victims))
     if not res.fits(ask.resource, room):
         return "victims do not free enough room"
     for v in victims:
-        if res.fits(ask.resource, res.sub(room, v.resource)):
+        if res.fits(ask.resource, res.sub(room, v.resource)) and (
+            v.opportunistic or _headroom_without(state, app.queue, ask, leaving, v)
+        ):
             return f"victim {v.id} is not needed (the victim set is not minimal)"
     return None
+
+
+def _headroom_without(
+    state: PartitionState, queue: Queue, ask: Ask, leaving: dict[str, Resource], victim: Allocation
+) -> bool:
+    """Whether every ``max`` would still allow the ask if ``victim`` stayed."""
+    staying = {path: dict(amount) for path, amount in leaving.items()}
+    for q in victim.queue.lineage():
+        res.add_into(staying.setdefault(q.path, {}), victim.resource)
+    return state.headroom_allows(queue, ask.resource, staying)
 
 
 def _commit_one(
@@ -178,8 +221,11 @@ def _commit_one(
             over = res.clamp_min_zero(res.sub(net_usage(v.queue), ideal))
             why = f"{v.queue.path} over its ideal by {res.fmt(over)}"
             res.sub_into(lose_left[v.queue.path], v.resource)
-        else:
+        elif v.priority < ask.priority:
             why = f"{v.queue.path}: priority {v.priority} below the ask's {ask.priority}"
+        else:
+            owner = state.apps[v.app].user
+            why = f"{v.queue.path}: user {owner!r} above its limit, for user {app.user!r} within theirs"
         cache.decide(
             d.Preempt,
             allocation=v.id,

@@ -12,6 +12,14 @@ itself (both off for the YARN baseline):
 - ``avoid_ineffective``: a queue whose increment over its usage cannot start even its smallest pending ask
   gets no increment at all; the level is recomputed without its demand, so its share goes to the others
   (seed 000). One queue (the one with the largest useless increment) is dropped per recomputation.
+- ``cap_by_demand``: an ideal never exceeds ``used + pending`` on any resource (ARCHITECTURE section 1).
+  YARN's dominant calculator takes the DRF-smaller of two vectors whole, so an offer or a protected
+  guarantee can hand a memory-heavy queue vcores it neither holds nor asks for, lifting its dominant share
+  (a queue at twice its memory guarantee would look "below its ideal"); Sniper clamps each resource to
+  the demand, a leaf without a guarantee of its own is not capped at its usage (it shares, by demand,
+  what its parent's guarantee leaves over its siblings'), and a resource no needy sibling's guarantee
+  names is offered evenly instead of not at all. Below a ``fence`` queue the children share what the
+  subtree holds, at most its ideal: asks inside a fence preempt only inside it.
 
 The computation, level by level from the root (whose ideal is its guarantee):
 
@@ -92,6 +100,7 @@ def compute_ideal(
     preempt_to_balance: bool = False,
     priority_layers: bool = False,
     avoid_ineffective: bool = False,
+    cap_by_demand: bool = False,
 ) -> IdealAssignment:
     """Compute every queue's ideal assignment, preemption target and extras.
 
@@ -107,6 +116,7 @@ def compute_ideal(
         balance=preempt_to_balance,
         layers=priority_layers,
         avoid_ineffective=avoid_ineffective,
+        cap_by_demand=cap_by_demand,
     )
     work = _build(snapshot)
     root = work[snapshot.root.path]
@@ -268,6 +278,7 @@ class _Solver:
         balance: bool,
         layers: bool,
         avoid_ineffective: bool,
+        cap_by_demand: bool = False,
     ) -> None:
         self.calc = calc
         self.cluster = cluster
@@ -275,6 +286,7 @@ class _Solver:
         self.balance = balance
         self.layers = layers
         self.avoid_ineffective = avoid_ineffective
+        self.cap_by_demand = cap_by_demand
 
     def solve(self, root: _Q) -> None:
         self._update_extras(root)
@@ -283,7 +295,12 @@ class _Solver:
 
     def _recurse(self, q: _Q) -> None:
         if q.children:
-            self._distribute(q.children, q.ideal)
+            tot = q.ideal
+            if self.cap_by_demand and q.snap.fenced:
+                # Asks inside a fence never preempt outside it: what its children can be owed through
+                # preemption is what the subtree holds (free room reaches them by normal allocation).
+                tot = component_min(q.ideal, q.used)
+            self._distribute(q.children, tot)
             for child in q.children:
                 self._recurse(child)
 
@@ -343,7 +360,8 @@ class _Solver:
 
     def _initial(self, tot: Resource, q: _Q) -> Resource:
         if self.calc.gt(tot, q.used, q.guaranteed):
-            return add(q.guaranteed, q.untouchable)
+            protected = add(q.guaranteed, q.untouchable)
+            return component_min(protected, add(q.used, q.pending_eff)) if self.cap_by_demand else protected
         return dict(q.used)
 
     def _fixpoint(
@@ -397,9 +415,12 @@ class _Solver:
                 q.weight = {n: share for n in names}
             return
         active = total(q.guaranteed for q in queues)
+        # A resource no needy queue's guarantee names is nobody's: YARN offers none of it; Sniper
+        # (``cap_by_demand``) shares it evenly, so an ask using it is not starved of it by the weights.
+        unnamed = java_float_div(1, len(queues)) if self.cap_by_demand else 0.0
         for q in queues:
             q.weight = {
-                n: java_float_div(q.guaranteed.get(n, 0), active.get(n, 0)) if active.get(n, 0) != 0 else 0.0
+                n: java_float_div(q.guaranteed.get(n, 0), active.get(n, 0)) if active.get(n, 0) != 0 else unnamed
                 for n in names
             }
 
@@ -409,7 +430,9 @@ class _Solver:
         room_to_max = component_max(sub(q.snap.max, q.ideal), {})
         wanted = sub(add(q.used, q.pcr_eff), q.ideal)
         accepted = component_min(room_to_max, calc.rmin(tot, avail, wanted))
-        if q.is_leaf and not self.balance:
+        if self.cap_by_demand:
+            accepted = component_min(accepted, component_max(wanted, {}))
+        if q.is_leaf and not self.balance and not (self.cap_by_demand and not any_positive(q.guaranteed)):
             cap = calc.rmax(tot, sub(calc.rmax(tot, q.used, q.guaranteed), q.ideal), {})
             accepted = calc.rmin(tot, accepted, cap)
         accepted = component_min(component_max(accepted, {}), avail)

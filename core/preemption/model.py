@@ -84,6 +84,7 @@ class QueueSnapshot:
     reserved: Resource
     priority: int = 0
     preemption_disabled: bool = False
+    fenced: bool = False  # its own ``preemption.policy`` is ``fence`` (Sniper's ideal reads it)
     apps: tuple[AppSnapshot, ...] = ()
     max_am_resource_percent: float = 0.0
     smallest_pending_ask: Resource | None = None

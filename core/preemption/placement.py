@@ -1,30 +1,33 @@
 """Preemption-mode placement (seed 002 ``tryAllocate(..., preemption=true)``), run by the allocator.
 
 :class:`VictimPlacer` plugs into the same :func:`sniper.core.allocation.try_allocate` loop as normal
-allocation; a node's usable room is its free room plus the victims the round allows there. Nodes are
-indexed by that potential room (free memory plus candidate victims' memory), so an ask only looks at
-nodes that could possibly hold it, and at most ``max_candidate_nodes`` feasible ones. On each node the
-victim set is minimal: cheapest victims first (AM containers last), then every victim whose removal
-still leaves room is dropped again. Among nodes the cheapest set wins (AM-free sets first).
-Opportunistic containers come before every guaranteed victim, free of quota and budget (they count
-in no queue), and are killed at once by the commit (:mod:`sniper.core.opportunistic`).
-Invariants: a victim is taken at most once per round; no queue loses more than its quota in any
-resource; the round stops once the preempted total reaches its budget.
+allocation; a node's usable room is its free room plus the victims the round allows there, in every
+resource. On each node the victim set is minimal: cheapest victims first (AM containers last) until
+the room and every ancestor ``max`` the ask would break are covered, then every victim no need
+requires is dropped again. Among nodes the cheapest set wins (AM-free sets first, ties by node name),
+exactly: a best-first search over per-node lower bounds (victims needed times the cheapest victim)
+costs only the nodes that could beat the best set; ``max_candidate_nodes`` optionally caps that.
+Invariants: a victim is taken at most once per round; containers placed for a required node are
+never victims; a queue loses at most its quota plus one whole container, never going below its
+guarantee (:func:`may_take`); the round stops once the preempted total reaches its budget.
+Opportunistic containers come before every guaranteed victim on a node, free of quota, budget and
+``max`` (they count in no queue), and are killed at once by the commit (:mod:`sniper.core.opportunistic`).
 """
 
 from __future__ import annotations
 
 import dataclasses
-
-from sortedcontainers import SortedList
+import heapq
+import math
 
 from sniper.core import resources as res
 from sniper.core.allocation import CandidateFilter, find_ask_candidates, try_allocate, usage_key
 from sniper.core.allocator import AllocatorCore
+from sniper.core.limits import Limits
 from sniper.core.preemption.costs import victim_cost
-from sniper.core.preemption.quotas import below_ideal
+from sniper.core.preemption.quotas import below_ideal, net_usage
 from sniper.core.preemption.rules import may_preempt_for, preemption_disabled
-from sniper.core.resources import MEMORY, Resource
+from sniper.core.resources import Resource
 from sniper.core.state import Allocation, Ask, AskKey, Node, PartitionState, Queue, ask_label
 from sniper.messages import protocol as p
 
@@ -35,6 +38,10 @@ class VictimSet:
     victims: list[Allocation]
     cost: float
     has_am: bool
+
+
+# (has AM, cost or its lower bound, node, node version, epoch when exact or -1, tie-breaker, the set)
+_Entry = tuple[bool, float, str, int, int, int, VictimSet | None]
 
 
 class VictimPlacer:
@@ -49,63 +56,89 @@ class VictimPlacer:
         self.budget_left: Resource = dict(request.budget)
         self.sets: list[VictimSet] = []
         self.taken: set[str] = set()
+        self.budget_stopped: set[AskKey] = set()  # asks not searched: the round's budget ran out
         self.freed: dict[str, Resource] = {}  # node -> victims taken there this round
+        self.leaving: dict[str, Resource] = {}  # queue path (every level) -> victims taken this round
         self._relations: dict[tuple[str, str], bool] = {}  # (victim queue, beneficiary queue) -> allowed
         self._room: dict[str, Resource] = {}
         # A budget of nothing (``total_preemption_per_round: 0``) allows nothing, not everything.
         self.exhausted = not any(v > 0 for v in self.budget_left.values())
         self.intra = request.intra_queue
-        # Candidate victims per node, cheapest first and AM containers last, built on a node's first
-        # evaluation (cost is fixed for the round). The index key is an upper bound of the memory a
-        # placement could get there, from per-node aggregates: O(nodes) to build, not O(containers).
+        # Intra-queue mode may also take from a user above its limit for one within it.
+        self.limits = Limits.of(state) if self.intra else None
+        # Candidate victims per node, cheapest first and AM containers last (cost is fixed for the
+        # round), with per-node aggregates for the lower bound: every resource they hold, the largest
+        # single victim per resource and the cheapest victim's cost.
         self.by_node: dict[str, list[tuple[bool, float, str, Allocation]]] = {}
-        self.victim_queues = [q.path for q in state.queues.values() if q.is_leaf and self._victim_queue_ok(q)]
-        self.index: SortedList = SortedList()
-        self.potential: dict[str, int] = {}
-        self.max_slack = 0  # the most memory any node offers without new victims (an upper bound)
-        self.slack: dict[str, int] = {}  # memory a node offers without new victims
-        self.slack_index: SortedList = SortedList()
+        self.held: dict[str, Resource] = {}
+        self.largest: dict[str, Resource] = {}
+        self.cheapest: dict[str, float] = {}
+        # Leaf queues whose containers may be victims: with a quota, or (intra-queue) not disabled.
+        self.victim_paths = {
+            path
+            for path, q in state.queues.items()
+            if q.is_leaf and (not preemption_disabled(q) if self.intra else path in self.quota_left)
+        }
         for name, node in state.nodes.items():
-            if not node.schedulable:
-                continue
-            held = sum(node.by_queue.get(q, {}).get(MEMORY, 0) for q in self.victim_queues)
-            idle = node.opportunistic.get(MEMORY, 0)  # opportunistic room: no guaranteed victim needed
-            if held <= 0 and idle <= 0:
-                continue
-            base = state.room_once_victims_leave(node).get(MEMORY, 0) + idle
-            self.max_slack = max(self.max_slack, base)
-            self.potential[name] = base + held
-            self.index.add((base + held, name))
-            self.slack[name] = base
-            self.slack_index.add((base, name))
+            if node.schedulable:
+                self._victims_on(name)
+        # Lazy best-first search per ask shape: heap entries are lower bounds of a node's cheapest set
+        # (exact when computed at the current ``epoch`` and the node's current ``version``).
+        self.epoch = 0  # bumped whenever quotas or budget shrink (every other node's cost may rise)
+        self.version: dict[str, int] = {}  # bumped when a node's own room or victims change
+        self.entries = 0
+        self.deficits: list[tuple[Queue, dict[str, int]]] = []  # the current ask's max deficits
+        self.heaps: dict[tuple[object, ...], tuple[Ask, list[_Entry]]] = {}  # shape -> (an ask of it, heap)
 
     def _victims_on(self, name: str) -> list[tuple[bool, float, str, Allocation]]:
         entries = self.by_node.get(name)
         if entries is None:
-            allocations = self.state.allocations
+            node = self.state.nodes[name]
+            ok = self.victim_paths
             entries = []
-            for aid in self.state.nodes[name].allocations:
-                alloc = allocations[aid]
-                if alloc.preempting:
-                    continue
-                if alloc.opportunistic:
-                    entries.append((False, 0.0, alloc.id, alloc))
-                elif self._victim_queue_ok(alloc.queue):
-                    entries.append((alloc.am, self.cost_of(alloc, self.now), alloc.id, alloc))
-            # Opportunistic containers first, newest first (YARN's NodeManager kills them LIFO).
-            entries.sort(
-                key=lambda e: (not e[3].opportunistic, e[0], -e[3].start if e[3].opportunistic else e[1], e[2])
-            )
+            if any(node.opportunistic.values()) or any(path in ok for path in node.by_queue):
+                allocations = self.state.allocations
+                cost_of, now = self.cost_of, self.now
+                for aid in node.allocations:
+                    alloc = allocations[aid]
+                    if alloc.preempt_deadline is not None or alloc.pinned:
+                        continue
+                    if alloc.opportunistic:
+                        entries.append((False, 0.0, aid, alloc))  # free: no queue loses anything
+                    elif alloc.queue.path in ok:
+                        entries.append((alloc.am, cost_of(alloc, now), aid, alloc))
+                # Opportunistic containers first, newest first (YARN's NodeManager kills them LIFO),
+                # then (AM last, cost, id): ids are unique, the allocation is never compared.
+                entries.sort(
+                    key=lambda e: (not e[3].opportunistic, e[0], -e[3].start if e[3].opportunistic else e[1], e[2])
+                )
             self.by_node[name] = entries
+            self._aggregate(name)
         return entries
 
-    def _victim_queue_ok(self, queue: Queue) -> bool:
-        if self.intra:
-            return not preemption_disabled(queue)
-        return queue.path in self.quota_left
+    def _aggregate(self, name: str) -> None:
+        entries = self.by_node[name]
+        if not entries:
+            self.held.pop(name, None)
+            return
+        held: Resource = {}
+        largest: Resource = {}
+        cheapest = entries[0][1]
+        for _, cost, _, alloc in entries:
+            if cost < cheapest:
+                cheapest = cost  # an AM container may cost less than the tasks sorted before it
+            for k, v in alloc.resource.items():
+                held[k] = held.get(k, 0) + v
+                if v > largest.get(k, 0):
+                    largest[k] = v
+        self.held[name] = held
+        self.largest[name] = largest
+        self.cheapest[name] = cheapest
 
-    def _allowed(self, alloc: Allocation, ask: Ask) -> bool:
-        """Victims taken this round are already gone from ``by_node``; preempting ones never entered."""
+    def _allowed(self, alloc: Allocation, ask: Ask, chosen: list[Allocation] | None = None) -> bool:
+        """Victims taken this round are already gone from ``by_node``; preempting ones never entered.
+        ``chosen``: victims already in the set being built (a user above its limit gives no more than
+        takes it back to its limit)."""
         if alloc.opportunistic:
             return True
         if self.intra:
@@ -114,43 +147,46 @@ class VictimPlacer:
                 and alloc.app != ask.app.name
                 and alloc.priority < ask.priority
                 and not alloc.am
-            )
+            ) or (self.limits is not None and self.limits.may_take(alloc, ask, chosen or ()))
         pair = (alloc.queue.path, ask.app.queue.path)
         allowed = self._relations.get(pair)
         if allowed is None:
             allowed = self._relations[pair] = may_preempt_for(alloc.queue, ask.app.queue)
         return allowed
 
+    def _lower_bound(self, node: Node, ask: Ask) -> float | None:
+        """A lower bound of the cheapest victim set's cost on ``node`` (``None``: no set can exist).
+
+        Any set covering the shortfall has at least ``k`` victims, ``k`` the most, over resources, of
+        shortfall over the largest single victim; each costs at least the node's cheapest victim."""
+        held = self.held.get(node.name)
+        if held is None:
+            return None
+        shortfall = self._shortfall(node, ask)
+        if not shortfall and not self.deficits:
+            return None  # room already free there is the normal allocator's to give, not preemption's
+        largest = self.largest[node.name]
+        k = 1
+        for r, v in shortfall.items():
+            if v > held.get(r, 0):
+                return None
+            k = max(k, -(-v // largest[r]))
+        cheapest = self.cheapest[node.name]
+        return k * cheapest if cheapest >= 0 else -math.inf
+
     # ------------------------------------------------------------------ Placer
 
     def place(self, state: PartitionState, ask: Ask) -> Node | None:
         if self.exhausted:
+            self.budget_stopped.add(ask.key)
             return None
-        need = ask.resource
-        need_mem = need.get(MEMORY, 0)
-        nodes = (name for _, name in self.index.islice(self.index.bisect_left((need_mem, ""))))
-        if not self.intra:
-            quota = sum(q.get(MEMORY, 0) for q in self.quota_left.values())
-            if need_mem > self.max_slack + quota:
-                return None  # exact: no node's slack plus every victim queue's remaining quota covers it
-            if need_mem > quota:
-                # Exact: victims can free at most ``quota``, so only nodes with that much slack can help.
-                start = self.slack_index.bisect_left((need_mem - quota, ""))
-                nodes = (name for _, name in self.slack_index.islice(start) if self.potential[name] >= need_mem)
-        best: VictimSet | None = None
-        feasible = 0
-        for name in nodes:
-            node = state.nodes[name]
-            if not ask.accepts(node):
-                continue
-            found = self._minimal_set(node, ask)
-            if found is None:
-                continue
-            feasible += 1
-            if best is None or (found.has_am, found.cost, found.node.name) < (best.has_am, best.cost, best.node.name):
-                best = found
-            if feasible >= self.request.max_candidate_nodes:
-                break
+        self.deficits = self._headroom_deficits(ask)
+        if ask.required_node is not None:
+            node = state.nodes.get(ask.required_node)
+            usable = node is not None and node.schedulable and ask.accepts(node)
+            best = self._minimal_set(node, ask) if node is not None and usable else None
+        else:
+            best = self._search(state, ask)
         if best is None:
             return None
         if best.has_am and not self.intra and self._tasks_could_make_room(state, ask):
@@ -160,12 +196,67 @@ class VictimPlacer:
         self._take(best, ask)
         return best.node
 
+    def _shape(self, ask: Ask) -> tuple[object, ...]:
+        """Asks of one shape have the same candidate sets on every node (one search heap)."""
+        who = (ask.app.name, ask.priority) if self.intra else ()
+        selector = tuple(sorted((k, tuple(sorted(v))) for k, v in ask.node_selector.items()))
+        return (tuple(sorted(ask.resource.items())), ask.app.queue.path, bool(self.deficits), selector, *who)
+
+    def _search(self, state: PartitionState, ask: Ask) -> VictimSet | None:
+        """Best-first over lower bounds: the first entry popped that is exact and current is the
+        cheapest set over every node (ties by node name); ``max_candidate_nodes`` caps the exact
+        evaluations when set."""
+        shape = self._shape(ask)
+        search = self.heaps.get(shape)
+        if search is None:
+            nodes = (state.nodes[name] for name in self.held)
+            heap = [e for e in (self._bound_entry(node, ask) for node in nodes if ask.accepts(node)) if e is not None]
+            heapq.heapify(heap)
+            search = self.heaps[shape] = (ask, heap)
+        heap = search[1]
+        cap = self.request.max_candidate_nodes
+        evaluated: list[VictimSet] = []
+        pushed_back: list[_Entry] = []
+        best: VictimSet | None = None
+        while heap:
+            entry = heapq.heappop(heap)
+            _, _, name, version, epoch, _, found = entry
+            if version != self.version.get(name, 0):
+                continue  # superseded by a fresher entry for that node
+            node = state.nodes[name]
+            if found is not None and epoch == self.epoch:
+                best = found
+                pushed_back.append(entry)
+                break
+            found = self._minimal_set(node, ask)
+            if found is None:
+                continue  # no set there now, nor later this round (costs only rise)
+            heapq.heappush(heap, (found.has_am, found.cost, name, version, self.epoch, self._next(), found))
+            if cap is not None:
+                evaluated.append(found)
+                if len(evaluated) >= cap:
+                    best = min(evaluated, key=lambda v: (v.has_am, v.cost, v.node.name))
+                    break
+        for entry in pushed_back:
+            heapq.heappush(heap, entry)
+        return best
+
+    def _bound_entry(self, node: Node, ask: Ask) -> _Entry | None:
+        bound = self._lower_bound(node, ask)
+        if bound is None:
+            return None
+        return (False, bound, node.name, self.version.get(node.name, 0), -1, self._next(), None)
+
+    def _next(self) -> int:
+        self.entries += 1
+        return self.entries
+
     def _tasks_could_make_room(self, state: PartitionState, ask: Ask) -> bool:
         """Whether some node's non-AM victims the rules allow, quota aside, cover the ask's shortfall."""
-        start = self.index.bisect_left((ask.resource.get(MEMORY, 0), ""))
-        for _, name in self.index.islice(start):
-            node = state.nodes[name]
-            if not ask.accepts(node):
+        names = [ask.required_node] if ask.required_node is not None else list(self.held)
+        for name in names:
+            node = state.nodes.get(name)
+            if node is None or name not in self.held or not ask.accepts(node):
                 continue
             shortfall = self._shortfall(node, ask)
             got: Resource = {}
@@ -193,15 +284,38 @@ class VictimPlacer:
             room = self._room[node.name] = self.state.room_once_victims_leave(node)
         return room
 
+    def _headroom_deficits(self, ask: Ask) -> list[tuple[Queue, dict[str, int]]]:
+        """Per ancestor with a ``max`` the ask would break: by how much (victims leaving that subtree
+        can make up for it, YuniKorn's first user-guide example). Victims under notice, and those taken
+        this round, are counted gone."""
+        out: list[tuple[Queue, dict[str, int]]] = []
+        for q in ask.app.queue.lineage():
+            if q.max is None:
+                continue
+            deficit: dict[str, int] = {}
+            for k, v in ask.resource.items():
+                if k in q.max:
+                    used = q.allocated.get(k, 0) + q.reserved.get(k, 0) + q.allocating.get(k, 0)
+                    gone = q.preempting.get(k, 0) + self.leaving.get(q.path, {}).get(k, 0)
+                    over = used - gone + v - q.max[k]
+                    if over > 0:
+                        deficit[k] = over
+            if deficit:
+                out.append((q, deficit))
+        return out
+
     def _minimal_set(self, node: Node, ask: Ask) -> VictimSet | None:
+        """The node's room shortfall and every ``max`` deficit covered by one minimal victim set."""
         shortfall = self._shortfall(node, ask)
-        if not shortfall:
+        needs: list[tuple[Queue | None, dict[str, int]]] = [(None, shortfall)] if shortfall else []
+        needs.extend(self.deficits)
+        if not needs:
             return None  # room already free there is the normal allocator's to give, not preemption's
-        chosen = self._pick(node, ask, shortfall, within_quota=True)
+        chosen = self._pick(node, ask, needs, within_quota=True)
         if chosen is None and not self.intra:
             # The quota also counted cheap victims the trim drops again (a larger victim within the
             # quota was skipped for them): pick counting each victim alone, trim, then check the set.
-            chosen = self._pick(node, ask, shortfall, within_quota=False)
+            chosen = self._pick(node, ask, needs, within_quota=False)
             if chosen is not None and not self._within_quota(chosen):
                 chosen = None
         if chosen is None:
@@ -209,89 +323,148 @@ class VictimPlacer:
         return VictimSet(node, [e[3] for e in chosen], sum(e[1] for e in chosen), any(e[0] for e in chosen))
 
     def _pick(
-        self, node: Node, ask: Ask, shortfall: dict[str, int], *, within_quota: bool
+        self, node: Node, ask: Ask, needs: list[tuple[Queue | None, dict[str, int]]], *, within_quota: bool
     ) -> list[tuple[bool, float, str, Allocation]] | None:
-        """Cheapest victims first until the shortfall is covered, then trimmed to a minimal set."""
+        """Cheapest victims first until every need is covered, then trimmed to a minimal set. A need
+        scoped to a queue counts only victims inside its subtree (``None``: the node's room)."""
         chosen: list[tuple[bool, float, str, Allocation]] = []
-        got = dict.fromkeys(shortfall, 0)
+        got = [dict.fromkeys(need, 0) for _, need in needs]
         lose: dict[str, Resource] = {}
+
+        def counts(scope: Queue | None, alloc: Allocation) -> bool:
+            return scope is None or (not alloc.opportunistic and alloc.queue.is_within(scope))
+
+        def covered() -> bool:
+            return all(g[k] >= need[k] for g, (_, need) in zip(got, needs, strict=True) for k in g)
+
         for entry in self._victims_on(node.name):
             alloc = entry[3]
-            if not self._allowed(alloc, ask):
+            if not self._allowed(alloc, ask, [e[3] for e in chosen] if self.intra else None):
+                continue
+            useful = [i for i, (scope, need) in enumerate(needs) if counts(scope, alloc)]
+            if not useful:
                 continue
             if not self.intra and not alloc.opportunistic:
                 path = alloc.queue.path
                 left = self.quota_left[path]
                 if not within_quota:
-                    if not res.fits(alloc.resource, left):
+                    if not may_take(alloc.queue, {}, alloc.resource, left, self.state.capacity, self.leaving.get(path)):
                         continue  # over the quota on its own: in no set the quota allows
                 else:
                     taken = lose.get(path)
                     if taken is None:
                         taken = lose[path] = {}
-                    if not all(taken.get(k, 0) + v <= left.get(k, 0) for k, v in alloc.resource.items()):
+                    capacity, gone = self.state.capacity, self.leaving.get(path)
+                    if not all(taken.get(k, 0) + v <= left.get(k, 0) for k, v in alloc.resource.items()) and (
+                        not may_take(alloc.queue, taken, alloc.resource, left, capacity, gone)
+                    ):
                         continue
                     for k, v in alloc.resource.items():
                         taken[k] = taken.get(k, 0) + v
             chosen.append(entry)
-            for k in got:
-                got[k] += alloc.resource.get(k, 0)
-            if all(got[k] >= shortfall[k] for k in got):
+            for i in useful:
+                g = got[i]
+                for k in g:
+                    g[k] += alloc.resource.get(k, 0)
+            if covered():
                 break
         else:
             return None
-        # Trim: drop, most expensive first, every victim the room does not need (never one it needs).
+        # Trim: drop, most expensive first, every victim no need requires (never one a need requires).
         if len(chosen) > 1:
             for entry in sorted(chosen, key=lambda e: (e[0], e[1]), reverse=True):
-                r = entry[3].resource
-                if all(got[k] - r.get(k, 0) >= shortfall[k] for k in got):
+                alloc = entry[3]
+                r = alloc.resource
+                hit = [i for i, (scope, _) in enumerate(needs) if counts(scope, alloc)]
+                if all(got[i][k] - r.get(k, 0) >= needs[i][1][k] for i in hit for k in got[i]):
                     chosen.remove(entry)
-                    for k in got:
-                        got[k] -= r.get(k, 0)
+                    for i in hit:
+                        for k in got[i]:
+                            got[i][k] -= r.get(k, 0)
         return chosen
 
     def _within_quota(self, chosen: list[tuple[bool, float, str, Allocation]]) -> bool:
-        lose: dict[str, Resource] = {}
-        for entry in chosen:
-            if not entry[3].opportunistic:
-                res.add_into(lose.setdefault(entry[3].queue.path, {}), entry[3].resource)
-        return all(res.fits(amount, self.quota_left[path]) for path, amount in lose.items())
+        victims = [e[3] for e in chosen if not e[3].opportunistic]
+        return quota_allows(victims, self.quota_left, self.state.capacity, self.leaving) is None
 
     def _take(self, chosen: VictimSet, ask: Ask) -> None:
         self.sets.append(chosen)
         name = chosen.node.name
         # The ask will hold its room on the node (try_allocate adds it to the node's allocating).
         res.sub_into(self._base_room(chosen.node), ask.resource)
+        if self.limits is not None:
+            self.limits.charge(ask)
         for alloc in chosen.victims:
             self.taken.add(alloc.id)
             res.add_into(self.freed.setdefault(name, {}), alloc.resource)
             if alloc.opportunistic:
-                continue  # in no queue's quota, nor in the round's preemption budget
+                continue  # in no queue's quota, max or user limit, nor in the round's preemption budget
+            if self.limits is not None:
+                self.limits.take(alloc)
             if not self.intra:
                 res.sub_into(self.quota_left[alloc.queue.path], alloc.resource)
             res.sub_into(self.budget_left, alloc.resource)
-        idle = sum(
-            e[3].resource.get(MEMORY, 0)
-            for e in self._victims_on(name)
-            if e[3].opportunistic and e[3].id not in self.taken
-        )
-        slack = self._base_room(chosen.node).get(MEMORY, 0) + self.freed[name].get(MEMORY, 0) + idle
-        self.max_slack = max(self.max_slack, slack)
-        old_slack = self.slack.get(name)
-        if old_slack is not None:
-            self.slack_index.remove((old_slack, name))
-            self.slack[name] = slack
-            self.slack_index.add((slack, name))
+            for q in alloc.queue.lineage():
+                res.add_into(self.leaving.setdefault(q.path, {}), alloc.resource)
         self.by_node[name] = [e for e in self._victims_on(name) if e[3].id not in self.taken]
-        old = self.potential.get(name)
-        if old is not None:
-            # Victims moved from candidates to freed (no change); the ask's room is now promised.
-            room = old - ask.resource.get(MEMORY, 0)
-            self.index.remove((old, name))
-            self.potential[name] = room
-            self.index.add((room, name))
+        self._aggregate(name)
+        # Quotas and budget shrank: every cached cost is now a lower bound. This node changed itself
+        # (its freed surplus may make the next set cheaper): fresh bounds for it in every heap.
+        self.epoch += 1
+        self.version[name] = self.version.get(name, 0) + 1
+        for shape_ask, heap in self.heaps.values():
+            entry = self._bound_entry(chosen.node, shape_ask) if shape_ask.accepts(chosen.node) else None
+            if entry is not None:
+                heapq.heappush(heap, entry)
         if any(v <= 0 for k, v in self.budget_left.items() if k in self.request.budget and self.request.budget[k] > 0):
             self.exhausted = True
+
+
+def quota_allows(
+    victims: list[Allocation], left: dict[str, Resource], capacity: Resource, gone: dict[str, Resource] | None = None
+) -> str | None:
+    """The victim queue whose quota ``victims`` break (``None``: none), each queue's victims taken in
+    order, cheapest overshoot last: at most one victim per queue beyond its quota (see :func:`may_take`)."""
+    by_queue: dict[str, list[Allocation]] = {}
+    for v in victims:
+        by_queue.setdefault(v.queue.path, []).append(v)
+    for path, mine in by_queue.items():
+        quota = left.get(path, {})
+        total = res.total(v.resource for v in mine)
+        if res.fits(total, quota):
+            continue
+        # The one victim allowed beyond the quota: any whose removal leaves the rest within it.
+        if not any(
+            may_take(v.queue, res.sub(total, v.resource), v.resource, quota, capacity, (gone or {}).get(path))
+            for v in mine
+        ):
+            return path
+    return None
+
+
+def may_take(
+    queue: Queue, before: Resource, victim: Resource, left: Resource, capacity: Resource, gone: Resource | None = None
+) -> bool:
+    """Whether ``queue``, having lost ``before`` to this set, may lose ``victim`` too with ``left`` its
+    remaining quota (ARCHITECTURE invariant 5a). Within the quota, yes. Containers are whole, so one
+    victim may overshoot it, as YARN's selector does, while the queue was still over its floor (quota
+    left on every resource the victim holds, nothing overdrawn) and stays, without it, at or above its
+    guarantee: in the DRF comparison, and on each resource the guarantee names. ``gone``: what the queue already lost
+    that its usage does not show yet (victims taken earlier in the same placement round)."""
+    after = res.add(before, victim)
+    if res.fits(after, left):
+        return True
+    rest = res.sub(left, before)
+    if any(v < 0 for v in rest.values()) or not all(rest.get(k, 0) > 0 for k in victim):
+        return False  # overdrawn already (one whole container beyond the quota at most), or at its floor
+    usage = net_usage(queue) if gone is None else res.sub(net_usage(queue), gone)
+    remaining = res.sub(usage, after)
+    guaranteed = queue.guaranteed
+    # The overshoot is beyond what the quota granted: it keeps the guarantee in the DRF comparison and,
+    # conservatively, on every resource the guarantee names (what the queue held of it, if less).
+    if any(remaining.get(k, 0) < min(g, usage.get(k, 0)) for k, g in guaranteed.items()):
+        return False
+    return not res.drf_below({k: remaining.get(k, 0) for k in guaranteed}, guaranteed, capacity)
 
 
 def _net_usage_key(capacity: Resource) -> object:
@@ -315,12 +488,12 @@ def answer_placement_request(core: AllocatorCore, request: p.PlacementRequest) -
             if q.path not in beneficiaries:
                 return False
             target = targets.get(q.path)
-            return target is None or below_ideal(q.usage(), target)
+            return target is None or below_ideal(q.usage(), target, state.capacity)
         return any(b.startswith(q.path + ".") for b in beneficiaries)
 
     def ask_ok(ask: Ask) -> bool:
         nonlocal mask_hits
-        if missed.get(ask.key, 0) < request.min_missed:
+        if missed.get(ask.key, 0) < request.min_missed or ask.damped_until > state.now:
             return False
         if ask_label(ask.key) in mask:
             mask_hits += 1
@@ -347,6 +520,10 @@ def answer_placement_request(core: AllocatorCore, request: p.PlacementRequest) -
         placed.extend(result.placed)
         if not progress:
             break
+    # Asks searched in vain missed an opportunity and go into the mask; those the budget stopped did not.
+    unplaceable = failed - placer.budget_stopped
+    for key in unplaceable:
+        missed[key] = missed.get(key, 0) + 1
     placements: list[p.Victimized] = []
     for (ask, node), chosen in zip(placed, placer.sets, strict=True):
         waited = missed.pop(ask.key, 0)  # the ask got its container (update-missed-opportunity)
@@ -367,7 +544,7 @@ def answer_placement_request(core: AllocatorCore, request: p.PlacementRequest) -
         partition=core.partition,
         id=request.id,
         placements=placements,
-        unplaceable=sorted(ask_label(k) for k in failed),
+        unplaceable=sorted(ask_label(k) for k in unplaceable),
         mask_hits=mask_hits,
         view_seq=core.view_seq,
     )

@@ -14,6 +14,7 @@ from typing import Protocol
 
 from sniper.core import resources as res
 from sniper.core.config import PreemptionConfig
+from sniper.core.limits import Limits
 from sniper.core.opportunistic import first_victims
 from sniper.core.preemption.mask import PreemptionMask
 from sniper.core.preemption.proportional import ProportionalConfig, ProportionalPolicy
@@ -60,11 +61,11 @@ def make_policy(name: str, partition: str, config: PreemptionConfig) -> Policy:
 
 
 def enabled_policies(config: PreemptionConfig) -> list[str]:
-    """The policies a partition's ``preemption`` section turns on."""
-    names = [] if config.policy == "none" else [config.policy]
-    if config.intra_queue:
-        names.append("intra_queue")
-    return names
+    """The policies a partition's ``preemption`` section turns on; ``policy: none`` turns every one off,
+    intra-queue preemption included."""
+    if config.policy == "none":
+        return []
+    return [config.policy, "intra_queue"] if config.intra_queue else [config.policy]
 
 
 class _Placing:
@@ -151,7 +152,8 @@ class SniperPolicy(_Placing):
 
 @register_policy("intra_queue")
 class IntraQueuePolicy(_Placing):
-    """Inside one leaf queue, asks of higher priority preempt lower-priority containers of other apps."""
+    """Inside one leaf queue, asks of higher priority preempt lower-priority containers of other apps, and
+    users within their limits preempt users above theirs (:mod:`sniper.core.limits`)."""
 
     name = "intra_queue"
     intra = True
@@ -168,6 +170,9 @@ class IntraQueuePolicy(_Placing):
             top = max((ask.priority for app in queue.apps.values() for ask in app.pending_asks), default=None)
             if top is not None and top > lowest:
                 beneficiaries.append(path)
+        limits = Limits.of(state)
+        if limits is not None:
+            beneficiaries += [q.path for q in limits.over_limit_queues() if q.path not in beneficiaries]
         budget = {k: int(v * self.config.total_preemption_per_round) for k, v in state.capacity.items()}
         quotas = Quotas({}, {}, tuple(beneficiaries), budget)
         return self._request(state, view_seq, now, quotas)

@@ -1,19 +1,24 @@
 """Sniper's inter-queue preemption quotas (seed 002 ``calculate-preemption-quotas``), sans-IO.
 
 From the ideal assignment (YARN's fix-point under DRF, layered by priority, ineffective increments
-dropped): a leaf queue whose net usage (victims already preempting excluded) exceeds, on some
-resource, both its ideal and its guarantee plus the deadzone (YARN's ``max_ignored_over_capacity``) may
-lose what it holds above its floor: its ideal on the resource it is most over relative to the cluster
-(its DRF-dominant excess; containers are bundles, so the rest of its ideal elsewhere is out of reach
-anyway) and its guarantee on every resource. Never anything from a ``disabled`` queue. A leaf at or
-below its ideal on every resource and below it on one, with demand, is a beneficiary.
-Invariant: no quota ever takes a queue below its guarantee in any resource, nor below its ideal on the
-resource it is most over.
+dropped; Sniper's is capped by demand on every resource): a leaf queue whose net usage (victims already
+preempting excluded) is above its guarantee plus the deadzone (YARN's ``max_ignored_over_capacity``) in the
+DRF comparison (``resources.drf_compare`` against the partition's capacity, as YARN's
+DominantResourceCalculator) and over its ideal on some resource may lose what it holds above its floor
+(:func:`floor_of`): its guarantee's dominant share of its dominant resource, and its ideal on the resource
+it is most over. Its quota (``may_lose``) is that difference, every other resource included: a
+memory-heavy queue loses vcores with its containers though it holds fewer than its guarantee names. A whole
+container beyond the quota is still allowed (:func:`allows`) while the queue has something left to lose
+and stays at or above its guarantee without it. Never anything from a ``disabled`` queue. A leaf below its
+ideal (DRF), with demand, is a beneficiary.
+Invariant (5a): no victim takes a queue below its guarantee; it may end below its ideal by less than the
+last victim's size.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 
 from sniper.core import resources as res
 from sniper.core.config import PreemptionConfig
@@ -38,32 +43,65 @@ def net_usage(queue: Queue) -> Resource:
     return res.clamp_min_zero(res.sub(res.add(queue.allocated, queue.reserved), queue.preempting))
 
 
-def floor_of(queue: Queue, usage: Resource, ideal: Resource, capacity: Resource) -> Resource:
-    """What the queue keeps whatever happens: its guarantee on every resource, and its ideal on the
-    resource it is most over (relative to the cluster: its DRF-dominant excess). Containers are bundles:
-    a queue brought back to its ideal on that resource cannot use the rest of its ideal elsewhere."""
-    g = queue.guaranteed
-    floor = {k: min(v, g.get(k, 0)) for k, v in usage.items()}
-    excess = {k: (v - ideal.get(k, 0)) / capacity[k] for k, v in usage.items() if capacity.get(k)}
+def guarantee_floor(usage: Resource, guaranteed: Resource, capacity: Resource) -> Resource:
+    """What keeps a queue at or above its guarantee: as much of its dominant resource (the one it holds the
+    largest share of ``capacity``; ties by name) as its guarantee's dominant share makes of it.
+
+    Compared by ``drf_compare``, anything holding at least this is not below it: invariant 5a's "at or above
+    its guarantee" is about dominant shares, so a queue at exactly its guarantee's level has lost nothing it
+    is owed, even where the tie-break ranks it below its guarantee for the allocator's order.
+    """
+    shares = {k: usage.get(k, 0) / c for k, c in capacity.items() if c > 0}
+    if not shares:
+        return {}
+    dominant = max(sorted(shares), key=lambda k: shares[k])
+    level = res.share_vector(guaranteed, capacity)[0] if guaranteed else 0.0
+    return {dominant: math.ceil(level * capacity[dominant] - 1e-9)}
+
+
+def floor_of(usage: Resource, ideal: Resource, guaranteed: Resource, capacity: Resource) -> Resource:
+    """What a victim queue keeps whatever happens: its guarantee by dominant share (:func:`guarantee_floor`)
+    and its ideal on the resource it is most over relative to the cluster (its DRF-dominant excess, as YARN's
+    selectors take containers while the excess ``used - ideal`` is positive in the dominant calculator).
+    Containers are bundles: a queue brought back to its ideal there cannot be held to the rest of its ideal
+    vector elsewhere (the aggregate ideal knows no container shapes). Everything else it may lose."""
+    floor = guarantee_floor(usage, guaranteed, capacity)
+    excess = {k: (usage.get(k, 0) - ideal.get(k, 0)) / c for k, c in capacity.items() if c > 0}
     if excess:
         worst = max(sorted(excess), key=lambda k: excess[k])
         if excess[worst] > 0:
-            floor[worst] = max(g.get(worst, 0), ideal.get(worst, 0))
+            floor[worst] = max(floor.get(worst, 0), ideal.get(worst, 0))
     return floor
 
 
-def below_ideal(usage: Resource, ideal: Resource) -> bool:
-    keys = set(usage) | set(ideal)
-    return all(usage.get(k, 0) <= ideal.get(k, 0) for k in keys) and any(
-        usage.get(k, 0) < ideal.get(k, 0) for k in keys
-    )
+def below_ideal(usage: Resource, ideal: Resource, capacity: Resource) -> bool:
+    return res.drf_below(usage, ideal, capacity)
 
 
-def over_deadzone(queue: Queue, usage: Resource, ideal: Resource, deadzone: float) -> bool:
-    """Over ``max(ideal, guaranteed * (1 + deadzone))`` on some resource: YARN's and seed 000's deadzone
-    (``used > (1 + max_ignored_over_capacity) * guaranteed``), and above the ideal as well."""
-    g = queue.guaranteed
-    return any(v > max(ideal.get(k, 0), int(g.get(k, 0) * (1.0 + deadzone))) for k, v in usage.items())
+def over_deadzone(queue: Queue, usage: Resource, ideal: Resource, deadzone: float, capacity: Resource) -> bool:
+    """Above ``guaranteed * (1 + deadzone)`` in the DRF comparison (YARN's and seed 000's deadzone, ``used >
+    (1 + max_ignored_over_capacity) * guaranteed``) and over its ideal on some resource the cluster has (YARN's
+    excess ``used - ideal`` positive under the dominant calculator). Not ``drf_above(usage, ideal)``: the
+    aggregate ideal can give a queue a dominant share on a resource its containers cannot use (a queue of
+    2 GiB / 0.5-core containers whose sibling wants memory only is owed 90% of the vcores and 62% of the
+    memory); it must still give the memory back."""
+    dead = {k: int(v * (1.0 + deadzone)) for k, v in queue.guaranteed.items()}
+    over = any(usage.get(k, 0) > ideal.get(k, 0) for k, c in capacity.items() if c > 0)
+    return over and res.drf_above(usage, dead, capacity)
+
+
+def allows(queue: Queue, quota: Resource, taken: Resource, victim: Resource, capacity: Resource) -> bool:
+    """Whether a victim queue may lose ``victim`` after losing ``taken`` this round, ``quota`` being its
+    ``may_lose``: yes within the quota; beyond it, a whole container is still allowed while the queue has
+    something left to lose (``taken`` within the quota: it is above its ideal) and it stays at or above its
+    guarantee without it (DRF). So it may end below its ideal by less than one container (invariant 5a)."""
+    after = res.add(taken, victim)
+    if res.fits(after, quota):
+        return True
+    if not res.fits(taken, quota):
+        return False
+    left = res.clamp_min_zero(res.sub(net_usage(queue), after))
+    return not res.drf_below(left, guarantee_floor(left, queue.guaranteed, capacity), capacity)
 
 
 def usable_capacity(state: PartitionState) -> Resource:
@@ -106,16 +144,18 @@ def compute_quotas(state: PartitionState, config: PreemptionConfig) -> Quotas:
     ideal = {q.path: q.ideal_assigned for q in assignment}
     may_lose: dict[str, Resource] = {}
     beneficiaries: list[str] = []
+    capacity, deadzone = state.capacity, config.max_ignored_over_capacity
     for path, queue in state.queues.items():
         if not queue.is_leaf:
             continue
         usage = net_usage(queue)
         target = ideal.get(path, {})
-        if not preemption_disabled(queue) and over_deadzone(queue, usage, target, config.max_ignored_over_capacity):
-            lose = res.clamp_min_zero(res.sub(usage, floor_of(queue, usage, target, state.capacity)))
+        if not preemption_disabled(queue) and over_deadzone(queue, usage, target, deadzone, capacity):
+            floor = floor_of(usage, target, queue.guaranteed, capacity)
+            lose = res.clamp_min_zero(res.sub(usage, floor))
             if lose:
                 may_lose[path] = lose
-        if res.any_positive(queue.pending) and below_ideal(usage, target):
+        if res.any_positive(queue.pending) and below_ideal(usage, target, capacity):
             beneficiaries.append(path)
     budget = {k: int(v * config.total_preemption_per_round) for k, v in state.capacity.items()}
     return Quotas(ideal, may_lose, tuple(sorted(beneficiaries)), budget)

@@ -1,7 +1,8 @@
-"""Who may be preempted for whom: the queue relations of ARCHITECTURE sections 1 and 6 (invariant 5).
+"""Who may be preempted for whom: the queue relations of ARCHITECTURE sections 1 and 6 (invariant 5a).
 
 - a ``disabled`` queue (or any queue under one) is never a victim;
-- a ``fence`` queue (or any queue under one) is never preempted for a queue outside the fence's subtree;
+- an ask in a ``fence`` queue (or any queue under one) never preempts outside the fence's subtree; asks
+  from outside may still preempt inside it by the usual rules (YuniKorn's semantics);
 - a queue is never preempted for a queue of lower business priority, compared where the two paths part
   (siblings' ``priority.offset``, as YARN's and YuniKorn's relative queue priorities).
 Pure functions of the queue tree.
@@ -30,8 +31,8 @@ def may_preempt_for(victim: Queue, beneficiary: Queue) -> bool:
     """Whether ``victim``'s containers may be preempted for an ask of ``beneficiary`` (inter-queue)."""
     if victim is beneficiary or preemption_disabled(victim):
         return False
-    for q in victim.lineage():
-        if q.config.preemption_policy == "fence" and not beneficiary.is_within(q):
+    for q in beneficiary.lineage():
+        if q.config.preemption_policy == "fence" and not victim.is_within(q):
             return False
     parted = _branches(victim, beneficiary)
     if parted is not None:

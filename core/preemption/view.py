@@ -1,8 +1,9 @@
 """Bridges from live partition state to the preemption snapshot model, and the ideal Sniper uses.
 
 :func:`snapshot_from_figures` is the one place that turns a queue config plus per-queue usage and demand
-into a :class:`ClusterSnapshot` (root guaranteed = cluster capacity; a missing ``max`` inherits the
-parent's, the root's is the capacity). The cache's replica (:func:`snapshot_from_state`) and the
+into a :class:`ClusterSnapshot` (root guaranteed = cluster capacity, guarantees composed as absolute
+guarantees: :func:`composed_guarantees`; a missing ``max`` inherits the parent's, the root's is the
+capacity). The cache's replica (:func:`snapshot_from_state`) and the
 simulator's independent model both go through it, so they agree on what "ideal" means.
 """
 
@@ -27,15 +28,29 @@ def snapshot_from_figures(
     *,
     smallest_ask: Mapping[str, Resource] | None = None,
     apps: Mapping[str, tuple[AppSnapshot, ...]] | None = None,
+    compose: bool = True,
 ) -> ClusterSnapshot:
+    """``compose`` (Sniper) gives every queue its guarantee as :func:`composed_guarantees` reads the config
+    and leaves out every resource no node has: a guarantee naming one, or an ask using one, says nothing
+    about the others (such an ask can never run). Without it each queue keeps the figures as given (YARN's
+    baseline)."""
     queues: list[QueueSnapshot] = []
+    effective = composed_guarantees(config, capacity, used, pending) if compose else None
+
+    def known(r: Mapping[str, int] | None) -> Resource:
+        if r is None:
+            return {}
+        return {k: v for k, v in r.items() if k in capacity} if compose else dict(r)
 
     def visit(q: QueueConfig, parent: QueueConfig | None, parent_max: Resource) -> None:
         # A resource the queue's max does not name is limited by the parent's only (config semantics).
         own_max = dict(parent_max)
         for k, v in (q.max or {}).items():
             own_max[k] = min(v, own_max.get(k, v))
-        guaranteed = dict(capacity) if parent is None else dict(q.guaranteed)
+        if parent is None:
+            guaranteed = dict(capacity)
+        else:
+            guaranteed = dict(q.guaranteed) if effective is None else known(effective[q.path])
         queues.append(
             QueueSnapshot(
                 path=q.path,
@@ -44,14 +59,17 @@ def snapshot_from_figures(
                 is_leaf=q.is_leaf,
                 guaranteed=guaranteed,
                 max=own_max,
-                used=dict(used.get(q.path, {})),
-                pending=dict(pending.get(q.path, {})),
-                pending_considering_reserved=dict(pending.get(q.path, {})),
+                used=known(used.get(q.path)),
+                pending=known(pending.get(q.path)),
+                pending_considering_reserved=known(pending.get(q.path)),
                 reserved={},
                 priority=q.priority_offset,
                 preemption_disabled=q.preemption_policy == "disabled",
+                fenced=q.preemption_policy == "fence",
                 apps=(apps or {}).get(q.path, ()),
-                smallest_pending_ask=None if smallest_ask is None else smallest_ask.get(q.path),
+                smallest_pending_ask=None
+                if smallest_ask is None or q.path not in smallest_ask
+                else known(smallest_ask[q.path]),
             )
         )
         for child in q.children:
@@ -61,6 +79,47 @@ def snapshot_from_figures(
     return ClusterSnapshot(resource=dict(capacity), queues=tuple(queues))
 
 
+def composed_guarantees(
+    config: PartitionConfig, capacity: Resource, used: Mapping[str, Resource], pending: Mapping[str, Resource]
+) -> dict[str, Resource]:
+    """Every queue's guarantee as absolute guarantees compose (YuniKorn's; ARCHITECTURE section 1).
+
+    A queue without ``guaranteed`` whose subtree names some guarantees guarantees their sum (so a leaf's
+    guarantee counts when its ancestors have none), and limits nothing. A queue whose subtree names none
+    shares, by demand (``used + pending``), what its parent's guarantee (the root's: the capacity) leaves
+    over its siblings' guarantees, never more than its demand on any resource.
+    """
+    declared: dict[str, Resource] = {}
+
+    def up(q: QueueConfig) -> Resource:
+        below = res.total(up(c) for c in q.children)
+        own = res.normalized(q.guaranteed)
+        declared[q.path] = own if own else below
+        return declared[q.path]
+
+    up(config.root)
+    out: dict[str, Resource] = {config.root.path: dict(capacity)}
+
+    def down(q: QueueConfig) -> None:
+        guaranteed = out[q.path]
+        named = [c for c in q.children if declared[c.path]]
+        unnamed = [c for c in q.children if not declared[c.path]]
+        for c in named:
+            out[c.path] = declared[c.path]
+        left = res.clamp_min_zero(res.sub(guaranteed, res.total(declared[c.path] for c in named)))
+        demand = {c.path: res.add(used.get(c.path, {}), pending.get(c.path, {})) for c in unnamed}
+        wanted = res.total(demand.values())
+        for c in unnamed:
+            out[c.path] = res.normalized(
+                {k: min(v, left.get(k, 0) * v // wanted[k]) for k, v in demand[c.path].items() if wanted.get(k)}
+            )
+        for c in q.children:
+            down(c)
+
+    down(config.root)
+    return out
+
+
 def ideal_of(snapshot: ClusterSnapshot, *, avoid_ineffective: bool = True) -> IdealAssignment:
     """Sniper's ideal: YARN's fix-point under DRF, layered by business priority (seed 000)."""
     return compute_ideal(
@@ -68,6 +127,7 @@ def ideal_of(snapshot: ClusterSnapshot, *, avoid_ineffective: bool = True) -> Id
         DominantCalculator(snapshot.resource_names),
         priority_layers=True,
         avoid_ineffective=avoid_ineffective,
+        cap_by_demand=True,
     )
 
 
@@ -77,9 +137,10 @@ def snapshot_from_state(
     """The replica's queues as a snapshot: usage, demand, smallest asks.
 
     ``capacity`` overrides the partition's (the sniper policy passes its usable capacity). Without
-    containers, usage is net of victims already preempting (they are leaving). With
-    ``with_containers`` (YARN's baseline selects victims itself) usage is gross and every leaf carries
-    its apps and running containers, those already preempting marked ``killable``.
+    containers, usage is net of victims already preempting (they are leaving) and guarantees compose
+    (:func:`composed_guarantees`). With ``with_containers`` (YARN's baseline selects victims itself) usage
+    is gross, every leaf carries its apps and running containers, those already preempting marked
+    ``killable``, and every queue keeps the guarantee its config names, as YARN reads it.
     """
     if state.config is None:
         raise ValueError(f"partition {state.name} has no configuration")
@@ -119,4 +180,6 @@ def snapshot_from_state(
                     for app in sorted(q.apps.values(), key=lambda x: x.submit_seq)
                 )
     total = state.capacity if capacity is None else capacity
-    return snapshot_from_figures(state.config, total, used, pending, smallest_ask=smallest, apps=apps)
+    return snapshot_from_figures(
+        state.config, total, used, pending, smallest_ask=smallest, apps=apps, compose=not with_containers
+    )

@@ -64,7 +64,7 @@ def explain(err: BaseException) -> tuple[int, str]:
     from sniper.tools.cpulimit import CpuLimitUnavailable
     from sniper.tools.feeder import NoAnswer
     from sniper.transport.broker import BrokerStartError
-    from sniper.transport.kafka import KafkaConnectTimeout
+    from sniper.transport.kafka import KafkaConnectTimeout, KafkaTransportError
 
     err = _leaf(err)
     if isinstance(err, CliError):
@@ -79,6 +79,8 @@ def explain(err: BaseException) -> tuple[int, str]:
         return EXIT_INPUT, f"invalid input: {err}"
     if isinstance(err, BrokerStartError | MetricsServeError | KafkaConnectTimeout | NoAnswer):
         return EXIT_RUNTIME, str(err)
+    if isinstance(err, KafkaTransportError):  # e.g. the broker lost its log (LogLost)
+        return EXIT_RUNTIME, f"{err}; this process stops so that a supervisor restarts it"
     if isinstance(err, KafkaConnectionError | ConnectionError):
         return EXIT_RUNTIME, f"cannot reach Kafka: {err}; check --bootstrap / SNIPER_KAFKA_BOOTSTRAP"
     if isinstance(err, OSError) and err.errno == errno.EADDRINUSE:

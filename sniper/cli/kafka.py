@@ -17,10 +17,12 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
+import msgspec
 import typer
 
 from sniper.cli.app import (
     EXIT_INVARIANT,
+    EXIT_RUNTIME,
     LogFormat,
     Role,
     app,
@@ -171,6 +173,9 @@ def core(
     tick: Annotated[float, typer.Option(help="seconds between clock ticks")] = 0.5,
     snapshot_interval: Annotated[float, typer.Option(help="seconds between snapshots of a busy partition")] = 5.0,
     snapshot_every: Annotated[int, typer.Option(help="decisions between snapshots (at least the state's size)")] = 1000,
+    max_partitions: Annotated[
+        int, typer.Option(help="scheduler partitions this process hosts at most (records of more are dead-lettered)")
+    ] = 256,
     log_format: Annotated[LogFormat, typer.Option(help="log line format")] = LogFormat.kv,
     verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
     prefix: Prefix = None,
@@ -203,6 +208,7 @@ def core(
         tick=tick,
         snapshot_interval=snapshot_interval,
         snapshot_every=snapshot_every,
+        max_partitions=max_partitions,
     )
 
     async def main() -> None:
@@ -275,24 +281,39 @@ def feed(
             console.print(literal(f"feeding {source}: {len(events)} events at x{speed:g} to {settings.bootstrap}"))
             return await play(settings, events, options, config=config, ideal_fn=ideal_for_model)
 
-    import json
-
     result = _run(main)
     decisions = result.checker.decisions()
-    result.report["rejections"] = rejected = rejections(decisions)
+    summary = result.summary
+    summary.rejections = rejected = rejections(decisions)
     if as_json:
-        sys.stdout.write(json.dumps(result.report) + "\n")
+        sys.stdout.write(msgspec.json.encode(summary).decode() + "\n")
     else:
-        keys = ("published", "decisions", "allocations", "preemptions", "kills", "rejected", "pending_at_end")
-        print_table(f"sniper feed: {source}", {k: result.report.get(k) for k in (*keys, "invariant_violations")})
+        rows = {
+            "published": summary.extra.get("published"),
+            "decisions": summary.decisions,
+            "allocations": summary.allocations,
+            "preemptions": summary.preemptions.victims,
+            "kills": summary.counts.get("Kill", 0),
+            "rejected": summary.rejected,
+            "pending_at_end": summary.pending_at_end,
+            "invariant_violations": summary.invariant_violations,
+        }
+        print_table(f"sniper feed: {source}", rows)
     show_rejections(rejected, show)
     if report is not None:
-        report.write_text(json.dumps(result.report, indent=2) + "\n")
+        report.write_bytes(msgspec.json.format(msgspec.json.encode(summary), indent=2) + b"\n")
         console.print(literal(f"report written to {report}"))
     if result.violations:
         console.print(literal(f"{result.violations} invariant violation(s)", "red"))
         raise typer.Exit(EXIT_INVARIANT)
     decided_nothing(decisions, len(events))
+    if result.unanswered:
+        lost = sum(result.unanswered.values())
+        parts = ", ".join(sorted(result.unanswered))
+        fail(
+            f"no core answered partition(s) {parts} within --drain {drain:g}s ({lost} event(s) published to them)",
+            EXIT_RUNTIME,
+        )
 
 
 @app.command("record")

@@ -1,4 +1,5 @@
-"""The simulation commands of ``sniper``: simulate, compare, scenario, preview, check-config, bench allocate/preempt.
+"""The simulation commands of ``sniper``: simulate, compare, scenario, preview, check-config, bench
+allocate/preempt/simulate.
 
 A thin shell: it parses arguments, loads files, shows progress and tables, writes reports and plots.
 Errors become exit codes in :mod:`sniper.cli.app` (0 fine, 1 invariant violated, 2 bad input, 3 a
@@ -10,8 +11,9 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
+import msgspec
 import typer
 import yaml
 from rich.markup import escape
@@ -39,6 +41,7 @@ from sniper.core import resources as res
 from sniper.core.config import ConfigError, PartitionConfig, load_config
 from sniper.messages import feed as f
 from sniper.messages.codec import encode_json_line
+from sniper.simulator.report import Report
 
 ShowRejections = Annotated[
     bool, typer.Option("--show-rejections", help="list every rejected event and ask with its reason")
@@ -47,34 +50,25 @@ Seed = Annotated[int, typer.Option(min=0, help="seed of a bundled scenario")]
 Until = Annotated[float | None, typer.Option(min=0.0, help="stop at this simulated second")]
 
 
-def _print_summary(report: dict[str, Any], title: str) -> None:
+def _print_summary(report: Report, title: str) -> None:
     table = Table(title=literal(title), show_header=True)
     table.add_column("metric")
     table.add_column("value", justify="right")
-    for key in (
-        "policy",
-        "sim_seconds",
-        "allocations",
-        "allocations_per_s",
-        "preemptions",
-        "wasted_preemptions",
-        "ping_pong",
-        "utilization",
-        "fairness_gap",
-        "pending_at_end",
-        "rejected",
-        "proposals_rejected",
-        "invariant_violations",
-    ):
-        if key in report:
-            value = report[key]
-            if key == "preemptions":
-                value = value["victims"]
-            table.add_row(key, literal(json.dumps(value) if isinstance(value, dict) else value))
-    for queue, ttg in report.get("time_to_guarantee", {}).items():
+    table.add_row("policy", literal(report.policy))
+    table.add_row("sim_seconds", str(report.sim_seconds))
+    table.add_row("wall_seconds", str(report.wall_seconds))
+    table.add_row("allocations", str(report.allocations))
+    table.add_row("preemptions", str(report.preemptions.victims))
+    for key in ("wasted_preemptions", "ping_pong", "lost_work_seconds", "fairness_gap", "pending_at_end"):
+        table.add_row(key, str(getattr(report, key)))
+    for key in ("utilization", "fairness", "stranded"):
+        table.add_row(key, literal(json.dumps(getattr(report, key))))
+    for key in ("rejected", "proposals_rejected", "invariant_violations"):
+        table.add_row(key, str(getattr(report, key)))
+    for queue, ttg in report.time_to_guarantee.items():
         table.add_row(
             literal(f"time_to_guarantee {queue}"),
-            f"episodes {ttg['episodes']} unmet {ttg['unmet']} p50 {ttg['p50']} max {ttg['max']}",
+            f"episodes {ttg.episodes} unmet {ttg.unmet} p50 {ttg.p50} max {ttg.max}",
         )
     out.print(table)
 
@@ -87,6 +81,7 @@ def simulate(
     queues: Annotated[Path | None, typer.Option(help="queues.yaml (defaults to the scenario's own)")] = None,
     report: Annotated[Path | None, typer.Option(help="write the JSON report here")] = None,
     plot: Annotated[Path | None, typer.Option(help="write a PNG of per-queue usage against guarantee")] = None,
+    resource: Annotated[str | None, typer.Option(help="resource to plot; default: the scarcest, measured")] = None,
     until: Until = None,
     seed: Seed = 0,
     policy: Annotated[Policy | None, typer.Option(help="override the preemption policy")] = None,
@@ -125,16 +120,16 @@ def simulate(
         else:
             result = run_simulation(events, config, settings, progress=progress, ideal_fn=ideal_for_model)
         bar.update(task, completed=1.0)
-    result.report["rejections"] = rejected = rejections(result.decisions)
-    _print_summary(result.report, f"Sniper simulation: {source}")
+    result.summary.rejections = rejected = rejections(result.decisions)
+    _print_summary(result.summary, f"Sniper simulation: {source}")
     show_rejections(rejected, show)
     if report is not None:
-        report.write_text(json.dumps(result.report, indent=2) + "\n")
+        report.write_bytes(msgspec.json.format(msgspec.json.encode(result.summary), indent=2) + b"\n")
         console.print(literal(f"report written to {report}"))
     if plot is not None:
         for name, metrics in result.metrics.items():
             target = plot if len(result.metrics) == 1 else plot.with_name(f"{plot.stem}-{name}{plot.suffix}")
-            plot_usage(metrics, target, f"{source} [{name}] policy={result.report['policy']}")
+            plot_usage(metrics, target, f"{source} [{name}] policy={result.summary.policy}", resource)
             console.print(literal(f"plot written to {target}"))
     if result.violations:
         console.print(literal(f"{result.violations} invariant violation(s)", "red"))
@@ -151,6 +146,8 @@ def compare(
     plot: Annotated[Path | None, typer.Option(help="write a PNG comparing the policies")] = None,
     until: Until = None,
     seed: Seed = 0,
+    jobs: Annotated[int, typer.Option(min=1, help="run the policies in this many parallel processes")] = 1,
+    resource: Annotated[str | None, typer.Option(help="resource to plot; default: the scarcest, measured")] = None,
     as_markdown: Annotated[bool, typer.Option("--markdown", help="print the table as Markdown")] = False,
 ) -> None:
     """Run the same trace under several policies and print the metrics side by side."""
@@ -170,7 +167,7 @@ def compare(
         def progress(policy: str, now: float, end: float | None) -> None:
             bar.update(tasks[policy], completed=min(1.0, now / end) if end else 0.0)
 
-        results = run_compare(events, config, names, SimulationSettings(until=until, seed=seed), progress)
+        results = run_compare(events, config, names, SimulationSettings(until=until, seed=seed), progress, jobs=jobs)
     rows = table_rows(results)
     if as_markdown:
         out.print(literal("| metric | " + " | ".join(names) + " |"), soft_wrap=True)
@@ -186,10 +183,11 @@ def compare(
             table.add_row(*map(literal, row))
         out.print(table)
     if report is not None:
-        report.write_text(json.dumps({k: r.report for k, r in results.items()}, indent=2) + "\n")
+        encoded = msgspec.json.encode({k: r.summary for k, r in results.items()})
+        report.write_bytes(msgspec.json.format(encoded, indent=2) + b"\n")
         console.print(literal(f"report written to {report}"))
     if plot is not None:
-        plot_compare(results, plot, source)
+        plot_compare(results, plot, source, resource)
         console.print(literal(f"plot written to {plot}"))
     if any(r.violations for r in results.values()):
         raise typer.Exit(EXIT_INVARIANT)
@@ -259,7 +257,9 @@ def bench_preempt_cmd(
     nodes: Annotated[int, typer.Option(min=1)] = 10_000,
     running: Annotated[int, typer.Option(min=1)] = 100_000,
     starving: Annotated[int, typer.Option(min=1)] = 1_000,
-    candidates: Annotated[int, typer.Option(min=1, help="preemption.max_candidate_nodes")] = 16,
+    candidates: Annotated[
+        int | None, typer.Option(min=1, help="preemption.max_candidate_nodes (default: none, the exact search)")
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="one JSON object on stdout")] = False,
 ) -> None:
     """One full sniper preemption round on a packed cluster: round time and targeted victims per second."""
@@ -313,3 +313,23 @@ def _describe_partition(part: PartitionConfig) -> list[str]:
             f"sort {q.sort_policy}; priority {q.priority_offset}; preemption {q.preemption_policy}"
         )
     return lines
+
+
+@bench_app.command("simulate")
+def bench_simulate_cmd(
+    nodes: Annotated[int, typer.Option(min=1)] = 1500,
+    days: Annotated[float, typer.Option(min=0.001, help="span of the generated arrivals")] = 30.0,
+    pods: Annotated[int, typer.Option(min=1)] = 20_000,
+    policy: Annotated[Policy, typer.Option(help="the preemption policy")] = Policy.sniper,
+    until: Annotated[float | None, typer.Option(help="stop at this simulated second")] = None,
+    tick_every_second: Annotated[bool, typer.Option(help="tick through idle time (the reference)")] = False,
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
+    """The simulator on a generated month-long GPU trace: simulated seconds and events per wall second."""
+    from sniper.tools.bench_core import bench_simulate
+
+    result = bench_simulate(nodes, days, pods, policy=policy.value, until=until, skip_idle=not tick_every_second)
+    if as_json:
+        sys.stdout.write(json.dumps(result) + "\n")
+    else:
+        print_table("bench simulate", result)

@@ -1,0 +1,209 @@
+"""The ARCHITECTURE section 7 report as one msgspec struct, built once by :func:`build_report` for the
+simulator (memory and Kafka), ``sniper compare`` and ``sniper feed``; JSON is its encoding.
+
+A run's :class:`Report` carries every :class:`PartitionReport` field: one partition's figures as they
+are, or several partitions' summed (counts), merged (``time_to_guarantee`` keyed ``partition:queue``)
+or left empty where a sum means nothing (utilization, fairness, stranded, opportunistic utilization:
+read ``partitions``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+
+from sniper.core import resources as res
+
+if TYPE_CHECKING:
+    from sniper.simulator.metrics import Metrics
+    from sniper.simulator.model import ClusterModel
+
+
+class TimeToGuarantee(msgspec.Struct, frozen=True):
+    episodes: int
+    unmet: int
+    p50: float | None
+    p99: float | None
+    max: float | None
+
+
+class Preemptions(msgspec.Struct, frozen=True):
+    victims: int = 0
+    resources: dict[str, int] = {}
+    cancelled: int = 0
+
+
+class PreemptionLogEntry(msgspec.Struct, frozen=True):
+    t: float
+    victim: str
+    victim_queue: str
+    node: str
+    beneficiary_ask: str
+    beneficiary_queue: str
+    cost: float
+    policy: str
+    reason: str
+
+
+class Opportunistic(msgspec.Struct, frozen=True):
+    """Opportunistic containers, apart from every queue's figures (docs/report.md)."""
+
+    allocations: int = 0  # allocated decisions with opportunistic: true
+    evictions: int = 0  # killed at once (reason "opportunistic") for a guaranteed ask
+    promoted: int = 0  # turned guaranteed
+    utilization: dict[str, float] = {}  # what they held over capacity, time-averaged, per resource
+
+
+class PartitionReport(msgspec.Struct, kw_only=True):
+    policy: str = "none"
+    allocations: int = 0
+    preemptions: Preemptions = Preemptions()
+    wasted_preemptions: int = 0
+    ping_pong: int = 0
+    preemptions_undecided: int = 0
+    lost_work_seconds: float = 0.0
+    time_to_guarantee: dict[str, TimeToGuarantee] = {}
+    utilization: dict[str, float] = {}  # time-averaged allocated over capacity, per resource (guaranteed only)
+    opportunistic: Opportunistic = Opportunistic()
+    fairness: dict[str, float] = {}  # time-averaged sum over leaves of |usage - ideal| / capacity, per resource
+    fairness_gap: float | None = None  # the same, dominant resource at each moment
+    stranded: dict[str, float] = {}  # time-averaged idle capacity waiting asks could use, per resource
+    pending_at_end: int = 0
+    rejected: int = 0
+    proposals_rejected: int | None = None  # None where the decisions do not tell (sniper feed)
+    proposals: int | None = None
+    mask: dict[str, int] = {}
+    invariant_violations: int = 0
+    violations: list[dict[str, Any]] = []
+    preemption_log: list[PreemptionLogEntry] = []
+    counts: dict[str, int] = {}  # decisions by type
+
+
+class Report(PartitionReport, kw_only=True):
+    sim_seconds: float = 0.0
+    seed: int | None = None
+    allocations_per_s: float | None = None  # wall clock
+    wall_seconds: float = 0.0
+    decisions: int = 0
+    retries: int = 0
+    transport: str = "memory"
+    topic_prefix: str | None = None
+    rejections: list[dict[str, str]] = []  # every rejected event or ask, with its reason
+    extra: dict[str, Any] = {}  # what only one kind of run knows (sniper feed: published, dropped decisions)
+    partitions: dict[str, PartitionReport] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = msgspec.to_builtins(self)
+        return out
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class PartitionFigures:
+    """What :func:`partition_report` reads for one partition, whichever run produced it."""
+
+    model: ClusterModel
+    metrics: Metrics
+    grace: float
+    counts: Mapping[str, int]  # decisions by type name
+    lost_work: float
+    proposals_rejected: int | None = None
+    proposals: int | None = None
+    mask: Mapping[str, int] = dataclasses.field(default_factory=dict)
+
+
+def partition_report(fig: PartitionFigures, cycle: float) -> PartitionReport:
+    model, m = fig.model, fig.metrics
+    config = model.config
+    wasted, ping_pong, undecided = m.preemption_outcomes(fig.grace, cycle)
+    return PartitionReport(
+        policy=config.preemption.policy if config is not None else "none",
+        allocations=fig.counts.get("Allocated", 0),
+        preemptions=m.preemption_totals(),
+        wasted_preemptions=wasted,
+        ping_pong=ping_pong,
+        preemptions_undecided=undecided,
+        lost_work_seconds=round(fig.lost_work, 3),
+        time_to_guarantee=m.time_to_guarantee(),
+        utilization=m.utilization(),
+        opportunistic=m.opportunistic(),
+        fairness=m.fairness(),
+        fairness_gap=m.fairness_gap(),
+        stranded=m.stranded(),
+        pending_at_end=model.pending_containers(),
+        rejected=fig.counts.get("Rejected", 0),
+        proposals_rejected=fig.proposals_rejected,
+        proposals=fig.proposals,
+        mask=dict(fig.mask),
+        invariant_violations=len(model.violations),
+        violations=[dataclasses.asdict(v) for v in model.violations[:50]],
+        preemption_log=m.preemption_log(),
+        counts=dict(sorted(fig.counts.items())),
+    )
+
+
+def build_report(
+    parts: Mapping[str, PartitionFigures],
+    *,
+    sim_seconds: float,
+    wall: float,
+    cycle: float,
+    policy: str | None = None,
+    seed: int | None = None,
+    retries: int = 0,
+    transport: str = "memory",
+    topic_prefix: str | None = None,
+    extra: Mapping[str, Any] | None = None,
+) -> Report:
+    """The run's report: one partition's figures lifted to the top, or several combined."""
+    per = {name: partition_report(fig, cycle) for name, fig in sorted(parts.items())}
+    allocations = sum(r.allocations for r in per.values())
+    run: dict[str, Any] = {
+        "sim_seconds": round(sim_seconds, 3),
+        "seed": seed,
+        "allocations_per_s": round(allocations / wall, 1) if wall > 0 else None,
+        "wall_seconds": round(wall, 3),
+        "decisions": sum(sum(fig.counts.values()) for fig in parts.values()),
+        "retries": retries,
+        "transport": transport,
+        "topic_prefix": topic_prefix,
+        "extra": dict(extra or {}),
+    }
+    first = next(iter(per.values()), PartitionReport())
+    chosen = policy or first.policy
+    if len(per) <= 1:
+        fields = {f: getattr(first, f) for f in first.__struct_fields__}
+        return Report(**{**fields, "policy": chosen, **run})
+    counts: dict[str, int] = {}
+    for r in per.values():
+        for k, v in r.counts.items():
+            counts[k] = counts.get(k, 0) + v
+    proposals_rejected = [r.proposals_rejected for r in per.values()]
+    return Report(
+        policy=chosen,
+        allocations=allocations,
+        preemptions=Preemptions(
+            victims=sum(r.preemptions.victims for r in per.values()),
+            resources=res.total(r.preemptions.resources for r in per.values()),
+            cancelled=sum(r.preemptions.cancelled for r in per.values()),
+        ),
+        wasted_preemptions=sum(r.wasted_preemptions for r in per.values()),
+        ping_pong=sum(r.ping_pong for r in per.values()),
+        preemptions_undecided=sum(r.preemptions_undecided for r in per.values()),
+        lost_work_seconds=round(sum(r.lost_work_seconds for r in per.values()), 3),
+        opportunistic=Opportunistic(
+            allocations=sum(r.opportunistic.allocations for r in per.values()),
+            evictions=sum(r.opportunistic.evictions for r in per.values()),
+            promoted=sum(r.opportunistic.promoted for r in per.values()),
+        ),
+        time_to_guarantee={f"{name}:{q}": v for name, r in per.items() for q, v in r.time_to_guarantee.items()},
+        pending_at_end=sum(r.pending_at_end for r in per.values()),
+        rejected=sum(r.rejected for r in per.values()),
+        proposals_rejected=None if None in proposals_rejected else sum(x or 0 for x in proposals_rejected),
+        invariant_violations=sum(r.invariant_violations for r in per.values()),
+        counts=dict(sorted(counts.items())),
+        partitions=per,
+        **run,
+    )

@@ -1,0 +1,301 @@
+"""Chaos on the real broker, part two: a poison record and a failover, a paused (deposed) owner, a flood of
+new partitions, and oversized records.
+
+Core processes are real ``sniper core`` subprocesses (SIGKILL, SIGSTOP/SIGCONT); an independent reader
+of the decisions topic (:class:`tests.kafka_support.TopicReader`) checks what they published. Every
+wait is on a condition, bounded by ``anyio.fail_after``; nothing asserts on timing (latencies are
+printed as figures).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import signal
+import time
+from collections.abc import AsyncIterator, Callable
+
+import anyio
+import msgspec
+import pytest
+from anyio.abc import TaskGroup
+
+from sniper.cluster.logread import read_partition
+from sniper.core.recovery import feed_problem
+from sniper.messages import decisions as d
+from sniper.messages import feed as f
+from sniper.messages.deadletter import DeadLetter, deadletter_msgpack
+from sniper.tools.bench_e2e import spread_partition_names, stop_core
+from sniper.transport.broker import EmbeddedBroker, free_port
+from sniper.transport.bus import DEADLETTER, DECISIONS, FEED
+from sniper.transport.kafka import KafkaBus, KafkaSettings
+from tests.core_support import partition_raw, queue
+from tests.kafka_support import CoreSubprocess, TopicReader
+
+pytestmark = pytest.mark.kafka
+
+WAIT = 50.0
+POISON = "9" * 400 + "Gi"
+
+
+@pytest.fixture
+async def bus(kafka_settings: KafkaSettings) -> AsyncIterator[KafkaBus]:
+    # The checker applies the feed records the cores accept: it judges them at the edge alike.
+    async with KafkaBus(kafka_settings, validators={FEED: feed_problem}) as b:
+        yield b
+
+
+def config(name: str, memory: int | str = 64) -> f.PartitionConfigEvent:
+    raw = partition_raw(queue("a", guaranteed={"memory": memory}), queue("b", guaranteed={"memory": 64}), name=name)
+    return f.PartitionConfigEvent(partition=name, id=f"{name}-config-{str(memory)[:8]}", config=raw)
+
+
+def setup(name: str, memory: int = 1_000_000) -> list[tuple[str, f.Feed]]:
+    return [
+        (name, config(name)),
+        (name, f.NodeAdded(partition=name, id=f"{name}-node", node="n1", capacity={"memory": memory})),
+        (name, f.AppAdded(partition=name, id=f"{name}-app", app="app", queue="root.a")),
+    ]
+
+
+def ask(name: str, tag: str) -> tuple[str, f.Feed]:
+    return name, f.AskAdded(partition=name, id=f"{name}-{tag}", app="app", ask=tag, resource={"memory": 1})
+
+
+async def reading(bus: KafkaBus) -> TopicReader:
+    feed = await bus.subscribe_ready(FEED, group=bus.settings.prefix + "watch-feed", capacity=1 << 15, bad="skip")
+    decisions = await bus.subscribe_ready(DECISIONS, group=bus.settings.prefix + "watch-decisions", capacity=1 << 15)
+    return TopicReader(feed, decisions)
+
+
+def allocated(reader: TopicReader, name: str, tag: str) -> Callable[[], bool]:
+    return lambda: any(isinstance(x, d.Allocated) and x.partition == name and x.ask == tag for x in reader.items)
+
+
+async def spawn(settings: KafkaSettings, tg: TaskGroup, group: str, *options: str) -> CoreSubprocess:
+    core = await CoreSubprocess.spawn(settings, tg, group, "--tick", "0.1", *options)
+    await core.until_assigned()
+    return core
+
+
+async def letters_of(settings: KafkaSettings, bus: KafkaBus, name: str) -> list[DeadLetter]:
+    records = await read_partition(settings, DEADLETTER, bus.partition_for(name), key=name)
+    return [deadletter_msgpack.decode(r.value or b"") for r in records]
+
+
+# ---------------------------------------------------------------------------- poison record + failover
+
+
+async def test_a_poison_record_is_dead_lettered_once_and_skipped_after_a_failover(
+    kafka_settings: KafkaSettings, bus: KafkaBus
+) -> None:
+    name = "poisoned"
+    cores: list[CoreSubprocess] = []
+    with anyio.fail_after(WAIT):
+        reader = await reading(bus)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(reader.pump_feed)
+            tg.start_soon(reader.pump_decisions)
+            try:
+                # No snapshot after the start one: the failover replays the poison record from the feed.
+                quiet = ("--snapshot-interval", "3600", "--snapshot-every", "1000000")
+                cores.append(await spawn(kafka_settings, tg, "poison", *quiet))
+                await bus.publish_many(FEED, [*setup(name), ask(name, "before")])
+                await reader.until(allocated(reader, name, "before"))
+                await bus.publish_many(FEED, [(name, config(name, POISON)), ask(name, "after-poison")])
+                await reader.until(allocated(reader, name, "after-poison"))
+                letters: list[DeadLetter] = []
+                while not letters:
+                    letters = await letters_of(kafka_settings, bus, name)
+                # The owner dies before any snapshot; its successor replays the poison record.
+                cores[0].process.send_signal(signal.SIGKILL)
+                await cores[0].process.wait()
+                cores.append(await spawn(kafka_settings, tg, "poison", *quiet))
+                await bus.publish_many(FEED, [ask(name, "after-failover")])
+                await reader.until(allocated(reader, name, "after-failover"))
+                final = await letters_of(kafka_settings, bus, name)
+            finally:
+                with anyio.CancelScope(shield=True):
+                    for core in cores:
+                        await stop_core(core.process)
+            tg.cancel_scope.cancel()
+    logs = "\n".join(cores[-1].lines[-20:])
+    assert len(final) == 1, [x.reason for x in final]
+    assert final[0].topic == FEED and final[0].reason.startswith("partition_config: ")  # whatever the parser said
+    assert msgspec.msgpack.decode(final[0].payload)["id"] == f"{name}-config-99999999"
+    epochs = {x.epoch for x in reader.items if x.partition == name}
+    assert epochs == {1, 2}, epochs  # the successor restored the partition and decides
+    assert "could not be restored" not in logs and "stopped on an error" not in logs, logs
+    violations = [v for part in reader.checker.parts.values() for v in part.model.violations]
+    assert violations == []
+
+
+# ---------------------------------------------------------------------------- paused (deposed) owner
+
+
+def stale_decisions(items: list[d.DecisionMsg]) -> dict[str, int]:
+    """Per partition, decisions published under an epoch lower than one already seen (a deposed owner's)."""
+    top: dict[str, int] = {}
+    stale: dict[str, int] = {}
+    for x in items:
+        if x.epoch < top.get(x.partition, 0):
+            stale[x.partition] = stale.get(x.partition, 0) + 1
+        top[x.partition] = max(top.get(x.partition, 0), x.epoch)
+    return stale
+
+
+async def test_a_paused_owner_publishes_nothing_under_its_old_epoch_once_it_resumes(
+    kafka_settings: KafkaSettings, bus: KafkaBus
+) -> None:
+    names = spread_partition_names(8, kafka_settings.partitions)
+    cores: list[CoreSubprocess] = []
+    with anyio.fail_after(WAIT):
+        reader = await reading(bus)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(reader.pump_feed)
+            tg.start_soon(reader.pump_decisions)
+            try:
+                paused = await spawn(kafka_settings, tg, "pause")
+                other = await spawn(kafka_settings, tg, "pause")
+                cores += [paused, other]
+                while len(paused.assigned) + len(other.assigned) != kafka_settings.partitions:
+                    await paused.changed.wait()  # the second core's join splits the partitions
+                moved = [n for n in names if bus.partition_for(n) in paused.assigned]
+                assert moved
+                await bus.publish_many(FEED, [e for n in names for e in [*setup(n), ask(n, "first")]])
+                await reader.until(lambda: all(allocated(reader, n, "first")() for n in names))
+                # Work in flight on the owner when it stops: a wave of asks on its partitions.
+                await bus.publish_many(FEED, [ask(n, f"w{i}") for i in range(500) for n in moved])
+                await reader.until(lambda: any(allocated(reader, n, "w0")() for n in moved))
+                paused.process.send_signal(signal.SIGSTOP)
+                stopped_at = len(reader.items)
+                try:
+                    # The group deposes it: the other core takes its partitions over at a higher epoch.
+                    await reader.until(
+                        lambda: all(any(x.partition == n and x.epoch >= 2 for x in reader.items) for n in moved)
+                    )
+                    resumed_lines = len(paused.lines)
+                finally:
+                    paused.process.send_signal(signal.SIGCONT)
+                at_resume = len(reader.items)
+
+                def revoked_after_resume() -> bool:
+                    return any("revoked Kafka partitions" in line for line in paused.lines[resumed_lines:])
+
+                while not revoked_after_resume():
+                    await paused.changed.wait()
+                await bus.publish_many(FEED, [ask(n, "last") for n in names])
+                await reader.until(lambda: all(allocated(reader, n, "last")() for n in names))
+            finally:
+                with anyio.CancelScope(shield=True):
+                    for core in cores:
+                        await stop_core(core.process)
+            tg.cancel_scope.cancel()
+    stale = stale_decisions(reader.items)
+    old_epoch_after_resume = [x for x in reader.items[at_resume:] if x.partition in moved and x.epoch == 1]
+    print(
+        f"paused owner: {len(moved)} partitions moved; decisions while paused {at_resume - stopped_at}; "
+        f"stale (deposed epoch) decisions {sum(stale.values())}; epoch-1 decisions after resume "
+        f"{len(old_epoch_after_resume)}"
+    )
+    assert stale == {}, stale
+    assert old_epoch_after_resume == []
+    violations = [v for part in reader.checker.parts.values() for v in part.model.violations]
+    assert violations == []
+
+
+# ---------------------------------------------------------------------------- the broker loses everything
+
+
+async def test_a_core_whose_broker_lost_its_log_exits_with_status_3_and_a_restart_serves_again(
+    kafka_settings: KafkaSettings,
+) -> None:
+    port = free_port()
+    broker = EmbeddedBroker(port=port)
+    await anyio.to_thread.run_sync(broker.start)
+    settings = dataclasses.replace(kafka_settings, bootstrap=broker.bootstrap)
+    cores: list[CoreSubprocess] = []
+    try:
+        with anyio.fail_after(WAIT):
+            async with anyio.create_task_group() as tg:
+                try:
+                    cores.append(await spawn(settings, tg, "lost"))
+                    async with KafkaBus(settings, validators={FEED: feed_problem}) as bus:
+                        reader = await reading(bus)
+                        tg.start_soon(reader.pump_decisions)
+                        await bus.publish_many(FEED, [*setup("kept"), ask("kept", "a")])
+                        await reader.until(allocated(reader, "kept", "a"))
+                    # The in-memory broker restarts on the same address: every topic, record and group is gone.
+                    await anyio.to_thread.run_sync(broker.stop)
+                    await anyio.to_thread.run_sync(broker.start)
+                    status = await cores[0].process.wait()
+                    # What a supervisor does: start the core again; it serves what the feed says from now on.
+                    cores.append(await spawn(settings, tg, "lost"))
+                    async with KafkaBus(settings, validators={FEED: feed_problem}) as bus:
+                        reader = await reading(bus)
+                        tg.start_soon(reader.pump_decisions)
+                        await bus.publish_many(FEED, [*setup("kept"), ask("kept", "b")])
+                        with anyio.move_on_after(WAIT / 2):
+                            await reader.until(allocated(reader, "kept", "b"))
+                        served = allocated(reader, "kept", "b")()
+                finally:
+                    with anyio.CancelScope(shield=True):
+                        for core in cores:
+                            await stop_core(core.process)
+                tg.cancel_scope.cancel()
+    finally:
+        await anyio.to_thread.run_sync(broker.stop)
+    logs = " ".join(" ".join(cores[0].lines).split())  # the error line is wrapped to the terminal
+    assert status == 3, logs[-3000:]
+    assert "the broker lost the log of" in logs and "a supervisor restarts it" in logs, logs[-3000:]
+    assert served, "\n".join(cores[1].lines)
+
+
+# ---------------------------------------------------------------------------- a flood of new partitions
+
+
+async def latency(bus: KafkaBus, reader: TopicReader, name: str, tag: str) -> float:
+    """Wall seconds from publishing one ask on ``name`` to reading its allocation back (a figure, not asserted)."""
+    began = time.monotonic()
+    await bus.publish_many(FEED, [ask(name, tag)])
+    await reader.until(allocated(reader, name, tag))
+    return time.monotonic() - began
+
+
+async def test_a_flood_of_new_partitions_does_not_starve_an_existing_one(
+    kafka_settings: KafkaSettings, bus: KafkaBus
+) -> None:
+    limit, flood = 20, 1_000
+    cores: list[CoreSubprocess] = []
+    with anyio.fail_after(WAIT):
+        reader = await reading(bus)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(reader.pump_decisions)
+            try:
+                cores.append(await spawn(kafka_settings, tg, "flood", "--max-partitions", str(limit)))
+                await bus.publish_many(FEED, [*setup("steady"), ask("steady", "warm")])
+                await reader.until(allocated(reader, "steady", "warm"))
+                before = [await latency(bus, reader, "steady", f"before{i}") for i in range(5)]
+                await bus.publish_many(FEED, [(f"flood{i}", config(f"flood{i}")) for i in range(flood)])
+                during = [await latency(bus, reader, "steady", f"during{i}") for i in range(5)]
+                letters: list[DeadLetter] = []
+                refused = flood - (limit - 1)
+                while sum("--max-partitions" in x.reason for x in letters) < refused:
+                    letters = []
+                    for kp in range(kafka_settings.partitions):
+                        letters += [
+                            deadletter_msgpack.decode(r.value or b"")
+                            for r in await read_partition(kafka_settings, DEADLETTER, kp)
+                        ]
+                after = [await latency(bus, reader, "steady", f"after{i}") for i in range(5)]
+            finally:
+                with anyio.CancelScope(shield=True):
+                    for core in cores:
+                        await stop_core(core.process)
+            tg.cancel_scope.cancel()
+    print(
+        f"flood of {flood} new partitions (limit {limit}): steady partition's ask-to-allocation latency, "
+        f"median of 5 (max): before {sorted(before)[2]:.3f}s ({max(before):.3f}s), during the flood "
+        f"{sorted(during)[2]:.3f}s ({max(during):.3f}s), once it is refused {sorted(after)[2]:.3f}s ({max(after):.3f}s)"
+    )
+    limited = [x for x in letters if "--max-partitions" in x.reason]
+    assert len(limited) == refused and len({x.key for x in limited}) == refused

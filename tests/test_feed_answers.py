@@ -1,0 +1,49 @@
+"""``sniper feed`` reports success only when a core answered every event (an end marker per partition)."""
+
+from __future__ import annotations
+
+import anyio
+import pytest
+
+from sniper.cluster.core import CoreOptions, CoreProcess
+from sniper.messages import decisions as d
+from sniper.messages import feed as f
+from sniper.tools.feeder import PlayOptions, play
+from sniper.transport.kafka import KafkaSettings
+from tests.core_support import partition_raw, queue
+
+pytestmark = pytest.mark.kafka
+
+
+def trace(name: str) -> list[f.Feed]:
+    raw = partition_raw(queue("a", guaranteed={"memory": 64}), queue("b", guaranteed={"memory": 64}), name=name)
+    return [
+        f.PartitionConfigEvent(partition=name, config=raw),
+        f.NodeAdded(partition=name, node="n1", capacity={"memory": 100}),
+        f.AppAdded(partition=name, app="app", queue="root.a"),
+        f.AskAdded(t=0.1, partition=name, app="app", ask="k", resource={"memory": 2}, count=3),
+    ]
+
+
+async def test_a_feed_names_the_partitions_no_core_answered(kafka_settings: KafkaSettings) -> None:
+    # A core that hosts one partition at most answers one and dead-letters the other's records.
+    with anyio.fail_after(60):
+        async with anyio.create_task_group() as tg:
+            await tg.start(CoreProcess(kafka_settings, CoreOptions(group="one", tick=0.1, max_partitions=1)).run)
+            both = trace("one") + trace("other")
+            result = await play(kafka_settings, both, PlayOptions(speed=10.0, drain=3.0))
+            tg.cancel_scope.cancel()
+    [(refused, count)] = result.unanswered.items()  # whichever partition's records came second
+    assert refused in ("one", "other") and count == 4  # the events published to it
+
+
+async def test_a_feed_a_core_answers_has_nothing_unanswered(kafka_settings: KafkaSettings) -> None:
+    with anyio.fail_after(60):
+        async with anyio.create_task_group() as tg:
+            await tg.start(CoreProcess(kafka_settings, CoreOptions(group="answers", tick=0.1)).run)
+            result = await play(kafka_settings, trace("served"), PlayOptions(speed=10.0, drain=5.0))
+            tg.cancel_scope.cancel()
+    assert result.unanswered == {}
+    assert result.violations == 0
+    markers = [x for x in result.checker.decisions() if isinstance(x, d.Rejected) and ":end:" in x.event]
+    assert markers == []  # the end markers stay out of the checker and the report

@@ -1,0 +1,209 @@
+"""The section-7 metrics on hand-fed histories (no actors): DRF time to guarantee, stranded capacity per
+resource, wasted and ping-pong victims (reserved ones included), lost work, samples only on change,
+the scarcest resource, and the report as one struct."""
+
+from __future__ import annotations
+
+from itertools import count
+from pathlib import Path
+
+import msgspec
+
+from sniper.core.config import parse_partition
+from sniper.messages import decisions as d
+from sniper.messages import feed as f
+from sniper.simulator.compare import compare, table_rows
+from sniper.simulator.metrics import Metrics, Sample
+from sniper.simulator.model import ClusterModel
+from sniper.simulator.plot import scarcest_resource
+from sniper.simulator.report import Report
+from sniper.simulator.rm import StandInRM
+from sniper.simulator.run import SimulationSettings
+from tests.core_support import partition_raw, queue
+from tests.test_simspeed import gappy_trace
+
+_seq = count(1)
+GPU_NODE = {"memory": 100, "vcore": 100, "gpu": 8}
+
+
+def _gpu_model() -> tuple[ClusterModel, Metrics]:
+    config = parse_partition(
+        partition_raw(
+            queue("a", guaranteed={"memory": 50, "vcore": 50, "gpu": 4}),
+            queue("b", guaranteed={"memory": 50, "vcore": 50, "gpu": 4}),
+        )
+    )
+    model = ClusterModel("default", config)
+    for e in (
+        f.NodeAdded(node="n1", capacity=GPU_NODE),
+        f.AppAdded(app="a1", queue="root.a"),
+        f.AppAdded(app="b1", queue="root.b"),
+    ):
+        model.on_event(e)
+    return model, Metrics(model)
+
+
+def _alloc(aid: str, app: str, ask: str, queue_path: str, resource: dict[str, int], t: float, **kw: str) -> d.Allocated:
+    return d.Allocated(
+        allocation=aid, app=app, ask=ask, queue=queue_path, node="n1", resource=resource, seq=next(_seq), t=t, **kw
+    )
+
+
+def test_time_to_guarantee_uses_the_drf_comparison() -> None:
+    model, metrics = _gpu_model()
+    # b holds every GPU with little memory; a asks for GPUs: below its guarantee on its dominant resource
+    model.on_event(f.AskAdded(app="b1", ask="hog", resource={"memory": 5, "vcore": 5, "gpu": 8}))
+    model.on_decision(_alloc("x1", "b1", "hog", "root.b", {"memory": 5, "vcore": 5, "gpu": 8}, 0.0))
+    model.on_event(f.AskAdded(app="a1", ask="g", resource={"memory": 5, "vcore": 5, "gpu": 4}))
+    metrics.sample(1.0)
+    model.on_decision(d.Released(allocation="x1", app="b1", queue="root.b", node="n1", resource={}, seq=next(_seq)))
+    model.on_decision(_alloc("x2", "a1", "g", "root.a", {"memory": 5, "vcore": 5, "gpu": 4}, 31.0))
+    metrics.sample(31.0)
+    ttg = metrics.time_to_guarantee()["root.a"]
+    assert (ttg.episodes, ttg.unmet, ttg.max) == (1, 0, 30.0)
+
+
+def test_idle_gpus_while_gpu_asks_wait_are_stranded_per_resource() -> None:
+    model, metrics = _gpu_model()
+    model.on_event(f.AskAdded(app="a1", ask="run", resource={"memory": 90, "vcore": 10, "gpu": 2}))
+    model.on_decision(_alloc("x1", "a1", "run", "root.a", {"memory": 90, "vcore": 10, "gpu": 2}, 0.0))
+    # a waiting pod needs 3 GPUs (6 are idle) but 20 memory (10 left): the GPUs sit idle
+    model.on_event(f.AskAdded(app="b1", ask="wait", resource={"memory": 20, "vcore": 10, "gpu": 3}))
+    metrics.sample(0.0)
+    metrics.finish(10.0)
+    stranded = metrics.stranded()
+    assert stranded["gpu"] == round(3 / 8, 4)  # idle, wanted: min(6 idle, 3 waiting) of 8
+    assert stranded["memory"] == round(10 / 100, 4)
+    assert metrics.utilization()["gpu"] == 0.25
+    assert scarcest_resource(metrics) == "memory"  # demand 110 of 100 beats 5 of 8 GPUs
+
+
+def test_samples_are_taken_only_when_the_model_changed() -> None:
+    model, metrics = _gpu_model()
+    assert metrics.sample(1.0)
+    assert not metrics.sample(2.0)
+    model.on_event(f.AskAdded(app="a1", ask="k", resource={"memory": 1}))
+    assert metrics.sample(3.0)
+    assert [s.t for s in metrics.samples] == [1.0, 3.0]
+
+
+def _preempt(aid: str, t: float, reservation: str, for_ask: str = "want") -> d.Preempt:
+    return d.Preempt(
+        allocation=aid,
+        app="b1",
+        queue="root.b",
+        node="n1",
+        resource={"memory": 50},
+        for_ask=for_ask,
+        for_app="a1",
+        for_queue="root.a",
+        deadline=t + 15,
+        reservation=reservation,
+        policy="sniper",
+        cost=1.0,
+        reason="test",
+        seq=next(_seq),
+        t=t,
+    )
+
+
+def _kill(aid: str, t: float) -> d.Kill:
+    return d.Kill(allocation=aid, app="b1", queue="root.b", node="n1", seq=next(_seq), t=t)
+
+
+def test_a_reserved_victim_whose_room_went_back_to_its_queue_is_wasted_and_ping_pongs() -> None:
+    metrics = Metrics(ClusterModel("default"))
+    for x in (
+        _alloc("v1", "b1", "task", "root.b", {"memory": 50}, 0.0),
+        _preempt("v1", 10.0, "r1"),
+        _kill("v1", 25.0),
+        d.ReservationEnded(reservation="r1", app="a1", ask="want", node="n1", reason="gone", seq=next(_seq), t=25.0),
+        _alloc("v2", "b1", "task", "root.b", {"memory": 50}, 25.5),
+    ):
+        metrics.record(x)
+    metrics.samples.append(_blank(100.0))
+    assert metrics.preemption_outcomes(grace=15.0, cycle=1.0) == (1, 1, 0)
+
+
+def test_a_victim_killed_after_its_beneficiary_was_placed_elsewhere_is_wasted() -> None:
+    metrics = Metrics(ClusterModel("default"))
+    for x in (
+        _alloc("v1", "b1", "task", "root.b", {"memory": 50}, 0.0),
+        _preempt("v1", 10.0, "r1"),
+        _alloc("w1", "a1", "want", "root.a", {"memory": 50}, 12.0),  # on other room, not the reservation
+        _kill("v1", 25.0),
+    ):
+        metrics.record(x)
+    metrics.samples.append(_blank(100.0))
+    assert metrics.preemption_outcomes(grace=15.0, cycle=1.0) == (1, 0, 0)
+
+
+def test_a_victim_whose_beneficiary_took_its_room_is_useful() -> None:
+    metrics = Metrics(ClusterModel("default"))
+    for x in (
+        _alloc("v1", "b1", "task", "root.b", {"memory": 50}, 0.0),
+        _preempt("v1", 10.0, "r1"),
+        _kill("v1", 25.0),
+        _alloc("w1", "a1", "want", "root.a", {"memory": 50}, 25.0, reservation="r1"),
+    ):
+        metrics.record(x)
+    metrics.samples.append(_blank(100.0))
+    assert metrics.preemption_outcomes(grace=15.0, cycle=1.0) == (0, 0, 0)
+
+
+def _blank(t: float) -> Sample:
+    """A sample that only says when the run ended."""
+    return Sample(t, {}, {}, {"memory": 100}, None)
+
+
+def test_lost_work_counts_every_killed_or_lost_container_retried_or_not() -> None:
+    rm = StandInRM()
+    rm.observe(f.AppAdded(app="a1", queue="root.a"))
+    rm.observe(f.AskAdded(app="a1", ask="k", resource={"memory": 1}, count=2, retry=False))
+    rm.on_decision(_alloc("x1", "a1", "k", "root.a", {"memory": 1}, 0.0), 5.0)
+    rm.on_decision(_alloc("x2", "a1", "k", "root.a", {"memory": 1}, 0.0), 6.0)
+    assert rm.on_decision(d.Kill(allocation="x1", app="a1", queue="root.a", node="n1", seq=1), 9.0)[1:] == []
+    lost = d.AllocationLost(allocation="x2", app="a1", ask="k", queue="root.a", node="n1", resource={}, seq=2)
+    rm.on_decision(lost, 10.0)
+    assert rm.lost_work == {"default": 4.0 + 4.0}
+
+
+def test_compare_runs_policies_in_parallel_processes_with_the_same_reports(tmp_path: Path) -> None:
+    events = gappy_trace("sniper")
+    settings = SimulationSettings(until=600.0)
+    serial = compare(events, None, ["proportional", "none"], settings)
+    parallel = compare(events, None, ["proportional", "none"], settings, jobs=2)
+    assert list(parallel) == ["proportional", "none"]
+    for policy in serial:
+        a, b = serial[policy].summary, parallel[policy].summary
+        assert msgspec.structs.replace(a, wall_seconds=0.0, allocations_per_s=None) == msgspec.structs.replace(
+            b, wall_seconds=0.0, allocations_per_s=None
+        )
+    labels = [row[0] for row in table_rows(parallel)]
+    assert {"utilization gpu", "fairness gap gpu", "stranded gpu", "utilization memory"} <= set(labels)
+
+
+def test_the_report_is_one_struct_that_encodes_to_the_section_7_keys() -> None:
+    report = Report(policy="sniper", sim_seconds=1.0)
+    decoded = msgspec.json.decode(msgspec.json.encode(report), type=Report)
+    assert decoded == report
+    keys = set(report.to_dict())
+    assert {
+        "policy",
+        "sim_seconds",
+        "allocations",
+        "allocations_per_s",
+        "preemptions",
+        "wasted_preemptions",
+        "ping_pong",
+        "lost_work_seconds",
+        "time_to_guarantee",
+        "utilization",
+        "fairness_gap",
+        "stranded",
+        "pending_at_end",
+        "rejected",
+        "proposals_rejected",
+        "invariant_violations",
+        "preemption_log",
+    } <= keys

@@ -1,0 +1,135 @@
+"""Event-driven virtual time: jumping over idle and settled time decides exactly what ticking every
+second decides; traces stamped in epoch seconds run from 0; the player's clock rules."""
+
+from __future__ import annotations
+
+import msgspec
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from sniper.messages import feed as f
+from sniper.simulator.player import Player, last_round_before, relative, ticks_between
+from sniper.simulator.run import SimulationResult, SimulationSettings, run_simulation
+from sniper.tools.bench_core import gpu_workload
+
+
+def gappy_trace(policy: str, start: float = 0.0) -> list[f.Feed]:
+    """Three bursts of contention on 3 GPU nodes (a generated GPU workload, pods at fractional times)
+    separated by long idle gaps: every pod of a burst has ended long before the next one starts."""
+    out: list[f.Feed] = []
+    for i, e in enumerate(gpu_workload(3, 90, 300.0, mean_duration=120.0, max_duration=400.0, seed=3)):
+        if isinstance(e, f.PartitionConfigEvent):
+            config = {**e.config, "preemption": {"policy": policy, "total_preemption_per_round": 0.5}}
+            e = msgspec.structs.replace(e, config=config)
+        shift = 2000.25 * (i % 3) if isinstance(e, f.AskAdded) else 0.0
+        out.append(msgspec.structs.replace(e, t=e.t + shift + start))
+    return out
+
+
+def _decisions(result: SimulationResult) -> list[bytes]:
+    return [msgspec.json.encode(x) for x in result.decisions]
+
+
+@pytest.mark.parametrize("policy", ["sniper", "proportional", "none"])
+def test_skipping_idle_time_decides_exactly_what_ticking_every_second_decides(policy: str) -> None:
+    events = gappy_trace(policy)
+    ticking = run_simulation(events, settings=SimulationSettings(skip_idle=False))
+    skipping = run_simulation(events, settings=SimulationSettings(skip_idle=True))
+    assert _decisions(skipping) == _decisions(ticking)
+    assert skipping.summary.sim_seconds == ticking.summary.sim_seconds
+    assert skipping.summary.utilization == ticking.summary.utilization
+    assert skipping.summary.time_to_guarantee == ticking.summary.time_to_guarantee
+    assert skipping.summary.lost_work_seconds == ticking.summary.lost_work_seconds
+    assert skipping.violations == 0
+    assert skipping.steps + 2000 < ticking.steps  # two idle gaps of more than 1,000 s each
+
+
+def test_the_gappy_trace_has_contention_and_preemption_so_the_comparison_means_something() -> None:
+    result = run_simulation(gappy_trace("proportional"))
+    assert result.summary.preemptions.victims > 0
+    assert result.summary.allocations >= 90
+
+
+def test_settled_contention_is_skipped_and_still_decides_what_ticking_decides() -> None:
+    events = gpu_workload(3, 200, 1500.0, mean_duration=300.0, max_duration=3000.0)
+    ticking = run_simulation(events, settings=SimulationSettings(skip_idle=False))
+    skipping = run_simulation(events, settings=SimulationSettings(skip_idle=True))
+    assert _decisions(skipping) == _decisions(ticking)
+    assert skipping.summary.preemptions.victims > 0
+    assert skipping.steps < ticking.steps
+
+
+def test_a_trace_in_epoch_seconds_runs_from_its_first_event() -> None:
+    epoch = run_simulation(gappy_trace("proportional", start=1.7e9))
+    zero = run_simulation(gappy_trace("proportional"))
+
+    def what(result: SimulationResult) -> list[tuple[str, str, str]]:
+        return [(type(x).__name__, getattr(x, "allocation", ""), getattr(x, "node", "")) for x in result.decisions]
+
+    assert what(epoch) == what(zero)  # times differ only by the float rounding of 1.7e9 + t - 1.7e9
+    assert all(abs(a.t - b.t) < 1e-3 for a, b in zip(epoch.decisions, zero.decisions, strict=True))
+    assert abs(epoch.summary.sim_seconds - zero.summary.sim_seconds) < 1e-3
+    assert zero.summary.sim_seconds < 6000
+
+
+def test_relative_times_keep_the_order_and_start_at_zero() -> None:
+    events = [f.AppRemoved(t=1.7e9 + 5, app="x"), f.AppAdded(t=1.7e9, app="x", queue="root.a")]
+    out = relative(events)
+    assert [type(e) for e in out] == [f.AppAdded, f.AppRemoved]
+    assert [e.t for e in out] == [0.0, 5.0]
+
+
+def test_the_player_jumps_to_events_when_idle_and_ticks_when_active() -> None:
+    trace = [f.AppAdded(t=0.0, app="x", queue="root.a"), f.AppRemoved(t=100.5, app="x")]
+    player = Player(trace)
+    assert player.next_step(active=False, waiting=False) == 0.0
+    assert [type(e) for e in player.advance(0.0)] == [f.AppAdded]
+    assert player.next_step(active=True, waiting=False) == 1.0
+    assert player.next_step(active=False, waiting=False) == 100.5
+    player.advance(100.5)
+    assert player.next_tick == 101.0
+    assert player.next_step(active=False, waiting=False) is None  # trace done, nothing waits
+
+
+def test_the_player_stops_at_until_on_the_grid() -> None:
+    player = Player([f.AppAdded(t=0.0, app="x", queue="root.a")], until=50.5)
+    player.advance(player.next_step(active=False, waiting=False) or 0.0)
+    assert player.next_step(active=False, waiting=False) == 50.0
+    player.advance(50.0)
+    assert player.next_step(active=True, waiting=True) is None
+
+
+def test_the_player_ends_a_waiting_run_after_the_quiet_time_as_ticking_would() -> None:
+    player = Player([f.AppAdded(t=0.0, app="x", queue="root.a")], quiet=60.0)
+    player.advance(0.0)
+    assert player.next_step(active=False, waiting=True) == 60.0
+    player.advance(60.0)
+    assert player.next_step(active=False, waiting=True) is None
+
+
+@given(
+    after=st.floats(0, 1000, allow_nan=False),
+    gap=st.floats(0.001, 1000, allow_nan=False),
+    next_round=st.floats(0, 2000, allow_nan=False),
+    interval=st.sampled_from([1.0, 2.0, 3.0, 5.0]),
+)
+@settings(max_examples=300, deadline=None)
+def test_grid_arithmetic_matches_stepping_tick_by_tick(
+    after: float, gap: float, next_round: float, interval: float
+) -> None:
+    before = after + gap
+    tick = 1.0
+    grid = Player([], tick=tick)
+    grid.advance(after)
+    first_tick = grid.next_tick
+    seen: list[float] = []
+    nr, last = next_round, None
+    while grid.next_tick < before:
+        g = grid.next_tick
+        grid.advance(g)
+        seen.append(g)
+        if g >= nr:
+            last, nr = g, g + interval
+    assert ticks_between(first_tick, before, tick) == len(seen)
+    assert last_round_before(next_round, interval, first_tick, before, tick) == last
