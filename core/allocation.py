@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -244,17 +244,20 @@ class Placer(Protocol):
 class FreeRoomPlacer:
     """Normal mode: the first node in the partition's node order with free room for the ask."""
 
+    def __init__(self, exclude: Collection[str] = ()) -> None:
+        self.exclude = exclude  # nodes not to use (opportunistic placement skips nodes it evicts on)
+
     def place(self, state: PartitionState, ask: Ask) -> Node | None:
         nodes = state.nodes
         request = ask.resource
         if ask.required_node is not None:
             node = nodes.get(ask.required_node)
-            if node is None or not node.schedulable or not ask.accepts(node):
+            if node is None or not node.schedulable or not ask.accepts(node) or node.name in self.exclude:
                 return None
             return node if node.can_hold(request) else None
         for name in state.node_index.candidates(request):
             node = nodes[name]
-            if node.can_hold(request) and ask.accepts(node):
+            if node.can_hold(request) and ask.accepts(node) and name not in self.exclude:
                 return node
         return None
 
@@ -316,7 +319,8 @@ def hold_room(state: PartitionState, ask: Ask, node: Node, times: int) -> None:
     """Add (or with ``times=-1`` remove) one proposed container to the allocator's in-flight counters."""
     ask.allocating += times
     res.add_into(node.allocating, ask.resource, times)
-    for q in ask.app.queue.lineage():
-        res.add_into(q.allocating, ask.resource, times)
+    if not ask.opportunistic:  # opportunistic room counts on its node only
+        for q in ask.app.queue.lineage():
+            res.add_into(q.allocating, ask.resource, times)
     if state.nodes.get(node.name) is node:
         state.reindex(node)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from sniper.core import opportunistic
 from sniper.core import resources as res
 from sniper.core.allocation import CandidateFilter, FreeRoomPlacer, find_ask_candidates, hold_room, try_allocate
 from sniper.core.replica import ViewReplica
@@ -79,6 +80,8 @@ class AllocatorCore(ViewReplica):
         """Queues were rebuilt by a config change: re-add what is still in flight to the new ones."""
         for placed in self.inflight.values():
             for ask, _ in placed:
+                if ask.opportunistic:
+                    continue
                 for q in ask.app.queue.lineage():
                     for k, v in ask.resource.items():
                         q.allocating[k] = q.allocating.get(k, 0) + v
@@ -118,9 +121,17 @@ class AllocatorCore(ViewReplica):
         placed_all.extend(reserved)
         n_alloc -= len(reserved)
         self.stats.cycles += 1
+        plan = opportunistic.OpportunisticPlan()
         if n_alloc <= 0:
             self.dirty = True  # the batch ran out before the candidates did: go on next time
-        got = {ask.key for ask, _ in placed_all}
+        elif failed or state.opportunistic_asks:
+            # Guaranteed asks first: evictions for those the free room could not hold, then the
+            # opportunistic asks on the room no guaranteed ask can use now.
+            starving = sorted((a for key in failed if (a := state.ask(key)) is not None), key=lambda a: a.sort_key)
+            plan = opportunistic.plan(state, starving, n_alloc)
+            placed_all.extend(plan.placed)
+            placed_all.extend((ask, node) for ask, node, _ in plan.evictions)
+        got = {ask.key for ask, _ in placed_all}  # an eviction's room is reserved for its ask: it got it
         tried |= got | blocked
         self.last_tried = frozenset(tried)
         missed = self.missed
@@ -135,13 +146,16 @@ class AllocatorCore(ViewReplica):
         pid = f"{self.partition}/a{self._next_proposal}"
         self.hold(pid, placed_all)
         self.stats.proposed += len(placed_all)
+        evicting = len(plan.evictions)
+        placements = placed_all[: len(placed_all) - evicting]
         return p.AllocationProposal(
             partition=self.partition,
             id=pid,
             view_seq=self.view_seq,
             placements=[
-                p.Placement(app=ask.key[0], ask=ask.key[1], node=node.name, ask_seq=ask.seq) for ask, node in placed_all
+                p.Placement(app=ask.key[0], ask=ask.key[1], node=node.name, ask_seq=ask.seq) for ask, node in placements
             ],
+            evictions=opportunistic.as_victimized(plan.evictions),
         )
 
 

@@ -13,7 +13,7 @@ from collections import Counter, OrderedDict
 from collections.abc import Callable, Collection
 from typing import Any
 
-from sniper.core import gang
+from sniper.core import gang, opportunistic
 from sniper.core import resources as res
 from sniper.core.config import ConfigError, PartitionConfig, parse_partition, partition_to_raw
 from sniper.core.limits import Limits
@@ -195,6 +195,8 @@ class CacheCore:
                 alloc = self.state.allocations.get(aid)
                 if alloc is not None:
                     self._release(alloc)
+            case f.AllocationPromoted(allocation=aid):
+                self._promote(aid, event.id)
 
     def _configure(self, raw: dict[str, Any]) -> None:
         config = parse_partition(raw, f"partition {self.partition}")
@@ -305,6 +307,10 @@ class CacheCore:
         if not resource:
             self._reject(f"ask {e.app}/{e.ask} asks for nothing", app=e.app, ask=e.ask, event=e.id)
             return
+        if e.am and e.execution_type == "opportunistic":  # as YARN: an AM always runs guaranteed
+            reason = f"ask {e.app}/{e.ask}: an application master cannot be opportunistic"
+            self._reject(reason, app=e.app, ask=e.ask, event=e.id)
+            return
         if e.gang_min > e.count:
             self._reject(
                 f"ask {e.app}/{e.ask}: gang_min {e.gang_min} is more than its count {e.count}",
@@ -314,7 +320,7 @@ class CacheCore:
             )
             return
         whole = res.scale(resource, max(1, e.gang_min))  # a gang's members must fit together
-        for q in app.queue.lineage():
+        for q in () if e.execution_type == "opportunistic" else app.queue.lineage():  # no max for those
             if q.max is not None and not res.fits({k: v for k, v in whole.items() if k in q.max}, q.max):
                 what = f": its gang of {e.gang_min}" if e.gang_min > 1 else ""
                 self._reject(
@@ -362,6 +368,7 @@ class CacheCore:
                 duration=e.duration,
                 retry=e.retry,
                 gang_min=e.gang_min,
+                opportunistic=e.execution_type == "opportunistic",
                 damped_until=self._damped_until((e.app, e.ask)),
             )
         )
@@ -422,6 +429,28 @@ class CacheCore:
         for r in held:
             self._end_reservation(r, f"ask {ask_label(key)} was withdrawn")
         self.commit(p.AskGone(app=key[0], ask=key[1]))
+
+    def _promote(self, aid: str, event_id: str) -> None:
+        """YARN's PROMOTE_EXECUTION_TYPE: the container keeps running, now counted as guaranteed."""
+        alloc = self.state.allocations.get(aid)
+        why = None
+        if alloc is None:
+            why = "is not running"
+        elif not alloc.opportunistic:
+            why = "is already guaranteed"
+        elif alloc.preempting:
+            why = "is being killed to make room for a guaranteed ask"
+        elif not self.state.headroom_allows(alloc.queue, alloc.resource):
+            why = f"would take queue {alloc.queue.path} over its max"
+        if why is not None:
+            app = "" if alloc is None else alloc.app
+            self._reject(f"allocation_promoted: allocation {aid} {why}", app=app, event=event_id)
+            return
+        assert alloc is not None
+        self.commit(p.AllocationPromoted(allocation=aid))
+        self.decide(
+            d.Promoted, allocation=aid, app=alloc.app, queue=alloc.queue.path, node=alloc.node, resource=alloc.resource
+        )
 
     def _release(self, alloc: Allocation) -> None:
         self.decide(
@@ -584,12 +613,22 @@ class CacheCore:
                     self._end_reservation_placed_elsewhere(pl.app, pl.ask, pl.node)
                     self.allocate(pl.app, pl.ask, pl.node)
                     accepted += 1
-                    if limits is not None and need == 1:
-                        limits.charge(self.state.apps[pl.app].asks[pl.ask])
+                    ask = self.state.apps[pl.app].asks[pl.ask]
+                    if limits is not None and need == 1 and not ask.opportunistic:
+                        limits.charge(ask)
                 else:
                     rejected[f"{pl.app}/{pl.ask}@{pl.node}#{len(rejected)}"] = why
             if why is None:
                 limits = trial
+        # Evictions last, as the allocator planned them: after the free room it placed guaranteed asks
+        # on, on nodes where it placed no opportunistic container.
+        for ev in proposal.evictions:
+            why = opportunistic.check_eviction(self, ev)
+            if why is None:
+                opportunistic.commit_eviction(self, ev)
+                accepted += 1
+            else:
+                rejected[f"{ev.app}/{ev.ask}@{ev.node}#{len(rejected)}"] = why
         self.outcome(proposal.id, accepted, rejected)
 
     def _end_reservation_placed_elsewhere(self, app_name: str, ask_name: str, node_name: str) -> None:
@@ -634,9 +673,9 @@ class CacheCore:
             return f"node {node_name} does not match the ask's node selector"
         if not node.can_hold(ask.resource):
             return "does not fit the node's free room"
-        if not state.headroom_allows(app.queue, ask.resource, freed):
+        if not ask.opportunistic and not state.headroom_allows(app.queue, ask.resource, freed):
             return "queue max would be exceeded"
-        if limits is not None:
+        if limits is not None and not ask.opportunistic:
             return limits.refusal(ask)
         return None
 
@@ -656,6 +695,7 @@ class CacheCore:
                 am=ask.am,
                 reservation=None if reservation is None else reservation.id,
                 priority=ask.priority,
+                opportunistic=ask.opportunistic,
                 pinned=ask.required_node is not None,
             )
         )
@@ -669,6 +709,7 @@ class CacheCore:
             resource=ask.resource,
             am=ask.am,
             reservation=None if reservation is None else reservation.id,
+            opportunistic=ask.opportunistic,
         )
         if reservation is not None:
             self._release_victims(reservation, "its beneficiary was placed before its victims were gone")
@@ -711,6 +752,7 @@ def state_changes(state: PartitionState) -> list[p.ChangeMsg]:
                     duration=ask.duration,
                     retry=ask.retry,
                     gang_min=ask.gang_min,
+                    opportunistic=ask.opportunistic,
                     damped_until=ask.damped_until,
                 )
             )
@@ -725,6 +767,7 @@ def state_changes(state: PartitionState) -> list[p.ChangeMsg]:
                 start=alloc.start,
                 am=alloc.am,
                 priority=alloc.priority,
+                opportunistic=alloc.opportunistic,
                 pinned=alloc.pinned,
             )
         )

@@ -214,6 +214,7 @@ def apply_logged(core: CacheCore, log: Sequence[d.DecisionMsg], index: int) -> t
                         am=dec.am,
                         reservation=reservation,
                         priority=ask.priority if ask is not None else 0,
+                        opportunistic=dec.opportunistic,
                     )
                 )
         case d.Preempt():
@@ -230,6 +231,10 @@ def apply_logged(core: CacheCore, log: Sequence[d.DecisionMsg], index: int) -> t
             alloc = state.allocations.get(dec.allocation)
             if alloc is not None:
                 alloc.killed = True
+        case d.Promoted():
+            alloc = state.allocations.get(dec.allocation)
+            if alloc is not None and alloc.opportunistic:
+                core.commit(p.AllocationPromoted(allocation=dec.allocation))
         case d.PreemptCancelled():
             alloc = state.allocations.get(dec.allocation)
             if alloc is not None and alloc.preempting and not alloc.killed:

@@ -6,6 +6,8 @@ that applied the same changes in the same order is identical to the cache. Deriv
 allocated / reserved, queue allocated / pending / preempting / reserved up the hierarchy, ask
 allocated counts) are maintained incrementally by ``apply`` and are never written elsewhere, except
 the allocator's ``allocating`` counters, which only the allocator touches (proposals in flight).
+Opportunistic asks and allocations (YARN's execution type) count on their node only: never in a queue's
+allocated, pending, preempting or reserved totals, only in its separate ``opportunistic`` total.
 """
 
 from __future__ import annotations
@@ -52,6 +54,7 @@ class Node:
         "capacity",
         "labels",
         "name",
+        "opportunistic",
         "preempting",
         "reservations",
         "reserved",
@@ -70,6 +73,7 @@ class Node:
         self.reservations: set[str] = set()
         self.by_queue: dict[str, Resource] = {}  # allocated per leaf queue path
         self.preempting: Resource = {}  # allocated to victims already preempting
+        self.opportunistic: Resource = {}  # allocated to opportunistic containers not yet evicted
 
     def free(self) -> Resource:
         """Room nobody holds: capacity minus allocated, reserved and (allocator only) allocating."""
@@ -105,6 +109,7 @@ class Queue:
         "guaranteed",
         "max",
         "name",
+        "opportunistic",
         "parent",
         "path",
         "pending",
@@ -127,6 +132,7 @@ class Queue:
         self.preempting: Resource = {}
         self.reserved: Resource = {}
         self.allocating: Resource = {}
+        self.opportunistic: Resource = {}  # running opportunistic containers: reported, never accounted
         self.apps: dict[str, App] = {}
 
     @property
@@ -166,6 +172,7 @@ class Ask:
         "key",
         "name",
         "node_selector",
+        "opportunistic",
         "priority",
         "required_node",
         "reserved",
@@ -189,6 +196,7 @@ class Ask:
         self.node_selector: dict[str, frozenset[str]] = {k: frozenset(v) for k, v in change.node_selector.items()}
         self.duration = change.duration
         self.retry = change.retry
+        self.opportunistic = change.opportunistic
         self.damped_until = change.damped_until
         self.gang_min = change.gang_min  # all or nothing for the first gang_min containers (0: no gang)
         self.allocated = 0  # containers committed for this ask, ever
@@ -247,6 +255,7 @@ class Allocation:
         "id",
         "killed",
         "node",
+        "opportunistic",
         "pinned",
         "preempt_deadline",
         "priority",
@@ -266,6 +275,7 @@ class Allocation:
         self.am = change.am
         self.queue = queue
         self.priority = change.priority
+        self.opportunistic = change.opportunistic
         self.pinned = change.pinned
         self.reservation: str | None = None  # set while it is a victim held for this reservation
         self.preempt_deadline: float | None = None  # set while it is a victim
@@ -310,6 +320,8 @@ class PartitionState:
         self.apps: dict[str, App] = {}
         self.allocations: dict[str, Allocation] = {}
         self.reservations: dict[str, Reservation] = {}
+        # Opportunistic asks that still want containers, oldest first (they have no queue pending).
+        self.opportunistic_asks: dict[AskKey, Ask] = {}
         self.capacity: Resource = {}  # all schedulable nodes
         self.now = 0.0
         self.node_index = NodeIndex(config.node_sort_policy if config else "binpacking")
@@ -324,6 +336,7 @@ class PartitionState:
             p.AskGone: self._ask_gone,
             p.AllocationSet: self._alloc,
             p.AllocationGone: self._alloc_gone,
+            p.AllocationPromoted: self._promote,
             p.ReservationSet: self._reservation,
             p.ReservationGone: self._reservation_gone,
             p.VictimsMarked: self._victims,
@@ -415,9 +428,13 @@ class PartitionState:
             app.queue = leaf
             leaf.apps[app.name] = app
             for ask in app.asks.values():
-                self._add_pending(leaf, ask.resource, ask.count - ask.allocated - ask.reserved)
+                if not ask.opportunistic:
+                    self._add_pending(leaf, ask.resource, ask.count - ask.allocated - ask.reserved)
         for alloc in self.allocations.values():
             alloc.queue = queues[alloc.queue.path]
+            if alloc.opportunistic:
+                self._add_usage(alloc.queue, "opportunistic", alloc.resource, 1)
+                continue
             self._add_usage(alloc.queue, "allocated", alloc.resource, 1)
             if alloc.preempting:
                 self._add_usage(alloc.queue, "preempting", alloc.resource, 1)
@@ -508,6 +525,10 @@ class PartitionState:
             raise StateError(f"ask {c.app}/{c.ask} already exists")
         ask = Ask(app, c)
         app.asks[c.ask] = ask
+        if ask.opportunistic:
+            if ask.count > 0:
+                self.opportunistic_asks[ask.key] = ask
+            return
         if ask.count > 0:
             self._add_pending(app.queue, ask.resource, ask.count)
             app.pending_asks.add(ask)
@@ -520,7 +541,9 @@ class PartitionState:
         if ask.reserved:
             raise StateError(f"ask {c.app}/{c.ask} still holds reservations")
         remaining = ask.count - ask.allocated
-        if remaining > 0:
+        if ask.opportunistic:
+            self.opportunistic_asks.pop(ask.key, None)
+        elif remaining > 0:
             self._add_pending(app.queue, ask.resource, -remaining)
             app.pending_asks.discard(ask)
         del app.asks[c.ask]
@@ -536,6 +559,9 @@ class PartitionState:
         self.allocations[alloc.id] = alloc
         node.allocations.add(alloc.id)
         res.add_into(node.allocated, alloc.resource)
+        if alloc.opportunistic:
+            self._alloc_opportunistic(alloc, app, node)
+            return
         res.add_into(node.by_queue.setdefault(alloc.queue.path, {}), alloc.resource)
         app.allocations.add(alloc.id)
         res.add_into(app.allocated, alloc.resource)
@@ -546,7 +572,7 @@ class PartitionState:
             self._end_reservation(c.reservation)
             if ask is not None:
                 ask.allocated += 1
-        elif ask is not None:
+        elif ask is not None and not ask.opportunistic:
             ask.allocated += 1
             resource = alloc.resource
             for q in app.queue.lineage():  # usage up, pending down, in one walk
@@ -557,6 +583,10 @@ class PartitionState:
             if ask.count - ask.allocated - ask.reserved <= 0:
                 app.pending_asks.discard(ask)
         else:
+            if ask is not None:  # a promoted container of an opportunistic ask (from a snapshot)
+                ask.allocated += 1
+                if ask.count - ask.allocated <= 0:
+                    self.opportunistic_asks.pop(ask.key, None)
             self._add_usage(app.queue, "allocated", alloc.resource, 1)
         self._index(node)
 
@@ -567,6 +597,9 @@ class PartitionState:
         node = self.nodes[alloc.node]
         node.allocations.discard(alloc.id)
         res.sub_into(node.allocated, alloc.resource)
+        if alloc.opportunistic:
+            self._opportunistic_gone(alloc, node)
+            return
         res.sub_into(node.by_queue[alloc.queue.path], alloc.resource)
         if alloc.preempting:
             res.sub_into(node.preempting, alloc.resource)
@@ -580,6 +613,42 @@ class PartitionState:
         self._index(node)
         if self.on_allocation_gone is not None:
             self.on_allocation_gone(alloc)
+
+    def _alloc_opportunistic(self, alloc: Allocation, app: App, node: Node) -> None:
+        """Counted on its node, in its queue's separate total, never in the queue's accounting."""
+        res.add_into(node.opportunistic, alloc.resource)
+        app.allocations.add(alloc.id)
+        self._add_usage(alloc.queue, "opportunistic", alloc.resource, 1)
+        ask = app.asks.get(alloc.ask)
+        if ask is not None:
+            ask.allocated += 1
+            if ask.count - ask.allocated <= 0:
+                self.opportunistic_asks.pop(ask.key, None)
+        self._index(node)
+
+    def _opportunistic_gone(self, alloc: Allocation, node: Node) -> None:
+        res.sub_into(node.preempting if alloc.preempting else node.opportunistic, alloc.resource)
+        app = self.apps.get(alloc.app)
+        if app is not None:
+            app.allocations.discard(alloc.id)
+        self._add_usage(alloc.queue, "opportunistic", alloc.resource, -1)
+        self._index(node)
+        if self.on_allocation_gone is not None:
+            self.on_allocation_gone(alloc)
+
+    def _promote(self, c: p.AllocationPromoted) -> None:
+        alloc = self.allocations.get(c.allocation)
+        if alloc is None or not alloc.opportunistic or alloc.preempting:
+            raise StateError(f"allocation {c.allocation} is not a running opportunistic allocation")
+        alloc.opportunistic = False
+        node = self.nodes[alloc.node]
+        res.sub_into(node.opportunistic, alloc.resource)
+        res.add_into(node.by_queue.setdefault(alloc.queue.path, {}), alloc.resource)
+        app = self.apps.get(alloc.app)
+        if app is not None:
+            res.add_into(app.allocated, alloc.resource)
+        self._add_usage(alloc.queue, "opportunistic", alloc.resource, -1)
+        self._add_usage(alloc.queue, "allocated", alloc.resource, 1)
 
     def _reservation(self, c: p.ReservationSet) -> None:
         if c.reservation in self.reservations:
@@ -603,8 +672,12 @@ class PartitionState:
         for vid in victims:
             victim = self.allocations[vid]
             if not victim.preempting:
-                self._add_usage(victim.queue, "preempting", victim.resource, 1)
-                res.add_into(self.nodes[victim.node].preempting, victim.resource)
+                node = self.nodes[victim.node]
+                res.add_into(node.preempting, victim.resource)
+                if victim.opportunistic:
+                    res.sub_into(node.opportunistic, victim.resource)
+                else:
+                    self._add_usage(victim.queue, "preempting", victim.resource, 1)
             victim.preempt_deadline = deadline
             victim.reservation = reservation
 
@@ -617,7 +690,10 @@ class PartitionState:
             if victim is None or not victim.preempting or victim.killed:
                 raise StateError(f"victim {vid} is not under notice: its preemption cannot be cancelled")
             node = self.nodes[victim.node]
-            self._add_usage(victim.queue, "preempting", victim.resource, -1)
+            if victim.opportunistic:
+                res.add_into(node.opportunistic, victim.resource)
+            else:
+                self._add_usage(victim.queue, "preempting", victim.resource, -1)
             res.sub_into(node.preempting, victim.resource)
             victim.preempt_deadline = None
             victim.reservation = None

@@ -53,6 +53,7 @@ class AskSpec:
     duration: float | None = None
     node_selector: dict[str, list[str]] = dataclasses.field(default_factory=dict)
     withdraw_at: float | None = None  # the source withdrew it then (if still waiting)
+    opportunistic: bool = False  # YARN's ExecutionType.OPPORTUNISTIC (feed ``execution_type``)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -256,6 +257,7 @@ def build_trace(work: Workload, options: ImportOptions) -> Imported:
                 am=ask.am,
                 duration=duration,
                 node_selector=ask.node_selector,
+                execution_type="opportunistic" if ask.opportunistic else "guaranteed",
             )
             timed.append((at, len(timed), event))
             asks += 1

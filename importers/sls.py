@@ -183,10 +183,17 @@ def _task(task: object, index: int, app: str, job_start: float) -> tuple[AskSpec
     if host is not None and not isinstance(host, str):
         raise _Bad(f"task {index}: container.host {host!r} is not a string")
     resource = _resources(task, "container.", _defaults(CONTAINER_MEMORY_MB, CONTAINER_VCORES))
+    opportunistic = execution == "OPPORTUNISTIC"
     ask = AskSpec(
-        f"{app}-{queue_name(kind)}-{index}", max(start, job_start), resource, count, -priority, duration=duration
+        f"{app}-{queue_name(kind)}-{index}",
+        max(start, job_start),
+        resource,
+        count,
+        -priority,
+        duration=duration,
+        opportunistic=opportunistic,
     )
-    return ask, max(start, job_start) + duration, host, execution == "OPPORTUNISTIC"
+    return ask, max(start, job_start) + duration, host, opportunistic
 
 
 def _job(obj: dict[str, Any], number: int, hosts: set[str]) -> tuple[list[JobSpec], int]:
@@ -290,7 +297,7 @@ def read_sls(jobs: Path, nodes: Path | None = None, progress: Progress | None = 
             apps.update((job.app, line) for job in parsed)
             work.jobs.extend(parsed)
             if opportunistic:
-                work.note("opportunistic containers (scheduled as guaranteed)", opportunistic)
+                work.note("opportunistic containers", opportunistic)
         except _Bad as err:
             work.bad.append(BadInput(f"{jobs}:{line}", str(err)))
     if nodes is not None:

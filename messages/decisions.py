@@ -28,6 +28,7 @@ class Allocated(Decision, tag="allocated", frozen=True, gc=False):
     resource: dict[str, int]
     am: bool = False
     reservation: str | None = None  # set when the allocation fulfils a preemption reservation
+    opportunistic: bool = False  # YARN execution type OPPORTUNISTIC: outside every queue's accounting
 
 
 class Preempt(Decision, tag="preempt", frozen=True, gc=False):
@@ -47,6 +48,7 @@ class Preempt(Decision, tag="preempt", frozen=True, gc=False):
     observe_only: bool = False  # what would be preempted; nothing changed
     victim_queue_ideal: dict[str, int] = {}
     for_resource: dict[str, int] = {}
+    opportunistic: bool = False  # an opportunistic victim: killed at once, outside every queue's rules
 
 
 class Kill(Decision, tag="kill", frozen=True, gc=False):
@@ -95,6 +97,16 @@ class ReservationEnded(Decision, tag="reservation_ended", frozen=True, gc=False)
     reason: str
 
 
+class Promoted(Decision, tag="promoted", frozen=True, gc=False):
+    """An opportunistic allocation that became guaranteed (feed ``allocation_promoted``)."""
+
+    allocation: str
+    app: str
+    queue: str
+    node: str
+    resource: dict[str, int]
+
+
 class PreemptCancelled(Decision, tag="preempt_cancelled", frozen=True, gc=False):
     """A victim under notice whose reservation no longer needs it: it keeps running and will not be killed."""
 
@@ -106,4 +118,6 @@ class PreemptCancelled(Decision, tag="preempt_cancelled", frozen=True, gc=False)
     reason: str
 
 
-DecisionMsg = Allocated | Preempt | PreemptCancelled | Kill | Released | AllocationLost | Rejected | ReservationEnded
+DecisionMsg = (
+    Allocated | Preempt | PreemptCancelled | Kill | Released | AllocationLost | Rejected | ReservationEnded | Promoted
+)

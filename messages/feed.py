@@ -7,7 +7,7 @@ non-negative integers. New fields must come with defaults (msgspec schema evolut
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import msgspec
 
@@ -69,6 +69,9 @@ class AskAdded(FeedEvent, tag="ask_added", frozen=True, gc=False):
     node_selector: dict[str, list[str]] = {}
     # All or nothing: the first ``gang_min`` containers are placed together or not at all (0: no gang).
     gang_min: Annotated[int, msgspec.Meta(ge=0, le=10**7)] = 0
+    # YARN's ExecutionType: "opportunistic" containers run only on room no guaranteed ask can use now,
+    # count against no queue's guarantee, ideal or max, and are killed first (docs/feed.md).
+    execution_type: Literal["guaranteed", "opportunistic"] = "guaranteed"
 
 
 class AskRemoved(FeedEvent, tag="ask_removed", frozen=True, gc=False):
@@ -77,6 +80,13 @@ class AskRemoved(FeedEvent, tag="ask_removed", frozen=True, gc=False):
 
 
 class AllocationReleased(FeedEvent, tag="allocation_released", frozen=True, gc=False):
+    allocation: Name
+
+
+class AllocationPromoted(FeedEvent, tag="allocation_promoted", frozen=True, gc=False):
+    """Turn a running opportunistic allocation into a guaranteed one (YARN's container update
+    ``PROMOTE_EXECUTION_TYPE``); committed when its queue's ``max`` allows, else ``rejected``."""
+
     allocation: Name
 
 
@@ -90,4 +100,5 @@ Feed = (
     | AskAdded
     | AskRemoved
     | AllocationReleased
+    | AllocationPromoted
 )

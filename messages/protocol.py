@@ -62,6 +62,7 @@ class AskSet(Change, tag="ask", frozen=True, gc=False):
     damped_until: float = 0.0  # re-added after a withdrawal that ended a reservation: no preemption before
     node_selector: dict[str, list[str]] = {}
     gang_min: int = 0  # the first ``gang_min`` containers are placed together or not at all
+    opportunistic: bool = False
 
 
 class AskGone(Change, tag="ask_gone", frozen=True, gc=False):
@@ -79,7 +80,14 @@ class AllocationSet(Change, tag="alloc", frozen=True, gc=False):
     am: bool = False
     reservation: str | None = None
     priority: int = 0  # the ask's priority (intra-queue preemption compares it)
+    opportunistic: bool = False  # outside every queue's accounting, counted on its node only
     pinned: bool = False  # placed for a required-node ask: never a victim (ARCHITECTURE 5a)
+
+
+class AllocationPromoted(Change, tag="alloc_promoted", frozen=True, gc=False):
+    """An opportunistic allocation becomes guaranteed: it now counts in its queue like any other."""
+
+    allocation: str
 
 
 class AllocationGone(Change, tag="alloc_gone", frozen=True, gc=False):
@@ -132,6 +140,7 @@ ChangeMsg = (
     | AskGone
     | AllocationSet
     | AllocationGone
+    | AllocationPromoted
     | ReservationSet
     | ReservationGone
     | VictimsMarked
@@ -184,6 +193,9 @@ class AllocationProposal(Message, tag="allocate", frozen=True, gc=False):
     id: str
     view_seq: int
     placements: list[Placement]
+    # Guaranteed asks that fit once these opportunistic containers are gone (killed at once, the room
+    # reserved for the ask): see sniper.core.opportunistic.
+    evictions: list[Victimized] = []
 
 
 class PreemptionProposal(Message, tag="preempt", frozen=True, gc=False):

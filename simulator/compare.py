@@ -3,7 +3,8 @@
 Each run is an independent simulation of the same events and config; only the policy differs. With
 ``jobs`` above one the policies run in parallel processes (each returns its report and metrics; the
 actors stay in the worker). The table has a row per resource for utilization, fairness and stranded
-capacity (idle while asks that could use it wait).
+capacity (idle while asks that could use it wait); runs with opportunistic containers add their
+allocations, evictions and utilization.
 """
 
 from __future__ import annotations
@@ -115,10 +116,23 @@ def compare(
     return results
 
 
+# Shown only when some run allocated opportunistic containers.
+OPPORTUNISTIC_ROWS: tuple[tuple[str, Callable[[Report], Any]], ...] = (
+    ("opportunistic allocations", lambda r: r.opportunistic.allocations),
+    ("opportunistic evictions", lambda r: r.opportunistic.evictions),
+)
+
+
 def table_rows(results: dict[str, PolicyRun]) -> list[list[str]]:
     reports = [r.summary for r in results.values()]
+    opportunistic = any(r.opportunistic.allocations for r in reports)
     rows = [[label] + [_fmt(get(r)) for r in reports] for label, get in ROWS]
-    for label, get in PER_RESOURCE:
+    if opportunistic:
+        rows += [[label] + [_fmt(get(r)) for r in reports] for label, get in OPPORTUNISTIC_ROWS]
+    per_resource = PER_RESOURCE
+    if opportunistic:
+        per_resource += (("opportunistic utilization", lambda r: dict(r.opportunistic.utilization)),)
+    for label, get in per_resource:
         values = [get(r) for r in reports]
         for resource in sorted({k for v in values for k in v}):
             rows.append([f"{label} {resource}"] + [_fmt(v.get(resource)) for v in values])

@@ -18,10 +18,11 @@ from collections import defaultdict
 from collections.abc import Callable, Iterator
 
 from sniper.core import resources as res
+from sniper.core.opportunistic import KILL_REASON
 from sniper.core.resources import Resource
 from sniper.messages import decisions as d
 from sniper.simulator.model import ClusterModel
-from sniper.simulator.report import PreemptionLogEntry, Preemptions, TimeToGuarantee
+from sniper.simulator.report import Opportunistic, PreemptionLogEntry, Preemptions, TimeToGuarantee
 
 IdealFn = Callable[[ClusterModel], dict[str, Resource]]
 
@@ -33,6 +34,7 @@ class Sample:
     pending: dict[str, Resource]
     capacity: Resource
     ideal: dict[str, Resource] | None
+    opportunistic: Resource = dataclasses.field(default_factory=dict)  # outside every queue's usage
 
 
 def _percentile(values: list[float], q: float) -> float:
@@ -69,7 +71,7 @@ class Metrics:
         ideal = self.ideal_fn(model) if self.ideal_fn is not None else None
         if self.samples and self.samples[-1].t == t:
             self.samples.pop()
-        self.samples.append(Sample(t, usage, pending, capacity, ideal))
+        self.samples.append(Sample(t, usage, pending, capacity, ideal, derived.opportunistic))
         for path, cfg in model.queue_cfg.items():
             if cfg.children or not cfg.guaranteed:
                 continue
@@ -105,6 +107,24 @@ class Metrics:
                 weighted_cap[k] += v * dt
                 weighted_used[k] += used.get(k, 0) * dt
         return {k: round(weighted_used[k] / c, 4) for k, c in sorted(weighted_cap.items()) if c > 0}
+
+    def opportunistic(self) -> Opportunistic:
+        """Opportunistic containers, reported apart: how many were allocated, killed for guaranteed asks
+        (reason ``opportunistic``) and promoted, and the utilization they added (time-averaged, per
+        resource, over capacity; ``utilization`` counts guaranteed containers only)."""
+        weighted: dict[str, float] = defaultdict(float)
+        weighted_cap: dict[str, float] = defaultdict(float)
+        for a, dt in self._intervals():
+            for k, v in a.capacity.items():
+                weighted_cap[k] += v * dt
+                weighted[k] += a.opportunistic.get(k, 0) * dt
+        decisions = self.decisions
+        return Opportunistic(
+            allocations=sum(1 for x in decisions if isinstance(x, d.Allocated) and x.opportunistic),
+            evictions=sum(1 for x in decisions if isinstance(x, d.Kill) and x.reason == KILL_REASON),
+            promoted=sum(1 for x in decisions if isinstance(x, d.Promoted)),
+            utilization={k: round(weighted[k] / c, 4) for k, c in sorted(weighted_cap.items()) if c > 0},
+        )
 
     def stranded(self) -> dict[str, float]:
         """Time-averaged share of each resource left idle while waiting asks could use it: free capacity
@@ -198,7 +218,10 @@ class Metrics:
         preempts = [
             x
             for x in self.decisions
-            if isinstance(x, d.Preempt) and not x.observe_only and (x.allocation, x.reservation) not in cancelled
+            if isinstance(x, d.Preempt)
+            and not x.observe_only
+            and not x.opportunistic
+            and (x.allocation, x.reservation) not in cancelled
         ]
         if not preempts:
             return 0, 0, 0
@@ -259,8 +282,9 @@ class Metrics:
         return got is not None and got < t_gone and any(a.reservation for a in later)
 
     def preemption_totals(self) -> Preemptions:
-        """Victims given notice (count and resources), and how many of those notices were cancelled."""
-        preempts = [x for x in self.decisions if isinstance(x, d.Preempt)]
+        """Victims given notice (count and resources), and how many of those notices were cancelled
+        (opportunistic containers killed first are counted apart, in :meth:`opportunistic`)."""
+        preempts = [x for x in self.decisions if isinstance(x, d.Preempt) and not x.opportunistic]
         cancelled = sum(1 for x in self.decisions if isinstance(x, d.PreemptCancelled))
         resources = res.total(x.resource for x in preempts)
         return Preemptions(victims=len(preempts), resources=resources, cancelled=cancelled)

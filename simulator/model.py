@@ -6,7 +6,8 @@ chaos tests and ``sniper feed --report`` trust. Violations are recorded with the
 checking never raises. ``version`` grows with every input that may change the model, so views derived
 from it (usage, pending demand, notices) are computed once per change and readers can skip unchanged
 states; asks with nothing left to place leave the ``open`` set, so those views cost what is running
-and waiting, not the whole history.
+and waiting, not the whole history. Opportunistic allocations and asks stay out of every queue's usage,
+demand, ``max`` and guarantee check (they are totalled apart).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ class ModelAllocation:
     start: float
     am: bool
     preempted_at: float | None = None
+    opportunistic: bool = False  # on its node only: in no queue's usage, not bound by max
 
 
 @dataclasses.dataclass(slots=True)
@@ -56,6 +58,7 @@ class Derived:
     pending_containers: int
     notices: int  # allocations under a preemption notice
     capacity: Resource
+    opportunistic: Resource  # held by running opportunistic containers (in no queue's usage)
 
 
 @dataclasses.dataclass(slots=True)
@@ -80,6 +83,7 @@ class ClusterModel:
         self.app_user: dict[str, str] = {}
         self.ask_allocated: dict[tuple[str, str], int] = defaultdict(int)
         self.withdrawn: set[tuple[str, str]] = set()
+        self.opportunistic_asks: set[tuple[str, str]] = set()
         self.allocations: dict[str, ModelAllocation] = {}
         self.seen_allocations: set[str] = set()
         self.reservations: dict[str, ModelReservation] = {}
@@ -92,6 +96,7 @@ class ClusterModel:
         self.gang_held: dict[tuple[str, str], int] = {}  # ask -> containers held at the last check
         self.open: dict[tuple[str, str], None] = {}  # asks that may still have containers to place
         self.usage: dict[str, Resource] = defaultdict(dict)  # committed, per queue path, parents included
+        self.opportunistic: Resource = {}  # held by running opportunistic containers, in no queue
         self.notices = 0  # allocations under a preemption notice
         self._capacity: Resource | None = None  # the nodes' total, until a node changes
         self.version = 0
@@ -154,6 +159,10 @@ class ClusterModel:
                     self.gangs[(a, k)] = g
                 self.asks.setdefault((a, k), (res.normalized(r), c))
                 self.ask_priority.setdefault((a, k), prio)
+                if event.execution_type == "opportunistic":
+                    self.opportunistic_asks.add((a, k))
+                else:
+                    self.opportunistic_asks.discard((a, k))
                 self.open[(a, k)] = None
             case f.AskRemoved(app=a, ask=k):
                 self.withdrawn.add((a, k))
@@ -180,6 +189,8 @@ class ClusterModel:
                 self._gone(aid)
             case d.AllocationLost(allocation=aid):
                 self._gone(aid)
+            case d.Promoted():
+                self._promoted(dec)
             case d.Preempt():
                 alloc = self.allocations.get(dec.allocation)
                 if alloc is None:
@@ -235,6 +246,8 @@ class ClusterModel:
         it, at or above its guarantee by dominant share against the cluster (the DRF comparison), counting
         the room reservations already hold for it (committed to that queue)."""
         t = dec.t
+        if victim.opportunistic:
+            return  # outside every queue: any guaranteed ask may have it killed (YARN's NodeManager)
         chain = _lineage(victim.queue)
         if any(self.queue_cfg[q].preemption_policy == "disabled" for q in chain if q in self.queue_cfg):
             self._violate(t, 5, f"victim {victim.id} is in a preemption-disabled queue {victim.queue}")
@@ -266,7 +279,7 @@ class ClusterModel:
         held = res.total(r.resource for r in self.reservations.values() if r.queue == victim.queue)
         before: Resource = dict(held)
         for a in self.allocations.values():
-            if a.queue == victim.queue and (a.preempted_at is None or a.id == victim.id):
+            if a.queue == victim.queue and not a.opportunistic and (a.preempted_at is None or a.id == victim.id):
                 res.add_into(before, a.resource)
         after = res.sub(before, victim.resource)
         capacity = self.capacity()
@@ -304,17 +317,9 @@ class ClusterModel:
             self._violate(t, 4, f"allocation {dec.allocation} on missing node {dec.node}")
         queue = self.apps.get(dec.app, dec.queue)
         resource = res.normalized(dec.resource)
-        # Invariant 2: a new allocation never takes a queue over its max.
-        if not dec.reservation:
-            usage = self.usage
-            for path in _lineage(queue):
-                cfg = self.queue_cfg.get(path)
-                if cfg is None or cfg.max is None:
-                    continue
-                after = res.add(usage.get(path, {}), resource)
-                for k, m in cfg.max.items():
-                    if after.get(k, 0) > m:
-                        self._violate(t, 2, f"allocation {dec.allocation} takes {path} to {k}={after[k]} over max {m}")
+        # Invariant 2: a new allocation never takes a queue over its max (opportunistic ones are outside it).
+        if not dec.reservation and not dec.opportunistic:
+            self._check_max(t, dec.allocation, queue, resource)
         if dec.reservation:
             r = self.reservations.pop(dec.reservation, None)
             if r is None or (r.app, r.ask) != (dec.app, dec.ask) or r.node != dec.node:
@@ -330,18 +335,46 @@ class ClusterModel:
                         t, 6, f"allocation {dec.allocation} on {dec.node} takes room reserved for a beneficiary"
                     )
         self.allocations[dec.allocation] = ModelAllocation(
-            dec.allocation, dec.app, dec.ask, queue, dec.node, resource, t, dec.am
+            dec.allocation, dec.app, dec.ask, queue, dec.node, resource, t, dec.am, opportunistic=dec.opportunistic
         )
+        if dec.opportunistic:
+            res.add_into(self.opportunistic, resource)
+        else:
+            for path in _lineage(queue):
+                res.add_into(self.usage[path], resource)
+
+    def _check_max(self, t: float, aid: str, queue: str, resource: Resource) -> None:
+        usage = self.usage
         for path in _lineage(queue):
-            res.add_into(self.usage[path], resource)
+            cfg = self.queue_cfg.get(path)
+            if cfg is None or cfg.max is None:
+                continue
+            after = res.add(usage.get(path, {}), resource)
+            for k, m in cfg.max.items():
+                if after.get(k, 0) > m:
+                    self._violate(t, 2, f"allocation {aid} takes {path} to {k}={after[k]} over max {m}")
+
+    def _promoted(self, dec: d.Promoted) -> None:
+        alloc = self.allocations.get(dec.allocation)
+        if alloc is None or not alloc.opportunistic:
+            self._violate(dec.t, 3, f"promotion of {dec.allocation}, not a running opportunistic allocation")
+            return
+        self._check_max(dec.t, alloc.id, alloc.queue, alloc.resource)
+        alloc.opportunistic = False
+        res.sub_into(self.opportunistic, alloc.resource)
+        for path in _lineage(alloc.queue):
+            res.add_into(self.usage[path], alloc.resource)
 
     def _gone(self, aid: str) -> None:
         alloc = self.allocations.pop(aid, None)
         if alloc is not None:
             if alloc.preempted_at is not None:
                 self.notices -= 1
-            for path in _lineage(alloc.queue):
-                res.sub_into(self.usage[path], alloc.resource)
+            if alloc.opportunistic:
+                res.sub_into(self.opportunistic, alloc.resource)
+            else:
+                for path in _lineage(alloc.queue):
+                    res.sub_into(self.usage[path], alloc.resource)
 
     # ------------------------------------------------------------------ checks at quiescence
 
@@ -390,17 +423,24 @@ class ClusterModel:
             if left <= 0 or queue is None:
                 continue
             containers += left
+            if key in self.opportunistic_asks:
+                continue  # waits for idle room: no queue's demand
             for path in _lineage(queue):
                 res.add_into(pending[path], resource, left)
         if self._capacity is None:
             self._capacity = res.total(self.nodes.values())
-        self._derived = Derived(usage, pending, containers, self.notices, self._capacity)
+        opportunistic = res.normalized(self.opportunistic)
+        self._derived = Derived(usage, pending, containers, self.notices, self._capacity, opportunistic)
         self._derived_version = self.version
         return self._derived
 
     def queue_usage(self) -> dict[str, Resource]:
         """Committed usage per queue path, parents included (a snapshot: later changes leave it be)."""
         return self.derived().usage
+
+    def opportunistic_usage(self) -> Resource:
+        """What running opportunistic containers hold (on nodes only, in no queue's usage)."""
+        return self.derived().opportunistic
 
     def queue_pending(self) -> dict[str, Resource]:
         """Outstanding demand per queue path, parents included (withdrawn and rejected asks excluded)."""

@@ -3,7 +3,8 @@ simulator (memory and Kafka), ``sniper compare`` and ``sniper feed``; JSON is it
 
 A run's :class:`Report` carries every :class:`PartitionReport` field: one partition's figures as they
 are, or several partitions' summed (counts), merged (``time_to_guarantee`` keyed ``partition:queue``)
-or left empty where a sum means nothing (utilization, fairness, stranded: read ``partitions``).
+or left empty where a sum means nothing (utilization, fairness, stranded, opportunistic utilization:
+read ``partitions``).
 """
 
 from __future__ import annotations
@@ -47,6 +48,15 @@ class PreemptionLogEntry(msgspec.Struct, frozen=True):
     reason: str
 
 
+class Opportunistic(msgspec.Struct, frozen=True):
+    """Opportunistic containers, apart from every queue's figures (docs/report.md)."""
+
+    allocations: int = 0  # allocated decisions with opportunistic: true
+    evictions: int = 0  # killed at once (reason "opportunistic") for a guaranteed ask
+    promoted: int = 0  # turned guaranteed
+    utilization: dict[str, float] = {}  # what they held over capacity, time-averaged, per resource
+
+
 class PartitionReport(msgspec.Struct, kw_only=True):
     policy: str = "none"
     allocations: int = 0
@@ -56,7 +66,8 @@ class PartitionReport(msgspec.Struct, kw_only=True):
     preemptions_undecided: int = 0
     lost_work_seconds: float = 0.0
     time_to_guarantee: dict[str, TimeToGuarantee] = {}
-    utilization: dict[str, float] = {}  # time-averaged allocated over capacity, per resource
+    utilization: dict[str, float] = {}  # time-averaged allocated over capacity, per resource (guaranteed only)
+    opportunistic: Opportunistic = Opportunistic()
     fairness: dict[str, float] = {}  # time-averaged sum over leaves of |usage - ideal| / capacity, per resource
     fairness_gap: float | None = None  # the same, dominant resource at each moment
     stranded: dict[str, float] = {}  # time-averaged idle capacity waiting asks could use, per resource
@@ -117,6 +128,7 @@ def partition_report(fig: PartitionFigures, cycle: float) -> PartitionReport:
         lost_work_seconds=round(fig.lost_work, 3),
         time_to_guarantee=m.time_to_guarantee(),
         utilization=m.utilization(),
+        opportunistic=m.opportunistic(),
         fairness=m.fairness(),
         fairness_gap=m.fairness_gap(),
         stranded=m.stranded(),
@@ -181,6 +193,11 @@ def build_report(
         ping_pong=sum(r.ping_pong for r in per.values()),
         preemptions_undecided=sum(r.preemptions_undecided for r in per.values()),
         lost_work_seconds=round(sum(r.lost_work_seconds for r in per.values()), 3),
+        opportunistic=Opportunistic(
+            allocations=sum(r.opportunistic.allocations for r in per.values()),
+            evictions=sum(r.opportunistic.evictions for r in per.values()),
+            promoted=sum(r.opportunistic.promoted for r in per.values()),
+        ),
         time_to_guarantee={f"{name}:{q}": v for name, r in per.items() for q, v in r.time_to_guarantee.items()},
         pending_at_end=sum(r.pending_at_end for r in per.values()),
         rejected=sum(r.rejected for r in per.values()),

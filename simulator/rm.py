@@ -25,6 +25,7 @@ class AskInfo:
     duration: float | None
     retry: bool
     node_selector: dict[str, list[str]]
+    execution_type: str = "guaranteed"
 
 
 class StandInRM:
@@ -44,7 +45,13 @@ class StandInRM:
         """Learn from a feed event on its way to the scheduler."""
         if isinstance(event, f.AskAdded):
             self.asks[(event.partition, event.app, event.ask)] = AskInfo(
-                dict(event.resource), event.priority, event.am, event.duration, event.retry, event.node_selector
+                dict(event.resource),
+                event.priority,
+                event.am,
+                event.duration,
+                event.retry,
+                event.node_selector,
+                event.execution_type,
             )
         elif isinstance(event, f.AppAdded):
             self.apps.add((event.partition, event.app))
@@ -124,5 +131,6 @@ class StandInRM:
                 duration=duration,
                 retry=info.retry,
                 node_selector=info.node_selector,
+                execution_type="opportunistic" if info.execution_type == "opportunistic" else "guaranteed",
             )
         ]

@@ -417,6 +417,39 @@ def gang(seed: int = 0) -> Scenario:
 
 
 ScenarioFn = Callable[[int], Scenario]
+
+
+def opportunistic(seed: int = 0) -> Scenario:
+    """Opportunistic containers (seed 003): on 16 nodes of 64 GiB, dev borrows beyond its guarantee with
+    guaranteed work and fills the idle rest with opportunistic 4 GiB containers; prod's guaranteed jobs
+    then arrive (8 GiB services, later four 48 GiB trainers): opportunistic containers go first, at
+    once, and only then dev's borrowed guaranteed ones. Killed opportunistic work is asked for again."""
+    rng = random.Random(seed)
+    nodes = 16
+    half = {"memory": nodes * 64 * GiB // 2, "vcore": nodes * 16_000 // 2}
+    raw = _partition([_queue("prod", half), _queue("dev", half)], dict(PREEMPTION))
+    events: list[f.Feed] = list(_nodes(nodes, 64 * GiB, 16_000))
+    _job(events, 1, "dev-batch", "root.dev", 300, 2 * GiB, 500, rng.uniform(400, 500))
+    waves = [(2, "dev-spark", "root.dev", 200, 4 * GiB), (200, "prod-opp", "root.prod", 100, 2 * GiB)]
+    for t, app, queue, count, memory in waves:
+        events.append(f.AppAdded(t=t, app=app, queue=queue))
+        events.append(
+            f.AskAdded(
+                t=t,
+                app=app,
+                ask=f"{app}-task",
+                resource={"memory": memory, "vcore": 1000},
+                count=count,
+                duration=rng.uniform(150, 250),
+                execution_type="opportunistic",
+            )
+        )
+    _job(events, 30, "prod-web", "root.prod", 40, 8 * GiB, 2000, rng.uniform(250, 350))
+    _job(events, 120, "prod-ml", "root.prod", 4, 48 * GiB, 4000, rng.uniform(150, 250))
+    _job(events, 250, "dev-etl", "root.dev", 50, 4 * GiB, 1000, rng.uniform(100, 200))
+    return Scenario("opportunistic", opportunistic.__doc__ or "", raw, events)
+
+
 SCENARIOS: dict[str, ScenarioFn] = {
     "demo": demo,
     "large_containers": large_containers,
@@ -425,6 +458,7 @@ SCENARIOS: dict[str, ScenarioFn] = {
     "am_heavy": am_heavy,
     "random_mix": random_mix,
     "fragmented": fragmented,
+    "opportunistic": opportunistic,
     "user_limits": user_limits,
     "gang": gang,
 }

@@ -107,6 +107,7 @@ def fingerprint(state: PartitionState, *, allocating: bool = False) -> dict[str,
             "allocated": r(n.allocated),
             "reserved": r(n.reserved),
             "preempting": r(n.preempting),
+            "opportunistic": r(n.opportunistic),
             "allocations": sorted(n.allocations),
             "reservations": sorted(n.reservations),
             **({"allocating": r(n.allocating)} if allocating else {}),
@@ -119,6 +120,7 @@ def fingerprint(state: PartitionState, *, allocating: bool = False) -> dict[str,
             "pending": r(q.pending),
             "reserved": r(q.reserved),
             "preempting": r(q.preempting),
+            "opportunistic": r(q.opportunistic),
             "apps": sorted(q.apps),
             **({"allocating": r(q.allocating)} if allocating else {}),
         }
@@ -157,6 +159,7 @@ def fingerprint(state: PartitionState, *, allocating: bool = False) -> dict[str,
             "queue": a.queue.path,
             "preempt_deadline": a.preempt_deadline,
             "reservation": a.reservation,
+            "opportunistic": a.opportunistic,
         }
         for a in state.allocations.values()
     }
@@ -189,14 +192,19 @@ def consistency_problems(state: PartitionState) -> list[str]:
             problems.append(f"allocation {alloc.id} missing from node {alloc.node}")
     usage: dict[str, Resource] = {path: {} for path in state.queues}
     pending: dict[str, Resource] = {path: {} for path in state.queues}
+    opportunistic: dict[str, Resource] = {path: {} for path in state.queues}
     for alloc in state.allocations.values():
         for q in alloc.queue.lineage():
-            res.add_into(usage[q.path], alloc.resource)
+            res.add_into(opportunistic[q.path] if alloc.opportunistic else usage[q.path], alloc.resource)
     for app in state.apps.values():
         for ask in app.asks.values():
             left = ask.count - ask.allocated - ask.reserved
             if left < 0:
                 problems.append(f"ask {app.name}/{ask.name} allocated {ask.allocated} over count {ask.count}")
+            if ask.opportunistic:  # no queue pending: listed apart while it wants containers
+                if (left > 0) != (ask.key in state.opportunistic_asks) or ask in app.pending_asks:
+                    problems.append(f"opportunistic ask {app.name}/{ask.name}: left {left}, listed wrongly")
+                continue
             for q in app.queue.lineage():
                 res.add_into(pending[q.path], ask.resource, max(left, 0))
             in_pending = ask in app.pending_asks
@@ -207,6 +215,8 @@ def consistency_problems(state: PartitionState) -> list[str]:
             problems.append(f"queue {path}: allocated {q.allocated} != sum {usage[path]}")
         if res.normalized(pending[path]) != res.normalized(q.pending):
             problems.append(f"queue {path}: pending {q.pending} != sum {pending[path]}")
+        if res.normalized(opportunistic[path]) != res.normalized(q.opportunistic):
+            problems.append(f"queue {path}: opportunistic {q.opportunistic} != sum {opportunistic[path]}")
     schedulable = res.total(n.capacity for n in state.nodes.values() if n.schedulable)
     if res.normalized(schedulable) != res.normalized(state.capacity):
         problems.append(f"capacity {state.capacity} != schedulable sum {schedulable}")

@@ -286,7 +286,9 @@ def test_sls_jobs_and_topology_with_every_key() -> None:
     assert gpu.resource == {"memory": 4096, "vcore": 1000, "gpu": 1000} and gpu.duration == 50.0
     assert gpu.node_selector == {"gpu": ["true"]} == asks["sls_job_1_0-am"].node_selector  # job.label.expression
     assert asks["sls_job_1_0-am"].duration == 50.0  # no job.end.ms: until its last container ends
-    assert work.notes == {"opportunistic containers (scheduled as guaranteed)": 2}
+    assert work.notes == {"opportunistic containers": 2}
+    opportunistic = [a.ask for a in asks.values() if a.execution_type == "opportunistic"]
+    assert opportunistic == ["sls_job_1_0-map-0", "sls_job_1_1-map-0"]  # (job.count 2) the execution type is kept
 
 
 def test_sls_nodes_from_num_nodes_and_hosts(tmp_path: Path) -> None:

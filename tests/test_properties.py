@@ -218,7 +218,9 @@ class Run:
         # What the allocator holds is exactly what its undelivered proposals place (an ask withdrawn and
         # asked again under its name is a new object: the old one keeps the old proposals' hold).
         held = h.allocator.inflight
-        assert {pid: len(placed) for pid, placed in held.items()} == {x.id: len(x.placements) for x in h.in_flight}
+        assert {pid: len(placed) for pid, placed in held.items()} == {
+            x.id: len(x.placements) + len(x.evictions) for x in h.in_flight
+        }
         per_ask = Counter(id(ask) for placed in held.values() for ask, _ in placed)
         for app in replica.apps.values():
             for ask in app.asks.values():

@@ -14,6 +14,8 @@ user above its limit). A gang's missing members are one unit (:mod:`sniper.core.
 validated, each counting the members before it, then all committed in the same view delta, or none;
 never one whose whole gang would take its queue above its ideal. Observe-only proposals publish what
 would be preempted and change nothing.
+Opportunistic victims stand outside those queue rules, quotas and ``max`` (they count in no queue) and
+are killed at once (:func:`sniper.core.opportunistic.evict`).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from typing import TYPE_CHECKING
 from sniper.core import gang
 from sniper.core import resources as res
 from sniper.core.limits import Limits
+from sniper.core.opportunistic import KILL_REASON, evict
 from sniper.core.preemption.placement import quota_allows
 from sniper.core.preemption.quotas import Quotas, compute_quotas, net_usage
 from sniper.core.preemption.rules import may_preempt_for, preemption_disabled
@@ -56,7 +59,7 @@ def _commit_shotgun(cache: CacheCore, proposal: p.PreemptionProposal) -> None:
             rejected[vid] = "victim is gone"
         elif alloc.preempting:
             rejected[vid] = "victim is already preempting"
-        elif preemption_disabled(alloc.queue):
+        elif preemption_disabled(alloc.queue) and not alloc.opportunistic:
             rejected[vid] = "victim's queue has preemption disabled"
         else:
             accepted.append(alloc)
@@ -77,9 +80,11 @@ def _commit_shotgun(cache: CacheCore, proposal: p.PreemptionProposal) -> None:
             policy=proposal.policy,
             reason="proportional: queue over its ideal assignment (no beneficiary)",
             observe_only=proposal.observe_only,
+            opportunistic=alloc.opportunistic,
         )
     if accepted and not proposal.observe_only:
         cache.commit(p.VictimsMarked(victims=[a.id for a in accepted], deadline=deadline, policy=proposal.policy))
+        evict(cache, accepted)
     cache.outcome(proposal.id, len(accepted), rejected)
 
 
@@ -211,7 +216,8 @@ def _check(
         return "a victim was placed for a required-node ask (never a victim)"
     # Counted gone for every max: these victims and those already under notice (as placement does).
     leaving = {q.path: res.scale(q.preempting, -1) for q in app.queue.lineage()}
-    for v in victims:
+    guaranteed = [v for v in victims if not v.opportunistic]  # opportunistic ones count in no queue
+    for v in guaranteed:
         for q in v.queue.lineage():
             res.sub_into(leaving.setdefault(q.path, {}), v.resource)
     if not state.headroom_allows(app.queue, ask.resource, leaving):
@@ -220,6 +226,8 @@ def _check(
         return f"beneficiary's queue {app.queue.path} is not below its ideal"
     taking_from: list[Allocation] = []  # victims checked so far
     for v in victims:
+        if v.opportunistic:
+            continue  # outside every queue's rules and quota
         if intra:
             lower = v.queue is app.queue and v.app != app.name and v.priority < ask.priority and not v.am
             if not lower and not (limits is not None and limits.may_take(v, ask, taking_from)):
@@ -231,7 +239,7 @@ def _check(
             return f"victim {v.id}'s queue {v.queue.path} may not be preempted for {app.queue.path}"
         taking_from.append(v)
     if not intra:
-        path = quota_allows(victims, lose_left, state.capacity)
+        path = quota_allows(guaranteed, lose_left, state.capacity)
         if path is not None:
             return f"victims would take {path} below its guarantee or ideal, or it is within the deadzone"
     free = state.room_once_victims_leave(node)
@@ -239,7 +247,9 @@ def _check(
     if not res.fits(ask.resource, room):
         return "victims do not free enough room"
     for v in victims:
-        if res.fits(ask.resource, res.sub(room, v.resource)) and _headroom_without(state, app.queue, ask, leaving, v):
+        if res.fits(ask.resource, res.sub(room, v.resource)) and (
+            v.opportunistic or _headroom_without(state, app.queue, ask, leaving, v)
+        ):
             return f"victim {v.id} is not needed (the victim set is not minimal)"
     return None
 
@@ -273,7 +283,9 @@ def _commit_one(
     rid = f"resv-{cache.next_id('reservation')}"
     for v in victims:
         ideal = quotas.ideal.get(v.queue.path, {}) if quotas is not None else {}
-        if quotas is not None:
+        if v.opportunistic:
+            why = f"{KILL_REASON}: first to go"
+        elif quotas is not None:
             over = res.clamp_min_zero(res.sub(net_usage(v.queue), ideal))
             why = f"{v.queue.path} over its ideal by {res.fmt(over)}"
             res.sub_into(lose_left[v.queue.path], v.resource)
@@ -300,6 +312,7 @@ def _commit_one(
             observe_only=proposal.observe_only,
             victim_queue_ideal=ideal,
             for_resource=ask.resource,
+            opportunistic=v.opportunistic,
         )
     if proposal.observe_only:
         return
@@ -316,4 +329,5 @@ def _commit_one(
             policy=proposal.policy,
         )
     )
+    evict(cache, victims)
     cache.fulfil_reservations(pl.node)

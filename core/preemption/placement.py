@@ -13,6 +13,8 @@ guarantee (:func:`may_take`); the round stops once the preempted total reaches i
 members are one unit (:mod:`sniper.core.gang`): the budget is checked when a unit starts, not between
 its members, and a unit that fails, or would take its queue above its ideal, leaves the round as it
 found it.
+Opportunistic containers come before every guaranteed victim on a node, free of quota, budget and
+``max`` (they count in no queue), and are killed at once by the commit (:mod:`sniper.core.opportunistic`).
 """
 
 from __future__ import annotations
@@ -119,14 +121,22 @@ class VictimPlacer:
             node = self.state.nodes[name]
             ok = self.victim_paths
             entries = []
-            if any(path in ok for path in node.by_queue):
+            if any(node.opportunistic.values()) or any(path in ok for path in node.by_queue):
                 allocations = self.state.allocations
                 cost_of, now = self.cost_of, self.now
                 for aid in node.allocations:
                     alloc = allocations[aid]
-                    if alloc.preempt_deadline is None and not alloc.pinned and alloc.queue.path in ok:
+                    if alloc.preempt_deadline is not None or alloc.pinned:
+                        continue
+                    if alloc.opportunistic:
+                        entries.append((False, 0.0, aid, alloc))  # free: no queue loses anything
+                    elif alloc.queue.path in ok:
                         entries.append((alloc.am, cost_of(alloc, now), aid, alloc))
-                entries.sort()  # (AM last, cost, id): ids are unique, the allocation is never compared
+                # Opportunistic containers first, newest first (YARN's NodeManager kills them LIFO),
+                # then (AM last, cost, id): ids are unique, the allocation is never compared.
+                entries.sort(
+                    key=lambda e: (not e[3].opportunistic, e[0], -e[3].start if e[3].opportunistic else e[1], e[2])
+                )
             self.by_node[name] = entries
             self._aggregate(name)
         return entries
@@ -154,6 +164,8 @@ class VictimPlacer:
         """Victims taken this round are already gone from ``by_node``; preempting ones never entered.
         ``chosen``: victims already in the set being built (a user above its limit gives no more than
         takes it back to its limit)."""
+        if alloc.opportunistic:
+            return True
         if self.intra:
             return (
                 alloc.queue is ask.app.queue
@@ -389,7 +401,7 @@ class VictimPlacer:
         lose: dict[str, Resource] = {}
 
         def counts(scope: Queue | None, alloc: Allocation) -> bool:
-            return scope is None or alloc.queue.is_within(scope)
+            return scope is None or (not alloc.opportunistic and alloc.queue.is_within(scope))
 
         def covered() -> bool:
             return all(g[k] >= need[k] for g, (_, need) in zip(got, needs, strict=True) for k in g)
@@ -401,7 +413,7 @@ class VictimPlacer:
             useful = [i for i, (scope, need) in enumerate(needs) if counts(scope, alloc)]
             if not useful:
                 continue
-            if not self.intra:
+            if not self.intra and not alloc.opportunistic:
                 path = alloc.queue.path
                 left = self.quota_left[path]
                 if not within_quota:
@@ -441,7 +453,8 @@ class VictimPlacer:
         return chosen
 
     def _within_quota(self, chosen: list[tuple[bool, float, str, Allocation]]) -> bool:
-        return quota_allows([e[3] for e in chosen], self.quota_left, self.state.capacity, self.leaving) is None
+        victims = [e[3] for e in chosen if not e[3].opportunistic]
+        return quota_allows(victims, self.quota_left, self.state.capacity, self.leaving) is None
 
     def _take(self, chosen: VictimSet, ask: Ask) -> None:
         self.sets.append(chosen)
@@ -451,10 +464,12 @@ class VictimPlacer:
         if self.limits is not None:
             self.limits.charge(ask)
         for alloc in chosen.victims:
-            if self.limits is not None:
-                self.limits.take(alloc)
             self.taken.add(alloc.id)
             res.add_into(self.freed.setdefault(name, {}), alloc.resource)
+            if alloc.opportunistic:
+                continue  # in no queue's quota, max or user limit, nor in the round's preemption budget
+            if self.limits is not None:
+                self.limits.take(alloc)
             if not self.intra:
                 res.sub_into(self.quota_left[alloc.queue.path], alloc.resource)
             res.sub_into(self.budget_left, alloc.resource)

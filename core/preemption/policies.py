@@ -15,6 +15,7 @@ from typing import Protocol
 from sniper.core import resources as res
 from sniper.core.config import PreemptionConfig
 from sniper.core.limits import Limits
+from sniper.core.opportunistic import first_victims
 from sniper.core.preemption.mask import PreemptionMask
 from sniper.core.preemption.proportional import ProportionalConfig, ProportionalPolicy
 from sniper.core.preemption.quotas import Quotas, compute_quotas
@@ -205,6 +206,11 @@ class ProportionalBaseline:
         # Observe-only: YARN's policy marks nothing; publish what it selected (flagged by the cache).
         chosen = result.candidates if self.config.observe_only else result.marked
         victims = [c.container.id for c in chosen]
+        if not self.config.observe_only and victims:
+            # Opportunistic containers go first: they cover what YARN's selection frees before any of it.
+            selected = [state.allocations[v] for v in victims if v in state.allocations]
+            victims = [a.id for a in first_victims(state, selected)]
+            self.policy.forget(set(a.id for a in selected) - set(victims))
         if not victims:
             return None
         self.rounds += 1

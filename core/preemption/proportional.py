@@ -209,6 +209,11 @@ class ProportionalPolicy:
         """Forget every tracked container."""
         self._first_marked.clear()
 
+    def forget(self, container_ids: Iterable[str]) -> None:
+        """Forget containers marked but not preempted after all (a later round may select them again)."""
+        for cid in container_ids:
+            self._first_marked.pop(cid, None)
+
     def round(self, snapshot: ClusterSnapshot, now_ms: int) -> RoundResult:
         """Run one round on ``snapshot`` at time ``now_ms`` and return its decisions."""
         cfg = self._config

@@ -177,6 +177,7 @@ def snapshot_from_state(
                                 node=a.node,
                             )
                             for a in (state.allocations[x] for x in sorted(app.allocations))
+                            if not a.opportunistic  # outside every queue: YARN's policy never sees them
                         ),
                     )
                     for app in sorted(q.apps.values(), key=lambda x: x.submit_seq)
