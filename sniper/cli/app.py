@@ -22,6 +22,7 @@ from typing import Any, NoReturn
 
 import msgspec
 import typer
+import yaml
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
@@ -75,7 +76,7 @@ def explain(err: BaseException) -> tuple[int, str]:
         return EXIT_INPUT, f"cannot use {err.filename}: {err.strerror}"
     if isinstance(err, CpuLimitUnavailable):  # --core-cpus on a machine that cannot cap: usage
         return EXIT_INPUT, str(err)
-    if isinstance(err, ConfigError | msgspec.DecodeError | msgspec.ValidationError):
+    if isinstance(err, ConfigError | msgspec.DecodeError | msgspec.ValidationError | yaml.YAMLError):
         return EXIT_INPUT, f"invalid input: {err}"
     if isinstance(err, BrokerStartError | MetricsServeError | KafkaConnectTimeout | NoAnswer):
         return EXIT_RUNTIME, str(err)

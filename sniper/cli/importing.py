@@ -62,21 +62,17 @@ def _run(
     trace: Path,
     title: str,
 ) -> None:
-    try:
-        for path in inputs:
-            if not path.is_file():
-                raise ImportError_(f"{path}: no such file")
-        options.check()
-        with Progress(
-            TextColumn("[bold]import[/]"), BarColumn(), DownloadColumn(), TimeElapsedColumn(), console=console
-        ) as bar:
-            task = bar.add_task("read", total=sum(p.stat().st_size for p in inputs))
-            work = parse(lambda n: bar.advance(task, n))
-        imported = build_trace(work, options)
-        config = write_trace(imported, trace)
-    except (ImportError_, OSError, yaml.YAMLError) as err:
-        console.print(f"[red]error:[/] {err}")
-        raise typer.Exit(2) from None
+    for path in inputs:
+        if not path.is_file():
+            raise ImportError_(f"{path}: no such file")
+    options.check()
+    with Progress(
+        TextColumn("[bold]import[/]"), BarColumn(), DownloadColumn(), TimeElapsedColumn(), console=console
+    ) as bar:
+        task = bar.add_task("read", total=sum(p.stat().st_size for p in inputs))
+        work = parse(lambda n: bar.advance(task, n))
+    imported = build_trace(work, options)
+    config = write_trace(imported, trace)
     print_bad(work.bad, "malformed")
     s = imported.summary
     table = Table(title=title)
@@ -115,11 +111,7 @@ def import_sls(
     """Import YARN Scheduler Load Simulator jobs (queues from job.queue.name, SLS's resource defaults)."""
     from sniper.importers.sls import read_sls
 
-    try:
-        shares = _guarantees(guarantee, guarantees)
-    except (ImportError_, OSError, yaml.YAMLError) as err:
-        console.print(f"[red]error:[/] {err}")
-        raise typer.Exit(2) from None
+    shares = _guarantees(guarantee, guarantees)
     options = ImportOptions(start, span, time_scale, nodes_sample, shares, partition)
     inputs = [jobs] if nodes is None else [jobs, nodes]
     _run(inputs, lambda progress: read_sls(jobs, nodes, progress), options, trace, f"SLS import: {jobs}")
@@ -142,11 +134,7 @@ def import_pods_csv(
     """Import a Kubernetes pod list (GPU as milli-GPUs, gpu_spec as a node selector on gpu_model)."""
     from sniper.importers.pods_csv import read_pods_csv
 
-    try:
-        shares = _guarantees(guarantee, guarantees)
-    except (ImportError_, OSError, yaml.YAMLError) as err:
-        console.print(f"[red]error:[/] {err}")
-        raise typer.Exit(2) from None
+    shares = _guarantees(guarantee, guarantees)
     options = ImportOptions(start, span, time_scale, nodes_sample, shares, partition)
     column = None if queue_by == "none" else queue_by
     _run(
