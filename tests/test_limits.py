@@ -1,7 +1,8 @@
 """User, group and application limits (YuniKorn ``limits`` and ``maxapplications``): config, allocation,
 waiting apps, the cache's re-validation, intra-queue preemption for users above their limit, and a
 property: random users and limits never take a user over its ``maxresources`` or a queue over its
-``maxapplications`` through a new allocation.
+``maxapplications`` through a new allocation, and the core and the independent model agree on the demand
+the limits let run (asks a limit holds back are no demand for the ideal).
 """
 
 from __future__ import annotations
@@ -548,6 +549,10 @@ def test_no_new_allocation_takes_a_user_over_its_limit_or_a_queue_over_maxapplic
     h.settle()
     _check_limits(h.cache.state)
     assert invariant_problems(h.cache.state) == [] and h.model.violations == []
+    # The demand the limits let run: the core's rule and the independent model's agree.
+    core = {path: r for path, r in pending_demand(h.cache.state).items() if res.any_positive(r)}
+    model = {path: r for path, r in h.model.queue_demand().items() if res.any_positive(r)}
+    assert core == model
 
 
 def _check_limits(state: PartitionState) -> None:
