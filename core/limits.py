@@ -6,7 +6,8 @@ group within every ``maxresources`` up the queue tree. An app *runs* while it ho
 reservation or a proposal in flight; a waiting app (pending asks, nothing held) starts only when every
 ``maxapplications`` that covers it has room, first come first served: it is admitted when the apps
 already running plus the waiting apps submitted before it leave a slot. The view charges what its
-caller picks, so a batch never takes a user over a limit that each pick alone would respect.
+caller picks, so a batch never takes a user over a limit that each pick alone would respect. It also
+tells a queue's demand as the limits let it run (:func:`pending_demand`): what preemption may free room for.
 Invariant: no container the view admits takes a user or group above a ``maxresources``, and no app it
 admits takes a queue, user or group above a ``maxapplications``.
 """
@@ -101,6 +102,15 @@ def bounds_of(app: App) -> list[Bound]:
     return out
 
 
+def pending_demand(state: PartitionState) -> dict[str, Resource]:
+    """Every queue's pending demand that its limits let run (:meth:`Limits.demand`); without limits, its
+    pending. The demand the ideal assignment and Sniper's beneficiary test see."""
+    view = Limits.of(state)
+    if view is None:
+        return {path: dict(q.pending) for path, q in state.queues.items()}
+    return view.demand()
+
+
 def app_usage(app: App) -> Resource:
     """What the app holds: committed containers, reservations and (allocator only) proposals in flight."""
     out = dict(app.allocated)
@@ -165,17 +175,10 @@ class Limits:
     def refusal(self, ask: Ask) -> str | None:
         """Why one more container of ``ask`` would break a limit, or ``None`` when it may have one."""
         app = ask.app
-        bounds = self.bounds(app)
-        if app.name not in self._running_apps:
-            for b in bounds:
-                if b.max_applications is None:
-                    continue
-                running = self.running.get(b.scope, 0)
-                ahead = bisect.bisect_left(self._waiting.get(b.scope, []), app.submit_seq)
-                if running + ahead >= b.max_applications:
-                    earlier = f" and {ahead} app(s) submitted earlier wait before it" if ahead else ""
-                    return f"app waits: {b.label()} runs {running} of its maxapplications {b.max_applications}{earlier}"
-        for b in bounds:
+        waits = self._waits(app)
+        if waits is not None:
+            return waits
+        for b in self.bounds(app):
             if b.max_resources is None:
                 continue
             used = self.usage.get(b.scope, {})
@@ -186,6 +189,52 @@ class Limits:
                         f"(holds {used.get(k, 0)}, asks {v})"
                     )
         return None
+
+    def _waits(self, app: App) -> str | None:
+        """Why a waiting app may not start (a ``maxapplications`` full), or ``None`` when it runs or may."""
+        if app.name in self._running_apps:
+            return None
+        for b in self.bounds(app):
+            if b.max_applications is None:
+                continue
+            running = self.running.get(b.scope, 0)
+            ahead = bisect.bisect_left(self._waiting.get(b.scope, []), app.submit_seq)
+            if running + ahead >= b.max_applications:
+                earlier = f" and {ahead} app(s) submitted earlier wait before it" if ahead else ""
+                return f"app waits: {b.label()} runs {running} of its maxapplications {b.max_applications}{earlier}"
+        return None
+
+    def demand(self) -> dict[str, Resource]:
+        """Every queue's pending demand as far as the limits let it run (YARN's pending considering the
+        user limit): an app that must wait on a ``maxapplications`` contributes nothing; the others, in
+        submission order and each app's asks in scheduling order, contribute the whole containers that fit
+        in what their user's and group's ``maxresources`` still leave (the headroom one app takes, the
+        next of the same user or group no longer has). Parents sum their children."""
+        headroom: dict[Scope, Resource] = {}
+        out: dict[str, Resource] = {path: {} for path in self.state.queues}
+        for app in sorted(self.state.apps.values(), key=lambda a: a.submit_seq):
+            if not app.pending_asks or self._waits(app) is not None:
+                continue
+            capped = [b for b in self.bounds(app) if b.max_resources is not None]
+            for b in capped:
+                if b.scope not in headroom and b.max_resources is not None:
+                    used = self.usage.get(b.scope, {})
+                    headroom[b.scope] = {k: max(0, cap - used.get(k, 0)) for k, cap in b.max_resources.items()}
+            for ask in app.pending_asks:
+                n = ask.pending
+                for b in capped:
+                    room = headroom[b.scope]
+                    n = min([n] + [room[k] // v for k, v in ask.resource.items() if v > 0 and k in room])
+                if n <= 0:
+                    continue
+                for b in capped:
+                    room = headroom[b.scope]
+                    for k, v in ask.resource.items():
+                        if k in room:
+                            room[k] -= v * n
+                for q in app.queue.lineage():
+                    res.add_into(out[q.path], ask.resource, n)
+        return out
 
     def allows(self, ask: Ask) -> bool:
         return self.refusal(ask) is None

@@ -13,5 +13,5 @@ def ideal_for_model(model: ClusterModel) -> dict[str, Resource]:
     capacity = model.capacity()
     if not capacity:
         return {}
-    snapshot = snapshot_from_figures(model.config, capacity, model.queue_usage(), model.queue_pending())
+    snapshot = snapshot_from_figures(model.config, capacity, model.queue_usage(), model.queue_demand())
     return {q.path: q.ideal_assigned for q in ideal_of(snapshot, avoid_ineffective=False)}

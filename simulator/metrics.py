@@ -75,7 +75,7 @@ class Metrics:
         for path, cfg in model.queue_cfg.items():
             if cfg.children or not cfg.guaranteed:
                 continue
-            u, p = usage.get(path, {}), pending.get(path, {})
+            u, p = usage.get(path, {}), derived.demand.get(path, {})  # asks a limit holds back are no demand
             target = res.component_min(cfg.guaranteed, res.add(u, p))
             satisfied = not res.drf_below(u, target, capacity)
             if not satisfied and path not in self._open:

@@ -55,6 +55,7 @@ class Derived:
 
     usage: dict[str, Resource]  # committed, per queue path, parents included
     pending: dict[str, Resource]  # outstanding demand, per queue path, parents included
+    demand: dict[str, Resource]  # the part of ``pending`` the user, group and app limits let run
     pending_containers: int
     notices: int  # allocations under a preemption notice
     capacity: Resource
@@ -81,6 +82,7 @@ class ClusterModel:
         self.asks: dict[tuple[str, str], tuple[Resource, int]] = {}  # -> (resource, count)
         self.ask_priority: dict[tuple[str, str], int] = {}
         self.app_user: dict[str, str] = {}
+        self.app_groups: dict[str, tuple[str, ...]] = {}
         self.ask_allocated: dict[tuple[str, str], int] = defaultdict(int)
         self.withdrawn: set[tuple[str, str]] = set()
         self.opportunistic_asks: set[tuple[str, str]] = set()
@@ -137,9 +139,10 @@ class ClusterModel:
                     self._capacity = None
                     del self.nodes[n]
                     self.removed_nodes.add(n)
-            case f.AppAdded(app=a, queue=q, user=u):
+            case f.AppAdded(app=a, queue=q, user=u, groups=g):
                 self.apps.setdefault(a, q)
                 self.app_user.setdefault(a, u)
+                self.app_groups.setdefault(a, tuple(g))
             case f.AppRemoved(app=a):
                 self.apps.pop(a, None)
                 self.withdrawn.update(k for k in self.asks if k[0] == a)
@@ -415,6 +418,7 @@ class ClusterModel:
             return self._derived
         usage = {path: res.normalized(r) for path, r in self.usage.items()}
         pending: dict[str, Resource] = defaultdict(dict)
+        waiting: dict[tuple[str, str], int] = {}  # open guaranteed asks -> containers left
         containers = 0
         for key in self.open:
             resource, count = self.asks[key]
@@ -425,14 +429,85 @@ class ClusterModel:
             containers += left
             if key in self.opportunistic_asks:
                 continue  # waits for idle room: no queue's demand
+            waiting[key] = left
             for path in _lineage(queue):
                 res.add_into(pending[path], resource, left)
+        demand = self._limited_demand(waiting) if self._has_limits() else pending
         if self._capacity is None:
             self._capacity = res.total(self.nodes.values())
         opportunistic = res.normalized(self.opportunistic)
-        self._derived = Derived(usage, pending, containers, self.notices, self._capacity, opportunistic)
+        self._derived = Derived(usage, pending, demand, containers, self.notices, self._capacity, opportunistic)
         self._derived_version = self.version
         return self._derived
+
+    def _has_limits(self) -> bool:
+        return any(c.limits or c.max_applications is not None for c in self.queue_cfg.values())
+
+    def _limits_of(self, app: str) -> list[tuple[Scope, Resource | None, int | None]]:
+        """Every limit covering ``app`` as YuniKorn reads the config: ``(scope, maxresources,
+        maxapplications)`` for each queue's ``maxapplications``, the entry naming its user (else the
+        wildcard one) and the entry naming its tracked group (the first of its groups a group entry names,
+        leaf queue up; else its first group if a wildcard group entry exists), from its queue up."""
+        user, groups = self.app_user.get(app, ""), self.app_groups.get(app, ())
+        cfgs = [self.queue_cfg[q] for q in _lineage(self.apps[app]) if q in self.queue_cfg]
+        named = [g for c in cfgs for lim in c.limits for g in lim.groups if g in groups]
+        wildcard = any("*" in lim.groups for c in cfgs for lim in c.limits)
+        group = named[0] if named else (groups[0] if groups and wildcard else "")
+        out: list[tuple[Scope, Resource | None, int | None]] = []
+        for c in cfgs:
+            if c.max_applications is not None:
+                out.append(((c.path, "queue", ""), None, c.max_applications))
+            for kind, name in (("user", user), ("group", group)):
+                covers = [lim.users if kind == "user" else lim.groups for lim in c.limits]
+                entries = [lim for lim, who in zip(c.limits, covers, strict=True) if name in who]
+                entries = entries[:1] or [lim for lim, who in zip(c.limits, covers, strict=True) if "*" in who][-1:]
+                if name and entries:
+                    out.append(((c.path, kind, name), entries[0].max_resources, entries[0].max_applications))
+        return out
+
+    def _limited_demand(self, waiting: dict[tuple[str, str], int]) -> dict[str, Resource]:
+        """Pending demand the limits let run: an app that holds nothing waits while the apps running plus
+        those waiting since earlier fill a ``maxapplications`` covering it, and contributes nothing; the
+        others, in submission order, contribute the whole containers their user's and group's
+        ``maxresources`` still leave room for (committed guaranteed containers count against it)."""
+        limits = {a: self._limits_of(a) for a in self.apps}
+        running = {a.app for a in self.allocations.values()} | {r.app for r in self.reservations.values()}
+        usage: dict[Scope, Resource] = defaultdict(dict)
+        apps: dict[Scope, int] = defaultdict(int)
+        for alloc in self.allocations.values():
+            if not alloc.opportunistic and alloc.app in limits:
+                for scope, _, _ in limits[alloc.app]:
+                    res.add_into(usage[scope], alloc.resource)
+        for app in running & limits.keys():
+            for scope, _, _ in limits[app]:
+                apps[scope] += 1
+        asks: dict[str, list[tuple[str, str]]] = defaultdict(list)
+        for key in sorted(waiting, key=lambda k: -self.ask_priority.get(k, 0)):  # stable: oldest first
+            asks[key[0]].append(key)
+        demand: dict[str, Resource] = defaultdict(dict)
+        for app, bounds in limits.items():  # submission order
+            if app not in asks:
+                continue
+            if app not in running:
+                full = any(m is not None and apps[scope] >= m for scope, _, m in bounds)
+                for scope, _, _ in bounds:
+                    apps[scope] += 1  # it waits, or starts: either way later apps wait behind it
+                if full:
+                    continue
+            for key in asks[app]:
+                resource = self.asks[key][0]
+                n = waiting[key]
+                for scope, cap, _ in bounds:
+                    for k, v in (cap or {}).items():
+                        if resource.get(k, 0) > 0:
+                            n = min(n, max(0, v - usage[scope].get(k, 0)) // resource[k])
+                if n <= 0:
+                    continue
+                for scope, _, _ in bounds:
+                    res.add_into(usage[scope], resource, n)
+                for path in _lineage(self.apps[app]):
+                    res.add_into(demand[path], resource, n)
+        return demand
 
     def queue_usage(self) -> dict[str, Resource]:
         """Committed usage per queue path, parents included (a snapshot: later changes leave it be)."""
@@ -446,11 +521,18 @@ class ClusterModel:
         """Outstanding demand per queue path, parents included (withdrawn and rejected asks excluded)."""
         return self.derived().pending
 
+    def queue_demand(self) -> dict[str, Resource]:
+        """The part of :meth:`queue_pending` the user, group and application limits let run."""
+        return self.derived().demand
+
     def pending_containers(self) -> int:
         return self.derived().pending_containers
 
     def capacity(self) -> Resource:
         return self.derived().capacity
+
+
+Scope = tuple[str, str, str]  # (queue path, "queue" | "user" | "group", name): whom one limit covers
 
 
 def _dominant_level(r: Resource, capacity: Resource) -> float:

@@ -340,8 +340,8 @@ def user_limits(seed: int = 0) -> Scenario:
     where a heavy user submits far more work than the queue holds and three light users come and go;
     every user may hold at most a quarter of the queue's guarantee and run two apps at a time (a third
     waits, first come first served). root.batch borrowed the idle cluster first. Preemption frees room
-    only an ask within its user's limit can take; the heavy user's blocked asks still count as the
-    queue's demand."""
+    only an ask within its user's limit can take; the heavy user's blocked asks are no demand of the
+    queue."""
     rng = random.Random(seed)
     nodes = 16
     half = {"memory": nodes * 64 * GiB // 2, "vcore": nodes * 16_000 // 2}

@@ -1,7 +1,8 @@
 """User, group and application limits (YuniKorn ``limits`` and ``maxapplications``): config, allocation,
 waiting apps, the cache's re-validation, intra-queue preemption for users above their limit, and a
 property: random users and limits never take a user over its ``maxresources`` or a queue over its
-``maxapplications`` through a new allocation.
+``maxapplications`` through a new allocation, and the core and the independent model agree on the demand
+the limits let run (asks a limit holds back are no demand for the ideal).
 """
 
 from __future__ import annotations
@@ -13,9 +14,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from sniper.core import resources as res
 from sniper.core.cache import state_changes
 from sniper.core.config import ConfigError, LimitConfig, parse_partition, partition_to_raw
-from sniper.core.limits import Limits, tracked_group
+from sniper.core.limits import Limits, pending_demand, tracked_group
+from sniper.core.preemption.quotas import compute_quotas
+from sniper.core.preemption.view import ideal_of, snapshot_from_state
 from sniper.core.state import PartitionState
 from sniper.messages import decisions as d
 from sniper.messages import feed as f
@@ -545,6 +549,10 @@ def test_no_new_allocation_takes_a_user_over_its_limit_or_a_queue_over_maxapplic
     h.settle()
     _check_limits(h.cache.state)
     assert invariant_problems(h.cache.state) == [] and h.model.violations == []
+    # The demand the limits let run: the core's rule and the independent model's agree.
+    core = {path: r for path, r in pending_demand(h.cache.state).items() if res.any_positive(r)}
+    model = {path: r for path, r in h.model.queue_demand().items() if res.any_positive(r)}
+    assert core == model
 
 
 def _check_limits(state: PartitionState) -> None:
@@ -596,3 +604,66 @@ def test_an_apps_groups_survive_a_replica_reset() -> None:
     copy = PartitionState("default")
     copy.apply_all(state_changes(h.cache.state))
     assert copy.apps["x"].groups == ("staff", "eng") and tracked_group(copy.apps["x"]) == "eng"
+
+
+# ---------------------------------------------------------------------- demand the limits let run
+
+
+def _held_back(raw_limit: dict[str, Any]) -> PreemptHarness:
+    """root.a (guarantee 50) under ``raw_limit``; root.b (guarantee 50) holds all of n1 (100)."""
+    raw = preemption_raw(
+        limited("a", guaranteed={"memory": 50}, limits=[raw_limit]), queue("b", guaranteed={"memory": 50})
+    )
+    h = PreemptHarness(raw)
+    h.nodes("n1")
+    h.fill("b-app", "root.b", "n1", [10] * 10)
+    return h
+
+
+def test_asks_a_limit_holds_back_are_no_demand_for_the_ideal() -> None:
+    """ann may hold 20 and run one app: of x's 50 pending only 20 is demand, y (waiting on the user's
+    maxapplications) none. The ideal, the quotas and the independent model all see 20, not 80."""
+    h = _held_back({"users": ["*"], "maxresources": {"memory": "20Mi"}, "maxapplications": 1})
+    for app, count in (("x", 5), ("y", 3)):
+        h.feed(
+            f.AppAdded(app=app, queue="root.a", user="ann"),
+            f.AskAdded(app=app, ask="t", resource={"memory": 10}, count=count),
+        )
+    state = h.cache.state
+    assert state.queues["root.a"].pending == {"memory": 80}
+    demand = pending_demand(state)
+    assert demand["root.a"] == demand["root"] == {"memory": 20}
+    assert h.model.queue_pending()["root.a"] == {"memory": 80}
+    assert h.model.queue_demand()["root.a"] == {"memory": 20}  # the outside observer, on its own
+    ideal = {q.path: q.ideal_assigned for q in ideal_of(snapshot_from_state(state))}
+    assert ideal["root.a"]["memory"] == 20
+    assert state.config is not None
+    quotas = compute_quotas(state, state.config.preemption)
+    assert quotas.beneficiaries == ("root.a",)
+    assert quotas.may_lose["root.b"] == {"memory": 20}  # not the 50 a's guarantee would ask for
+
+
+def test_a_queue_whose_users_are_at_their_limits_is_no_beneficiary() -> None:
+    h = _held_back({"users": ["*"], "maxresources": {"memory": "20Mi"}})
+    h.nodes("n2")
+    h.feed(f.AppAdded(app="x", queue="root.a", user="ann"))
+    h.run("x", 20, "n2")
+    h.feed(f.AskAdded(app="x", ask="t", resource={"memory": 10}, count=5))
+    state = h.cache.state
+    assert state.config is not None
+    assert state.queues["root.a"].pending == {"memory": 50}
+    assert not res.any_positive(pending_demand(state)["root.a"])
+    assert not res.any_positive(h.model.queue_demand().get("root.a", {}))
+    assert compute_quotas(state, state.config.preemption).beneficiaries == ()
+
+
+def test_the_user_limits_scenario_meets_the_guarantee_under_every_policy() -> None:
+    """The heavy user's held-back asks are no demand, so root.shared's guarantee is met: no unmet
+    episode under sniper, and no invariant violated under any policy."""
+    sc = scenario("user_limits")
+    for policy in ("sniper", "proportional", "none"):
+        result = run_simulation(sc.events, sc.config, SimulationSettings(until=600, policy=policy))
+        assert result.violations == 0, policy
+        if policy == "sniper":
+            ttg = result.metrics["default"].time_to_guarantee()
+            assert ttg and all(t.unmet == 0 for t in ttg.values()), ttg

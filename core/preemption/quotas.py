@@ -10,7 +10,7 @@ it is most over. Its quota (``may_lose``) is that difference, every other resour
 memory-heavy queue loses vcores with its containers though it holds fewer than its guarantee names. A whole
 container beyond the quota is still allowed (:func:`allows`) while the queue has something left to lose
 and stays at or above its guarantee without it. Never anything from a ``disabled`` queue. A leaf below its
-ideal (DRF), with demand, is a beneficiary.
+ideal (DRF), with demand its user, group and application limits let run, is a beneficiary.
 Invariant (5a): no victim takes a queue below its guarantee; it may end below its ideal by less than the
 last victim's size.
 """
@@ -140,7 +140,9 @@ def usable_capacity(state: PartitionState) -> Resource:
 def compute_quotas(state: PartitionState, config: PreemptionConfig) -> Quotas:
     if state.config is None or not state.capacity:
         return Quotas({}, {}, (), {})
-    assignment = ideal_of(snapshot_from_state(state, capacity=usable_capacity(state)))
+    snapshot = snapshot_from_state(state, capacity=usable_capacity(state))
+    demand = {q.path: q.pending for q in snapshot.queues}  # what the limits let run
+    assignment = ideal_of(snapshot)
     ideal = {q.path: q.ideal_assigned for q in assignment}
     may_lose: dict[str, Resource] = {}
     beneficiaries: list[str] = []
@@ -155,7 +157,7 @@ def compute_quotas(state: PartitionState, config: PreemptionConfig) -> Quotas:
             lose = res.clamp_min_zero(res.sub(usage, floor))
             if lose:
                 may_lose[path] = lose
-        if res.any_positive(queue.pending) and below_ideal(usage, target, capacity):
+        if res.any_positive(demand.get(path, {})) and below_ideal(usage, target, capacity):
             beneficiaries.append(path)
     budget = {k: int(v * config.total_preemption_per_round) for k, v in state.capacity.items()}
     return Quotas(ideal, may_lose, tuple(sorted(beneficiaries)), budget)

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 
 from sniper.core import resources as res
 from sniper.core.config import PartitionConfig, QueueConfig
+from sniper.core.limits import pending_demand
 from sniper.core.preemption.calculator import DominantCalculator
 from sniper.core.preemption.ideal import IdealAssignment, compute_ideal
 from sniper.core.preemption.model import AppSnapshot, ClusterSnapshot, ContainerSnapshot, QueueSnapshot
@@ -139,6 +140,9 @@ def snapshot_from_state(
 ) -> ClusterSnapshot:
     """The replica's queues as a snapshot: usage, demand, smallest asks.
 
+    Demand is pending capped by the user, group and application limits (:func:`pending_demand`: an ask a
+    limit holds back cannot use room preemption frees), except for YARN's baseline (``with_containers``).
+
     ``capacity`` overrides the partition's (the sniper policy passes its usable capacity). Without
     containers, usage is net of victims already preempting (they are leaving) and guarantees compose
     (:func:`composed_guarantees`). With ``with_containers`` (YARN's baseline selects victims itself) usage
@@ -148,13 +152,13 @@ def snapshot_from_state(
     if state.config is None:
         raise ValueError(f"partition {state.name} has no configuration")
     used: dict[str, Resource] = {}
-    pending: dict[str, Resource] = {}
+    # Sniper's ideal sees the demand the limits let run; YARN's baseline keeps its own arithmetic.
+    pending = {p: dict(q.pending) for p, q in state.queues.items()} if with_containers else pending_demand(state)
     smallest: dict[str, Resource] = {}
     apps: dict[str, tuple[AppSnapshot, ...]] = {}
     for path, q in state.queues.items():
         gross = res.add(q.allocated, q.reserved)
         used[path] = gross if with_containers else res.clamp_min_zero(res.sub(gross, q.preempting))
-        pending[path] = dict(q.pending)
         if q.is_leaf:
             asks = [a.resource for app in q.apps.values() for a in app.pending_asks]
             if asks:
