@@ -3,6 +3,8 @@ second decides; traces stamped in epoch seconds run from 0; the player's clock r
 
 from __future__ import annotations
 
+import hashlib
+
 import msgspec
 import pytest
 from hypothesis import given, settings
@@ -11,6 +13,7 @@ from hypothesis import strategies as st
 from sniper.messages import feed as f
 from sniper.simulator.player import Player, last_round_before, relative, ticks_between
 from sniper.simulator.run import SimulationResult, SimulationSettings, run_simulation
+from sniper.simulator.scenarios import scenario
 from sniper.tools.bench_core import gpu_workload
 
 
@@ -133,3 +136,27 @@ def test_grid_arithmetic_matches_stepping_tick_by_tick(
             last, nr = g, g + interval
     assert ticks_between(first_tick, before, tick) == len(seen)
     assert last_round_before(next_round, interval, first_tick, before, tick) == last
+
+
+# sha256 (first 16 hex digits) of the bundled scenarios' encoded decisions, one per line, recorded before the
+# speed work of issue 10 item 2: a speed-up must leave every decision byte-identical.
+DECISION_HASHES = {
+    ("demo", "sniper"): "aeb3700182e231b1",
+    ("demo", "proportional"): "2636d9977d414ffc",
+    ("random_mix", "sniper"): "a9e4e082a908e803",
+    ("random_mix", "proportional"): "1696a190deeac07c",
+    ("gang", "sniper"): "750f2cd0a6cb4f19",
+    ("gang", "proportional"): "b17c5c9ce35727f2",
+    ("opportunistic", "sniper"): "6243781503b4aa9d",
+    ("opportunistic", "proportional"): "a15101c99a51baac",
+}
+
+
+@pytest.mark.parametrize(("name", "policy"), sorted(DECISION_HASHES))
+def test_the_bundled_scenarios_decide_byte_for_byte_what_they_decided_before_the_speed_work(
+    name: str, policy: str
+) -> None:
+    sc = scenario(name)
+    result = run_simulation(sc.events, sc.config, SimulationSettings(policy=policy))
+    digest = hashlib.sha256(b"".join(x + b"\n" for x in _decisions(result))).hexdigest()[:16]
+    assert digest == DECISION_HASHES[(name, policy)]

@@ -141,9 +141,17 @@ class SniperPolicy(_Placing):
     def __init__(self, partition: str, config: PreemptionConfig) -> None:
         super().__init__(partition, config)
         self.last_quotas: Quotas | None = None
+        self.last_view: tuple[PartitionState, int] | None = None  # the view ``last_quotas`` was computed on
 
     def round(self, state: PartitionState, view_seq: int, now: float) -> Output:
-        quotas = compute_quotas(state, self.config)
+        # Quotas are a function of the view alone: on the same state object at the same sequence (no delta
+        # applied, no reset) the last round's are reused rather than recomputed.
+        last = self.last_view
+        if last is not None and last[0] is state and last[1] == view_seq and self.last_quotas is not None:
+            quotas = self.last_quotas
+        else:
+            quotas = compute_quotas(state, self.config)
+            self.last_view = (state, view_seq)
         if not quotas.same_as(self.last_quotas) and self.mask is not None:
             self.mask.clear()
         self.last_quotas = quotas
