@@ -4,6 +4,9 @@ second decides; traces stamped in epoch seconds run from 0; the player's clock r
 from __future__ import annotations
 
 import hashlib
+import os
+import subprocess
+import sys
 
 import msgspec
 import pytest
@@ -139,17 +142,18 @@ def test_grid_arithmetic_matches_stepping_tick_by_tick(
 
 
 # sha256 (first 16 hex digits) of the bundled scenarios' encoded decisions, one per line, recorded before the
-# speed work of issue 10 item 2: a speed-up must leave every decision byte-identical.
+# speed work of issue 10 item 2: a speed-up must leave every decision byte-identical. Only the proportional
+# baseline's are pinned: sniper's decisions still depend on the interpreter's string-hash seed (see below).
 DECISION_HASHES = {
-    ("demo", "sniper"): "aeb3700182e231b1",
     ("demo", "proportional"): "2636d9977d414ffc",
-    ("random_mix", "sniper"): "a9e4e082a908e803",
     ("random_mix", "proportional"): "1696a190deeac07c",
-    ("gang", "sniper"): "750f2cd0a6cb4f19",
     ("gang", "proportional"): "b17c5c9ce35727f2",
-    ("opportunistic", "sniper"): "6243781503b4aa9d",
     ("opportunistic", "proportional"): "a15101c99a51baac",
 }
+
+
+def _digest(result: SimulationResult) -> str:
+    return hashlib.sha256(b"".join(x + b"\n" for x in _decisions(result))).hexdigest()[:16]
 
 
 @pytest.mark.parametrize(("name", "policy"), sorted(DECISION_HASHES))
@@ -158,5 +162,33 @@ def test_the_bundled_scenarios_decide_byte_for_byte_what_they_decided_before_the
 ) -> None:
     sc = scenario(name)
     result = run_simulation(sc.events, sc.config, SimulationSettings(policy=policy))
-    digest = hashlib.sha256(b"".join(x + b"\n" for x in _decisions(result))).hexdigest()[:16]
-    assert digest == DECISION_HASHES[(name, policy)]
+    assert _digest(result) == DECISION_HASHES[(name, policy)]
+
+
+_DEMO_DIGEST = """
+import hashlib, msgspec
+from sniper.simulator.run import SimulationSettings, run_simulation
+from sniper.simulator.scenarios import scenario
+sc = scenario("demo")
+result = run_simulation(sc.events, sc.config, SimulationSettings(policy="sniper"))
+print(hashlib.sha256(b"".join(msgspec.json.encode(x) + b"\\n" for x in result.decisions)).hexdigest())
+"""
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="invariant 7 across processes: sniper's decisions on demo differ between PYTHONHASHSEED 1 and 3 "
+    "(some iteration over a set of names reaches a decision); found at the end of session 3, open",
+)
+def test_sniper_decides_the_same_whatever_the_string_hash_seed() -> None:
+    digests = [
+        subprocess.run(
+            [sys.executable, "-c", _DEMO_DIGEST],
+            env={**os.environ, "PYTHONHASHSEED": seed},
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        for seed in ("1", "3")
+    ]
+    assert digests[0] == digests[1]
