@@ -193,14 +193,17 @@ def clamp_min_zero(a: ResourceLike) -> Resource:
     return {k: v for k, v in a.items() if v > 0}
 
 
+def _union(a: ResourceLike, b: ResourceLike) -> list[str]:
+    """The names of ``a`` then those only ``b`` has: an order that never depends on the string-hash seed."""
+    return [*a, *(k for k in b if k not in a)]
+
+
 def component_min(a: ResourceLike, b: ResourceLike) -> Resource:
-    keys = set(a) | set(b)
-    return {k: min(a.get(k, 0), b.get(k, 0)) for k in keys}
+    return {k: min(a.get(k, 0), b.get(k, 0)) for k in _union(a, b)}
 
 
 def component_max(a: ResourceLike, b: ResourceLike) -> Resource:
-    keys = set(a) | set(b)
-    return {k: max(a.get(k, 0), b.get(k, 0)) for k in keys}
+    return {k: max(a.get(k, 0), b.get(k, 0)) for k in _union(a, b)}
 
 
 def is_zero(a: ResourceLike) -> bool:

@@ -120,8 +120,7 @@ def usable_capacity(state: PartitionState) -> Resource:
                 if smallest is None:
                     smallest = dict(ask.resource)
                 else:
-                    keys = set(smallest) | set(ask.resource)
-                    smallest = {k: min(smallest.get(k, 0), ask.resource.get(k, 0)) for k in keys}
+                    smallest = res.component_min(smallest, ask.resource)
     if not smallest:
         return state.capacity
     unusable: Resource = {}
