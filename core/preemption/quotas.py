@@ -117,10 +117,7 @@ def usable_capacity(state: PartitionState) -> Resource:
             continue
         for app in queue.apps.values():
             for ask in app.pending_asks:
-                if smallest is None:
-                    smallest = dict(ask.resource)
-                else:
-                    smallest = res.component_min(smallest, ask.resource)
+                smallest = dict(ask.resource) if smallest is None else res.component_min(smallest, ask.resource)
     if not smallest:
         return state.capacity
     unusable: Resource = {}
