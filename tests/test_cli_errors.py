@@ -147,6 +147,46 @@ def test_a_broker_port_in_use_is_named(silent_port: int) -> None:
     assert f"broker port {silent_port} on 127.0.0.1 is in use" in _one_error_line(result)
 
 
+@pytest.mark.parametrize("command", ["core", "feed", "record"])
+def test_every_feed_facing_command_takes_every_kafka_connection_flag(command: str) -> None:
+    result = CliRunner().invoke(app, [command, "--help"], env={"COLUMNS": "200"})
+    assert result.exit_code == 0
+    for flag in (
+        "--prefix",
+        "--kafka-partitions",
+        "--security-protocol",
+        "--sasl-mechanism",
+        "--username",
+        "--password",
+        "--ssl-cafile",
+        "--ssl-certfile",
+        "--ssl-keyfile",
+        "--max-message-bytes",
+        "--session-timeout-ms",
+        "--connect-timeout",
+    ):
+        assert flag in result.output, (command, flag)
+
+
+def test_a_tls_file_flag_reaches_the_settings_as_text(silent_port: int, tmp_path: Path) -> None:
+    """``--ssl-cafile`` names a missing file: the settings refuse it (a path object would not be checked)."""
+    result = _invoke(
+        "record",
+        "--bootstrap",
+        f"127.0.0.1:{silent_port}",
+        "--connect-timeout",
+        "0.5",
+        "--ssl-cafile",
+        str(tmp_path / "missing.pem"),
+        "--security-protocol",
+        "SSL",
+        "--out",
+        str(tmp_path / "o.jsonl"),
+    )
+    assert result.exit_code != 0
+    assert "missing.pem" in _one_error_line(result)
+
+
 def test_connect_timeout_defaults_to_30_seconds() -> None:
     assert KafkaSettings(bootstrap="h:1").connect_timeout == 30.0
 

@@ -54,6 +54,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import errno
 import logging
 import os
 import time
@@ -227,6 +228,13 @@ class KafkaSettings:
             "request_timeout_ms": self.request_timeout_ms,
         }
         if self.security_protocol in ("SSL", "SASL_SSL"):
+            for flag, path in (
+                ("ssl_cafile", self.ssl_cafile),
+                ("ssl_certfile", self.ssl_certfile),
+                ("ssl_keyfile", self.ssl_keyfile),
+            ):
+                if path is not None and not os.path.isfile(path):  # ssl's own error names no file
+                    raise FileNotFoundError(errno.ENOENT, f"{flag}: no such file", path)
             options["ssl_context"] = create_ssl_context(
                 cafile=self.ssl_cafile, certfile=self.ssl_certfile, keyfile=self.ssl_keyfile
             )

@@ -14,11 +14,13 @@ from __future__ import annotations
 
 import enum
 import errno
+import functools
+import inspect
 import logging
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any, NoReturn, TypeVar
 
 import msgspec
 import typer
@@ -159,6 +161,36 @@ def setup_logging(verbose: bool) -> None:
         format="%(asctime)s %(levelname)s %(name)s %(message)s",
         stream=sys.stderr,
     )
+
+
+T = TypeVar("T")
+
+
+def shared_options(
+    target: str, options: Sequence[tuple[str, Any, Any]], fold: Callable[[Mapping[str, Any]], Any]
+) -> Callable[[Callable[..., T]], Callable[..., T]]:
+    """Give a command options that several commands share, declared once.
+
+    ``options`` are ``(parameter, Annotated typer option, default)``; the command declares only its own
+    parameters plus a keyword-only ``target``, which receives ``fold({parameter: value})``.
+    """
+
+    def decorate(command: Callable[..., T]) -> Callable[..., T]:
+        own = [p for p in inspect.signature(command, eval_str=True).parameters.values() if p.name != target]
+        added = [
+            inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=option)
+            for name, option, default in options
+        ]
+
+        @functools.wraps(command)
+        def wrapper(**params: Any) -> T:
+            folded = fold({name: params.pop(name) for name, _, _ in options})
+            return command(**params, **{target: folded})
+
+        wrapper.__signature__ = inspect.Signature([*own, *added])  # type: ignore[attr-defined]
+        return wrapper
+
+    return decorate
 
 
 def print_bad(bad: Sequence[BadInput], kind: str) -> None:

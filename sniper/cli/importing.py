@@ -7,16 +7,16 @@ imported at all; malformed rows are reported and skipped.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 import yaml
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from sniper.cli.app import app, console, out, print_bad
+from sniper.cli.app import app, console, out, print_bad, shared_options
 from sniper.importers.common import ImportError_, ImportOptions, Workload, build_trace, queue_name, write_trace
 
 import_app = typer.Typer(no_args_is_help=True, help="Turn other trace formats into a Sniper trace and a queues.yaml.")
@@ -53,6 +53,29 @@ def _guarantees(flags: list[str] | None, mapping: Path | None) -> dict[str, floa
         except ValueError:
             raise ImportError_(f"guarantee of {name}: {share!r} is not a number") from None
     return out
+
+
+def _import_options(given: Mapping[str, Any]) -> ImportOptions:
+    shares = _guarantees(given["guarantee"], given["guarantees"])
+    return ImportOptions(
+        given["start"], given["span"], given["time_scale"], given["nodes_sample"], shares, given["partition"]
+    )
+
+
+# The options every importer shares: the window, the time scale, the node sample, the guarantees.
+with_import_options = shared_options(
+    "options",
+    [
+        ("start", Start, 0.0),
+        ("span", Span, None),
+        ("time_scale", TimeScale, 1.0),
+        ("nodes_sample", NodesSample, None),
+        ("guarantee", Guarantee, None),
+        ("guarantees", Guarantees, None),
+        ("partition", Partition, "default"),
+    ],
+    _import_options,
+)
 
 
 def _run(
@@ -96,46 +119,34 @@ def _run(
 
 
 @import_app.command("sls")
+@with_import_options
 def import_sls(
     jobs: Annotated[Path, typer.Argument(help="SLS jobs file (SLS JSON input format)")],
     trace: Out,
     nodes: Annotated[Path | None, typer.Option(help="SLS topology file (racks of nodes)")] = None,
-    start: Start = 0.0,
-    span: Span = None,
-    time_scale: TimeScale = 1.0,
-    nodes_sample: NodesSample = None,
-    guarantee: Guarantee = None,
-    guarantees: Guarantees = None,
-    partition: Partition = "default",
+    *,
+    options: ImportOptions,
 ) -> None:
     """Import YARN Scheduler Load Simulator jobs (queues from job.queue.name, SLS's resource defaults)."""
     from sniper.importers.sls import read_sls
 
-    shares = _guarantees(guarantee, guarantees)
-    options = ImportOptions(start, span, time_scale, nodes_sample, shares, partition)
     inputs = [jobs] if nodes is None else [jobs, nodes]
     _run(inputs, lambda progress: read_sls(jobs, nodes, progress), options, trace, f"SLS import: {jobs}")
 
 
 @import_app.command("pods-csv")
+@with_import_options
 def import_pods_csv(
     pods: Annotated[Path, typer.Option(help="pod list CSV (name, cpu_milli, memory_mib, num_gpu, ...)")],
     nodes: Annotated[Path, typer.Option(help="node list CSV (sn, cpu_milli, memory_mib, gpu, model)")],
     trace: Out,
     queue_by: Annotated[str, typer.Option(help="pod column naming the queue (e.g. qos), or 'none'")] = "qos",
-    start: Start = 0.0,
-    span: Span = None,
-    time_scale: TimeScale = 1.0,
-    nodes_sample: NodesSample = None,
-    guarantee: Guarantee = None,
-    guarantees: Guarantees = None,
-    partition: Partition = "default",
+    *,
+    options: ImportOptions,
 ) -> None:
     """Import a Kubernetes pod list (GPU as milli-GPUs, gpu_spec as a node selector on gpu_model)."""
     from sniper.importers.pods_csv import read_pods_csv
 
-    shares = _guarantees(guarantee, guarantees)
-    options = ImportOptions(start, span, time_scale, nodes_sample, shares, partition)
     column = None if queue_by == "none" else queue_by
     _run(
         [pods, nodes],

@@ -35,6 +35,7 @@ from sniper.cli.app import (
     print_config_warnings,
     print_table,
     rejections,
+    shared_options,
     show_rejections,
 )
 
@@ -66,31 +67,30 @@ ConnectTimeout = Annotated[
 AsJson = Annotated[bool, typer.Option("--json", help="one JSON object on stdout instead of a table")]
 
 
-# A command's Kafka connection flags (parameter name -> KafkaSettings field); each command declares
-# those it takes and hands them over with ``_kafka_flags(locals())``.
-_KAFKA_FLAGS = {
-    "prefix": "prefix",
-    "kafka_partitions": "partitions",
-    "security_protocol": "security_protocol",
-    "sasl_mechanism": "sasl_mechanism",
-    "username": "username",
-    "password": "password",
-    "ssl_cafile": "ssl_cafile",
-    "ssl_certfile": "ssl_certfile",
-    "ssl_keyfile": "ssl_keyfile",
-    "max_message_bytes": "max_message_bytes",
-    "session_timeout_ms": "session_timeout_ms",
-    "connect_timeout": "connect_timeout",
-}
+# The Kafka connection flags every feed-facing command takes (parameter, its option, KafkaSettings field).
+_KAFKA_FLAGS: tuple[tuple[str, Any, str], ...] = (
+    ("prefix", Prefix, "prefix"),
+    ("kafka_partitions", Partitions, "partitions"),
+    ("security_protocol", SecurityProtocol, "security_protocol"),
+    ("sasl_mechanism", SaslMechanism, "sasl_mechanism"),
+    ("username", Username, "username"),
+    ("password", Password, "password"),
+    ("ssl_cafile", CaFile, "ssl_cafile"),
+    ("ssl_certfile", CertFile, "ssl_certfile"),
+    ("ssl_keyfile", KeyFile, "ssl_keyfile"),
+    ("max_message_bytes", MaxMessage, "max_message_bytes"),
+    ("session_timeout_ms", SessionTimeout, "session_timeout_ms"),
+    ("connect_timeout", ConnectTimeout, "connect_timeout"),
+)
 
 
-def _kafka_flags(params: Mapping[str, Any]) -> dict[str, Any]:
-    """The Kafka flags given among a command's parameters (its ``locals()``), keyed by settings field."""
-    flags = {field: params[name] for name, field in _KAFKA_FLAGS.items() if params.get(name) is not None}
-    for name in ("ssl_cafile", "ssl_certfile", "ssl_keyfile"):
-        if name in flags:
-            flags[name] = str(flags[name])
-    return flags
+def _settings_fields(given: Mapping[str, Any]) -> dict[str, Any]:
+    """The Kafka flags given (not None), keyed by KafkaSettings field; paths as text."""
+    fields = {field: given[name] for name, _, field in _KAFKA_FLAGS if given[name] is not None}
+    return {k: str(v) if isinstance(v, Path) else v for k, v in fields.items()}
+
+
+with_kafka_flags = shared_options("kafka_flags", [(n, option, None) for n, option, _ in _KAFKA_FLAGS], _settings_fields)
 
 
 @contextlib.asynccontextmanager
@@ -161,6 +161,7 @@ def broker(
 
 
 @app.command("core")
+@with_kafka_flags
 def core(
     bootstrap: Bootstrap = None,
     role: Annotated[Role, typer.Option(help="which actors this process runs")] = Role.all,
@@ -178,21 +179,10 @@ def core(
     ] = 256,
     log_format: Annotated[LogFormat, typer.Option(help="log line format")] = LogFormat.kv,
     verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
-    prefix: Prefix = None,
-    kafka_partitions: Partitions = None,
-    security_protocol: SecurityProtocol = None,
-    sasl_mechanism: SaslMechanism = None,
-    username: Username = None,
-    password: Password = None,
-    ssl_cafile: CaFile = None,
-    ssl_certfile: CertFile = None,
-    ssl_keyfile: KeyFile = None,
-    max_message_bytes: MaxMessage = None,
-    session_timeout_ms: SessionTimeout = None,
-    connect_timeout: ConnectTimeout = None,
+    *,
+    kafka_flags: Mapping[str, Any],
 ) -> None:
     """Run one scheduler-core process: it joins the group and hosts the partitions Kafka assigns it."""
-    flags = _kafka_flags(locals())
     from sniper.cluster.core import CoreOptions
     from sniper.cluster.obs import CoreMetrics, setup_logging
     from sniper.cluster.roles import core_process
@@ -222,7 +212,7 @@ def core(
         # events/s: at most 5-7 ms, against 14-28 ms when it waited for ten).
         gc.freeze()
         gc.set_threshold(10_000, 2, 10)
-        async with _connect(bootstrap, flags) as settings:
+        async with _connect(bootstrap, kafka_flags) as settings:
             process = core_process(settings, options)
             metrics = None
             if metrics_port is not None:
@@ -242,6 +232,7 @@ def core(
 
 
 @app.command("feed")
+@with_kafka_flags
 def feed(
     trace: Annotated[Path, typer.Argument(help="JSON Lines trace, or a bundled scenario name")],
     bootstrap: Bootstrap = None,
@@ -256,20 +247,10 @@ def feed(
     ] = 30.0,
     show: Annotated[bool, typer.Option("--show-rejections", help="list every rejected event with its reason")] = False,
     as_json: AsJson = False,
-    prefix: Prefix = None,
-    kafka_partitions: Partitions = None,
-    security_protocol: SecurityProtocol = None,
-    sasl_mechanism: SaslMechanism = None,
-    username: Username = None,
-    password: Password = None,
-    ssl_cafile: CaFile = None,
-    ssl_certfile: CertFile = None,
-    ssl_keyfile: KeyFile = None,
-    max_message_bytes: MaxMessage = None,
-    connect_timeout: ConnectTimeout = None,
+    *,
+    kafka_flags: Mapping[str, Any],
 ) -> None:
     """Replay a trace onto the feed in scaled real time and play the resource manager (exit 1 on a violation)."""
-    flags = _kafka_flags(locals())
     from sniper.simulator.ideal_view import ideal_for_model
     from sniper.tools.feeder import PlayOptions, play
 
@@ -277,7 +258,7 @@ def feed(
     options = PlayOptions(speed=speed, until=until, drain=drain, answer_timeout=answer_timeout)
 
     async def main() -> Any:
-        async with _connect(bootstrap, flags) as settings:
+        async with _connect(bootstrap, kafka_flags) as settings:
             console.print(literal(f"feeding {source}: {len(events)} events at x{speed:g} to {settings.bootstrap}"))
             return await play(settings, events, options, config=config, ideal_fn=ideal_for_model)
 
@@ -317,28 +298,20 @@ def feed(
 
 
 @app.command("record")
+@with_kafka_flags
 def record(
     bootstrap: Bootstrap = None,
     out: Annotated[Path, typer.Option("--out", help="JSON Lines trace to write")] = Path("recorded.jsonl"),
     duration: Annotated[float | None, typer.Option(help="stop after this many wall seconds")] = None,
     from_beginning: Annotated[bool, typer.Option(help="start at the oldest record, not the next one")] = False,
-    prefix: Prefix = None,
-    security_protocol: SecurityProtocol = None,
-    sasl_mechanism: SaslMechanism = None,
-    username: Username = None,
-    password: Password = None,
-    ssl_cafile: CaFile = None,
-    ssl_certfile: CertFile = None,
-    ssl_keyfile: KeyFile = None,
-    max_message_bytes: MaxMessage = None,
-    connect_timeout: ConnectTimeout = None,
+    *,
+    kafka_flags: Mapping[str, Any],
 ) -> None:
     """Write the feed as it passes to a JSON Lines trace (trace seconds from the first event's ``t``)."""
-    flags = _kafka_flags(locals())
     from sniper.tools.feeder import record as run_record
 
     async def main() -> int:
-        async with _connect(bootstrap, flags) as settings:
+        async with _connect(bootstrap, kafka_flags) as settings:
             count = await _until_signal_or(
                 lambda: run_record(settings, out, duration=duration, from_beginning=from_beginning)
             )
@@ -363,7 +336,7 @@ def bench_e2e(
     connect_timeout: ConnectTimeout = None,
 ) -> None:
     """Feed-event-to-decision latency and events/s through the broker; scale-out with more core processes."""
-    flags = _kafka_flags(locals())
+    kafka_flags = {"connect_timeout": connect_timeout} if connect_timeout is not None else {}
     import json
 
     from sniper.tools.bench_e2e import bench_e2e as run_bench
@@ -374,7 +347,7 @@ def bench_e2e(
         fail("--core-cpus must be at least 0.01")
 
     async def main() -> Any:
-        async with _connect(bootstrap, flags) as settings:
+        async with _connect(bootstrap, kafka_flags) as settings:
             return await run_bench(
                 settings, events=events, rate=rate, partitions=partitions, cores=cores, core_cpus=core_cpus
             )
