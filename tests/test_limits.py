@@ -18,6 +18,7 @@ from sniper.core import resources as res
 from sniper.core.cache import state_changes
 from sniper.core.config import ConfigError, LimitConfig, parse_partition, partition_to_raw
 from sniper.core.limits import Limits, pending_demand, tracked_group
+from sniper.core.preemption.policies import make_policy
 from sniper.core.preemption.quotas import compute_quotas
 from sniper.core.preemption.view import ideal_of, snapshot_from_state
 from sniper.core.state import PartitionState
@@ -655,6 +656,26 @@ def test_a_queue_whose_users_are_at_their_limits_is_no_beneficiary() -> None:
     assert not res.any_positive(pending_demand(state)["root.a"])
     assert not res.any_positive(h.model.queue_demand().get("root.a", {}))
     assert compute_quotas(state, state.config.preemption).beneficiaries == ()
+
+
+def test_yarns_baseline_preempts_only_for_the_demand_the_limits_let_run() -> None:
+    """YARN's policy reads pending considering the user limit: ann may hold 20 of a's 50 pending, so the
+    proportional policy takes 20 from root.b over its rounds, not the 50 a's guarantee would ask for."""
+    h = _held_back({"users": ["*"], "maxresources": {"memory": "20Mi"}})
+    h.feed(
+        f.AppAdded(app="x", queue="root.a", user="ann"), f.AskAdded(app="x", ask="t", resource={"memory": 10}, count=5)
+    )
+    state = h.cache.state
+    assert state.config is not None
+    snapshot = snapshot_from_state(state, with_containers=True)
+    assert {q.path: q.pending for q in snapshot.queues}["root.a"] == {"memory": 20}
+    policy = make_policy("proportional", "default", state.config.preemption)
+    taken = 0
+    for t in range(1, 7):  # 10 a round at most (total_preemption_per_round 0.1 of 100)
+        h.starve(1)
+        result = h.preempt_round(float(t), policy=policy)
+        taken += sum(x.resource["memory"] for x in result.decisions if isinstance(x, d.Preempt))
+    assert taken == 20
 
 
 def test_the_user_limits_scenario_meets_the_guarantee_under_every_policy() -> None:

@@ -141,7 +141,8 @@ def snapshot_from_state(
     """The replica's queues as a snapshot: usage, demand, smallest asks.
 
     Demand is pending capped by the user, group and application limits (:func:`pending_demand`: an ask a
-    limit holds back cannot use room preemption frees), except for YARN's baseline (``with_containers``).
+    limit holds back cannot use room preemption frees), for both policies, as YARN's pending considering
+    the user limit.
 
     ``capacity`` overrides the partition's (the sniper policy passes its usable capacity). Without
     containers, usage is net of victims already preempting (they are leaving) and guarantees compose
@@ -152,8 +153,9 @@ def snapshot_from_state(
     if state.config is None:
         raise ValueError(f"partition {state.name} has no configuration")
     used: dict[str, Resource] = {}
-    # Sniper's ideal sees the demand the limits let run; YARN's baseline keeps its own arithmetic.
-    pending = {p: dict(q.pending) for p, q in state.queues.items()} if with_containers else pending_demand(state)
+    # Both policies see the demand the limits let run: YARN's baseline reads its leaf queues'
+    # ``getTotalPendingResourcesConsideringUserLimit`` too.
+    pending = pending_demand(state)
     smallest: dict[str, Resource] = {}
     apps: dict[str, tuple[AppSnapshot, ...]] = {}
     for path, q in state.queues.items():
