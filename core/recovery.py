@@ -112,7 +112,10 @@ class DurableCacheCore(CacheCore):
 def take_snapshot(core: DurableCacheCore, *, kafka_partition: int = -1, wall_time: float = 0.0) -> Snapshot:
     """The whole state of ``core`` as a snapshot (take it only when the core has no unpublished output)."""
     killed = [a.id for a in core.state.allocations.values() if a.killed]
-    codec, body = encode_body(SnapshotBody(changes=state_changes(core.state), seen=list(core.seen), killed=killed))
+    flaps = [(app, ask, count, when) for (app, ask), (count, when) in core.flaps.items()]
+    codec, body = encode_body(
+        SnapshotBody(changes=state_changes(core.state), seen=list(core.seen), killed=killed, flaps=flaps)
+    )
     return Snapshot(
         partition=core.partition,
         epoch=core.epoch,
@@ -137,6 +140,7 @@ def restore(snapshot: Snapshot, *, epoch: int | None = None) -> DurableCacheCore
         alloc = core.state.allocations.get(aid)
         if alloc is not None:
             alloc.killed = True
+    core.flaps = {(app, ask): (count, when) for app, ask, count, when in body.flaps}
     core.decision_seq = snapshot.decision_seq
     core.feed_offset = snapshot.feed_offset
     core.view_seq = snapshot.view_seq

@@ -23,6 +23,7 @@ class SnapshotBody(msgspec.Struct, kw_only=True, frozen=True, gc=False):
     changes: list[ChangeMsg]  # core.cache.state_changes(state): rebuilds the state from nothing
     seen: list[str] = []  # event ids remembered for de-duplication, oldest first
     killed: list[str] = []  # allocations already told to die (a restored cache must not kill them again)
+    flaps: list[tuple[str, str, int, float]] = []  # flapping asks: (app, ask, withdrawals, last withdrawal t)
 
 
 class Snapshot(msgspec.Struct, kw_only=True, frozen=True, gc=False):

@@ -111,6 +111,16 @@ def _recover(o: Owner, snapshot: Snapshot, log: list[d.DecisionMsg] | None = Non
     return core, replay(core, feed, after)
 
 
+def test_the_memory_of_flapping_asks_survives_a_snapshot() -> None:
+    """A new owner damps a flapping ask as the old one would have: its withdrawals travel in the body."""
+    o = _busy_owner()
+    o.tick(3.0)
+    o.core.flaps[("b1", "k")] = (3, 2.0)
+    core = restore(snapshot_msgpack.decode(msgspec.msgpack.encode(take_snapshot(o.core))))
+    assert core.flaps == {("b1", "k"): (3, 2.0)}
+    assert core._damped_until(("b1", "k")) == o.core._damped_until(("b1", "k")) > core.state.now
+
+
 def test_snapshot_round_trips_through_msgpack() -> None:
     o = _busy_owner()
     o.tick(3.0)
