@@ -237,7 +237,7 @@ class _RawPartition(_Raw):
     nodesortpolicy: Literal["binpacking", "fair"] | _RawNodeSort = "binpacking"
     preemption: _RawPreemption | None = None  # type: ignore[valid-type]
     placementrules: list[Any] | None = None  # warned: applications name their queue
-    limits: list[dict[str, Any]] | None = None  # warned
+    limits: list[_RawLimit] | None = None  # the root queue's (YuniKorn 1.5, YUNIKORN-2260)
     usergroupresolver: dict[str, Any] | None = None  # warned
 
 
@@ -252,6 +252,7 @@ _STRUCT_AT: dict[tuple[bool, str], type[msgspec.Struct]] = {
     (True, ""): _RawQueue,
     (True, ".resources"): _RawResources,
     (True, ".limits[]"): _RawLimit,
+    (False, ".limits[]"): _RawLimit,
 }
 _CHOICES_AT: dict[str, tuple[str, ...]] = {
     ".preemption.policy": POLICIES,
@@ -560,7 +561,7 @@ def parse_partition(raw: object, where: str = "partition") -> PartitionConfig:
     except msgspec.ValidationError as err:
         raise _explain(err, raw, label, _RawPartition) from None
     warnings: list[str] = []
-    ignored = [k for k in ("placementrules", "limits", "usergroupresolver") if getattr(parsed, k) is not None]
+    ignored = [k for k in ("placementrules", "usergroupresolver") if getattr(parsed, k) is not None]
     if ignored:
         warnings.append(f"{label}: {', '.join(ignored)} not implemented by Sniper yet; accepted and ignored")
     node_sort = parsed.nodesortpolicy
@@ -574,11 +575,18 @@ def parse_partition(raw: object, where: str = "partition") -> PartitionConfig:
     preemption = _preemption(parsed.preemption or _RawPreemption(), explicit, f"{label}.preemption", warnings)
     top = parsed.queues
     if len(top) == 1 and top[0].name == "root":
-        root = _queue(top[0], None, warnings)
+        raw_root = top[0]
     elif any(q.name == "root" for q in top):
         raise ConfigError(f"{label}.queues: a queue named 'root' must be the only queue at the top")
     else:  # YuniKorn inserts the root queue
-        root = _queue(_RawQueue(name="root", queues=top), None, warnings)
+        raw_root = _RawQueue(name="root", queues=top)
+    if parsed.limits is not None:  # YuniKorn 1.5: the partition's limits are the root queue's
+        if raw_root.limits is not None and raw_root.limits != parsed.limits:
+            raise ConfigError(
+                f"{label}.limits: differ from queue root's limits; they are the same limits, give them once"
+            )
+        raw_root = msgspec.structs.replace(raw_root, limits=parsed.limits)
+    root = _queue(raw_root, None, warnings)
     return PartitionConfig(
         name=parsed.name,
         root=root,

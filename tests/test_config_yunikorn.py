@@ -114,7 +114,7 @@ def test_yunikorn_partition_keys() -> None:
     assert part.node_sort_policy == "fair"
     assert part.preemption.policy == "none"  # YuniKorn's enabled: false
     assert part.warnings == (
-        "partition default: limits, usergroupresolver not implemented by Sniper yet; accepted and ignored",
+        "partition default: usergroupresolver not implemented by Sniper yet; accepted and ignored",
         "partition default.preemption: quotapreemptionenabled not implemented by Sniper; ignored",
         "queue root.a: adminacl not implemented by Sniper yet; accepted and ignored",
         "queue root.a.properties: priority.policy, preemption.delay not implemented by Sniper; ignored",
@@ -124,6 +124,26 @@ def test_yunikorn_partition_keys() -> None:
     weights = parse_partition({**raw, "nodesortpolicy": {"type": "binpacking", "resourceweights": {"memory": 2.0}}})
     assert weights.node_sort_policy == "binpacking"
     assert "partition default.nodesortpolicy: resourceweights not implemented by Sniper; ignored" in weights.warnings
+
+
+def test_partition_limits_are_the_root_queues() -> None:
+    """YuniKorn 1.5 (YUNIKORN-2260): limits on the partition work as the root queue's; both given and
+    different is a config error."""
+    limits = [{"limit": "one", "users": ["sue"], "maxapplications": 10}]
+    part = parse_partition({"limits": limits, "queues": [{"name": "a"}]})
+    ((lim,),) = [part.root.limits]
+    assert (lim.users, lim.max_applications) == (("sue",), 10)
+    assert part.root.children[0].limits == ()
+    same = parse_partition(
+        {"limits": limits, "queues": [{"name": "root", "limits": limits, "queues": [{"name": "a"}]}]}
+    )
+    assert same.root.limits == part.root.limits
+    with pytest.raises(ConfigError, match=r"partition default\.limits: differ from queue root's limits"):
+        parse_partition(
+            {"limits": limits, "queues": [{"name": "root", "limits": [{"users": ["*"], "maxapplications": 2}]}]}
+        )
+    with pytest.raises(ConfigError, match=r"partition default\.limits\[0\]"):
+        parse_partition({"limits": [{"users": ["sue"], "maxapps": 1}], "queues": [{"name": "a"}]})
 
 
 def test_maxapplications_is_checked() -> None:
