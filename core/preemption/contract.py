@@ -1,0 +1,200 @@
+"""Resource-based preemption (YARN-45's preemption contract), the cache's side, sans-IO.
+
+For an app whose ``app_added`` says ``preemption_contract``, a committed preemption (any policy) gives
+its victims no notice one by one: the app gets one ``preempt_request`` per round naming what to give
+back (the sum of its victims), the deadline (``preemption.grace``), the beneficiary and the containers
+the policy chose, and its application master chooses which containers to release. The victims stay
+under notice meanwhile, so their room is handled as any preemption's (a sniper reservation holds it).
+Every tick each open request is settled (:func:`settle`): withdrawn when the policy no longer needs
+any of its victims, closed when the app gave back enough, and at the deadline what is still missing
+is killed, the app's newest containers first, just enough to cover it. Invariant: no container of
+such an app is killed by preemption before its request's deadline.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from sniper.core import resources as res
+from sniper.core.opportunistic import newest_first
+from sniper.core.resources import Resource
+from sniper.core.state import Allocation, Contract
+from sniper.messages import decisions as d
+from sniper.messages import protocol as p
+
+if TYPE_CHECKING:
+    from sniper.core.cache import CacheCore
+
+ACTION = "preempt_request"
+
+
+class Requests:
+    """The requests of one committed proposal: its victims of contract apps, one request per app."""
+
+    def __init__(self, cache: CacheCore, policy: str, observe_only: bool) -> None:
+        self.cache = cache
+        self.policy = policy
+        self.observe_only = observe_only
+        self.by_app: dict[str, list[tuple[Allocation, d.ContractContainer]]] = {}
+        self.reasons: dict[str, str] = {}
+
+    def wants(self, victim: Allocation) -> bool:
+        """Whether ``victim`` goes into a request rather than getting its own notice (opportunistic
+        containers never do: they are killed at once)."""
+        app = self.cache.state.apps.get(victim.app)
+        return app is not None and app.contract and not victim.opportunistic
+
+    def add(
+        self,
+        victim: Allocation,
+        reason: str,
+        *,
+        reservation: str = "",
+        for_ask: str = "",
+        for_app: str = "",
+        for_queue: str = "",
+        for_resource: Resource | None = None,
+    ) -> None:
+        container = d.ContractContainer(
+            allocation=victim.id,
+            node=victim.node,
+            resource=victim.resource,
+            reservation=reservation,
+            for_ask=for_ask,
+            for_app=for_app,
+            for_queue=for_queue,
+            for_resource=dict(for_resource or {}),
+        )
+        self.by_app.setdefault(victim.app, []).append((victim, container))
+        self.reasons.setdefault(victim.app, reason)
+
+    def publish(self, deadline: float) -> None:
+        """One ``preempt_request`` per app, and the open request on the state (unless observe-only)."""
+        cache = self.cache
+        for app, named in self.by_app.items():
+            first = named[0][1]
+            victims = [v for v, _ in named]
+            resource = res.total(v.resource for v in victims)
+            rid = f"preq-{cache.next_id('contract')}"
+            cache.decide(
+                d.PreemptRequest,
+                request=rid,
+                app=app,
+                queue=victims[0].queue.path,
+                resource=resource,
+                deadline=deadline,
+                containers=[c for _, c in named],
+                for_ask=first.for_ask,
+                for_app=first.for_app,
+                for_queue=first.for_queue,
+                policy=self.policy,
+                reason=self.reasons[app],
+                observe_only=self.observe_only,
+            )
+            if self.observe_only:
+                continue
+            # A victim whose notice was cancelled in the same commit counts as no longer needed.
+            cancelled = res.total(v.resource for v in victims if not v.preempting)
+            cache.commit(
+                p.ContractSet(
+                    contract=rid,
+                    app=app,
+                    resource=resource,
+                    deadline=deadline,
+                    victims=[v.id for v in victims],
+                    policy=self.policy,
+                    cancelled=cancelled,
+                )
+            )
+        self.by_app.clear()
+
+
+def settle(cache: CacheCore) -> None:
+    """Close what can be closed among the open requests (called every tick, before overdue kills)."""
+    state = cache.state
+    for contract in list(state.contracts.values()):
+        if contract.app not in state.apps:
+            _end(cache, contract, "withdrawn", {}, "the application finished")
+        elif not res.any_positive(contract.need()) and not res.fits(contract.resource, contract.released):
+            _end(cache, contract, "withdrawn", {}, "the policy no longer needs any container it named")
+        elif not res.any_positive(contract.missing()):
+            _cancel_named(cache, contract, f"preemption request {contract.id}: the application master gave back enough")
+            _end(cache, contract, "given_back", {}, "the application master gave back enough")
+        elif contract.deadline <= state.now:
+            killed = _enforce(cache, contract)
+            _cancel_named(cache, contract, f"preemption request {contract.id}: covered by the containers killed")
+            _end(cache, contract, "enforced", killed, "deadline passed: the newest containers covered what was missing")
+
+
+def _enforce(cache: CacheCore, contract: Contract) -> Resource:
+    """Container-based preemption of what is still missing: the app's newest containers (never its
+    application master, as YARN's policy), just enough to cover it, killed now."""
+    state = cache.state
+    missing = contract.missing()
+    named_elsewhere = {v for c in state.contracts.values() if c is not contract for v in c.victims}
+    app = state.apps[contract.app]
+    candidates = [
+        a
+        for a in (state.allocations[aid] for aid in app.allocations)
+        if not a.am and not a.opportunistic and not a.killed and a.id not in named_elsewhere
+    ]
+    chosen: list[Allocation] = []
+    covered: Resource = {}
+    for alloc in newest_first(candidates):
+        if res.fits(missing, covered):
+            break
+        if not any(alloc.resource.get(k, 0) > 0 for k, v in res.sub(missing, covered).items() if v > 0):
+            continue  # frees nothing still missing
+        chosen.append(alloc)
+        res.add_into(covered, alloc.resource)
+    fresh = [a.id for a in chosen if not a.preempting]
+    if fresh:
+        cache.commit(p.VictimsMarked(victims=fresh, deadline=state.now, policy=contract.policy))
+    reason = f"preemption request {contract.id}: deadline passed, {res.fmt(missing)} still missing"
+    for alloc in chosen:
+        alloc.killed = True
+        cache.decide(d.Kill, allocation=alloc.id, app=alloc.app, queue=alloc.queue.path, node=alloc.node, reason=reason)
+    return covered
+
+
+def _cancel_named(cache: CacheCore, contract: Contract, reason: str) -> None:
+    """The named victims still under notice and not killed keep running; reservations that counted on
+    their room end when it can no longer be promised."""
+    state = cache.state
+    keep = [
+        a
+        for a in (state.allocations.get(v) for v in contract.victims)
+        if a is not None and a.preempting and not a.killed
+    ]
+    if not keep:
+        return
+    cache.commit(p.VictimsReleased(victims=[a.id for a in keep]))
+    for a in keep:
+        cache.decide(
+            d.PreemptCancelled,
+            allocation=a.id,
+            app=a.app,
+            queue=a.queue.path,
+            node=a.node,
+            reservation=a.reservation or "",
+            reason=reason,
+        )
+    for name in sorted({a.node for a in keep}):
+        node = state.nodes.get(name)
+        if node is not None and node.reservations:
+            cache.keep_reservations(node, node.capacity, node.schedulable, f"{reason}; its victims keep running")
+
+
+def _end(cache: CacheCore, contract: Contract, outcome: str, killed: Resource, reason: str) -> None:
+    app = cache.state.apps.get(contract.app)
+    cache.decide(
+        d.PreemptRequestEnded,
+        request=contract.id,
+        app=contract.app,
+        queue="" if app is None else app.queue.path,
+        outcome=outcome,
+        released=dict(contract.released),
+        killed=killed,
+        reason=reason,
+    )
+    cache.commit(p.ContractGone(contract=contract.id))
