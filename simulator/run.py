@@ -57,6 +57,7 @@ class SimulationSettings:
     batch: int = 4096
     quiet: float = 60.0  # after the trace, stop once nothing happened for this long
     skip_idle: bool = True  # jump over idle time (False: tick every second, the reference)
+    am_response: float | None = None  # a contract AM's answer to a preempt_request (None: half the grace)
 
 
 @dataclasses.dataclass(slots=True)
@@ -230,6 +231,7 @@ async def drive(
         tick=settings.tick,
         quiet=settings.quiet,
         skip_idle=settings.skip_idle,
+        am_response=settings.am_response,
     )
     trace = player.trace
     names = sorted({e.partition for e in trace} | {part.name for part in (config.partitions if config else ())})

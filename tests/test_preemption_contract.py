@@ -201,6 +201,7 @@ def test_snapshot_keeps_open_requests() -> None:
     core = restore(snapshot_msgpack.decode(msgspec.msgpack.encode(take_snapshot(durable))))
     [c] = core.state.contracts.values()
     assert c.id == req.request and c.released == {"memory": 25} and c.deadline == req.deadline
+
     def notices(state: PartitionState) -> dict[str, tuple[float | None, str | None]]:
         return {a.id: (a.preempt_deadline, a.reservation) for a in state.allocations.values() if a.preempting}
 

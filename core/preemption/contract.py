@@ -13,19 +13,19 @@ such an app is killed by preemption before its request's deadline.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from sniper.core import resources as res
-from sniper.core.opportunistic import newest_first
 from sniper.core.resources import Resource
-from sniper.core.state import Allocation, Contract
+from sniper.core.state import Allocation, Contract, allocation_number
 from sniper.messages import decisions as d
 from sniper.messages import protocol as p
 
 if TYPE_CHECKING:
     from sniper.core.cache import CacheCore
 
-ACTION = "preempt_request"
+KILL_REASON = "preemption request"  # how a kill at a request's deadline's reason begins
 
 
 class Requests:
@@ -138,23 +138,33 @@ def _enforce(cache: CacheCore, contract: Contract) -> Resource:
         for a in (state.allocations[aid] for aid in app.allocations)
         if not a.am and not a.opportunistic and not a.killed and a.id not in named_elsewhere
     ]
-    chosen: list[Allocation] = []
-    covered: Resource = {}
-    for alloc in newest_first(candidates):
-        if res.fits(missing, covered):
-            break
-        if not any(alloc.resource.get(k, 0) > 0 for k, v in res.sub(missing, covered).items() if v > 0):
-            continue  # frees nothing still missing
-        chosen.append(alloc)
-        res.add_into(covered, alloc.resource)
+    picked = newest_covering([(a.id, a.start, a.resource) for a in candidates], missing)
+    chosen = [state.allocations[aid] for aid in picked]
+    covered = res.total(a.resource for a in chosen)
     fresh = [a.id for a in chosen if not a.preempting]
     if fresh:
         cache.commit(p.VictimsMarked(victims=fresh, deadline=state.now, policy=contract.policy))
-    reason = f"preemption request {contract.id}: deadline passed, {res.fmt(missing)} still missing"
+    reason = f"{KILL_REASON} {contract.id}: deadline passed, {res.fmt(missing)} still missing"
     for alloc in chosen:
         alloc.killed = True
         cache.decide(d.Kill, allocation=alloc.id, app=alloc.app, queue=alloc.queue.path, node=alloc.node, reason=reason)
     return covered
+
+
+def newest_covering(candidates: Iterable[tuple[str, float, Resource]], need: Resource) -> list[str]:
+    """Ids of the newest ``(id, start, resource)`` candidates (latest start first, ties by the later
+    id) until they cover ``need``, skipping any that frees nothing still missing: what the deadline
+    kills, and what the simulator's application master gives back."""
+    chosen: list[str] = []
+    covered: Resource = {}
+    for aid, _, resource in sorted(candidates, key=lambda c: (-c[1], -allocation_number(c[0]))):
+        missing = res.clamp_min_zero(res.sub(need, covered))
+        if not res.any_positive(missing):
+            break
+        if any(resource.get(k, 0) > 0 for k, v in missing.items() if v > 0):
+            chosen.append(aid)
+            res.add_into(covered, resource)
+    return chosen
 
 
 def _cancel_named(cache: CacheCore, contract: Contract, reason: str) -> None:
