@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from sniper.core import resources as res
 from sniper.core.cache import state_changes
 from sniper.core.config import SchedulerConfig, parse_config
+from sniper.core.preemption.contract import newest_covering
 from sniper.core.recovery import DurableCacheCore, restore, take_snapshot
 from sniper.core.state import PartitionState
 from sniper.messages import decisions as d
@@ -135,7 +136,7 @@ def test_am_releases_others_of_the_same_size_no_kill() -> None:
     assert_clean(h)
 
 
-def test_am_releases_part_newest_remaining_killed_at_the_deadline() -> None:
+def test_am_releases_part_the_remaining_named_one_is_killed_at_the_deadline() -> None:
     h = contract_harness()
     h.preempt_round(10.0)
     [req] = requests(h)
@@ -144,10 +145,9 @@ def test_am_releases_part_newest_remaining_killed_at_the_deadline() -> None:
     h.release(named[0])  # gives back 25 of 50
     h.tick(10.0 + GRACE - 1)
     assert kills(h) == [], "never before the deadline"
-    expected = newest(h, "b1", 1)
     h.tick(10.0 + GRACE)
     killed = kills(h)
-    assert [k.allocation for k in killed] == expected, "the newest remaining container covers the 25 missing"
+    assert [k.allocation for k in killed] == [named[1]], "the named container still running covers the 25 missing"
     assert "preq-" in killed[0].reason and "still missing" in killed[0].reason
     [end] = ended(h)
     assert end.outcome == "enforced" and end.released == {"memory": 25} and end.killed == {"memory": 25}
@@ -157,12 +157,41 @@ def test_am_releases_part_newest_remaining_killed_at_the_deadline() -> None:
 def test_am_releases_nothing_kill_exactly_covers_the_missing_part() -> None:
     h = contract_harness()
     h.preempt_round(10.0)
-    expected = newest(h, "b1", 2)
+    [req] = requests(h)
     h.tick(10.0 + GRACE)
-    assert sorted(k.allocation for k in kills(h)) == sorted(expected)
+    assert sorted(k.allocation for k in kills(h)) == sorted(c.allocation for c in req.containers)
     [end] = ended(h)
     assert end.outcome == "enforced" and end.killed == {"memory": 50} and end.released == {}
+    h.release(*(k.allocation for k in kills(h)))
+    assert [x.reservation for x in h.allocated() if x.app == "a1"] == [req.containers[0].reservation]
     assert_clean(h)
+
+
+def test_what_the_named_ones_cannot_cover_is_taken_from_the_newest_others() -> None:
+    """A request whose named containers cover only part of it (opened by hand: the policies always name
+    enough): at the deadline the named one goes first, then the app's newest others (ties by the later
+    id), just enough."""
+    h = contract_harness()
+    oldest = sorted(h.cache.state.apps["b1"].allocations, key=lambda a: int(a.split("-")[1]))[0]
+    h.cache.commit(p.VictimsMarked(victims=[oldest], deadline=20.0))
+    h.cache.commit(p.ContractSet(contract="preq-9", app="b1", resource={"memory": 75}, deadline=20.0, victims=[oldest]))
+    h.pump()
+    expected_others = newest(h, "b1", 2)
+    h.tick(20.0)
+    assert [k.allocation for k in kills(h)] == [oldest, *reversed(expected_others)]
+    assert ended(h)[0].killed == {"memory": 75}
+
+
+def test_newest_covering_orders_by_start_then_id_and_skips_what_frees_nothing_missing() -> None:
+    candidates = [
+        ("alloc-2", 5.0, {"memory": 10}),
+        ("alloc-10", 5.0, {"memory": 10}),
+        ("alloc-3", 7.0, {"vcore": 4}),
+        ("alloc-1", 1.0, {"memory": 30}),
+    ]
+    assert newest_covering(candidates, {"memory": 15}) == ["alloc-10", "alloc-2"]
+    assert newest_covering(candidates, {"memory": 40, "vcore": 1}) == ["alloc-3", "alloc-10", "alloc-2", "alloc-1"]
+    assert newest_covering(candidates, {}) == []
 
 
 def test_need_vanishes_request_withdrawn() -> None:
@@ -250,9 +279,8 @@ def test_replay_of_the_log_keeps_open_requests_and_their_end() -> None:
     assert _fp(core) == _fp(o.core)
     assert list(core.state.contracts) == list(o.core.state.contracts)
     assert core.state.contracts["preq-1"].released == {"memory": 4}
-    # The deadline: the app's newest container covers what is missing, the request ends; a replay agrees.
-    held = [o.core.state.allocations[a] for a in o.core.state.apps["b1"].allocations]
-    newest_one = max(held, key=lambda a: (a.start, int(a.id.split("-")[1]))).id
+    # The deadline: the named container still running covers what is missing, the request ends; a
+    # replay agrees.
     o.tick(100.0)
     assert [type(x) for x in o.log if isinstance(x, d.Kill | d.PreemptRequestEnded)] == [
         d.Kill,
@@ -261,7 +289,7 @@ def test_replay_of_the_log_keeps_open_requests_and_their_end() -> None:
     core, result = _recover(o, snap)
     assert result.divergences == [] and result.fresh == []
     assert _fp(core) == _fp(o.core) and core.state.contracts == {}
-    assert {a.id for a in core.state.allocations.values() if a.killed} == {newest_one}
+    assert {a.id for a in core.state.allocations.values() if a.killed} == {on_n1[1]}
 
 
 def test_mixed_apps_in_one_round_request_for_one_notices_for_the_other() -> None:

@@ -7,8 +7,8 @@ the policy chose, and its application master chooses which containers to release
 under notice meanwhile, so their room is handled as any preemption's (a sniper reservation holds it).
 Every tick each open request is settled (:func:`settle`): withdrawn when the policy no longer needs
 any of its victims, closed when the app gave back enough, and at the deadline what is still missing
-is killed, the app's newest containers first, just enough to cover it. Invariant: no container of
-such an app is killed by preemption before its request's deadline.
+is killed, the containers it named first, then the app's newest, just enough to cover it.
+Invariant: no container of such an app is killed by preemption before its request's deadline.
 """
 
 from __future__ import annotations
@@ -127,18 +127,24 @@ def settle(cache: CacheCore) -> None:
 
 
 def _enforce(cache: CacheCore, contract: Contract) -> Resource:
-    """Container-based preemption of what is still missing: the app's newest containers (never its
-    application master, as YARN's policy), just enough to cover it, killed now."""
+    """Container-based preemption of what is still missing, killed now: the containers the request
+    named that still run, newest first, then the app's other containers, newest first (never its
+    application master unless the policy named it, as YARN's), just enough to cover it. The named
+    ones go first because the room the policy chose (a sniper reservation's node) is theirs."""
     state = cache.state
     missing = contract.missing()
     named_elsewhere = {v for c in state.contracts.values() if c is not contract for v in c.victims}
     app = state.apps[contract.app]
+    named = set(contract.victims)
     candidates = [
-        a
+        (a.id, a.start, a.resource)
         for a in (state.allocations[aid] for aid in app.allocations)
-        if not a.am and not a.opportunistic and not a.killed and a.id not in named_elsewhere
+        if (not a.am or a.id in named) and not a.opportunistic and not a.killed and a.id not in named_elsewhere
     ]
-    picked = newest_covering([(a.id, a.start, a.resource) for a in candidates], missing)
+    picked = newest_covering([c for c in candidates if c[0] in named], missing)
+    rest = res.clamp_min_zero(res.sub(missing, res.total(state.allocations[aid].resource for aid in picked)))
+    if res.any_positive(rest):
+        picked += newest_covering([c for c in candidates if c[0] not in named], rest)
     chosen = [state.allocations[aid] for aid in picked]
     covered = res.total(a.resource for a in chosen)
     fresh = [a.id for a in chosen if not a.preempting]
