@@ -555,3 +555,14 @@ def test_random_contract_apps_break_no_invariant_and_are_never_killed_early(
         req = requests[end.request]
         if end.outcome == "enforced":
             assert end.t >= req.deadline
+
+
+def test_skipping_idle_time_decides_what_ticking_every_second_decides_with_contracts() -> None:
+    config, events = small_trace()
+    runs = [
+        run_simulation(events, config, SimulationSettings(until=120, skip_idle=skip, am_response=5.0))
+        for skip in (False, True)
+    ]
+    ticking, skipping = ([msgspec.json.encode(x) for x in r.decisions] for r in runs)
+    assert skipping == ticking
+    assert any(isinstance(x, d.PreemptRequestEnded) for x in runs[1].decisions)
