@@ -59,7 +59,7 @@ class CacheCore:
         self.state = PartitionState(partition, indexed=False)
         self.decision_seq = 0
         self.view_seq = 0
-        self.counters = {"alloc": 0, "app": 0, "ask": 0, "reservation": 0}
+        self.counters = {"alloc": 0, "app": 0, "ask": 0, "reservation": 0, "contract": 0}
         self.seen: OrderedDict[str, None] = OrderedDict()
         self.flaps: dict[AskKey, tuple[int, float]] = {}  # asks withdrawn holding a reservation: (times, last)
         self.shapes: list[Resource] = []  # node capacities seen, none covered by another (asks' fit)
@@ -128,6 +128,10 @@ class CacheCore:
     def tick(self, now: float) -> None:
         if now > self.state.now:
             self.commit(p.Clock(now=now))
+        if self.state.contracts:
+            from sniper.core.preemption.contract import settle  # local: preemption plugs in here
+
+            settle(self)
         self._kill_overdue()
         self._expire_reservations()
 
@@ -214,7 +218,7 @@ class CacheCore:
         if node is not None and node.capacity == cap and node.schedulable == schedulable and node.labels == labels:
             return
         if node is not None and node.reservations:
-            self._keep_reservations(node, cap, schedulable)
+            self.keep_reservations(node, cap, schedulable)
         if node is not None and not res.fits(node.allocated, cap):
             # The node shrank below what it holds: newest allocations are lost until the rest fits.
             held = (self.state.allocations[a] for a in node.allocations)
@@ -228,9 +232,10 @@ class CacheCore:
             # Only shapes no other shape covers are kept (a handful: node types, not nodes).
             self.shapes = [shape for shape in self.shapes if not res.fits(shape, cap)] + [cap]
 
-    def _keep_reservations(self, node: Node, cap: Resource, schedulable: bool) -> None:
-        """A node changed: its reservations stay while they can still be fulfilled, the latest due
-        end first otherwise, each with the true reason (unschedulable, or shrunk below its need)."""
+    def keep_reservations(self, node: Node, cap: Resource, schedulable: bool, reason: str | None = None) -> None:
+        """A node changed (or victims on it keep running): its reservations stay while they can still
+        be fulfilled, the latest due end first otherwise, each with the true reason (unschedulable,
+        shrunk below its need, or ``reason``)."""
         order = self._reservations_by_deadline(node)
         if not schedulable:
             for r in order:
@@ -239,7 +244,7 @@ class CacheCore:
         free = res.sub(cap, node.allocated)
         while order and not self._promises_hold(free, order, self._room_leaving(node)):
             r = order.pop()
-            self._end_reservation(r, f"node {node.name} shrank below what reservation {r.id} needs")
+            self._end_reservation(r, reason or f"node {node.name} shrank below what reservation {r.id} needs")
 
     def _node_removed(self, name: str) -> None:
         node = self.state.nodes.get(name)
@@ -283,6 +288,7 @@ class CacheCore:
                 priority=e.priority,
                 submit_seq=self.counters["app"],
                 submit_time=self.state.now,
+                preemption_contract=e.preemption_contract,
             )
         )
 
@@ -733,6 +739,7 @@ def state_changes(state: PartitionState) -> list[p.ChangeMsg]:
                 priority=app.priority,
                 submit_seq=app.submit_seq,
                 submit_time=app.submit_time,
+                preemption_contract=app.contract,
             )
         )
         for ask in sorted(app.asks.values(), key=lambda a: a.seq):
@@ -788,4 +795,17 @@ def state_changes(state: PartitionState) -> list[p.ChangeMsg]:
     marked = [a for a in state.allocations.values() if a.preempting and a.reservation is None]
     for deadline in sorted({a.preempt_deadline for a in marked if a.preempt_deadline is not None}):
         out.append(p.VictimsMarked(victims=[a.id for a in marked if a.preempt_deadline == deadline], deadline=deadline))
+    for c in state.contracts.values():
+        out.append(
+            p.ContractSet(
+                contract=c.id,
+                app=c.app,
+                resource=c.resource,
+                deadline=c.deadline,
+                victims=c.victims,
+                policy=c.policy,
+                released=c.released,
+                cancelled=c.cancelled,
+            )
+        )
     return out

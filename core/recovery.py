@@ -45,7 +45,7 @@ MAX_QUANTITY = 2**40  # a sanity cap on one resource value (2**40 MiB is an exbi
 MAX_LABELS = 64  # node labels per node
 MAX_LABEL_CHARS = 256  # characters of one label's key or value (Kubernetes allows 253 and 63)
 
-_ID_NUMBER = re.compile(r"^(?:alloc|resv)-(\d+)$")
+_ID_NUMBER = re.compile(r"^(?:alloc|resv|preq)-(\d+)$")
 
 
 def absurd_quantity(event: f.Feed) -> str | None:
@@ -234,7 +234,15 @@ def apply_logged(core: CacheCore, log: Sequence[d.DecisionMsg], index: int) -> t
         case d.Kill():
             alloc = state.allocations.get(dec.allocation)
             if alloc is not None:
+                if not alloc.preempting:  # a container a preemption request's deadline killed
+                    core.commit(p.VictimsMarked(victims=[alloc.id], deadline=dec.t))
                 alloc.killed = True
+        case d.PreemptRequest():
+            if not dec.observe_only:
+                problems.extend(_apply_request(core, dec))
+        case d.PreemptRequestEnded():
+            if dec.request in state.contracts:
+                core.commit(p.ContractGone(contract=dec.request))
         case d.Promoted():
             alloc = state.allocations.get(dec.allocation)
             if alloc is not None and alloc.opportunistic:
@@ -276,23 +284,75 @@ def _apply_preempts(core: CacheCore, group: list[d.Preempt]) -> list[str]:
     _bump_counter(core, "reservation", first.reservation)
     if first.reservation in state.reservations:
         return problems
-    app = state.apps.get(first.for_app)
-    ask = None if app is None else app.asks.get(first.for_ask)
-    if app is None or ask is None or first.node not in state.nodes:
-        return [*problems, f"reservation {first.reservation}: ask {first.for_app}/{first.for_ask} or node is gone"]
+    why = _reserve(core, first.reservation, first, victims, first.deadline, first.policy)
+    return problems if why is None else [*problems, why]
+
+
+def _reserve(
+    core: CacheCore,
+    rid: str,
+    named: d.Preempt | d.ContractContainer,
+    victims: list[str],
+    deadline: float,
+    policy: str,
+) -> str | None:
+    """Commit the reservation a logged preemption names (``None``), or say why it cannot be."""
+    state = core.state
+    app = state.apps.get(named.for_app)
+    ask = None if app is None else app.asks.get(named.for_ask)
+    if ask is None or named.node not in state.nodes:
+        return f"reservation {rid}: ask {named.for_app}/{named.for_ask} or node is gone"
     config = state.config
     timeout = config.preemption.reservation_timeout if config is not None else 60.0
     core.commit(
         p.ReservationSet(
-            reservation=first.reservation,
-            app=first.for_app,
-            ask=first.for_ask,
-            node=first.node,
-            resource=dict(first.for_resource) if first.for_resource else dict(ask.resource),
+            reservation=rid,
+            app=named.for_app,
+            ask=named.for_ask,
+            node=named.node,
+            resource=dict(named.for_resource) if named.for_resource else dict(ask.resource),
             victims=victims,
-            deadline=first.deadline,
-            expires=first.deadline + timeout,
-            policy=first.policy,
+            deadline=deadline,
+            expires=deadline + timeout,
+            policy=policy,
+        )
+    )
+    return None
+
+
+def _apply_request(core: CacheCore, dec: d.PreemptRequest) -> list[str]:
+    """A logged preemption request: its containers under notice (each with the reservation it names,
+    made here when no preempt record of the same commit made it), and the open request."""
+    state = core.state
+    _bump_counter(core, "contract", dec.request)
+    if dec.request in state.contracts:
+        return []
+    problems = [
+        f"preempt request: unknown allocation {c.allocation}"
+        for c in dec.containers
+        if c.allocation not in state.allocations
+    ]
+    by_reservation: dict[str, list[d.ContractContainer]] = {}
+    for c in dec.containers:
+        if c.allocation in state.allocations and not state.allocations[c.allocation].preempting:
+            by_reservation.setdefault(c.reservation, []).append(c)
+    for rid, named in by_reservation.items():
+        victims = [c.allocation for c in named]
+        if not rid or rid in state.reservations:
+            core.commit(p.VictimsMarked(victims=victims, deadline=dec.deadline, policy=dec.policy))
+            continue
+        _bump_counter(core, "reservation", rid)
+        why = _reserve(core, rid, named[0], victims, dec.deadline, dec.policy)
+        if why is not None:
+            problems.append(why)
+    core.commit(
+        p.ContractSet(
+            contract=dec.request,
+            app=dec.app,
+            resource=dict(dec.resource),
+            deadline=dec.deadline,
+            victims=[c.allocation for c in dec.containers],
+            policy=dec.policy,
         )
     )
     return problems

@@ -222,6 +222,7 @@ class App:
         "allocated",
         "allocations",
         "asks",
+        "contract",
         "groups",
         "name",
         "pending_asks",
@@ -240,6 +241,7 @@ class App:
         self.priority = change.priority
         self.submit_seq = change.submit_seq
         self.submit_time = change.submit_time
+        self.contract = change.preemption_contract  # YARN-45: asked to give back before any kill
         self.asks: dict[str, Ask] = {}
         self.allocated: Resource = {}
         self.allocations: set[str] = set()
@@ -301,6 +303,31 @@ class Reservation:
         self.policy = change.policy
 
 
+class Contract:
+    """An open preemption request (:mod:`sniper.core.preemption.contract`). ``released`` grows with what
+    the app gives back while it is open (:meth:`PartitionState._contract_credit`); ``cancelled`` with
+    every named victim whose notice the policy cancelled."""
+
+    __slots__ = ("app", "cancelled", "deadline", "id", "policy", "released", "resource", "victims")
+
+    def __init__(self, change: p.ContractSet) -> None:
+        self.id = change.contract
+        self.app = change.app
+        self.resource: Resource = res.normalized(change.resource)
+        self.deadline = change.deadline
+        self.victims = list(change.victims)
+        self.policy = change.policy
+        self.released: Resource = dict(change.released)
+        self.cancelled: Resource = dict(change.cancelled)
+
+    def need(self) -> Resource:
+        """What the policy still wants back: the request less the victims it no longer needs."""
+        return res.clamp_min_zero(res.sub(self.resource, self.cancelled))
+
+    def missing(self) -> Resource:
+        return res.clamp_min_zero(res.sub(self.need(), self.released))
+
+
 class StateError(RuntimeError):
     """A change that contradicts the state (a bug in the cache: changes are validated before apply)."""
 
@@ -320,6 +347,7 @@ class PartitionState:
         self.apps: dict[str, App] = {}
         self.allocations: dict[str, Allocation] = {}
         self.reservations: dict[str, Reservation] = {}
+        self.contracts: dict[str, Contract] = {}  # open preemption requests, oldest first
         # Opportunistic asks that still want containers, oldest first (they have no queue pending).
         self.opportunistic_asks: dict[AskKey, Ask] = {}
         self.capacity: Resource = {}  # all schedulable nodes
@@ -341,6 +369,8 @@ class PartitionState:
             p.ReservationGone: self._reservation_gone,
             p.VictimsMarked: self._victims,
             p.VictimsReleased: self._victims_released,
+            p.ContractSet: self._contract,
+            p.ContractGone: self._contract_gone,
             p.Clock: self._clock,
         }
         if config is not None:
@@ -610,6 +640,8 @@ class PartitionState:
         self._add_usage(alloc.queue, "allocated", alloc.resource, -1)
         if alloc.preempting:
             self._add_usage(alloc.queue, "preempting", alloc.resource, -1)
+        if self.contracts:
+            self._contract_credit(alloc)
         self._index(node)
         if self.on_allocation_gone is not None:
             self.on_allocation_gone(alloc)
@@ -698,6 +730,32 @@ class PartitionState:
             victim.preempt_deadline = None
             victim.reservation = None
             self._index(node)
+            for contract in self.contracts.values():
+                if vid in contract.victims:
+                    res.add_into(contract.cancelled, victim.resource)
+
+    def _contract(self, c: p.ContractSet) -> None:
+        if c.contract in self.contracts:
+            raise StateError(f"preemption request {c.contract} opened twice")
+        self.contracts[c.contract] = Contract(c)
+
+    def _contract_gone(self, c: p.ContractGone) -> None:
+        if self.contracts.pop(c.contract, None) is None:
+            raise StateError(f"preemption request {c.contract} is not open")
+
+    def _contract_credit(self, alloc: Allocation) -> None:
+        """A container of an app under a preemption request left: it counts as given back to the
+        app's oldest open request that still misses something, when the application master released
+        it of its own accord (it was under no notice) or it is one that request named."""
+        left = dict(alloc.resource)
+        for contract in self.contracts.values():
+            if contract.app != alloc.app or (alloc.preempting and alloc.id not in contract.victims):
+                continue
+            take = res.component_min(contract.missing(), left)
+            res.add_into(contract.released, take)
+            res.sub_into(left, take)
+            if not res.any_positive(left):
+                return
 
     def _reservation_gone(self, c: p.ReservationGone) -> None:
         r = self.reservations.get(c.reservation)

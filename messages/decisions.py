@@ -118,6 +118,62 @@ class PreemptCancelled(Decision, tag="preempt_cancelled", frozen=True, gc=False)
     reason: str
 
 
+class ContractContainer(msgspec.Struct, frozen=True, gc=False):
+    """One container a preemption request names, with the beneficiary its room was chosen for."""
+
+    allocation: str
+    node: str
+    resource: dict[str, int]
+    reservation: str = ""  # the reservation holding its room (sniper, intra-queue); "" for proportional
+    for_ask: str = ""
+    for_app: str = ""
+    for_queue: str = ""
+    for_resource: dict[str, int] = {}
+
+
+class PreemptRequest(Decision, tag="preempt_request", frozen=True, gc=False):
+    """YARN-45's preemption contract: ``app`` is asked to give ``resource`` back by ``deadline``; its
+    application master may release the ``containers`` named or others of the same size. What is still
+    missing at the deadline is killed, newest containers first."""
+
+    request: str
+    app: str
+    queue: str
+    resource: dict[str, int]
+    deadline: float
+    containers: list[ContractContainer]
+    for_ask: str = ""  # the first beneficiary (every container names its own)
+    for_app: str = ""
+    for_queue: str = ""
+    policy: str = "sniper"
+    reason: str = ""
+    observe_only: bool = False
+
+
+class PreemptRequestEnded(Decision, tag="preempt_request_ended", frozen=True, gc=False):
+    """A preemption request closed: ``given_back`` (the application master released enough),
+    ``enforced`` (the deadline passed: ``killed`` covers what was missing) or ``withdrawn`` (the
+    policy's need vanished before the deadline)."""
+
+    request: str
+    app: str
+    queue: str
+    outcome: str
+    released: dict[str, int] = {}
+    killed: dict[str, int] = {}
+    reason: str = ""
+
+
 DecisionMsg = (
-    Allocated | Preempt | PreemptCancelled | Kill | Released | AllocationLost | Rejected | ReservationEnded | Promoted
+    Allocated
+    | Preempt
+    | PreemptCancelled
+    | Kill
+    | Released
+    | AllocationLost
+    | Rejected
+    | ReservationEnded
+    | Promoted
+    | PreemptRequest
+    | PreemptRequestEnded
 )

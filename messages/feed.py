@@ -49,6 +49,9 @@ class AppAdded(FeedEvent, tag="app_added", frozen=True, gc=False):
     user: str = ""
     priority: int = 0
     groups: list[str] = []  # the user's groups, for group limits (YuniKorn's UserGroup)
+    # YARN-45: the application master honours preemption contracts; the policies send it a
+    # ``preempt_request`` and kill only what is still missing at the deadline (docs/feed.md).
+    preemption_contract: bool = False
 
 
 class AppRemoved(FeedEvent, tag="app_removed", frozen=True, gc=False):

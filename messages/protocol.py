@@ -41,6 +41,7 @@ class AppSet(Change, tag="app", frozen=True, gc=False):
     submit_seq: int = 0
     submit_time: float = 0.0
     groups: tuple[str, ...] = ()
+    preemption_contract: bool = False  # YARN-45: asked to give resources back before any kill
 
 
 class AppGone(Change, tag="app_gone", frozen=True, gc=False):
@@ -126,6 +127,26 @@ class VictimsReleased(Change, tag="victims_released", frozen=True, gc=False):
     victims: list[str]
 
 
+class ContractSet(Change, tag="contract", frozen=True, gc=False):
+    """An open preemption request (YARN-45's contract): ``app`` is asked to give ``resource`` back by
+    ``deadline``; ``victims`` are the containers the policy chose (under notice meanwhile). ``released``
+    and ``cancelled`` are what it gave back and what the policy no longer needs (non-empty only when
+    rebuilding a state: the state keeps both up to date itself)."""
+
+    contract: str
+    app: str
+    resource: dict[str, int]
+    deadline: float
+    victims: list[str]
+    policy: str = "sniper"
+    released: dict[str, int] = {}
+    cancelled: dict[str, int] = {}
+
+
+class ContractGone(Change, tag="contract_gone", frozen=True, gc=False):
+    contract: str
+
+
 class Clock(Change, tag="clock", frozen=True, gc=False):
     now: float
 
@@ -145,6 +166,8 @@ ChangeMsg = (
     | ReservationGone
     | VictimsMarked
     | VictimsReleased
+    | ContractSet
+    | ContractGone
     | Clock
 )
 

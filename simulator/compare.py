@@ -123,12 +123,23 @@ OPPORTUNISTIC_ROWS: tuple[tuple[str, Callable[[Report], Any]], ...] = (
 )
 
 
+# Shown only when some run sent a preemption request (seed 004's actions, cheapest first).
+ACTION_ROWS: tuple[tuple[str, Callable[[Report], Any]], ...] = (
+    ("action dereservation", lambda r: r.actions.get("dereservation", 0)),
+    ("action preempt_request", lambda r: r.actions.get("preempt_request", 0)),
+    ("action preempt", lambda r: r.actions.get("preempt", 0)),
+    ("action kill", lambda r: r.actions.get("kill", 0)),
+)
+
+
 def table_rows(results: dict[str, PolicyRun]) -> list[list[str]]:
     reports = [r.summary for r in results.values()]
     opportunistic = any(r.opportunistic.allocations for r in reports)
     rows = [[label] + [_fmt(get(r)) for r in reports] for label, get in ROWS]
     if opportunistic:
         rows += [[label] + [_fmt(get(r)) for r in reports] for label, get in OPPORTUNISTIC_ROWS]
+    if any(r.actions.get("preempt_request") for r in reports):
+        rows += [[label] + [_fmt(get(r)) for r in reports] for label, get in ACTION_ROWS]
     per_resource = PER_RESOURCE
     if opportunistic:
         per_resource += (("opportunistic utilization", lambda r: dict(r.opportunistic.utilization)),)

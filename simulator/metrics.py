@@ -19,10 +19,20 @@ from collections.abc import Callable, Iterator
 
 from sniper.core import resources as res
 from sniper.core.opportunistic import KILL_REASON
+from sniper.core.preemption.contract import KILL_REASON as CONTRACT_KILL
 from sniper.core.resources import Resource
 from sniper.messages import decisions as d
 from sniper.simulator.model import ClusterModel
 from sniper.simulator.report import Opportunistic, PreemptionLogEntry, Preemptions, TimeToGuarantee
+
+# Seed 004's four actions, cheapest first, and the decisions that count as each. De-reservation: the
+# decision of allocator-level de-reservation (branch dereserve) goes here once it exists.
+ACTIONS: dict[str, tuple[type, ...]] = {
+    "dereservation": (),
+    "preempt_request": (d.PreemptRequest,),
+    "preempt": (d.Preempt,),
+    "kill": (d.Kill,),
+}
 
 IdealFn = Callable[[ClusterModel], dict[str, Resource]]
 
@@ -283,25 +293,78 @@ class Metrics:
 
     def preemption_totals(self) -> Preemptions:
         """Victims given notice (count and resources), and how many of those notices were cancelled
-        (opportunistic containers killed first are counted apart, in :meth:`opportunistic`)."""
+        (opportunistic containers killed first are counted apart, in :meth:`opportunistic`; containers a
+        preemption request named, in :meth:`actions`)."""
         preempts = [x for x in self.decisions if isinstance(x, d.Preempt) and not x.opportunistic]
-        cancelled = sum(1 for x in self.decisions if isinstance(x, d.PreemptCancelled))
+        noticed = {x.allocation for x in preempts}  # a preemption request's containers got no notice
+        cancelled = sum(1 for x in self.decisions if isinstance(x, d.PreemptCancelled) and x.allocation in noticed)
         resources = res.total(x.resource for x in preempts)
         return Preemptions(victims=len(preempts), resources=resources, cancelled=cancelled)
 
+    def actions(self) -> dict[str, int]:
+        """Seed 004's actions, cheapest first: de-reservations, preemption requests, notices (without
+        the opportunistic containers killed at once, counted in :meth:`opportunistic`) and kills."""
+        out = dict.fromkeys(ACTIONS, 0)
+        for x in self.decisions:
+            if isinstance(x, d.PreemptRequest | d.Preempt) and x.observe_only:
+                continue
+            if (isinstance(x, d.Preempt) and x.opportunistic) or (isinstance(x, d.Kill) and x.reason == KILL_REASON):
+                continue
+            for action, kinds in ACTIONS.items():
+                if isinstance(x, kinds):
+                    out[action] += 1
+        return out
+
     def preemption_log(self, limit: int = 1000) -> list[PreemptionLogEntry]:
-        return [
-            PreemptionLogEntry(
-                t=x.t,
-                victim=x.allocation,
-                victim_queue=x.queue,
-                node=x.node,
-                beneficiary_ask=x.for_ask,
-                beneficiary_queue=x.for_queue,
-                cost=x.cost,
-                policy=x.policy,
-                reason=x.reason,
-            )
-            for x in self.decisions
-            if isinstance(x, d.Preempt)
-        ][:limit]
+        """Every notice, every container a preemption request named, and every kill at a request's
+        deadline, in decision order, each naming its action."""
+        out: list[PreemptionLogEntry] = []
+        for x in self.decisions:
+            if isinstance(x, d.Preempt):
+                out.append(
+                    PreemptionLogEntry(
+                        t=x.t,
+                        victim=x.allocation,
+                        victim_queue=x.queue,
+                        node=x.node,
+                        beneficiary_ask=x.for_ask,
+                        beneficiary_queue=x.for_queue,
+                        cost=x.cost,
+                        policy=x.policy,
+                        reason=x.reason,
+                    )
+                )
+            elif isinstance(x, d.PreemptRequest):
+                out.extend(
+                    PreemptionLogEntry(
+                        t=x.t,
+                        victim=c.allocation,
+                        victim_queue=x.queue,
+                        node=c.node,
+                        beneficiary_ask=c.for_ask,
+                        beneficiary_queue=c.for_queue,
+                        cost=0.0,
+                        policy=x.policy,
+                        reason=f"{x.request}: {x.reason}",
+                        action="preempt_request",
+                    )
+                    for c in x.containers
+                )
+            elif isinstance(x, d.Kill) and x.reason.startswith(CONTRACT_KILL):
+                out.append(
+                    PreemptionLogEntry(
+                        t=x.t,
+                        victim=x.allocation,
+                        victim_queue=x.queue,
+                        node=x.node,
+                        beneficiary_ask="",
+                        beneficiary_queue="",
+                        cost=0.0,
+                        policy="",
+                        reason=x.reason,
+                        action="kill",
+                    )
+                )
+            if len(out) >= limit:
+                break
+        return out[:limit]

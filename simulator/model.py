@@ -94,6 +94,8 @@ class ClusterModel:
         self.last_seq = 0
         self.rejected_asks: set[tuple[str, str]] = set()
         self.seen_events: set[str] = set()
+        self.contract_apps: set[str] = set()  # apps whose application master honours preemption requests
+        self.requests: dict[str, tuple[str, float]] = {}  # open preemption request -> (app, deadline)
         self.gangs: dict[tuple[str, str], int] = {}  # ask -> gang_min, for gangs of two or more
         self.gang_held: dict[tuple[str, str], int] = {}  # ask -> containers held at the last check
         self.open: dict[tuple[str, str], None] = {}  # asks that may still have containers to place
@@ -140,6 +142,8 @@ class ClusterModel:
                     del self.nodes[n]
                     self.removed_nodes.add(n)
             case f.AppAdded(app=a, queue=q, user=u, groups=g):
+                if event.preemption_contract and a not in self.apps:
+                    self.contract_apps.add(a)
                 self.apps.setdefault(a, q)
                 self.app_user.setdefault(a, u)
                 self.app_groups.setdefault(a, tuple(g))
@@ -188,44 +192,21 @@ class ClusterModel:
         match dec:
             case d.Allocated():
                 self._allocated(dec)
-            case d.Released(allocation=aid) | d.Kill(allocation=aid):
+            case d.Kill(allocation=aid):
+                self._check_contract_kill(dec)
+                self._gone(aid)
+            case d.Released(allocation=aid):
                 self._gone(aid)
             case d.AllocationLost(allocation=aid):
                 self._gone(aid)
             case d.Promoted():
                 self._promoted(dec)
             case d.Preempt():
-                alloc = self.allocations.get(dec.allocation)
-                if alloc is None:
-                    self._violate(dec.t, 5, f"preempt of unknown allocation {dec.allocation}")
-                    return
-                if dec.observe_only:
-                    return
-                # The reservation is recorded before the victim is judged: the room it holds is committed
-                # to the beneficiary's queue (for intra-queue preemption, the victim's own).
-                if dec.reservation:
-                    r = self.reservations.get(dec.reservation)
-                    if r is None:
-                        r = ModelReservation(
-                            dec.reservation,
-                            dec.for_app,
-                            dec.for_ask,
-                            dec.for_queue,
-                            dec.node,
-                            res.normalized(dec.for_resource),
-                            set(),
-                            dec.t,
-                        )
-                        self.reservations[dec.reservation] = r
-                    r.victims.add(dec.allocation)
-                    if dec.node != alloc.node:
-                        self._violate(
-                            dec.t, 6, f"victim {alloc.id} is on {alloc.node}, not the reserved node {dec.node}"
-                        )
-                self._check_preemption(dec, alloc)
-                if alloc.preempted_at is None:
-                    alloc.preempted_at = dec.t
-                    self.notices += 1
+                self._notice(dec)
+            case d.PreemptRequest():
+                self._preempt_request(dec)
+            case d.PreemptRequestEnded(request=rid):
+                self.requests.pop(rid, None)
             case d.PreemptCancelled(allocation=aid):
                 alloc = self.allocations.get(aid)
                 if alloc is None or alloc.preempted_at is None:
@@ -241,6 +222,71 @@ class ClusterModel:
                     self.open.pop((a, k), None)
             case _:
                 pass
+
+    def _notice(self, dec: d.Preempt) -> None:
+        alloc = self.allocations.get(dec.allocation)
+        if alloc is None:
+            self._violate(dec.t, 5, f"preempt of unknown allocation {dec.allocation}")
+            return
+        if dec.observe_only:
+            return
+        # The reservation is recorded before the victim is judged: the room it holds is committed
+        # to the beneficiary's queue (for intra-queue preemption, the victim's own).
+        if dec.reservation:
+            r = self.reservations.get(dec.reservation)
+            if r is None:
+                r = ModelReservation(
+                    dec.reservation,
+                    dec.for_app,
+                    dec.for_ask,
+                    dec.for_queue,
+                    dec.node,
+                    res.normalized(dec.for_resource),
+                    set(),
+                    dec.t,
+                )
+                self.reservations[dec.reservation] = r
+            r.victims.add(dec.allocation)
+            if dec.node != alloc.node:
+                self._violate(dec.t, 6, f"victim {alloc.id} is on {alloc.node}, not the reserved node {dec.node}")
+        self._check_preemption(dec, alloc)
+        if alloc.preempted_at is None:
+            alloc.preempted_at = dec.t
+            self.notices += 1
+
+    def _preempt_request(self, dec: d.PreemptRequest) -> None:
+        """A preemption request's containers are judged as the notices they replace (invariant 5) and
+        are under notice until it ends; the reservations it names hold their room (invariant 6)."""
+        if dec.observe_only:
+            return
+        self.requests[dec.request] = (dec.app, dec.deadline)
+        for c in dec.containers:
+            as_notice = d.Preempt(
+                t=dec.t,
+                allocation=c.allocation,
+                app=dec.app,
+                queue=dec.queue,
+                node=c.node,
+                resource=c.resource,
+                for_ask=c.for_ask,
+                for_app=c.for_app,
+                for_queue=c.for_queue,
+                deadline=dec.deadline,
+                reservation=c.reservation,
+                policy=dec.policy,
+                for_resource=c.for_resource,
+            )
+            self._notice(as_notice)
+
+    def _check_contract_kill(self, dec: d.Kill) -> None:
+        """Invariant 9: a container of an app with a preemption contract is killed (opportunistic ones
+        aside) only once a request of that app has reached its deadline."""
+        alloc = self.allocations.get(dec.allocation)
+        if alloc is None or alloc.opportunistic or alloc.app not in self.contract_apps:
+            return
+        due = [deadline for app, deadline in self.requests.values() if app == alloc.app]
+        if not any(deadline <= dec.t + 1e-9 for deadline in due):
+            self._violate(dec.t, 9, f"{alloc.id} of contract app {alloc.app} killed before its request's deadline")
 
     def _check_preemption(self, dec: d.Preempt, victim: ModelAllocation) -> None:
         """Invariant 5 as far as an outside observer can check it: queue relations from the config;

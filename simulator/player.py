@@ -82,7 +82,10 @@ class Player:
         tick: float = 1.0,
         quiet: float = 60.0,
         skip_idle: bool = True,
+        am_response: float | None = None,
     ) -> None:
+        """``am_response``: how long a contract application master takes to answer a preemption request
+        (None: half the time to its deadline)."""
         if tick <= 0 or quiet < 0:
             raise ValueError("tick must be positive and quiet not negative")
         self.trace = relative(events)
@@ -90,7 +93,7 @@ class Player:
         self.tick = tick
         self.quiet = quiet
         self.skip_idle = skip_idle
-        self.rm = StandInRM()
+        self.rm = StandInRM(am_response)
         self.cursor = 0
         self.now = 0.0
         self.next_tick = 0.0

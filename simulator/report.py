@@ -46,6 +46,9 @@ class PreemptionLogEntry(msgspec.Struct, frozen=True):
     cost: float
     policy: str
     reason: str
+    # Seed 004's action: "preempt" (a notice, killed after the grace), "preempt_request" (a container a
+    # preemption request named), "kill" (killed at a request's deadline: what the AM did not give back).
+    action: str = "preempt"
 
 
 class Opportunistic(msgspec.Struct, frozen=True):
@@ -61,6 +64,8 @@ class PartitionReport(msgspec.Struct, kw_only=True):
     policy: str = "none"
     allocations: int = 0
     preemptions: Preemptions = Preemptions()
+    # Seed 004's four actions, cheapest first: decisions of each kind (docs/report.md).
+    actions: dict[str, int] = {}
     wasted_preemptions: int = 0
     ping_pong: int = 0
     preemptions_undecided: int = 0
@@ -122,6 +127,7 @@ def partition_report(fig: PartitionFigures, cycle: float) -> PartitionReport:
         policy=config.preemption.policy if config is not None else "none",
         allocations=fig.counts.get("Allocated", 0),
         preemptions=m.preemption_totals(),
+        actions=m.actions(),
         wasted_preemptions=wasted,
         ping_pong=ping_pong,
         preemptions_undecided=undecided,
@@ -189,6 +195,7 @@ def build_report(
             resources=res.total(r.preemptions.resources for r in per.values()),
             cancelled=sum(r.preemptions.cancelled for r in per.values()),
         ),
+        actions={k: sum(r.actions.get(k, 0) for r in per.values()) for k in first.actions},
         wasted_preemptions=sum(r.wasted_preemptions for r in per.values()),
         ping_pong=sum(r.ping_pong for r in per.values()),
         preemptions_undecided=sum(r.preemptions_undecided for r in per.values()),

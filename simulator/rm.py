@@ -3,7 +3,11 @@
 Each container is released ``duration`` seconds after it starts; a killed container is released at
 once; a preempted, killed or lost container's work is asked for again as a new one-container ask
 (unless the trace said ``"retry": false``). Apps ignore the preempt signal (seed 002: none reacts),
-so victims leave at their kill. Deterministic: events come out in (time, sequence) order.
+so victims leave at their kill, except the application masters of apps with a preemption contract
+(``app_added`` ``preemption_contract``): on a ``preempt_request`` such an AM releases its newest
+containers covering the resource asked, ``am_response`` seconds later (default: half the time to the
+request's deadline); their work too is asked for again. Deterministic: events come out in (time,
+sequence) order.
 ``lost_work`` sums, per partition, the running time of every killed or lost container (ARCHITECTURE
 section 7, ``lost_work_seconds``), asked again or not.
 """
@@ -13,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import heapq
 
+from sniper.core.preemption.contract import newest_covering
 from sniper.messages import decisions as d
 from sniper.messages import feed as f
 
@@ -29,7 +34,11 @@ class AskInfo:
 
 
 class StandInRM:
-    def __init__(self) -> None:
+    def __init__(self, am_response: float | None = None) -> None:
+        self.am_response = am_response  # seconds a contract AM takes to answer (None: half the grace)
+        self.contract_apps: set[tuple[str, str]] = set()
+        self.app_containers: dict[tuple[str, str], dict[str, dict[str, int]]] = {}  # running, by app
+        self.giving_back: set[tuple[str, str]] = set()  # containers an AM chose to release
         self.asks: dict[tuple[str, str, str], AskInfo] = {}  # (partition, app, ask)
         self.apps: set[tuple[str, str]] = set()
         self.timers: list[tuple[float, int, f.Feed]] = []
@@ -55,6 +64,8 @@ class StandInRM:
             )
         elif isinstance(event, f.AppAdded):
             self.apps.add((event.partition, event.app))
+            if event.preemption_contract:
+                self.contract_apps.add((event.partition, event.app))
         elif isinstance(event, f.AppRemoved):
             self.apps.discard((event.partition, event.app))
 
@@ -77,29 +88,63 @@ class StandInRM:
             case d.Allocated():
                 self.alloc_ask[(dec.partition, dec.allocation)] = dec.ask
                 self.started[(dec.partition, dec.allocation)] = now
+                if (dec.partition, dec.app) in self.contract_apps and not dec.am and not dec.opportunistic:
+                    self.app_containers.setdefault((dec.partition, dec.app), {})[dec.allocation] = dec.resource
                 info = self.asks.get((dec.partition, dec.app, dec.ask))
                 if info is not None and info.duration is not None:
                     at = now + info.duration
                     self.release_at[(dec.partition, dec.allocation)] = at
                     self._schedule(at, f.AllocationReleased(t=at, partition=dec.partition, allocation=dec.allocation))
                 return []
+            case d.PreemptRequest() if not dec.observe_only:
+                self._give_back(dec, now)
+                return []
             case d.Kill():
+                self._forget(dec.partition, dec.app, dec.allocation)
                 self._lost(dec.partition, dec.allocation, now)
                 ask = self.alloc_ask.pop((dec.partition, dec.allocation), "")
                 out: list[f.Feed] = [f.AllocationReleased(t=now, partition=dec.partition, allocation=dec.allocation)]
                 out.extend(self._again(dec.partition, dec.app, ask, now))
                 return out
             case d.AllocationLost():
+                self._forget(dec.partition, dec.app, dec.allocation)
                 self._lost(dec.partition, dec.allocation, now)
                 self.alloc_ask.pop((dec.partition, dec.allocation), None)
                 return self._again(dec.partition, dec.app, dec.ask, now)
             case d.Released():
+                self._forget(dec.partition, dec.app, dec.allocation)
+                if (dec.partition, dec.allocation) in self.giving_back:
+                    # Given back under a preemption request: its work is lost and asked for again.
+                    self.giving_back.discard((dec.partition, dec.allocation))
+                    self._lost(dec.partition, dec.allocation, now)
+                    ask = self.alloc_ask.pop((dec.partition, dec.allocation), "")
+                    return self._again(dec.partition, dec.app, ask, now)
                 self.alloc_ask.pop((dec.partition, dec.allocation), None)
                 self.release_at.pop((dec.partition, dec.allocation), None)
                 self.started.pop((dec.partition, dec.allocation), None)
                 return []
             case _:
                 return []
+
+    def _forget(self, partition: str, app: str, allocation: str) -> None:
+        held = self.app_containers.get((partition, app))
+        if held is not None:
+            held.pop(allocation, None)
+
+    def _give_back(self, dec: d.PreemptRequest, now: float) -> None:
+        """A contract AM's answer: its newest containers (by start, then id) covering the resource,
+        released after the response delay (a container already leaving by then is skipped)."""
+        held = self.app_containers.get((dec.partition, dec.app))
+        if not held:
+            return
+        at = now + (self.am_response if self.am_response is not None else max(0.0, dec.deadline - now) / 2)
+        started = self.started
+        candidates = [(aid, started.get((dec.partition, aid), 0.0), r) for aid, r in held.items()]
+        chosen = newest_covering(candidates, dec.resource)
+        for aid in chosen:
+            del held[aid]
+            self.giving_back.add((dec.partition, aid))
+            self._schedule(at, f.AllocationReleased(t=at, partition=dec.partition, allocation=aid))
 
     def _lost(self, partition: str, allocation: str, now: float) -> None:
         self.release_at.pop((partition, allocation), None)

@@ -57,6 +57,7 @@ class SimulationSettings:
     batch: int = 4096
     quiet: float = 60.0  # after the trace, stop once nothing happened for this long
     skip_idle: bool = True  # jump over idle time (False: tick every second, the reference)
+    am_response: float | None = None  # a contract AM's answer to a preempt_request (None: half the grace)
 
 
 @dataclasses.dataclass(slots=True)
@@ -103,15 +104,16 @@ def _initial_config(
 
 
 def _has_work(model: ClusterModel, runtime: PartitionRuntime, changed_at: float) -> bool:
-    """Whether a tick can change anything in this partition: notices or reservations (deadlines), an
-    allocator whose batch ran out, or pending asks while a preemption policy may still act on them.
+    """Whether a tick can change anything in this partition: notices, reservations or preemption
+    requests (deadlines; a request is settled at a tick), an allocator whose batch ran out, or pending
+    asks while a preemption policy may still act on them.
 
     Pending asks are settled (ticks change nothing but the allocator's missed-opportunity counts, which
     the driver carries over) when the only policy is sniper, its last round came after the partition's
     last change and found no queue that could gain by preemption (no beneficiary or nothing to lose),
     no request is in flight, and one missed cycle is enough to be a candidate."""
     derived = model.derived()
-    if derived.notices or model.reservations:
+    if derived.notices or model.reservations or model.requests:
         return True
     if any(isinstance(a, AllocatorActor) and a.core.dirty for a in runtime.actors):
         return True
@@ -230,6 +232,7 @@ async def drive(
         tick=settings.tick,
         quiet=settings.quiet,
         skip_idle=settings.skip_idle,
+        am_response=settings.am_response,
     )
     trace = player.trace
     names = sorted({e.partition for e in trace} | {part.name for part in (config.partitions if config else ())})

@@ -450,6 +450,36 @@ def opportunistic(seed: int = 0) -> Scenario:
     return Scenario("opportunistic", opportunistic.__doc__ or "", raw, events)
 
 
+def contract(seed: int = 0) -> Scenario:
+    """Preemption contracts (YARN-45, seed 004's resource-based preemption): on 16 nodes of 64 GiB,
+    queue batch borrowed the idle cluster with four apps of 4 GiB containers, two of them with
+    application masters that honour preemption requests (``preemption_contract``). prod (guarantee:
+    half the cluster) then asks for 8 GiB services and later 16 GiB trainers. Contract apps get a
+    ``preempt_request`` and give back their newest containers within the grace; the others are
+    preempted container by container; what a contract app still misses at the deadline is killed."""
+    rng = random.Random(seed)
+    nodes = 16
+    half = {"memory": nodes * 64 * GiB // 2, "vcore": nodes * 16_000 // 2}
+    raw = _partition([_queue("prod", half), _queue("batch", half)], dict(PREEMPTION))
+    events: list[f.Feed] = list(_nodes(nodes, 64 * GiB, 16_000))
+    for k in range(4):
+        app = f"batch-{k}"
+        events.append(f.AppAdded(t=1 + k, app=app, queue="root.batch", preemption_contract=k % 2 == 0))
+        events.append(
+            f.AskAdded(
+                t=1 + k,
+                app=app,
+                ask=f"{app}-task",
+                resource={"memory": 4 * GiB, "vcore": 1000},
+                count=70,
+                duration=rng.uniform(400, 600),
+            )
+        )
+    _job(events, 60, "prod-web", "root.prod", 40, 8 * GiB, 2000, rng.uniform(250, 350))
+    _job(events, 200, "prod-ml", "root.prod", 8, 16 * GiB, 4000, rng.uniform(150, 250))
+    return Scenario("contract", contract.__doc__ or "", raw, events)
+
+
 SCENARIOS: dict[str, ScenarioFn] = {
     "demo": demo,
     "large_containers": large_containers,
@@ -461,6 +491,7 @@ SCENARIOS: dict[str, ScenarioFn] = {
     "opportunistic": opportunistic,
     "user_limits": user_limits,
     "gang": gang,
+    "contract": contract,
 }
 
 

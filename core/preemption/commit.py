@@ -15,7 +15,9 @@ validated, each counting the members before it, then all committed in the same v
 never one whose whole gang would take its queue above its ideal. Observe-only proposals publish what
 would be preempted and change nothing.
 Opportunistic victims stand outside those queue rules, quotas and ``max`` (they count in no queue) and
-are killed at once (:func:`sniper.core.opportunistic.evict`).
+are killed at once (:func:`sniper.core.opportunistic.evict`). Victims of apps with a preemption
+contract get no notice of their own: their app gets one request per commit
+(:mod:`sniper.core.preemption.contract`).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from sniper.core import gang
 from sniper.core import resources as res
 from sniper.core.limits import Limits
 from sniper.core.opportunistic import KILL_REASON, evict
+from sniper.core.preemption.contract import Requests
 from sniper.core.preemption.placement import quota_allows
 from sniper.core.preemption.quotas import Quotas, compute_quotas, net_usage
 from sniper.core.preemption.rules import may_preempt_for, preemption_disabled
@@ -64,7 +67,12 @@ def _commit_shotgun(cache: CacheCore, proposal: p.PreemptionProposal) -> None:
         else:
             accepted.append(alloc)
     deadline = state.now + grace
+    reason = "proportional: queue over its ideal assignment (no beneficiary)"
+    requests = Requests(cache, proposal.policy, proposal.observe_only)
     for alloc in accepted:
+        if requests.wants(alloc):
+            requests.add(alloc, reason)
+            continue
         cache.decide(
             d.Preempt,
             allocation=alloc.id,
@@ -78,13 +86,14 @@ def _commit_shotgun(cache: CacheCore, proposal: p.PreemptionProposal) -> None:
             deadline=deadline,
             reservation="",
             policy=proposal.policy,
-            reason="proportional: queue over its ideal assignment (no beneficiary)",
+            reason=reason,
             observe_only=proposal.observe_only,
             opportunistic=alloc.opportunistic,
         )
     if accepted and not proposal.observe_only:
         cache.commit(p.VictimsMarked(victims=[a.id for a in accepted], deadline=deadline, policy=proposal.policy))
         evict(cache, accepted)
+    requests.publish(deadline)
     cache.outcome(proposal.id, len(accepted), rejected)
 
 
@@ -100,6 +109,8 @@ def _commit_placements(cache: CacheCore, proposal: p.PreemptionProposal) -> None
     accepted = 0
     rejected: dict[str, str] = {}
     placements = proposal.placements
+    requests = Requests(cache, proposal.policy, proposal.observe_only)
+    waiting: list[str] = []  # nodes of placements with contract victims: fulfilled once the requests are open
     for members, need in gang.units(state, placements):
         unit = [placements[n] for n in members]
         if need == 1:
@@ -117,9 +128,13 @@ def _commit_placements(cache: CacheCore, proposal: p.PreemptionProposal) -> None
                 limits.charge(state.apps[pl.app].asks[pl.ask])
                 for vid in pl.victims:
                     limits.take(state.allocations[vid])
-            _commit_one(cache, pl, quotas, lose_left, proposal)
+            _commit_one(cache, pl, quotas, lose_left, proposal, requests, waiting)
         if why is None:
             limits = trial  # a gang's members were charged to the trial view as they were checked
+    if requests.by_app:
+        requests.publish(state.now + pre.grace)
+        for node in waiting:
+            cache.fulfil_reservations(node)
     cache.outcome(proposal.id, accepted, rejected)
 
 
@@ -270,6 +285,8 @@ def _commit_one(
     quotas: Quotas | None,
     lose_left: dict[str, Resource],
     proposal: p.PreemptionProposal,
+    requests: Requests,
+    waiting: list[str],
 ) -> None:
     state = cache.state
     config = state.config
@@ -281,6 +298,7 @@ def _commit_one(
     now = state.now
     deadline = now + pre.grace
     rid = f"resv-{cache.next_id('reservation')}"
+    contract_victims = False
     for v in victims:
         ideal = quotas.ideal.get(v.queue.path, {}) if quotas is not None else {}
         if v.opportunistic:
@@ -294,6 +312,18 @@ def _commit_one(
         else:
             owner = state.apps[v.app].user
             why = f"{v.queue.path}: user {owner!r} above its limit, for user {app.user!r} within theirs"
+        if requests.wants(v):
+            requests.add(
+                v,
+                f"{why}; {pl.reason}",
+                reservation="" if proposal.observe_only else rid,
+                for_ask=pl.ask,
+                for_app=pl.app,
+                for_queue=app.queue.path,
+                for_resource=ask.resource,
+            )
+            contract_victims = True
+            continue
         cache.decide(
             d.Preempt,
             allocation=v.id,
@@ -330,4 +360,7 @@ def _commit_one(
         )
     )
     evict(cache, victims)
-    cache.fulfil_reservations(pl.node)
+    if contract_victims:
+        waiting.append(pl.node)
+    else:
+        cache.fulfil_reservations(pl.node)

@@ -48,6 +48,13 @@ ShowRejections = Annotated[
 ]
 Seed = Annotated[int, typer.Option(min=0, help="seed of a bundled scenario")]
 Until = Annotated[float | None, typer.Option(min=0.0, help="stop at this simulated second")]
+AmResponse = Annotated[
+    float | None,
+    typer.Option(
+        min=0.0,
+        help="seconds simulated contract AMs take to answer a preempt_request (default: half the grace)",
+    ),
+]
 
 
 def _print_summary(report: Report, title: str) -> None:
@@ -88,6 +95,7 @@ def simulate(
     transport: Annotated[Transport, typer.Option(help="the links between the actors")] = Transport.memory,
     bootstrap: Annotated[str | None, typer.Option(help="Kafka bootstrap for --transport kafka")] = None,
     show: ShowRejections = False,
+    am_response: AmResponse = None,
     verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
 ) -> None:
     """Replay a trace in virtual time through the real actors and report (exit 1 on an invariant violation)."""
@@ -97,7 +105,9 @@ def simulate(
 
     setup_logging(verbose)
     events, config, source = load_inputs(trace, queues, seed)
-    settings = SimulationSettings(until=until, seed=seed, policy=None if policy is None else policy.value)
+    settings = SimulationSettings(
+        until=until, seed=seed, policy=None if policy is None else policy.value, am_response=am_response
+    )
     console.print(literal(f"simulating {source}: {len(events)} events"))
     with Progress(
         TextColumn("sim"),
@@ -149,6 +159,7 @@ def compare(
     jobs: Annotated[int, typer.Option(min=1, help="run the policies in this many parallel processes")] = 1,
     resource: Annotated[str | None, typer.Option(help="resource to plot; default: the scarcest, measured")] = None,
     as_markdown: Annotated[bool, typer.Option("--markdown", help="print the table as Markdown")] = False,
+    am_response: AmResponse = None,
 ) -> None:
     """Run the same trace under several policies and print the metrics side by side."""
     from sniper.simulator.compare import compare as run_compare
@@ -167,7 +178,8 @@ def compare(
         def progress(policy: str, now: float, end: float | None) -> None:
             bar.update(tasks[policy], completed=min(1.0, now / end) if end else 0.0)
 
-        results = run_compare(events, config, names, SimulationSettings(until=until, seed=seed), progress, jobs=jobs)
+        settings = SimulationSettings(until=until, seed=seed, am_response=am_response)
+        results = run_compare(events, config, names, settings, progress, jobs=jobs)
     rows = table_rows(results)
     if as_markdown:
         out.print(literal("| metric | " + " | ".join(names) + " |"), soft_wrap=True)

@@ -1,0 +1,216 @@
+"""Resource-based preemption (YARN-45's preemption contract), the cache's side, sans-IO.
+
+For an app whose ``app_added`` says ``preemption_contract``, a committed preemption (any policy) gives
+its victims no notice one by one: the app gets one ``preempt_request`` per round naming what to give
+back (the sum of its victims), the deadline (``preemption.grace``), the beneficiary and the containers
+the policy chose, and its application master chooses which containers to release. The victims stay
+under notice meanwhile, so their room is handled as any preemption's (a sniper reservation holds it).
+Every tick each open request is settled (:func:`settle`): withdrawn when the policy no longer needs
+any of its victims, closed when the app gave back enough, and at the deadline what is still missing
+is killed, the containers it named first, then the app's newest, just enough to cover it.
+Invariant: no container of such an app is killed by preemption before its request's deadline.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+from sniper.core import resources as res
+from sniper.core.resources import Resource
+from sniper.core.state import Allocation, Contract, allocation_number
+from sniper.messages import decisions as d
+from sniper.messages import protocol as p
+
+if TYPE_CHECKING:
+    from sniper.core.cache import CacheCore
+
+KILL_REASON = "preemption request"  # how a kill at a request's deadline's reason begins
+
+
+class Requests:
+    """The requests of one committed proposal: its victims of contract apps, one request per app."""
+
+    def __init__(self, cache: CacheCore, policy: str, observe_only: bool) -> None:
+        self.cache = cache
+        self.policy = policy
+        self.observe_only = observe_only
+        self.by_app: dict[str, list[tuple[Allocation, d.ContractContainer]]] = {}
+        self.reasons: dict[str, str] = {}
+
+    def wants(self, victim: Allocation) -> bool:
+        """Whether ``victim`` goes into a request rather than getting its own notice (opportunistic
+        containers never do: they are killed at once)."""
+        app = self.cache.state.apps.get(victim.app)
+        return app is not None and app.contract and not victim.opportunistic
+
+    def add(
+        self,
+        victim: Allocation,
+        reason: str,
+        *,
+        reservation: str = "",
+        for_ask: str = "",
+        for_app: str = "",
+        for_queue: str = "",
+        for_resource: Resource | None = None,
+    ) -> None:
+        container = d.ContractContainer(
+            allocation=victim.id,
+            node=victim.node,
+            resource=victim.resource,
+            reservation=reservation,
+            for_ask=for_ask,
+            for_app=for_app,
+            for_queue=for_queue,
+            for_resource=dict(for_resource or {}),
+        )
+        self.by_app.setdefault(victim.app, []).append((victim, container))
+        self.reasons.setdefault(victim.app, reason)
+
+    def publish(self, deadline: float) -> None:
+        """One ``preempt_request`` per app, and the open request on the state (unless observe-only)."""
+        cache = self.cache
+        for app, named in self.by_app.items():
+            first = named[0][1]
+            victims = [v for v, _ in named]
+            resource = res.total(v.resource for v in victims)
+            rid = f"preq-{cache.next_id('contract')}"
+            cache.decide(
+                d.PreemptRequest,
+                request=rid,
+                app=app,
+                queue=victims[0].queue.path,
+                resource=resource,
+                deadline=deadline,
+                containers=[c for _, c in named],
+                for_ask=first.for_ask,
+                for_app=first.for_app,
+                for_queue=first.for_queue,
+                policy=self.policy,
+                reason=self.reasons[app],
+                observe_only=self.observe_only,
+            )
+            if self.observe_only:
+                continue
+            # A victim whose notice was cancelled in the same commit counts as no longer needed.
+            cancelled = res.total(v.resource for v in victims if not v.preempting)
+            cache.commit(
+                p.ContractSet(
+                    contract=rid,
+                    app=app,
+                    resource=resource,
+                    deadline=deadline,
+                    victims=[v.id for v in victims],
+                    policy=self.policy,
+                    cancelled=cancelled,
+                )
+            )
+        self.by_app.clear()
+
+
+def settle(cache: CacheCore) -> None:
+    """Close what can be closed among the open requests (called every tick, before overdue kills)."""
+    state = cache.state
+    for contract in list(state.contracts.values()):
+        if contract.app not in state.apps:
+            _end(cache, contract, "withdrawn", {}, "the application finished")
+        elif not res.any_positive(contract.need()) and not res.fits(contract.resource, contract.released):
+            _end(cache, contract, "withdrawn", {}, "the policy no longer needs any container it named")
+        elif not res.any_positive(contract.missing()):
+            _cancel_named(cache, contract, f"preemption request {contract.id}: the application master gave back enough")
+            _end(cache, contract, "given_back", {}, "the application master gave back enough")
+        elif contract.deadline <= state.now:
+            killed = _enforce(cache, contract)
+            _cancel_named(cache, contract, f"preemption request {contract.id}: covered by the containers killed")
+            _end(cache, contract, "enforced", killed, "deadline passed: the newest containers covered what was missing")
+
+
+def _enforce(cache: CacheCore, contract: Contract) -> Resource:
+    """Container-based preemption of what is still missing, killed now: the containers the request
+    named that still run, newest first, then the app's other containers, newest first (never its
+    application master unless the policy named it, as YARN's), just enough to cover it. The named
+    ones go first because the room the policy chose (a sniper reservation's node) is theirs."""
+    state = cache.state
+    missing = contract.missing()
+    named_elsewhere = {v for c in state.contracts.values() if c is not contract for v in c.victims}
+    app = state.apps[contract.app]
+    named = set(contract.victims)
+    candidates = [
+        (a.id, a.start, a.resource)
+        for a in (state.allocations[aid] for aid in app.allocations)
+        if (not a.am or a.id in named) and not a.opportunistic and not a.killed and a.id not in named_elsewhere
+    ]
+    picked = newest_covering([c for c in candidates if c[0] in named], missing)
+    rest = res.clamp_min_zero(res.sub(missing, res.total(state.allocations[aid].resource for aid in picked)))
+    if res.any_positive(rest):
+        picked += newest_covering([c for c in candidates if c[0] not in named], rest)
+    chosen = [state.allocations[aid] for aid in picked]
+    covered = res.total(a.resource for a in chosen)
+    fresh = [a.id for a in chosen if not a.preempting]
+    if fresh:
+        cache.commit(p.VictimsMarked(victims=fresh, deadline=state.now, policy=contract.policy))
+    reason = f"{KILL_REASON} {contract.id}: deadline passed, {res.fmt(missing)} still missing"
+    for alloc in chosen:
+        alloc.killed = True
+        cache.decide(d.Kill, allocation=alloc.id, app=alloc.app, queue=alloc.queue.path, node=alloc.node, reason=reason)
+    return covered
+
+
+def newest_covering(candidates: Iterable[tuple[str, float, Resource]], need: Resource) -> list[str]:
+    """Ids of the newest ``(id, start, resource)`` candidates (latest start first, ties by the later
+    id) until they cover ``need``, skipping any that frees nothing still missing: what the deadline
+    kills, and what the simulator's application master gives back."""
+    chosen: list[str] = []
+    covered: Resource = {}
+    for aid, _, resource in sorted(candidates, key=lambda c: (-c[1], -allocation_number(c[0]))):
+        missing = res.clamp_min_zero(res.sub(need, covered))
+        if not res.any_positive(missing):
+            break
+        if any(resource.get(k, 0) > 0 for k, v in missing.items() if v > 0):
+            chosen.append(aid)
+            res.add_into(covered, resource)
+    return chosen
+
+
+def _cancel_named(cache: CacheCore, contract: Contract, reason: str) -> None:
+    """The named victims still under notice and not killed keep running; reservations that counted on
+    their room end when it can no longer be promised."""
+    state = cache.state
+    keep = [
+        a
+        for a in (state.allocations.get(v) for v in contract.victims)
+        if a is not None and a.preempting and not a.killed
+    ]
+    if not keep:
+        return
+    cache.commit(p.VictimsReleased(victims=[a.id for a in keep]))
+    for a in keep:
+        cache.decide(
+            d.PreemptCancelled,
+            allocation=a.id,
+            app=a.app,
+            queue=a.queue.path,
+            node=a.node,
+            reservation=a.reservation or "",
+            reason=reason,
+        )
+    for name in sorted({a.node for a in keep}):
+        node = state.nodes.get(name)
+        if node is not None and node.reservations:
+            cache.keep_reservations(node, node.capacity, node.schedulable, f"{reason}; its victims keep running")
+
+
+def _end(cache: CacheCore, contract: Contract, outcome: str, killed: Resource, reason: str) -> None:
+    app = cache.state.apps.get(contract.app)
+    cache.decide(
+        d.PreemptRequestEnded,
+        request=contract.id,
+        app=contract.app,
+        queue="" if app is None else app.queue.path,
+        outcome=outcome,
+        released=dict(contract.released),
+        killed=killed,
+        reason=reason,
+    )
+    cache.commit(p.ContractGone(contract=contract.id))
