@@ -112,6 +112,22 @@ class ReservationGone(Change, tag="reservation_gone", frozen=True, gc=False):
     reservation: str
 
 
+class NodeReservationSet(Change, tag="node_reservation", frozen=True, gc=False):
+    """A YARN-style node reservation (:mod:`sniper.core.node_reservation`): only this ask may be placed on
+    the node until it ends. Not a preemption reservation: no room is held, no victim is named."""
+
+    reservation: str
+    app: str
+    ask: str
+    node: str
+    resource: dict[str, int]
+    expires: float
+
+
+class NodeReservationGone(Change, tag="node_reservation_gone", frozen=True, gc=False):
+    node: str
+
+
 class VictimsMarked(Change, tag="victims", frozen=True, gc=False):
     """Victims preempted without a reservation (the proportional policy's shotgun)."""
 
@@ -143,6 +159,8 @@ ChangeMsg = (
     | AllocationPromoted
     | ReservationSet
     | ReservationGone
+    | NodeReservationSet
+    | NodeReservationGone
     | VictimsMarked
     | VictimsReleased
     | Clock
@@ -157,6 +175,15 @@ class Placement(msgspec.Struct, frozen=True, gc=False, array_like=True):
     ask: str
     node: str
     ask_seq: int = 0  # the ask's sequence number: a re-added ask of the same name is another ask
+
+
+class NodeReserve(msgspec.Struct, frozen=True, gc=False, array_like=True):
+    """The allocator's proposal to reserve ``node`` for one container of an ask no node's free room holds."""
+
+    app: str
+    ask: str
+    node: str
+    ask_seq: int = 0
 
 
 class Victimized(msgspec.Struct, frozen=True, gc=False):
@@ -196,6 +223,7 @@ class AllocationProposal(Message, tag="allocate", frozen=True, gc=False):
     # Guaranteed asks that fit once these opportunistic containers are gone (killed at once, the room
     # reserved for the ask): see sniper.core.opportunistic.
     evictions: list[Victimized] = []
+    reservations: list[NodeReserve] = []  # node reservations (sniper.core.node_reservation)
 
 
 class PreemptionProposal(Message, tag="preempt", frozen=True, gc=False):
@@ -204,6 +232,7 @@ class PreemptionProposal(Message, tag="preempt", frozen=True, gc=False):
     policy: str
     placements: list[Victimized] = []
     victims: list[str] = []  # proportional: victims with no beneficiary
+    dereserve: list[str] = []  # nodes whose node reservation the policy cancels before preempting
     observe_only: bool = False
 
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from sniper.core import gang
+from sniper.core import gang, node_reservation
 from sniper.core import resources as res
 from sniper.core.limits import Limits
 from sniper.core.opportunistic import KILL_REASON, evict
@@ -39,6 +39,8 @@ if TYPE_CHECKING:
 
 
 def commit_preemption(cache: CacheCore, proposal: p.PreemptionProposal) -> None:
+    if proposal.dereserve and not proposal.observe_only:  # seed 004's cheapest action goes first
+        node_reservation.dereserve(cache, proposal.dereserve, proposal.policy)
     if proposal.placements:
         _commit_placements(cache, proposal)
     else:
