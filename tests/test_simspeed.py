@@ -147,14 +147,14 @@ def test_grid_arithmetic_matches_stepping_tick_by_tick(
 # once resource vectors stopped taking their key order from a set (the string-hash seed leaked into
 # ``victim_queue_ideal``); the decisions themselves did not change.
 DECISION_HASHES = {
-    ("demo", "proportional"): "2636d9977d414ffc",
-    ("random_mix", "proportional"): "1696a190deeac07c",
-    ("gang", "proportional"): "b17c5c9ce35727f2",
-    ("opportunistic", "proportional"): "a15101c99a51baac",
-    ("demo", "sniper"): "aeb3700182e231b1",
-    ("random_mix", "sniper"): "a9e4e082a908e803",
+    ("demo", "proportional"): "70c8d73119801a41",
+    ("random_mix", "proportional"): "ef9f89abb6fef115",
+    ("gang", "proportional"): "d55c6fba588ae416",
+    ("opportunistic", "proportional"): "896525105846e694",
+    ("demo", "sniper"): "b0a3fe28bcf46b93",
+    ("random_mix", "sniper"): "cfa5ccd43a8f7b6c",
     ("gang", "sniper"): "750f2cd0a6cb4f19",
-    ("opportunistic", "sniper"): "6243781503b4aa9d",
+    ("opportunistic", "sniper"): "7e7c4cd0fa269c58",
     ("user_limits", "sniper"): "113b3a7fd4688ff8",
     ("priority_queues", "sniper"): "65c9960fd03c7f33",
 }
