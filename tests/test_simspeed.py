@@ -152,9 +152,9 @@ DECISION_HASHES = {
     ("gang", "proportional"): "d55c6fba588ae416",
     ("opportunistic", "proportional"): "896525105846e694",
     ("demo", "sniper"): "b0a3fe28bcf46b93",
-    ("random_mix", "sniper"): "cfa5ccd43a8f7b6c",
+    ("random_mix", "sniper"): "a7ed9e30a58f28ef",
     ("gang", "sniper"): "750f2cd0a6cb4f19",
-    ("opportunistic", "sniper"): "7e7c4cd0fa269c58",
+    ("opportunistic", "sniper"): "c37cc8b962f58e57",
     ("user_limits", "sniper"): "113b3a7fd4688ff8",
     ("priority_queues", "sniper"): "65c9960fd03c7f33",
 }
