@@ -767,6 +767,7 @@ def state_changes(state: PartitionState) -> list[p.ChangeMsg]:
                     gang_min=ask.gang_min,
                     opportunistic=ask.opportunistic,
                     damped_until=ask.damped_until,
+                    reserve_after=ask.reserve_after,
                 )
             )
     for alloc in state.allocations.values():

@@ -10,7 +10,8 @@ reservation (``resv-N``, ``reservation_ended``): its ids are ``nresv-N`` and its
 ask; a queue reserves only within every ``max`` counting its node reservations; every node reservation
 ends with one reason of :data:`REASONS`. Preemption policies cancel the reservations of queues above their
 ideal assignment when a queue below its ideal has a pending ask the node's free room holds
-(:func:`to_dereserve`), before they preempt anything: seed 004's cheapest action.
+(:func:`to_dereserve`), before they preempt anything: seed 004's cheapest action; a de-reserved ask
+does not reserve again for ``reservation.timeout`` (:func:`hold_off`), so the two do not loop.
 """
 
 from __future__ import annotations
@@ -107,6 +108,7 @@ def choose(
         if (
             ask.opportunistic
             or ask.node_reserved is not None
+            or ask.reserve_after > state.now
             or ask.key in inflight
             or ask.pending <= 0
             or gang.unit_size(ask) > 1
@@ -172,6 +174,8 @@ def _check(state: PartitionState, nr: p.NodeReserve) -> str | None:
         return "an opportunistic ask does not reserve"
     if ask.node_reserved is not None:
         return f"ask already reserves node {ask.node_reserved}"
+    if ask.reserve_after > state.now:
+        return f"ask was de-reserved: no node reservation before {ask.reserve_after}"
     if ask.count - ask.allocated - ask.reserved <= 0:
         return "ask wants no more containers"
     node = state.nodes.get(nr.node)
@@ -209,6 +213,7 @@ def reserve(cache: CacheCore, app: str, ask_name: str, node: str) -> None:
 
 
 def end(cache: CacheCore, r: NodeReservation, reason: str, policy: str = "") -> None:
+    """End ``r`` with ``reason``; a de-reserved ask may not reserve again for ``reservation.timeout``."""
     state = cache.state
     cache.decide(
         d.NodeUnreserved,
@@ -220,7 +225,16 @@ def end(cache: CacheCore, r: NodeReservation, reason: str, policy: str = "") -> 
         reason=reason,
         policy=policy,
     )
-    cache.commit(p.NodeReservationGone(node=r.node))
+    cache.commit(p.NodeReservationGone(node=r.node, no_reserve_before=hold_off(state, reason, state.now)))
+
+
+def hold_off(state: PartitionState, reason: str, when: float) -> float:
+    """Until when an ask whose node reservation ended at ``when`` for ``reason`` may not reserve again:
+    after a de-reservation, ``reservation.timeout`` (its queue is above its ideal: reserving again at
+    once would only be cancelled again); otherwise not at all."""
+    if reason != "dereserved" or state.config is None:
+        return 0.0
+    return when + state.config.reservation.timeout
 
 
 def expire(cache: CacheCore) -> None:

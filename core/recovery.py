@@ -35,6 +35,7 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
 
+from sniper.core import node_reservation
 from sniper.core.cache import SEEN_IDS, CacheCore, state_changes
 from sniper.core.config import PartitionConfig, parse_partition
 from sniper.messages import decisions as d
@@ -263,7 +264,8 @@ def apply_logged(core: CacheCore, log: Sequence[d.DecisionMsg], index: int) -> t
         case d.NodeUnreserved():
             held = state.node_reservations.get(dec.node)
             if held is not None and held.id == dec.reservation:
-                core.commit(p.NodeReservationGone(node=dec.node))
+                no_reserve_before = node_reservation.hold_off(state, dec.reason, dec.t)
+                core.commit(p.NodeReservationGone(node=dec.node, no_reserve_before=no_reserve_before))
         case _:
             pass  # rejected: no state
     core.decision_seq = max(core.decision_seq, log[end - 1].seq)

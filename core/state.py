@@ -180,6 +180,7 @@ class Ask:
         "opportunistic",
         "priority",
         "required_node",
+        "reserve_after",
         "reserved",
         "resource",
         "retry",
@@ -207,6 +208,7 @@ class Ask:
         self.allocated = 0  # containers committed for this ask, ever
         self.reserved = 0  # preemption reservations held for it
         self.node_reserved: str | None = None  # the node its node reservation holds, if any
+        self.reserve_after = change.reserve_after  # no node reservation before then (it was de-reserved)
         self.allocating = 0  # allocator only: proposed, result not back yet
         self.sort_key = (-change.priority, change.seq)
 
@@ -717,6 +719,7 @@ class PartitionState:
         ask = app.asks.get(r.ask)
         if ask is not None:
             ask.node_reserved = None
+            ask.reserve_after = max(ask.reserve_after, c.no_reserve_before)
         self._add_usage(app.queue, "node_reserved", r.resource, -1)
 
     def _mark_victims(self, victims: list[str], deadline: float, reservation: str | None) -> None:

@@ -63,6 +63,7 @@ class AskSet(Change, tag="ask", frozen=True, gc=False):
     node_selector: dict[str, list[str]] = {}
     gang_min: int = 0  # the first ``gang_min`` containers are placed together or not at all
     opportunistic: bool = False
+    reserve_after: float = 0.0  # de-reserved by a policy: no node reservation before then
 
 
 class AskGone(Change, tag="ask_gone", frozen=True, gc=False):
@@ -126,6 +127,7 @@ class NodeReservationSet(Change, tag="node_reservation", frozen=True, gc=False):
 
 class NodeReservationGone(Change, tag="node_reservation_gone", frozen=True, gc=False):
     node: str
+    no_reserve_before: float = 0.0  # de-reserved: its ask may not reserve again before then
 
 
 class VictimsMarked(Change, tag="victims", frozen=True, gc=False):

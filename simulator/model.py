@@ -305,7 +305,19 @@ class ClusterModel:
         if _dominant_level(after, capacity) < _dominant_level(cfg.guaranteed, capacity):
             self._violate(t, 5, f"victim {victim.id} takes {victim.queue} below its guarantee")
         ideal = dec.victim_queue_ideal
-        if ideal and not any(before.get(k, 0) > ideal.get(k, 0) for k, c in capacity.items() if c > 0):
+        # The victims of one placement are chosen together: the queue is judged as it was before the set.
+        r = self.reservations.get(dec.reservation) if dec.reservation else None
+        chosen = dict(before)
+        for vid in r.victims if r is not None else ():
+            other = self.allocations.get(vid)
+            if (
+                other is not None
+                and other.queue == victim.queue
+                and other.id != victim.id
+                and other.preempted_at is not None
+            ):
+                res.add_into(chosen, other.resource)
+        if ideal and not any(chosen.get(k, 0) > ideal.get(k, 0) for k, c in capacity.items() if c > 0):
             self._violate(t, 5, f"victim {victim.id} chosen while {victim.queue} was over its ideal nowhere")
 
     def _user_limit_swap(self, victim: ModelAllocation, dec: d.Preempt) -> bool:

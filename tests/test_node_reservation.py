@@ -15,6 +15,7 @@ from sniper.core.recovery import apply_logged
 from sniper.core.state import PartitionState
 from sniper.messages import decisions as d
 from sniper.messages import feed as f
+from sniper.messages import protocol as p
 from tests.core_support import queue
 from tests.preemption_support import PARTITION, PreemptHarness, preemption_raw
 
@@ -258,3 +259,16 @@ def test_property_one_reservation_per_node_nothing_else_lands_and_every_one_ends
     assert sorted(ended) == sorted(made)
     assert {x.reason for x in h.decisions if isinstance(x, d.NodeUnreserved)} <= set(node_reservation.REASONS)
     assert not h.model.violations, h.model.violations[:3]
+
+
+def test_a_dereserved_ask_does_not_reserve_again_before_the_timeout() -> None:
+    h = over_ideal("sniper")
+    h.preempt_round(20.0)
+    ask = h.cache.state.ask(("a1", "big"))
+    assert ask is not None and ask.reserve_after == 20.0 + 60.0
+    why = node_reservation._check(h.cache.state, p.NodeReserve(app="a1", ask="big", node="n2"))
+    assert why is not None and "de-reserved" in why
+    # The hold-off survives a snapshot (it travels on the ask).
+    copy = PartitionState(PARTITION)
+    copy.apply_all(state_changes(h.cache.state))
+    assert copy.ask(("a1", "big")).reserve_after == 80.0  # type: ignore[union-attr]
