@@ -20,9 +20,7 @@ from sniper.messages import protocol as p
 
 DEFAULT_BATCH = 4096
 # Changes after which a cycle may place something it could not place before.
-ENABLING = frozenset(
-    {p.AskSet, p.AllocationGone, p.NodeSet, p.ReservationGone, p.NodeReservationGone, p.ConfigSet}
-)
+ENABLING = frozenset({p.AskSet, p.AllocationGone, p.NodeSet, p.ReservationGone, p.NodeReservationGone, p.ConfigSet})
 
 
 @dataclasses.dataclass(slots=True)

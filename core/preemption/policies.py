@@ -30,7 +30,7 @@ from sniper.messages import protocol as p
 Output = p.PlacementRequest | p.PreemptionProposal | None
 
 # Changes after which a masked ask may have become placeable: room appeared somewhere.
-ROOM_CHANGES = frozenset({p.NodeSet, p.AllocationGone, p.ReservationGone, p.ConfigSet})
+ROOM_CHANGES = frozenset({p.NodeSet, p.AllocationGone, p.ReservationGone, p.NodeReservationGone, p.ConfigSet})
 
 
 class Policy(Protocol):
