@@ -101,7 +101,11 @@ def choose(
     config = state.config
     if config is None or not config.reservation.enabled:
         return []
-    placed = list(placed)
+    # What the cycle placed, by app and shape (a few shapes, however many containers), with the nodes.
+    shapes: dict[tuple[str, tuple[tuple[str, int], ...]], tuple[Resource, list[Node]]] = {}
+    for other, where in placed:
+        shape = shapes.setdefault((other.app.name, tuple(sorted(other.resource.items()))), (other.resource, []))
+        shape[1].append(where)
     out: list[tuple[Ask, Node]] = []
     taken = set(inflight_nodes)
     for ask in sorted(failed, key=lambda a: (a.sort_key, a.key)):
@@ -112,7 +116,7 @@ def choose(
             or ask.key in inflight
             or ask.pending <= 0
             or gang.unit_size(ask) > 1
-            or not _overtaken(ask, placed)
+            or not _overtaken(ask, shapes)
             or not within_max(state, ask)
             or _fits_somewhere(state, ask)
         ):
@@ -124,14 +128,12 @@ def choose(
     return out
 
 
-def _overtaken(ask: Ask, placed: list[tuple[Ask, Node]]) -> bool:
-    for other, node in placed:
-        if (
-            other.app is not ask.app
-            and res.fits(other.resource, ask.resource)
-            and other.resource != ask.resource
-            and ask.accepts(node)
-        ):
+def _overtaken(ask: Ask, shapes: Mapping[tuple[str, tuple[tuple[str, int], ...]], tuple[Resource, list[Node]]]) -> bool:
+    """Whether another app's smaller container was placed this cycle on a node ``ask`` accepts."""
+    for (app, _), (resource, nodes) in shapes.items():
+        if app == ask.app.name or resource == ask.resource or not res.fits(resource, ask.resource):
+            continue
+        if (not ask.node_selector and ask.required_node is None) or any(ask.accepts(n) for n in nodes):
             return True
     return False
 
