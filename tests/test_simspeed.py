@@ -147,12 +147,12 @@ def test_grid_arithmetic_matches_stepping_tick_by_tick(
 # once resource vectors stopped taking their key order from a set (the string-hash seed leaked into
 # ``victim_queue_ideal``); the decisions themselves did not change.
 DECISION_HASHES = {
-    ("demo", "proportional"): "70c8d73119801a41",
-    ("random_mix", "proportional"): "ef9f89abb6fef115",
+    ("demo", "proportional"): "c3e440f38db99776",
+    ("random_mix", "proportional"): "afabaed0dc6f64e4",
     ("gang", "proportional"): "d55c6fba588ae416",
-    ("opportunistic", "proportional"): "896525105846e694",
-    ("demo", "sniper"): "b0a3fe28bcf46b93",
-    ("random_mix", "sniper"): "a7ed9e30a58f28ef",
+    ("opportunistic", "proportional"): "935f54a3b62a05f8",
+    ("demo", "sniper"): "3d880f3a57ae0341",
+    ("random_mix", "sniper"): "4bd4b2d56779399c",
     ("gang", "sniper"): "750f2cd0a6cb4f19",
     ("opportunistic", "sniper"): "c37cc8b962f58e57",
     ("user_limits", "sniper"): "113b3a7fd4688ff8",
