@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from sniper.core import node_reservation
 from sniper.core.cache import CacheCore, state_changes
-from sniper.core.recovery import apply_logged
+from sniper.core.recovery import DurableCacheCore, apply_logged, restore, take_snapshot
 from sniper.core.state import PartitionState
 from sniper.messages import decisions as d
 from sniper.messages import feed as f
@@ -272,3 +272,28 @@ def test_a_dereserved_ask_does_not_reserve_again_before_the_timeout() -> None:
     copy = PartitionState(PARTITION)
     copy.apply_all(state_changes(h.cache.state))
     assert copy.ask(("a1", "big")).reserve_after == 80.0  # type: ignore[union-attr]
+
+
+def test_a_durable_cache_snapshot_restores_it_and_the_restored_cache_ends_it() -> None:
+    """Through messages/snapshot.py: take_snapshot, restore, and the restored cache times it out."""
+    h, on_n1, on_n2 = crowded(timeout=30.0)
+    churn(h, on_n1, on_n2, 1)
+    (r,) = reserved(h)
+    durable = restore_from(h.cache)
+    snap = take_snapshot(durable)
+    back = restore(snap)
+    held = back.state.node_reservations["n1"]
+    assert (held.id, held.app, held.ask, held.expires) == (r.reservation, "a1", "big", r.expires)
+    assert back.counters["node_reservation"] == 1
+    back.tick(r.expires)
+    (end,) = [x for x in back.drain().decisions if isinstance(x, d.NodeUnreserved)]
+    assert (end.reservation, end.reason) == (r.reservation, "timeout")
+
+
+def restore_from(cache: CacheCore) -> DurableCacheCore:
+    """A durable cache holding ``cache``'s state (as a new owner would after replay)."""
+    durable = DurableCacheCore(PARTITION)
+    durable.state.apply_all(state_changes(cache.state))
+    durable.counters.update(cache.counters)
+    durable.drain()
+    return durable
