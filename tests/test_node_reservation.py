@@ -11,11 +11,13 @@ from hypothesis import strategies as st
 
 from sniper.core import node_reservation
 from sniper.core.cache import CacheCore, state_changes
+from sniper.core.config import parse_partition
 from sniper.core.recovery import DurableCacheCore, apply_logged, restore, take_snapshot
 from sniper.core.state import PartitionState
 from sniper.messages import decisions as d
 from sniper.messages import feed as f
 from sniper.messages import protocol as p
+from sniper.simulator.model import ClusterModel
 from tests.core_support import queue
 from tests.preemption_support import PARTITION, PreemptHarness, preemption_raw
 
@@ -297,3 +299,20 @@ def restore_from(cache: CacheCore) -> DurableCacheCore:
     durable.counters.update(cache.counters)
     durable.drain()
     return durable
+
+
+def test_the_checker_flags_a_second_reservation_and_another_ask_on_a_reserved_node() -> None:
+    model = ClusterModel(PARTITION, parse_partition(raw(queue("a"), queue("b"))))
+    model.on_event(f.NodeAdded(node="n1", capacity={"memory": 100}))
+    for app, q in (("a1", "root.a"), ("b1", "root.b")):
+        model.on_event(f.AppAdded(app=app, queue=q))
+        model.on_event(f.AskAdded(app=app, ask="k", resource={"memory": 10}, count=5))
+    common: dict[str, Any] = {"queue": "root.a", "node": "n1", "resource": {"memory": 10}}
+    model.on_decision(d.NodeReserved(seq=1, reservation="nresv-1", app="a1", ask="k", expires=60.0, **common))
+    assert not model.violations
+    model.on_decision(d.Allocated(seq=3, allocation="alloc-1", app="b1", ask="k", **{**common, "queue": "root.b"}))
+    model.on_decision(d.Allocated(seq=4, allocation="alloc-2", app="a1", ask="k", **common))
+    model.on_decision(d.NodeReserved(seq=5, reservation="nresv-2", app="b1", ask="k", expires=60.0, **common))
+    reasons = [v.reason for v in model.violations]
+    assert len(reasons) == 2 and "alloc-1 on n1, reserved for a1/k" in reasons[0]
+    assert "already reserved by nresv-1" in reasons[1]
