@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from sniper.core import node_reservation
 from sniper.core.cache import CacheCore, state_changes
 from sniper.core.config import parse_partition
+from sniper.core.preemption.placement import answer_placement_request
 from sniper.core.recovery import DurableCacheCore, apply_logged, restore, take_snapshot
 from sniper.core.state import PartitionState
 from sniper.messages import decisions as d
@@ -316,3 +317,26 @@ def test_the_checker_flags_a_second_reservation_and_another_ask_on_a_reserved_no
     reasons = [v.reason for v in model.violations]
     assert len(reasons) == 2 and "alloc-1 on n1, reserved for a1/k" in reasons[0]
     assert "already reserved by nresv-1" in reasons[1]
+
+
+def test_a_preemption_placement_on_a_node_reserved_since_is_refused() -> None:
+    """The allocator placed victims on a replica that did not know the node reservation yet."""
+    h = PreemptHarness(preemption_raw(queue("a", guaranteed={"memory": 100}), queue("b", guaranteed={"memory": 100})))
+    h.nodes("n1", "n2")
+    h.fill("b1", "root.b", "n1", [50, 50])
+    h.fill("b1", "root.b", "n2", [50, 50], start=2)
+    h.ask("b1", "more", 60)
+    h.app("a1", "root.a")
+    h.ask("a1", "big", 50)
+    h.starve()
+    request = h.policy.round(h.allocator.state, h.allocator.view_seq, 10.0)
+    assert isinstance(request, p.PlacementRequest)
+    proposal = h.policy.on_reply(answer_placement_request(h.allocator, request), 10.0)
+    assert proposal is not None
+    (pl,) = proposal.placements
+    node_reservation.reserve(h.cache, "b1", "more", pl.node)
+    h.pump()
+    outcome, decisions = h.commit(proposal)
+    assert outcome.accepted == 0 and any("reserved for b1/more" in why for why in outcome.rejected.values())
+    assert not [x for x in decisions if isinstance(x, d.Preempt)]
+    assert not h.model.violations

@@ -199,6 +199,9 @@ def _check(
         return "node is gone or not schedulable"
     if not ask.accepts(node):
         return f"node {pl.node} does not match the ask's required node or node selector"
+    reserved_for = node_reservation.refusal(state, ask, pl.node)  # reserved since the placement was made
+    if reserved_for is not None:
+        return reserved_for
     refusal = None if limits is None else limits.refusal(ask)
     if refusal is not None:
         return f"beneficiary: {refusal}"
