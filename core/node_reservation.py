@@ -7,11 +7,13 @@ nothing but that ask is placed on the node (normal allocation, opportunistic pla
 placement alike); the reservation holds no room and names no victim, so it is not a preemption
 reservation (``resv-N``, ``reservation_ended``): its ids are ``nresv-N`` and its decisions
 ``node_reserved`` / ``node_unreserved``. Invariants: at most one node reservation per node and one per
-ask; a queue reserves only within every ``max`` counting its node reservations; every node reservation
-ends with one reason of :data:`REASONS`. Preemption policies cancel the reservations of queues above their
-ideal assignment when a queue below its ideal has a pending ask the node's free room holds
-(:func:`to_dereserve`), before they preempt anything: seed 004's cheapest action; a de-reserved ask
-does not reserve again for ``reservation.timeout`` (:func:`hold_off`), so the two do not loop.
+app at a time (YARN bounds an app's reservations by what it still needs; one keeps a borrowing app of
+many tasks from reserving every node); a queue reserves only within every ``max`` counting its node
+reservations; every node reservation ends with one reason of :data:`REASONS`. Preemption policies
+cancel the reservations of queues above their ideal assignment when a queue below its ideal has a
+pending ask the node's free room holds (:func:`to_dereserve`), before they preempt anything: seed
+004's cheapest action; a de-reserved ask does not reserve again for ``reservation.timeout``
+(:func:`hold_off`), so the two do not loop.
 """
 
 from __future__ import annotations
@@ -108,10 +110,11 @@ def choose(
         shape[1].append(where)
     out: list[tuple[Ask, Node]] = []
     taken = set(inflight_nodes)
+    apps = reserving_apps(state) | {key[0] for key in inflight}
     for ask in sorted(failed, key=lambda a: (a.sort_key, a.key)):
         if (
-            ask.opportunistic
-            or ask.node_reserved is not None
+            ask.key[0] in apps
+            or ask.opportunistic
             or ask.reserve_after > state.now
             or ask.key in inflight
             or ask.pending <= 0
@@ -124,8 +127,14 @@ def choose(
         node = best_node(state, ask, taken)
         if node is not None:
             taken.add(node.name)
+            apps.add(ask.key[0])
             out.append((ask, node))
     return out
+
+
+def reserving_apps(state: PartitionState) -> set[str]:
+    """Apps holding a node reservation (one each at a time)."""
+    return {r.app for r in state.node_reservations.values()}
 
 
 def _overtaken(ask: Ask, shapes: Mapping[tuple[str, tuple[tuple[str, int], ...]], tuple[Resource, list[Node]]]) -> bool:
@@ -174,8 +183,8 @@ def _check(state: PartitionState, nr: p.NodeReserve) -> str | None:
         return "ask was withdrawn and asked again since (another ask of the same name)"
     if ask.opportunistic:
         return "an opportunistic ask does not reserve"
-    if ask.node_reserved is not None:
-        return f"ask already reserves node {ask.node_reserved}"
+    if nr.app in reserving_apps(state):
+        return f"app {nr.app} already holds a node reservation"
     if ask.reserve_after > state.now:
         return f"ask was de-reserved: no node reservation before {ask.reserve_after}"
     if ask.count - ask.allocated - ask.reserved <= 0:

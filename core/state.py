@@ -7,7 +7,7 @@ allocated / reserved, queue allocated / pending / preempting / reserved up the h
 allocated counts) are maintained incrementally by ``apply`` and are never written elsewhere, except
 the allocator's ``allocating`` counters, which only the allocator touches (proposals in flight).
 Node reservations (YARN's reserved containers, :mod:`sniper.core.node_reservation`) hold no room: at most
-one per node and one per ask, counted in their queues' ``node_reserved`` total only.
+one per node and one per app, counted in their queues' ``node_reserved`` total only.
 Opportunistic asks and allocations (YARN's execution type) count on their node only: never in a queue's
 allocated, pending, preempting or reserved totals, only in its separate ``opportunistic`` total.
 """
