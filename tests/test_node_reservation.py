@@ -340,3 +340,12 @@ def test_a_preemption_placement_on_a_node_reserved_since_is_refused() -> None:
     assert outcome.accepted == 0 and any("reserved for b1/more" in why for why in outcome.rejected.values())
     assert not [x for x in decisions if isinstance(x, d.Preempt)]
     assert not h.model.violations
+
+
+def test_an_app_holds_one_node_reservation_at_a_time() -> None:
+    h, on_n1, on_n2 = crowded()
+    h.ask("a1", "big2", 60)
+    churn(h, on_n1, on_n2, 2)
+    assert [(r.ask, r.node) for r in reserved(h)] == [("big", "n1")]
+    why = node_reservation._check(h.cache.state, p.NodeReserve(app="a1", ask="big2", node="n2"))
+    assert why == "app a1 already holds a node reservation"
