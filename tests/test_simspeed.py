@@ -147,12 +147,12 @@ def test_grid_arithmetic_matches_stepping_tick_by_tick(
 # once resource vectors stopped taking their key order from a set (the string-hash seed leaked into
 # ``victim_queue_ideal``); the decisions themselves did not change.
 DECISION_HASHES = {
-    ("demo", "proportional"): "c3e440f38db99776",
-    ("random_mix", "proportional"): "afabaed0dc6f64e4",
+    ("demo", "proportional"): "f01e5e08463b542c",
+    ("random_mix", "proportional"): "225cbdbfdb154588",
     ("gang", "proportional"): "d55c6fba588ae416",
-    ("opportunistic", "proportional"): "935f54a3b62a05f8",
-    ("demo", "sniper"): "3d880f3a57ae0341",
-    ("random_mix", "sniper"): "4bd4b2d56779399c",
+    ("opportunistic", "proportional"): "05878cba5594572d",
+    ("demo", "sniper"): "46378898f4c14f57",
+    ("random_mix", "sniper"): "6f87d522e4685028",
     ("gang", "sniper"): "750f2cd0a6cb4f19",
     ("opportunistic", "sniper"): "c37cc8b962f58e57",
     ("user_limits", "sniper"): "113b3a7fd4688ff8",
