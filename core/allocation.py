@@ -18,7 +18,7 @@ from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from sniper.core import gang
+from sniper.core import gang, node_reservation
 from sniper.core import resources as res
 from sniper.core.limits import Limits
 from sniper.core.resources import Resource
@@ -242,7 +242,8 @@ class Placer(Protocol):
 
 
 class FreeRoomPlacer:
-    """Normal mode: the first node in the partition's node order with free room for the ask."""
+    """Normal mode: the first node in the partition's node order with free room for the ask, never a
+    node reserved for another ask (:mod:`sniper.core.node_reservation`)."""
 
     def __init__(self, exclude: Collection[str] = ()) -> None:
         self.exclude = exclude  # nodes not to use (opportunistic placement skips nodes it evicts on)
@@ -254,10 +255,16 @@ class FreeRoomPlacer:
             node = nodes.get(ask.required_node)
             if node is None or not node.schedulable or not ask.accepts(node) or node.name in self.exclude:
                 return None
-            return node if node.can_hold(request) else None
+            return node if node.can_hold(request) and not node_reservation.blocks(state, ask, node.name) else None
+        reserved = state.node_reservations
         for name in state.node_index.candidates(request):
             node = nodes[name]
-            if node.can_hold(request) and ask.accepts(node) and name not in self.exclude:
+            if (
+                node.can_hold(request)
+                and ask.accepts(node)
+                and name not in self.exclude
+                and (not reserved or not node_reservation.blocks(state, ask, name))
+            ):
                 return node
         return None
 

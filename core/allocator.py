@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from sniper.core import opportunistic
+from sniper.core import node_reservation, opportunistic
 from sniper.core import resources as res
 from sniper.core.allocation import CandidateFilter, FreeRoomPlacer, find_ask_candidates, hold_room, try_allocate
 from sniper.core.replica import ViewReplica
@@ -20,7 +20,7 @@ from sniper.messages import protocol as p
 
 DEFAULT_BATCH = 4096
 # Changes after which a cycle may place something it could not place before.
-ENABLING = frozenset({p.AskSet, p.AllocationGone, p.NodeSet, p.ReservationGone, p.ConfigSet})
+ENABLING = frozenset({p.AskSet, p.AllocationGone, p.NodeSet, p.ReservationGone, p.NodeReservationGone, p.ConfigSet})
 
 
 @dataclasses.dataclass(slots=True)
@@ -37,6 +37,7 @@ class AllocatorCore(ViewReplica):
         super().__init__(partition)
         self.batch = batch
         self.inflight: dict[str, list[tuple[Ask, Node]]] = {}
+        self.reserving: dict[str, list[tuple[AskKey, str]]] = {}  # node reservations proposed, not answered
         self.missed: dict[AskKey, int] = {}
         self.last_tried: frozenset[AskKey] = frozenset()  # the asks the last cycle tried
         self.stats = AllocatorStats()
@@ -49,6 +50,7 @@ class AllocatorCore(ViewReplica):
     def on_reset(self) -> None:
         self.stats.resets += 1
         self.inflight.clear()  # the reset state already holds whatever the cache committed
+        self.reserving.clear()
         self.dirty = True
 
     def on_change(self, change: p.ChangeMsg) -> None:
@@ -61,6 +63,7 @@ class AllocatorCore(ViewReplica):
             self.missed.pop((change.app, change.ask), None)  # type: ignore[union-attr]
 
     def on_outcome(self, outcome: p.ProposalOutcome) -> None:
+        self.reserving.pop(outcome.proposal, None)
         placed = self.inflight.pop(outcome.proposal, None)
         if placed is None:
             return
@@ -131,6 +134,14 @@ class AllocatorCore(ViewReplica):
             plan = opportunistic.plan(state, starving, n_alloc)
             placed_all.extend(plan.placed)
             placed_all.extend((ask, node) for ask, node, _ in plan.evictions)
+        reserving = [pair for pairs in self.reserving.values() for pair in pairs]
+        reserve = node_reservation.choose(
+            state,
+            (a for key in failed - blocked if (a := state.ask(key)) is not None),
+            placed_all,
+            {key for key, _ in reserving},
+            {name for _, name in reserving},
+        )
         got = {ask.key for ask, _ in placed_all}  # an eviction's room is reserved for its ask: it got it
         tried |= got | blocked
         self.last_tried = frozenset(tried)
@@ -140,11 +151,13 @@ class AllocatorCore(ViewReplica):
                 missed.pop(key, None)
             else:
                 missed[key] = missed.get(key, 0) + 1
-        if not placed_all:
+        if not placed_all and not reserve:
             return None
         self._next_proposal += 1
         pid = f"{self.partition}/a{self._next_proposal}"
         self.hold(pid, placed_all)
+        if reserve:
+            self.reserving[pid] = [(ask.key, node.name) for ask, node in reserve]
         self.stats.proposed += len(placed_all)
         evicting = len(plan.evictions)
         placements = placed_all[: len(placed_all) - evicting]
@@ -156,6 +169,7 @@ class AllocatorCore(ViewReplica):
                 p.Placement(app=ask.key[0], ask=ask.key[1], node=node.name, ask_seq=ask.seq) for ask, node in placements
             ],
             evictions=opportunistic.as_victimized(plan.evictions),
+            reservations=[p.NodeReserve(app=a.key[0], ask=a.key[1], node=n.name, ask_seq=a.seq) for a, n in reserve],
         )
 
 

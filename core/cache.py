@@ -13,7 +13,7 @@ from collections import Counter, OrderedDict
 from collections.abc import Callable, Collection
 from typing import Any
 
-from sniper.core import gang, opportunistic
+from sniper.core import gang, node_reservation, opportunistic
 from sniper.core import resources as res
 from sniper.core.config import ConfigError, PartitionConfig, parse_partition, partition_to_raw
 from sniper.core.limits import Limits
@@ -59,7 +59,7 @@ class CacheCore:
         self.state = PartitionState(partition, indexed=False)
         self.decision_seq = 0
         self.view_seq = 0
-        self.counters = {"alloc": 0, "app": 0, "ask": 0, "reservation": 0, "contract": 0}
+        self.counters = {"alloc": 0, "app": 0, "ask": 0, "reservation": 0, "contract": 0, "node_reservation": 0}
         self.seen: OrderedDict[str, None] = OrderedDict()
         self.flaps: dict[AskKey, tuple[int, float]] = {}  # asks withdrawn holding a reservation: (times, last)
         self.shapes: list[Resource] = []  # node capacities seen, none covered by another (asks' fit)
@@ -134,6 +134,7 @@ class CacheCore:
             settle(self)
         self._kill_overdue()
         self._expire_reservations()
+        node_reservation.expire(self)
 
     def _kill_overdue(self) -> None:
         now = self.state.now
@@ -219,6 +220,7 @@ class CacheCore:
             return
         if node is not None and node.reservations:
             self.keep_reservations(node, cap, schedulable)
+        node_reservation.node_changed(self, name, cap, schedulable)
         if node is not None and not res.fits(node.allocated, cap):
             # The node shrank below what it holds: newest allocations are lost until the rest fits.
             held = (self.state.allocations[a] for a in node.allocations)
@@ -252,6 +254,7 @@ class CacheCore:
             return
         for rid in sorted(node.reservations):
             self._end_reservation(self.state.reservations[rid], f"node {name} was removed")
+        node_reservation.node_changed(self, name, {}, False)
         for aid in sorted(node.allocations):
             self._lose(self.state.allocations[aid], f"node {name} was removed")
         self.commit(p.NodeGone(node=name))
@@ -296,6 +299,7 @@ class CacheCore:
         app = self.state.apps.get(name)
         if app is None:
             return
+        node_reservation.end_for_app(self, name, "app_removed")
         for ask in list(app.asks):
             self._ask_removed((name, ask))
         for aid in sorted(app.allocations):
@@ -434,6 +438,7 @@ class CacheCore:
                 self.flaps = {k: (n, t) for k, (n, t) in self.flaps.items() if t + self._damping(n) > now}
         for r in held:
             self._end_reservation(r, f"ask {ask_label(key)} was withdrawn")
+        node_reservation.end_for_ask(self, key, "ask_removed")
         self.commit(p.AskGone(app=key[0], ask=key[1]))
 
     def _promote(self, aid: str, event_id: str) -> None:
@@ -635,6 +640,10 @@ class CacheCore:
                 accepted += 1
             else:
                 rejected[f"{ev.app}/{ev.ask}@{ev.node}#{len(rejected)}"] = why
+        if proposal.reservations:
+            reserved, refused = node_reservation.commit_reservations(self, proposal)
+            accepted += reserved
+            rejected.update(refused)
         self.outcome(proposal.id, accepted, rejected)
 
     def _end_reservation_placed_elsewhere(self, app_name: str, ask_name: str, node_name: str) -> None:
@@ -679,6 +688,9 @@ class CacheCore:
             return f"node {node_name} does not match the ask's node selector"
         if not node.can_hold(ask.resource):
             return "does not fit the node's free room"
+        reserved_for = node_reservation.refusal(state, ask, node_name)
+        if reserved_for is not None:
+            return reserved_for
         if not ask.opportunistic and not state.headroom_allows(app.queue, ask.resource, freed):
             return "queue max would be exceeded"
         if limits is not None and not ask.opportunistic:
@@ -686,6 +698,7 @@ class CacheCore:
         return None
 
     def allocate(self, app_name: str, ask_name: str, node_name: str, reservation: Reservation | None = None) -> None:
+        node_reservation.on_allocate(self, app_name, ask_name, node_name, fulfils=reservation is not None)
         app = self.state.apps[app_name]
         ask = app.asks[ask_name]
         self.counters["alloc"] += 1
@@ -761,6 +774,7 @@ def state_changes(state: PartitionState) -> list[p.ChangeMsg]:
                     gang_min=ask.gang_min,
                     opportunistic=ask.opportunistic,
                     damped_until=ask.damped_until,
+                    reserve_after=ask.reserve_after,
                 )
             )
     for alloc in state.allocations.values():
@@ -792,6 +806,7 @@ def state_changes(state: PartitionState) -> list[p.ChangeMsg]:
                 policy=r.policy,
             )
         )
+    out.extend(node_reservation.state_changes(state))
     marked = [a for a in state.allocations.values() if a.preempting and a.reservation is None]
     for deadline in sorted({a.preempt_deadline for a in marked if a.preempt_deadline is not None}):
         out.append(p.VictimsMarked(victims=[a.id for a in marked if a.preempt_deadline == deadline], deadline=deadline))

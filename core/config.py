@@ -88,6 +88,14 @@ class PreemptionConfig:
     reservation_timeout: Seconds = 60.0
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class ReservationConfig:
+    """A partition's ``reservation`` section: YARN-style node reservations (:mod:`sniper.core.node_reservation`)."""
+
+    enabled: bool = True  # YARN reserves always; YuniKorn's ``disableReservation`` is the opposite switch
+    timeout: Seconds = 60.0  # a node reservation not fulfilled by then ends (reason ``timeout``)
+
+
 WILDCARD = "*"
 
 
@@ -137,6 +145,7 @@ class PartitionConfig:
     root: QueueConfig
     node_sort_policy: str = "binpacking"
     preemption: PreemptionConfig = dataclasses.field(default_factory=PreemptionConfig)
+    reservation: ReservationConfig = dataclasses.field(default_factory=ReservationConfig)
     # What the source said that Sniper accepted without acting on it; not part of the config's meaning.
     warnings: tuple[str, ...] = dataclasses.field(default=(), compare=False)
 
@@ -231,11 +240,22 @@ def _preemption_struct() -> type[msgspec.Struct]:
 _RawPreemption = _preemption_struct()
 
 
+def _reservation_struct() -> type[msgspec.Struct]:
+    """The raw ``reservation`` section: :class:`ReservationConfig`'s fields with their checks."""
+    hints = typing.get_type_hints(ReservationConfig, include_extras=True)
+    fields = [(f.name, hints[f.name], f.default) for f in dataclasses.fields(ReservationConfig)]
+    return msgspec.defstruct("_RawReservation", fields, bases=(_Raw,), module=__name__)
+
+
+_RawReservation = _reservation_struct()
+
+
 class _RawPartition(_Raw):
     queues: Annotated[list[_RawQueue], Meta(min_length=1)]
     name: Annotated[str, Meta(min_length=1)] = "default"
     nodesortpolicy: Literal["binpacking", "fair"] | _RawNodeSort = "binpacking"
     preemption: _RawPreemption | None = None  # type: ignore[valid-type]
+    reservation: _RawReservation | None = None  # type: ignore[valid-type]
     placementrules: list[Any] | None = None  # warned: applications name their queue
     limits: list[_RawLimit] | None = None  # the root queue's (YuniKorn 1.5, YUNIKORN-2260)
     usergroupresolver: dict[str, Any] | None = None  # warned
@@ -248,6 +268,7 @@ class _RawConfig(_Raw):
 # Which struct a path inside a partition lands in, to list the keys it allows.
 _STRUCT_AT: dict[tuple[bool, str], type[msgspec.Struct]] = {
     (False, ".preemption"): _RawPreemption,
+    (False, ".reservation"): _RawReservation,
     (False, ".nodesortpolicy"): _RawNodeSort,
     (True, ""): _RawQueue,
     (True, ".resources"): _RawResources,
@@ -573,6 +594,10 @@ def parse_partition(raw: object, where: str = "partition") -> PartitionConfig:
         node_sort_policy = node_sort
     explicit = raw.get("preemption") or {}
     preemption = _preemption(parsed.preemption or _RawPreemption(), explicit, f"{label}.preemption", warnings)
+    raw_reservation = parsed.reservation or _RawReservation()
+    reservation = ReservationConfig(
+        **{f.name: getattr(raw_reservation, f.name) for f in dataclasses.fields(ReservationConfig)}
+    )
     top = parsed.queues
     if len(top) == 1 and top[0].name == "root":
         raw_root = top[0]
@@ -592,6 +617,7 @@ def parse_partition(raw: object, where: str = "partition") -> PartitionConfig:
         root=root,
         node_sort_policy=node_sort_policy,
         preemption=preemption,
+        reservation=reservation,
         warnings=tuple(warnings),
     )
 
@@ -665,5 +691,6 @@ def partition_to_raw(cfg: PartitionConfig) -> dict[str, Any]:
         "name": cfg.name,
         "nodesortpolicy": {"type": cfg.node_sort_policy},
         "preemption": dataclasses.asdict(cfg.preemption),
+        "reservation": dataclasses.asdict(cfg.reservation),
         "queues": [queue(cfg.root)],
     }

@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING
 
+from sniper.core import node_reservation
 from sniper.core import resources as res
 from sniper.core.allocation import FreeRoomPlacer, hold_room
 from sniper.core.resources import Resource
@@ -106,7 +107,7 @@ def plan(state: PartitionState, starving: list[Ask], budget: int) -> Opportunist
         while not ask.opportunistic and ask.pending > 0 and state.headroom_allows(ask.app.queue, ask.resource):
             best: tuple[tuple[int, int, str], Node, list[Allocation]] | None = None
             for node in hosts:
-                if not ask.accepts(node):
+                if not ask.accepts(node) or node_reservation.blocks(state, ask, node.name):
                     continue
                 room = res.add(state.room_once_victims_leave(node), freed.get(node.name, {}))
                 chosen = minimal_evictions(room, ask.resource, running_on(state, node, taken))
@@ -162,6 +163,9 @@ def check_eviction(cache: CacheCore, ev: p.Victimized) -> str | None:
         return "node is gone or not schedulable"
     if not ask.accepts(node):
         return f"node {ev.node} does not match the ask's required node or node selector"
+    reserved_for = node_reservation.refusal(state, ask, ev.node)
+    if reserved_for is not None:
+        return reserved_for
     if not state.headroom_allows(ask.app.queue, ask.resource):
         return "queue max would be exceeded"
     victims: list[Allocation] = []

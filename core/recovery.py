@@ -11,7 +11,8 @@ What it owns:
 - :func:`take_snapshot` / :func:`restore`: a cache to a :class:`~sniper.messages.snapshot.Snapshot` and back;
 - :func:`apply_logged`: one logged decision that came from a proposal or a tick turned back into the
   state changes that made it (``allocated``, ``preempt`` with its reservation, ``preempt_cancelled``,
-  ``kill``, and, if replay ever diverged, ``released``, ``allocation_lost``, ``reservation_ended``);
+  ``kill``, ``node_reserved``, ``node_unreserved``, and, if replay ever diverged, ``released``,
+  ``allocation_lost``, ``reservation_ended``);
 - :func:`replay`: the feed records after a snapshot interleaved with the decisions logged after it.
 
 Invariants of :func:`replay` (ARCHITECTURE section 3, "the decisions topic is the commit log"):
@@ -34,6 +35,7 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
 
+from sniper.core import node_reservation
 from sniper.core.cache import SEEN_IDS, CacheCore, state_changes
 from sniper.core.config import PartitionConfig, parse_partition
 from sniper.messages import decisions as d
@@ -45,7 +47,7 @@ MAX_QUANTITY = 2**40  # a sanity cap on one resource value (2**40 MiB is an exbi
 MAX_LABELS = 64  # node labels per node
 MAX_LABEL_CHARS = 256  # characters of one label's key or value (Kubernetes allows 253 and 63)
 
-_ID_NUMBER = re.compile(r"^(?:alloc|resv|preq)-(\d+)$")
+_ID_NUMBER = re.compile(r"^(?:alloc|n?resv|preq)-(\d+)$")
 
 
 def absurd_quantity(event: f.Feed) -> str | None:
@@ -258,6 +260,24 @@ def apply_logged(core: CacheCore, log: Sequence[d.DecisionMsg], index: int) -> t
         case d.ReservationEnded():
             if dec.reservation in state.reservations:
                 core.commit(p.ReservationGone(reservation=dec.reservation))
+        case d.NodeReserved():
+            _bump_counter(core, "node_reservation", dec.reservation)
+            if dec.node not in state.node_reservations and state.ask((dec.app, dec.ask)) is not None:
+                core.commit(
+                    p.NodeReservationSet(
+                        reservation=dec.reservation,
+                        app=dec.app,
+                        ask=dec.ask,
+                        node=dec.node,
+                        resource=dict(dec.resource),
+                        expires=dec.expires,
+                    )
+                )
+        case d.NodeUnreserved():
+            held = state.node_reservations.get(dec.node)
+            if held is not None and held.id == dec.reservation:
+                no_reserve_before = node_reservation.hold_off(state, dec.reason, dec.t)
+                core.commit(p.NodeReservationGone(node=dec.node, no_reserve_before=no_reserve_before))
         case _:
             pass  # rejected: no state
     core.decision_seq = max(core.decision_seq, log[end - 1].seq)

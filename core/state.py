@@ -6,6 +6,8 @@ that applied the same changes in the same order is identical to the cache. Deriv
 allocated / reserved, queue allocated / pending / preempting / reserved up the hierarchy, ask
 allocated counts) are maintained incrementally by ``apply`` and are never written elsewhere, except
 the allocator's ``allocating`` counters, which only the allocator touches (proposals in flight).
+Node reservations (YARN's reserved containers, :mod:`sniper.core.node_reservation`) hold no room: at most
+one per node and one per app, counted in their queues' ``node_reserved`` total only.
 Opportunistic asks and allocations (YARN's execution type) count on their node only: never in a queue's
 allocated, pending, preempting or reserved totals, only in its separate ``opportunistic`` total.
 """
@@ -109,6 +111,7 @@ class Queue:
         "guaranteed",
         "max",
         "name",
+        "node_reserved",
         "opportunistic",
         "parent",
         "path",
@@ -132,6 +135,7 @@ class Queue:
         self.preempting: Resource = {}
         self.reserved: Resource = {}
         self.allocating: Resource = {}
+        self.node_reserved: Resource = {}  # node reservations of its subtree (checked against max on reserving)
         self.opportunistic: Resource = {}  # running opportunistic containers: reported, never accounted
         self.apps: dict[str, App] = {}
 
@@ -171,10 +175,12 @@ class Ask:
         "gang_min",
         "key",
         "name",
+        "node_reserved",
         "node_selector",
         "opportunistic",
         "priority",
         "required_node",
+        "reserve_after",
         "reserved",
         "resource",
         "retry",
@@ -201,6 +207,8 @@ class Ask:
         self.gang_min = change.gang_min  # all or nothing for the first gang_min containers (0: no gang)
         self.allocated = 0  # containers committed for this ask, ever
         self.reserved = 0  # preemption reservations held for it
+        self.node_reserved: str | None = None  # the node its node reservation holds, if any
+        self.reserve_after = change.reserve_after  # no node reservation before then (it was de-reserved)
         self.allocating = 0  # allocator only: proposed, result not back yet
         self.sort_key = (-change.priority, change.seq)
 
@@ -328,6 +336,24 @@ class Contract:
         return res.clamp_min_zero(res.sub(self.need(), self.released))
 
 
+class NodeReservation:
+    """A YARN-style node reservation: only its ask may be placed on ``node`` while it lasts."""
+
+    __slots__ = ("app", "ask", "expires", "id", "node", "resource")
+
+    def __init__(self, change: p.NodeReservationSet) -> None:
+        self.id = change.reservation
+        self.app = change.app
+        self.ask = change.ask
+        self.node = change.node
+        self.resource: Resource = res.normalized(change.resource)
+        self.expires = change.expires
+
+    @property
+    def key(self) -> AskKey:
+        return (self.app, self.ask)
+
+
 class StateError(RuntimeError):
     """A change that contradicts the state (a bug in the cache: changes are validated before apply)."""
 
@@ -348,6 +374,8 @@ class PartitionState:
         self.allocations: dict[str, Allocation] = {}
         self.reservations: dict[str, Reservation] = {}
         self.contracts: dict[str, Contract] = {}  # open preemption requests, oldest first
+
+        self.node_reservations: dict[str, NodeReservation] = {}  # by node name
         # Opportunistic asks that still want containers, oldest first (they have no queue pending).
         self.opportunistic_asks: dict[AskKey, Ask] = {}
         self.capacity: Resource = {}  # all schedulable nodes
@@ -367,6 +395,8 @@ class PartitionState:
             p.AllocationPromoted: self._promote,
             p.ReservationSet: self._reservation,
             p.ReservationGone: self._reservation_gone,
+            p.NodeReservationSet: self._node_reservation,
+            p.NodeReservationGone: self._node_reservation_gone,
             p.VictimsMarked: self._victims,
             p.VictimsReleased: self._victims_released,
             p.ContractSet: self._contract,
@@ -470,6 +500,8 @@ class PartitionState:
                 self._add_usage(alloc.queue, "preempting", alloc.resource, 1)
         for r in self.reservations.values():
             self._add_usage(self.apps[r.app].queue, "reserved", r.resource, 1)
+        for nr in self.node_reservations.values():
+            self._add_usage(self.apps[nr.app].queue, "node_reserved", nr.resource, 1)
 
     def _index(self, node: Node) -> None:
         if not self.indexed:
@@ -520,7 +552,7 @@ class PartitionState:
         node = self.nodes.get(c.node)
         if node is None:
             raise StateError(f"node {c.node} is not known")
-        if node.allocations or node.reservations:
+        if node.allocations or node.reservations or c.node in self.node_reservations:
             raise StateError(f"node {c.node} still holds allocations or reservations")
         del self.nodes[c.node]
         self.node_index.discard(c.node)
@@ -568,7 +600,7 @@ class PartitionState:
         ask = None if app is None else app.asks.get(c.ask)
         if app is None or ask is None:
             raise StateError(f"ask {c.app}/{c.ask} is not known")
-        if ask.reserved:
+        if ask.reserved or ask.node_reserved is not None:
             raise StateError(f"ask {c.app}/{c.ask} still holds reservations")
         remaining = ask.count - ask.allocated
         if ask.opportunistic:
@@ -699,6 +731,29 @@ class PartitionState:
             app.pending_asks.discard(ask)
         self._mark_victims(r.victims, c.deadline, r.id)
         self._index(node)
+
+    def _node_reservation(self, c: p.NodeReservationSet) -> None:
+        ask = self.ask((c.app, c.ask))
+        if ask is None or c.node not in self.nodes:
+            raise StateError(f"node reservation {c.reservation}: unknown ask {c.app}/{c.ask} or node {c.node}")
+        if c.node in self.node_reservations or ask.node_reserved is not None:
+            what = f"node {c.node} or ask {c.app}/{c.ask}"
+            raise StateError(f"node reservation {c.reservation}: {what} already holds one")
+        r = NodeReservation(c)
+        self.node_reservations[c.node] = r
+        ask.node_reserved = c.node
+        self._add_usage(ask.app.queue, "node_reserved", r.resource, 1)
+
+    def _node_reservation_gone(self, c: p.NodeReservationGone) -> None:
+        r = self.node_reservations.pop(c.node, None)
+        if r is None:
+            raise StateError(f"node {c.node} holds no node reservation")
+        app = self.apps[r.app]
+        ask = app.asks.get(r.ask)
+        if ask is not None:
+            ask.node_reserved = None
+            ask.reserve_after = max(ask.reserve_after, c.no_reserve_before)
+        self._add_usage(app.queue, "node_reserved", r.resource, -1)
 
     def _mark_victims(self, victims: list[str], deadline: float, reservation: str | None) -> None:
         for vid in victims:

@@ -97,6 +97,31 @@ class ReservationEnded(Decision, tag="reservation_ended", frozen=True, gc=False)
     reason: str
 
 
+class NodeReserved(Decision, tag="node_reserved", frozen=True, gc=False):
+    """A YARN-style node reservation: only this ask may be placed on the node until it ends."""
+
+    reservation: str
+    app: str
+    ask: str
+    queue: str
+    node: str
+    resource: dict[str, int]
+    expires: float
+
+
+class NodeUnreserved(Decision, tag="node_unreserved", frozen=True, gc=False):
+    """A node reservation ended; ``reason`` is one of ``placed``, ``timeout``, ``ask_removed``,
+    ``node_removed``, ``app_removed``, ``dereserved`` (``policy`` names the policy that de-reserved)."""
+
+    reservation: str
+    app: str
+    ask: str
+    queue: str
+    node: str
+    reason: str
+    policy: str = ""
+
+
 class Promoted(Decision, tag="promoted", frozen=True, gc=False):
     """An opportunistic allocation that became guaranteed (feed ``allocation_promoted``)."""
 
@@ -173,6 +198,8 @@ DecisionMsg = (
     | AllocationLost
     | Rejected
     | ReservationEnded
+    | NodeReserved
+    | NodeUnreserved
     | Promoted
     | PreemptRequest
     | PreemptRequestEnded

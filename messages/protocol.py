@@ -64,6 +64,7 @@ class AskSet(Change, tag="ask", frozen=True, gc=False):
     node_selector: dict[str, list[str]] = {}
     gang_min: int = 0  # the first ``gang_min`` containers are placed together or not at all
     opportunistic: bool = False
+    reserve_after: float = 0.0  # de-reserved by a policy: no node reservation before then
 
 
 class AskGone(Change, tag="ask_gone", frozen=True, gc=False):
@@ -111,6 +112,23 @@ class ReservationSet(Change, tag="reservation", frozen=True, gc=False):
 
 class ReservationGone(Change, tag="reservation_gone", frozen=True, gc=False):
     reservation: str
+
+
+class NodeReservationSet(Change, tag="node_reservation", frozen=True, gc=False):
+    """A YARN-style node reservation (:mod:`sniper.core.node_reservation`): only this ask may be placed on
+    the node until it ends. Not a preemption reservation: no room is held, no victim is named."""
+
+    reservation: str
+    app: str
+    ask: str
+    node: str
+    resource: dict[str, int]
+    expires: float
+
+
+class NodeReservationGone(Change, tag="node_reservation_gone", frozen=True, gc=False):
+    node: str
+    no_reserve_before: float = 0.0  # de-reserved: its ask may not reserve again before then
 
 
 class VictimsMarked(Change, tag="victims", frozen=True, gc=False):
@@ -164,6 +182,8 @@ ChangeMsg = (
     | AllocationPromoted
     | ReservationSet
     | ReservationGone
+    | NodeReservationSet
+    | NodeReservationGone
     | VictimsMarked
     | VictimsReleased
     | ContractSet
@@ -180,6 +200,15 @@ class Placement(msgspec.Struct, frozen=True, gc=False, array_like=True):
     ask: str
     node: str
     ask_seq: int = 0  # the ask's sequence number: a re-added ask of the same name is another ask
+
+
+class NodeReserve(msgspec.Struct, frozen=True, gc=False, array_like=True):
+    """The allocator's proposal to reserve ``node`` for one container of an ask no node's free room holds."""
+
+    app: str
+    ask: str
+    node: str
+    ask_seq: int = 0
 
 
 class Victimized(msgspec.Struct, frozen=True, gc=False):
@@ -219,6 +248,7 @@ class AllocationProposal(Message, tag="allocate", frozen=True, gc=False):
     # Guaranteed asks that fit once these opportunistic containers are gone (killed at once, the room
     # reserved for the ask): see sniper.core.opportunistic.
     evictions: list[Victimized] = []
+    reservations: list[NodeReserve] = []  # node reservations (sniper.core.node_reservation)
 
 
 class PreemptionProposal(Message, tag="preempt", frozen=True, gc=False):
@@ -227,6 +257,7 @@ class PreemptionProposal(Message, tag="preempt", frozen=True, gc=False):
     policy: str
     placements: list[Victimized] = []
     victims: list[str] = []  # proportional: victims with no beneficiary
+    dereserve: list[str] = []  # nodes whose node reservation the policy cancels before preempting
     observe_only: bool = False
 
 

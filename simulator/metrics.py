@@ -18,6 +18,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterator
 
 from sniper.core import resources as res
+from sniper.core.node_reservation import DERESERVED
 from sniper.core.opportunistic import KILL_REASON
 from sniper.core.preemption.contract import KILL_REASON as CONTRACT_KILL
 from sniper.core.resources import Resource
@@ -28,7 +29,7 @@ from sniper.simulator.report import Opportunistic, PreemptionLogEntry, Preemptio
 # Seed 004's four actions, cheapest first, and the decisions that count as each. De-reservation: the
 # decision of allocator-level de-reservation (branch dereserve) goes here once it exists.
 ACTIONS: dict[str, tuple[type, ...]] = {
-    "dereservation": (),
+    "dereservation": (d.NodeUnreserved,),  # those a policy cancelled (reason ``dereserved``)
     "preempt_request": (d.PreemptRequest,),
     "preempt": (d.Preempt,),
     "kill": (d.Kill,),
@@ -310,14 +311,16 @@ class Metrics:
                 continue
             if (isinstance(x, d.Preempt) and x.opportunistic) or (isinstance(x, d.Kill) and x.reason == KILL_REASON):
                 continue
+            if isinstance(x, d.NodeUnreserved) and x.reason != DERESERVED:
+                continue
             for action, kinds in ACTIONS.items():
                 if isinstance(x, kinds):
                     out[action] += 1
         return out
 
     def preemption_log(self, limit: int = 1000) -> list[PreemptionLogEntry]:
-        """Every notice, every container a preemption request named, and every kill at a request's
-        deadline, in decision order, each naming its action."""
+        """Every de-reservation, every notice, every container a preemption request named, and every kill
+        at a request's deadline, in decision order, each naming its action."""
         out: list[PreemptionLogEntry] = []
         for x in self.decisions:
             if isinstance(x, d.Preempt):
@@ -349,6 +352,21 @@ class Metrics:
                         action="preempt_request",
                     )
                     for c in x.containers
+                )
+            elif isinstance(x, d.NodeUnreserved) and x.reason == DERESERVED:
+                out.append(
+                    PreemptionLogEntry(
+                        t=x.t,
+                        victim=x.reservation,
+                        victim_queue=x.queue,
+                        node=x.node,
+                        beneficiary_ask="",
+                        beneficiary_queue="",
+                        cost=0.0,
+                        policy=x.policy,
+                        reason=f"node reservation of {x.app}/{x.ask} cancelled: {x.queue} above its ideal",
+                        action="dereservation",
+                    )
                 )
             elif isinstance(x, d.Kill) and x.reason.startswith(CONTRACT_KILL):
                 out.append(

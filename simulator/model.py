@@ -7,7 +7,9 @@ checking never raises. ``version`` grows with every input that may change the mo
 from it (usage, pending demand, notices) are computed once per change and readers can skip unchanged
 states; asks with nothing left to place leave the ``open`` set, so those views cost what is running
 and waiting, not the whole history. Opportunistic allocations and asks stay out of every queue's usage,
-demand, ``max`` and guarantee check (they are totalled apart).
+demand, ``max`` and guarantee check (they are totalled apart). Node reservations (invariant 6): at most
+one per node, and while a node is reserved nothing but the reserving ask is placed on it (a preemption
+reservation that was there first excepted).
 """
 
 from __future__ import annotations
@@ -89,6 +91,8 @@ class ClusterModel:
         self.allocations: dict[str, ModelAllocation] = {}
         self.seen_allocations: set[str] = set()
         self.reservations: dict[str, ModelReservation] = {}
+        # node -> (node reservation id, app, ask, preemption reservations already on the node)
+        self.node_reservations: dict[str, tuple[str, str, str, frozenset[str]]] = {}
         self.violations: list[Violation] = []
         self.decisions = 0
         self.last_seq = 0
@@ -216,6 +220,18 @@ class ClusterModel:
                     self.notices -= 1
             case d.ReservationEnded(reservation=rid):
                 self.reservations.pop(rid, None)
+            case d.NodeReserved(reservation=rid, node=node):
+                if node in self.node_reservations:
+                    other = self.node_reservations[node][0]
+                    self._violate(dec.t, 6, f"node reservation {rid} on {node}, already reserved by {other}")
+                before = frozenset(r.id for r in self.reservations.values() if r.node == node)
+                self.node_reservations[node] = (rid, dec.app, dec.ask, before)
+            case d.NodeUnreserved(reservation=rid, node=node):
+                held = self.node_reservations.get(node)
+                if held is None or held[0] != rid:
+                    self._violate(dec.t, 6, f"node reservation {rid} on {node} ended, but it was not held")
+                else:
+                    del self.node_reservations[node]
             case d.Rejected(app=a, ask=k):
                 if k:
                     self.rejected_asks.add((a, k))
@@ -335,7 +351,19 @@ class ClusterModel:
         if _dominant_level(after, capacity) < _dominant_level(cfg.guaranteed, capacity):
             self._violate(t, 5, f"victim {victim.id} takes {victim.queue} below its guarantee")
         ideal = dec.victim_queue_ideal
-        if ideal and not any(before.get(k, 0) > ideal.get(k, 0) for k, c in capacity.items() if c > 0):
+        # The victims of one placement are chosen together: the queue is judged as it was before the set.
+        r = self.reservations.get(dec.reservation) if dec.reservation else None
+        chosen = dict(before)
+        for vid in r.victims if r is not None else ():
+            other = self.allocations.get(vid)
+            if (
+                other is not None
+                and other.queue == victim.queue
+                and other.id != victim.id
+                and other.preempted_at is not None
+            ):
+                res.add_into(chosen, other.resource)
+        if ideal and not any(chosen.get(k, 0) > ideal.get(k, 0) for k, c in capacity.items() if c > 0):
             self._violate(t, 5, f"victim {victim.id} chosen while {victim.queue} was over its ideal nowhere")
 
     def _user_limit_swap(self, victim: ModelAllocation, dec: d.Preempt) -> bool:
@@ -369,6 +397,9 @@ class ClusterModel:
         # Invariant 2: a new allocation never takes a queue over its max (opportunistic ones are outside it).
         if not dec.reservation and not dec.opportunistic:
             self._check_max(t, dec.allocation, queue, resource)
+        nr = self.node_reservations.get(dec.node)
+        if nr is not None and (nr[1], nr[2]) != key and dec.reservation not in nr[3]:
+            self._violate(t, 6, f"allocation {dec.allocation} on {dec.node}, reserved for {nr[1]}/{nr[2]} ({nr[0]})")
         if dec.reservation:
             r = self.reservations.pop(dec.reservation, None)
             if r is None or (r.app, r.ask) != (dec.app, dec.ask) or r.node != dec.node:

@@ -10,12 +10,14 @@ read ``partitions``).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import msgspec
 
 from sniper.core import resources as res
+from sniper.core.node_reservation import DERESERVED
+from sniper.messages import decisions as d
 
 if TYPE_CHECKING:
     from sniper.simulator.metrics import Metrics
@@ -60,6 +62,17 @@ class Opportunistic(msgspec.Struct, frozen=True):
     utilization: dict[str, float] = {}  # what they held over capacity, time-averaged, per resource
 
 
+def node_reservation_figures(decisions: Iterable[d.DecisionMsg]) -> tuple[dict[str, int], int]:
+    """Node reservations made and ended by reason (docs/report.md), and the de-reservations among them."""
+    out: dict[str, int] = {}
+    for dec in decisions:
+        if isinstance(dec, d.NodeReserved):
+            out["made"] = out.get("made", 0) + 1
+        elif isinstance(dec, d.NodeUnreserved):
+            out[dec.reason] = out.get(dec.reason, 0) + 1
+    return dict(sorted(out.items())), out.get(DERESERVED, 0)
+
+
 class PartitionReport(msgspec.Struct, kw_only=True):
     policy: str = "none"
     allocations: int = 0
@@ -73,6 +86,8 @@ class PartitionReport(msgspec.Struct, kw_only=True):
     time_to_guarantee: dict[str, TimeToGuarantee] = {}
     utilization: dict[str, float] = {}  # time-averaged allocated over capacity, per resource (guaranteed only)
     opportunistic: Opportunistic = Opportunistic()
+    node_reservations: dict[str, int] = {}  # made, and ended by reason
+    dereservations: int = 0  # node reservations a preemption policy cancelled (seed 004's cheapest action)
     fairness: dict[str, float] = {}  # time-averaged sum over leaves of |usage - ideal| / capacity, per resource
     fairness_gap: float | None = None  # the same, dominant resource at each moment
     stranded: dict[str, float] = {}  # time-averaged idle capacity waiting asks could use, per resource
@@ -123,6 +138,7 @@ def partition_report(fig: PartitionFigures, cycle: float) -> PartitionReport:
     model, m = fig.model, fig.metrics
     config = model.config
     wasted, ping_pong, undecided = m.preemption_outcomes(fig.grace, cycle)
+    node_reservations, dereservations = node_reservation_figures(m.decisions)
     return PartitionReport(
         policy=config.preemption.policy if config is not None else "none",
         allocations=fig.counts.get("Allocated", 0),
@@ -135,6 +151,8 @@ def partition_report(fig: PartitionFigures, cycle: float) -> PartitionReport:
         time_to_guarantee=m.time_to_guarantee(),
         utilization=m.utilization(),
         opportunistic=m.opportunistic(),
+        node_reservations=node_reservations,
+        dereservations=dereservations,
         fairness=m.fairness(),
         fairness_gap=m.fairness_gap(),
         stranded=m.stranded(),
@@ -205,6 +223,11 @@ def build_report(
             evictions=sum(r.opportunistic.evictions for r in per.values()),
             promoted=sum(r.opportunistic.promoted for r in per.values()),
         ),
+        node_reservations={
+            k: sum(r.node_reservations.get(k, 0) for r in per.values())
+            for k in sorted({k for r in per.values() for k in r.node_reservations})
+        },
+        dereservations=sum(r.dereservations for r in per.values()),
         time_to_guarantee={f"{name}:{q}": v for name, r in per.items() for q, v in r.time_to_guarantee.items()},
         pending_at_end=sum(r.pending_at_end for r in per.values()),
         rejected=sum(r.rejected for r in per.values()),

@@ -105,15 +105,15 @@ def _initial_config(
 
 def _has_work(model: ClusterModel, runtime: PartitionRuntime, changed_at: float) -> bool:
     """Whether a tick can change anything in this partition: notices, reservations or preemption
-    requests (deadlines; a request is settled at a tick), an allocator whose batch ran out, or pending
-    asks while a preemption policy may still act on them.
+    requests (deadlines; a request is settled at a tick), node reservations (timeouts), an allocator whose
+    batch ran out, or pending asks while a preemption policy may still act on them.
 
     Pending asks are settled (ticks change nothing but the allocator's missed-opportunity counts, which
     the driver carries over) when the only policy is sniper, its last round came after the partition's
     last change and found no queue that could gain by preemption (no beneficiary or nothing to lose),
     no request is in flight, and one missed cycle is enough to be a candidate."""
     derived = model.derived()
-    if derived.notices or model.reservations or model.requests:
+    if derived.notices or model.reservations or model.requests or model.node_reservations:
         return True
     if any(isinstance(a, AllocatorActor) and a.core.dirty for a in runtime.actors):
         return True

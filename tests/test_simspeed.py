@@ -147,14 +147,14 @@ def test_grid_arithmetic_matches_stepping_tick_by_tick(
 # once resource vectors stopped taking their key order from a set (the string-hash seed leaked into
 # ``victim_queue_ideal``); the decisions themselves did not change.
 DECISION_HASHES = {
-    ("demo", "proportional"): "2636d9977d414ffc",
-    ("random_mix", "proportional"): "1696a190deeac07c",
-    ("gang", "proportional"): "b17c5c9ce35727f2",
-    ("opportunistic", "proportional"): "a15101c99a51baac",
-    ("demo", "sniper"): "aeb3700182e231b1",
-    ("random_mix", "sniper"): "a9e4e082a908e803",
+    ("demo", "proportional"): "f01e5e08463b542c",
+    ("random_mix", "proportional"): "225cbdbfdb154588",
+    ("gang", "proportional"): "d55c6fba588ae416",
+    ("opportunistic", "proportional"): "05878cba5594572d",
+    ("demo", "sniper"): "46378898f4c14f57",
+    ("random_mix", "sniper"): "6f87d522e4685028",
     ("gang", "sniper"): "750f2cd0a6cb4f19",
-    ("opportunistic", "sniper"): "6243781503b4aa9d",
+    ("opportunistic", "sniper"): "c37cc8b962f58e57",
     ("user_limits", "sniper"): "113b3a7fd4688ff8",
     ("priority_queues", "sniper"): "65c9960fd03c7f33",
 }

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from sniper.core import gang
+from sniper.core import gang, node_reservation
 from sniper.core import resources as res
 from sniper.core.limits import Limits
 from sniper.core.opportunistic import KILL_REASON, evict
@@ -42,6 +42,8 @@ if TYPE_CHECKING:
 
 
 def commit_preemption(cache: CacheCore, proposal: p.PreemptionProposal) -> None:
+    if proposal.dereserve and not proposal.observe_only:  # seed 004's cheapest action goes first
+        node_reservation.dereserve(cache, proposal.dereserve, proposal.policy)
     if proposal.placements:
         _commit_placements(cache, proposal)
     else:
@@ -212,6 +214,9 @@ def _check(
         return "node is gone or not schedulable"
     if not ask.accepts(node):
         return f"node {pl.node} does not match the ask's required node or node selector"
+    reserved_for = node_reservation.refusal(state, ask, pl.node)  # reserved since the placement was made
+    if reserved_for is not None:
+        return reserved_for
     refusal = None if limits is None else limits.refusal(ask)
     if refusal is not None:
         return f"beneficiary: {refusal}"

@@ -23,6 +23,7 @@ import dataclasses
 import heapq
 import math
 
+from sniper.core import node_reservation
 from sniper.core import resources as res
 from sniper.core.allocation import CandidateFilter, find_ask_candidates, try_allocate, usage_key
 from sniper.core.allocator import AllocatorCore
@@ -375,6 +376,8 @@ class VictimPlacer:
 
     def _minimal_set(self, node: Node, ask: Ask) -> VictimSet | None:
         """The node's room shortfall and every ``max`` deficit covered by one minimal victim set."""
+        if node_reservation.blocks(self.state, ask, node.name):
+            return None  # reserved for another ask: de-reservation, not preemption, opens it
         shortfall = self._shortfall(node, ask)
         needs: list[tuple[Queue | None, dict[str, int]]] = [(None, shortfall)] if shortfall else []
         needs.extend(self.deficits)

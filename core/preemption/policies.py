@@ -5,6 +5,9 @@ placement request for the allocator (sniper and intra-queue: the allocator place
 preemption mode with the same placement code) or a preemption proposal for the cache (the YARN
 proportional baseline, which frees resources without a beneficiary). ``on_reply`` turns the
 allocator's placements into a proposal. No clock, no I/O: ``now`` is an argument.
+Before preempting anything, the inter-queue policies cancel node reservations held by queues above
+their ideal that block a queue below it (:func:`sniper.core.node_reservation.to_dereserve`): such a
+round proposes only those de-reservations, and later rounds preempt for what they did not solve.
 """
 
 from __future__ import annotations
@@ -12,13 +15,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Protocol
 
+from sniper.core import node_reservation
 from sniper.core import resources as res
 from sniper.core.config import PreemptionConfig
 from sniper.core.limits import Limits
 from sniper.core.opportunistic import first_victims
 from sniper.core.preemption.mask import PreemptionMask
 from sniper.core.preemption.proportional import ProportionalConfig, ProportionalPolicy
-from sniper.core.preemption.quotas import Quotas, compute_quotas
+from sniper.core.preemption.quotas import Quotas, compute_quotas, net_usage
 from sniper.core.preemption.view import snapshot_from_state
 from sniper.core.state import PartitionState
 from sniper.messages import protocol as p
@@ -26,7 +30,7 @@ from sniper.messages import protocol as p
 Output = p.PlacementRequest | p.PreemptionProposal | None
 
 # Changes after which a masked ask may have become placeable: room appeared somewhere.
-ROOM_CHANGES = frozenset({p.NodeSet, p.AllocationGone, p.ReservationGone, p.ConfigSet})
+ROOM_CHANGES = frozenset({p.NodeSet, p.AllocationGone, p.ReservationGone, p.NodeReservationGone, p.ConfigSet})
 
 
 class Policy(Protocol):
@@ -155,6 +159,10 @@ class SniperPolicy(_Placing):
         if not quotas.same_as(self.last_quotas) and self.mask is not None:
             self.mask.clear()
         self.last_quotas = quotas
+        usage = {path: net_usage(q) for path, q in state.queues.items()}
+        nodes = node_reservation.to_dereserve(state, usage, quotas.ideal)
+        if nodes and not self.config.observe_only:
+            return dereservation(self.partition, self.name, nodes, view_seq, now)
         return self._request(state, view_seq, now, quotas)
 
 
@@ -211,6 +219,14 @@ class ProportionalBaseline:
         if state.config is None or not state.capacity:
             return None
         result = self.policy.round(snapshot_from_state(state, with_containers=True), round(now * 1000))
+        usage = {path: res.add(q.allocated, q.reserved) for path, q in state.queues.items()}
+        nodes = node_reservation.to_dereserve(
+            state, usage, {path: figures.ideal_assigned for path, figures in result.queues.items()}
+        )
+        if nodes and not self.config.observe_only:
+            # YARN's preemptFrom drops reservations first; the running containers wait a round.
+            self.policy.forget(c.container.id for c in result.marked)
+            return dereservation(self.partition, self.name, nodes, view_seq, now)
         # Observe-only: YARN's policy marks nothing; publish what it selected (flagged by the cache).
         chosen = result.candidates if self.config.observe_only else result.marked
         victims = [c.container.id for c in chosen]
@@ -230,3 +246,14 @@ class ProportionalBaseline:
             victims=victims,
             observe_only=self.config.observe_only,
         )
+
+
+def dereservation(partition: str, policy: str, nodes: list[str], view_seq: int, now: float) -> p.PreemptionProposal:
+    """A round that only cancels node reservations (seed 004's cheapest action)."""
+    return p.PreemptionProposal(
+        partition=partition,
+        id=f"{partition}/{policy}-dereserve-{round(now * 1000)}",
+        view_seq=view_seq,
+        policy=policy,
+        dereserve=nodes,
+    )
