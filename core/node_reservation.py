@@ -11,7 +11,7 @@ app at a time (YARN bounds an app's reservations by what it still needs; one kee
 many tasks from reserving every node); a queue reserves only within every ``max`` counting its node
 reservations; every node reservation ends with one reason of :data:`REASONS`. Preemption policies
 cancel the reservations of queues above their ideal assignment when a queue below its ideal has a
-pending ask the node's free room holds (:func:`to_dereserve`), before they preempt anything: seed
+pending ask the node could hold (:func:`to_dereserve`), before they preempt anything: seed
 004's cheapest action; a de-reserved ask does not reserve again for ``reservation.timeout``
 (:func:`hold_off`), so the two do not loop.
 """
@@ -314,7 +314,9 @@ def state_changes(state: PartitionState) -> list[p.ChangeMsg]:
 
 def to_dereserve(state: PartitionState, usage: Mapping[str, Resource], ideal: Mapping[str, Resource]) -> list[str]:
     """Nodes whose reservation a policy cancels before preempting: held by a leaf above its ideal (DRF),
-    while a leaf below its ideal has a pending ask the node accepts and whose free room holds it."""
+    while a leaf below its ideal has a pending ask the node accepts and could hold. As YARN's policy
+    drops an over-served queue's reserved containers first, whether or not the room is free yet: a
+    reservation would otherwise keep preemption off the node for the beneficiary."""
     if not state.node_reservations or not state.capacity:
         return []
     capacity = state.capacity
@@ -335,9 +337,8 @@ def to_dereserve(state: PartitionState, usage: Mapping[str, Resource], ideal: Ma
         if holder.path not in ideal or res.drf_compare(usage.get(holder.path, {}), ideal[holder.path], capacity) <= 0:
             continue  # a queue at or below its ideal keeps its reservation
         node = state.nodes[name]
-        room = state.room_once_victims_leave(node)
         if any(
-            res.fits(ask.resource, room) and ask.accepts(node)
+            res.fits(ask.resource, node.capacity) and ask.accepts(node)
             for q in below
             if q.path != holder.path
             for app in q.apps.values()

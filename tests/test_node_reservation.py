@@ -191,6 +191,31 @@ def test_sniper_dereserves_a_queue_over_its_ideal_before_preempting() -> None:
     assert not h.model.violations
 
 
+def test_a_reservation_on_a_full_node_is_cancelled_so_that_preemption_can_use_the_node() -> None:
+    """a (guarantee 50) fills the only node and reserves it for a 60; b (guarantee 50) asks for a 40 that
+    only preemption can place. The reservation keeps preemption off the node, so sniper cancels it
+    although no free room holds the 40 yet (YARN drops an over-served queue's reserved containers
+    first), then preempts on the node in the next round: b does not wait for the reservation's timeout."""
+    h = PreemptHarness(raw(queue("a", guaranteed={"memory": 50}), queue("b", guaranteed={"memory": 50})))
+    h.nodes("n1")
+    h.fill("a1", "root.a", "n1", [10] * 10)
+    h.ask("a1", "big", 60)
+    node_reservation.reserve(h.cache, "a1", "big", "n1")
+    h.pump()
+    h.app("b1", "root.b")
+    h.ask("b1", "want", 40)
+    h.starve(2)
+    first = h.preempt_round(10.0)
+    assert first.proposal is not None and first.proposal.dereserve == ["n1"] and not first.preempts()
+    h.starve(1)
+    second = h.preempt_round(11.0)
+    assert {x.node for x in second.preempts()} == {"n1"} and len(second.preempts()) == 4
+    h.release(*(x.allocation for x in second.preempts()))  # the AMs let the victims go
+    h.settle()
+    assert ("want", "n1") in h.placements()
+    assert not h.model.violations
+
+
 def test_proportional_dereserves_before_preempting() -> None:
     h = over_ideal("proportional")
     first = h.preempt_round(10.0)

@@ -147,12 +147,12 @@ def test_grid_arithmetic_matches_stepping_tick_by_tick(
 # once resource vectors stopped taking their key order from a set (the string-hash seed leaked into
 # ``victim_queue_ideal``); the decisions themselves did not change.
 DECISION_HASHES = {
-    ("demo", "proportional"): "f01e5e08463b542c",
-    ("random_mix", "proportional"): "225cbdbfdb154588",
+    ("demo", "proportional"): "881b92b86fed469c",
+    ("random_mix", "proportional"): "7d972edc9aed2819",
     ("gang", "proportional"): "d55c6fba588ae416",
-    ("opportunistic", "proportional"): "05878cba5594572d",
-    ("demo", "sniper"): "46378898f4c14f57",
-    ("random_mix", "sniper"): "6f87d522e4685028",
+    ("opportunistic", "proportional"): "60ccaba99b059246",
+    ("demo", "sniper"): "5e560b4aca926fcf",
+    ("random_mix", "sniper"): "a4419920d73deb80",
     ("gang", "sniper"): "750f2cd0a6cb4f19",
     ("opportunistic", "sniper"): "c37cc8b962f58e57",
     ("user_limits", "sniper"): "113b3a7fd4688ff8",
