@@ -388,8 +388,7 @@ class CacheCore:
         shapes = self.shapes or [n.capacity for n in self.state.nodes.values()]  # (restored from a snapshot)
         if not shapes:
             return None
-        known = {k for shape in shapes for k in shape}
-        missing = sorted(k for k in resource if k not in known)
+        missing = sorted(k for k in resource if not any(k in shape for shape in shapes))
         if missing:
             return f"names resources no node has: {', '.join(missing)}"
         if not any(res.fits(resource, shape) for shape in shapes):

@@ -116,6 +116,7 @@ class Queue:
         "preempting",
         "priority",
         "reserved",
+        "waiting",
     )
 
     def __init__(self, config: QueueConfig, parent: Queue | None) -> None:
@@ -134,10 +135,16 @@ class Queue:
         self.allocating: Resource = {}
         self.opportunistic: Resource = {}  # running opportunistic containers: reported, never accounted
         self.apps: dict[str, App] = {}
+        # The apps with pending asks (a leaf's apps may be many, its waiting apps few): kept by the state.
+        self.waiting: dict[str, App] = {}
 
     @property
     def is_leaf(self) -> bool:
         return not self.children
+
+    def waiting_apps(self) -> list[App]:
+        """The apps with pending asks, in the order of :attr:`apps` (submission order)."""
+        return sorted(self.waiting.values(), key=lambda a: a.submit_seq)
 
     def lineage(self) -> Iterator[Queue]:
         """This queue and its ancestors up to the root."""
@@ -186,7 +193,8 @@ class Ask:
         self.app = app
         self.name = change.ask
         self.key: AskKey = (change.app, change.ask)
-        self.resource: Resource = res.normalized(change.resource)
+        resource = change.resource  # the cache sends it normalized; a copy then costs less than a filter
+        self.resource: Resource = dict(resource) if 0 not in resource.values() else res.normalized(resource)
         self.count = change.count
         self.priority = change.priority
         self.am = change.am
@@ -294,7 +302,8 @@ class Reservation:
         self.app = change.app
         self.ask = change.ask
         self.node = change.node
-        self.resource: Resource = res.normalized(change.resource)
+        resource = change.resource  # the cache sends it normalized; a copy then costs less than a filter
+        self.resource: Resource = dict(resource) if 0 not in resource.values() else res.normalized(resource)
         self.victims = list(change.victims)
         self.deadline = change.deadline
         self.expires = change.expires
@@ -427,6 +436,7 @@ class PartitionState:
                 raise StateError(f"config drops queue {app.queue.path} that app {app.name} still uses")
             app.queue = leaf
             leaf.apps[app.name] = app
+            self._sync_waiting(app)
             for ask in app.asks.values():
                 if not ask.opportunistic:
                     self._add_pending(leaf, ask.resource, ask.count - ask.allocated - ask.reserved)
@@ -516,6 +526,7 @@ class PartitionState:
             self._ask_gone(p.AskGone(app=c.app, ask=name))
         del self.apps[c.app]
         del app.queue.apps[c.app]
+        app.queue.waiting.pop(c.app, None)
 
     def _ask(self, c: p.AskSet) -> None:
         app = self.apps.get(c.app)
@@ -532,6 +543,7 @@ class PartitionState:
         if ask.count > 0:
             self._add_pending(app.queue, ask.resource, ask.count)
             app.pending_asks.add(ask)
+            self._sync_waiting(app)
 
     def _ask_gone(self, c: p.AskGone) -> None:
         app = self.apps.get(c.app)
@@ -546,6 +558,7 @@ class PartitionState:
         elif remaining > 0:
             self._add_pending(app.queue, ask.resource, -remaining)
             app.pending_asks.discard(ask)
+            self._sync_waiting(app)
         del app.asks[c.ask]
 
     def _alloc(self, c: p.AllocationSet) -> None:
@@ -582,6 +595,7 @@ class PartitionState:
                     pending[k] = pending.get(k, 0) - v
             if ask.count - ask.allocated - ask.reserved <= 0:
                 app.pending_asks.discard(ask)
+                self._sync_waiting(app)
         else:
             if ask is not None:  # a promoted container of an opportunistic ask (from a snapshot)
                 ask.allocated += 1
@@ -665,6 +679,7 @@ class PartitionState:
         self._add_usage(app.queue, "reserved", r.resource, 1)
         if ask.count - ask.allocated - ask.reserved <= 0:
             app.pending_asks.discard(ask)
+            self._sync_waiting(app)
         self._mark_victims(r.victims, c.deadline, r.id)
         self._index(node)
 
@@ -711,6 +726,7 @@ class PartitionState:
             self._add_pending(app.queue, ask.resource, 1)
             if ask not in app.pending_asks:
                 app.pending_asks.add(ask)
+                self._sync_waiting(app)
 
     def _end_reservation(self, rid: str) -> None:
         r = self.reservations.pop(rid)
@@ -734,6 +750,14 @@ class PartitionState:
     def _add_usage(queue: Queue, attr: str, amount: Resource, times: int) -> None:
         for q in queue.lineage():
             res.add_into(getattr(q, attr), amount, times)
+
+    @staticmethod
+    def _sync_waiting(app: App) -> None:
+        """Keep the app in its queue's :attr:`Queue.waiting` exactly while it has pending asks."""
+        if app.pending_asks:
+            app.queue.waiting[app.name] = app
+        else:
+            app.queue.waiting.pop(app.name, None)
 
     @staticmethod
     def _add_pending(queue: Queue, amount: Resource, times: int) -> None:

@@ -175,7 +175,7 @@ class IntraQueuePolicy(_Placing):
             lowest = min((a.priority for a in running if not a.am and not a.preempting), default=None)
             if lowest is None:
                 continue
-            top = max((ask.priority for app in queue.apps.values() for ask in app.pending_asks), default=None)
+            top = max((ask.priority for app in queue.waiting.values() for ask in app.pending_asks), default=None)
             if top is not None and top > lowest:
                 beneficiaries.append(path)
         limits = Limits.of(state)

@@ -115,7 +115,7 @@ def usable_capacity(state: PartitionState) -> Resource:
     for queue in state.queues.values():
         if not queue.is_leaf:
             continue
-        for app in queue.apps.values():
+        for app in queue.waiting_apps():
             for ask in app.pending_asks:
                 smallest = dict(ask.resource) if smallest is None else res.component_min(smallest, ask.resource)
     if not smallest:

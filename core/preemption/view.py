@@ -160,7 +160,7 @@ def snapshot_from_state(
         gross = res.add(q.allocated, q.reserved)
         used[path] = gross if with_containers else res.clamp_min_zero(res.sub(gross, q.preempting))
         if q.is_leaf:
-            asks = [a.resource for app in q.apps.values() for a in app.pending_asks]
+            asks = [a.resource for app in q.waiting_apps() for a in app.pending_asks]
             if asks:
                 smallest[path] = min(asks, key=lambda r: (sum(r.values()), sorted(r.items())))
             if with_containers:
