@@ -213,7 +213,7 @@ def consistency_problems(state: PartitionState) -> list[str]:
     for path, q in state.queues.items():
         waiting = {name for name, app in q.apps.items() if app.pending_asks}
         if set(q.waiting) != waiting or any(q.apps.get(name) is not app for name, app in q.waiting.items()):
-            problems.append(f"queue {path}: waiting apps {sorted(q.waiting)} != apps with pending asks {sorted(waiting)}")
+            problems.append(f"queue {path}: waiting {sorted(q.waiting)} != apps with pending asks {sorted(waiting)}")
         if res.normalized(usage[path]) != res.normalized(q.allocated):
             problems.append(f"queue {path}: allocated {q.allocated} != sum {usage[path]}")
         if res.normalized(pending[path]) != res.normalized(q.pending):

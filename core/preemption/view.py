@@ -146,8 +146,9 @@ def snapshot_from_state(
     ``capacity`` overrides the partition's (the sniper policy passes its usable capacity). Without
     containers, usage is net of victims already preempting (they are leaving) and guarantees compose
     (:func:`composed_guarantees`). With ``with_containers`` (YARN's baseline selects victims itself) usage
-    is gross, every leaf carries its apps and running containers, those already preempting marked
-    ``killable``, and every queue keeps the guarantee its config names, as YARN reads it.
+    is gross, every leaf carries its apps that hold containers and their running containers, those
+    already preempting marked ``killable``, and every queue keeps the guarantee its config names, as
+    YARN reads it.
     """
     if state.config is None:
         raise ValueError(f"partition {state.name} has no configuration")
@@ -185,6 +186,7 @@ def snapshot_from_state(
                         ),
                     )
                     for app in sorted(q.apps.values(), key=lambda x: x.submit_seq)
+                    if app.allocations  # an app holding nothing offers YARN's selection nothing
                 )
     total = state.capacity if capacity is None else capacity
     return snapshot_from_figures(
