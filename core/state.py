@@ -333,6 +333,9 @@ class PartitionState:
         self.opportunistic_asks: dict[AskKey, Ask] = {}
         self.capacity: Resource = {}  # all schedulable nodes
         self.now = 0.0
+        # Counts every change applied but the clock's: equal versions of one state object mean equal
+        # contents except ``now`` (what a policy round may reuse its last result on).
+        self.version = 0
         self.node_index = NodeIndex(config.node_sort_policy if config else "binpacking")
         self.on_allocation_gone: Callable[[Allocation], None] | None = None
         self._handlers: dict[type, Callable[[Any], None]] = {
@@ -397,12 +400,18 @@ class PartitionState:
     # ------------------------------------------------------------------ the one mutation path
 
     def apply(self, change: p.ChangeMsg) -> None:
-        self._handlers[type(change)](change)
+        kind = type(change)
+        self._handlers[kind](change)
+        if kind is not p.Clock:
+            self.version += 1
 
     def apply_all(self, changes: list[p.ChangeMsg]) -> None:
         handlers = self._handlers
         for change in changes:
-            handlers[type(change)](change)
+            kind = type(change)
+            handlers[kind](change)
+            if kind is not p.Clock:
+                self.version += 1
 
     # ------------------------------------------------------------------ handlers
 

@@ -141,17 +141,17 @@ class SniperPolicy(_Placing):
     def __init__(self, partition: str, config: PreemptionConfig) -> None:
         super().__init__(partition, config)
         self.last_quotas: Quotas | None = None
-        self.last_view: tuple[PartitionState, int] | None = None  # the view ``last_quotas`` was computed on
+        self.last_view: tuple[PartitionState, int] | None = None  # state and version ``last_quotas`` came from
 
     def round(self, state: PartitionState, view_seq: int, now: float) -> Output:
-        # Quotas are a function of the view alone: on the same state object at the same sequence (no delta
-        # applied, no reset) the last round's are reused rather than recomputed.
+        # Quotas are a function of the view alone, the clock aside: on the same state object at the same
+        # version (no change but the clock's applied, no reset) the last round's are reused.
         last = self.last_view
-        if last is not None and last[0] is state and last[1] == view_seq and self.last_quotas is not None:
+        if last is not None and last[0] is state and last[1] == state.version and self.last_quotas is not None:
             quotas = self.last_quotas
         else:
             quotas = compute_quotas(state, self.config)
-            self.last_view = (state, view_seq)
+            self.last_view = (state, state.version)
         if not quotas.same_as(self.last_quotas) and self.mask is not None:
             self.mask.clear()
         self.last_quotas = quotas
@@ -200,6 +200,7 @@ class ProportionalBaseline:
             ProportionalConfig.from_preemption_config(config, resource_calculator="dominant")
         )
         self.rounds = 0
+        self.idle_view: tuple[PartitionState, int] | None = None  # state and version of a round that chose none
 
     def on_change(self, change: p.ChangeMsg) -> None:
         return
@@ -210,7 +211,14 @@ class ProportionalBaseline:
     def round(self, state: PartitionState, view_seq: int, now: float) -> Output:
         if state.config is None or not state.capacity:
             return None
-        result = self.policy.round(snapshot_from_state(state, with_containers=True), round(now * 1000))
+        now_ms = round(now * 1000)
+        # A round selects from the view alone but for the marks it tracks: on the view of a round that chose
+        # no container, and with no tracked mark to expire now, it would choose none again.
+        idle = self.idle_view
+        if idle is not None and idle[0] is state and idle[1] == state.version and not self.policy.forgets_at(now_ms):
+            return None
+        result = self.policy.round(snapshot_from_state(state, with_containers=True), now_ms)
+        self.idle_view = None if result.candidates else (state, state.version)
         # Observe-only: YARN's policy marks nothing; publish what it selected (flagged by the cache).
         chosen = result.candidates if self.config.observe_only else result.marked
         victims = [c.container.id for c in chosen]
