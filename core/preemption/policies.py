@@ -208,14 +208,18 @@ class ProportionalBaseline:
     def on_reply(self, reply: p.PlacementReply, now: float) -> p.PreemptionProposal | None:
         return None
 
+    def settled(self, state: PartitionState) -> bool:
+        """Whether the last round ran on ``state`` as it is (the clock aside) and chose no container."""
+        idle = self.idle_view
+        return idle is not None and idle[0] is state and idle[1] == state.version
+
     def round(self, state: PartitionState, view_seq: int, now: float) -> Output:
         if state.config is None or not state.capacity:
             return None
         now_ms = round(now * 1000)
         # A round selects from the view alone but for the marks it tracks: on the view of a round that chose
         # no container, and with no tracked mark to expire now, it would choose none again.
-        idle = self.idle_view
-        if idle is not None and idle[0] is state and idle[1] == state.version and not self.policy.forgets_at(now_ms):
+        if self.settled(state) and not self.policy.forgets_at(now_ms):
             return None
         result = self.policy.round(snapshot_from_state(state, with_containers=True), now_ms)
         self.idle_view = None if result.candidates else (state, state.version)
