@@ -63,6 +63,7 @@ class CacheCore:
         self.seen: OrderedDict[str, None] = OrderedDict()
         self.flaps: dict[AskKey, tuple[int, float]] = {}  # asks withdrawn holding a reservation: (times, last)
         self.shapes: list[Resource] = []  # node capacities seen, none covered by another (asks' fit)
+        self.shape_names: set[str] = set()  # the resources those shapes name (a dropped shape's are kept ones')
         self.stats = CacheStats()
         self._changes: list[p.ChangeMsg] = []
         self._decisions: list[d.DecisionMsg] = []
@@ -227,6 +228,7 @@ class CacheCore:
         if not any(res.fits(cap, shape) for shape in self.shapes):
             # Only shapes no other shape covers are kept (a handful: node types, not nodes).
             self.shapes = [shape for shape in self.shapes if not res.fits(shape, cap)] + [cap]
+            self.shape_names.update(cap)
 
     def _keep_reservations(self, node: Node, cap: Resource, schedulable: bool) -> None:
         """A node changed: its reservations stay while they can still be fulfilled, the latest due
@@ -388,7 +390,8 @@ class CacheCore:
         shapes = self.shapes or [n.capacity for n in self.state.nodes.values()]  # (restored from a snapshot)
         if not shapes:
             return None
-        missing = sorted(k for k in resource if not any(k in shape for shape in shapes))
+        known = self.shape_names if self.shapes else {k for shape in shapes for k in shape}
+        missing = sorted(k for k in resource if k not in known)
         if missing:
             return f"names resources no node has: {', '.join(missing)}"
         if not any(res.fits(resource, shape) for shape in shapes):
