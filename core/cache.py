@@ -391,12 +391,12 @@ class CacheCore:
         if not shapes:
             return None
         known = self.shape_names if self.shapes else {k for shape in shapes for k in shape}
-        missing = sorted(k for k in resource if k not in known)
-        if missing:
-            return f"names resources no node has: {', '.join(missing)}"
-        if not any(res.fits(resource, shape) for shape in shapes):
-            return "is larger than every node in some resource"
-        return None
+        if not known.issuperset(resource):
+            return f"names resources no node has: {', '.join(sorted(k for k in resource if k not in known))}"
+        for shape in shapes:
+            if res.fits(resource, shape):
+                return None
+        return "is larger than every node in some resource"
 
     def _damped_until(self, key: AskKey) -> float:
         """Flapping damper: an ask withdrawn while it held a reservation, and asked again, may not

@@ -107,6 +107,7 @@ class Queue:
         "children",
         "config",
         "guaranteed",
+        "holding",
         "max",
         "name",
         "opportunistic",
@@ -135,8 +136,10 @@ class Queue:
         self.allocating: Resource = {}
         self.opportunistic: Resource = {}  # running opportunistic containers: reported, never accounted
         self.apps: dict[str, App] = {}
-        # The apps with pending asks (a leaf's apps may be many, its waiting apps few): kept by the state.
+        # The apps with pending asks, and those holding containers (a leaf's apps may be many, most of
+        # them done): indexes kept by the state.
         self.waiting: dict[str, App] = {}
+        self.holding: dict[str, App] = {}
 
     @property
     def is_leaf(self) -> bool:
@@ -145,6 +148,10 @@ class Queue:
     def waiting_apps(self) -> list[App]:
         """The apps with pending asks, in the order of :attr:`apps` (submission order)."""
         return sorted(self.waiting.values(), key=lambda a: a.submit_seq)
+
+    def holding_apps(self) -> list[App]:
+        """The apps holding containers, in the order of :attr:`apps` (submission order)."""
+        return sorted(self.holding.values(), key=lambda a: a.submit_seq)
 
     def lineage(self) -> Iterator[Queue]:
         """This queue and its ancestors up to the root."""
@@ -160,8 +167,10 @@ class Queue:
     def usage(self) -> Resource:
         """Committed usage plus held reservations plus the allocator's in-flight proposals."""
         out = dict(self.allocated)
-        res.add_into(out, self.reserved)
-        res.add_into(out, self.allocating)
+        if self.reserved:
+            res.add_into(out, self.reserved)
+        if self.allocating:
+            res.add_into(out, self.allocating)
         return out
 
 
@@ -445,7 +454,7 @@ class PartitionState:
                 raise StateError(f"config drops queue {app.queue.path} that app {app.name} still uses")
             app.queue = leaf
             leaf.apps[app.name] = app
-            self._sync_waiting(app)
+            self._sync_app(app)
             for ask in app.asks.values():
                 if not ask.opportunistic:
                     self._add_pending(leaf, ask.resource, ask.count - ask.allocated - ask.reserved)
@@ -536,6 +545,7 @@ class PartitionState:
         del self.apps[c.app]
         del app.queue.apps[c.app]
         app.queue.waiting.pop(c.app, None)
+        app.queue.holding.pop(c.app, None)
 
     def _ask(self, c: p.AskSet) -> None:
         app = self.apps.get(c.app)
@@ -552,7 +562,7 @@ class PartitionState:
         if ask.count > 0:
             self._add_pending(app.queue, ask.resource, ask.count)
             app.pending_asks.add(ask)
-            self._sync_waiting(app)
+            self._sync_app(app)
 
     def _ask_gone(self, c: p.AskGone) -> None:
         app = self.apps.get(c.app)
@@ -567,7 +577,7 @@ class PartitionState:
         elif remaining > 0:
             self._add_pending(app.queue, ask.resource, -remaining)
             app.pending_asks.discard(ask)
-            self._sync_waiting(app)
+            self._sync_app(app)
         del app.asks[c.ask]
 
     def _alloc(self, c: p.AllocationSet) -> None:
@@ -586,6 +596,7 @@ class PartitionState:
             return
         res.add_into(node.by_queue.setdefault(alloc.queue.path, {}), alloc.resource)
         app.allocations.add(alloc.id)
+        app.queue.holding[app.name] = app
         res.add_into(app.allocated, alloc.resource)
         ask = app.asks.get(c.ask)
         if c.reservation is not None:
@@ -604,7 +615,7 @@ class PartitionState:
                     pending[k] = pending.get(k, 0) - v
             if ask.count - ask.allocated - ask.reserved <= 0:
                 app.pending_asks.discard(ask)
-                self._sync_waiting(app)
+                self._sync_app(app)
         else:
             if ask is not None:  # a promoted container of an opportunistic ask (from a snapshot)
                 ask.allocated += 1
@@ -629,6 +640,7 @@ class PartitionState:
         app = self.apps.get(alloc.app)
         if app is not None:
             app.allocations.discard(alloc.id)
+            self._sync_app(app)
             res.sub_into(app.allocated, alloc.resource)
         self._add_usage(alloc.queue, "allocated", alloc.resource, -1)
         if alloc.preempting:
@@ -641,6 +653,7 @@ class PartitionState:
         """Counted on its node, in its queue's separate total, never in the queue's accounting."""
         res.add_into(node.opportunistic, alloc.resource)
         app.allocations.add(alloc.id)
+        app.queue.holding[app.name] = app
         self._add_usage(alloc.queue, "opportunistic", alloc.resource, 1)
         ask = app.asks.get(alloc.ask)
         if ask is not None:
@@ -654,6 +667,7 @@ class PartitionState:
         app = self.apps.get(alloc.app)
         if app is not None:
             app.allocations.discard(alloc.id)
+            self._sync_app(app)
         self._add_usage(alloc.queue, "opportunistic", alloc.resource, -1)
         self._index(node)
         if self.on_allocation_gone is not None:
@@ -688,7 +702,7 @@ class PartitionState:
         self._add_usage(app.queue, "reserved", r.resource, 1)
         if ask.count - ask.allocated - ask.reserved <= 0:
             app.pending_asks.discard(ask)
-            self._sync_waiting(app)
+            self._sync_app(app)
         self._mark_victims(r.victims, c.deadline, r.id)
         self._index(node)
 
@@ -735,7 +749,7 @@ class PartitionState:
             self._add_pending(app.queue, ask.resource, 1)
             if ask not in app.pending_asks:
                 app.pending_asks.add(ask)
-                self._sync_waiting(app)
+                self._sync_app(app)
 
     def _end_reservation(self, rid: str) -> None:
         r = self.reservations.pop(rid)
@@ -761,14 +775,22 @@ class PartitionState:
             res.add_into(getattr(q, attr), amount, times)
 
     @staticmethod
-    def _sync_waiting(app: App) -> None:
-        """Keep the app in its queue's :attr:`Queue.waiting` exactly while it has pending asks."""
+    def _sync_app(app: App) -> None:
+        """Keep the app in its queue's :attr:`Queue.waiting` exactly while it has pending asks, and in
+        :attr:`Queue.holding` exactly while it holds a container."""
+        queue = app.queue
         if app.pending_asks:
-            app.queue.waiting[app.name] = app
+            queue.waiting[app.name] = app
         else:
-            app.queue.waiting.pop(app.name, None)
+            queue.waiting.pop(app.name, None)
+        if app.allocations:
+            queue.holding[app.name] = app
+        else:
+            queue.holding.pop(app.name, None)
 
     @staticmethod
     def _add_pending(queue: Queue, amount: Resource, times: int) -> None:
-        for q in queue.lineage():
+        q: Queue | None = queue
+        while q is not None:
             res.add_into(q.pending, amount, times)
+            q = q.parent

@@ -214,6 +214,9 @@ def consistency_problems(state: PartitionState) -> list[str]:
         waiting = {name for name, app in q.apps.items() if app.pending_asks}
         if set(q.waiting) != waiting or any(q.apps.get(name) is not app for name, app in q.waiting.items()):
             problems.append(f"queue {path}: waiting {sorted(q.waiting)} != apps with pending asks {sorted(waiting)}")
+        holding = {name for name, app in q.apps.items() if app.allocations}
+        if set(q.holding) != holding or any(q.apps.get(name) is not app for name, app in q.holding.items()):
+            problems.append(f"queue {path}: holding {sorted(q.holding)} != apps with containers {sorted(holding)}")
         if res.normalized(usage[path]) != res.normalized(q.allocated):
             problems.append(f"queue {path}: allocated {q.allocated} != sum {usage[path]}")
         if res.normalized(pending[path]) != res.normalized(q.pending):

@@ -10,6 +10,7 @@ import pytest
 from sniper.actors.policy import _PolicyReplica
 from sniper.core.config import PreemptionConfig, parse_partition, partition_to_raw
 from sniper.core.preemption.mask import PreemptionMask
+from sniper.core.preemption.model import ContainerSnapshot
 from sniper.core.preemption.policies import (
     REGISTRY,
     IntraQueuePolicy,
@@ -355,3 +356,26 @@ def test_the_state_version_counts_every_change_but_the_clock() -> None:
     before = (h.cache.state.version, h.allocator.state.version)
     h.ask("a1", "more", 10)
     assert h.cache.state.version > before[0] and h.allocator.state.version > before[1]
+
+
+def test_the_baseline_snapshot_reuses_unchanged_containers_and_renews_changed_ones() -> None:
+    from sniper.core.preemption.view import snapshot_from_state
+
+    h = proportional()
+    state = h.cache.state
+    memo: dict[str, ContainerSnapshot] = {}
+
+    def containers() -> dict[str, ContainerSnapshot]:
+        snapshot = snapshot_from_state(state, with_containers=True, containers=memo)
+        return {c.id: c for app in snapshot.apps() for c in app.containers}
+
+    first = containers()
+    assert len(first) == 8 and memo == first
+    victim, gone, *_ = sorted(first)
+    h.cache.commit(p.VictimsMarked(victims=[victim], deadline=30.0))
+    h.pump()
+    h.release(gone)
+    second = containers()
+    assert second[victim].killable and not first[victim].killable  # renewed: its allocation is preempting
+    assert gone not in second and gone not in memo  # released: forgotten
+    assert all(second[c] is first[c] for c in second if c != victim)  # the rest reused as they were

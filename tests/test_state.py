@@ -256,3 +256,25 @@ def test_a_queue_lists_exactly_its_apps_with_pending_asks_through_every_change()
     state.apply(p.AllocationGone(allocation="x1"))
     state.apply(p.AppGone(app="a2"))
     assert waiting() == [] and leaf.waiting == {}
+
+
+def test_a_queue_lists_exactly_its_apps_holding_containers() -> None:
+    r = {"memory": 1024, "vcore": 100}
+    state = _state(*BASE)
+    leaf = state.queues["root.p.x"]
+
+    def holding() -> list[str]:
+        assert consistency_problems(state) == []
+        return [app.name for app in leaf.holding_apps()]
+
+    assert holding() == []
+    state.apply(p.AllocationSet(allocation="x1", app="a1", ask="k", node="n1", resource=r))
+    state.apply(p.AllocationSet(allocation="x2", app="a1", ask="k", node="n1", resource=r))
+    assert holding() == ["a1"]
+    state.apply(p.AllocationGone(allocation="x1"))
+    assert holding() == ["a1"]  # one left
+    state.apply(p.ConfigSet(config=partition_to_raw(CONFIG)))  # queues rebuilt: the index with them
+    leaf = state.queues["root.p.x"]
+    assert holding() == ["a1"]
+    state.apply(p.AllocationGone(allocation="x2"))
+    assert holding() == []

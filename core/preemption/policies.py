@@ -17,6 +17,7 @@ from sniper.core.config import PreemptionConfig
 from sniper.core.limits import Limits
 from sniper.core.opportunistic import first_victims
 from sniper.core.preemption.mask import PreemptionMask
+from sniper.core.preemption.model import ContainerSnapshot
 from sniper.core.preemption.proportional import ProportionalConfig, ProportionalPolicy
 from sniper.core.preemption.quotas import Quotas, compute_quotas
 from sniper.core.preemption.view import snapshot_from_state
@@ -201,6 +202,7 @@ class ProportionalBaseline:
         )
         self.rounds = 0
         self.idle_view: tuple[PartitionState, int] | None = None  # state and version of a round that chose none
+        self.containers: dict[str, ContainerSnapshot] = {}  # the last round's, reused while unchanged
 
     def on_change(self, change: p.ChangeMsg) -> None:
         return
@@ -221,7 +223,8 @@ class ProportionalBaseline:
         # no container, and with no tracked mark to expire now, it would choose none again.
         if self.settled(state) and not self.policy.forgets_at(now_ms):
             return None
-        result = self.policy.round(snapshot_from_state(state, with_containers=True), now_ms)
+        snapshot = snapshot_from_state(state, with_containers=True, containers=self.containers)
+        result = self.policy.round(snapshot, now_ms)
         self.idle_view = None if result.candidates else (state, state.version)
         # Observe-only: YARN's policy marks nothing; publish what it selected (flagged by the cache).
         chosen = result.candidates if self.config.observe_only else result.marked
