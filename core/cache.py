@@ -321,7 +321,7 @@ class CacheCore:
                 event=e.id,
             )
             return
-        whole = res.scale(resource, max(1, e.gang_min))  # a gang's members must fit together
+        whole = res.scale(resource, e.gang_min) if e.gang_min > 1 else resource  # a gang's members fit together
         for q in () if e.execution_type == "opportunistic" else app.queue.lineage():  # no max for those
             if q.max is not None and not res.fits({k: v for k, v in whole.items() if k in q.max}, q.max):
                 what = f": its gang of {e.gang_min}" if e.gang_min > 1 else ""

@@ -210,7 +210,10 @@ class Ask:
         self.seq = change.seq
         self.created = change.created
         self.required_node = change.required_node
-        self.node_selector: dict[str, frozenset[str]] = {k: frozenset(v) for k, v in change.node_selector.items()}
+        selector = change.node_selector
+        self.node_selector: dict[str, frozenset[str]] = (
+            {k: frozenset(v) for k, v in selector.items()} if selector else {}
+        )
         self.duration = change.duration
         self.retry = change.retry
         self.opportunistic = change.opportunistic
