@@ -74,7 +74,7 @@ class PolicyActor(ReplicaActor):
             self.active
             or not isinstance(message, p.ViewDelta)
             or bool(message.to)
-            or any(isinstance(c, p.ConfigSet) for c in message.changes)
+            or p.ConfigSet in map(type, message.changes)
         )
 
     def _enables(self, change: p.ConfigSet) -> bool:

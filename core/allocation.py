@@ -28,13 +28,24 @@ QueueKey = Callable[[Queue, Resource], tuple[object, ...]]
 
 
 def usage_key(
-    queue: Queue, usage: Resource, capacity: Resource, pending_share: float | None = None
+    queue: Queue,
+    usage: Resource,
+    capacity: Resource,
+    pending_share: float | None = None,
+    guaranteed_vector: tuple[float, ...] | None = None,
 ) -> tuple[object, ...]:
     """Normal-mode queue order, the ideal assignment's (seed 000): queues below their guarantee (DRF) first,
     so each keeps its elastic minimum min(used + pending, guaranteed) whatever its business priority; then
-    higher priority, lower share (of the guarantee, or of the cluster without one), more pending."""
+    higher priority, lower share (of the guarantee, or of the cluster without one), more pending.
+    ``pending_share`` and ``guaranteed_vector`` (the guarantee's ``share_vector``) are what a caller
+    keying the same queue many times computes once."""
     guaranteed = queue.guaranteed
-    below = 0 if capacity and res.drf_below(usage, guaranteed, capacity) else 1
+    if not capacity:
+        below = 1
+    else:
+        if guaranteed_vector is None:
+            guaranteed_vector = res.share_vector(guaranteed, capacity)
+        below = 0 if res.share_vector(usage, capacity) < guaranteed_vector else 1
     if res.any_positive(guaranteed):
         share = res.dominant_share({k: v for k, v in usage.items() if k in guaranteed}, guaranteed)
     else:
@@ -73,8 +84,8 @@ class _LeafCursor:
     def __init__(self, leaf: Queue, capacity: Resource, eligible: Callable[[App], bool] | None) -> None:
         self.policy = leaf.config.sort_policy
         heap: list[tuple[tuple[object, ...], int, _AppCursor]] = []
-        for app in leaf.apps.values():
-            if app.pending_asks and (eligible is None or eligible(app)):
+        for app in leaf.waiting.values():
+            if eligible is None or eligible(app):
                 heap.append((app_key(self.policy, app, None, capacity), app.submit_seq, _AppCursor(app)))
         heapq.heapify(heap)
         self.apps = heap
@@ -118,13 +129,15 @@ def find_ask_candidates(
         return []
     filters = filters or CandidateFilter()
     capacity = state.capacity
-    pending_shares: dict[str, float] = {}  # pending does not change during a call
+    # Per queue, what does not change during a call: pending's dominant share, the guarantee's share vector.
+    constants: dict[str, tuple[float, tuple[float, ...]]] = {}
 
     def default_key(q: Queue, u: Resource) -> tuple[object, ...]:
-        share = pending_shares.get(q.path)
-        if share is None:
-            share = pending_shares[q.path] = res.dominant_share(q.pending, capacity) if capacity else 0.0
-        return usage_key(q, u, capacity, share)
+        known = constants.get(q.path)
+        if known is None:
+            share = res.dominant_share(q.pending, capacity) if capacity else 0.0
+            known = constants[q.path] = (share, res.share_vector(q.guaranteed, capacity))
+        return usage_key(q, u, capacity, known[0], known[1])
 
     key_of: QueueKey = queue_key or default_key
     if limits is None:
@@ -325,9 +338,14 @@ def try_allocate(
 def hold_room(state: PartitionState, ask: Ask, node: Node, times: int) -> None:
     """Add (or with ``times=-1`` remove) one proposed container to the allocator's in-flight counters."""
     ask.allocating += times
-    res.add_into(node.allocating, ask.resource, times)
+    resource = ask.resource
+    res.add_into(node.allocating, resource, times)
     if not ask.opportunistic:  # opportunistic room counts on its node only
-        for q in ask.app.queue.lineage():
-            res.add_into(q.allocating, ask.resource, times)
+        q: Queue | None = ask.app.queue
+        while q is not None:
+            held = q.allocating
+            for k, v in resource.items():
+                held[k] = held.get(k, 0) + v * times
+            q = q.parent
     if state.nodes.get(node.name) is node:
         state.reindex(node)

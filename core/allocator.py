@@ -44,10 +44,13 @@ class AllocatorCore(ViewReplica):
         self.dirty = False  # something changed since the last cycle that may allow an allocation
         self._next_proposal = 0
         self._reconfigured = False
+        # The state object and version a cycle placed nothing on, while nothing was held or answered since.
+        self._fruitless: tuple[PartitionState, int] | None = None
 
     # ------------------------------------------------------------------ view replica hooks
 
     def on_reset(self) -> None:
+        self._fruitless = None
         self.stats.resets += 1
         self.inflight.clear()  # the reset state already holds whatever the cache committed
         self.reserving.clear()
@@ -64,6 +67,7 @@ class AllocatorCore(ViewReplica):
 
     def on_outcome(self, outcome: p.ProposalOutcome) -> None:
         self.reserving.pop(outcome.proposal, None)
+        self._fruitless = None
         placed = self.inflight.pop(outcome.proposal, None)
         if placed is None:
             return
@@ -91,15 +95,27 @@ class AllocatorCore(ViewReplica):
 
     def hold(self, proposal: str, placed: list[tuple[Ask, Node]]) -> None:
         """Count ``placed`` as in flight until the cache answers ``proposal`` (already held by try_allocate)."""
+        self._fruitless = None
         self.inflight[proposal] = placed
 
     # ------------------------------------------------------------------ the cycle
 
     def cycle(self, budget: int | None = None) -> p.AllocationProposal | None:
-        """One allocation cycle (seed 002): candidates, placement, missed opportunities, one proposal."""
+        """One allocation cycle (seed 002): candidates, placement, missed opportunities, one proposal.
+
+        A cycle on the state a cycle placed nothing on (the clock aside: same object, same version, no
+        room held or answered since, no reservation whose deadline the clock moves) would try the same
+        asks and place nothing again: it only counts their missed opportunity."""
         self.dirty = False
         n_alloc = self.batch if budget is None else budget
         state = self.state
+        fruitless = self._fruitless
+        if fruitless is not None and fruitless[0] is state and fruitless[1] == state.version and budget is None:
+            self.stats.cycles += 1
+            missed = self.missed
+            for key in self.last_tried:
+                missed[key] = missed.get(key, 0) + 1
+            return None
         placed_all: list[tuple[Ask, Node]] = []
         tried: set[AskKey] = set()
         failed: set[AskKey] = set()
@@ -152,6 +168,9 @@ class AllocatorCore(ViewReplica):
             else:
                 missed[key] = missed.get(key, 0) + 1
         if not placed_all and not reserve:
+            # (A node reservation needs an ask overtaken in the same cycle: none, when nothing was placed.)
+            if budget is None and not state.reservations:
+                self._fruitless = (state, state.version)
             return None
         self._next_proposal += 1
         pid = f"{self.partition}/a{self._next_proposal}"

@@ -63,6 +63,7 @@ class CacheCore:
         self.seen: OrderedDict[str, None] = OrderedDict()
         self.flaps: dict[AskKey, tuple[int, float]] = {}  # asks withdrawn holding a reservation: (times, last)
         self.shapes: list[Resource] = []  # node capacities seen, none covered by another (asks' fit)
+        self.shape_names: set[str] = set()  # the resources those shapes name (a dropped shape's are kept ones')
         self.stats = CacheStats()
         self._changes: list[p.ChangeMsg] = []
         self._decisions: list[d.DecisionMsg] = []
@@ -233,6 +234,7 @@ class CacheCore:
         if not any(res.fits(cap, shape) for shape in self.shapes):
             # Only shapes no other shape covers are kept (a handful: node types, not nodes).
             self.shapes = [shape for shape in self.shapes if not res.fits(shape, cap)] + [cap]
+            self.shape_names.update(cap)
 
     def keep_reservations(self, node: Node, cap: Resource, schedulable: bool, reason: str | None = None) -> None:
         """A node changed (or victims on it keep running): its reservations stay while they can still
@@ -329,7 +331,7 @@ class CacheCore:
                 event=e.id,
             )
             return
-        whole = res.scale(resource, max(1, e.gang_min))  # a gang's members must fit together
+        whole = res.scale(resource, e.gang_min) if e.gang_min > 1 else resource  # a gang's members fit together
         for q in () if e.execution_type == "opportunistic" else app.queue.lineage():  # no max for those
             if q.max is not None and not res.fits({k: v for k, v in whole.items() if k in q.max}, q.max):
                 what = f": its gang of {e.gang_min}" if e.gang_min > 1 else ""
@@ -398,13 +400,13 @@ class CacheCore:
         shapes = self.shapes or [n.capacity for n in self.state.nodes.values()]  # (restored from a snapshot)
         if not shapes:
             return None
-        known = {k for shape in shapes for k in shape}
-        missing = sorted(k for k in resource if k not in known)
-        if missing:
-            return f"names resources no node has: {', '.join(missing)}"
-        if not any(res.fits(resource, shape) for shape in shapes):
-            return "is larger than every node in some resource"
-        return None
+        known = self.shape_names if self.shapes else {k for shape in shapes for k in shape}
+        if not known.issuperset(resource):
+            return f"names resources no node has: {', '.join(sorted(k for k in resource if k not in known))}"
+        for shape in shapes:
+            if res.fits(resource, shape):
+                return None
+        return "is larger than every node in some resource"
 
     def _damped_until(self, key: AskKey) -> float:
         """Flapping damper: an ask withdrawn while it held a reservation, and asked again, may not

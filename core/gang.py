@@ -131,16 +131,16 @@ def units(state: PartitionState, placements: Sequence[_Keyed]) -> list[tuple[lis
     seen: set[AskKey] = set()
     for i, pl in enumerate(placements):
         key = (pl.app, pl.ask)
-        open_unit = filling.get(key)
+        open_unit = filling.get(key) if filling else None
         if open_unit is not None:
             open_unit[0].append(i)
             if len(open_unit[0]) == open_unit[1]:
                 del filling[key]
             continue
         ask = None if key in seen else state.ask(key)
-        seen.add(key)
-        need = 0 if ask is None else members_missing(ask)
+        need = 0 if ask is None or ask.gang_min <= 1 else members_missing(ask)
         if need > 1:
+            seen.add(key)  # its later placements, once the unit is full, are ordinary
             filling[key] = ([i], need)
             out.append(filling[key])
         else:

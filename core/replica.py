@@ -37,7 +37,10 @@ class ViewReplica:
         state.begin_batch()
         try:
             for change in delta.changes:
-                handlers[type(change)](change)
+                kind = type(change)
+                handlers[kind](change)
+                if kind is not p.Clock:  # as PartitionState.apply counts
+                    state.version += 1
                 self.on_change(change)
             for outcome in delta.outcomes:
                 self.on_outcome(outcome)

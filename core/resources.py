@@ -246,7 +246,10 @@ def share_vector(a: ResourceLike, capacity: ResourceLike) -> tuple[float, ...]:
     Resources the capacity lacks (or has zero of) are left out: no node can hold them, so they say
     nothing about a queue's standing. Comparing two such vectors lexicographically is the DRF order.
     """
-    return tuple(sorted((a.get(k, 0) / c for k, c in capacity.items() if c > 0), reverse=True))
+    get = a.get
+    shares = [get(k, 0) / c for k, c in capacity.items() if c > 0]
+    shares.sort(reverse=True)
+    return tuple(shares)
 
 
 def drf_compare(a: ResourceLike, b: ResourceLike, capacity: ResourceLike) -> int:

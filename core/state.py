@@ -109,6 +109,7 @@ class Queue:
         "children",
         "config",
         "guaranteed",
+        "holding",
         "max",
         "name",
         "node_reserved",
@@ -119,6 +120,7 @@ class Queue:
         "preempting",
         "priority",
         "reserved",
+        "waiting",
     )
 
     def __init__(self, config: QueueConfig, parent: Queue | None) -> None:
@@ -138,10 +140,22 @@ class Queue:
         self.node_reserved: Resource = {}  # node reservations of its subtree (checked against max on reserving)
         self.opportunistic: Resource = {}  # running opportunistic containers: reported, never accounted
         self.apps: dict[str, App] = {}
+        # The apps with pending asks, and those holding containers (a leaf's apps may be many, most of
+        # them done): indexes kept by the state.
+        self.waiting: dict[str, App] = {}
+        self.holding: dict[str, App] = {}
 
     @property
     def is_leaf(self) -> bool:
         return not self.children
+
+    def waiting_apps(self) -> list[App]:
+        """The apps with pending asks, in the order of :attr:`apps` (submission order)."""
+        return sorted(self.waiting.values(), key=lambda a: a.submit_seq)
+
+    def holding_apps(self) -> list[App]:
+        """The apps holding containers, in the order of :attr:`apps` (submission order)."""
+        return sorted(self.holding.values(), key=lambda a: a.submit_seq)
 
     def lineage(self) -> Iterator[Queue]:
         """This queue and its ancestors up to the root."""
@@ -157,8 +171,10 @@ class Queue:
     def usage(self) -> Resource:
         """Committed usage plus held reservations plus the allocator's in-flight proposals."""
         out = dict(self.allocated)
-        res.add_into(out, self.reserved)
-        res.add_into(out, self.allocating)
+        if self.reserved:
+            res.add_into(out, self.reserved)
+        if self.allocating:
+            res.add_into(out, self.allocating)
         return out
 
 
@@ -192,14 +208,18 @@ class Ask:
         self.app = app
         self.name = change.ask
         self.key: AskKey = (change.app, change.ask)
-        self.resource: Resource = res.normalized(change.resource)
+        resource = change.resource  # the cache sends it normalized; a copy then costs less than a filter
+        self.resource: Resource = dict(resource) if 0 not in resource.values() else res.normalized(resource)
         self.count = change.count
         self.priority = change.priority
         self.am = change.am
         self.seq = change.seq
         self.created = change.created
         self.required_node = change.required_node
-        self.node_selector: dict[str, frozenset[str]] = {k: frozenset(v) for k, v in change.node_selector.items()}
+        selector = change.node_selector
+        self.node_selector: dict[str, frozenset[str]] = (
+            {k: frozenset(v) for k, v in selector.items()} if selector else {}
+        )
         self.duration = change.duration
         self.retry = change.retry
         self.opportunistic = change.opportunistic
@@ -304,7 +324,8 @@ class Reservation:
         self.app = change.app
         self.ask = change.ask
         self.node = change.node
-        self.resource: Resource = res.normalized(change.resource)
+        resource = change.resource  # the cache sends it normalized; a copy then costs less than a filter
+        self.resource: Resource = dict(resource) if 0 not in resource.values() else res.normalized(resource)
         self.victims = list(change.victims)
         self.deadline = change.deadline
         self.expires = change.expires
@@ -380,6 +401,9 @@ class PartitionState:
         self.opportunistic_asks: dict[AskKey, Ask] = {}
         self.capacity: Resource = {}  # all schedulable nodes
         self.now = 0.0
+        # Counts every change applied but the clock's: equal versions of one state object mean equal
+        # contents except ``now`` (what a policy round may reuse its last result on).
+        self.version = 0
         self.node_index = NodeIndex(config.node_sort_policy if config else "binpacking")
         self.on_allocation_gone: Callable[[Allocation], None] | None = None
         self._handlers: dict[type, Callable[[Any], None]] = {
@@ -448,12 +472,18 @@ class PartitionState:
     # ------------------------------------------------------------------ the one mutation path
 
     def apply(self, change: p.ChangeMsg) -> None:
-        self._handlers[type(change)](change)
+        kind = type(change)
+        self._handlers[kind](change)
+        if kind is not p.Clock:
+            self.version += 1
 
     def apply_all(self, changes: list[p.ChangeMsg]) -> None:
         handlers = self._handlers
         for change in changes:
-            handlers[type(change)](change)
+            kind = type(change)
+            handlers[kind](change)
+            if kind is not p.Clock:
+                self.version += 1
 
     # ------------------------------------------------------------------ handlers
 
@@ -487,6 +517,7 @@ class PartitionState:
                 raise StateError(f"config drops queue {app.queue.path} that app {app.name} still uses")
             app.queue = leaf
             leaf.apps[app.name] = app
+            self._sync_app(app)
             for ask in app.asks.values():
                 if not ask.opportunistic:
                     self._add_pending(leaf, ask.resource, ask.count - ask.allocated - ask.reserved)
@@ -578,6 +609,8 @@ class PartitionState:
             self._ask_gone(p.AskGone(app=c.app, ask=name))
         del self.apps[c.app]
         del app.queue.apps[c.app]
+        app.queue.waiting.pop(c.app, None)
+        app.queue.holding.pop(c.app, None)
 
     def _ask(self, c: p.AskSet) -> None:
         app = self.apps.get(c.app)
@@ -594,6 +627,7 @@ class PartitionState:
         if ask.count > 0:
             self._add_pending(app.queue, ask.resource, ask.count)
             app.pending_asks.add(ask)
+            self._sync_app(app)
 
     def _ask_gone(self, c: p.AskGone) -> None:
         app = self.apps.get(c.app)
@@ -608,6 +642,7 @@ class PartitionState:
         elif remaining > 0:
             self._add_pending(app.queue, ask.resource, -remaining)
             app.pending_asks.discard(ask)
+            self._sync_app(app)
         del app.asks[c.ask]
 
     def _alloc(self, c: p.AllocationSet) -> None:
@@ -626,6 +661,7 @@ class PartitionState:
             return
         res.add_into(node.by_queue.setdefault(alloc.queue.path, {}), alloc.resource)
         app.allocations.add(alloc.id)
+        app.queue.holding[app.name] = app
         res.add_into(app.allocated, alloc.resource)
         ask = app.asks.get(c.ask)
         if c.reservation is not None:
@@ -644,6 +680,7 @@ class PartitionState:
                     pending[k] = pending.get(k, 0) - v
             if ask.count - ask.allocated - ask.reserved <= 0:
                 app.pending_asks.discard(ask)
+                self._sync_app(app)
         else:
             if ask is not None:  # a promoted container of an opportunistic ask (from a snapshot)
                 ask.allocated += 1
@@ -668,6 +705,7 @@ class PartitionState:
         app = self.apps.get(alloc.app)
         if app is not None:
             app.allocations.discard(alloc.id)
+            self._sync_app(app)
             res.sub_into(app.allocated, alloc.resource)
         self._add_usage(alloc.queue, "allocated", alloc.resource, -1)
         if alloc.preempting:
@@ -682,6 +720,7 @@ class PartitionState:
         """Counted on its node, in its queue's separate total, never in the queue's accounting."""
         res.add_into(node.opportunistic, alloc.resource)
         app.allocations.add(alloc.id)
+        app.queue.holding[app.name] = app
         self._add_usage(alloc.queue, "opportunistic", alloc.resource, 1)
         ask = app.asks.get(alloc.ask)
         if ask is not None:
@@ -695,6 +734,7 @@ class PartitionState:
         app = self.apps.get(alloc.app)
         if app is not None:
             app.allocations.discard(alloc.id)
+            self._sync_app(app)
         self._add_usage(alloc.queue, "opportunistic", alloc.resource, -1)
         self._index(node)
         if self.on_allocation_gone is not None:
@@ -729,6 +769,7 @@ class PartitionState:
         self._add_usage(app.queue, "reserved", r.resource, 1)
         if ask.count - ask.allocated - ask.reserved <= 0:
             app.pending_asks.discard(ask)
+            self._sync_app(app)
         self._mark_victims(r.victims, c.deadline, r.id)
         self._index(node)
 
@@ -824,6 +865,7 @@ class PartitionState:
             self._add_pending(app.queue, ask.resource, 1)
             if ask not in app.pending_asks:
                 app.pending_asks.add(ask)
+                self._sync_app(app)
 
     def _end_reservation(self, rid: str) -> None:
         r = self.reservations.pop(rid)
@@ -849,6 +891,22 @@ class PartitionState:
             res.add_into(getattr(q, attr), amount, times)
 
     @staticmethod
+    def _sync_app(app: App) -> None:
+        """Keep the app in its queue's :attr:`Queue.waiting` exactly while it has pending asks, and in
+        :attr:`Queue.holding` exactly while it holds a container."""
+        queue = app.queue
+        if app.pending_asks:
+            queue.waiting[app.name] = app
+        else:
+            queue.waiting.pop(app.name, None)
+        if app.allocations:
+            queue.holding[app.name] = app
+        else:
+            queue.holding.pop(app.name, None)
+
+    @staticmethod
     def _add_pending(queue: Queue, amount: Resource, times: int) -> None:
-        for q in queue.lineage():
+        q: Queue | None = queue
+        while q is not None:
             res.add_into(q.pending, amount, times)
+            q = q.parent

@@ -34,7 +34,7 @@ from sniper.actors.partition import PartitionRuntime
 from sniper.actors.policy import PolicyActor
 from sniper.actors.router import Router
 from sniper.core.config import PartitionConfig, SchedulerConfig, parse_partition
-from sniper.core.preemption.policies import SniperPolicy, enabled_policies
+from sniper.core.preemption.policies import ProportionalBaseline, SniperPolicy, enabled_policies
 from sniper.messages import decisions as d
 from sniper.messages import feed as f
 from sniper.messages import protocol as p
@@ -109,9 +109,11 @@ def _has_work(model: ClusterModel, runtime: PartitionRuntime, changed_at: float)
     batch ran out, or pending asks while a preemption policy may still act on them.
 
     Pending asks are settled (ticks change nothing but the allocator's missed-opportunity counts, which
-    the driver carries over) when the only policy is sniper, its last round came after the partition's
-    last change and found no queue that could gain by preemption (no beneficiary or nothing to lose),
-    no request is in flight, and one missed cycle is enough to be a candidate."""
+    the driver carries over) when every active policy's last round came after the partition's last
+    change and could not act: sniper found no queue that could gain by preemption (no beneficiary or
+    nothing to lose) and has no request in flight; YARN's baseline chose no container on the view as it
+    is (its rounds until then would choose none; the one the driver keeps drops the marks they would
+    have let expire). One missed cycle must be enough to be a candidate."""
     derived = model.derived()
     if derived.notices or model.reservations or model.requests or model.node_reservations:
         return True
@@ -126,10 +128,11 @@ def _has_work(model: ClusterModel, runtime: PartitionRuntime, changed_at: float)
         if not isinstance(actor, PolicyActor) or not actor.active:
             continue
         policy = actor.replica_of.policy
-        if not isinstance(policy, SniperPolicy) or policy.waiting is not None:
-            return True
-        quotas = policy.last_quotas
-        if quotas is None or (quotas.beneficiaries and quotas.may_lose):
+        if isinstance(policy, SniperPolicy):
+            quotas = policy.last_quotas
+            if policy.waiting is not None or quotas is None or (quotas.beneficiaries and quotas.may_lose):
+                return True
+        elif not isinstance(policy, ProportionalBaseline) or not policy.settled(actor.replica.state):
             return True
         if actor.next_round - policy.config.interval <= changed_at + EPS:
             return True  # no round has seen the latest state yet

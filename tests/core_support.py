@@ -211,6 +211,12 @@ def consistency_problems(state: PartitionState) -> list[str]:
             if (left > 0) != in_pending:
                 problems.append(f"ask {app.name}/{ask.name}: left {left} but in pending_asks={in_pending}")
     for path, q in state.queues.items():
+        waiting = {name for name, app in q.apps.items() if app.pending_asks}
+        if set(q.waiting) != waiting or any(q.apps.get(name) is not app for name, app in q.waiting.items()):
+            problems.append(f"queue {path}: waiting {sorted(q.waiting)} != apps with pending asks {sorted(waiting)}")
+        holding = {name for name, app in q.apps.items() if app.allocations}
+        if set(q.holding) != holding or any(q.apps.get(name) is not app for name, app in q.holding.items()):
+            problems.append(f"queue {path}: holding {sorted(q.holding)} != apps with containers {sorted(holding)}")
         if res.normalized(usage[path]) != res.normalized(q.allocated):
             problems.append(f"queue {path}: allocated {q.allocated} != sum {usage[path]}")
         if res.normalized(pending[path]) != res.normalized(q.pending):

@@ -57,6 +57,33 @@ def test_missed_opportunities_grow_per_cycle_and_reset_on_allocation() -> None:
     assert h.placements() == [("big", "n2")]
 
 
+def test_a_fruitless_cycle_is_only_counted_until_something_but_the_clock_changes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from sniper.core import allocator
+
+    searches: list[int] = []
+    find = allocator.find_ask_candidates
+
+    def counted(*args: object, **kwargs: object) -> object:
+        searches.append(1)
+        return find(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(allocator, "find_ask_candidates", counted)
+    h = _harness(APP, f.AskAdded(app="a1", ask="big", resource={"memory": 16384}), NODE)
+    key = ("a1", "big")
+    assert h.propose() is None
+    looked = len(searches)
+    h.tick(5.0)  # only the clock moves: the same asks would be tried and placed nowhere
+    assert h.propose() is None and h.propose() is None
+    assert h.allocator.missed[key] == 3 and h.allocator.stats.cycles == 3
+    assert len(searches) == looked
+    h.feed(f.AskAdded(app="a1", ask="small", resource={"memory": 1024}))  # a change: look again
+    proposal = h.propose()
+    assert proposal is not None and [pl.ask for pl in proposal.placements] == ["small"]
+    assert h.allocator.missed[key] == 4 and len(searches) > looked
+
+
 def test_missed_counts_only_asks_that_were_candidates() -> None:
     h = _harness(
         NODE,

@@ -207,3 +207,21 @@ def test_the_report_is_one_struct_that_encodes_to_the_section_7_keys() -> None:
         "invariant_violations",
         "preemption_log",
     } <= keys
+
+
+def test_a_sample_with_the_last_samples_figures_reuses_its_ideal_and_a_change_recomputes_it() -> None:
+    model, _ = _gpu_model()
+    calls: list[int] = []
+
+    def ideal(m: ClusterModel) -> dict[str, dict[str, int]]:
+        calls.append(m.version)
+        return {"root.a": dict(m.queue_usage().get("root.a", {}))}
+
+    metrics = Metrics(model, ideal)
+    assert metrics.sample(0.0)
+    model.on_event(f.AppAdded(app="a2", queue="root.a"))  # a new version, the same figures
+    assert metrics.sample(1.0)
+    assert len(calls) == 1 and metrics.samples[-1].ideal is metrics.samples[0].ideal
+    model.on_decision(_alloc("x1", "a1", "k", "root.a", {"memory": 10, "gpu": 1}, 2.0))  # usage changes
+    assert metrics.sample(2.0)
+    assert len(calls) == 2 and metrics.samples[-1].ideal == {"root.a": {"memory": 10, "gpu": 1}}

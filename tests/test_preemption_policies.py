@@ -10,6 +10,7 @@ import pytest
 from sniper.actors.policy import _PolicyReplica
 from sniper.core.config import PreemptionConfig, parse_partition, partition_to_raw
 from sniper.core.preemption.mask import PreemptionMask
+from sniper.core.preemption.model import ContainerSnapshot
 from sniper.core.preemption.policies import (
     REGISTRY,
     IntraQueuePolicy,
@@ -296,3 +297,85 @@ def test_the_proportional_baseline_is_silent_when_nothing_is_over() -> None:
     h = proportional()
     h.feed(f.AskRemoved(app="a1", ask="small"))
     assert h.preempt_round(10.0).request is None
+
+
+# ---------------------------------------------------------------------- rounds on an unchanged view
+
+
+def test_sniper_reuses_its_quotas_while_only_the_clock_moved_and_recomputes_after_any_other_change() -> None:
+    h = unplaceable()
+    policy = h.policy
+    assert isinstance(policy, SniperPolicy)
+    state = h.allocator.state
+    policy.round(state, h.allocator.view_seq, 10.0)
+    first = policy.last_quotas
+    state.apply(p.Clock(now=11.0))  # a tick: the view's sequence moves, its contents do not
+    policy.round(state, h.allocator.view_seq + 1, 11.0)
+    assert policy.last_quotas is first
+    h.ask("a1", "more", 10, count=5)  # through the cache and the replica: a's demand and b's quota change
+    policy.round(h.allocator.state, h.allocator.view_seq, 12.0)
+    assert policy.last_quotas is not first and policy.last_quotas is not None
+    assert policy.last_quotas.may_lose != first.may_lose  # type: ignore[union-attr]
+
+
+def test_the_proportional_baseline_skips_a_round_that_would_choose_nothing_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    h = proportional()
+    h.feed(f.AskRemoved(app="a1", ask="small"))  # nothing is over: a round chooses nobody
+    policy = h.policy
+    assert isinstance(policy, ProportionalBaseline)
+    rounds: list[int] = []
+    inner = type(policy.policy).round
+
+    def counted(self: object, snapshot: object, now_ms: int) -> object:
+        rounds.append(now_ms)
+        return inner(self, snapshot, now_ms)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(type(policy.policy), "round", counted)
+    state = h.allocator.state
+    assert policy.round(state, 1, 10.0) is None
+    state.apply(p.Clock(now=11.0))
+    assert policy.round(state, 2, 11.0) is None
+    assert rounds == [10_000], "same contents, nothing tracked: the round is skipped"
+    policy.policy._first_marked["gone"] = 0  # a mark the horizon drops at this round: it must run
+    assert policy.round(state, 2, 40.0) is None
+    assert rounds == [10_000, 40_000] and "gone" not in policy.policy.first_marked
+    h.ask("a1", "again", 25, count=4)  # b is over again: the view changed, the round runs and marks
+    h.starve()
+    out = policy.round(h.allocator.state, h.allocator.view_seq, 41.0)
+    assert rounds[-1] == 41_000 and isinstance(out, p.PreemptionProposal) and out.victims
+
+
+def test_the_state_version_counts_every_change_but_the_clock() -> None:
+    h = unplaceable()
+    for state in (h.cache.state, h.allocator.state):  # the cache's and the allocator replica's
+        before = state.version
+        state.apply(p.Clock(now=state.now + 1.0))
+        assert state.version == before
+    before = (h.cache.state.version, h.allocator.state.version)
+    h.ask("a1", "more", 10)
+    assert h.cache.state.version > before[0] and h.allocator.state.version > before[1]
+
+
+def test_the_baseline_snapshot_reuses_unchanged_containers_and_renews_changed_ones() -> None:
+    from sniper.core.preemption.view import snapshot_from_state
+
+    h = proportional()
+    state = h.cache.state
+    memo: dict[str, ContainerSnapshot] = {}
+
+    def containers() -> dict[str, ContainerSnapshot]:
+        snapshot = snapshot_from_state(state, with_containers=True, containers=memo)
+        return {c.id: c for app in snapshot.apps() for c in app.containers}
+
+    first = containers()
+    assert len(first) == 8 and memo == first
+    victim, gone, *_ = sorted(first)
+    h.cache.commit(p.VictimsMarked(victims=[victim], deadline=30.0))
+    h.pump()
+    h.release(gone)
+    second = containers()
+    assert second[victim].killable and not first[victim].killable  # renewed: its allocation is preempting
+    assert gone not in second and gone not in memo  # released: forgotten
+    assert all(second[c] is first[c] for c in second if c != victim)  # the rest reused as they were

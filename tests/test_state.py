@@ -220,3 +220,61 @@ def test_state_changes_rebuild_an_equivalent_state() -> None:
             assert copy.pending == ask.pending
             assert copy.resource == ask.resource
     assert consistency_problems(rebuilt) == []
+
+
+def test_a_queue_lists_exactly_its_apps_with_pending_asks_through_every_change() -> None:
+    """``Queue.waiting`` is an index the allocation walk, the ideal's snapshot and the quotas read instead
+    of every app of a leaf: it must follow each change that moves an ask in or out of pending."""
+    r = {"memory": 1024, "vcore": 100}
+    state = _state(*BASE, p.AppSet(app="a2", queue="root.p.x", submit_seq=2))
+    leaf = state.queues["root.p.x"]
+
+    def waiting() -> list[str]:
+        assert consistency_problems(state) == []
+        return [app.name for app in leaf.waiting_apps()]
+
+    assert waiting() == ["a1"]  # a2 asks for nothing yet
+    state.apply(p.AskSet(app="a2", ask="k", resource=r, count=1, seq=2))
+    assert waiting() == ["a1", "a2"]
+    state.apply(p.AllocationSet(allocation="x1", app="a2", ask="k", node="n1", resource=r))
+    assert waiting() == ["a1"]  # fully allocated
+    state.apply(p.AskSet(app="a2", ask="j", resource=r, count=1, seq=3))
+    state.apply(
+        p.ReservationSet(
+            reservation="r1", app="a2", ask="j", node="n1", resource=r, victims=[], deadline=5.0, expires=9.0
+        )
+    )
+    assert waiting() == ["a1"]  # its last container reserved
+    state.apply(p.ReservationGone(reservation="r1"))
+    assert waiting() == ["a1", "a2"]  # wanted again
+    state.apply(p.AskGone(app="a1", ask="k"))
+    assert waiting() == ["a2"]
+    state.apply(p.ConfigSet(config=partition_to_raw(CONFIG)))  # queues rebuilt: the index with them
+    leaf = state.queues["root.p.x"]
+    assert waiting() == ["a2"]
+    state.apply(p.AskGone(app="a2", ask="j"))
+    state.apply(p.AllocationGone(allocation="x1"))
+    state.apply(p.AppGone(app="a2"))
+    assert waiting() == [] and leaf.waiting == {}
+
+
+def test_a_queue_lists_exactly_its_apps_holding_containers() -> None:
+    r = {"memory": 1024, "vcore": 100}
+    state = _state(*BASE)
+    leaf = state.queues["root.p.x"]
+
+    def holding() -> list[str]:
+        assert consistency_problems(state) == []
+        return [app.name for app in leaf.holding_apps()]
+
+    assert holding() == []
+    state.apply(p.AllocationSet(allocation="x1", app="a1", ask="k", node="n1", resource=r))
+    state.apply(p.AllocationSet(allocation="x2", app="a1", ask="k", node="n1", resource=r))
+    assert holding() == ["a1"]
+    state.apply(p.AllocationGone(allocation="x1"))
+    assert holding() == ["a1"]  # one left
+    state.apply(p.ConfigSet(config=partition_to_raw(CONFIG)))  # queues rebuilt: the index with them
+    leaf = state.queues["root.p.x"]
+    assert holding() == ["a1"]
+    state.apply(p.AllocationGone(allocation="x2"))
+    assert holding() == []

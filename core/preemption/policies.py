@@ -21,6 +21,7 @@ from sniper.core.config import PreemptionConfig
 from sniper.core.limits import Limits
 from sniper.core.opportunistic import first_victims
 from sniper.core.preemption.mask import PreemptionMask
+from sniper.core.preemption.model import ContainerSnapshot
 from sniper.core.preemption.proportional import ProportionalConfig, ProportionalPolicy
 from sniper.core.preemption.quotas import Quotas, compute_quotas, net_usage
 from sniper.core.preemption.view import snapshot_from_state
@@ -145,17 +146,17 @@ class SniperPolicy(_Placing):
     def __init__(self, partition: str, config: PreemptionConfig) -> None:
         super().__init__(partition, config)
         self.last_quotas: Quotas | None = None
-        self.last_view: tuple[PartitionState, int] | None = None  # the view ``last_quotas`` was computed on
+        self.last_view: tuple[PartitionState, int] | None = None  # state and version ``last_quotas`` came from
 
     def round(self, state: PartitionState, view_seq: int, now: float) -> Output:
-        # Quotas are a function of the view alone: on the same state object at the same sequence (no delta
-        # applied, no reset) the last round's are reused rather than recomputed.
+        # Quotas are a function of the view alone, the clock aside: on the same state object at the same
+        # version (no change but the clock's applied, no reset) the last round's are reused.
         last = self.last_view
-        if last is not None and last[0] is state and last[1] == view_seq and self.last_quotas is not None:
+        if last is not None and last[0] is state and last[1] == state.version and self.last_quotas is not None:
             quotas = self.last_quotas
         else:
             quotas = compute_quotas(state, self.config)
-            self.last_view = (state, view_seq)
+            self.last_view = (state, state.version)
         if not quotas.same_as(self.last_quotas) and self.mask is not None:
             self.mask.clear()
         self.last_quotas = quotas
@@ -183,7 +184,7 @@ class IntraQueuePolicy(_Placing):
             lowest = min((a.priority for a in running if not a.am and not a.preempting), default=None)
             if lowest is None:
                 continue
-            top = max((ask.priority for app in queue.apps.values() for ask in app.pending_asks), default=None)
+            top = max((ask.priority for app in queue.waiting.values() for ask in app.pending_asks), default=None)
             if top is not None and top > lowest:
                 beneficiaries.append(path)
         limits = Limits.of(state)
@@ -208,6 +209,8 @@ class ProportionalBaseline:
             ProportionalConfig.from_preemption_config(config, resource_calculator="dominant")
         )
         self.rounds = 0
+        self.idle_view: tuple[PartitionState, int] | None = None  # state and version of a round that chose none
+        self.containers: dict[str, ContainerSnapshot] = {}  # the last round's, reused while unchanged
 
     def on_change(self, change: p.ChangeMsg) -> None:
         return
@@ -215,10 +218,23 @@ class ProportionalBaseline:
     def on_reply(self, reply: p.PlacementReply, now: float) -> p.PreemptionProposal | None:
         return None
 
+    def settled(self, state: PartitionState) -> bool:
+        """Whether the last round ran on ``state`` as it is (the clock aside) and chose no container."""
+        idle = self.idle_view
+        return idle is not None and idle[0] is state and idle[1] == state.version
+
     def round(self, state: PartitionState, view_seq: int, now: float) -> Output:
         if state.config is None or not state.capacity:
             return None
-        result = self.policy.round(snapshot_from_state(state, with_containers=True), round(now * 1000))
+        now_ms = round(now * 1000)
+        # A round selects from the view alone but for the marks it tracks: on the view of a round that chose
+        # no container, and with no tracked mark to expire now, it would choose none again (nor de-reserve:
+        # that too reads the view alone).
+        if self.settled(state) and not self.policy.forgets_at(now_ms):
+            return None
+        snapshot = snapshot_from_state(state, with_containers=True, containers=self.containers)
+        result = self.policy.round(snapshot, now_ms)
+        self.idle_view = None if result.candidates else (state, state.version)
         usage = {path: res.add(q.allocated, q.reserved) for path, q in state.queues.items()}
         nodes = node_reservation.to_dereserve(
             state, usage, {path: figures.ideal_assigned for path, figures in result.queues.items()}

@@ -209,6 +209,11 @@ class ProportionalPolicy:
         """Forget every tracked container."""
         self._first_marked.clear()
 
+    def forgets_at(self, now_ms: int) -> bool:
+        """Whether a round at ``now_ms`` drops a tracked container whose mark is older than the horizon."""
+        horizon = 2 * self._config.max_wait_before_kill_ms
+        return any(first + horizon < now_ms for first in self._first_marked.values())
+
     def forget(self, container_ids: Iterable[str]) -> None:
         """Forget containers marked but not preempted after all (a later round may select them again)."""
         for cid in container_ids:

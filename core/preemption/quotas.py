@@ -115,15 +115,19 @@ def usable_capacity(state: PartitionState) -> Resource:
     for queue in state.queues.values():
         if not queue.is_leaf:
             continue
-        for app in queue.apps.values():
+        for app in queue.waiting_apps():
             for ask in app.pending_asks:
                 smallest = dict(ask.resource) if smallest is None else res.component_min(smallest, ask.resource)
     if not smallest:
         return state.capacity
     unusable: Resource = {}
+    needs = list(smallest.items())
     for node in state.nodes.values():
         if not node.schedulable:
             continue
+        cap, held, reserved = node.capacity, node.allocated, node.reserved
+        if all(cap.get(k, 0) - held.get(k, 0) - reserved.get(k, 0) >= v for k, v in needs):
+            continue  # the smallest ask fits: nothing here is unusable (checked without building dicts)
         free = res.clamp_min_zero(res.sub(res.sub(node.capacity, node.allocated), node.reserved))
         if free and not res.fits(smallest, free):
             # Only the resources too short for the ask: the rest becomes usable once those are freed

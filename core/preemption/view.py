@@ -18,7 +18,7 @@ from sniper.core.preemption.calculator import DominantCalculator
 from sniper.core.preemption.ideal import IdealAssignment, compute_ideal
 from sniper.core.preemption.model import AppSnapshot, ClusterSnapshot, ContainerSnapshot, QueueSnapshot
 from sniper.core.resources import Resource
-from sniper.core.state import PartitionState, allocation_number
+from sniper.core.state import Allocation, PartitionState, allocation_number
 
 
 def snapshot_from_figures(
@@ -136,7 +136,11 @@ def ideal_of(snapshot: ClusterSnapshot, *, avoid_ineffective: bool = True) -> Id
 
 
 def snapshot_from_state(
-    state: PartitionState, *, with_containers: bool = False, capacity: Resource | None = None
+    state: PartitionState,
+    *,
+    with_containers: bool = False,
+    capacity: Resource | None = None,
+    containers: dict[str, ContainerSnapshot] | None = None,
 ) -> ClusterSnapshot:
     """The replica's queues as a snapshot: usage, demand, smallest asks.
 
@@ -147,8 +151,11 @@ def snapshot_from_state(
     ``capacity`` overrides the partition's (the sniper policy passes its usable capacity). Without
     containers, usage is net of victims already preempting (they are leaving) and guarantees compose
     (:func:`composed_guarantees`). With ``with_containers`` (YARN's baseline selects victims itself) usage
-    is gross, every leaf carries its apps and running containers, those already preempting marked
-    ``killable``, and every queue keeps the guarantee its config names, as YARN reads it.
+    is gross, every leaf carries its apps that hold containers and their running containers, those
+    already preempting marked ``killable``, and every queue keeps the guarantee its config names, as
+    YARN reads it. ``containers`` (a caller snapshotting round after round) holds the last snapshot's
+    containers by allocation id: one whose allocation did not change since is reused, and the dict is
+    left holding this snapshot's.
     """
     if state.config is None:
         raise ValueError(f"partition {state.name} has no configuration")
@@ -158,11 +165,29 @@ def snapshot_from_state(
     pending = pending_demand(state)
     smallest: dict[str, Resource] = {}
     apps: dict[str, tuple[AppSnapshot, ...]] = {}
+    known = containers if containers is not None else {}
+    seen: dict[str, ContainerSnapshot] = {}
+
+    def container(a: Allocation) -> ContainerSnapshot:
+        snap = known.get(a.id)
+        if snap is None or snap.killable != a.preempting:
+            snap = ContainerSnapshot(
+                id=a.id,
+                app=a.app,
+                resource=a.resource,
+                am=a.am,
+                seq=max(0, allocation_number(a.id)),
+                killable=a.preempting,
+                node=a.node,
+            )
+        seen[a.id] = snap
+        return snap
+
     for path, q in state.queues.items():
         gross = res.add(q.allocated, q.reserved)
         used[path] = gross if with_containers else res.clamp_min_zero(res.sub(gross, q.preempting))
         if q.is_leaf:
-            asks = [a.resource for app in q.apps.values() for a in app.pending_asks]
+            asks = [a.resource for app in q.waiting_apps() for a in app.pending_asks]
             if asks:
                 smallest[path] = min(asks, key=lambda r: (sum(r.values()), sorted(r.items())))
             if with_containers:
@@ -173,21 +198,16 @@ def snapshot_from_state(
                         submit_order=app.submit_seq,
                         priority=app.priority,
                         containers=tuple(
-                            ContainerSnapshot(
-                                id=a.id,
-                                app=app.name,
-                                resource=a.resource,
-                                am=a.am,
-                                seq=max(0, allocation_number(a.id)),
-                                killable=a.preempting,
-                                node=a.node,
-                            )
+                            container(a)
                             for a in (state.allocations[x] for x in sorted(app.allocations))
                             if not a.opportunistic  # outside every queue: YARN's policy never sees them
                         ),
                     )
-                    for app in sorted(q.apps.values(), key=lambda x: x.submit_seq)
+                    for app in q.holding_apps()  # an app holding nothing offers YARN's selection nothing
                 )
+    if containers is not None:
+        containers.clear()
+        containers.update(seen)
     total = state.capacity if capacity is None else capacity
     return snapshot_from_figures(
         state.config, total, used, pending, smallest_ask=smallest, apps=apps, compose=not with_containers

@@ -37,6 +37,7 @@ from sniper.cli.app import (
     rejections,
     shared_options,
     show_rejections,
+    tune_gc,
 )
 
 if TYPE_CHECKING:
@@ -202,16 +203,7 @@ def core(
     )
 
     async def main() -> None:
-        import gc
-
-        # What start-up built (modules, clients) lives as long as the process: keep it out of every
-        # garbage collection, whose full passes otherwise stall the event loop for tens of ms. The
-        # state grows by a few objects per event: collect the young generation every 10,000 new
-        # objects instead of 700 (a third of the collector's time, and no full pass in a 10 s burst),
-        # and the middle one every second young pass, which bounds its pause (measured under 2,000
-        # events/s: at most 5-7 ms, against 14-28 ms when it waited for ten).
-        gc.freeze()
-        gc.set_threshold(10_000, 2, 10)
+        tune_gc()
         async with _connect(bootstrap, kafka_flags) as settings:
             process = core_process(settings, options)
             metrics = None

@@ -36,6 +36,7 @@ from sniper.cli.app import (
     rejections,
     setup_logging,
     show_rejections,
+    tune_gc,
 )
 from sniper.core import resources as res
 from sniper.core.config import ConfigError, PartitionConfig, load_config
@@ -104,6 +105,7 @@ def simulate(
     from sniper.simulator.run import SimulationSettings, run_simulation
 
     setup_logging(verbose)
+    tune_gc()
     events, config, source = load_inputs(trace, queues, seed)
     settings = SimulationSettings(
         until=until, seed=seed, policy=None if policy is None else policy.value, am_response=am_response
@@ -171,6 +173,7 @@ def compare(
     bad = [x for x in names if x not in known]
     if bad or not names:
         fail(f"unknown policies {bad or policies!r}: choose among {', '.join(known)}")
+    tune_gc()
     events, config, source = load_inputs(trace, queues, seed)
     with Progress(TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(), console=console) as bar:
         tasks = {name: bar.add_task(name, total=1.0) for name in names}
@@ -257,6 +260,7 @@ def bench_allocate_cmd(
     """Committed allocations per second through the actors on the memory transport."""
     from sniper.tools.bench_core import bench_allocate
 
+    tune_gc()
     result = bench_allocate(nodes, queues, asks)
     if as_json:
         sys.stdout.write(json.dumps(result) + "\n")
@@ -277,6 +281,7 @@ def bench_preempt_cmd(
     """One full sniper preemption round on a packed cluster: round time and targeted victims per second."""
     from sniper.tools.bench_core import bench_preempt
 
+    tune_gc()
     result = bench_preempt(nodes, running, starving, candidates=candidates)
     if as_json:
         sys.stdout.write(json.dumps(result) + "\n")
@@ -340,6 +345,7 @@ def bench_simulate_cmd(
     """The simulator on a generated month-long GPU trace: simulated seconds and events per wall second."""
     from sniper.tools.bench_core import bench_simulate
 
+    tune_gc()
     result = bench_simulate(nodes, days, pods, policy=policy.value, until=until, skip_idle=not tick_every_second)
     if as_json:
         sys.stdout.write(json.dumps(result) + "\n")
