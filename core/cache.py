@@ -236,6 +236,21 @@ class CacheCore:
             self.shapes = [shape for shape in self.shapes if not res.fits(shape, cap)] + [cap]
             self.shape_names.update(cap)
 
+    def cancel_notices(self, victims: list[Allocation], reason: str, reservation: str | None = None) -> None:
+        """Victims under notice keep running: they leave no reservation's count, each gets ``preempt_cancelled``
+        naming ``reservation`` (default: the one it was preempted for)."""
+        self.commit(p.VictimsReleased(victims=[v.id for v in victims]))
+        for v in victims:
+            self.decide(
+                d.PreemptCancelled,
+                allocation=v.id,
+                app=v.app,
+                queue=v.queue.path,
+                node=v.node,
+                reservation=reservation if reservation is not None else v.reservation or "",
+                reason=reason,
+            )
+
     def keep_reservations(self, node: Node, cap: Resource, schedulable: bool, reason: str | None = None) -> None:
         """A node changed (or victims on it keep running): its reservations stay while they can still
         be fulfilled, the latest due end first otherwise, each with the true reason (unschedulable,
@@ -571,17 +586,7 @@ class CacheCore:
             released.append(victim)
         if not released:
             return
-        self.commit(p.VictimsReleased(victims=[v.id for v in released]))
-        for v in released:
-            self.decide(
-                d.PreemptCancelled,
-                allocation=v.id,
-                app=v.app,
-                queue=v.queue.path,
-                node=v.node,
-                reservation=r.id,
-                reason=reason,
-            )
+        self.cancel_notices(released, reason, r.id)
 
     def _end_reservation(self, r: Reservation, reason: str) -> None:
         self.decide(d.ReservationEnded, reservation=r.id, app=r.app, ask=r.ask, node=r.node, reason=reason)

@@ -38,16 +38,16 @@ class Preemptions(msgspec.Struct, frozen=True):
     cancelled: int = 0
 
 
-class PreemptionLogEntry(msgspec.Struct, frozen=True):
+class PreemptionLogEntry(msgspec.Struct, frozen=True, kw_only=True):
     t: float
     victim: str
     victim_queue: str
     node: str
-    beneficiary_ask: str
-    beneficiary_queue: str
-    cost: float
-    policy: str
     reason: str
+    beneficiary_ask: str = ""  # none for a de-reservation or a kill at a request's deadline
+    beneficiary_queue: str = ""
+    cost: float = 0.0
+    policy: str = ""
     # Seed 004's action: "preempt" (a notice, killed after the grace), "preempt_request" (a container a
     # preemption request named), "kill" (killed at a request's deadline: what the AM did not give back).
     action: str = "preempt"

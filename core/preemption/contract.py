@@ -184,17 +184,7 @@ def _cancel_named(cache: CacheCore, contract: Contract, reason: str) -> None:
     ]
     if not keep:
         return
-    cache.commit(p.VictimsReleased(victims=[a.id for a in keep]))
-    for a in keep:
-        cache.decide(
-            d.PreemptCancelled,
-            allocation=a.id,
-            app=a.app,
-            queue=a.queue.path,
-            node=a.node,
-            reservation=a.reservation or "",
-            reason=reason,
-        )
+    cache.cancel_notices(keep, reason)
     for name in sorted({a.node for a in keep}):
         node = state.nodes.get(name)
         if node is not None and node.reservations:
