@@ -236,6 +236,20 @@ class CacheCore:
             self.shapes = [shape for shape in self.shapes if not res.fits(shape, cap)] + [cap]
             self.shape_names.update(cap)
 
+    def notice(self, victim: Allocation, **fields: Any) -> None:
+        """Publish ``preempt`` for ``victim``: its own fields filled in, the rest (beneficiary, deadline,
+        reservation, policy, reason, ...) given."""
+        self.decide(
+            d.Preempt,
+            allocation=victim.id,
+            app=victim.app,
+            queue=victim.queue.path,
+            node=victim.node,
+            resource=victim.resource,
+            opportunistic=victim.opportunistic,
+            **fields,
+        )
+
     def cancel_notices(self, victims: list[Allocation], reason: str, reservation: str | None = None) -> None:
         """Victims under notice keep running: they leave no reservation's count, each gets ``preempt_cancelled``
         naming ``reservation`` (default: the one it was preempted for)."""

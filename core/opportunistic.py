@@ -196,13 +196,8 @@ def commit_eviction(cache: CacheCore, ev: p.Victimized) -> None:
     now = state.now
     rid = f"resv-{cache.next_id('reservation')}"
     for v in victims:
-        cache.decide(
-            d.Preempt,
-            allocation=v.id,
-            app=v.app,
-            queue=v.queue.path,
-            node=v.node,
-            resource=v.resource,
+        cache.notice(
+            v,
             for_ask=ev.ask,
             for_app=ev.app,
             for_queue=app.queue.path,
@@ -211,7 +206,6 @@ def commit_eviction(cache: CacheCore, ev: p.Victimized) -> None:
             policy=POLICY,
             reason=f"{KILL_REASON}: {ev.reason}",
             for_resource=ask.resource,
-            opportunistic=True,
         )
     cache.commit(
         p.ReservationSet(

@@ -34,7 +34,6 @@ from sniper.core.preemption.quotas import Quotas, compute_quotas, net_usage
 from sniper.core.preemption.rules import may_preempt_for, preemption_disabled
 from sniper.core.resources import Resource
 from sniper.core.state import Allocation, Ask, Node, PartitionState, Queue
-from sniper.messages import decisions as d
 from sniper.messages import protocol as p
 
 if TYPE_CHECKING:
@@ -75,13 +74,8 @@ def _commit_shotgun(cache: CacheCore, proposal: p.PreemptionProposal) -> None:
         if requests.wants(alloc):
             requests.add(alloc, reason)
             continue
-        cache.decide(
-            d.Preempt,
-            allocation=alloc.id,
-            app=alloc.app,
-            queue=alloc.queue.path,
-            node=alloc.node,
-            resource=alloc.resource,
+        cache.notice(
+            alloc,
             for_ask="",
             for_app="",
             for_queue="",
@@ -90,7 +84,6 @@ def _commit_shotgun(cache: CacheCore, proposal: p.PreemptionProposal) -> None:
             policy=proposal.policy,
             reason=reason,
             observe_only=proposal.observe_only,
-            opportunistic=alloc.opportunistic,
         )
     if accepted and not proposal.observe_only:
         cache.commit(p.VictimsMarked(victims=[a.id for a in accepted], deadline=deadline, policy=proposal.policy))
@@ -329,13 +322,8 @@ def _commit_one(
             )
             contract_victims = True
             continue
-        cache.decide(
-            d.Preempt,
-            allocation=v.id,
-            app=v.app,
-            queue=v.queue.path,
-            node=v.node,
-            resource=v.resource,
+        cache.notice(
+            v,
             for_ask=pl.ask,
             for_app=pl.app,
             for_queue=app.queue.path,
@@ -347,7 +335,6 @@ def _commit_one(
             observe_only=proposal.observe_only,
             victim_queue_ideal=ideal,
             for_resource=ask.resource,
-            opportunistic=v.opportunistic,
         )
     if proposal.observe_only:
         return
