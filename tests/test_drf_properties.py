@@ -164,3 +164,40 @@ def test_drf_shapes_break_no_invariant_and_sniper_neither_loops_nor_preempts_for
     assert sniper.report["ping_pong"] == 0, sniper.report["preemption_log"][:5]
     assert loops(sniper) == []
     assert beneficiaries_above_their_ideal(trace, sniper) == []
+
+
+def test_a_queue_back_at_its_ideal_on_the_resource_it_was_over_loses_nothing_more() -> None:
+    """Found by the contract property: root.b holds 8 GPUs against an ideal of 7 and is over nowhere
+    else. Its quota grants 1 GPU and, on memory and vcore (where it is not over), what it holds. A first
+    placement takes a GPU container; a second placement in the same round, for another ask, must not
+    take a memory-and-vcore container: b is back at its ideal, and the memory quota's room was only
+    there for a set to take along (invariant 5)."""
+    node = {"memory": 65536, "vcore": 16000, "gpu": 4}
+    share = {"memory": "64Gi", "vcore": 16, "gpu": 4}
+    raw = {
+        "partitions": [
+            {
+                "preemption": {"policy": "sniper", "interval": 1.0, "total_preemption_per_round": 1.0, "grace": 10.0},
+                "queues": [
+                    {"name": "a", "resources": {"guaranteed": share}},
+                    {"name": "b", "resources": {"guaranteed": share}},
+                ],
+            }
+        ]
+    }
+    gpu_task = {"memory": 8192, "vcore": 1000, "gpu": 1}
+    events: list[f.Feed] = [f.NodeAdded(node="n0", capacity=node), f.NodeAdded(node="n1", capacity=node)]
+    for t, app, resource in ((0, "b0", gpu_task), (1, "b1", gpu_task), (2, "b2", {"memory": 2048, "vcore": 4000})):
+        events += [
+            f.AppAdded(t=t, app=app, queue="root.b"),
+            f.AskAdded(t=t, app=app, ask="t", resource=resource, count=4, duration=60.0),
+        ]
+    for app, resource, count in (("a0", gpu_task, 1), ("a1", {"memory": 16384, "vcore": 500}, 2)):
+        events += [
+            f.AppAdded(t=5.0, app=app, queue="root.a"),
+            f.AskAdded(t=5.0, app=app, ask="t", resource=resource, count=count, duration=20.0),
+        ]
+    result = run_simulation(events, parse_config(raw), SimulationSettings(until=100, policy="sniper"))
+    assert result.violations == 0, result.report["violations"]
+    first_round = [x for x in result.decisions if isinstance(x, d.Preempt) and x.t == 6.0]
+    assert [x.app for x in first_round] == ["b1"]

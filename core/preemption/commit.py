@@ -29,7 +29,7 @@ from sniper.core import resources as res
 from sniper.core.limits import Limits
 from sniper.core.opportunistic import KILL_REASON, evict
 from sniper.core.preemption.contract import Requests
-from sniper.core.preemption.placement import quota_allows
+from sniper.core.preemption.placement import quota_allows, spend
 from sniper.core.preemption.quotas import Quotas, compute_quotas, net_usage
 from sniper.core.preemption.rules import may_preempt_for, preemption_disabled
 from sniper.core.resources import Resource
@@ -304,7 +304,7 @@ def _commit_one(
         elif quotas is not None:
             over = res.clamp_min_zero(res.sub(net_usage(v.queue), ideal))
             why = f"{v.queue.path} over its ideal by {res.fmt(over)}"
-            res.sub_into(lose_left[v.queue.path], v.resource)
+            spend(lose_left[v.queue.path], quotas.may_lose.get(v.queue.path, {}), v.resource)
         elif v.priority < ask.priority:
             why = f"{v.queue.path}: priority {v.priority} below the ask's {ask.priority}"
         else:

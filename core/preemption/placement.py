@@ -474,7 +474,8 @@ class VictimPlacer:
             if self.limits is not None:
                 self.limits.take(alloc)
             if not self.intra:
-                res.sub_into(self.quota_left[alloc.queue.path], alloc.resource)
+                path = alloc.queue.path
+                spend(self.quota_left[path], self.request.quotas.get(path, {}), alloc.resource)
             res.sub_into(self.budget_left, alloc.resource)
             for q in alloc.queue.lineage():
                 res.add_into(self.leaving.setdefault(q.path, {}), alloc.resource)
@@ -490,6 +491,17 @@ class VictimPlacer:
                 heapq.heappush(heap, entry)
         if any(v <= 0 for k, v in self.budget_left.items() if k in self.request.budget and self.request.budget[k] > 0):
             self.exhausted = True
+
+
+def spend(left: Resource, granted: Resource, taken: Resource) -> None:
+    """Charge ``taken`` to a victim queue's quota ``left`` (``granted`` at the round's start). A resource
+    whose granted quota is used up is where the queue is back at its ideal (the one it was over): from
+    then on it may lose nothing, though the quota on the resources it was not over has room left (that
+    room only lets one victim set take them along)."""
+    res.sub_into(left, taken)
+    if any(left.get(k, 0) <= 0 for k, g in granted.items() if g > 0):
+        for k, v in left.items():
+            left[k] = min(v, 0)
 
 
 def quota_allows(
