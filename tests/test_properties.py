@@ -18,6 +18,7 @@ import msgspec
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from sniper.core import node_reservation
 from sniper.core import resources as res
 from sniper.core.config import PartitionConfig
 from sniper.core.state import AskKey, PartitionState
@@ -91,14 +92,20 @@ def configs(draw: st.DrawFn) -> PartitionConfig:
 
 
 def nothing_placeable_waits(state: PartitionState) -> list[tuple[AskKey, str]]:
-    """After settling: pending asks within their queue limits that some schedulable node could hold."""
+    """After settling: pending asks within their queue limits that some schedulable node could hold and
+    that no node reservation of another ask keeps off it."""
     out: list[tuple[AskKey, str]] = []
     for app in state.apps.values():
         for ask in app.asks.values():
             if ask.pending <= 0 or not state.headroom_allows(app.queue, ask.resource):
                 continue
             for node in state.nodes.values():
-                if ask.required_node in (None, node.name) and node.schedulable and node.can_hold(ask.resource):
+                if (
+                    ask.required_node in (None, node.name)
+                    and node.schedulable
+                    and node.can_hold(ask.resource)
+                    and not node_reservation.blocks(state, ask, node.name)
+                ):
                     out.append((ask.key, node.name))
     return out
 
