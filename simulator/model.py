@@ -405,10 +405,15 @@ class ClusterModel:
             if r is None or (r.app, r.ask) != (dec.app, dec.ask) or r.node != dec.node:
                 self._violate(t, 6, f"allocation {dec.allocation} claims reservation {dec.reservation} it does not own")
         else:
-            # Invariant 6: nobody else takes room reserved for a beneficiary on this node.
-            held = res.total(r.resource for r in self.reservations.values() if r.node == dec.node and r.resource)
+            # Invariant 6: nobody else takes room reserved for a beneficiary on this node: once the
+            # reservations' victims have left, what stays, the reserved room and the newcomer fit.
+            here = [r for r in self.reservations.values() if r.node == dec.node and r.resource]
+            held = res.total(r.resource for r in here)
             if held:
-                used = res.total(a.resource for a in self.allocations.values() if a.node == dec.node)
+                leaving = {v for r in here for v in r.victims}
+                used = res.total(
+                    a.resource for a in self.allocations.values() if a.node == dec.node and a.id not in leaving
+                )
                 cap = self.nodes.get(dec.node, {})
                 if not res.fits(res.add(res.add(used, held), resource), cap):
                     self._violate(

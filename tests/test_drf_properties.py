@@ -201,3 +201,48 @@ def test_a_queue_back_at_its_ideal_on_the_resource_it_was_over_loses_nothing_mor
     assert result.violations == 0, result.report["violations"]
     first_round = [x for x in result.decisions if isinstance(x, d.Preempt) and x.t == 6.0]
     assert [x.app for x in first_round] == ["b1"]
+
+
+def _reserved_node_model() -> ClusterModel:
+    """n1 (memory 100) holds b's 60, preempted for a's 60 (reservation resv-1 holds the room it frees)."""
+    raw = {"queues": [{"name": "a"}, {"name": "b"}]}
+    model = ClusterModel("default", parse_config({"partitions": [raw]}).partitions[0])
+    model.on_event(f.NodeAdded(node="n1", capacity={"memory": 100}))
+    for app, queue in (("a1", "root.a"), ("b1", "root.b"), ("c1", "root.a")):
+        model.on_event(f.AppAdded(app=app, queue=queue))
+        model.on_event(f.AskAdded(app=app, ask="k", resource={"memory": 60 if app != "c1" else 10}, count=5))
+    model.on_decision(
+        d.Allocated(seq=1, allocation="alloc-1", app="b1", ask="k", queue="root.b", node="n1", resource={"memory": 60})
+    )
+    model.on_decision(
+        d.Preempt(
+            seq=2,
+            allocation="alloc-1",
+            app="b1",
+            queue="root.b",
+            node="n1",
+            resource={"memory": 60},
+            for_ask="k",
+            for_app="a1",
+            for_queue="root.a",
+            deadline=15.0,
+            reservation="resv-1",
+            for_resource={"memory": 60},
+        )
+    )
+    return model
+
+
+def test_the_checker_counts_a_reservations_victims_as_leaving_and_still_guards_its_room() -> None:
+    """The victims' room is the reserved room: a newcomer that fits beside the reservation once they left
+    is legal (30 of the free 40), one that would eat into it is not (50)."""
+    fits = _reserved_node_model()
+    fits.on_decision(
+        d.Allocated(seq=3, allocation="alloc-2", app="c1", ask="k", queue="root.a", node="n1", resource={"memory": 30})
+    )
+    assert not fits.violations
+    eats = _reserved_node_model()
+    eats.on_decision(
+        d.Allocated(seq=3, allocation="alloc-2", app="c1", ask="k", queue="root.a", node="n1", resource={"memory": 50})
+    )
+    assert [v.invariant for v in eats.violations] == [6]
