@@ -1,5 +1,5 @@
 """The allocator actor: keeps a view replica and runs allocation cycles, a thin shell around
-:class:`AllocatorCore`.
+:class:`Allocator`.
 
 It runs a cycle as soon as its inbox runs dry after a change it can act on (a burst of deltas is
 one cycle) and on every tick otherwise; each cycle's placements go to the cache as one proposal.
@@ -11,19 +11,19 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from sniper.actors.replica import ReplicaActor
-from sniper.actors.router import Router
-from sniper.core.allocator import AllocatorCore
-from sniper.core.preemption.placement import answer_placement_request
-from sniper.messages import protocol as p
-from sniper.transport.bus import PROPOSALS, VIEW
+from actors.replica import ReplicaActor
+from actors.router import Router
+from core.allocator import Allocator
+from core.preemption.placement import answer_placement_request
+from messages import protocol as p
+from transport.bus import PROPOSALS, VIEW
 
 
 class AllocatorActor(ReplicaActor):
     kind = "allocator"
     reader = "allocator"
 
-    def __init__(self, core: AllocatorCore, router: Router, *, capacity: int = 1024) -> None:
+    def __init__(self, core: Allocator, router: Router, *, capacity: int = 1024) -> None:
         super().__init__(core, router, capacity=capacity)
         self.core = core
         self._tick_due = False

@@ -19,7 +19,7 @@ import anyio
 from anyio.abc import TaskStatus
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
-from sniper.transport.bus import Subscription
+from transport.bus import Subscription
 
 log = logging.getLogger("sniper.actors")
 BURST = 64  # messages handled back to back before an actor yields to the event loop

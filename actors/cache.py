@@ -1,4 +1,4 @@
-"""The cache actor: the single writer of a partition's state, a thin shell around :class:`CacheCore`.
+"""The cache actor: the single writer of a partition's state, a thin shell around :class:`Cache`.
 
 It takes feed events, proposals, resync requests and ticks, and when its inbox runs dry publishes
 one view delta (strictly increasing ``seq``) and the decisions of everything it handled.
@@ -8,18 +8,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from sniper.actors.base import Actor
-from sniper.actors.router import Router
-from sniper.core.cache import CacheCore
-from sniper.messages import feed as f
-from sniper.messages import protocol as p
-from sniper.transport.bus import DECISIONS, FEED, PROPOSALS, TICK, VIEW
+from actors.base import Actor
+from actors.router import Router
+from core.cache import Cache
+from messages import feed as f
+from messages import protocol as p
+from transport.bus import DECISIONS, FEED, PROPOSALS, TICK, VIEW
 
 
 class CacheActor(Actor):
     kind = "cache"
 
-    def __init__(self, core: CacheCore, router: Router, *, capacity: int = 1024) -> None:
+    def __init__(self, core: Cache, router: Router, *, capacity: int = 1024) -> None:
         inbox = router.inbox(
             [(FEED, core.partition), (PROPOSALS, core.partition), (TICK, None)], group="cache", capacity=capacity
         )

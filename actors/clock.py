@@ -13,8 +13,8 @@ import time
 import anyio
 from anyio.abc import TaskStatus
 
-from sniper.messages import protocol as p
-from sniper.transport.bus import TICK, Bus
+from messages import protocol as p
+from transport.bus import TICK, Bus
 
 
 class TimeBase:

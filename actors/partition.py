@@ -12,13 +12,13 @@ import dataclasses
 import anyio
 from anyio.abc import TaskStatus
 
-from sniper.actors.allocator import AllocatorActor
-from sniper.actors.base import Actor, ActorFactory, supervise
-from sniper.actors.cache import CacheActor
-from sniper.actors.router import Router
-from sniper.core.allocator import DEFAULT_BATCH, AllocatorCore
-from sniper.core.cache import CacheCore
-from sniper.core.config import PartitionConfig
+from actors.allocator import AllocatorActor
+from actors.base import Actor, ActorFactory, supervise
+from actors.cache import CacheActor
+from actors.router import Router
+from core.allocator import DEFAULT_BATCH, Allocator
+from core.cache import Cache
+from core.config import PartitionConfig
 
 
 @dataclasses.dataclass
@@ -28,12 +28,12 @@ class PartitionRuntime:
     config: PartitionConfig | None = None
     epoch: int = 0
     batch: int = DEFAULT_BATCH
-    cache_core: CacheCore | None = None
+    cache_core: Cache | None = None
     actors: list[Actor] = dataclasses.field(default_factory=list)
 
     def __post_init__(self) -> None:
         if self.cache_core is None:
-            self.cache_core = CacheCore(self.partition, self.config, epoch=self.epoch)
+            self.cache_core = Cache(self.partition, self.config, epoch=self.epoch)
 
     def _factories(self) -> list[tuple[ActorFactory, bool]]:
         core = self.cache_core
@@ -43,10 +43,10 @@ class PartitionRuntime:
             return self._track(CacheActor(core, self.router))
 
         def allocator() -> Actor:
-            return self._track(AllocatorActor(AllocatorCore(self.partition, batch=self.batch), self.router))
+            return self._track(AllocatorActor(Allocator(self.partition, batch=self.batch), self.router))
 
         factories: list[tuple[ActorFactory, bool]] = [(cache, False), (allocator, True)]
-        from sniper.actors.policy import policy_factories  # preemption policies plug in here
+        from actors.policy import policy_factories  # preemption policies plug in here
 
         factories.extend(policy_factories(self.partition, self.router, lambda a: self._track(a), core))
         return factories

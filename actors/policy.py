@@ -1,5 +1,5 @@
 """Preemption-policy actors: one per policy the partition enables, each a shell around a sans-IO
-policy from :mod:`sniper.core.preemption.policies` (looked up by name in its registry).
+policy from :mod:`core.preemption.policies` (looked up by name in its registry).
 
 Every ``interval`` the actor runs a round on its replica: a placement request goes to the allocator
 (on the view topic), a preemption proposal to the cache; the allocator's reply becomes a proposal.
@@ -11,14 +11,14 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from sniper.actors.base import Actor, ActorFactory
-from sniper.actors.replica import ReplicaActor
-from sniper.actors.router import Router
-from sniper.core.cache import CacheCore
-from sniper.core.preemption.policies import REGISTRY, Policy, enabled_policies, make_policy
-from sniper.core.replica import ViewReplica
-from sniper.messages import protocol as p
-from sniper.transport.bus import PROPOSALS, VIEW
+from actors.base import Actor, ActorFactory
+from actors.replica import ReplicaActor
+from actors.router import Router
+from core.cache import Cache
+from core.preemption.policies import REGISTRY, Policy, enabled_policies, make_policy
+from core.replica import ViewReplica
+from messages import protocol as p
+from transport.bus import PROPOSALS, VIEW
 
 
 class _PolicyReplica(ViewReplica):
@@ -119,7 +119,7 @@ class PolicyActor(ReplicaActor):
 
 
 def policy_factories(
-    partition: str, router: Router, track: Callable[[Actor], Actor], cache: CacheCore
+    partition: str, router: Router, track: Callable[[Actor], Actor], cache: Cache
 ) -> list[tuple[ActorFactory, bool]]:
     """One restartable actor per registered policy; each wakes when the config enables it."""
     out: list[tuple[ActorFactory, bool]] = []

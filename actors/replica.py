@@ -10,11 +10,11 @@ import abc
 from collections.abc import Callable
 from typing import Any
 
-from sniper.actors.base import Actor
-from sniper.actors.router import Router
-from sniper.core.replica import ViewReplica
-from sniper.messages import protocol as p
-from sniper.transport.bus import PROPOSALS, TICK, VIEW
+from actors.base import Actor
+from actors.router import Router
+from core.replica import ViewReplica
+from messages import protocol as p
+from transport.bus import PROPOSALS, TICK, VIEW
 
 
 class ReplicaActor(Actor):

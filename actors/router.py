@@ -9,9 +9,9 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from sniper.actors.base import MergedInbox
-from sniper.transport.bus import Bus, Subscription
-from sniper.transport.memory import MemoryBus
+from actors.base import MergedInbox
+from transport.bus import Bus, Subscription
+from transport.memory import MemoryBus
 
 
 class Router:

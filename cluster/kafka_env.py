@@ -1,10 +1,10 @@
 """Where the Kafka settings of a command come from, and the embedded broker a command may start.
 
 Owns: turning command-line flags and ``SNIPER_KAFKA_*`` variables into one
-:class:`~sniper.transport.kafka.KafkaSettings` (flags win over the environment; TLS/SASL and the maximum
+:class:`~transport.kafka.KafkaSettings` (flags win over the environment; TLS/SASL and the maximum
 message size pass straight through), and :func:`bootstrap_or_embedded`, which yields the bootstrap
 address to use: ``--bootstrap``, else ``$SNIPER_KAFKA_BOOTSTRAP``, else an
-:class:`~sniper.transport.broker.EmbeddedBroker` started for the command and stopped when it ends.
+:class:`~transport.broker.EmbeddedBroker` started for the command and stopped when it ends.
 
 Invariant: settings built for an embedded broker use short group sessions (the bundled broker holds a
 group join for about half the session timeout); against any other broker the session timeout is the
@@ -18,8 +18,8 @@ import os
 from collections.abc import AsyncIterator
 from typing import Any
 
-from sniper.transport.broker import EmbeddedBroker, resolve_bootstrap
-from sniper.transport.kafka import ENV_PREFIX, KafkaSettings
+from transport.broker import EmbeddedBroker, resolve_bootstrap
+from transport.kafka import ENV_PREFIX, KafkaSettings
 
 EMBEDDED_SESSION_TIMEOUT_MS = 2_000
 EMBEDDED_HEARTBEAT_MS = 500

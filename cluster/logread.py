@@ -15,7 +15,7 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from sniper.transport.kafka import KafkaSettings
+from transport.kafka import KafkaSettings
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -6,8 +6,8 @@ Invariant: a host lives on an owned Kafka partition; when the group revokes one,
 forgotten and stopped (each host bounds its own stop), and shutdown stops every host before the bus
 closes. Hosts publish their output only under the membership's lease (:meth:`GroupMember.leased`;
 decisions and snapshots still buffered when it lapses are failed, not sent: ``KafkaBus.fence``).
-What a record does and how a host starts belongs to the subclasses (:mod:`sniper.cluster.core` on
-the feed, :mod:`sniper.cluster.roles` on the view).
+What a record does and how a host starts belongs to the subclasses (:mod:`cluster.process` on
+the feed, :mod:`cluster.roles` on the view).
 """
 
 from __future__ import annotations
@@ -20,9 +20,9 @@ from typing import ClassVar, Generic, Protocol, TypeVar
 import anyio
 from anyio.abc import TaskGroup, TaskStatus
 
-from sniper.actors.base import Actor
-from sniper.transport.bus import DECISIONS, SNAPSHOTS
-from sniper.transport.kafka import (
+from actors.base import Actor
+from transport.bus import DECISIONS, SNAPSHOTS
+from transport.kafka import (
     BadRecords,
     KafkaBus,
     KafkaSettings,

@@ -44,14 +44,14 @@ from prometheus_client import (
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from sniper.core.resources import MEMORY, VCORE, Resource
+from core.resources import MEMORY, VCORE, Resource
 
 if TYPE_CHECKING:
-    from sniper.cluster.core import CoreProcess, HostedPartition
-    from sniper.cluster.roles import ReplicaProcess
+    from cluster.process import CoreProcess, HostedPartition
+    from cluster.roles import ReplicaProcess
 
 STATE_PATH = "/ws/v1/state"
-# Sniper's integer units (sniper.core.resources) and the base unit a metric name carries.
+# Sniper's integer units (core.resources) and the base unit a metric name carries.
 BASE_UNITS: dict[str, tuple[str, float]] = {MEMORY: ("bytes", float(2**20)), VCORE: ("cores", 0.001)}
 SNIPER_UNITS = {MEMORY: "MiB", VCORE: "millicores"}
 # Seconds: a feed record's decisions are acknowledged in ms; a preemption round may take a second.
@@ -208,15 +208,15 @@ class _CoreCollector(Collector):
 
 def _caches(process: CoreProcess | ReplicaProcess) -> list[HostedPartition]:
     """The hosted partitions that hold a cache (split replicas have none)."""
-    from sniper.cluster.core import HostedPartition
+    from cluster.process import HostedPartition
 
     return [host for host in list(process.hosts.values()) if isinstance(host, HostedPartition)]
 
 
 def state_of(process: CoreProcess | ReplicaProcess) -> dict[str, Any]:
     """The read-only state document of ``/ws/v1/state``; call it on the event loop (between messages)."""
-    from sniper.core.preemption.quotas import usable_capacity
-    from sniper.core.preemption.view import ideal_of, snapshot_from_state
+    from core.preemption.quotas import usable_capacity
+    from core.preemption.view import ideal_of, snapshot_from_state
 
     partitions: list[dict[str, Any]] = []
     for host in sorted(_caches(process), key=lambda h: h.name):
@@ -321,7 +321,7 @@ class CoreMetrics:
         PlatformCollector(registry=self.registry)
         GCCollector(registry=self.registry)
         self.histograms = CoreHistograms(self.registry)
-        from sniper.cluster.core import CoreProcess
+        from cluster.process import CoreProcess
 
         if isinstance(process, CoreProcess):  # split replica processes time nothing
             process.histograms = self.histograms

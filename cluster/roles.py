@@ -8,9 +8,9 @@ resync requests on the ``proposals`` topic. Ticks stay in each process (its own 
 
 What it owns:
 
-- :func:`core_process`, the process for a role: ``all`` is :class:`~sniper.cluster.core.CoreProcess`
+- :func:`core_process`, the process for a role: ``all`` is :class:`~cluster.process.CoreProcess`
   unchanged, ``cache`` a :class:`CacheProcess`, ``allocator`` and ``policy`` a :class:`ReplicaProcess`.
-- **Cache role.** A :class:`~sniper.cluster.core.CoreProcess` (the feed group, recovery, snapshots, decisions
+- **Cache role.** A :class:`~cluster.process.CoreProcess` (the feed group, recovery, snapshots, decisions
   as with ``--role all``) whose hosted partitions run only their cache actor. It publishes view deltas
   and resets (addressed ``to`` a reader, as always) on Kafka, and reads the partition's proposals with
   a consumer of its own in group ``<prefix><group>.cache.<partition>``: one member at a time (the
@@ -46,21 +46,21 @@ from typing import Any
 import anyio
 from anyio.abc import TaskStatus
 
-from sniper.actors.allocator import AllocatorActor
-from sniper.actors.base import Actor, ActorFactory, supervise
-from sniper.actors.clock import TimeBase, clock_actor
-from sniper.actors.policy import PolicyActor
-from sniper.actors.replica import ReplicaActor
-from sniper.actors.router import Router
-from sniper.cluster.core import CoreOptions, CoreProcess, DurableCacheActor, HostedPartition, _Runtime
-from sniper.cluster.member import GroupMember
-from sniper.core.allocator import AllocatorCore
-from sniper.core.preemption.policies import REGISTRY
-from sniper.core.recovery import DurableCacheCore
-from sniper.messages import protocol as p
-from sniper.transport.bus import DECISIONS, PROPOSALS, VIEW, Bus, Subscription
-from sniper.transport.kafka import KafkaBus, KafkaSettings, KafkaSubscription, MessageTooLarge
-from sniper.transport.memory import MemoryBus
+from actors.allocator import AllocatorActor
+from actors.base import Actor, ActorFactory, supervise
+from actors.clock import TimeBase, clock_actor
+from actors.policy import PolicyActor
+from actors.replica import ReplicaActor
+from actors.router import Router
+from cluster.member import GroupMember
+from cluster.process import CoreOptions, CoreProcess, DurableCacheActor, HostedPartition, _Runtime
+from core.allocator import Allocator
+from core.preemption.policies import REGISTRY
+from core.recovery import DurableCacheCore
+from messages import protocol as p
+from transport.bus import DECISIONS, PROPOSALS, VIEW, Bus, Subscription
+from transport.kafka import KafkaBus, KafkaSettings, KafkaSubscription, MessageTooLarge
+from transport.memory import MemoryBus
 
 log = logging.getLogger("sniper.core")
 
@@ -239,7 +239,7 @@ class ReplicaHost:
             batch = self.process.options.batch
 
             def allocator() -> Actor:
-                return self._track(_SplitAllocatorActor(AllocatorCore(name, batch=batch), router))
+                return self._track(_SplitAllocatorActor(Allocator(name, batch=batch), router))
 
             return [(allocator, True)]
         out: list[tuple[ActorFactory, bool]] = []

@@ -3,7 +3,7 @@
 ``find_ask_candidates`` walks the queue tree most-under-served first (below guarantee in the DRF
 comparison, then business priority, then dominant share of usage against guarantee, then more pending),
 apps by their queue's sort policy, asks by priority then age, within every ``max`` up the tree and every
-user, group and application limit (:mod:`sniper.core.limits`). It keeps one heap per
+user, group and application limit (:mod:`core.limits`). It keeps one heap per
 parent queue and re-keys only the path it just served, so a cycle of n picks costs O(n log q).
 ``try_allocate`` places candidates one container at a time through a :class:`Placer`: the node
 index in normal mode, a victim index in preemption mode (same loop, same accounting).
@@ -18,11 +18,11 @@ from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from sniper.core import gang, node_reservation
-from sniper.core import resources as res
-from sniper.core.limits import Limits
-from sniper.core.resources import Resource
-from sniper.core.state import App, Ask, AskKey, Node, PartitionState, Queue
+from core import gang, node_reservation
+from core import resources as res
+from core.limits import Limits
+from core.resources import Resource
+from core.state import App, Ask, AskKey, Node, PartitionState, Queue
 
 QueueKey = Callable[[Queue, Resource], tuple[object, ...]]
 
@@ -256,7 +256,7 @@ class Placer(Protocol):
 
 class FreeRoomPlacer:
     """Normal mode: the first node in the partition's node order with free room for the ask, never a
-    node reserved for another ask (:mod:`sniper.core.node_reservation`)."""
+    node reserved for another ask (:mod:`core.node_reservation`)."""
 
     def __init__(self, exclude: Collection[str] = ()) -> None:
         self.exclude = exclude  # nodes not to use (opportunistic placement skips nodes it evicts on)
@@ -301,8 +301,8 @@ def try_allocate(
     With ``hold`` the placed room is added to the allocator's ``allocating`` counters (node, queue,
     ask) so it is never proposed twice before the cache answers. ``preemption=True`` requires a
     ``placer`` that counts victims' room and checks every ``max`` with the victims gone (see
-    :mod:`sniper.core.preemption.placement`). A gang that still misses members is placed as one unit
-    of them all, or not at all (:mod:`sniper.core.gang`).
+    :mod:`core.preemption.placement`). A gang that still misses members is placed as one unit
+    of them all, or not at all (:mod:`core.gang`).
     """
     if preemption and placer is None:
         raise ValueError("preemption mode needs a placer that knows the victims")

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import dataclasses
 
-from sniper.core import node_reservation, opportunistic
-from sniper.core import resources as res
-from sniper.core.allocation import CandidateFilter, FreeRoomPlacer, find_ask_candidates, hold_room, try_allocate
-from sniper.core.replica import ViewReplica
-from sniper.core.state import Ask, AskKey, Node, PartitionState
-from sniper.messages import protocol as p
+from core import node_reservation, opportunistic
+from core import resources as res
+from core.allocation import CandidateFilter, FreeRoomPlacer, find_ask_candidates, hold_room, try_allocate
+from core.replica import ViewReplica
+from core.state import Ask, AskKey, Node, PartitionState
+from messages import protocol as p
 
 DEFAULT_BATCH = 4096
 # Changes after which a cycle may place something it could not place before.
@@ -32,7 +32,7 @@ class AllocatorStats:
     resets: int = 0
 
 
-class AllocatorCore(ViewReplica):
+class Allocator(ViewReplica):
     def __init__(self, partition: str, *, batch: int = DEFAULT_BATCH) -> None:
         super().__init__(partition)
         self.batch = batch

@@ -1,7 +1,7 @@
 """The cache's decision logic, sans-IO: the single writer of a partition's state.
 
 Feed events and proposals go in; committed changes (for replicas), decisions (for resource managers)
-and proposal outcomes come out, collected until :meth:`CacheCore.drain`. Every input is validated
+and proposal outcomes come out, collected until :meth:`Cache.drain`. Every input is validated
 against the current state first: a duplicate event changes nothing, an invalid one becomes a
 ``rejected`` decision, a stale proposal is rejected with its reason. Time only moves with ticks.
 """
@@ -13,12 +13,12 @@ from collections import Counter, OrderedDict
 from collections.abc import Callable, Collection
 from typing import Any
 
-from sniper.core import gang, node_reservation, opportunistic
-from sniper.core import resources as res
-from sniper.core.config import ConfigError, PartitionConfig, parse_partition, partition_to_raw
-from sniper.core.limits import Limits
-from sniper.core.resources import Resource
-from sniper.core.state import (
+from core import gang, node_reservation, opportunistic
+from core import resources as res
+from core.config import ConfigError, PartitionConfig, parse_partition, partition_to_raw
+from core.limits import Limits
+from core.resources import Resource
+from core.state import (
     Allocation,
     AskKey,
     Node,
@@ -29,9 +29,9 @@ from sniper.core.state import (
     ask_label,
     selector_matches,
 )
-from sniper.messages import decisions as d
-from sniper.messages import feed as f
-from sniper.messages import protocol as p
+from messages import decisions as d
+from messages import feed as f
+from messages import protocol as p
 
 SEEN_IDS = 100_000  # how many recent event ids are remembered for de-duplication
 
@@ -52,7 +52,7 @@ class CacheStats:
     placements_rejected: int = 0
 
 
-class CacheCore:
+class Cache:
     def __init__(self, partition: str, config: PartitionConfig | None = None, *, epoch: int = 0) -> None:
         self.partition = partition
         self.epoch = epoch
@@ -130,7 +130,7 @@ class CacheCore:
         if now > self.state.now:
             self.commit(p.Clock(now=now))
         if self.state.contracts:
-            from sniper.core.preemption.contract import settle  # local: preemption plugs in here
+            from core.preemption.contract import settle  # local: preemption plugs in here
 
             settle(self)
         self._kill_overdue()
@@ -614,7 +614,7 @@ class CacheCore:
         if isinstance(proposal, p.AllocationProposal):
             self._handle_allocation_proposal(proposal)
         else:
-            from sniper.core.preemption.commit import commit_preemption  # local: preemption plugs in here
+            from core.preemption.commit import commit_preemption  # local: preemption plugs in here
 
             commit_preemption(self, proposal)
 

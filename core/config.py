@@ -1,7 +1,7 @@
 """The YuniKorn-style ``queues.yaml``: parsing and validation into immutable config objects.
 
 A config means what it means to Apache YuniKorn 1.4+: the same keys, the same quantities (see
-:func:`sniper.core.resources.parse_quantity`), a ``root`` queue inserted when the top level does not
+:func:`core.resources.parse_quantity`), a ``root`` queue inserted when the top level does not
 name one. Shapes and ranges are checked by msgspec structs (unknown keys are refused); YuniKorn keys
 Sniper does not implement are accepted with a warning that names them. Invariants of a parsed config:
 names are unique among siblings and partitions, the root queue is ``root``, every ``max`` is at least
@@ -24,8 +24,8 @@ import msgspec
 import yaml
 from msgspec import Meta
 
-from sniper.core import resources as res
-from sniper.core.resources import Resource
+from core import resources as res
+from core.resources import Resource
 
 NODE_SORT_POLICIES: tuple[str, ...] = ("binpacking", "fair")
 APP_SORT_POLICIES: tuple[str, ...] = ("fifo", "fair", "priority")
@@ -90,7 +90,7 @@ class PreemptionConfig:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class ReservationConfig:
-    """A partition's ``reservation`` section: YARN-style node reservations (:mod:`sniper.core.node_reservation`)."""
+    """A partition's ``reservation`` section: YARN-style node reservations (:mod:`core.node_reservation`)."""
 
     enabled: bool = True  # YARN reserves always; YuniKorn's ``disableReservation`` is the opposite switch
     timeout: Seconds = 60.0  # a node reservation not fulfilled by then ends (reason ``timeout``)

@@ -12,13 +12,13 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import TYPE_CHECKING, Protocol, TypeVar, runtime_checkable
 
-from sniper.core import allocation
-from sniper.core import resources as res
-from sniper.core.limits import Limits
-from sniper.core.state import Ask, AskKey, Node, PartitionState, selector_matches
+from core import allocation
+from core import resources as res
+from core.limits import Limits
+from core.state import Ask, AskKey, Node, PartitionState, selector_matches
 
 if TYPE_CHECKING:
-    from sniper.core.allocation import Placer
+    from core.allocation import Placer
 
 
 def members_missing(ask: Ask) -> int:

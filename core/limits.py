@@ -18,10 +18,10 @@ import bisect
 import dataclasses
 from collections.abc import Iterable
 
-from sniper.core import resources as res
-from sniper.core.config import WILDCARD, LimitConfig
-from sniper.core.resources import Resource
-from sniper.core.state import Allocation, App, Ask, PartitionState, Queue
+from core import resources as res
+from core.config import WILDCARD, LimitConfig
+from core.resources import Resource
+from core.state import Allocation, App, Ask, PartitionState, Queue
 
 Scope = tuple[str, str, str]  # (queue path, "queue" | "user" | "group", name): whom one bound covers
 

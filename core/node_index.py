@@ -13,7 +13,7 @@ from collections.abc import Iterator
 
 from sortedcontainers import SortedList
 
-from sniper.core.resources import MEMORY, ResourceLike
+from core.resources import MEMORY, ResourceLike
 
 
 class NodeIndex:

@@ -5,10 +5,10 @@ What it owns:
 - :func:`feed_problem`, the check a feed record passes at the edge (before any cache sees it, live or in
   replay): resource quantities up to :data:`MAX_QUANTITY`, bounded node labels, a ``partition_config``
   that parses. It depends on the record alone, so a record refused once is refused on every replay;
-- :class:`DurableCacheCore`, a :class:`~sniper.core.cache.CacheCore` that stamps every decision with the
+- :class:`DurableCacheCore`, a :class:`~core.cache.Cache` that stamps every decision with the
   Kafka offset of the last feed record it had handled (``feed_offset``) and refuses what
   :func:`feed_problem` refuses with a ``rejected`` decision (for records that did not pass the edge);
-- :func:`take_snapshot` / :func:`restore`: a cache to a :class:`~sniper.messages.snapshot.Snapshot` and back;
+- :func:`take_snapshot` / :func:`restore`: a cache to a :class:`~messages.snapshot.Snapshot` and back;
 - :func:`apply_logged`: one logged decision that came from a proposal or a tick turned back into the
   state changes that made it (``allocated``, ``preempt`` with its reservation, ``preempt_cancelled``,
   ``kill``, ``node_reserved``, ``node_unreserved``, and, if replay ever diverged, ``released``,
@@ -35,13 +35,13 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
 
-from sniper.core import node_reservation
-from sniper.core.cache import SEEN_IDS, CacheCore, state_changes
-from sniper.core.config import PartitionConfig, parse_partition
-from sniper.messages import decisions as d
-from sniper.messages import feed as f
-from sniper.messages import protocol as p
-from sniper.messages.snapshot import Snapshot, SnapshotBody, decode_body, encode_body
+from core import node_reservation
+from core.cache import SEEN_IDS, Cache, state_changes
+from core.config import PartitionConfig, parse_partition
+from messages import decisions as d
+from messages import feed as f
+from messages import protocol as p
+from messages.snapshot import Snapshot, SnapshotBody, decode_body, encode_body
 
 MAX_QUANTITY = 2**40  # a sanity cap on one resource value (2**40 MiB is an exbibyte of memory)
 MAX_LABELS = 64  # node labels per node
@@ -89,7 +89,7 @@ def feed_problem(event: f.Feed) -> str | None:
     return None
 
 
-class DurableCacheCore(CacheCore):
+class DurableCacheCore(Cache):
     """A cache whose decisions say which feed record they were made after (for replay)."""
 
     def __init__(self, partition: str, config: PartitionConfig | None = None, *, epoch: int = 0) -> None:
@@ -165,13 +165,13 @@ class ReplayResult:
     divergences: list[str] = dataclasses.field(default_factory=list)
 
 
-def _bump_counter(core: CacheCore, kind: str, ident: str) -> None:
+def _bump_counter(core: Cache, kind: str, ident: str) -> None:
     match = _ID_NUMBER.match(ident)
     if match is not None:
         core.counters[kind] = max(core.counters.get(kind, 0), int(match.group(1)))
 
 
-def _advance_clock(core: CacheCore, t: float) -> None:
+def _advance_clock(core: Cache, t: float) -> None:
     if t > core.state.now:
         core.commit(p.Clock(now=t))
 
@@ -186,7 +186,7 @@ def _same(a: d.DecisionMsg, b: d.DecisionMsg) -> bool:
     return True
 
 
-def apply_logged(core: CacheCore, log: Sequence[d.DecisionMsg], index: int) -> tuple[int, list[str]]:
+def apply_logged(core: Cache, log: Sequence[d.DecisionMsg], index: int) -> tuple[int, list[str]]:
     """Apply ``log[index]`` (and the preempt records of the same commit) to ``core`` as state changes.
 
     Returns the index of the next decision to look at, and what could not be applied (divergences:
@@ -292,7 +292,7 @@ def _same_commit(first: d.Preempt, other: d.Preempt) -> bool:
     return not other.reservation and other.deadline == first.deadline
 
 
-def _apply_preempts(core: CacheCore, group: list[d.Preempt]) -> list[str]:
+def _apply_preempts(core: Cache, group: list[d.Preempt]) -> list[str]:
     state = core.state
     first = group[0]
     victims = [x.allocation for x in group if x.allocation in state.allocations]
@@ -309,7 +309,7 @@ def _apply_preempts(core: CacheCore, group: list[d.Preempt]) -> list[str]:
 
 
 def _reserve(
-    core: CacheCore,
+    core: Cache,
     rid: str,
     named: d.Preempt | d.ContractContainer,
     victims: list[str],
@@ -340,7 +340,7 @@ def _reserve(
     return None
 
 
-def _apply_request(core: CacheCore, dec: d.PreemptRequest) -> list[str]:
+def _apply_request(core: Cache, dec: d.PreemptRequest) -> list[str]:
     """A logged preemption request: its containers under notice (each with the reservation it names,
     made here when no preempt record of the same commit made it), and the open request."""
     state = core.state

@@ -7,8 +7,8 @@ replaces the whole state. Subclass hooks see every change applied and every prop
 
 from __future__ import annotations
 
-from sniper.core.state import PartitionState
-from sniper.messages import protocol as p
+from core.state import PartitionState
+from messages import protocol as p
 
 
 class ViewReplica:

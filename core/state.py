@@ -1,12 +1,12 @@
 """Partition state (nodes, queues, apps, asks, allocations, reservations) and its one mutation path.
 
 The cache owns the authoritative copy; the allocator and the policies own replicas. Every copy changes
-only through :meth:`PartitionState.apply` of committed :mod:`sniper.messages.protocol` changes, so a replica
+only through :meth:`PartitionState.apply` of committed :mod:`messages.protocol` changes, so a replica
 that applied the same changes in the same order is identical to the cache. Derived totals (node
 allocated / reserved, queue allocated / pending / preempting / reserved up the hierarchy, ask
 allocated counts) are maintained incrementally by ``apply`` and are never written elsewhere, except
 the allocator's ``allocating`` counters, which only the allocator touches (proposals in flight).
-Node reservations (YARN's reserved containers, :mod:`sniper.core.node_reservation`) hold no room: at most
+Node reservations (YARN's reserved containers, :mod:`core.node_reservation`) hold no room: at most
 one per node and one per app, counted in their queues' ``node_reserved`` total only.
 Opportunistic asks and allocations (YARN's execution type) count on their node only: never in a queue's
 allocated, pending, preempting or reserved totals, only in its separate ``opportunistic`` total.
@@ -19,11 +19,11 @@ from typing import Any
 
 from sortedcontainers import SortedList
 
-from sniper.core import resources as res
-from sniper.core.config import PartitionConfig, QueueConfig, parse_partition
-from sniper.core.node_index import NodeIndex
-from sniper.core.resources import MEMORY, Resource
-from sniper.messages import protocol as p
+from core import resources as res
+from core.config import PartitionConfig, QueueConfig, parse_partition
+from core.node_index import NodeIndex
+from core.resources import MEMORY, Resource
+from messages import protocol as p
 
 AskKey = tuple[str, str]  # (app, ask)
 
@@ -333,7 +333,7 @@ class Reservation:
 
 
 class Contract:
-    """An open preemption request (:mod:`sniper.core.preemption.contract`). ``released`` grows with what
+    """An open preemption request (:mod:`core.preemption.contract`). ``released`` grows with what
     the app gives back while it is open (:meth:`PartitionState._contract_credit`); ``cancelled`` with
     every named victim whose notice the policy cancelled."""
 

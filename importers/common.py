@@ -3,7 +3,7 @@ and one deterministic path from it to a Sniper trace and its ``queues.yaml``.
 
 A parser turns its format into a :class:`Workload` (times in seconds from the source's own origin,
 resources in feed units: memory MiB, vcore milli-cores, gpu milli-GPUs) and collects malformed rows as
-:class:`~sniper.messages.codec.BadInput` with their line. :func:`build_trace` then cuts the window
+:class:`~messages.codec.BadInput` with their line. :func:`build_trace` then cuts the window
 (``start``/``span``, by job submission), compresses time and durations alike (``time_scale``),
 shrinks the cluster (``nodes_sample``, an even stride over the nodes sorted by name) and writes the
 queue tree: one leaf per source queue, guaranteed a share of the (sampled) cluster. Invariants: the
@@ -23,10 +23,10 @@ from typing import Any, BinaryIO
 
 import yaml
 
-from sniper.core.config import ConfigError, parse_partition
-from sniper.core.resources import MEMORY, VCORE
-from sniper.messages import feed as f
-from sniper.messages.codec import BadInput, encode_json_line
+from core.config import ConfigError, parse_partition
+from core.resources import MEMORY, VCORE
+from messages import feed as f
+from messages.codec import BadInput, encode_json_line
 
 Progress = Callable[[int], None]  # bytes of input consumed since the last call
 

@@ -17,7 +17,7 @@ import csv
 from collections.abc import Iterator
 from pathlib import Path
 
-from sniper.importers.common import (
+from importers.common import (
     AskSpec,
     ImportError_,
     JobSpec,
@@ -28,7 +28,7 @@ from sniper.importers.common import (
     queue_name,
     text_lines,
 )
-from sniper.messages.codec import BadInput
+from messages.codec import BadInput
 
 POD_COLUMNS = (
     "name",

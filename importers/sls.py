@@ -27,7 +27,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from sniper.importers.common import (
+from importers.common import (
     AskSpec,
     ImportError_,
     JobSpec,
@@ -36,7 +36,7 @@ from sniper.importers.common import (
     Workload,
     queue_name,
 )
-from sniper.messages.codec import BadInput
+from messages.codec import BadInput
 
 NODE_MEMORY_MB = 10_240  # SLS's yarn.sls.nm.memory.mb default
 NODE_VCORES = 10  # yarn.sls.nm.vcores

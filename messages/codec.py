@@ -13,9 +13,9 @@ from typing import Any, TypeVar
 
 import msgspec
 
-from sniper.messages.decisions import DecisionMsg
-from sniper.messages.feed import Feed
-from sniper.messages.protocol import ProposalStream, ViewStream
+from messages.decisions import DecisionMsg
+from messages.feed import Feed
+from messages.protocol import ProposalStream, ViewStream
 
 T = TypeVar("T")
 

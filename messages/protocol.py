@@ -115,7 +115,7 @@ class ReservationGone(Change, tag="reservation_gone", frozen=True, gc=False):
 
 
 class NodeReservationSet(Change, tag="node_reservation", frozen=True, gc=False):
-    """A YARN-style node reservation (:mod:`sniper.core.node_reservation`): only this ask may be placed on
+    """A YARN-style node reservation (:mod:`core.node_reservation`): only this ask may be placed on
     the node until it ends. Not a preemption reservation: no room is held, no victim is named."""
 
     reservation: str
@@ -246,9 +246,9 @@ class AllocationProposal(Message, tag="allocate", frozen=True, gc=False):
     view_seq: int
     placements: list[Placement]
     # Guaranteed asks that fit once these opportunistic containers are gone (killed at once, the room
-    # reserved for the ask): see sniper.core.opportunistic.
+    # reserved for the ask): see core.opportunistic.
     evictions: list[Victimized] = []
-    reservations: list[NodeReserve] = []  # node reservations (sniper.core.node_reservation)
+    reservations: list[NodeReserve] = []  # node reservations (core.node_reservation)
 
 
 class PreemptionProposal(Message, tag="preempt", frozen=True, gc=False):

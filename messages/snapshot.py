@@ -16,7 +16,7 @@ import zlib
 
 import msgspec
 
-from sniper.messages.protocol import ChangeMsg
+from messages.protocol import ChangeMsg
 
 
 class SnapshotBody(msgspec.Struct, kw_only=True, frozen=True, gc=False):

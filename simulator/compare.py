@@ -20,14 +20,14 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
-from sniper.core.config import SchedulerConfig
-from sniper.messages import decisions as d
-from sniper.messages import feed as f
-from sniper.simulator.ideal_view import ideal_for_model
-from sniper.simulator.metrics import Metrics
-from sniper.simulator.plot import scarcest_resource
-from sniper.simulator.report import Report
-from sniper.simulator.run import SimulationSettings, run_simulation
+from core.config import SchedulerConfig
+from messages import decisions as d
+from messages import feed as f
+from simulator.ideal_view import ideal_for_model
+from simulator.metrics import Metrics
+from simulator.plot import scarcest_resource
+from simulator.report import Report
+from simulator.run import SimulationSettings, run_simulation
 
 
 @dataclasses.dataclass(slots=True)

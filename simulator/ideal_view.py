@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from sniper.core.preemption.view import ideal_of, snapshot_from_figures
-from sniper.core.resources import Resource
-from sniper.simulator.model import ClusterModel
+from core.preemption.view import ideal_of, snapshot_from_figures
+from core.resources import Resource
+from simulator.model import ClusterModel
 
 
 def ideal_for_model(model: ClusterModel) -> dict[str, Resource]:

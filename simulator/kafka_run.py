@@ -1,6 +1,6 @@
 """The simulator's run through a Kafka broker: :func:`run_simulation_kafka` (``sniper simulate --transport kafka``).
 
-The driver of the memory run, :func:`sniper.simulator.run.drive` (virtual time, the stand-in resource
+The driver of the memory run, :func:`simulator.run.drive` (virtual time, the stand-in resource
 manager, the independent model, the same report), on :class:`KafkaLinks`: feed events, decisions and
 the actor links (view deltas, proposals, placement requests) travel on Kafka topics under a unique
 prefix; only ticks stay in process. The broker is ``bootstrap``, else ``$SNIPER_KAFKA_BOOTSTRAP``, else
@@ -20,15 +20,15 @@ from typing import Any
 
 import anyio
 
-from sniper.actors.router import Router
-from sniper.cluster.kafka_env import bootstrap_or_embedded, build_settings
-from sniper.core.config import SchedulerConfig
-from sniper.messages import feed as f
-from sniper.simulator.metrics import IdealFn
-from sniper.simulator.run import Links, Progress, SimulationResult, SimulationSettings, drive
-from sniper.transport.bus import TICK, Bus, Subscription
-from sniper.transport.kafka import KafkaBus, KafkaSettings, KafkaSubscription
-from sniper.transport.memory import MemoryBus
+from actors.router import Router
+from cluster.kafka_env import bootstrap_or_embedded, build_settings
+from core.config import SchedulerConfig
+from messages import feed as f
+from simulator.metrics import IdealFn
+from simulator.run import Links, Progress, SimulationResult, SimulationSettings, drive
+from transport.bus import TICK, Bus, Subscription
+from transport.kafka import KafkaBus, KafkaSettings, KafkaSubscription
+from transport.memory import MemoryBus
 
 
 class _CountingSubscription(Subscription):
@@ -137,7 +137,7 @@ async def simulate_kafka(
     progress: Progress | None = None,
     ideal_fn: IdealFn | None = None,
 ) -> SimulationResult:
-    """The run of :func:`sniper.simulator.run.drive` with every actor link on the broker ``kafka`` names."""
+    """The run of :func:`simulator.run.drive` with every actor link on the broker ``kafka`` names."""
     bus = KafkaBus(kafka)
     try:
         await bus.start()

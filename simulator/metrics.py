@@ -6,7 +6,7 @@ A sample is taken only when the model changed since the last one (its ``version`
 assignment is recomputed once per change, never per tick; between samples the state is constant, so
 the time averages (utilization, fairness, stranded capacity) integrate exactly over the samples, and
 :meth:`Metrics.finish` closes the last interval at the end of the run. Above/below questions use the
-one DRF comparison, :func:`sniper.core.resources.drf_compare`.
+one DRF comparison, :func:`core.resources.drf_compare`.
 """
 
 from __future__ import annotations
@@ -17,14 +17,14 @@ import math
 from collections import defaultdict
 from collections.abc import Callable, Iterator
 
-from sniper.core import resources as res
-from sniper.core.node_reservation import DERESERVED
-from sniper.core.opportunistic import KILL_REASON
-from sniper.core.preemption.contract import KILL_REASON as CONTRACT_KILL
-from sniper.core.resources import Resource
-from sniper.messages import decisions as d
-from sniper.simulator.model import ClusterModel
-from sniper.simulator.report import Opportunistic, PreemptionLogEntry, Preemptions, TimeToGuarantee
+from core import resources as res
+from core.node_reservation import DERESERVED
+from core.opportunistic import KILL_REASON
+from core.preemption.contract import KILL_REASON as CONTRACT_KILL
+from core.resources import Resource
+from messages import decisions as d
+from simulator.model import ClusterModel
+from simulator.report import Opportunistic, PreemptionLogEntry, Preemptions, TimeToGuarantee
 
 # Seed 004's four actions, cheapest first, and the decisions that count as each.
 ACTIONS: dict[str, tuple[type, ...]] = {

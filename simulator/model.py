@@ -18,11 +18,11 @@ import contextlib
 import dataclasses
 from collections import defaultdict
 
-from sniper.core import resources as res
-from sniper.core.config import PartitionConfig, QueueConfig, parse_partition
-from sniper.core.resources import Resource
-from sniper.messages import decisions as d
-from sniper.messages import feed as f
+from core import resources as res
+from core.config import PartitionConfig, QueueConfig, parse_partition
+from core.resources import Resource
+from messages import decisions as d
+from messages import feed as f
 
 
 @dataclasses.dataclass(slots=True)

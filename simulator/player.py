@@ -1,6 +1,6 @@
 """The one trace player, sans-IO: the trace cursor, the stand-in resource manager and the stop rules,
-shared by the simulator's virtual-time :func:`~sniper.simulator.run.drive` and ``sniper feed``'s
-wall-time :func:`~sniper.tools.feeder.play`.
+shared by the simulator's virtual-time :func:`~simulator.run.drive` and ``sniper feed``'s
+wall-time :func:`~tools.feeder.play`.
 
 Time is relative to the trace's first event (a trace stamped in epoch seconds starts at 0). The player
 never reads a clock: the caller says what time it is. Ticks fall on a grid of ``tick`` seconds from 0;
@@ -16,9 +16,9 @@ import math
 
 import msgspec
 
-from sniper.messages import decisions as d
-from sniper.messages import feed as f
-from sniper.simulator.rm import StandInRM
+from messages import decisions as d
+from messages import feed as f
+from simulator.rm import StandInRM
 
 EPS = 1e-9
 

@@ -14,9 +14,9 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
-from sniper.core.resources import MEMORY
-from sniper.messages import decisions as d
-from sniper.simulator.metrics import Metrics
+from core.resources import MEMORY
+from messages import decisions as d
+from simulator.metrics import Metrics
 
 
 def scarcest_resource(metrics: Metrics) -> str:

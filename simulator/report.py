@@ -15,13 +15,13 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from sniper.core import resources as res
-from sniper.core.node_reservation import DERESERVED
-from sniper.messages import decisions as d
+from core import resources as res
+from core.node_reservation import DERESERVED
+from messages import decisions as d
 
 if TYPE_CHECKING:
-    from sniper.simulator.metrics import Metrics
-    from sniper.simulator.model import ClusterModel
+    from simulator.metrics import Metrics
+    from simulator.model import ClusterModel
 
 
 class TimeToGuarantee(msgspec.Struct, frozen=True):

@@ -17,9 +17,9 @@ from __future__ import annotations
 import dataclasses
 import heapq
 
-from sniper.core.preemption.contract import newest_covering
-from sniper.messages import decisions as d
-from sniper.messages import feed as f
+from core.preemption.contract import newest_covering
+from messages import decisions as d
+from messages import feed as f
 
 
 @dataclasses.dataclass(slots=True)

@@ -9,13 +9,13 @@ through it would change only the phase of the policies' rounds, which the driver
 at the last round ticking would have run (:func:`_round_ticks`; exact while the active policies share
 one phase), and the allocator's missed-opportunity counts, which it carries over (:func:`_carry_missed`).
 The trace cursor, the stand-in resource manager and the stop rules are the shared
-:class:`~sniper.simulator.player.Player`.
+:class:`~simulator.player.Player`.
 Nothing here reads the wall clock except to measure ``allocations_per_s``; the same trace and seed
 give the same decisions, and ``skip_idle=False`` (tick every second) gives the same decisions too.
 
 :func:`drive` is the driver for any transport, given as :class:`Links` (how to publish, how decisions
 come back, how to wait for quiescence); :func:`simulate` runs it on the memory bus
-(:class:`MemoryLinks`), :mod:`sniper.simulator.kafka_run` through a Kafka broker. Both give the same report.
+(:class:`MemoryLinks`), :mod:`simulator.kafka_run` through a Kafka broker. Both give the same report.
 """
 
 from __future__ import annotations
@@ -29,21 +29,21 @@ from typing import Any
 
 import anyio
 
-from sniper.actors.allocator import AllocatorActor
-from sniper.actors.partition import PartitionRuntime
-from sniper.actors.policy import PolicyActor
-from sniper.actors.router import Router
-from sniper.core.config import PartitionConfig, SchedulerConfig, parse_partition
-from sniper.core.preemption.policies import ProportionalBaseline, SniperPolicy, enabled_policies
-from sniper.messages import decisions as d
-from sniper.messages import feed as f
-from sniper.messages import protocol as p
-from sniper.simulator.metrics import IdealFn, Metrics
-from sniper.simulator.model import ClusterModel
-from sniper.simulator.player import EPS, Player, last_round_before, ticks_between
-from sniper.simulator.report import PartitionFigures, Report, build_report
-from sniper.transport.bus import DECISIONS, FEED, TICK
-from sniper.transport.memory import MemoryBus
+from actors.allocator import AllocatorActor
+from actors.partition import PartitionRuntime
+from actors.policy import PolicyActor
+from actors.router import Router
+from core.config import PartitionConfig, SchedulerConfig, parse_partition
+from core.preemption.policies import ProportionalBaseline, SniperPolicy, enabled_policies
+from messages import decisions as d
+from messages import feed as f
+from messages import protocol as p
+from simulator.metrics import IdealFn, Metrics
+from simulator.model import ClusterModel
+from simulator.player import EPS, Player, last_round_before, ticks_between
+from simulator.report import PartitionFigures, Report, build_report
+from transport.bus import DECISIONS, FEED, TICK
+from transport.memory import MemoryBus
 
 Progress = Callable[[float, float | None], None]
 
@@ -195,7 +195,7 @@ class Links(abc.ABC):
 
 
 class MemoryLinks(Links):
-    """Everything on one :class:`~sniper.transport.memory.MemoryBus`."""
+    """Everything on one :class:`~transport.memory.MemoryBus`."""
 
     def __init__(self) -> None:
         self.bus = MemoryBus()

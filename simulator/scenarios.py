@@ -11,9 +11,9 @@ import random
 from collections.abc import Callable
 from typing import Any
 
-from sniper.core import resources as res
-from sniper.core.config import SchedulerConfig, parse_config
-from sniper.messages import feed as f
+from core import resources as res
+from core.config import SchedulerConfig, parse_config
+from messages import feed as f
 
 GiB = 1024
 

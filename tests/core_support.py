@@ -1,6 +1,6 @@
 """Helpers shared by the scheduling-core tests: config builders, state fingerprints, a sans-IO harness.
 
-The harness wires :class:`CacheCore` and :class:`AllocatorCore` by hand (drained view deltas go to the
+The harness wires :class:`Cache` and :class:`Allocator` by hand (drained view deltas go to the
 allocator, its proposals go back to the cache) and feeds the independent :class:`ClusterModel` with the
 same events and decisions, the way the simulator does, without actors or a bus.
 """
@@ -11,17 +11,17 @@ import dataclasses
 from collections import Counter
 from typing import Any
 
-from sniper.core import resources as res
-from sniper.core.allocator import AllocatorCore
-from sniper.core.cache import CacheCore
-from sniper.core.config import PartitionConfig, parse_partition
-from sniper.core.node_index import NodeIndex
-from sniper.core.resources import Resource
-from sniper.core.state import PartitionState
-from sniper.messages import decisions as d
-from sniper.messages import feed as f
-from sniper.messages import protocol as p
-from sniper.simulator.model import ClusterModel
+from core import resources as res
+from core.allocator import Allocator
+from core.cache import Cache
+from core.config import PartitionConfig, parse_partition
+from core.node_index import NodeIndex
+from core.resources import Resource
+from core.state import PartitionState
+from messages import decisions as d
+from messages import feed as f
+from messages import protocol as p
+from simulator.model import ClusterModel
 
 PARTITION = "default"
 
@@ -259,8 +259,8 @@ class Harness:
     """Cache + allocator + independent model, wired by hand."""
 
     config: PartitionConfig | None
-    cache: CacheCore = dataclasses.field(init=False)
-    allocator: AllocatorCore = dataclasses.field(init=False)
+    cache: Cache = dataclasses.field(init=False)
+    allocator: Allocator = dataclasses.field(init=False)
     model: ClusterModel = dataclasses.field(init=False)
     decisions: list[d.DecisionMsg] = dataclasses.field(default_factory=list)
     views: list[p.ViewDelta] = dataclasses.field(default_factory=list)
@@ -269,8 +269,8 @@ class Harness:
     now: float = 0.0
 
     def __post_init__(self) -> None:
-        self.cache = CacheCore(PARTITION, self.config)
-        self.allocator = AllocatorCore(PARTITION)
+        self.cache = Cache(PARTITION, self.config)
+        self.allocator = Allocator(PARTITION)
         self.model = ClusterModel(PARTITION, self.config)
         self.pump()
 

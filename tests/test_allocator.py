@@ -1,13 +1,13 @@
-"""AllocatorCore: the view replica, proposals in flight, missed opportunities and the cycle."""
+"""Allocator: the view replica, proposals in flight, missed opportunities and the cycle."""
 
 from __future__ import annotations
 
 import pytest
 
-from sniper.core.allocator import AllocatorCore
-from sniper.core.config import partition_to_raw
-from sniper.messages import feed as f
-from sniper.messages import protocol as p
+from core.allocator import Allocator
+from core.config import partition_to_raw
+from messages import feed as f
+from messages import protocol as p
 from tests.core_support import Harness, config_of, fingerprint, invariant_problems, queue
 
 CONFIG = config_of(queue("a", maximum={"memory": 32768}), queue("b"))
@@ -60,7 +60,7 @@ def test_missed_opportunities_grow_per_cycle_and_reset_on_allocation() -> None:
 def test_a_fruitless_cycle_is_only_counted_until_something_but_the_clock_changes(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from sniper.core import allocator
+    from core import allocator
 
     searches: list[int] = []
     find = allocator.find_ask_candidates
@@ -167,7 +167,7 @@ def test_a_rejected_outcome_frees_the_container_for_the_next_cycle() -> None:
 
 
 def test_a_hand_made_rejection_releases_exactly_what_was_held() -> None:
-    allocator = AllocatorCore("default")
+    allocator = Allocator("default")
     setup = [
         p.ConfigSet(config=partition_to_raw(CONFIG)),
         p.NodeSet(node="n1", capacity={"memory": 4096}),

@@ -8,7 +8,7 @@ import anyio
 import pytest
 from aiokafka.admin import AIOKafkaAdminClient
 
-from sniper.transport.broker import (
+from transport.broker import (
     BOOTSTRAP_ENV,
     BrokerStartError,
     EmbeddedBroker,

@@ -1,4 +1,4 @@
-"""CacheCore, the single writer: feed events and proposals in; changes, decisions and outcomes out.
+"""Cache, the single writer: feed events and proposals in; changes, decisions and outcomes out.
 
 Every input is validated: a bad event is a ``rejected`` decision (never an exception), a duplicate
 changes nothing, a stale proposal is rejected with its reason.
@@ -11,12 +11,12 @@ from typing import Any
 import msgspec
 import pytest
 
-from sniper.core.allocator import AllocatorCore
-from sniper.core.cache import CacheCore
-from sniper.core.config import partition_to_raw
-from sniper.messages import decisions as d
-from sniper.messages import feed as f
-from sniper.messages import protocol as p
+from core.allocator import Allocator
+from core.cache import Cache
+from core.config import partition_to_raw
+from messages import decisions as d
+from messages import feed as f
+from messages import protocol as p
 from tests.core_support import (
     config_of,
     consistency_problems,
@@ -35,8 +35,8 @@ CONFIG = config_of(*LEAVES)
 RAW = partition_raw(*LEAVES)
 
 
-def _cache(*events: f.Feed) -> CacheCore:
-    cache = CacheCore("default", CONFIG)
+def _cache(*events: f.Feed) -> Cache:
+    cache = Cache("default", CONFIG)
     for e in events:
         cache.handle_event(e)
     cache.drain()
@@ -53,7 +53,7 @@ SETUP: list[f.Feed] = [
 ]
 
 
-def _allocate(cache: CacheCore, *placements: tuple[str, str, str], pid: str = "t/1") -> p.ProposalOutcome:
+def _allocate(cache: Cache, *placements: tuple[str, str, str], pid: str = "t/1") -> p.ProposalOutcome:
     proposal = p.AllocationProposal(
         id=pid, view_seq=cache.view_seq, placements=[p.Placement(app=a, ask=k, node=n) for a, k, n in placements]
     )
@@ -64,7 +64,7 @@ def _allocate(cache: CacheCore, *placements: tuple[str, str, str], pid: str = "t
     return outcome
 
 
-def _running() -> CacheCore:
+def _running() -> Cache:
     """SETUP plus three containers of a1/k on n1 (two) and n2 (one), and b1/m on n2."""
     cache = _cache(*SETUP)
     outcome = _allocate(cache, ("a1", "k", "n1"), ("a1", "k", "n1"), ("a1", "k", "n2"), ("b1", "m", "n2"))
@@ -128,7 +128,7 @@ def test_bad_events_become_rejected_decisions(event: f.Feed, reason: str) -> Non
 
 
 def test_events_before_any_config_are_rejected() -> None:
-    cache = CacheCore("default")
+    cache = Cache("default")
     cache.handle_event(f.NodeAdded(node="n1", capacity={"memory": 1}))
     (decision,) = cache.drain().decisions
     assert isinstance(decision, d.Rejected)
@@ -271,7 +271,7 @@ def test_release_frees_room_and_decides_released() -> None:
 # ---------------------------------------------------------------------- proposals
 
 
-def _mutate(cache: CacheCore, case: str) -> None:
+def _mutate(cache: Cache, case: str) -> None:
     events: dict[str, list[f.Feed]] = {
         "fits": [],
         "node gone": [f.NodeRemoved(node="n2")],
@@ -372,7 +372,7 @@ def test_accepted_placements_become_allocations_and_decisions() -> None:
 
 
 def test_decision_and_view_sequences_increase_by_one() -> None:
-    cache = CacheCore("default", CONFIG, epoch=3)
+    cache = Cache("default", CONFIG, epoch=3)
     seqs: list[int] = []
     views: list[int] = []
     for e in [*SETUP, f.AppAdded(app="zz", queue="root")]:
@@ -396,7 +396,7 @@ def test_full_view_rebuilds_the_state_for_a_replica() -> None:
     cache.handle_event(f.AllocationReleased(allocation="alloc-1"))
     cache.tick(3.0)
     cache.drain()
-    replica = AllocatorCore("default")
+    replica = Allocator("default")
     assert replica.apply_view(cache.full_view())
     assert replica.view_seq == cache.view_seq
     a, b = fingerprint(cache.state), fingerprint(replica.state)

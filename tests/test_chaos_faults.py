@@ -19,17 +19,17 @@ import msgspec
 import pytest
 from anyio.abc import TaskGroup
 
-from sniper.cluster.logread import read_partition
-from sniper.core.recovery import feed_problem
-from sniper.messages import decisions as d
-from sniper.messages import feed as f
-from sniper.messages.deadletter import DeadLetter, deadletter_msgpack
-from sniper.tools.bench_e2e import spread_partition_names, stop_core
-from sniper.transport.broker import EmbeddedBroker, free_port
-from sniper.transport.bus import DEADLETTER, DECISIONS, FEED
-from sniper.transport.kafka import KafkaBus, KafkaSettings
+from cluster.logread import read_partition
+from core.recovery import feed_problem
+from messages import decisions as d
+from messages import feed as f
+from messages.deadletter import DeadLetter, deadletter_msgpack
 from tests.core_support import partition_raw, queue
 from tests.kafka_support import CoreSubprocess, TopicReader
+from tools.bench_e2e import spread_partition_names, stop_core
+from transport.broker import EmbeddedBroker, free_port
+from transport.bus import DEADLETTER, DECISIONS, FEED
+from transport.kafka import KafkaBus, KafkaSettings
 
 pytestmark = pytest.mark.kafka
 

@@ -14,7 +14,7 @@ import yaml
 from typer.testing import CliRunner
 
 from sniper.cli import app
-from sniper.transport.kafka import ENV_PREFIX, KafkaSettings
+from transport.kafka import ENV_PREFIX, KafkaSettings
 
 COMPOSE = Path(__file__).resolve().parent.parent / "compose"
 
@@ -84,8 +84,8 @@ def test_environment_is_what_the_settings_read() -> None:
 
 
 def test_the_bundled_trace_is_a_valid_feed() -> None:
-    from sniper.messages.codec import read_trace
-    from sniper.messages.feed import PartitionConfigEvent
+    from messages.codec import read_trace
+    from messages.feed import PartitionConfigEvent
 
     events, bad = read_trace(COMPOSE / "demo.jsonl")
     assert not bad and len(events) > 100

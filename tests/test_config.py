@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import yaml
 
-from sniper.core.config import (
+from core.config import (
     ConfigError,
     PreemptionConfig,
     load_config,

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from sniper.core.config import MAX_NESTING, ConfigError, load_config, parse_config, parse_partition
-from sniper.messages.codec import BadInput, decode_feed_lines
+from core.config import MAX_NESTING, ConfigError, load_config, parse_config, parse_partition
+from messages.codec import BadInput, decode_feed_lines
 from tests.core_support import partition_raw, queue
 
 DATA = Path(__file__).parent / "data" / "yunikorn"

@@ -19,16 +19,16 @@ import pytest
 from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaError
 
-from sniper.cluster.core import CoreOptions, CoreProcess, HostedPartition
-from sniper.cluster.logread import read_partition
-from sniper.core.recovery import DurableCacheCore
-from sniper.messages import decisions as d
-from sniper.messages import feed as f
-from sniper.messages.deadletter import deadletter_msgpack
-from sniper.messages.snapshot import snapshot_msgpack
-from sniper.transport.bus import DEADLETTER, DECISIONS, FEED, SNAPSHOTS
-from sniper.transport.kafka import KafkaBus, KafkaSettings, KafkaSubscription
+from cluster.logread import read_partition
+from cluster.process import CoreOptions, CoreProcess, HostedPartition
+from core.recovery import DurableCacheCore
+from messages import decisions as d
+from messages import feed as f
+from messages.deadletter import deadletter_msgpack
+from messages.snapshot import snapshot_msgpack
 from tests.core_support import partition_raw, queue
+from transport.bus import DEADLETTER, DECISIONS, FEED, SNAPSHOTS
+from transport.kafka import KafkaBus, KafkaSettings, KafkaSubscription
 
 pytestmark = pytest.mark.kafka
 

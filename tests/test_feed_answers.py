@@ -5,12 +5,12 @@ from __future__ import annotations
 import anyio
 import pytest
 
-from sniper.cluster.core import CoreOptions, CoreProcess
-from sniper.messages import decisions as d
-from sniper.messages import feed as f
-from sniper.tools.feeder import PlayOptions, play
-from sniper.transport.kafka import KafkaSettings
+from cluster.process import CoreOptions, CoreProcess
+from messages import decisions as d
+from messages import feed as f
 from tests.core_support import partition_raw, queue
+from tools.feeder import PlayOptions, play
+from transport.kafka import KafkaSettings
 
 pytestmark = pytest.mark.kafka
 

@@ -1,4 +1,4 @@
-"""Unit tests of the ideal assignment (sniper.core.preemption.ideal) on small hand-computed trees.
+"""Unit tests of the ideal assignment (core.preemption.ideal) on small hand-computed trees.
 
 Each table row is a tree, the options, and the figures worked out by hand with YARN's rules (the comments
 show the rounds). Memory-only rows use the default calculator; the DRF rows use two resource types.
@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from sniper.core.preemption.calculator import (
+from core.preemption.calculator import (
     DefaultCalculator,
     DominantCalculator,
     double_compare,
@@ -19,9 +19,9 @@ from sniper.core.preemption.calculator import (
     java_float_div,
     make_calculator,
 )
-from sniper.core.preemption.ideal import IdealAssignment, compute_ideal, priority_utilization_compare
-from sniper.core.preemption.model import ClusterSnapshot, QueueSnapshot, SnapshotError
-from sniper.core.resources import Resource
+from core.preemption.ideal import IdealAssignment, compute_ideal, priority_utilization_compare
+from core.preemption.model import ClusterSnapshot, QueueSnapshot, SnapshotError
+from core.resources import Resource
 
 MEM = ("memory",)
 MV = ("memory", "vcore")

@@ -12,13 +12,13 @@ import pytest
 import yaml
 from typer.testing import CliRunner, Result
 
+from core.config import parse_partition
+from core.resources import parse_resource
+from importers.common import ImportError_, ImportOptions, build_trace
+from importers.pods_csv import read_pods_csv
+from importers.sls import read_sls
+from messages import feed as f
 from sniper.cli import app
-from sniper.core.config import parse_partition
-from sniper.core.resources import parse_resource
-from sniper.importers.common import ImportError_, ImportOptions, build_trace
-from sniper.importers.pods_csv import read_pods_csv
-from sniper.importers.sls import read_sls
-from sniper.messages import feed as f
 
 DATA = Path(__file__).parent / "data"
 PODS = DATA / "gpu_v2023" / "pods.csv"

@@ -9,16 +9,16 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sniper.core import node_reservation
-from sniper.core.cache import CacheCore, state_changes
-from sniper.core.config import parse_partition
-from sniper.core.preemption.placement import answer_placement_request
-from sniper.core.recovery import DurableCacheCore, apply_logged, restore, take_snapshot
-from sniper.core.state import PartitionState
-from sniper.messages import decisions as d
-from sniper.messages import feed as f
-from sniper.messages import protocol as p
-from sniper.simulator.model import ClusterModel
+from core import node_reservation
+from core.cache import Cache, state_changes
+from core.config import parse_partition
+from core.preemption.placement import answer_placement_request
+from core.recovery import DurableCacheCore, apply_logged, restore, take_snapshot
+from core.state import PartitionState
+from messages import decisions as d
+from messages import feed as f
+from messages import protocol as p
+from simulator.model import ClusterModel
 from tests.core_support import queue
 from tests.preemption_support import PARTITION, PreemptHarness, preemption_raw
 
@@ -149,7 +149,7 @@ def test_a_snapshot_and_a_logged_decision_restore_it() -> None:
     assert (r.node, r.app, r.ask) == ("n1", "a1", "big")
     assert copy.queues["root.a"].node_reserved == {"memory": 60}
     # Replay: a logged node_reserved turns back into the change, and the id counter follows.
-    core = CacheCore(PARTITION)
+    core = Cache(PARTITION)
     core.state.apply_all(before)
     log = [x for x in h.decisions if isinstance(x, d.NodeReserved)]
     apply_logged(core, log, 0)
@@ -318,7 +318,7 @@ def test_a_durable_cache_snapshot_restores_it_and_the_restored_cache_ends_it() -
     assert (end.reservation, end.reason) == (r.reservation, "timeout")
 
 
-def restore_from(cache: CacheCore) -> DurableCacheCore:
+def restore_from(cache: Cache) -> DurableCacheCore:
     """A durable cache holding ``cache``'s state (as a new owner would after replay)."""
     durable = DurableCacheCore(PARTITION)
     durable.state.apply_all(state_changes(cache.state))

@@ -13,13 +13,13 @@ import anyio
 import pytest
 from typer.testing import CliRunner
 
+from cluster.obs import CoreMetrics, MetricsServeError, StructuredFormatter
+from cluster.process import CoreOptions, CoreProcess
+from messages import decisions as d
 from sniper.cli import app
-from sniper.cluster.core import CoreOptions, CoreProcess
-from sniper.cluster.obs import CoreMetrics, MetricsServeError, StructuredFormatter
-from sniper.messages import decisions as d
-from sniper.transport.bus import DECISIONS, FEED
-from sniper.transport.kafka import KafkaBus, KafkaSettings
 from tests.test_core_process import Decisions, workload
+from transport.bus import DECISIONS, FEED
+from transport.kafka import KafkaBus, KafkaSettings
 
 
 def scrape(port: int, path: str = "/metrics") -> str:
@@ -122,8 +122,8 @@ def test_status_of_nothing_listening_exits_3() -> None:
 async def test_a_sped_up_feed_kills_victims_after_their_grace(kafka_settings: KafkaSettings) -> None:
     """The core keeps the feed's time base: at ten times speed a 15 s grace ends after 1.5 wall seconds,
     so victims that ignore the preempt signal are killed, and the kills are counted."""
-    from sniper.simulator.scenarios import scenario
-    from sniper.tools.feeder import PlayOptions, play
+    from simulator.scenarios import scenario
+    from tools.feeder import PlayOptions, play
 
     sc = scenario("demo", 0)
     with anyio.fail_after(120):

@@ -11,11 +11,11 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
+from messages import decisions as d
+from simulator.compare import compare
+from simulator.run import SimulationResult, SimulationSettings
+from simulator.scenarios import scenario
 from sniper.cli import app
-from sniper.messages import decisions as d
-from sniper.simulator.compare import compare
-from sniper.simulator.run import SimulationResult, SimulationSettings
-from sniper.simulator.scenarios import scenario
 
 UNTIL = 400.0
 

@@ -1,4 +1,4 @@
-"""Property tests: random feeds through CacheCore + AllocatorCore (sans-IO) never break an invariant.
+"""Property tests: random feeds through Cache + Allocator (sans-IO) never break an invariant.
 
 Each example draws a queue tree's limits and a list of operations: nodes added, updated, removed and
 re-added; apps and asks added (some invalid) and withdrawn; releases; re-deliveries of earlier events
@@ -18,12 +18,12 @@ import msgspec
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sniper.core import node_reservation
-from sniper.core import resources as res
-from sniper.core.config import PartitionConfig
-from sniper.core.state import AskKey, PartitionState
-from sniper.messages import decisions as d
-from sniper.messages import feed as f
+from core import node_reservation
+from core import resources as res
+from core.config import PartitionConfig
+from core.state import AskKey, PartitionState
+from messages import decisions as d
+from messages import feed as f
 from tests.core_support import Harness, config_of, consistency_problems, fingerprint, invariant_problems, queue
 
 NODES = [f"n{i}" for i in range(5)]

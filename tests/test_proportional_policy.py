@@ -6,18 +6,18 @@ from typing import Any
 
 import pytest
 
-from sniper.core.config import PreemptionConfig
-from sniper.core.preemption.model import AppSnapshot, ClusterSnapshot, ContainerSnapshot, QueueSnapshot
-from sniper.core.preemption.proportional import (
+from core.config import PreemptionConfig
+from core.preemption.model import AppSnapshot, ClusterSnapshot, ContainerSnapshot, QueueSnapshot
+from core.resources import Resource
+from core.yarn.conformance import parse_case
+from core.yarn.proportional import (
     ProportionalConfig,
     ProportionalPolicy,
     app_order,
     preemption_order,
     total_preemption_allowance,
 )
-from sniper.core.preemption.snapshot import parse_case
-from sniper.core.resources import Resource
-from sniper.tools.preview import preview_case
+from tools.preview import preview_case
 
 
 def _mem(n: int) -> Resource:

@@ -13,8 +13,8 @@ from typing import Any
 import msgspec
 import pytest
 
-from sniper.core.allocator import AllocatorCore
-from sniper.core.recovery import (
+from core.allocator import Allocator
+from core.recovery import (
     MAX_LABELS,
     MAX_QUANTITY,
     DurableCacheCore,
@@ -24,10 +24,10 @@ from sniper.core.recovery import (
     restore,
     take_snapshot,
 )
-from sniper.messages import decisions as d
-from sniper.messages import feed as f
-from sniper.messages import protocol as p
-from sniper.messages.snapshot import Snapshot, SnapshotError, snapshot_msgpack
+from messages import decisions as d
+from messages import feed as f
+from messages import protocol as p
+from messages.snapshot import Snapshot, SnapshotError, snapshot_msgpack
 from tests.core_support import fingerprint, partition_raw, queue
 
 P = "default"
@@ -44,7 +44,7 @@ class Owner:
 
     def __init__(self, policy: str = "sniper") -> None:
         self.core = DurableCacheCore(P)
-        self.allocator = AllocatorCore(P)
+        self.allocator = Allocator(P)
         self.log: list[d.DecisionMsg] = []
         self.feed: list[tuple[int, f.Feed]] = []
         self.offset = 100  # Kafka offsets need not start at 0

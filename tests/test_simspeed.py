@@ -13,12 +13,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sniper.core import resources as res
-from sniper.messages import feed as f
-from sniper.simulator.player import Player, last_round_before, relative, ticks_between
-from sniper.simulator.run import SimulationResult, SimulationSettings, run_simulation
-from sniper.simulator.scenarios import scenario
-from sniper.tools.bench_core import gpu_workload
+from core import resources as res
+from messages import feed as f
+from simulator.player import Player, last_round_before, relative, ticks_between
+from simulator.run import SimulationResult, SimulationSettings, run_simulation
+from simulator.scenarios import scenario
+from tools.bench_core import gpu_workload
 
 
 def gappy_trace(policy: str, start: float = 0.0) -> list[f.Feed]:
@@ -196,8 +196,8 @@ def test_the_bundled_scenarios_decide_byte_for_byte_what_they_decided_before_the
 
 _DIGEST = """
 import hashlib, sys, msgspec
-from sniper.simulator.run import SimulationSettings, run_simulation
-from sniper.simulator.scenarios import scenario
+from simulator.run import SimulationSettings, run_simulation
+from simulator.scenarios import scenario
 for name in sys.argv[1:]:
     sc = scenario(name)
     result = run_simulation(sc.events, sc.config, SimulationSettings(policy="sniper"))

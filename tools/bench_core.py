@@ -13,14 +13,14 @@ from typing import Any
 
 import anyio
 
-from sniper.actors.partition import PartitionRuntime
-from sniper.actors.router import Router
-from sniper.core import resources as res
-from sniper.core.config import parse_partition
-from sniper.messages import decisions as d
-from sniper.messages import feed as f
-from sniper.transport.bus import DECISIONS, FEED
-from sniper.transport.memory import MemoryBus
+from actors.partition import PartitionRuntime
+from actors.router import Router
+from core import resources as res
+from core.config import parse_partition
+from messages import decisions as d
+from messages import feed as f
+from transport.bus import DECISIONS, FEED
+from transport.memory import MemoryBus
 
 GiB = 1024
 
@@ -131,12 +131,12 @@ def bench_preempt(
     cache's commit; ``candidates`` is ``preemption.max_candidate_nodes`` (``None``: the exact search
     over every node).
     """
-    from sniper.core.allocator import AllocatorCore
-    from sniper.core.cache import CacheCore
-    from sniper.core.preemption.placement import answer_placement_request
-    from sniper.core.preemption.policies import SniperPolicy
-    from sniper.messages import decisions as dm
-    from sniper.messages import protocol as pm
+    from core.allocator import Allocator
+    from core.cache import Cache
+    from core.preemption.placement import answer_placement_request
+    from core.preemption.policies import SniperPolicy
+    from messages import decisions as dm
+    from messages import protocol as pm
 
     node_mem, node_cpu = 64 * GiB, 16_000
     half = res.as_quantities({"memory": nodes * node_mem // 2, "vcore": nodes * node_cpu // 2})
@@ -154,7 +154,7 @@ def bench_preempt(
         ],
     }
     config = parse_partition(raw)
-    cache = CacheCore("default", config)
+    cache = Cache("default", config)
     for i in range(nodes):
         cache.handle_event(f.NodeAdded(node=f"n{i:05d}", capacity={"memory": node_mem, "vcore": node_cpu}))
     per_node = max(1, math.ceil(running / nodes))
@@ -173,7 +173,7 @@ def bench_preempt(
         f.AskAdded(app="a-app", ask="a-task", resource={"memory": ask_gib * GiB, "vcore": 1000}, count=starving)
     )
     cache.tick(10.0)
-    allocator = AllocatorCore("default")
+    allocator = Allocator("default")
     out = cache.drain()
     assert out.view is not None
     allocator.apply_view(
@@ -274,7 +274,7 @@ def bench_simulate(
 ) -> dict[str, Any]:
     """The simulator on a generated GPU workload (:func:`gpu_workload`, stamped in epoch seconds):
     simulated seconds per wall second and trace events per wall second, on the memory transport."""
-    from sniper.simulator.run import SimulationSettings, run_simulation
+    from simulator.run import SimulationSettings, run_simulation
 
     span = days * 86400.0
     events = gpu_workload(

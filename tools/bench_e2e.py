@@ -27,11 +27,11 @@ from typing import Any
 import anyio
 from anyio.abc import Process
 
-from sniper.messages import decisions as d
-from sniper.messages import feed as f
-from sniper.tools.cpulimit import CpuLimit
-from sniper.transport.bus import DECISIONS, FEED
-from sniper.transport.kafka import KafkaBus, KafkaSettings, kafka_partition
+from messages import decisions as d
+from messages import feed as f
+from tools.cpulimit import CpuLimit
+from transport.bus import DECISIONS, FEED
+from transport.kafka import KafkaBus, KafkaSettings, kafka_partition
 
 ASSIGNED = re.compile(r"assigned Kafka partitions \[([0-9, ]*)\]")  # a core's log line at each assignment
 

@@ -1,6 +1,6 @@
 """The independent checker of a live cluster: feed and decisions merged in the order the caches saw them.
 
-Owns one :class:`~sniper.simulator.model.ClusterModel` (and :class:`~sniper.simulator.metrics.Metrics`) per
+Owns one :class:`~simulator.model.ClusterModel` (and :class:`~simulator.metrics.Metrics`) per
 scheduler partition, fed from outside the scheduler: feed records with their Kafka offsets and the
 decisions from the decisions topic. A decision says after which feed record it was made
 (``feed_offset``), so the checker applies the feed records of that partition up to that offset before
@@ -27,12 +27,12 @@ from typing import Any
 
 import msgspec
 
-from sniper.core.config import PartitionConfig, SchedulerConfig, parse_partition
-from sniper.messages import decisions as d
-from sniper.messages import feed as f
-from sniper.simulator.metrics import IdealFn, Metrics
-from sniper.simulator.model import ClusterModel
-from sniper.simulator.report import PartitionFigures, Report, build_report
+from core.config import PartitionConfig, SchedulerConfig, parse_partition
+from messages import decisions as d
+from messages import feed as f
+from simulator.metrics import IdealFn, Metrics
+from simulator.model import ClusterModel
+from simulator.report import PartitionFigures, Report, build_report
 
 
 @dataclasses.dataclass(slots=True)

@@ -2,11 +2,11 @@
 
 :func:`play` replays a trace onto the ``feed`` topic in scaled real time (trace second ``t``, counted
 from the first event, is published at wall second ``t / speed``; every event gets an id, ``RUN:LINE``,
-unless it has one) through the simulator's sans-IO :class:`~sniper.simulator.player.Player` (the trace
+unless it has one) through the simulator's sans-IO :class:`~simulator.player.Player` (the trace
 cursor and the stand-in resource manager the virtual-time driver uses): it consumes the decisions,
 releases containers after their duration, answers kills and asks again for lost work. An
-:class:`~sniper.tools.checker.OrderedChecker` reads the feed and the decisions from Kafka and produces the
-ARCHITECTURE section-7 report (one :class:`~sniper.simulator.report.Report`) as far as the decisions
+:class:`~tools.checker.OrderedChecker` reads the feed and the decisions from Kafka and produces the
+ARCHITECTURE section-7 report (one :class:`~simulator.report.Report`) as far as the decisions
 allow. Decisions of a deposed owner (a lower epoch than the highest seen for the partition) are
 dropped, as a real resource manager would. The checker reads only the feed records the cores accept
 (judged at the edge like them); the dead letters of the others are the cores' to write. At the end a
@@ -37,17 +37,17 @@ from typing import Any
 import anyio
 import msgspec
 
-from sniper.core.config import SchedulerConfig
-from sniper.core.recovery import feed_problem
-from sniper.messages import decisions as d
-from sniper.messages import feed as f
-from sniper.messages.codec import encode_json_line
-from sniper.simulator.metrics import IdealFn
-from sniper.simulator.player import Player
-from sniper.simulator.report import Report
-from sniper.tools.checker import OrderedChecker
-from sniper.transport.bus import DECISIONS, FEED
-from sniper.transport.kafka import KafkaBus, KafkaSettings, KafkaSubscription
+from core.config import SchedulerConfig
+from core.recovery import feed_problem
+from messages import decisions as d
+from messages import feed as f
+from messages.codec import encode_json_line
+from simulator.metrics import IdealFn
+from simulator.player import Player
+from simulator.report import Report
+from tools.checker import OrderedChecker
+from transport.bus import DECISIONS, FEED
+from transport.kafka import KafkaBus, KafkaSettings, KafkaSubscription
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -88,7 +88,7 @@ class PlayResult:
 def with_config_events(events: list[f.Feed], config: SchedulerConfig | None) -> list[f.Feed]:
     """``events`` preceded by a ``partition_config`` event for each configured partition the trace does
     not configure itself (a bundled scenario's config lives beside its events)."""
-    from sniper.core.config import partition_to_raw
+    from core.config import partition_to_raw
 
     configured = {e.partition for e in events if isinstance(e, f.PartitionConfigEvent)}
     head: list[f.Feed] = [

@@ -25,8 +25,8 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from sniper.core.preemption.proportional import ProportionalPolicy, preemption_order
-from sniper.core.preemption.snapshot import ConformanceCase, load_cases
+from core.yarn.conformance import ConformanceCase, load_cases
+from core.yarn.proportional import ProportionalPolicy, preemption_order
 
 POLICIES: tuple[str, ...] = ("proportional",)
 QUEUE_FIELDS: tuple[str, ...] = ("ideal_assigned", "to_be_preempted", "preemptable_extra", "untouchable_extra")

@@ -1,4 +1,4 @@
-"""The Kafka transport: :class:`KafkaBus`, the bus interface of ``sniper.transport.bus`` on aiokafka.
+"""The Kafka transport: :class:`KafkaBus`, the bus interface of ``transport.bus`` on aiokafka.
 
 What it owns: one producer per bus, one consumer (in its own consumer group) per subscription, the
 creation of the prefixed topics, the msgpack wire format and the dead-letter path. Invariants:
@@ -74,10 +74,10 @@ from aiokafka.partitioner import murmur2
 from aiokafka.protocol.group import LeaveGroupRequest
 from aiokafka.protocol.produce import ProduceRequest
 
-from sniper.messages.codec import decision_msgpack, feed_msgpack, msgpack_encoder, proposal_msgpack, view_msgpack
-from sniper.messages.deadletter import DeadLetter, deadletter_msgpack
-from sniper.transport.broker import BOOTSTRAP_ENV, resolve_bootstrap
-from sniper.transport.bus import DEADLETTER, DECISIONS, FEED, PROPOSALS, SNAPSHOTS, VIEW, Bus, Subscription
+from messages.codec import decision_msgpack, feed_msgpack, msgpack_encoder, proposal_msgpack, view_msgpack
+from messages.deadletter import DeadLetter, deadletter_msgpack
+from transport.broker import BOOTSTRAP_ENV, resolve_bootstrap
+from transport.bus import DEADLETTER, DECISIONS, FEED, PROPOSALS, SNAPSHOTS, VIEW, Bus, Subscription
 
 log = logging.getLogger(__name__)
 

@@ -15,7 +15,7 @@ from typing import Any
 import anyio
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
-from sniper.transport.bus import Bus, Subscription
+from transport.bus import Bus, Subscription
 
 Accept = Callable[[Any], bool]
 _Entry = tuple[str | None, MemoryObjectSendStream[Any], Accept | None]  # wanted key, stream, filter

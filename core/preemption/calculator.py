@@ -21,7 +21,7 @@ import struct
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping, Sequence
 
-from sniper.core.resources import MEMORY, Resource, ResourceLike
+from core.resources import MEMORY, Resource, ResourceLike
 
 CALCULATORS: tuple[str, ...] = ("default", "dominant")
 

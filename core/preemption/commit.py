@@ -10,37 +10,37 @@ beneficiary's queue is below its ideal and within every ``max`` once the victims
 gone; no priority inversion, no fence crossed, no disabled queue, no container placed for a required
 node; the victim set is minimal (for the room and for those ``max``); the beneficiary stays within its
 user, group and application limits (an intra-queue victim of the same priority or more belongs to a
-user above its limit). A gang's missing members are one unit (:mod:`sniper.core.gang`): all
+user above its limit). A gang's missing members are one unit (:mod:`core.gang`): all
 validated, each counting the members before it, then all committed in the same view delta, or none;
 never one whose whole gang would take its queue above its ideal. Observe-only proposals publish what
 would be preempted and change nothing.
 Opportunistic victims stand outside those queue rules, quotas and ``max`` (they count in no queue) and
-are killed at once (:func:`sniper.core.opportunistic.evict`). Victims of apps with a preemption
+are killed at once (:func:`core.opportunistic.evict`). Victims of apps with a preemption
 contract get no notice of their own: their app gets one request per commit
-(:mod:`sniper.core.preemption.contract`).
+(:mod:`core.preemption.contract`).
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from sniper.core import gang, node_reservation
-from sniper.core import resources as res
-from sniper.core.limits import Limits
-from sniper.core.opportunistic import KILL_REASON, evict
-from sniper.core.preemption.contract import Requests
-from sniper.core.preemption.placement import quota_allows, spend
-from sniper.core.preemption.quotas import Quotas, compute_quotas, net_usage
-from sniper.core.preemption.rules import may_preempt_for, preemption_disabled
-from sniper.core.resources import Resource
-from sniper.core.state import Allocation, Ask, Node, PartitionState, Queue
-from sniper.messages import protocol as p
+from core import gang, node_reservation
+from core import resources as res
+from core.limits import Limits
+from core.opportunistic import KILL_REASON, evict
+from core.preemption.contract import Requests
+from core.preemption.placement import quota_allows, spend
+from core.preemption.quotas import Quotas, compute_quotas, net_usage
+from core.preemption.rules import may_preempt_for, preemption_disabled
+from core.resources import Resource
+from core.state import Allocation, Ask, Node, PartitionState, Queue
+from messages import protocol as p
 
 if TYPE_CHECKING:
-    from sniper.core.cache import CacheCore
+    from core.cache import Cache
 
 
-def commit_preemption(cache: CacheCore, proposal: p.PreemptionProposal) -> None:
+def commit_preemption(cache: Cache, proposal: p.PreemptionProposal) -> None:
     if proposal.dereserve and not proposal.observe_only:  # seed 004's cheapest action goes first
         node_reservation.dereserve(cache, proposal.dereserve, proposal.policy)
     if proposal.placements:
@@ -49,7 +49,7 @@ def commit_preemption(cache: CacheCore, proposal: p.PreemptionProposal) -> None:
         _commit_shotgun(cache, proposal)
 
 
-def _commit_shotgun(cache: CacheCore, proposal: p.PreemptionProposal) -> None:
+def _commit_shotgun(cache: Cache, proposal: p.PreemptionProposal) -> None:
     """YARN's proportional baseline: victims without a beneficiary; the room goes back to the pool."""
     state = cache.state
     config = state.config
@@ -92,7 +92,7 @@ def _commit_shotgun(cache: CacheCore, proposal: p.PreemptionProposal) -> None:
     cache.outcome(proposal.id, len(accepted), rejected)
 
 
-def _commit_placements(cache: CacheCore, proposal: p.PreemptionProposal) -> None:
+def _commit_placements(cache: Cache, proposal: p.PreemptionProposal) -> None:
     state = cache.state
     config = state.config
     assert config is not None
@@ -134,7 +134,7 @@ def _commit_placements(cache: CacheCore, proposal: p.PreemptionProposal) -> None
 
 
 def _check_gang(
-    cache: CacheCore,
+    cache: Cache,
     unit: list[p.Victimized],
     need: int,
     quotas: Quotas | None,
@@ -188,7 +188,7 @@ def _check_gang(
 
 
 def _check(
-    cache: CacheCore,
+    cache: Cache,
     pl: p.Victimized,
     quotas: Quotas | None,
     lose_left: dict[str, Resource],
@@ -278,7 +278,7 @@ def _headroom_without(
 
 
 def _commit_one(
-    cache: CacheCore,
+    cache: Cache,
     pl: p.Victimized,
     quotas: Quotas | None,
     lose_left: dict[str, Resource],

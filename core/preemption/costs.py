@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from sniper.core.state import Allocation
+from core.state import Allocation
 
 VictimCost = Callable[[Allocation, float], float]
 

@@ -54,14 +54,14 @@ import dataclasses
 from collections.abc import Callable, Iterator, Mapping
 from typing import Generic, TypeVar
 
-from sniper.core.preemption.calculator import (
+from core.preemption.calculator import (
     ResourceCalculator,
     double_compare,
     java_float_div,
     multiply_trunc,
 )
-from sniper.core.preemption.model import ClusterSnapshot, QueueSnapshot
-from sniper.core.resources import Resource, ResourceLike, add, any_positive, component_max, component_min, sub, total
+from core.preemption.model import ClusterSnapshot, QueueSnapshot
+from core.resources import Resource, ResourceLike, add, any_positive, component_max, component_min, sub, total
 
 T = TypeVar("T")
 

@@ -2,7 +2,7 @@
 
 Owns: :class:`ContainerSnapshot`, :class:`AppSnapshot`, :class:`QueueSnapshot`, :class:`ClusterSnapshot` and
 their structural validation. These are the only inputs of the decision code in this package; they are built
-by code from live scheduler state or loaded from the conformance JSON (:mod:`sniper.core.preemption.snapshot`).
+by code from live scheduler state or loaded from the conformance JSON (:mod:`core.yarn.conformance`).
 
 Invariants of a constructed :class:`ClusterSnapshot` (checked in ``__post_init__``, violations raise
 :class:`SnapshotError`): queue paths are unique; exactly one root, listed first; queues are in depth-first
@@ -17,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterator, Mapping
 
-from sniper.core.resources import MEMORY, VCORE, Resource
+from core.resources import MEMORY, VCORE, Resource
 
 
 class SnapshotError(ValueError):

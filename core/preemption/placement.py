@@ -1,6 +1,6 @@
 """Preemption-mode placement (seed 002 ``tryAllocate(..., preemption=true)``), run by the allocator.
 
-:class:`VictimPlacer` plugs into the same :func:`sniper.core.allocation.try_allocate` loop as normal
+:class:`VictimPlacer` plugs into the same :func:`core.allocation.try_allocate` loop as normal
 allocation; a node's usable room is its free room plus the victims the round allows there, in every
 resource. On each node the victim set is minimal: cheapest victims first (AM containers last) until
 the room and every ancestor ``max`` the ask would break are covered, then every victim no need
@@ -10,11 +10,11 @@ costs only the nodes that could beat the best set; ``max_candidate_nodes`` optio
 Invariants: a victim is taken at most once per round; containers placed for a required node are
 never victims; a queue loses at most its quota plus one whole container, never going below its
 guarantee (:func:`may_take`); the round stops once the preempted total reaches its budget. A gang's
-members are one unit (:mod:`sniper.core.gang`): the budget is checked when a unit starts, not between
+members are one unit (:mod:`core.gang`): the budget is checked when a unit starts, not between
 its members, and a unit that fails, or would take its queue above its ideal, leaves the round as it
 found it.
 Opportunistic containers come before every guaranteed victim on a node, free of quota, budget and
-``max`` (they count in no queue), and are killed at once by the commit (:mod:`sniper.core.opportunistic`).
+``max`` (they count in no queue), and are killed at once by the commit (:mod:`core.opportunistic`).
 """
 
 from __future__ import annotations
@@ -23,17 +23,17 @@ import dataclasses
 import heapq
 import math
 
-from sniper.core import node_reservation
-from sniper.core import resources as res
-from sniper.core.allocation import CandidateFilter, find_ask_candidates, try_allocate, usage_key
-from sniper.core.allocator import AllocatorCore
-from sniper.core.limits import Limits
-from sniper.core.preemption.costs import victim_cost
-from sniper.core.preemption.quotas import below_ideal, guarantee_floor, net_usage
-from sniper.core.preemption.rules import may_preempt_for, preemption_disabled
-from sniper.core.resources import Resource
-from sniper.core.state import Allocation, Ask, AskKey, Node, PartitionState, Queue, ask_label
-from sniper.messages import protocol as p
+from core import node_reservation
+from core import resources as res
+from core.allocation import CandidateFilter, find_ask_candidates, try_allocate, usage_key
+from core.allocator import Allocator
+from core.limits import Limits
+from core.preemption.costs import victim_cost
+from core.preemption.quotas import below_ideal, guarantee_floor, net_usage
+from core.preemption.rules import may_preempt_for, preemption_disabled
+from core.resources import Resource
+from core.state import Allocation, Ask, AskKey, Node, PartitionState, Queue, ask_label
+from messages import protocol as p
 
 
 @dataclasses.dataclass(slots=True)
@@ -560,7 +560,7 @@ def _net_usage_key(capacity: Resource) -> object:
     return key
 
 
-def answer_placement_request(core: AllocatorCore, request: p.PlacementRequest) -> p.PlacementReply:
+def answer_placement_request(core: Allocator, request: p.PlacementRequest) -> p.PlacementReply:
     """One preemption round on the allocator's replica (seed 002's inter-queue loop, rate-capped)."""
     state = core.state
     missed = core.missed

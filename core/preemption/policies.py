@@ -6,7 +6,7 @@ preemption mode with the same placement code) or a preemption proposal for the c
 proportional baseline, which frees resources without a beneficiary). ``on_reply`` turns the
 allocator's placements into a proposal. No clock, no I/O: ``now`` is an argument.
 Before preempting anything, the inter-queue policies cancel node reservations held by queues above
-their ideal that block a queue below it (:func:`sniper.core.node_reservation.to_dereserve`): such a
+their ideal that block a queue below it (:func:`core.node_reservation.to_dereserve`): such a
 round proposes only those de-reservations, and later rounds preempt for what they did not solve.
 """
 
@@ -15,18 +15,18 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Protocol
 
-from sniper.core import node_reservation
-from sniper.core import resources as res
-from sniper.core.config import PreemptionConfig
-from sniper.core.limits import Limits
-from sniper.core.opportunistic import first_victims
-from sniper.core.preemption.mask import PreemptionMask
-from sniper.core.preemption.model import ContainerSnapshot
-from sniper.core.preemption.proportional import ProportionalConfig, ProportionalPolicy
-from sniper.core.preemption.quotas import Quotas, compute_quotas, net_usage
-from sniper.core.preemption.view import snapshot_from_state
-from sniper.core.state import PartitionState
-from sniper.messages import protocol as p
+from core import node_reservation
+from core import resources as res
+from core.config import PreemptionConfig
+from core.limits import Limits
+from core.opportunistic import first_victims
+from core.preemption.mask import PreemptionMask
+from core.preemption.model import ContainerSnapshot
+from core.preemption.quotas import Quotas, compute_quotas, net_usage
+from core.preemption.view import snapshot_from_state
+from core.state import PartitionState
+from core.yarn.proportional import ProportionalConfig, ProportionalPolicy
+from messages import protocol as p
 
 Output = p.PlacementRequest | p.PreemptionProposal | None
 
@@ -170,7 +170,7 @@ class SniperPolicy(_Placing):
 @register_policy("intra_queue")
 class IntraQueuePolicy(_Placing):
     """Inside one leaf queue, asks of higher priority preempt lower-priority containers of other apps, and
-    users within their limits preempt users above theirs (:mod:`sniper.core.limits`)."""
+    users within their limits preempt users above theirs (:mod:`core.limits`)."""
 
     name = "intra_queue"
     intra = True

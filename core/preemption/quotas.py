@@ -20,12 +20,12 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from sniper.core import resources as res
-from sniper.core.config import PreemptionConfig
-from sniper.core.preemption.rules import preemption_disabled
-from sniper.core.preemption.view import ideal_of, snapshot_from_state
-from sniper.core.resources import Resource
-from sniper.core.state import PartitionState, Queue
+from core import resources as res
+from core.config import PreemptionConfig
+from core.preemption.rules import preemption_disabled
+from core.preemption.view import ideal_of, snapshot_from_state
+from core.resources import Resource
+from core.state import PartitionState, Queue
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -10,7 +10,7 @@ Pure functions of the queue tree.
 
 from __future__ import annotations
 
-from sniper.core.state import Queue
+from core.state import Queue
 
 
 def preemption_disabled(queue: Queue) -> bool:

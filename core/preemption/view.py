@@ -11,14 +11,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from sniper.core import resources as res
-from sniper.core.config import PartitionConfig, QueueConfig
-from sniper.core.limits import pending_demand
-from sniper.core.preemption.calculator import DominantCalculator
-from sniper.core.preemption.ideal import IdealAssignment, compute_ideal
-from sniper.core.preemption.model import AppSnapshot, ClusterSnapshot, ContainerSnapshot, QueueSnapshot
-from sniper.core.resources import Resource
-from sniper.core.state import Allocation, PartitionState, allocation_number
+from core import resources as res
+from core.config import PartitionConfig, QueueConfig
+from core.limits import pending_demand
+from core.preemption.calculator import DominantCalculator
+from core.preemption.ideal import IdealAssignment, compute_ideal
+from core.preemption.model import AppSnapshot, ClusterSnapshot, ContainerSnapshot, QueueSnapshot
+from core.resources import Resource
+from core.state import Allocation, PartitionState, allocation_number
 
 
 def snapshot_from_figures(

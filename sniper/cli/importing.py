@@ -1,4 +1,4 @@
-"""``sniper import``: other trace formats into a Sniper trace plus its queues.yaml (:mod:`sniper.importers`).
+"""``sniper import``: other trace formats into a Sniper trace plus its queues.yaml (:mod:`importers`).
 
 Every importer shares the window, time-scale, node-sample and guarantee options, a progress bar over
 the input bytes, the malformed-row report and the summary table. Exit code 2 on input that cannot be
@@ -16,8 +16,8 @@ import yaml
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from importers.common import ImportError_, ImportOptions, Workload, build_trace, queue_name, write_trace
 from sniper.cli.app import app, console, out, print_bad, shared_options
-from sniper.importers.common import ImportError_, ImportOptions, Workload, build_trace, queue_name, write_trace
 
 import_app = typer.Typer(no_args_is_help=True, help="Turn other trace formats into a Sniper trace and a queues.yaml.")
 app.add_typer(import_app, name="import")
@@ -128,7 +128,7 @@ def import_sls(
     options: ImportOptions,
 ) -> None:
     """Import YARN Scheduler Load Simulator jobs (queues from job.queue.name, SLS's resource defaults)."""
-    from sniper.importers.sls import read_sls
+    from importers.sls import read_sls
 
     inputs = [jobs] if nodes is None else [jobs, nodes]
     _run(inputs, lambda progress: read_sls(jobs, nodes, progress), options, trace, f"SLS import: {jobs}")
@@ -145,7 +145,7 @@ def import_pods_csv(
     options: ImportOptions,
 ) -> None:
     """Import a Kubernetes pod list (GPU as milli-GPUs, gpu_spec as a node selector on gpu_model)."""
-    from sniper.importers.pods_csv import read_pods_csv
+    from importers.pods_csv import read_pods_csv
 
     column = None if queue_by == "none" else queue_by
     _run(

@@ -20,6 +20,11 @@ from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from core import resources as res
+from core.config import ConfigError, PartitionConfig, load_config
+from messages import feed as f
+from messages.codec import encode_json_line
+from simulator.report import Report
 from sniper.cli.app import (
     EXIT_INVARIANT,
     Policy,
@@ -38,11 +43,6 @@ from sniper.cli.app import (
     show_rejections,
     tune_gc,
 )
-from sniper.core import resources as res
-from sniper.core.config import ConfigError, PartitionConfig, load_config
-from sniper.messages import feed as f
-from sniper.messages.codec import encode_json_line
-from sniper.simulator.report import Report
 
 ShowRejections = Annotated[
     bool, typer.Option("--show-rejections", help="list every rejected event and ask with its reason")
@@ -100,9 +100,9 @@ def simulate(
     verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
 ) -> None:
     """Replay a trace in virtual time through the real actors and report (exit 1 on an invariant violation)."""
-    from sniper.simulator.ideal_view import ideal_for_model
-    from sniper.simulator.plot import plot_usage
-    from sniper.simulator.run import SimulationSettings, run_simulation
+    from simulator.ideal_view import ideal_for_model
+    from simulator.plot import plot_usage
+    from simulator.run import SimulationSettings, run_simulation
 
     setup_logging(verbose)
     tune_gc()
@@ -124,7 +124,7 @@ def simulate(
             bar.update(task, completed=min(1.0, now / end) if end else 0.0, now=now)
 
         if transport is Transport.kafka:
-            from sniper.simulator.kafka_run import run_simulation_kafka
+            from simulator.kafka_run import run_simulation_kafka
 
             result = run_simulation_kafka(
                 events, config, settings, progress=progress, ideal_fn=ideal_for_model, bootstrap=bootstrap
@@ -164,9 +164,9 @@ def compare(
     am_response: AmResponse = None,
 ) -> None:
     """Run the same trace under several policies and print the metrics side by side."""
-    from sniper.simulator.compare import compare as run_compare
-    from sniper.simulator.compare import plot_compare, table_rows
-    from sniper.simulator.run import SimulationSettings
+    from simulator.compare import compare as run_compare
+    from simulator.compare import plot_compare, table_rows
+    from simulator.run import SimulationSettings
 
     names = [x.strip() for x in policies.split(",") if x.strip()]
     known = [p.value for p in Policy]
@@ -215,7 +215,7 @@ def write_scenario(
     seed: Seed = 0,
 ) -> None:
     """Write a bundled scenario as a trace file and a queues.yaml."""
-    from sniper.simulator.scenarios import scenario
+    from simulator.scenarios import scenario
 
     sc = scenario(name, seed)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -236,8 +236,8 @@ def preview(
     as_json: Annotated[bool, typer.Option("--json", help="JSON Lines, one object per case")] = False,
 ) -> None:
     """What would preemption do to this cluster state right now? (observe-only, one round per case)."""
-    from sniper.tools.preview import preview as run_preview
-    from sniper.tools.preview import render_table
+    from tools.preview import preview as run_preview
+    from tools.preview import render_table
 
     try:
         results = run_preview(snapshot, policy.value)
@@ -258,7 +258,7 @@ def bench_allocate_cmd(
     as_json: Annotated[bool, typer.Option("--json", help="one JSON object on stdout")] = False,
 ) -> None:
     """Committed allocations per second through the actors on the memory transport."""
-    from sniper.tools.bench_core import bench_allocate
+    from tools.bench_core import bench_allocate
 
     tune_gc()
     result = bench_allocate(nodes, queues, asks)
@@ -279,7 +279,7 @@ def bench_preempt_cmd(
     as_json: Annotated[bool, typer.Option("--json", help="one JSON object on stdout")] = False,
 ) -> None:
     """One full sniper preemption round on a packed cluster: round time and targeted victims per second."""
-    from sniper.tools.bench_core import bench_preempt
+    from tools.bench_core import bench_preempt
 
     tune_gc()
     result = bench_preempt(nodes, running, starving, candidates=candidates)
@@ -343,7 +343,7 @@ def bench_simulate_cmd(
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
     """The simulator on a generated month-long GPU trace: simulated seconds and events per wall second."""
-    from sniper.tools.bench_core import bench_simulate
+    from tools.bench_core import bench_simulate
 
     tune_gc()
     result = bench_simulate(nodes, days, pods, policy=policy.value, until=until, skip_idle=not tick_every_second)

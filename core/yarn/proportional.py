@@ -5,7 +5,7 @@ Owns :class:`ProportionalPolicy` (``round(snapshot, now_ms) -> RoundResult``), i
 tracking. It reproduces YARN's ``ProportionalCapacityPreemptionPolicy.editSchedule`` with the
 ``FifoCandidatesSelector`` (and, when enabled, the preempt-to-balance selector):
 
-1. The ideal assignment of :func:`sniper.core.preemption.ideal.compute_ideal` with the round's allowance
+1. The ideal assignment of :func:`core.preemption.ideal.compute_ideal` with the round's allowance
    ``trunc(cluster * total_preemption_per_round)``.
 2. Per leaf (pre-order), unless its preemption is disabled: acted on only when
    ``used > trunc(guaranteed * (1 + max_ignored_over_capacity))`` (deadzone); the amount to obtain is
@@ -32,19 +32,19 @@ import dataclasses
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING
 
-from sniper.core.preemption.calculator import (
+from core.preemption.calculator import (
     CALCULATORS,
     ResourceCalculator,
     java_float,
     make_calculator,
     multiply_trunc,
 )
-from sniper.core.preemption.ideal import IdealAssignment, compute_ideal
-from sniper.core.preemption.model import AppSnapshot, ClusterSnapshot, ContainerSnapshot, QueueSnapshot
-from sniper.core.resources import Resource, ResourceLike, add, component_max, sub
+from core.preemption.ideal import IdealAssignment, compute_ideal
+from core.preemption.model import AppSnapshot, ClusterSnapshot, ContainerSnapshot, QueueSnapshot
+from core.resources import Resource, ResourceLike, add, component_max, sub
 
 if TYPE_CHECKING:
-    from sniper.core.config import PreemptionConfig
+    from core.config import PreemptionConfig
 
 YARN_BALANCE_MAX_WAIT_MS = 300_000  # YARN's default max wait before kill for preemption to balance queues
 
@@ -53,7 +53,7 @@ YARN_BALANCE_MAX_WAIT_MS = 300_000  # YARN's default max wait before kill for pr
 class ProportionalConfig:
     """The policy's tunables, with YARN's defaults and names (times in milliseconds).
 
-    ``priority_layers`` and ``avoid_ineffective`` are Sniper's options (see :mod:`sniper.core.preemption.ideal`);
+    ``priority_layers`` and ``avoid_ineffective`` are Sniper's options (see :mod:`core.preemption.ideal`);
     they are off for the YARN baseline. ``max_wait_before_kill_for_balance_ms`` is the wait of the
     preempt-to-balance selector (YARN default: 5 minutes).
     """

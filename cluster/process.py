@@ -9,11 +9,11 @@ What it owns:
   stopped, bounded in time, when its Kafka partition is revoked.
 - **The links.** Feed records are read once per process (one group member) and handed to the
   partition's cache in-process; decisions and snapshots go to Kafka. With ``role="all"`` the view,
-  proposal and tick links stay on a per-partition :class:`~sniper.transport.memory.MemoryBus`; the split
-  roles (``cache``, ``allocator``, ``policy``) are built on this in :mod:`sniper.cluster.roles`.
+  proposal and tick links stay on a per-partition :class:`~transport.memory.MemoryBus`; the split
+  roles (``cache``, ``allocator``, ``policy``) are built on this in :mod:`cluster.roles`.
 - **Recovery** (ARCHITECTURE section 3). Starting a partition loads its last snapshot, reads the feed
   records after the snapshot's ``feed_offset`` and the decisions logged after its ``decision_seq``, and
-  replays them (:func:`sniper.core.recovery.replay`): nothing committed is decided again, lost or doubled. It
+  replays them (:func:`core.recovery.replay`): nothing committed is decided again, lost or doubled. It
   then runs with ``epoch`` = the highest epoch seen + 1 and publishes a snapshot at once.
 - **Commit points.** A feed record's offset is acknowledged (and so committed by the subscription)
   only after the cache handled it and the broker acknowledged the decisions it caused; records are
@@ -32,7 +32,7 @@ What it owns:
   per decision and a recovery replays at most about as many decisions as the snapshot holds records.
 - **Bad input** never stops a partition or the process, and each bad record is dead-lettered once, by
   the owner of its Kafka partition: the subscription hands over records that are too large, undecodable
-  or refused by :func:`~sniper.core.recovery.feed_problem` (checked at the edge, on the record alone)
+  or refused by :func:`~core.recovery.feed_problem` (checked at the edge, on the record alone)
   and this process writes their dead letter; recovery skips them too, and writes the dead letters the
   previous owner had not written yet (it reads which it did). A record whose partition does not hash to
   the Kafka partition it came on, or that would start a partition beyond ``max_partitions``, is
@@ -40,9 +40,9 @@ What it owns:
 - **Starting without blocking**: a partition's first record starts it in the background (at most
   ``STARTS_AT_ONCE`` at a time); its records wait for it in order while the other partitions go on.
 - **Lease**: decisions and snapshots are published only while the group membership is known current
-  (:meth:`~sniper.transport.kafka.KafkaSubscription.leased`, checked before each batch): a process
+  (:meth:`~transport.kafka.KafkaSubscription.leased`, checked before each batch): a process
   paused past its session publishes nothing under its old epoch once it resumes.
-- **A lost log stops the process** (:class:`~sniper.transport.kafka.LogLost` out of :meth:`run`;
+- **A lost log stops the process** (:class:`~transport.kafka.LogLost` out of :meth:`run`;
   ``sniper core`` exits 3): the hosted states were built from records and offsets the broker no longer
   has, and the decisions topic (the commit log) is gone with them, so no state here can be reconciled
   with the new log. A restarted process starts from what the broker still holds, as any new owner does.
@@ -65,28 +65,28 @@ import anyio
 import msgspec
 from anyio.abc import TaskGroup, TaskStatus
 
-from sniper.actors.base import Actor, ActorFactory
-from sniper.actors.cache import CacheActor
-from sniper.actors.clock import TimeBase, clock_actor
-from sniper.actors.partition import PartitionRuntime
-from sniper.actors.router import Router
-from sniper.cluster.logread import read_partition
-from sniper.cluster.member import GroupMember
-from sniper.core.allocator import DEFAULT_BATCH
-from sniper.core.config import PartitionConfig, SchedulerConfig
-from sniper.core.recovery import DurableCacheCore, feed_problem, replay, restore, stamp, take_snapshot
-from sniper.messages import decisions as d
-from sniper.messages import feed as f
-from sniper.messages import protocol as p
-from sniper.messages.codec import decision_msgpack
-from sniper.messages.deadletter import DeadLetter
-from sniper.messages.snapshot import Snapshot, SnapshotError, snapshot_msgpack
-from sniper.transport.bus import DEADLETTER, DECISIONS, FEED, SNAPSHOTS, VIEW
-from sniper.transport.kafka import BadRecords, KafkaSettings, KafkaSubscription, KafkaTransportError, MessageTooLarge
-from sniper.transport.memory import MemoryBus
+from actors.base import Actor, ActorFactory
+from actors.cache import CacheActor
+from actors.clock import TimeBase, clock_actor
+from actors.partition import PartitionRuntime
+from actors.router import Router
+from cluster.logread import read_partition
+from cluster.member import GroupMember
+from core.allocator import DEFAULT_BATCH
+from core.config import PartitionConfig, SchedulerConfig
+from core.recovery import DurableCacheCore, feed_problem, replay, restore, stamp, take_snapshot
+from messages import decisions as d
+from messages import feed as f
+from messages import protocol as p
+from messages.codec import decision_msgpack
+from messages.deadletter import DeadLetter
+from messages.snapshot import Snapshot, SnapshotError, snapshot_msgpack
+from transport.bus import DEADLETTER, DECISIONS, FEED, SNAPSHOTS, VIEW
+from transport.kafka import BadRecords, KafkaSettings, KafkaSubscription, KafkaTransportError, MessageTooLarge
+from transport.memory import MemoryBus
 
 if TYPE_CHECKING:
-    from sniper.cluster.obs import CoreHistograms
+    from cluster.obs import CoreHistograms
 
 log = logging.getLogger("sniper.core")
 RECENT_PREEMPTIONS = 50  # the last preemption decisions a partition keeps for the state endpoint
@@ -478,7 +478,7 @@ class CoreProcess(GroupMember[HostedPartition]):
 
     topic = FEED
     bad_records: ClassVar[BadRecords] = "deliver"  # this process writes the dead letters of its feed records (once)
-    hosts_role: ClassVar[str] = "all"  # the role this class runs (sniper.cluster.roles.core_process picks the class)
+    hosts_role: ClassVar[str] = "all"  # the role this class runs (cluster.roles.core_process picks the class)
 
     def __init__(self, settings: KafkaSettings, options: CoreOptions | None = None) -> None:
         super().__init__(settings, validators={FEED: feed_problem})

@@ -22,9 +22,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from sniper.core.preemption.model import AppSnapshot, ClusterSnapshot, ContainerSnapshot, QueueSnapshot, SnapshotError
-from sniper.core.preemption.proportional import ProportionalConfig
-from sniper.core.resources import MEMORY, VCORE, Resource, ResourceLike, total
+from core.preemption.model import AppSnapshot, ClusterSnapshot, ContainerSnapshot, QueueSnapshot, SnapshotError
+from core.resources import MEMORY, VCORE, Resource, ResourceLike, total
+from core.yarn.proportional import ProportionalConfig
 
 DEFAULT_RESOURCE_TYPES: tuple[str, ...] = ("memory-mb", "vcores")
 

@@ -1,0 +1,1 @@
+"""YARN's proportional preemption policy, the baseline Sniper is measured against, and its conformance cases."""
