@@ -58,7 +58,6 @@ def test_the_sans_io_core_imports_only_messages_the_standard_library_and_pure_da
 
 def test_messages_import_nothing_of_the_project_but_messages() -> None:
     project = set(_packages()) - {"messages"}
-    offenders = {
-        str(path.relative_to(ROOT)): sorted(_imports(path) & project) for path in sorted((ROOT / "messages").rglob("*.py"))
-    }
+    modules = sorted((ROOT / "messages").rglob("*.py"))
+    offenders = {str(path.relative_to(ROOT)): sorted(_imports(path) & project) for path in modules}
     assert {name: bad for name, bad in offenders.items() if bad} == {}
