@@ -201,3 +201,23 @@ def plot_compare(results: dict[str, PolicyRun], out: Path, title: str, resource:
     fig.tight_layout()
     fig.savefig(out, dpi=110)
     plt.close(fig)
+
+
+# The scenario table of docs/benchmarks.md: one row per bundled scenario, each cell "sniper / proportional /
+# none" (or whichever policies were run, in order).
+SCENARIO_COLUMNS: tuple[tuple[str, Callable[[Report], Any]], ...] = (
+    ("preempted", lambda r: r.preemptions.victims),
+    ("cancelled", lambda r: r.preemptions.cancelled),
+    ("wasted", lambda r: r.wasted_preemptions),
+    ("guarantee episodes unmet", lambda r: sum(v.unmet for v in r.time_to_guarantee.values())),
+    ("time to guarantee max (s)", lambda r: _worst(r, "max")),
+    ("fairness gap", lambda r: r.fairness_gap),
+    ("lost work (container-s)", lambda r: round(r.lost_work_seconds)),
+    ("violations", lambda r: r.invariant_violations),
+)
+
+
+def scenario_row(name: str, results: dict[str, PolicyRun]) -> list[str]:
+    """One scenario's row of the scenario table: every column's value under each policy, ``/``-separated."""
+    reports = [run.summary for run in results.values()]
+    return [f"`{name}`"] + [" / ".join(_fmt(get(r)) for r in reports) for _, get in SCENARIO_COLUMNS]

@@ -214,3 +214,13 @@ def test_bench_simulate_prints_its_rates_as_json() -> None:
     data = json.loads(result.output)
     assert data["bench"] == "simulate" and data["allocations"] > 0 and data["invariant_violations"] == 0
     assert data["sim_seconds_per_wall_s"] > 0 and data["events_per_s"] > 0
+
+
+def test_bench_scenarios_prints_one_markdown_row_per_scenario_with_a_cell_per_policy() -> None:
+    result = _invoke("bench", "scenarios", "--names", "fragmented", "--policies", "sniper,none", "--until", "60")
+    assert result.exit_code == 0, result.output
+    rows = [line for line in result.stdout.splitlines() if line.startswith("| `fragmented`")]
+    assert len(rows) == 1
+    cells = [c.strip() for c in rows[0].strip("|").split("|")]
+    assert len(cells) == 9 and all(c.count(" / ") == 1 for c in cells[1:])
+    assert cells[-1] == "0 / 0"  # no invariant violated under either policy

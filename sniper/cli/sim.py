@@ -289,6 +289,38 @@ def bench_preempt_cmd(
         print_table("bench preempt", result)
 
 
+@bench_app.command("scenarios")
+def bench_scenarios_cmd(
+    names: Annotated[str | None, typer.Option(help="comma-separated bundled scenarios (default: all)")] = None,
+    policies: Annotated[str, typer.Option(help="comma-separated policies")] = "sniper,proportional,none",
+    until: Annotated[float, typer.Option(min=0, help="simulated seconds per run")] = 600.0,
+    jobs: Annotated[int, typer.Option(min=1, help="run the policies in this many parallel processes")] = 1,
+) -> None:
+    """Every bundled scenario under each policy: the Markdown table of docs/benchmarks.md."""
+    from simulator.compare import SCENARIO_COLUMNS, scenario_row
+    from simulator.compare import compare as run_compare
+    from simulator.run import SimulationSettings
+    from simulator.scenarios import SCENARIOS
+
+    chosen = [x.strip() for x in names.split(",")] if names else list(SCENARIOS)
+    unknown = [x for x in chosen if x not in SCENARIOS]
+    if unknown:
+        fail(f"unknown scenarios {unknown}: choose among {', '.join(SCENARIOS)}")
+    runs = [x.strip() for x in policies.split(",") if x.strip()]
+    known = [p.value for p in Policy]
+    if not runs or any(x not in known for x in runs):
+        fail(f"unknown policies {policies!r}: choose among {', '.join(known)}")
+    tune_gc()
+    header = f"| scenario ({' / '.join(runs)}) | " + " | ".join(c for c, _ in SCENARIO_COLUMNS) + " |"
+    out.print(literal(header), soft_wrap=True)
+    out.print(literal("|---|" + "---|" * len(SCENARIO_COLUMNS)), soft_wrap=True)
+    for name in chosen:
+        events, config, _ = load_inputs(Path(name), None, 0)
+        console.print(literal(f"{name}: {', '.join(runs)} for {until:g} simulated seconds"))
+        results = run_compare(events, config, runs, SimulationSettings(until=until), jobs=jobs)
+        out.print(literal("| " + " | ".join(scenario_row(name, results)) + " |"), soft_wrap=True)
+
+
 @app.command("check-config")
 def check_config(path: Annotated[Path, typer.Argument(help="queues.yaml")]) -> None:
     """Validate a queues.yaml; print each partition's preemption settings and its queue tree with units."""
