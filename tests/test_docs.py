@@ -28,9 +28,11 @@ def _text(page: str) -> str:
 
 def test_readme_links_every_page_and_every_link_resolves() -> None:
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    for page in PAGES:
-        assert f"(docs/{page})" in readme, page
-    for source in [ROOT / "README.md", *(DOCS / p for p in PAGES)]:
+    pages = sorted(DOCS.glob("*.md"))
+    linked_from_docs = {target for page in pages for target in re.findall(r"\]\(([\w.-]+\.md)", page.read_text())}
+    for page in pages:
+        assert f"(docs/{page.name})" in readme or page.name in linked_from_docs, f"nothing links {page.name}"
+    for source in [ROOT / "README.md", *pages]:
         for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", source.read_text(encoding="utf-8")):
             if "://" not in target:
                 assert (source.parent / target).exists(), f"{source.name} links to missing {target}"
