@@ -103,7 +103,7 @@ def test_check_config_accepts_a_good_file(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     assert "partition default" in result.output
     assert "    a: guaranteed none; no max;" in result.output
-    assert "    b: guaranteed memory 1 MiB; no max;" in result.output
+    assert "    b: guaranteed 1 MiB; no max;" in result.output
 
 
 def test_check_config_prints_units_preemption_settings_and_warnings(tmp_path: Path) -> None:
@@ -122,7 +122,7 @@ def test_check_config_prints_units_preemption_settings_and_warnings(tmp_path: Pa
     assert result.exit_code == 0, result.output
     assert "preemption: policy sniper, every 1 s, grace 15 s, at most 10% of the partition a round" in result.output
     assert "fenced: root.team" in result.output and "never victims (disabled): root.c" in result.output
-    assert "team: guaranteed memory 320 GiB, vcore 80 cores; max memory 320 GiB, vcores 2;" in result.output
+    assert "team: guaranteed 320 GiB, 80 cores; max 320 GiB, vcores 2;" in result.output
     text = _text(result)
     assert "warning: queue root.team: adminacl not implemented by Sniper yet" in text
     assert "resource 'vcores' is not 'vcore' (did you mean 'vcore'?)" in text
