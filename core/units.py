@@ -69,6 +69,12 @@ def in_base_units(name: str, amount: int) -> float:
     return float(amount) if unit is None else amount * unit[1]
 
 
+def from_base_units(name: str, value: float) -> int:
+    """An amount in the :func:`base_unit` of ``name`` back in Sniper's unit (rounded to the nearest)."""
+    unit = BASE_UNITS.get(name)
+    return round(value if unit is None else value / unit[1])
+
+
 def each_in_base_units(resource: ResourceLike) -> Iterator[tuple[str, str, float]]:
     """``(name, base unit, value)`` of each resource of ``resource``."""
     for name, amount in resource.items():

@@ -172,6 +172,17 @@ class LogFormat(enum.StrEnum):
     json = "json"
 
 
+class LogLevel(enum.StrEnum):
+    debug = "debug"
+    info = "info"
+    warning = "warning"
+    error = "error"
+
+    @property
+    def level(self) -> int:
+        return logging.getLevelNamesMapping()[self.value.upper()]
+
+
 class Transport(enum.StrEnum):
     memory = "memory"
     kafka = "kafka"

@@ -59,8 +59,9 @@ AmResponse = Annotated[
 
 
 def _print_summary(report: Report, title: str) -> None:
-    """The report for people: counts, seconds, resources in human units, shares in percent."""
-    table = Table(title=literal(title), show_header=True)
+    """The report for people: counts, seconds, resources in human units, shares in percent. The title
+    is a line of its own (a table's title wraps at the table's width, and a trace's path is long)."""
+    table = Table(show_header=True)
     table.add_column("metric")
     table.add_column("value", justify="right")
     table.add_row("policy", literal(report.policy))
@@ -82,6 +83,7 @@ def _print_summary(report: Report, title: str) -> None:
             literal(f"time_to_guarantee {queue}"),
             f"episodes {ttg.episodes} unmet {ttg.unmet} p50 {ttg.p50} max {ttg.max}",
         )
+    out.print(literal(title), soft_wrap=True)
     out.print(table)
 
 
