@@ -62,6 +62,44 @@ def _beneficiary(app: str, ask: str) -> str:
     return f"{app}/{ask}" if app else ""
 
 
+def _taken(
+    action: str,
+    partition: str,
+    message: str,
+    victim: str,
+    decision: d.Preempt | d.PreemptRequest,
+    target: d.Preempt | d.ContractContainer,
+    resource: res.ResourceLike,
+    **more: str,
+) -> None:
+    """The line of a decision that takes ``victim`` from ``decision``'s app for ``target``'s beneficiary."""
+    beneficiary = _beneficiary(target.for_app, target.for_ask)
+    reason = decision.reason or "no reason given"
+    log.info(
+        "%s for %s in %s (by t=%s): %s",
+        message,
+        beneficiary,
+        target.for_queue,
+        decision.deadline,
+        reason,
+        extra={
+            "action": action,
+            "partition": partition,
+            **more,
+            "victim": victim,
+            "victim_app": decision.app,
+            "victim_queue": decision.queue,
+            "node": target.node,
+            "beneficiary": beneficiary,
+            "beneficiary_queue": target.for_queue,
+            "resource": human_resource(resource),
+            "policy": decision.policy,
+            "deadline": decision.deadline,
+            "reason": decision.reason,
+        },
+    )
+
+
 def audit(partition: str, decisions: Iterable[d.DecisionMsg], tally: PreemptionTally) -> None:
     """Log the decisions that take room from someone and count the preemptions per queue."""
     info = log.isEnabledFor(logging.INFO)
@@ -72,30 +110,14 @@ def audit(partition: str, decisions: Iterable[d.DecisionMsg], tally: PreemptionT
             tally.preempted(x)
             if info:
                 what = "opportunistic container" if x.opportunistic else "container"
-                log.info(
-                    "preempt %s %s of %s in %s on %s for %s in %s: %s",
-                    what,
+                _taken(
+                    "preempt",
+                    partition,
+                    f"preempt {what} {x.allocation} of {x.app} in {x.queue} on {x.node}",
                     x.allocation,
-                    x.app,
-                    x.queue,
-                    x.node,
-                    _beneficiary(x.for_app, x.for_ask),
-                    x.for_queue,
-                    x.reason or "no reason given",
-                    extra={
-                        "action": "preempt",
-                        "partition": partition,
-                        "victim": x.allocation,
-                        "victim_app": x.app,
-                        "victim_queue": x.queue,
-                        "node": x.node,
-                        "beneficiary": _beneficiary(x.for_app, x.for_ask),
-                        "beneficiary_queue": x.for_queue,
-                        "resource": human_resource(x.resource),
-                        "policy": x.policy,
-                        "deadline": x.deadline,
-                        "reason": x.reason,
-                    },
+                    x,
+                    x,
+                    x.resource,
                 )
         elif isinstance(x, d.Kill):
             cause = tally.in_flight.pop(x.allocation, None)
@@ -144,32 +166,8 @@ def audit(partition: str, decisions: Iterable[d.DecisionMsg], tally: PreemptionT
             tally.in_flight.pop(x.allocation, None)
         elif isinstance(x, d.PreemptRequest) and not x.observe_only and info:
             for c in x.containers:
-                log.info(
-                    "preempt_request asks %s in %s to give back %s on %s (by %s) for %s in %s: %s",
-                    x.app,
-                    x.queue,
-                    c.allocation,
-                    c.node,
-                    x.deadline,
-                    _beneficiary(c.for_app, c.for_ask),
-                    c.for_queue,
-                    x.reason or "no reason given",
-                    extra={
-                        "action": "preempt_request",
-                        "partition": partition,
-                        "request": x.request,
-                        "victim": c.allocation,
-                        "victim_app": x.app,
-                        "victim_queue": x.queue,
-                        "node": c.node,
-                        "beneficiary": _beneficiary(c.for_app, c.for_ask),
-                        "beneficiary_queue": c.for_queue,
-                        "resource": human_resource(c.resource),
-                        "policy": x.policy,
-                        "deadline": x.deadline,
-                        "reason": x.reason,
-                    },
-                )
+                message = f"preempt_request asks {x.app} in {x.queue} to give back {c.allocation} on {c.node}"
+                _taken("preempt_request", partition, message, c.allocation, x, c, c.resource, request=x.request)
         elif isinstance(x, d.NodeUnreserved) and x.reason == DERESERVED and info:
             log.info(
                 "dereserve node %s held for %s in %s by policy %s",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import msgspec
@@ -214,3 +215,22 @@ def test_bench_simulate_prints_its_rates_as_json() -> None:
     data = json.loads(result.output)
     assert data["bench"] == "simulate" and data["allocations"] > 0 and data["invariant_violations"] == 0
     assert data["sim_seconds_per_wall_s"] > 0 and data["events_per_s"] > 0
+
+
+def test_the_simulate_summary_speaks_human_units_and_the_report_base_ones(tmp_path: Path) -> None:
+    """large_containers preempts 2 GiB, half-core containers: the table says GiB and cores, shares in
+    percent; the JSON report keeps MiB and millicores."""
+    report = tmp_path / "report.json"
+    result = _invoke("simulate", "large_containers", "--policy", "sniper", "--report", str(report))
+    assert result.exit_code == 0, result.output
+    data = json.loads(report.read_text())
+    victims, preempted = data["preemptions"]["victims"], data["preemptions"]["resources"]
+    assert preempted == {"memory": victims * 2048, "vcore": victims * 500}
+    rows = {
+        cells[0]: cells[1]
+        for line in result.stdout.splitlines()
+        if len(cells := [c.strip() for c in line.strip("│┃ ").split("│")]) == 2
+    }
+    assert rows["preempted"] == f"{victims * 2} GiB, {victims // 2:g} cores"
+    assert re.fullmatch(r"[0-9.]+%", rows["utilization memory"]), rows
+    assert re.fullmatch(r"[0-9.]+%", rows["stranded vcore"]), rows

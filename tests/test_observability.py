@@ -289,3 +289,11 @@ def test_the_operations_page_names_every_metric_a_core_exports() -> None:
     for family in families:
         exported = family.name + ("_total" if family.type == "counter" else "")
         assert re.search(rf"`{exported}[`{{]", page), exported
+
+
+def test_the_metrics_port_is_checked_from_the_flag_and_the_variable() -> None:
+    runner = CliRunner()
+    for args, env in ((["--metrics-port", "70000"], {}), ([], {"SNIPER_METRICS_PORT": "70000"})):
+        result = runner.invoke(app, ["core", *args], env={"COLUMNS": "200", **env})
+        assert result.exit_code == 2, result.output
+        assert "--metrics-port" in result.output and "65535" in result.output
