@@ -11,8 +11,8 @@ The collector reads plain ints from dicts the event loop mutates, without locks:
 state a few messages old, and a dict resized during the scrape is retried once, then skipped.
 
 The same port serves ``GET /ws/v1/state`` (JSON, like YuniKorn's REST API under ``/ws/v1``): per
-partition the queues (guaranteed, max, used, pending, ideal), nodes, reservations, preemptions in
-flight and the last preemptions with their reasons. It is built on the event loop (the HTTP thread
+partition the queues (guaranteed, max, used, pending, ideal), nodes, preemption and node reservations,
+preemptions in flight and the last preemptions with their reasons. It is built on the event loop (the HTTP thread
 hands the request over and waits), so it never races the actors: it is the state between two messages.
 Resources there are in base units as in the metrics (``units`` in the answer: memory in bytes, vcore
 in cores, other resources as counts; :mod:`core.units`).
@@ -394,6 +394,17 @@ def state_of(process: CoreProcess | ReplicaProcess) -> dict[str, Any]:
                         "policy": r.policy,
                     }
                     for r in state.reservations.values()
+                ],
+                "node_reservations": [
+                    {
+                        "reservation": r.id,
+                        "app": r.app,
+                        "ask": r.ask,
+                        "node": r.node,
+                        "resource": in_base(r.resource),
+                        "expires": r.expires,
+                    }
+                    for r in state.node_reservations.values()
                 ],
                 "preemptions_in_flight": [
                     {

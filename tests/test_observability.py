@@ -3,6 +3,7 @@ core, ``sniper status``, kills counted on a sped-up feed, and structured logs.""
 
 from __future__ import annotations
 
+import io
 import json
 import logging
 import re
@@ -256,7 +257,7 @@ async def test_the_log_level_is_a_flag_and_an_environment_variable(
     port = _free_port()
     monkeypatch.setenv("SNIPER_LOG_LEVEL", "debug")
     chatty = await _core_log(kafka_settings, port)
-    assert "level=debug" in chatty
+    assert "level=debug" in chatty and "log_level=debug" in chatty  # the options, logged at start
     assert f"metrics on http://127.0.0.1:{port}/metrics" in chatty  # an INFO line
     quiet = await _core_log(kafka_settings, port, "--log-level", "warning")  # the flag wins over the variable
     assert "level=debug" not in quiet and "level=info" not in quiet
@@ -297,3 +298,56 @@ def test_the_metrics_port_is_checked_from_the_flag_and_the_variable() -> None:
         result = runner.invoke(app, ["core", *args], env={"COLUMNS": "200", **env})
         assert result.exit_code == 2, result.output
         assert "--metrics-port" in result.output and "65535" in result.output
+
+
+def test_status_tables_are_in_human_units_and_keep_long_names_whole() -> None:
+    """A GPU partition's state (base units, as the endpoint serves it) on a wide screen: every figure in
+    human units, long names whole on their row whatever the width."""
+    from rich.console import Console
+
+    from sniper.cli.kafka import render_state
+
+    gib, long_name = 2**30, "root.research.vision-" + "x" * 150
+    queue = {
+        "queue": long_name,
+        "used": {"memory": 96 * gib, "vcore": 12.5, "gpu": 4},
+        "guaranteed": {"memory": 320 * gib, "vcore": 48, "gpu": 8},
+        "ideal": {"memory": 1536 * 2**20, "vcore": 0.5},
+        "pending": {"gpu": 1},
+        "max": None,
+    }
+    document = {
+        "partitions": [
+            {
+                "name": "gpu",
+                "epoch": 3,
+                "now": 12.0,
+                "capacity": {"memory": 2 * 2**40, "vcore": 256, "gpu": 16},
+                "queues": [queue],
+                "nodes": [{"node": "g1", "schedulable": True, "capacity": {"gpu": 8}, "allocated": {}}],
+                "reservations": [],
+                "node_reservations": [
+                    {"reservation": "nr-1", "app": "a", "ask": "k", "node": "g1", "resource": {"gpu": 1}, "expires": 40}
+                ],
+                "preemptions_in_flight": [],
+                "recent_preemptions": [],
+            }
+        ]
+    }
+    screen = Console(width=100_000, file=io.StringIO(), highlight=False)
+    for table in render_state(document, 50):
+        screen.print(table)
+    text = screen.file.getvalue()  # type: ignore[attr-defined]
+    assert "capacity 2 TiB, 256 cores, 16 GPUs" in text
+    row = next(line for line in text.splitlines() if long_name in line)
+    cells = [cell.strip() for cell in row.strip("│ ").split("│")]
+    assert cells == [
+        long_name,
+        "96 GiB, 12.5 cores, 4 GPUs",
+        "320 GiB, 48 cores, 8 GPUs",
+        "1.5 GiB, 0.5 cores",
+        "1 GPU",
+        "-",
+    ]
+    assert next(line for line in text.splitlines() if "│ g1 " in line).split("│")[4].strip() == "0"
+    assert "nr-1" in text and "a/k" in text and "40.0" in text

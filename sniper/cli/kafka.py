@@ -218,6 +218,9 @@ def core(
         snapshot_every=snapshot_every,
         max_partitions=max_partitions,
     )
+    logging.getLogger("sniper.core").debug(
+        "core options: %s", options, extra={"log_level": "debug" if verbose else log_level.value}
+    )
 
     async def main() -> None:
         tune_gc()
@@ -406,6 +409,10 @@ def render_state(document: Mapping[str, Any], limit: int) -> list[Any]:
             [r["reservation"], f"{r['app']}/{r['ask']}", r["node"], _human(r["resource"]), str(len(r["victims"]))]
             for r in part["reservations"]
         ]
+        node_reservation_rows = [
+            [r["reservation"], f"{r['app']}/{r['ask']}", r["node"], _human(r["resource"]), f"{r['expires']:.1f}"]
+            for r in part.get("node_reservations", [])
+        ]
         flight_rows = [
             [a["allocation"], a["queue"], a["node"], _human(a["resource"]), f"{a['deadline']:.1f}"]
             for a in part["preemptions_in_flight"]
@@ -420,6 +427,9 @@ def render_state(document: Mapping[str, Any], limit: int) -> list[Any]:
             ),
             _rows_table("nodes", ["node", "schedulable", "capacity", "allocated"], node_rows, limit),
             _rows_table("reservations", ["reservation", "for", "node", "resource", "victims"], reservation_rows, limit),
+            _rows_table(
+                "node reservations", ["reservation", "for", "node", "resource", "expires"], node_reservation_rows, limit
+            ),
             _rows_table(
                 "preemptions in flight", ["allocation", "queue", "node", "resource", "deadline"], flight_rows, limit
             ),
