@@ -76,12 +76,11 @@ def _taken(
     beneficiary = _beneficiary(target.for_app, target.for_ask)
     reason = decision.reason or "no reason given"
     log.info(
-        "%s for %s in %s (by t=%s): %s",
+        "%s for %s in %s by t=%.1f",
         message,
         beneficiary,
         target.for_queue,
         decision.deadline,
-        reason,
         extra={
             "action": action,
             "partition": partition,
@@ -94,8 +93,8 @@ def _taken(
             "beneficiary_queue": target.for_queue,
             "resource": human_resource(resource),
             "policy": decision.policy,
-            "deadline": decision.deadline,
-            "reason": decision.reason,
+            "deadline": round(decision.deadline, 3),
+            "reason": reason,
         },
     )
 
