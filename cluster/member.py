@@ -21,6 +21,7 @@ import anyio
 from anyio.abc import TaskGroup, TaskStatus
 
 from actors.base import Actor
+from cluster.audit import PreemptionTally
 from transport.bus import DECISIONS, SNAPSHOTS
 from transport.kafka import (
     BadRecords,
@@ -50,6 +51,7 @@ class PartitionCounters:
     recovered_feed: int = 0
     recovered_decisions: int = 0
     recovery_divergences: int = 0
+    preempted: PreemptionTally = dataclasses.field(default_factory=PreemptionTally)  # per queue, for the metrics
 
 
 class Host(Protocol):

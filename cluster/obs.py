@@ -11,10 +11,11 @@ The collector reads plain ints from dicts the event loop mutates, without locks:
 state a few messages old, and a dict resized during the scrape is retried once, then skipped.
 
 The same port serves ``GET /ws/v1/state`` (JSON, like YuniKorn's REST API under ``/ws/v1``): per
-partition the queues (guaranteed, max, used, pending, ideal), nodes, reservations, preemptions in
-flight and the last preemptions with their reasons. It is built on the event loop (the HTTP thread
+partition the queues (guaranteed, max, used, pending, ideal), nodes, preemption and node reservations,
+preemptions in flight and the last preemptions with their reasons. It is built on the event loop (the HTTP thread
 hands the request over and waits), so it never races the actors: it is the state between two messages.
-Resources there are in Sniper's units (``units`` in the answer: memory MiB, vcore milli-cores).
+Resources there are in base units as in the metrics (``units`` in the answer: memory in bytes, vcore
+in cores, other resources as counts; :mod:`core.units`).
 
 Logs: :func:`setup_logging` installs one handler writing JSON lines (``--log-format json``) or
 ``key=value`` lines (``kv``); records of actors carry their ``partition`` and ``actor``.
@@ -44,16 +45,17 @@ from prometheus_client import (
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from core.resources import MEMORY, VCORE, Resource
+from cluster.member import Host
+from core.resources import Resource, ResourceLike
+from core.units import BASE_UNITS, COUNT, each_in_base_units, in_base_units
 
 if TYPE_CHECKING:
     from cluster.process import CoreProcess, HostedPartition
     from cluster.roles import ReplicaProcess
 
 STATE_PATH = "/ws/v1/state"
-# Sniper's integer units (core.resources) and the base unit a metric name carries.
-BASE_UNITS: dict[str, tuple[str, float]] = {MEMORY: ("bytes", float(2**20)), VCORE: ("cores", 0.001)}
-SNIPER_UNITS = {MEMORY: "MiB", VCORE: "millicores"}
+# The units of resources in the state document: base units, as the metrics.
+STATE_UNITS = {**{name: unit for name, (unit, _) in BASE_UNITS.items()}, "other resources": COUNT}
 # Seconds: a feed record's decisions are acknowledged in ms; a preemption round may take a second.
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
@@ -99,14 +101,24 @@ class CoreHistograms:
         return observe
 
 
-def _in_base_units(resource: Resource) -> Iterator[tuple[str, str | None, float]]:
+def _in_base_units(resource: ResourceLike) -> Iterator[tuple[str, str | None, float]]:
     """(unit suffix or None, resource label or None, value) of each resource in base units."""
-    for name, value in resource.items():
-        unit = BASE_UNITS.get(name)
-        if unit is None:
-            yield "", name, float(value)
+    for name, unit, value in each_in_base_units(resource):
+        if name in BASE_UNITS:
+            yield f"_{name}_{unit}", None, value
         else:
-            yield f"_{name}_{unit[0]}", None, value * unit[1]
+            yield "", name, value
+
+
+def in_base(resource: ResourceLike | None) -> dict[str, int | float] | None:
+    """A resource in base units for JSON: memory in bytes and other counts as integers, vcore in cores."""
+    if resource is None:
+        return None
+    out: dict[str, int | float] = {}
+    for name, amount in resource.items():
+        value = in_base_units(name, amount)
+        out[name] = int(value) if value.is_integer() else value
+    return out
 
 
 class _QueueFamilies:
@@ -167,6 +179,9 @@ class _CoreCollector(Collector):
                     figures["max"].add(host.name, queue.path, dict(queue.max))
         for figure in figures.values():
             yield from figure.families()
+        yield from _queue_activity(process)
+        yield from _preempted_per_queue(process)
+        yield from _policy_figures(process)
         counters = {
             "allocations": "Allocations decided",
             "preemptions": "Victims preempted",
@@ -206,6 +221,120 @@ class _CoreCollector(Collector):
         yield dead
 
 
+def _queue_activity(process: CoreProcess | ReplicaProcess) -> Iterator[GaugeMetricFamily]:
+    """Per queue: apps waiting for containers, apps running containers, reservations its apps hold."""
+    apps = GaugeMetricFamily(
+        "sniper_queue_apps",
+        "Apps of a queue: pending (some ask waits for containers), running (holds containers)",
+        labels=["partition", "queue", "state"],
+    )
+    reservations = GaugeMetricFamily(
+        "sniper_queue_reservations",
+        "Reservations held for a queue's asks: preemption reservations (kind=preemption) and node reservations",
+        labels=["partition", "queue", "kind"],
+    )
+    for host in _caches(process):
+        state = host.core.state
+        pending: dict[str, int] = dict.fromkeys(state.queues, 0)
+        running: dict[str, int] = dict.fromkeys(state.queues, 0)
+        for app in list(state.apps.values()):
+            path = app.queue.path
+            if app.pending_asks:
+                pending[path] = pending.get(path, 0) + 1
+            if app.allocations:
+                running[path] = running.get(path, 0) + 1
+        held: dict[tuple[str, str], int] = {(q, k): 0 for q in state.queues for k in ("preemption", "node")}
+        owners = [("preemption", r.app) for r in list(state.reservations.values())]
+        owners += [("node", r.app) for r in list(state.node_reservations.values())]
+        for kind, app_name in owners:
+            owner = state.apps.get(app_name)
+            if owner is not None:
+                held[(owner.queue.path, kind)] = held.get((owner.queue.path, kind), 0) + 1
+        for path in state.queues:
+            apps.add_metric([host.name, path, "pending"], pending[path])
+            apps.add_metric([host.name, path, "running"], running[path])
+        for (path, kind), count in held.items():
+            reservations.add_metric([host.name, path, kind], count)
+    yield apps
+    yield reservations
+
+
+def _preempted_per_queue(process: CoreProcess | ReplicaProcess) -> Iterator[CounterMetricFamily]:
+    """Per queue and role (victim: taken from it; beneficiary: freed for it), containers and resources."""
+    labels = ["partition", "queue", "role"]
+    containers = CounterMetricFamily(
+        "sniper_queue_preempted_containers",
+        "Containers preempted from a queue (role=victim) or for it (role=beneficiary)",
+        labels=labels,
+    )
+    by_unit = {
+        f"_{name}_{unit}": CounterMetricFamily(
+            f"sniper_queue_preempted_{name}_{unit}",
+            f"Resources preempted from a queue (role=victim) or for it (role=beneficiary) ({name}, {unit})",
+            labels=labels,
+        )
+        for name, (unit, _) in BASE_UNITS.items()
+    }
+    other = CounterMetricFamily(
+        "sniper_queue_preempted",
+        "Other resources preempted from a queue (role=victim) or for it (role=beneficiary), in their own units",
+        labels=[*labels, "resource"],
+    )
+    for partition, counters in list(process.counters.items()):
+        for (queue, role), tally in list(counters.preempted.by_queue.items()):
+            containers.add_metric([partition, queue, role], tally.containers)
+            for suffix, label, value in _in_base_units(dict(tally.resource)):
+                if label is None:
+                    by_unit[suffix].add_metric([partition, queue, role], value)
+                else:
+                    other.add_metric([partition, queue, role, label], value)
+    yield containers
+    yield from by_unit.values()
+    yield other
+
+
+def _policy_figures(process: CoreProcess | ReplicaProcess) -> Iterator[Any]:
+    """Per partition: preemption rounds and masked asks of each policy; missed allocation opportunities."""
+    from actors.allocator import AllocatorActor
+    from actors.policy import PolicyActor
+
+    rounds = CounterMetricFamily(
+        "sniper_preemption_rounds", "Rounds a preemption policy ran", labels=["partition", "policy"]
+    )
+    masked_now = GaugeMetricFamily(
+        "sniper_masked_asks",
+        "Asks a policy skips until room changes (no victim set could help them)",
+        labels=["partition", "policy"],
+    )
+    masked = CounterMetricFamily("sniper_asks_masked", "Asks a policy put in its mask", labels=["partition", "policy"])
+    missed = GaugeMetricFamily(
+        "sniper_missed_opportunities",
+        "Allocation cycles the waiting asks went through without a placement, summed over the asks",
+        labels=["partition"],
+    )
+    waiting = GaugeMetricFamily(
+        "sniper_asks_missing_opportunities",
+        "Waiting asks that went through at least one allocation cycle without a placement",
+        labels=["partition"],
+    )
+    hosts: list[Host] = list(process.hosts.values())
+    for host in hosts:
+        for actor in list(host.actors):
+            if isinstance(actor, PolicyActor):
+                policy = actor.replica_of.policy
+                if policy is None:
+                    continue
+                rounds.add_metric([host.name, actor.replica_of.name], getattr(policy, "rounds", 0))
+                if policy.mask is not None:
+                    masked_now.add_metric([host.name, actor.replica_of.name], len(policy.mask))
+                    masked.add_metric([host.name, actor.replica_of.name], policy.mask.masked)
+            elif isinstance(actor, AllocatorActor):
+                counts = list(actor.core.missed.values())
+                missed.add_metric([host.name], sum(counts))
+                waiting.add_metric([host.name], sum(1 for c in counts if c))
+    yield from (rounds, masked_now, masked, missed, waiting)
+
+
 def _caches(process: CoreProcess | ReplicaProcess) -> list[HostedPartition]:
     """The hosted partitions that hold a cache (split replicas have none)."""
     from cluster.process import HostedPartition
@@ -230,15 +359,15 @@ def state_of(process: CoreProcess | ReplicaProcess) -> dict[str, Any]:
                 "name": host.name,
                 "epoch": host.core.epoch,
                 "now": state.now,
-                "capacity": dict(state.capacity),
+                "capacity": in_base(state.capacity),
                 "queues": [
                     {
                         "queue": q.path,
-                        "guaranteed": dict(q.guaranteed),
-                        "max": None if q.max is None else dict(q.max),
-                        "used": dict(q.allocated),
-                        "pending": dict(q.pending),
-                        "ideal": ideal.get(q.path),
+                        "guaranteed": in_base(q.guaranteed),
+                        "max": in_base(q.max),
+                        "used": in_base(q.allocated),
+                        "pending": in_base(q.pending),
+                        "ideal": in_base(ideal.get(q.path)),
                     }
                     for q in state.queues.values()
                 ],
@@ -246,9 +375,9 @@ def state_of(process: CoreProcess | ReplicaProcess) -> dict[str, Any]:
                     {
                         "node": n.name,
                         "schedulable": n.schedulable,
-                        "capacity": dict(n.capacity),
-                        "allocated": dict(n.allocated),
-                        "reserved": dict(n.reserved),
+                        "capacity": in_base(n.capacity),
+                        "allocated": in_base(n.allocated),
+                        "reserved": in_base(n.reserved),
                     }
                     for n in state.nodes.values()
                 ],
@@ -258,7 +387,7 @@ def state_of(process: CoreProcess | ReplicaProcess) -> dict[str, Any]:
                         "app": r.app,
                         "ask": r.ask,
                         "node": r.node,
-                        "resource": dict(r.resource),
+                        "resource": in_base(r.resource),
                         "victims": list(r.victims),
                         "deadline": r.deadline,
                         "expires": r.expires,
@@ -266,13 +395,24 @@ def state_of(process: CoreProcess | ReplicaProcess) -> dict[str, Any]:
                     }
                     for r in state.reservations.values()
                 ],
+                "node_reservations": [
+                    {
+                        "reservation": r.id,
+                        "app": r.app,
+                        "ask": r.ask,
+                        "node": r.node,
+                        "resource": in_base(r.resource),
+                        "expires": r.expires,
+                    }
+                    for r in state.node_reservations.values()
+                ],
                 "preemptions_in_flight": [
                     {
                         "allocation": a.id,
                         "app": a.app,
                         "queue": a.queue.path,
                         "node": a.node,
-                        "resource": dict(a.resource),
+                        "resource": in_base(a.resource),
                         "deadline": a.preempt_deadline,
                         "reservation": a.reservation,
                     }
@@ -294,7 +434,7 @@ def state_of(process: CoreProcess | ReplicaProcess) -> dict[str, Any]:
                 ],
             }
         )
-    return {"units": SNIPER_UNITS, "partitions": partitions}
+    return {"units": STATE_UNITS, "partitions": partitions}
 
 
 class MetricsServeError(RuntimeError):

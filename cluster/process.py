@@ -70,6 +70,7 @@ from actors.cache import CacheActor
 from actors.clock import TimeBase, clock_actor
 from actors.partition import PartitionRuntime
 from actors.router import Router
+from cluster.audit import audit
 from cluster.logread import read_partition
 from cluster.member import GroupMember
 from core.allocator import DEFAULT_BATCH
@@ -346,6 +347,7 @@ class HostedPartition:
                     if fetched is not None:
                         child.observe(now - fetched)
         c = self.counters
+        audit(self.name, decisions, c.preempted)
         c.decisions += len(decisions)
         self._decisions_since_snapshot += len(decisions)
         for x in decisions:

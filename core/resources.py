@@ -125,23 +125,6 @@ def _largest_unit(amount: int, units: tuple[tuple[int, str], ...]) -> tuple[int,
     return next((size, unit) for size, unit in units if amount % size == 0)
 
 
-def describe(resource: ResourceLike) -> str:
-    """``resource`` for people, in the largest unit that shows it exactly: ``memory 320 GiB, vcore 80 cores``."""
-    parts: list[str] = []
-    for name in sorted(resource, key=lambda n: (n != MEMORY, n != VCORE, n)):
-        amount = resource[name]
-        if name == MEMORY:
-            size, unit = _largest_unit(amount, ((2**20, "TiB"), (2**10, "GiB"), (1, "MiB")))
-            text = f"{amount // size} {unit}"
-        elif name == VCORE:
-            fraction = f".{amount % 1000:03d}".rstrip("0") if amount % 1000 else ""
-            text = f"{amount // 1000}{fraction} cores"
-        else:
-            text = str(amount)
-        parts.append(f"{name} {text}")
-    return ", ".join(parts) if parts else "none"
-
-
 def add(a: ResourceLike, b: ResourceLike) -> Resource:
     out = dict(a)
     for k, v in b.items():

@@ -8,8 +8,8 @@ resources in feed units: memory MiB, vcore milli-cores, gpu milli-GPUs) and coll
 shrinks the cluster (``nodes_sample``, an even stride over the nodes sorted by name) and writes the
 queue tree: one leaf per source queue, guaranteed a share of the (sampled) cluster. Invariants: the
 same input and options give byte-identical output; the trace starts with its ``partition_config``,
-then every node at ``t=0``, then jobs in time order; config quantities carry explicit units
-(``"10240Mi"``, ``"10000m"``) so they read the same under bare-MiB and bare-byte loaders.
+then every node at ``t=0``, then jobs in time order; config quantities are YuniKorn quantities
+(:func:`core.resources.as_quantities`: ``64Gi``, ``16`` cores, ``500m``) that read back exactly.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from typing import Any, BinaryIO
 import yaml
 
 from core.config import ConfigError, parse_partition
-from core.resources import MEMORY, VCORE
+from core.resources import as_quantities
 from messages import feed as f
 from messages.codec import BadInput, encode_json_line
 
@@ -152,15 +152,6 @@ def text_lines(lines: Iterable[bytes], source: str, bad: list[BadInput]) -> Iter
             yield "\n"
 
 
-def _quantity(name: str, value: int) -> str | int:
-    """A config quantity with an explicit unit, so bare-number conventions never matter."""
-    if name == MEMORY:
-        return f"{value}Mi"
-    if name == VCORE:
-        return f"{value}m"
-    return value
-
-
 def _sample(nodes: list[NodeSpec], keep: int | None) -> list[NodeSpec]:
     ordered = sorted(nodes, key=lambda n: n.name)
     if keep is None or keep >= len(ordered):
@@ -178,7 +169,7 @@ def _queues(
     for leaf in leaves:
         share = guarantees.get(leaf, equal)
         amounts = {k: math.floor(v * share + 1e-6) for k, v in sorted(total.items())}  # 1 - 0.8 is 0.19999...
-        guaranteed = {k: _quantity(k, v) for k, v in amounts.items() if v > 0}
+        guaranteed = as_quantities({k: v for k, v in amounts.items() if v > 0})
         entry: dict[str, Any] = {"name": leaf}
         if guaranteed:
             entry["resources"] = {"guaranteed": guaranteed}

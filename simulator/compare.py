@@ -3,7 +3,8 @@
 Each run is an independent simulation of the same events and config; only the policy differs. With
 ``jobs`` above one the policies run in parallel processes (each returns its report and metrics; the
 actors stay in the worker). The table has a row per resource for utilization, fairness and stranded
-capacity (idle while asks that could use it wait); runs with opportunistic containers add their
+capacity (idle while asks that could use it wait): preempted amounts in human units (``240 GiB``),
+shares of capacity in percent (:mod:`core.units`). Runs with opportunistic containers add their
 allocations, evictions and utilization.
 """
 
@@ -21,11 +22,12 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
 from core.config import SchedulerConfig
+from core.units import human, percent
 from messages import decisions as d
 from messages import feed as f
 from simulator.ideal_view import ideal_for_model
 from simulator.metrics import Metrics
-from simulator.plot import scarcest_resource
+from simulator.plot import capacity_label, scarcest_resource, share_axis
 from simulator.report import Report
 from simulator.run import SimulationSettings, run_simulation
 
@@ -65,11 +67,12 @@ ROWS: tuple[tuple[str, Callable[[Report], Any]], ...] = (
     ("invariant violations", lambda r: r.invariant_violations),
     ("wall clock (s)", lambda r: r.wall_seconds),
 )
-PER_RESOURCE: tuple[tuple[str, Callable[[Report], dict[str, Any]]], ...] = (
-    ("preempted", lambda r: dict(r.preemptions.resources)),
-    ("utilization", lambda r: dict(r.utilization)),
-    ("fairness gap", lambda r: dict(r.fairness)),
-    ("stranded", lambda r: dict(r.stranded)),
+# Per resource: preempted amounts in human units, the rest shares of capacity in percent.
+PER_RESOURCE: tuple[tuple[str, Callable[[Report], dict[str, Any]], bool], ...] = (
+    ("preempted", lambda r: dict(r.preemptions.resources), True),
+    ("utilization", lambda r: dict(r.utilization), False),
+    ("fairness gap", lambda r: dict(r.fairness), False),
+    ("stranded", lambda r: dict(r.stranded), False),
 )
 
 
@@ -142,11 +145,15 @@ def table_rows(results: dict[str, PolicyRun]) -> list[list[str]]:
         rows += [[label] + [_fmt(get(r)) for r in reports] for label, get in ACTION_ROWS]
     per_resource = PER_RESOURCE
     if opportunistic:
-        per_resource += (("opportunistic utilization", lambda r: dict(r.opportunistic.utilization)),)
-    for label, get in per_resource:
+        per_resource += (("opportunistic utilization", lambda r: dict(r.opportunistic.utilization), False),)
+    for label, get, amounts in per_resource:
         values = [get(r) for r in reports]
         for resource in sorted({k for v in values for k in v}):
-            rows.append([f"{label} {resource}"] + [_fmt(v.get(resource)) for v in values])
+            cells = [
+                "-" if resource not in v else human(resource, v[resource]) if amounts else percent(v[resource])
+                for v in values
+            ]
+            rows.append([f"{label} {resource}", *cells])
     return rows
 
 
@@ -191,13 +198,12 @@ def plot_compare(results: dict[str, PolicyRun], out: Path, title: str, resource:
         ax.plot(
             [s.t for s in metrics.samples], cap_share, "--", color="tab:red", label="guaranteed", drawstyle="steps-post"
         )
-        ax.set_ylim(bottom=0)
-        ax.grid(alpha=0.3)
+        share_axis(ax)
     axes[0, 0].legend(loc="upper right", fontsize=7, ncol=len(results) + 1)
     axes[-1, 0].set_yticks(range(len(results)), list(results))
     axes[-1, 0].set_ylabel("preemptions", rotation=0, ha="right", fontsize=8)
     axes[-1, 0].set_xlabel("simulated seconds")
-    fig.suptitle(f"{title}: {resource} share per queue under each policy", fontsize=10)
+    fig.suptitle(f"{title}: share of {capacity_label(metrics, resource)} per queue under each policy", fontsize=10)
     fig.tight_layout()
     fig.savefig(out, dpi=110)
     plt.close(fig)

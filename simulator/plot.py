@@ -13,8 +13,11 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
+from matplotlib.axes import Axes
+from matplotlib.ticker import PercentFormatter
 
 from core.resources import MEMORY
+from core.units import human
 from messages import decisions as d
 from simulator.metrics import Metrics
 
@@ -32,8 +35,21 @@ def scarcest_resource(metrics: Metrics) -> str:
     return max(sorted(weighted), key=lambda k: weighted[k]) if weighted else MEMORY
 
 
+def share_axis(ax: Axes) -> None:
+    """A y axis of shares of the cluster, labelled in percent."""
+    ax.yaxis.set_major_formatter(PercentFormatter(1.0))
+    ax.set_ylim(bottom=0)
+    ax.grid(alpha=0.3)
+
+
+def capacity_label(metrics: Metrics, resource: str) -> str:
+    """``memory (cluster: 2 TiB)``: the resource and the cluster's largest capacity of it, in human units."""
+    peak = max((s.capacity.get(resource, 0) for s in metrics.samples), default=0)
+    return f"{resource} (cluster: {human(resource, peak)})"
+
+
 def plot_usage(metrics: Metrics, out: Path, title: str, resource: str | None = None) -> None:
-    """One panel per leaf queue: usage and ideal (when known) as a share of the cluster, guarantee dashed;
+    """One panel per leaf queue: usage and ideal (when known) as a share of the cluster in percent, guarantee dashed;
     ``resource`` defaults to the scarcest (:func:`scarcest_resource`)."""
     resource = resource or scarcest_resource(metrics)
     model = metrics.model
@@ -77,12 +93,13 @@ def plot_usage(metrics: Metrics, out: Path, title: str, resource: str | None = N
         for t in preempt_times.get(path, []):
             ax.axvline(t, color="tab:orange", alpha=0.15, linewidth=1)
         ax.set_ylabel(path, rotation=0, ha="right", fontsize=8)
-        ax.set_ylim(bottom=0)
-        ax.grid(alpha=0.3)
+        share_axis(ax)
     axes[0, 0].legend(loc="upper right", fontsize=7, ncol=4)
     axes[-1, 0].set_xlabel("simulated seconds")
     fig.suptitle(title, fontsize=10)
-    axes[0, 0].set_title(f"{resource} as a share of the cluster; orange lines: preemptions of that queue", fontsize=8)
+    axes[0, 0].set_title(
+        f"share of {capacity_label(metrics, resource)}; orange lines: preemptions of that queue", fontsize=8
+    )
     fig.tight_layout()
     fig.savefig(out, dpi=110)
     plt.close(fig)

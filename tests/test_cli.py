@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import msgspec
@@ -103,7 +104,7 @@ def test_check_config_accepts_a_good_file(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     assert "partition default" in result.output
     assert "    a: guaranteed none; no max;" in result.output
-    assert "    b: guaranteed memory 1 MiB; no max;" in result.output
+    assert "    b: guaranteed 1 MiB; no max;" in result.output
 
 
 def test_check_config_prints_units_preemption_settings_and_warnings(tmp_path: Path) -> None:
@@ -122,7 +123,7 @@ def test_check_config_prints_units_preemption_settings_and_warnings(tmp_path: Pa
     assert result.exit_code == 0, result.output
     assert "preemption: policy sniper, every 1 s, grace 15 s, at most 10% of the partition a round" in result.output
     assert "fenced: root.team" in result.output and "never victims (disabled): root.c" in result.output
-    assert "team: guaranteed memory 320 GiB, vcore 80 cores; max memory 320 GiB, vcores 2;" in result.output
+    assert "team: guaranteed 320 GiB, 80 cores; max 320 GiB, vcores 2;" in result.output
     text = _text(result)
     assert "warning: queue root.team: adminacl not implemented by Sniper yet" in text
     assert "resource 'vcores' is not 'vcore' (did you mean 'vcore'?)" in text
@@ -224,3 +225,22 @@ def test_bench_scenarios_prints_one_markdown_row_per_scenario_with_a_cell_per_po
     cells = [c.strip() for c in rows[0].strip("|").split("|")]
     assert len(cells) == 9 and all(c.count(" / ") == 1 for c in cells[1:])
     assert cells[-1] == "0 / 0"  # no invariant violated under either policy
+
+
+def test_the_simulate_summary_speaks_human_units_and_the_report_base_ones(tmp_path: Path) -> None:
+    """large_containers preempts 2 GiB, half-core containers: the table says GiB and cores, shares in
+    percent; the JSON report keeps MiB and millicores."""
+    report = tmp_path / "report.json"
+    result = _invoke("simulate", "large_containers", "--policy", "sniper", "--report", str(report))
+    assert result.exit_code == 0, result.output
+    data = json.loads(report.read_text())
+    victims, preempted = data["preemptions"]["victims"], data["preemptions"]["resources"]
+    assert preempted == {"memory": victims * 2048, "vcore": victims * 500}
+    rows = {
+        cells[0]: cells[1]
+        for line in result.stdout.splitlines()
+        if len(cells := [c.strip() for c in line.strip("│┃ ").split("│")]) == 2
+    }
+    assert rows["preempted"] == f"{victims * 2} GiB, {victims // 2:g} cores"
+    assert re.fullmatch(r"[0-9.]+%", rows["utilization memory"]), rows
+    assert re.fullmatch(r"[0-9.]+%", rows["stranded vcore"]), rows

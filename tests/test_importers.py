@@ -5,6 +5,7 @@ deterministic output that ``sniper simulate`` runs as it is."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -115,7 +116,7 @@ def test_the_public_excerpt_imports_cleanly_and_deterministically(tmp_path: Path
     assert "malformed rows skipped" in result.output and "200" in result.output
 
 
-def test_the_config_has_explicit_units_and_equal_shares_by_default(tmp_path: Path) -> None:
+def test_the_config_is_written_in_yunikorn_quantities_with_equal_shares_by_default(tmp_path: Path) -> None:
     out = tmp_path / "t.jsonl"
     assert invoke("import", "pods-csv", "--pods", str(PODS), "--nodes", str(NODES), "--out", str(out)).exit_code == 0
     config = yaml.safe_load(out.with_suffix(".yaml").read_text())
@@ -127,8 +128,12 @@ def test_the_config_has_explicit_units_and_equal_shares_by_default(tmp_path: Pat
             totals[k] += v
     for q in leaves:
         raw = q["resources"]["guaranteed"]
-        assert str(raw["memory"]).endswith("Mi") and str(raw["vcore"]).endswith("m")
         g = parse_resource(raw)
+        # memory in the largest binary unit that holds it whole, vcore in whole cores when it is whole
+        memory = re.fullmatch(r"([0-9]+)(Mi|Gi|Ti)", raw["memory"])
+        assert memory is not None, raw
+        assert memory.group(2) != "Mi" or g["memory"] % 1024, raw
+        assert raw["vcore"] == g["vcore"] // 1000 if g["vcore"] % 1000 == 0 else raw["vcore"] == f"{g['vcore']}m"
         assert g == {k: v // 3 for k, v in totals.items()}
     # the trace's partition_config is the same partition
     assert lines(out)[0]["config"] == config["partitions"][0]

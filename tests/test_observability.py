@@ -3,8 +3,10 @@ core, ``sniper status``, kills counted on a sped-up feed, and structured logs.""
 
 from __future__ import annotations
 
+import io
 import json
 import logging
+import re
 import socket
 import urllib.request
 from typing import Any
@@ -85,15 +87,23 @@ async def test_the_metrics_endpoint_of_a_core(kafka_settings: KafkaSettings) -> 
     assert counts['sniper_feed_to_decision_seconds_count{partition="p1"}'] == 2  # the two late asks
     assert counts['sniper_allocation_cycle_seconds_count{partition="p1"}'] >= 1
     assert "sniper_queue_usage" not in text  # no unit-less resource gauges for memory or vcore
+    # The one app of root.a runs five containers and waits for nothing; no reservation, no preemption yet.
+    assert 'sniper_queue_apps{partition="p1",queue="root.a",state="running"} 1.0' in lines
+    assert 'sniper_queue_apps{partition="p1",queue="root.a",state="pending"} 0.0' in lines
+    assert 'sniper_queue_reservations{kind="preemption",partition="p1",queue="root.a"} 0.0' in lines
+    assert 'sniper_missed_opportunities{partition="p1"} 0.0' in lines
+    assert "sniper_queue_preempted_containers_total{" not in text
     (part,) = state["partitions"]
-    assert state["units"] == {"memory": "MiB", "vcore": "millicores"}
+    assert state["units"] == {"memory": "bytes", "vcore": "cores", "other resources": "count"}
     queues = {q["queue"]: q for q in part["queues"]}
-    assert queues["root.a"]["used"] == {"memory": 20} and queues["root.a"]["guaranteed"] == {"memory": 64}
+    assert queues["root.a"]["used"] == {"memory": 20 * 2**20} and queues["root.a"]["guaranteed"] == {"memory": 2**26}
     assert set(queues["root.a"]) == {"queue", "guaranteed", "max", "used", "pending", "ideal"}
     assert sorted(n["node"] for n in part["nodes"]) == ["n1", "n2"]
     assert part["reservations"] == [] and part["preemptions_in_flight"] == [] and part["recent_preemptions"] == []
     assert table.exit_code == 0, table.output
-    assert "partition p1" in table.output and "root.a" in table.output and "memory=20" in table.output
+    assert "partition p1" in table.output and "root.a" in table.output
+    row = next(line for line in table.output.splitlines() if "root.a" in line)
+    assert [cell.strip() for cell in row.strip("│ ").split("│")][:3] == ["root.a", "20 MiB", "64 MiB"]
     again = json.loads(as_json.stdout)
     assert again["partitions"][0]["queues"] == part["queues"] and again["units"] == state["units"]
 
@@ -119,13 +129,18 @@ def test_status_of_nothing_listening_exits_3() -> None:
 
 
 @pytest.mark.kafka
-async def test_a_sped_up_feed_kills_victims_after_their_grace(kafka_settings: KafkaSettings) -> None:
+async def test_a_sped_up_feed_kills_victims_after_their_grace(
+    kafka_settings: KafkaSettings, caplog: pytest.LogCaptureFixture
+) -> None:
     """The core keeps the feed's time base: at ten times speed a 15 s grace ends after 1.5 wall seconds,
-    so victims that ignore the preempt signal are killed, and the kills are counted."""
+    so victims that ignore the preempt signal are killed, and the kills are counted. Every preemption
+    and kill is on the audit trail with its victim, beneficiary, node and reason, and the per-queue
+    preemption metrics add up to the decisions published."""
     from simulator.scenarios import scenario
     from tools.feeder import PlayOptions, play
 
     sc = scenario("demo", 0)
+    caplog.set_level(logging.INFO, logger="sniper.audit")
     with anyio.fail_after(120):
         async with anyio.create_task_group() as tg:
             process = CoreProcess(kafka_settings, CoreOptions(group="kills", tick=0.1))
@@ -144,6 +159,43 @@ async def test_a_sped_up_feed_kills_victims_after_their_grace(kafka_settings: Ka
     kills = [line for line in text.splitlines() if line.startswith("sniper_kills_total{")]
     assert kills and sum(float(line.split()[1]) for line in kills) >= killed
     assert "sniper_preemption_round_seconds_count" in text
+    decisions = played.checker.decisions()
+    preempts = [x for x in decisions if isinstance(x, d.Preempt) and not x.observe_only]
+    kill_decisions = [x for x in decisions if isinstance(x, d.Kill)]
+    assert preempts and kill_decisions
+    values = {line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line[:1] != "#"}
+
+    def total(name: str, role: str, queue: str | None = None) -> float:
+        return sum(
+            v
+            for k, v in values.items()
+            if k.startswith(name + "{") and f'role="{role}"' in k and (queue is None or f'queue="{queue}"' in k)
+        )
+
+    assert total("sniper_queue_preempted_containers_total", "victim") == len(preempts)
+    assert total("sniper_queue_preempted_containers_total", "beneficiary") == len(preempts)
+    for queue in {x.queue for x in preempts}:
+        taken = [x for x in preempts if x.queue == queue]
+        assert total("sniper_queue_preempted_containers_total", "victim", queue) == len(taken)
+        memory = sum(x.resource.get("memory", 0) for x in taken) * 2**20
+        assert total("sniper_queue_preempted_memory_bytes_total", "victim", queue) == memory
+    assert sum(v for k, v in values.items() if k.startswith("sniper_preemption_rounds_total{")) > 0
+    assert 'sniper_masked_asks{partition="default",policy="sniper"}' in values
+    assert any(k.startswith("sniper_asks_masked_total{") for k in values)
+    audit = [r for r in caplog.records if r.name == "sniper.audit"]
+    logged = [(r.action, r.victim, r.node, getattr(r, "beneficiary", ""), r.reason) for r in audit]  # type: ignore[attr-defined]
+    causes: dict[str, d.Preempt] = {}  # an allocation can be preempted, spared, and preempted again
+    for x in decisions:
+        if isinstance(x, d.Preempt) and not x.observe_only:
+            causes[x.allocation] = x
+            assert ("preempt", x.allocation, x.node, f"{x.for_app}/{x.for_ask}", x.reason) in logged
+        elif isinstance(x, d.Kill):
+            cause = causes[x.allocation]
+            assert ("kill", x.allocation, x.node, f"{cause.for_app}/{cause.for_ask}", x.reason) in logged
+    assert all(r.levelno == logging.INFO for r in audit)
+    for record in (r for r in audit if r.action == "kill"):  # type: ignore[attr-defined]
+        line = StructuredFormatter("kv").format(record)
+        assert "\n" not in line and f"victim={record.victim}" in line and "beneficiary=" in line  # type: ignore[attr-defined]
 
 
 def _record(**extra: object) -> logging.LogRecord:
@@ -158,3 +210,144 @@ def test_structured_logs_carry_partition_and_actor() -> None:
     assert "partition=p1" in line and "actor=allocator" in line and 'msg="view gap after seq 7"' in line
     parsed = json.loads(StructuredFormatter("json").format(_record(partition="p 2", actor="cache")))
     assert parsed["partition"] == "p 2" and parsed["actor"] == "cache" and parsed["level"] == "warning"
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+async def _core_log(settings: KafkaSettings, port: int, *options: str) -> str:
+    """Run ``sniper core`` (with ``options``) until its metrics endpoint answers on ``port``, stop it, and
+    return its log."""
+    from tools.bench_e2e import start_core
+
+    process = await start_core(settings, "levels", "--metrics-port", str(port), *options)
+    stderr = process.stderr
+    assert stderr is not None
+    log = bytearray()
+
+    async def read() -> None:
+        async for chunk in stderr:
+            log.extend(chunk)
+
+    async with process, anyio.create_task_group() as tg:
+        tg.start_soon(read)
+        try:
+            with anyio.fail_after(60):
+                while True:  # the endpoint is up once the process has set up its logs and listens
+                    try:
+                        await anyio.to_thread.run_sync(scrape, port)
+                        break
+                    except OSError:
+                        assert process.returncode is None, log.decode()
+                        await anyio.sleep(0.05)
+        finally:
+            process.terminate()
+            with anyio.fail_after(30):
+                await process.wait()
+    return log.decode()
+
+
+@pytest.mark.kafka
+async def test_the_log_level_is_a_flag_and_an_environment_variable(
+    kafka_settings: KafkaSettings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    port = _free_port()
+    monkeypatch.setenv("SNIPER_LOG_LEVEL", "debug")
+    chatty = await _core_log(kafka_settings, port)
+    assert "level=debug" in chatty and "log_level=debug" in chatty  # the options, logged at start
+    assert f"metrics on http://127.0.0.1:{port}/metrics" in chatty  # an INFO line
+    quiet = await _core_log(kafka_settings, port, "--log-level", "warning")  # the flag wins over the variable
+    assert "level=debug" not in quiet and "level=info" not in quiet
+
+
+def test_a_bad_log_level_is_refused_from_the_flag_and_the_variable() -> None:
+    runner = CliRunner()
+    for args, env in ((["--log-level", "loud"], {}), ([], {"SNIPER_LOG_LEVEL": "loud"})):
+        result = runner.invoke(app, ["core", *args], env={"COLUMNS": "200", **env})
+        assert result.exit_code == 2, result.output
+        assert "'debug', 'info', 'warning', 'error'" in result.output
+
+
+def test_status_reads_the_port_a_core_serves_by_default() -> None:
+    import typer
+
+    group: Any = typer.main.get_command(app)
+    core_port = next(p for p in group.commands["core"].params if p.name == "metrics_port").default
+    status_url = next(p for p in group.commands["status"].params if p.name == "url").default
+    assert core_port == 9101 and status_url == "http://127.0.0.1:9101"
+
+
+def test_the_operations_page_names_every_metric_a_core_exports() -> None:
+    from pathlib import Path
+
+    page = (Path(__file__).resolve().parent.parent / "docs" / "operations.md").read_text(encoding="utf-8")
+    metrics = CoreMetrics(CoreProcess(KafkaSettings(bootstrap="127.0.0.1:1")))
+    families = [family for family in metrics.registry.collect() if family.name.startswith("sniper_")]
+    assert len(families) > 30
+    for family in families:
+        exported = family.name + ("_total" if family.type == "counter" else "")
+        assert re.search(rf"`{exported}[`{{]", page), exported
+
+
+def test_the_metrics_port_is_checked_from_the_flag_and_the_variable() -> None:
+    runner = CliRunner()
+    for args, env in ((["--metrics-port", "70000"], {}), ([], {"SNIPER_METRICS_PORT": "70000"})):
+        result = runner.invoke(app, ["core", *args], env={"COLUMNS": "200", **env})
+        assert result.exit_code == 2, result.output
+        assert "--metrics-port" in result.output and "65535" in result.output
+
+
+def test_status_tables_are_in_human_units_and_keep_long_names_whole() -> None:
+    """A GPU partition's state (base units, as the endpoint serves it) on a wide screen: every figure in
+    human units, long names whole on their row whatever the width."""
+    from rich.console import Console
+
+    from sniper.cli.kafka import render_state
+
+    gib, long_name = 2**30, "root.research.vision-" + "x" * 150
+    queue = {
+        "queue": long_name,
+        "used": {"memory": 96 * gib, "vcore": 12.5, "gpu": 4},
+        "guaranteed": {"memory": 320 * gib, "vcore": 48, "gpu": 8},
+        "ideal": {"memory": 1536 * 2**20, "vcore": 0.5},
+        "pending": {"gpu": 1},
+        "max": None,
+    }
+    document = {
+        "partitions": [
+            {
+                "name": "gpu",
+                "epoch": 3,
+                "now": 12.0,
+                "capacity": {"memory": 2 * 2**40, "vcore": 256, "gpu": 16},
+                "queues": [queue],
+                "nodes": [{"node": "g1", "schedulable": True, "capacity": {"gpu": 8}, "allocated": {}}],
+                "reservations": [],
+                "node_reservations": [
+                    {"reservation": "nr-1", "app": "a", "ask": "k", "node": "g1", "resource": {"gpu": 1}, "expires": 40}
+                ],
+                "preemptions_in_flight": [],
+                "recent_preemptions": [],
+            }
+        ]
+    }
+    screen = Console(width=100_000, file=io.StringIO(), highlight=False)
+    for table in render_state(document, 50):
+        screen.print(table)
+    text = screen.file.getvalue()  # type: ignore[attr-defined]
+    assert "capacity 2 TiB, 256 cores, 16 GPUs" in text
+    row = next(line for line in text.splitlines() if long_name in line)
+    cells = [cell.strip() for cell in row.strip("│ ").split("│")]
+    assert cells == [
+        long_name,
+        "96 GiB, 12.5 cores, 4 GPUs",
+        "320 GiB, 48 cores, 8 GPUs",
+        "1.5 GiB, 0.5 cores",
+        "1 GPU",
+        "-",
+    ]
+    assert next(line for line in text.splitlines() if "│ g1 " in line).split("│")[4].strip() == "0"
+    assert "nr-1" in text and "a/k" in text and "40.0" in text

@@ -100,19 +100,6 @@ def test_integers_and_strings_mean_the_same(amount: int, name: str) -> None:
     assert parse_quantity(name, amount) == parse_quantity(name, str(amount))
 
 
-@pytest.mark.parametrize(
-    ("resource", "text"),
-    [
-        ({"memory": 320 * 1024, "vcore": 80_000}, "memory 320 GiB, vcore 80 cores"),
-        ({"vcore": 1500, "memory": 1536, "gpu": 2}, "memory 1536 MiB, vcore 1.5 cores, gpu 2"),
-        ({"memory": 2 * 2**20, "vcore": 250}, "memory 2 TiB, vcore 0.25 cores"),
-        ({}, "none"),
-    ],
-)
-def test_describe_says_units(resource: dict[str, int], text: str) -> None:
-    assert res.describe(resource) == text
-
-
 def test_parse_resource_drops_zero_entries_and_names_where() -> None:
     assert parse_resource({"memory": "2Gi", "vcore": "0", "gpu": 1}) == {"memory": 2048, "gpu": 1}
     with pytest.raises(QuantityError, match=r"^queue root\.a\.guaranteed: vcore: cannot parse"):

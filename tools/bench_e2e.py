@@ -86,6 +86,8 @@ async def start_core(settings: KafkaSettings, group: str, *options: str) -> Proc
         str(settings.partitions),
         "--group",
         group,
+        "--metrics-port",  # several cores share this machine: no endpoint unless ``options`` asks for one
+        "0",
         *options,
     ]
     return await anyio.open_process(command, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)

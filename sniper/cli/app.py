@@ -22,7 +22,7 @@ import logging
 import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, NoReturn, TypeVar
+from typing import Annotated, Any, NoReturn, TypeVar
 
 import msgspec
 import typer
@@ -125,6 +125,26 @@ app = typer.Typer(
 )
 bench_app = typer.Typer(no_args_is_help=True, help="Benchmarks (print figures; never assert).")
 app.add_typer(bench_app, name="bench")
+
+
+def _print_version(given: bool) -> None:
+    if given:
+        from sniper import __version__
+
+        sys.stdout.write(f"sniper {__version__}\n")
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(
+    version: Annotated[
+        bool,
+        typer.Option("--version", is_eager=True, callback=_print_version, help="print the version and exit"),
+    ] = False,
+) -> None:
+    """Options of ``sniper`` itself (before the command)."""
+
+
 console = Console(stderr=True, highlight=False, soft_wrap=True)
 out = Console(highlight=False)
 
@@ -150,6 +170,17 @@ class Role(enum.StrEnum):
 class LogFormat(enum.StrEnum):
     kv = "kv"
     json = "json"
+
+
+class LogLevel(enum.StrEnum):
+    debug = "debug"
+    info = "info"
+    warning = "warning"
+    error = "error"
+
+    @property
+    def level(self) -> int:
+        return logging.getLevelNamesMapping()[self.value.upper()]
 
 
 class Transport(enum.StrEnum):

@@ -24,6 +24,7 @@ from sniper.cli.app import (
     EXIT_INVARIANT,
     EXIT_RUNTIME,
     LogFormat,
+    LogLevel,
     Role,
     app,
     bench_app,
@@ -44,6 +45,8 @@ if TYPE_CHECKING:
     from transport.kafka import KafkaSettings
 
 T = TypeVar("T")
+_UNWRAPPED = 100_000  # columns of a table printed to a pipe or a file: as wide as its rows
+DEFAULT_METRICS_PORT = 9101  # what ``sniper core`` serves metrics and state on, and ``sniper status`` reads
 
 Bootstrap = Annotated[
     str | None,
@@ -169,8 +172,14 @@ def core(
     group: Annotated[str, typer.Option(help="consumer group of the core processes")] = "sniper-core",
     queues: Annotated[Path | None, typer.Option(help="queues.yaml: partitions configured up front")] = None,
     metrics_port: Annotated[
-        int | None, typer.Option(min=0, max=65535, help="serve Prometheus metrics and /ws/v1/state on this port")
-    ] = None,
+        int,
+        typer.Option(
+            min=0,
+            max=65535,
+            envvar="SNIPER_METRICS_PORT",
+            help="serve Prometheus metrics and /ws/v1/state on this port (0: no endpoint)",
+        ),
+    ] = DEFAULT_METRICS_PORT,
     metrics_address: Annotated[str, typer.Option(help="address the metrics endpoint listens on")] = "127.0.0.1",
     tick: Annotated[float, typer.Option(help="seconds between clock ticks")] = 0.5,
     snapshot_interval: Annotated[float, typer.Option(help="seconds between snapshots of a busy partition")] = 5.0,
@@ -179,7 +188,15 @@ def core(
         int, typer.Option(help="scheduler partitions this process hosts at most (records of more are dead-lettered)")
     ] = 256,
     log_format: Annotated[LogFormat, typer.Option(help="log line format")] = LogFormat.kv,
-    verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
+    log_level: Annotated[
+        LogLevel,
+        typer.Option(
+            case_sensitive=False,
+            envvar="SNIPER_LOG_LEVEL",
+            help="least severe log records written (info: the audit trail of preemptions and kills)",
+        ),
+    ] = LogLevel.info,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="the same as --log-level debug")] = False,
     *,
     kafka_flags: Mapping[str, Any],
 ) -> None:
@@ -189,7 +206,7 @@ def core(
     from cluster.roles import core_process
     from core.config import load_config
 
-    setup_logging(log_format.value, logging.DEBUG if verbose else logging.INFO)
+    setup_logging(log_format.value, logging.DEBUG if verbose else log_level.level)
     config = load_config(queues) if queues is not None else None
     print_config_warnings(config, ())
     options = CoreOptions(
@@ -201,13 +218,16 @@ def core(
         snapshot_every=snapshot_every,
         max_partitions=max_partitions,
     )
+    logging.getLogger("sniper.core").debug(
+        "core options: %s", options, extra={"log_level": "debug" if verbose else log_level.value}
+    )
 
     async def main() -> None:
         tune_gc()
         async with _connect(bootstrap, kafka_flags) as settings:
             process = core_process(settings, options)
             metrics = None
-            if metrics_port is not None:
+            if metrics_port:
                 metrics = CoreMetrics(process)
                 port = metrics.serve(metrics_port, addr=metrics_address)
                 logging.getLogger("sniper.core").info(
@@ -351,10 +371,13 @@ def bench_e2e(
         print_table("bench e2e", result)
 
 
-def _resources(value: Mapping[str, int] | None) -> str:
+def _human(value: Mapping[str, float] | None) -> str:
+    """A resource of the state document (base units) in human units."""
+    from core.units import from_base_units, human_resource
+
     if value is None:
         return "-"
-    return " ".join(f"{k}={v}" for k, v in sorted(value.items()) if v) or "0"
+    return human_resource({name: from_base_units(name, amount) for name, amount in value.items()}, empty="0")
 
 
 def _rows_table(title: str, columns: list[str], rows: list[list[str]], limit: int) -> Any:
@@ -369,25 +392,29 @@ def _rows_table(title: str, columns: list[str], rows: list[list[str]], limit: in
 
 
 def render_state(document: Mapping[str, Any], limit: int) -> list[Any]:
-    """The tables ``sniper status`` prints for a ``/ws/v1/state`` document."""
-    units = ", ".join(f"{k} in {v}" for k, v in document.get("units", {}).items())
+    """The tables ``sniper status`` prints for a ``/ws/v1/state`` document, resources in human units."""
     tables: list[Any] = []
     for part in document["partitions"]:
-        name = f"partition {part['name']} (epoch {part['epoch']}, time {part['now']:.1f} s; {units})"
+        name = f"partition {part['name']} (epoch {part['epoch']}, time {part['now']:.1f} s)"
+        name += f", capacity {_human(part['capacity'])}"
         queue_rows = [
-            [q["queue"], *(_resources(q[k]) for k in ("guaranteed", "max", "used", "pending", "ideal"))]
+            [q["queue"], *(_human(q[k]) for k in ("used", "guaranteed", "ideal", "pending", "max"))]
             for q in part["queues"]
         ]
         node_rows = [
-            [n["node"], "yes" if n["schedulable"] else "no", *(_resources(n[k]) for k in ("capacity", "allocated"))]
+            [n["node"], "yes" if n["schedulable"] else "no", *(_human(n[k]) for k in ("capacity", "allocated"))]
             for n in part["nodes"]
         ]
         reservation_rows = [
-            [r["reservation"], f"{r['app']}/{r['ask']}", r["node"], _resources(r["resource"]), str(len(r["victims"]))]
+            [r["reservation"], f"{r['app']}/{r['ask']}", r["node"], _human(r["resource"]), str(len(r["victims"]))]
             for r in part["reservations"]
         ]
+        node_reservation_rows = [
+            [r["reservation"], f"{r['app']}/{r['ask']}", r["node"], _human(r["resource"]), f"{r['expires']:.1f}"]
+            for r in part.get("node_reservations", [])
+        ]
         flight_rows = [
-            [a["allocation"], a["queue"], a["node"], _resources(a["resource"]), f"{a['deadline']:.1f}"]
+            [a["allocation"], a["queue"], a["node"], _human(a["resource"]), f"{a['deadline']:.1f}"]
             for a in part["preemptions_in_flight"]
         ]
         recent_rows = [
@@ -396,10 +423,13 @@ def render_state(document: Mapping[str, Any], limit: int) -> list[Any]:
         ]
         tables += [
             _rows_table(
-                f"{name}: queues", ["queue", "guaranteed", "max", "used", "pending", "ideal"], queue_rows, limit
+                f"{name}: queues", ["queue", "used", "guaranteed", "ideal", "pending", "max"], queue_rows, limit
             ),
             _rows_table("nodes", ["node", "schedulable", "capacity", "allocated"], node_rows, limit),
             _rows_table("reservations", ["reservation", "for", "node", "resource", "victims"], reservation_rows, limit),
+            _rows_table(
+                "node reservations", ["reservation", "for", "node", "resource", "expires"], node_reservation_rows, limit
+            ),
             _rows_table(
                 "preemptions in flight", ["allocation", "queue", "node", "resource", "deadline"], flight_rows, limit
             ),
@@ -412,16 +442,22 @@ def render_state(document: Mapping[str, Any], limit: int) -> list[Any]:
 def status(
     url: Annotated[
         str, typer.Option(help="a core's metrics endpoint; /ws/v1/state is added when the URL has no path")
-    ] = "http://127.0.0.1:9100",
+    ] = f"http://127.0.0.1:{DEFAULT_METRICS_PORT}",
     limit: Annotated[int, typer.Option(min=1, help="rows shown per table")] = 50,
     timeout: Annotated[float, typer.Option(min=0.1, help="seconds to wait for the answer")] = 10.0,
     as_json: AsJson = False,
 ) -> None:
-    """Print a core's state (queues, nodes, reservations, preemptions) from its /ws/v1/state endpoint."""
+    """Print a core's state (queues, nodes, reservations, preemptions) from its /ws/v1/state endpoint.
+
+    Tables use the terminal's whole width (piped, they are never wrapped), resources in human units;
+    ``--json`` prints the document as the core serves it, in base units (bytes, cores, counts).
+    """
     import json
     import urllib.error
     import urllib.parse
     import urllib.request
+
+    from rich.console import Console
 
     from cluster.obs import STATE_PATH
     from sniper.cli.app import EXIT_RUNTIME, out
@@ -436,7 +472,9 @@ def status(
         fail(f"{target} answered {err.code} {err.reason}", EXIT_RUNTIME)
     except (urllib.error.URLError, TimeoutError) as err:
         reason = err.reason if isinstance(err, urllib.error.URLError) else err
-        fail(f"cannot reach {target}: {reason}; is `sniper core --metrics-port` running there?", EXIT_RUNTIME)
+        fail(
+            f"cannot reach {target}: {reason}; is a `sniper core` serving metrics there (--metrics-port)?", EXIT_RUNTIME
+        )
     except ValueError:
         fail(f"{target} did not answer with JSON: is it a Sniper core's metrics port?", EXIT_RUNTIME)
     if not isinstance(document, dict) or not isinstance(document.get("partitions"), list):
@@ -446,5 +484,6 @@ def status(
         return
     if not document["partitions"]:
         console.print("the core hosts no partition yet")
+    screen = out if out.is_terminal else Console(highlight=False, width=_UNWRAPPED)
     for table in render_state(document, limit):
-        out.print(table)
+        screen.print(table)

@@ -20,8 +20,8 @@ from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from core import resources as res
 from core.config import ConfigError, PartitionConfig, load_config
+from core.units import human_resource, percent
 from messages import feed as f
 from messages.codec import encode_json_line
 from simulator.report import Report
@@ -59,7 +59,9 @@ AmResponse = Annotated[
 
 
 def _print_summary(report: Report, title: str) -> None:
-    table = Table(title=literal(title), show_header=True)
+    """The report for people: counts, seconds, resources in human units, shares in percent. The title
+    is a line of its own (a table's title wraps at the table's width, and a trace's path is long)."""
+    table = Table(show_header=True)
     table.add_column("metric")
     table.add_column("value", justify="right")
     table.add_row("policy", literal(report.policy))
@@ -67,10 +69,13 @@ def _print_summary(report: Report, title: str) -> None:
     table.add_row("wall_seconds", str(report.wall_seconds))
     table.add_row("allocations", str(report.allocations))
     table.add_row("preemptions", str(report.preemptions.victims))
+    table.add_row("preempted", literal(human_resource(report.preemptions.resources)))
     for key in ("wasted_preemptions", "ping_pong", "lost_work_seconds", "fairness_gap", "pending_at_end"):
         table.add_row(key, str(getattr(report, key)))
     for key in ("utilization", "fairness", "stranded"):
-        table.add_row(key, literal(json.dumps(getattr(report, key))))
+        shares: dict[str, float] = getattr(report, key)
+        for resource, share in sorted(shares.items()):
+            table.add_row(literal(f"{key} {resource}"), percent(share))
     for key in ("rejected", "proposals_rejected", "invariant_violations"):
         table.add_row(key, str(getattr(report, key)))
     for queue, ttg in report.time_to_guarantee.items():
@@ -78,6 +83,7 @@ def _print_summary(report: Report, title: str) -> None:
             literal(f"time_to_guarantee {queue}"),
             f"episodes {ttg.episodes} unmet {ttg.unmet} p50 {ttg.p50} max {ttg.max}",
         )
+    out.print(literal(title), soft_wrap=True)
     out.print(table)
 
 
@@ -356,9 +362,9 @@ def _describe_partition(part: PartitionConfig) -> list[str]:
             f"  {'fenced' if setting == 'fence' else 'never victims (disabled)'}: {', '.join(paths) or 'none'}"
         )
     for q in part.queues():
-        limit = "no max" if q.max is None else f"max {res.describe(q.max)}"
+        limit = "no max" if q.max is None else f"max {human_resource(q.max)}"
         lines.append(
-            f"  {'  ' * q.path.count('.')}{q.name}: guaranteed {res.describe(q.guaranteed)}; {limit}; "
+            f"  {'  ' * q.path.count('.')}{q.name}: guaranteed {human_resource(q.guaranteed)}; {limit}; "
             f"sort {q.sort_policy}; priority {q.priority_offset}; preemption {q.preemption_policy}"
         )
     return lines

@@ -1,0 +1,115 @@
+"""The audit trail: each decision that takes room from someone is one INFO line on ``sniper.audit``
+naming victim, beneficiary, node and reason; the per-queue tally counts containers and resources."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from cluster.audit import BENEFICIARY, VICTIM, PreemptionTally, audit
+from cluster.obs import StructuredFormatter
+from messages import decisions as d
+
+GPU_VICTIM = d.Preempt(
+    t=10.0,
+    allocation="a-1",
+    app="train-7",
+    queue="root.research",
+    node="gpu-3",
+    resource={"memory": 64 * 1024, "vcore": 8000, "gpu": 4},
+    for_ask="serve",
+    for_app="infer-2",
+    for_queue="root.prod",
+    deadline=40.0,
+    reservation="r-1",
+    reason="root.research over its ideal by gpu=4",
+)
+
+
+def _lines(caplog: pytest.LogCaptureFixture, style: str = "kv") -> list[str]:
+    return [StructuredFormatter(style).format(r) for r in caplog.records if r.name == "sniper.audit"]
+
+
+def test_a_kill_names_the_beneficiary_of_its_preemption(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="sniper.audit")
+    tally = PreemptionTally()
+    kill = d.Kill(t=40.0, allocation="a-1", app="train-7", queue="root.research", node="gpu-3")
+    audit("p", [GPU_VICTIM, kill], tally)
+    preempt_line, kill_line = _lines(caplog)
+    assert "action=preempt" in preempt_line and "victim=a-1" in preempt_line and "node=gpu-3" in preempt_line
+    assert "beneficiary=infer-2/serve" in preempt_line and "beneficiary_queue=root.prod" in preempt_line
+    assert 'resource="64 GiB, 8 cores, 4 GPUs"' in preempt_line
+    assert 'reason="root.research over its ideal by gpu=4"' in preempt_line
+    assert "action=kill" in kill_line and "victim=a-1" in kill_line and "beneficiary=infer-2/serve" in kill_line
+    assert 'reason="grace period expired"' in kill_line
+    assert tally.in_flight == {}  # the kill closed it
+    assert tally.by_queue[("root.research", VICTIM)].resource == GPU_VICTIM.resource
+    assert tally.by_queue[("root.prod", BENEFICIARY)].containers == 1
+
+
+def test_a_kill_whose_preemption_this_process_never_saw_still_logs(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="sniper.audit")
+    audit("p", [d.Kill(t=1.0, allocation="a-9", app="x", queue="root.b", node="n1")], PreemptionTally())
+    (line,) = _lines(caplog, "json")
+    assert '"victim": "a-9"' in line and '"beneficiary": ""' in line and "beneficiary not known" in line
+
+
+def test_observe_only_preemptions_change_nothing_and_are_not_logged(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="sniper.audit")
+    tally = PreemptionTally()
+    from msgspec.structs import replace
+
+    audit("p", [replace(GPU_VICTIM, observe_only=True)], tally)
+    assert _lines(caplog) == [] and tally.by_queue == {} and tally.in_flight == {}
+
+
+def test_preempt_requests_and_dereservations_are_on_the_trail(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="sniper.audit")
+    request = d.PreemptRequest(
+        t=5.0,
+        request="req-1",
+        app="etl-1",
+        queue="root.batch",
+        resource={"memory": 8192, "vcore": 2000},
+        deadline=35.0,
+        containers=[
+            d.ContractContainer(
+                allocation=f"c-{i}",
+                node=f"n{i}",
+                resource={"memory": 4096, "vcore": 1000},
+                for_app="web",
+                for_ask="front",
+                for_queue="root.prod",
+            )
+            for i in (1, 2)
+        ],
+        reason="root.batch over its ideal",
+    )
+    unreserved = d.NodeUnreserved(
+        t=6.0,
+        reservation="nr-1",
+        app="etl-2",
+        ask="big",
+        queue="root.batch",
+        node="n7",
+        reason="dereserved",
+        policy="sniper",
+    )
+    placed = d.NodeUnreserved(
+        t=7.0, reservation="nr-2", app="etl-3", ask="big", queue="root.batch", node="n8", reason="placed"
+    )
+    audit("p", [request, unreserved, placed], PreemptionTally())
+    first, second, dereserve = _lines(caplog)
+    for line, victim, node in ((first, "c-1", "n1"), (second, "c-2", "n2")):
+        assert "action=preempt_request" in line and f"victim={victim}" in line and f"node={node}" in line
+        assert "request=req-1" in line and "beneficiary=web/front" in line and 'resource="4 GiB, 1 core"' in line
+    assert "action=dereserve" in dereserve and "victim=nr-1" in dereserve and "node=n7" in dereserve
+    assert "victim_app=etl-2" in dereserve and "policy=sniper" in dereserve
+
+
+def test_nothing_is_formatted_when_info_is_off(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.WARNING, logger="sniper.audit")
+    tally = PreemptionTally()
+    audit("p", [GPU_VICTIM], tally)
+    assert _lines(caplog) == [] and tally.by_queue[("root.research", VICTIM)].containers == 1
