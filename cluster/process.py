@@ -36,7 +36,9 @@ What it owns:
   and this process writes their dead letter; recovery skips them too, and writes the dead letters the
   previous owner had not written yet (it reads which it did). A record whose partition does not hash to
   the Kafka partition it came on, or that would start a partition beyond ``max_partitions``, is
-  dead-lettered with the reason. Events the state refuses become ``rejected`` decisions in the cache.
+  dead-lettered with the reason. Events the state refuses become ``rejected`` decisions in the cache;
+  those it refuses for their time (too far ahead of the partition's clock) are dead-lettered too, by
+  whoever judged them (the owner live, a new owner in replay), once, and move no clock.
 - **Starting without blocking**: a partition's first record starts it in the background (at most
   ``STARTS_AT_ONCE`` at a time); its records wait for it in order while the other partitions go on.
 - **Lease**: decisions and snapshots are published only while the group membership is known current
@@ -74,7 +76,7 @@ from cluster.logread import read_partition
 from cluster.member import GroupMember
 from core.allocator import DEFAULT_BATCH
 from core.config import PartitionConfig, SchedulerConfig
-from core.recovery import DurableCacheCore, feed_problem, replay, restore, stamp, take_snapshot
+from core.recovery import DurableCacheCore, RefusedRecord, feed_problem, replay, restore, stamp, take_snapshot
 from messages import decisions as d
 from messages import feed as f
 from messages import protocol as p
@@ -153,11 +155,12 @@ class DurableCacheActor(CacheActor):
             core = self.host.core
             assert message.event is not None  # bad records are dead-lettered, never delivered
             host = self.host
-            host.follow(message.event.t)
             if host.process.histograms is not None and isinstance(message.event, f.AskAdded):
                 host.ask_fetched(message.event, message.fetched)
             core.feed_offset = message.offset
             core.handle_event(message.event)
+            if core.feed_time is not None:  # only a time the core accepted moves the clock
+                host.follow(core.feed_time)
             self._batch.append(message)
             self._dirty = True
             if len(self._batch) >= FLUSH_EVERY:
@@ -182,6 +185,9 @@ class DurableCacheActor(CacheActor):
             await self.router.publish(VIEW, key, msgspec.structs.replace(reset, to=reader))
         self._resets.clear()
         batch, self._batch = self._batch, []
+        refused = core.take_refused()
+        if refused:
+            await self.host.process.dead_letter_refused(self.host.kafka_partition, self.host.name, refused)
         await self.host.send_decisions(out.decisions, batch)
         if self._dirty and self.host.snapshot_due():
             self.host.snapshot_soon()
@@ -671,6 +677,11 @@ class CoreProcess(GroupMember[HostedPartition]):
                 written.add(letter.offset)
                 await self.bus.dead_letter(letter)
 
+    async def dead_letter_refused(self, kp: int, name: str, refused: list[RefusedRecord]) -> None:
+        """Dead-letter the records partition ``name`` refused for their time, once (live or on replay)."""
+        letters = [self._letter(kp, r.offset, name, r.reason, msgspec.msgpack.encode(r.event)) for r in refused]
+        await self._dead_letter_once(kp, letters)
+
     def _send_dead_letter(self, delivery: Delivery, letter: DeadLetter) -> None:
         """Publish ``letter`` in the background; ``delivery`` is done once it is out (or given up)."""
 
@@ -768,6 +779,8 @@ class CoreProcess(GroupMember[HostedPartition]):
         if bad:
             await self._dead_letter_once(kp, bad)
         result = replay(core, feed, logged)
+        if result.refused:
+            await self.dead_letter_refused(kp, name, result.refused)
         if kp not in self.owned:
             return None
         host = self._new_host(name, kp, core)

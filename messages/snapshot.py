@@ -34,6 +34,7 @@ class Snapshot(msgspec.Struct, kw_only=True, frozen=True, gc=False):
     kafka_partition: int = -1
     view_seq: int = 0
     now: float = 0.0
+    feed_time: float | None = None  # the latest ``t`` of a feed event the state accepted (None: none yet)
     counters: dict[str, int] = {}
     codec: str = "zlib"
     body: bytes = b""
