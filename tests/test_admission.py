@@ -8,14 +8,21 @@ from __future__ import annotations
 
 from typing import Any
 
+import anyio
 import pytest
 
+from cluster.process import CoreProcess
 from core.cache import Cache
 from core.config import AdmissionConfig, ConfigError, parse_partition
 from messages import decisions as d
 from messages import feed as f
 from simulator.run import run_simulation
 from tests.core_support import partition_raw, queue
+from tests.test_core_process import WAIT, Decisions, bus, options
+from transport.bus import DECISIONS, FEED
+from transport.kafka import KafkaBus, KafkaSettings
+
+__all__ = ["bus"]  # the fixture, used by name
 
 TIB = 2**40
 
@@ -111,3 +118,27 @@ def test_simulate_refuses_the_ten_million_ask_at_once_and_goes_on() -> None:
         ("huge", "ask a1/huge (count 10000000): over admission.max_pending_per_ask (100000)")
     ]
     assert sum(isinstance(x, d.Allocated) and x.ask == "small" for x in result.decisions) == 3
+
+
+async def test_on_kafka_the_ten_million_ask_is_refused_with_the_reason_and_the_partition_answers_on(
+    kafka_settings: KafkaSettings, bus: KafkaBus
+) -> None:
+    events: list[f.Feed] = [
+        f.PartitionConfigEvent(partition="p1", config=partition_raw(queue("a"), name="p1")),
+        f.NodeAdded(partition="p1", node="big", capacity={"memory": TIB, "vcore": TIB}),
+        f.AppAdded(partition="p1", app="a1", queue="root.a"),
+        f.AskAdded(partition="p1", app="a1", ask="huge", resource={"memory": 1}, count=10_000_000),
+        f.AskAdded(partition="p1", app="a1", ask="small", resource={"memory": 1}, count=2),
+    ]
+    with anyio.fail_after(WAIT):
+        reader = Decisions(await bus.subscribe_ready(DECISIONS, group=bus.settings.prefix + "reader"))
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(reader.pump)
+            await tg.start(CoreProcess(kafka_settings, options()).run)
+            await bus.publish_many(FEED, [(e.partition, e) for e in events])
+            await reader.until(lambda _: len(reader.of(d.Allocated)) == 2)
+            tg.cancel_scope.cancel()
+    assert [(x.ask, x.reason) for x in reader.of(d.Rejected)] == [
+        ("huge", "ask a1/huge (count 10000000): over admission.max_pending_per_ask (100000)")
+    ]
+    assert {x.ask for x in reader.of(d.Allocated)} == {"small"}
