@@ -287,7 +287,10 @@ class HostedPartition:
                     started = True
         except Exception as err:  # the partition's cache crashed or lost decisions: it is restored
             self.failed = err
-            log.exception("partition %s stopped on an error", self.name, extra={"partition": self.name})
+            self.process.failing[self.name] = f"stopped on an error: {err!r}"[:1000]
+            log.exception(
+                "ALERT partition %s stopped on an error; restoring it", self.name, extra={"partition": self.name}
+            )
             self.process._lost(self)
             with anyio.CancelScope(shield=True):
                 await self.close_inboxes()
@@ -613,8 +616,14 @@ class CoreProcess(GroupMember[HostedPartition]):
             host = await self.ensure(name, kp)
             while waiting:
                 delivery = waiting.pop(0)
-                if host is None or kp not in self.owned or self.hosts.get(name) is not host:
-                    delivery.done = True  # recovery failed (logged) or the partition was revoked meanwhile
+                failing = self.failing.get(name)
+                if host is None and failing is not None:
+                    event = delivery.event
+                    assert event is not None  # only good records wait for a partition
+                    reason = f"partition {name!r} cannot be served ({failing}); the record is replayed once it is"
+                    self._dead_letter(delivery, reason, msgspec.msgpack.encode(event))
+                elif host is None or kp not in self.owned or self.hosts.get(name) is not host:
+                    delivery.done = True  # the partition was revoked meanwhile: its next owner reads it
                 else:
                     await self._hand(host, delivery)
                 self.advance_acks()
@@ -741,8 +750,14 @@ class CoreProcess(GroupMember[HostedPartition]):
             async with self._start_slots:
                 with anyio.fail_after(self.options.recovery_timeout):
                     return await self._start(name, kafka_partition)
-        except Exception:
-            log.exception("partition %s could not be restored", name, extra={"partition": name})
+        except Exception as err:
+            if kafka_partition in self.owned:
+                self.failing[name] = f"could not be restored: {err!r}"[:1000]
+            log.exception(
+                "ALERT partition %s could not be restored; its records are dead-lettered until it is",
+                name,
+                extra={"partition": name},
+            )
             return None
         finally:
             del self._starting[name]
