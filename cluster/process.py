@@ -30,6 +30,8 @@ What it owns:
   size (its allocations, apps and nodes): a snapshot costs time in proportion to the state, so a busy
   large partition would otherwise spend most of its time snapshotting; this way snapshots cost O(1)
   per decision and a recovery replays at most about as many decisions as the snapshot holds records.
+  A snapshot over half the broker's record size goes out in chunks (:func:`messages.snapshot.split`),
+  all acknowledged together, on the partition's own Kafka partition.
 - **Bad input** never stops a partition or the process, and each bad record is dead-lettered once, by
   the owner of its Kafka partition: the subscription hands over records that are too large, undecodable
   or refused by :func:`~core.recovery.feed_problem` (checked at the edge, on the record alone)
@@ -82,7 +84,7 @@ from messages import feed as f
 from messages import protocol as p
 from messages.codec import decision_msgpack
 from messages.deadletter import DeadLetter
-from messages.snapshot import Snapshot, SnapshotError, snapshot_msgpack
+from messages.snapshot import Snapshot, SnapshotError, chunk_key, is_chunk_key, latest, split
 from transport.bus import DEADLETTER, DECISIONS, FEED, SNAPSHOTS, VIEW
 from transport.kafka import BadRecords, KafkaSettings, KafkaSubscription, KafkaTransportError, MessageTooLarge
 from transport.memory import MemoryBus
@@ -237,6 +239,7 @@ class HostedPartition:
         self._decisions_since_snapshot = 0
         self._next_snapshot = self._snapshot_point()
         self._snapshotting = False  # a snapshot taken waits for its decisions to be acknowledged
+        self._serial = 0  # snapshots published in this epoch (their chunks' keys alternate on its parity)
         self._unconfirmed: set[asyncio.Future[Any]] = set()  # decisions handed over, not yet acknowledged
         self.send_error: BaseException | None = None
         self._send_failed = anyio.Event()
@@ -436,9 +439,15 @@ class HostedPartition:
     async def _publish(self, snapshot: Snapshot) -> None:
         if self.send_error is not None:
             return  # the state holds decisions the log lacks: the restore must not start from it
+        self._serial += 1
+        bus = self.process.bus
+        header, chunks = split(
+            msgspec.structs.replace(snapshot, serial=self._serial), bus.settings.max_message_bytes // 2
+        )
+        records: list[tuple[str, Any]] = [(chunk_key(self.name, c.serial, c.index), c) for c in chunks]
         try:
             await self.process.leased()
-            await self.process.bus.publish(SNAPSHOTS, self.name, snapshot)
+            await bus.publish_many(SNAPSHOTS, [*records, (self.name, header)], partition=self.kafka_partition)
         except KafkaTransportError as err:  # the log is lost: this process is on its way out
             log.warning("snapshot not published: %s", err, extra={"partition": self.name})
             return
@@ -547,8 +556,9 @@ class CoreProcess(GroupMember[HostedPartition]):
                 log.warning("cannot read snapshots of Kafka partition %d: %r", kp, err)
                 continue
             for record in records:
-                if record.key:
-                    names.setdefault(record.key.decode(errors="replace"), kp)
+                key = (record.key or b"").decode(errors="replace")
+                if key and not is_chunk_key(key):
+                    names.setdefault(key, kp)
         for name, kp in sorted(names.items()):
             if kp in self.owned and self.bus.partition_for(name) == kp:
                 if not self._room_for(name):
@@ -765,12 +775,10 @@ class CoreProcess(GroupMember[HostedPartition]):
 
     async def _start(self, name: str, kp: int) -> HostedPartition | None:
         began = time.monotonic()
-        snapshot: Snapshot | None = None
-        for record in await read_partition(self.settings, SNAPSHOTS, kp, key=name):
-            try:
-                snapshot = snapshot_msgpack.decode(record.value or b"")
-            except msgspec.DecodeError as err:
-                log.warning("unreadable snapshot at offset %d of %s: %s", record.offset, name, err)
+        records = await read_partition(self.settings, SNAPSHOTS, kp)
+        snapshot, problems = latest(((r.key, r.value) for r in records), name)
+        for problem in problems:
+            log.warning("%s", problem, extra={"partition": name})
         logged, top_epoch = await self._read_log(name, kp, snapshot.decision_seq if snapshot else 0)
         if snapshot is not None:
             top_epoch = max(top_epoch, snapshot.epoch)
