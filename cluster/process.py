@@ -12,7 +12,8 @@ What it owns:
   proposal and tick links stay on a per-partition :class:`~transport.memory.MemoryBus`; the split
   roles (``cache``, ``allocator``, ``policy``) are built on this in :mod:`cluster.roles`.
 - **Recovery** (ARCHITECTURE section 3). Starting a partition loads its last snapshot, reads the feed
-  records after the snapshot's ``feed_offset`` and the decisions logged after its ``decision_seq``, and
+  records after the snapshot's ``feed_offset`` and the decisions logged after its ``decision_seq`` (from
+  the snapshot's ``decisions_offset`` on: no decision after it lies before), and
   replays them (:func:`core.recovery.replay`): nothing committed is decided again, lost or doubled. It
   then runs with ``epoch`` = the highest epoch seen + 1 and publishes a snapshot at once.
 - **Commit points.** A feed record's offset is acknowledged (and so committed by the subscription)
@@ -99,6 +100,21 @@ ASKS_TIMED = 100_000  # asks waiting for their first decision whose latency is m
 ROLES = ("all", "cache", "allocator", "policy")
 FLUSH_EVERY = 256  # feed records a busy cache handles before it publishes their decisions anyway
 STARTS_AT_ONCE = 4  # partitions restored concurrently (each reads three topics), so others keep the loop
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class LogRead:
+    """What a restore read of a partition's decisions log: the decisions after its snapshot, in seq
+    order, the highest epoch consumers accept, and an offset every decision read lies before."""
+
+    decisions: list[d.DecisionMsg]
+    epoch: int
+    end: int
+
+
+def _end_offset(sent: list[asyncio.Future[Any]]) -> int:
+    """One past the highest Kafka offset among acknowledged sends (each a list of record metadata)."""
+    return max((md.offset + 1 for future in sent for md in future.result()), default=-1)
 
 
 class DecisionsLost(RuntimeError):
@@ -240,6 +256,10 @@ class HostedPartition:
         self._next_snapshot = self._snapshot_point()
         self._snapshotting = False  # a snapshot taken waits for its decisions to be acknowledged
         self._serial = 0  # snapshots published in this epoch (their chunks' keys alternate on its parity)
+        # Where the decisions log stands: every decision of this partition acknowledged so far lies before
+        # offset ``log_end`` of its Kafka partition, and ``log_epoch`` is the highest epoch among them.
+        self.log_end = -1
+        self.log_epoch = 0
         self._unconfirmed: set[asyncio.Future[Any]] = set()  # decisions handed over, not yet acknowledged
         self.send_error: BaseException | None = None
         self._send_failed = anyio.Event()
@@ -329,6 +349,12 @@ class HostedPartition:
         self._unconfirmed.add(sent)
         sent.add_done_callback(functools.partial(self._acknowledged, deliveries))
 
+    def _logged(self, sent: asyncio.Future[Any]) -> None:
+        """Decisions the broker acknowledged move :attr:`log_end` past them."""
+        if not sent.cancelled() and sent.exception() is None:
+            self.log_end = max(self.log_end, _end_offset([sent]))
+            self.log_epoch = max(self.log_epoch, self.core.epoch)
+
     def _acknowledged(self, deliveries: list[Delivery], sent: asyncio.Future[Any]) -> None:
         self._unconfirmed.discard(sent)
         error = asyncio.CancelledError() if sent.cancelled() else sent.exception()
@@ -347,6 +373,8 @@ class HostedPartition:
             return None
         await self.process.leased()  # a deposed owner waits here until the group revokes it
         sent = await self.process.bus.send_many(DECISIONS, [(self.name, x) for x in decisions])
+        if sent is not None:
+            sent.add_done_callback(self._logged)  # first: it runs before anyone waiting for ``sent`` wakes
         asked = self.asked
         histograms = self.process.histograms
         if asked and histograms is not None:
@@ -410,7 +438,7 @@ class HostedPartition:
         tg = self._tg
         if tg is None:
             return
-        snapshot = take_snapshot(self.core, kafka_partition=self.kafka_partition, wall_time=time.time())
+        snapshot = self._take_snapshot()
         self._snapshotting = True
         self._decisions_since_snapshot = 0
         self._last_snapshot = time.monotonic()
@@ -423,6 +451,9 @@ class HostedPartition:
                 await asyncio.wait(before)
             if any(f.cancelled() or f.exception() is not None for f in before):
                 return  # those decisions are lost: the partition stops, the snapshot must not claim them
+            if before:  # the decisions it covers are in the log now, and no later one lies before them
+                end = max(snapshot.decisions_offset, _end_offset(before))
+                snapshot = msgspec.structs.replace(snapshot, decisions_offset=end, decisions_epoch=self.core.epoch)
             await self._publish(snapshot)
         except Exception as err:  # a missed snapshot only makes the next recovery replay more
             log.warning("snapshot not published: %r", err, extra={"partition": self.name})
@@ -431,10 +462,15 @@ class HostedPartition:
 
     async def publish_snapshot(self) -> None:
         """Publish the core's state now (call only at an idle point: every decision published)."""
-        snapshot = take_snapshot(self.core, kafka_partition=self.kafka_partition, wall_time=time.time())
+        snapshot = self._take_snapshot()
         self._decisions_since_snapshot = 0
         self._next_snapshot = self._snapshot_point()
         await self._publish(snapshot)
+
+    def _take_snapshot(self) -> Snapshot:
+        """The core's state, with where a restore from it starts reading the decisions log."""
+        snapshot = take_snapshot(self.core, kafka_partition=self.kafka_partition, wall_time=time.time())
+        return msgspec.structs.replace(snapshot, decisions_offset=self.log_end, decisions_epoch=self.log_epoch)
 
     async def _publish(self, snapshot: Snapshot) -> None:
         if self.send_error is not None:
@@ -779,7 +815,8 @@ class CoreProcess(GroupMember[HostedPartition]):
         snapshot, problems = latest(((r.key, r.value) for r in records), name)
         for problem in problems:
             log.warning("%s", problem, extra={"partition": name})
-        logged, top_epoch = await self._read_log(name, kp, snapshot.decision_seq if snapshot else 0)
+        log_read = await self._read_log(name, kp, snapshot)
+        logged, top_epoch = log_read.decisions, log_read.epoch
         if snapshot is not None:
             top_epoch = max(top_epoch, snapshot.epoch)
         epoch = top_epoch + 1
@@ -788,7 +825,8 @@ class CoreProcess(GroupMember[HostedPartition]):
         except SnapshotError as err:
             log.error("%s; replaying from the start of the feed", err, extra={"partition": name})
             core, snapshot = None, None
-            logged, _ = await self._read_log(name, kp, 0)
+            log_read = await self._read_log(name, kp, None)
+            logged = log_read.decisions
         if core is None:
             core = DurableCacheCore(name, self._configured.get(name), epoch=epoch)
         feed: list[tuple[int, f.Feed]] = []
@@ -807,6 +845,7 @@ class CoreProcess(GroupMember[HostedPartition]):
         if kp not in self.owned:
             return None
         host = self._new_host(name, kp, core)
+        host.log_end, host.log_epoch = log_read.end, log_read.epoch
         host.applied_offset = max(core.feed_offset, feed[-1][0] if feed else -1, bad[-1].offset if bad else -1)
         counters = host.counters
         counters.recovered_feed += result.feed_replayed
@@ -835,11 +874,19 @@ class CoreProcess(GroupMember[HostedPartition]):
         """The hosted partition object for a restored ``core`` (split roles host fewer actors)."""
         return HostedPartition(self, name, kafka_partition, core)
 
-    async def _read_log(self, name: str, kp: int, after_seq: int) -> tuple[list[d.DecisionMsg], int]:
-        """Decisions of ``name`` with seq above ``after_seq`` as consumers accept them, and the top epoch."""
+    async def _read_log(self, name: str, kp: int, snapshot: Snapshot | None) -> LogRead:
+        """Decisions of ``name`` after ``snapshot`` (all of them without one) as consumers accept them.
+
+        The read starts at the snapshot's ``decisions_offset`` (no decision after the snapshot lies
+        before it), so a restore reads what came since the snapshot, not the whole log's history.
+        """
+        after_seq, start, top_epoch = 0, None, 0
+        if snapshot is not None:
+            after_seq, top_epoch = snapshot.decision_seq, snapshot.decisions_epoch
+            start = snapshot.decisions_offset if snapshot.decisions_offset >= 0 else None
         by_seq: dict[int, d.DecisionMsg] = {}
-        top_epoch = 0
-        for record in await read_partition(self.settings, DECISIONS, kp, key=name):
+        records = await read_partition(self.settings, DECISIONS, kp, start=start, key=name)
+        for record in records:
             try:
                 dec = decision_msgpack.decode(record.value or b"")
             except msgspec.DecodeError:
@@ -849,4 +896,5 @@ class CoreProcess(GroupMember[HostedPartition]):
             top_epoch = dec.epoch
             if dec.seq > after_seq:
                 by_seq[dec.seq] = dec
-        return [by_seq[s] for s in sorted(by_seq)], top_epoch
+        end = records[-1].offset + 1 if records else (start if start is not None else -1)
+        return LogRead([by_seq[s] for s in sorted(by_seq)], top_epoch, end)

@@ -47,6 +47,10 @@ class Snapshot(msgspec.Struct, kw_only=True, frozen=True, gc=False):
     body: bytes = b""
     wall_time: float = 0.0  # time.time() of the owner when it took the snapshot (diagnostics only)
     serial: int = 0  # the owner's count of snapshots in its epoch: (epoch, serial) names one snapshot
+    # The decisions topic from here on holds every decision after ``decision_seq`` (-1: read it all),
+    # and the highest epoch among this partition's decisions before that offset.
+    decisions_offset: int = -1
+    decisions_epoch: int = 0
     chunks: int = 0  # 0: ``body`` holds the state; else it is in that many SnapshotChunk records
 
 

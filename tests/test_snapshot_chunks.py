@@ -16,6 +16,7 @@ from cluster.process import CoreProcess
 from core.recovery import DurableCacheCore, restore, take_snapshot
 from messages import decisions as d
 from messages import feed as f
+from messages.codec import decision_msgpack
 from messages.snapshot import Snapshot, SnapshotChunk, chunk_key, is_chunk_key, latest, snapshot_msgpack, split
 from tests.core_support import fingerprint, partition_raw, queue
 from tests.test_core_process import WAIT, Decisions, options, workload
@@ -146,3 +147,39 @@ async def test_a_state_over_one_record_snapshots_in_chunks_and_a_successor_resto
     assert headers and all(h.chunks > 1 and h.body == b"" for h in headers)
     assert all(len(r.value or b"") <= settings.max_message_bytes for r in records)
     assert first.counters["wide"].snapshots_failed == 0
+
+
+async def test_a_snapshot_says_where_the_decisions_after_it_start_so_a_restore_reads_only_those(
+    kafka_settings: KafkaSettings,
+) -> None:
+    with anyio.fail_after(WAIT):
+        async with KafkaBus(kafka_settings) as bus, anyio.create_task_group() as tg:
+            reader = Decisions(await bus.subscribe_ready(DECISIONS, group=bus.settings.prefix + "reader"))
+            tg.start_soon(reader.pump)
+            first = CoreProcess(kafka_settings, options())
+            async with anyio.create_task_group() as first_group:
+                first_group.start_soon(first.run)
+                await first.ready.wait()
+                await bus.publish_many(FEED, [(e.partition, e) for e in workload("p1", 6)])
+                await reader.until(lambda _: len(reader.of(d.Allocated)) == 6)
+                first_group.cancel_scope.cancel()  # the final snapshot covers all six
+            second = CoreProcess(kafka_settings, options())
+            await tg.start(second.run)
+            restored = await second.wait_hosting("p1")
+            await bus.publish_many(FEED, [(e.partition, e) for e in workload("p1", 2, tag="b")[-2:]])
+            await reader.until(lambda _: len(reader.of(d.Allocated)) == 8)
+            tg.cancel_scope.cancel()
+    kp = bus.partition_for("p1")
+    logged = [
+        (r.offset, decision_msgpack.decode(r.value or b""))
+        for r in await read_partition(kafka_settings, DECISIONS, kp, key="p1")
+    ]
+    snapshots = [
+        snapshot_msgpack.decode(r.value or b"") for r in await read_partition(kafka_settings, SNAPSHOTS, kp, key="p1")
+    ]
+    first_final = next(s for s in snapshots if s.epoch == 1 and s.decision_seq >= 6)
+    assert first_final.decisions_offset > logged[0][0] and first_final.decisions_epoch == 1
+    for snapshot in snapshots:  # no decision after a snapshot lies before the offset it names
+        assert all(o >= snapshot.decisions_offset for o, x in logged if x.seq > snapshot.decision_seq)
+    assert restored.core.epoch == 2 and restored.log_epoch == 2  # it published at its own epoch since
+    assert [x.epoch for _, x in logged][-2:] == [2, 2]
