@@ -83,6 +83,8 @@ class GroupMember(RebalanceListener, Generic[H]):
         self.bus = KafkaBus(settings, validators=validators)
         self.hosts: dict[str, H] = {}
         self.counters: dict[str, PartitionCounters] = {}
+        # Partitions this member owns but cannot serve now, with why: /healthz answers 503 while any is.
+        self.failing: dict[str, str] = {}
         self.owned: frozenset[int] = frozenset()
         self.subscription: KafkaSubscription | None = None
         self.ready = anyio.Event()
@@ -140,6 +142,8 @@ class GroupMember(RebalanceListener, Generic[H]):
 
     async def on_revoked(self, partitions: frozenset[int]) -> None:
         self.owned = self.owned - partitions
+        for name in [n for n in self.failing if self.bus.partition_for(n) in partitions]:
+            del self.failing[name]  # its next owner serves it (or says it cannot)
         log.info("revoked Kafka partitions %s", sorted(partitions), extra={"actor": self.log_actor})
         leaving = [h for h in self.hosts.values() if h.kafka_partition in partitions]
         for host in leaving:
@@ -153,6 +157,7 @@ class GroupMember(RebalanceListener, Generic[H]):
     def _host(self, host: H) -> None:
         """``host`` runs here now (waiters of :meth:`wait_hosting` wake)."""
         self.hosts[host.name] = host
+        self.failing.pop(host.name, None)
         self._hosting_changed.set()
         self._hosting_changed = anyio.Event()
 

@@ -10,6 +10,10 @@ preemptions, kills and rejections (counters), consumer lag per Kafka partition a
 The collector reads plain ints from dicts the event loop mutates, without locks: a scrape may see a
 state a few messages old, and a dict resized during the scrape is retried once, then skipped.
 
+``GET /healthz`` answers 200 ``{"healthy": true, "failing": {}}`` while every partition the process owns
+is served, else 503 with the failing partitions and why (a partition that stopped on an error until it
+is restored, or one that could not be restored); ``sniper_partition_failed`` says the same per partition.
+
 The same port serves ``GET /ws/v1/state`` (JSON, like YuniKorn's REST API under ``/ws/v1``): per
 partition the queues (guaranteed, max, used, pending, ideal), nodes, preemption and node reservations,
 preemptions in flight and the last preemptions with their reasons. It is built on the event loop (the HTTP thread
@@ -54,6 +58,7 @@ if TYPE_CHECKING:
     from cluster.roles import ReplicaProcess
 
 STATE_PATH = "/ws/v1/state"
+HEALTH_PATH = "/healthz"
 # The units of resources in the state document: base units, as the metrics.
 STATE_UNITS = {**{name: unit for name, (unit, _) in BASE_UNITS.items()}, "other resources": COUNT}
 # Seconds: a feed record's decisions are acknowledged in ms; a preemption round may take a second.
@@ -219,6 +224,14 @@ class _CoreCollector(Collector):
         dead = CounterMetricFamily("sniper_dead_letters", "Feed records dead-lettered by this process")
         dead.add_metric([], process.bus.dead_lettered)
         yield dead
+        failed = GaugeMetricFamily(
+            "sniper_partition_failed",
+            "1 for a partition this process owns but cannot serve (alert: its records are dead-lettered)",
+            labels=["partition"],
+        )
+        for partition in sorted(process.failing):
+            failed.add_metric([partition], 1)
+        yield failed
 
 
 def _queue_activity(process: CoreProcess | ReplicaProcess) -> Iterator[GaugeMetricFamily]:
@@ -437,6 +450,16 @@ def state_of(process: CoreProcess | ReplicaProcess) -> dict[str, Any]:
     return {"units": STATE_UNITS, "partitions": partitions}
 
 
+def health_of(process: CoreProcess | ReplicaProcess) -> dict[str, str]:
+    """The partitions ``process`` owns and cannot serve, with why (read from any thread: a copy)."""
+    for _ in range(3):
+        try:
+            return dict(process.failing)
+        except RuntimeError:  # changed while copied: the event loop moved on; read again
+            continue
+    return {"?": "the failing partitions changed too fast to read"}
+
+
 class MetricsServeError(RuntimeError):
     """The metrics endpoint could not listen (its port is in use, or the address is not local)."""
 
@@ -483,6 +506,8 @@ class CoreMetrics:
         def app(environ: dict[str, Any], start_response: Any) -> Iterable[bytes]:
             if environ.get("PATH_INFO") == STATE_PATH:
                 return self._state(start_response)
+            if environ.get("PATH_INFO") == HEALTH_PATH:
+                return self._health(start_response)
             return metrics_app(environ, start_response)  # type: ignore[no-any-return]
 
         try:
@@ -513,6 +538,14 @@ class CoreMetrics:
             return [f"state unavailable: {err!r}\n".encode()]
         body = json.dumps(document).encode()
         start_response("200 OK", [("Content-Type", "application/json"), ("Content-Length", str(len(body)))])
+        return [body]
+
+    def _health(self, start_response: Any) -> list[bytes]:
+        """200 when every partition this process owns is served, else 503 naming those that are not."""
+        failing = health_of(self.process)
+        body = json.dumps({"healthy": not failing, "failing": failing}).encode()
+        status = "200 OK" if not failing else "503 Service Unavailable"
+        start_response(status, [("Content-Type", "application/json"), ("Content-Length", str(len(body)))])
         return [body]
 
     def close(self) -> None:

@@ -12,7 +12,8 @@ What it owns:
   proposal and tick links stay on a per-partition :class:`~transport.memory.MemoryBus`; the split
   roles (``cache``, ``allocator``, ``policy``) are built on this in :mod:`cluster.roles`.
 - **Recovery** (ARCHITECTURE section 3). Starting a partition loads its last snapshot, reads the feed
-  records after the snapshot's ``feed_offset`` and the decisions logged after its ``decision_seq``, and
+  records after the snapshot's ``feed_offset`` and the decisions logged after its ``decision_seq`` (from
+  the snapshot's ``decisions_offset`` on: no decision after it lies before), and
   replays them (:func:`core.recovery.replay`): nothing committed is decided again, lost or doubled. It
   then runs with ``epoch`` = the highest epoch seen + 1 and publishes a snapshot at once.
 - **Commit points.** A feed record's offset is acknowledged (and so committed by the subscription)
@@ -30,13 +31,17 @@ What it owns:
   size (its allocations, apps and nodes): a snapshot costs time in proportion to the state, so a busy
   large partition would otherwise spend most of its time snapshotting; this way snapshots cost O(1)
   per decision and a recovery replays at most about as many decisions as the snapshot holds records.
+  A snapshot over half the broker's record size goes out in chunks (:func:`messages.snapshot.split`),
+  all acknowledged together, on the partition's own Kafka partition.
 - **Bad input** never stops a partition or the process, and each bad record is dead-lettered once, by
   the owner of its Kafka partition: the subscription hands over records that are too large, undecodable
   or refused by :func:`~core.recovery.feed_problem` (checked at the edge, on the record alone)
   and this process writes their dead letter; recovery skips them too, and writes the dead letters the
   previous owner had not written yet (it reads which it did). A record whose partition does not hash to
   the Kafka partition it came on, or that would start a partition beyond ``max_partitions``, is
-  dead-lettered with the reason. Events the state refuses become ``rejected`` decisions in the cache.
+  dead-lettered with the reason. Events the state refuses become ``rejected`` decisions in the cache;
+  those it refuses for their time (too far ahead of the partition's clock) are dead-lettered too, by
+  whoever judged them (the owner live, a new owner in replay), once, and move no clock.
 - **Starting without blocking**: a partition's first record starts it in the background (at most
   ``STARTS_AT_ONCE`` at a time); its records wait for it in order while the other partitions go on.
 - **Lease**: decisions and snapshots are published only while the group membership is known current
@@ -75,13 +80,13 @@ from cluster.logread import read_partition
 from cluster.member import GroupMember
 from core.allocator import DEFAULT_BATCH
 from core.config import PartitionConfig, SchedulerConfig
-from core.recovery import DurableCacheCore, feed_problem, replay, restore, stamp, take_snapshot
+from core.recovery import DurableCacheCore, RefusedRecord, feed_problem, replay, restore, stamp, take_snapshot
 from messages import decisions as d
 from messages import feed as f
 from messages import protocol as p
 from messages.codec import decision_msgpack
 from messages.deadletter import DeadLetter
-from messages.snapshot import Snapshot, SnapshotError, snapshot_msgpack
+from messages.snapshot import Snapshot, SnapshotError, chunk_key, is_chunk_key, latest, split
 from transport.bus import DEADLETTER, DECISIONS, FEED, SNAPSHOTS, VIEW
 from transport.kafka import BadRecords, KafkaSettings, KafkaSubscription, KafkaTransportError, MessageTooLarge
 from transport.memory import MemoryBus
@@ -96,6 +101,21 @@ ASKS_TIMED = 100_000  # asks waiting for their first decision whose latency is m
 ROLES = ("all", "cache", "allocator", "policy")
 FLUSH_EVERY = 256  # feed records a busy cache handles before it publishes their decisions anyway
 STARTS_AT_ONCE = 4  # partitions restored concurrently (each reads three topics), so others keep the loop
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class LogRead:
+    """What a restore read of a partition's decisions log: the decisions after its snapshot, in seq
+    order, the highest epoch consumers accept, and an offset every decision read lies before."""
+
+    decisions: list[d.DecisionMsg]
+    epoch: int
+    end: int
+
+
+def _end_offset(sent: list[asyncio.Future[Any]]) -> int:
+    """One past the highest Kafka offset among acknowledged sends (each a list of record metadata)."""
+    return max((md.offset + 1 for future in sent for md in future.result()), default=-1)
 
 
 class DecisionsLost(RuntimeError):
@@ -154,11 +174,12 @@ class DurableCacheActor(CacheActor):
             core = self.host.core
             assert message.event is not None  # bad records are dead-lettered, never delivered
             host = self.host
-            host.follow(message.event.t)
             if host.process.histograms is not None and isinstance(message.event, f.AskAdded):
                 host.ask_fetched(message.event, message.fetched)
             core.feed_offset = message.offset
             core.handle_event(message.event)
+            if core.feed_time is not None:  # only a time the core accepted moves the clock
+                host.follow(core.feed_time)
             self._batch.append(message)
             self._dirty = True
             if len(self._batch) >= FLUSH_EVERY:
@@ -183,6 +204,9 @@ class DurableCacheActor(CacheActor):
             await self.router.publish(VIEW, key, msgspec.structs.replace(reset, to=reader))
         self._resets.clear()
         batch, self._batch = self._batch, []
+        refused = core.take_refused()
+        if refused:
+            await self.host.process.dead_letter_refused(self.host.kafka_partition, self.host.name, refused)
         await self.host.send_decisions(out.decisions, batch)
         if self._dirty and self.host.snapshot_due():
             self.host.snapshot_soon()
@@ -232,6 +256,11 @@ class HostedPartition:
         self._decisions_since_snapshot = 0
         self._next_snapshot = self._snapshot_point()
         self._snapshotting = False  # a snapshot taken waits for its decisions to be acknowledged
+        self._serial = 0  # snapshots published in this epoch (their chunks' keys alternate on its parity)
+        # Where the decisions log stands: every decision of this partition acknowledged so far lies before
+        # offset ``log_end`` of its Kafka partition, and ``log_epoch`` is the highest epoch among them.
+        self.log_end = -1
+        self.log_epoch = 0
         self._unconfirmed: set[asyncio.Future[Any]] = set()  # decisions handed over, not yet acknowledged
         self.send_error: BaseException | None = None
         self._send_failed = anyio.Event()
@@ -282,7 +311,10 @@ class HostedPartition:
                     started = True
         except Exception as err:  # the partition's cache crashed or lost decisions: it is restored
             self.failed = err
-            log.exception("partition %s stopped on an error", self.name, extra={"partition": self.name})
+            self.process.failing[self.name] = f"stopped on an error: {err!r}"[:1000]
+            log.exception(
+                "ALERT partition %s stopped on an error; restoring it", self.name, extra={"partition": self.name}
+            )
             self.process._lost(self)
             with anyio.CancelScope(shield=True):
                 await self.close_inboxes()
@@ -318,6 +350,12 @@ class HostedPartition:
         self._unconfirmed.add(sent)
         sent.add_done_callback(functools.partial(self._acknowledged, deliveries))
 
+    def _logged(self, sent: asyncio.Future[Any]) -> None:
+        """Decisions the broker acknowledged move :attr:`log_end` past them."""
+        if not sent.cancelled() and sent.exception() is None:
+            self.log_end = max(self.log_end, _end_offset([sent]))
+            self.log_epoch = max(self.log_epoch, self.core.epoch)
+
     def _acknowledged(self, deliveries: list[Delivery], sent: asyncio.Future[Any]) -> None:
         self._unconfirmed.discard(sent)
         error = asyncio.CancelledError() if sent.cancelled() else sent.exception()
@@ -336,6 +374,8 @@ class HostedPartition:
             return None
         await self.process.leased()  # a deposed owner waits here until the group revokes it
         sent = await self.process.bus.send_many(DECISIONS, [(self.name, x) for x in decisions])
+        if sent is not None:
+            sent.add_done_callback(self._logged)  # first: it runs before anyone waiting for ``sent`` wakes
         asked = self.asked
         histograms = self.process.histograms
         if asked and histograms is not None:
@@ -400,7 +440,7 @@ class HostedPartition:
         tg = self._tg
         if tg is None:
             return
-        snapshot = take_snapshot(self.core, kafka_partition=self.kafka_partition, wall_time=time.time())
+        snapshot = self._take_snapshot()
         self._snapshotting = True
         self._decisions_since_snapshot = 0
         self._last_snapshot = time.monotonic()
@@ -413,6 +453,9 @@ class HostedPartition:
                 await asyncio.wait(before)
             if any(f.cancelled() or f.exception() is not None for f in before):
                 return  # those decisions are lost: the partition stops, the snapshot must not claim them
+            if before:  # the decisions it covers are in the log now, and no later one lies before them
+                end = max(snapshot.decisions_offset, _end_offset(before))
+                snapshot = msgspec.structs.replace(snapshot, decisions_offset=end, decisions_epoch=self.core.epoch)
             await self._publish(snapshot)
         except Exception as err:  # a missed snapshot only makes the next recovery replay more
             log.warning("snapshot not published: %r", err, extra={"partition": self.name})
@@ -421,17 +464,28 @@ class HostedPartition:
 
     async def publish_snapshot(self) -> None:
         """Publish the core's state now (call only at an idle point: every decision published)."""
-        snapshot = take_snapshot(self.core, kafka_partition=self.kafka_partition, wall_time=time.time())
+        snapshot = self._take_snapshot()
         self._decisions_since_snapshot = 0
         self._next_snapshot = self._snapshot_point()
         await self._publish(snapshot)
 
+    def _take_snapshot(self) -> Snapshot:
+        """The core's state, with where a restore from it starts reading the decisions log."""
+        snapshot = take_snapshot(self.core, kafka_partition=self.kafka_partition, wall_time=time.time())
+        return msgspec.structs.replace(snapshot, decisions_offset=self.log_end, decisions_epoch=self.log_epoch)
+
     async def _publish(self, snapshot: Snapshot) -> None:
         if self.send_error is not None:
             return  # the state holds decisions the log lacks: the restore must not start from it
+        self._serial += 1
+        bus = self.process.bus
+        header, chunks = split(
+            msgspec.structs.replace(snapshot, serial=self._serial), bus.settings.max_message_bytes // 2
+        )
+        records: list[tuple[str, Any]] = [(chunk_key(self.name, c.serial, c.index), c) for c in chunks]
         try:
             await self.process.leased()
-            await self.process.bus.publish(SNAPSHOTS, self.name, snapshot)
+            await bus.publish_many(SNAPSHOTS, [*records, (self.name, header)], partition=self.kafka_partition)
         except KafkaTransportError as err:  # the log is lost: this process is on its way out
             log.warning("snapshot not published: %s", err, extra={"partition": self.name})
             return
@@ -540,8 +594,9 @@ class CoreProcess(GroupMember[HostedPartition]):
                 log.warning("cannot read snapshots of Kafka partition %d: %r", kp, err)
                 continue
             for record in records:
-                if record.key:
-                    names.setdefault(record.key.decode(errors="replace"), kp)
+                key = (record.key or b"").decode(errors="replace")
+                if key and not is_chunk_key(key):
+                    names.setdefault(key, kp)
         for name, kp in sorted(names.items()):
             if kp in self.owned and self.bus.partition_for(name) == kp:
                 if not self._room_for(name):
@@ -609,8 +664,14 @@ class CoreProcess(GroupMember[HostedPartition]):
             host = await self.ensure(name, kp)
             while waiting:
                 delivery = waiting.pop(0)
-                if host is None or kp not in self.owned or self.hosts.get(name) is not host:
-                    delivery.done = True  # recovery failed (logged) or the partition was revoked meanwhile
+                failing = self.failing.get(name)
+                if host is None and failing is not None:
+                    event = delivery.event
+                    assert event is not None  # only good records wait for a partition
+                    reason = f"partition {name!r} cannot be served ({failing}); the record is replayed once it is"
+                    self._dead_letter(delivery, reason, msgspec.msgpack.encode(event))
+                elif host is None or kp not in self.owned or self.hosts.get(name) is not host:
+                    delivery.done = True  # the partition was revoked meanwhile: its next owner reads it
                 else:
                     await self._hand(host, delivery)
                 self.advance_acks()
@@ -673,6 +734,11 @@ class CoreProcess(GroupMember[HostedPartition]):
                 written.add(letter.offset)
                 await self.bus.dead_letter(letter)
 
+    async def dead_letter_refused(self, kp: int, name: str, refused: list[RefusedRecord]) -> None:
+        """Dead-letter the records partition ``name`` refused for their time, once (live or on replay)."""
+        letters = [self._letter(kp, r.offset, name, r.reason, msgspec.msgpack.encode(r.event)) for r in refused]
+        await self._dead_letter_once(kp, letters)
+
     def _send_dead_letter(self, delivery: Delivery, letter: DeadLetter) -> None:
         """Publish ``letter`` in the background; ``delivery`` is done once it is out (or given up)."""
 
@@ -732,8 +798,14 @@ class CoreProcess(GroupMember[HostedPartition]):
             async with self._start_slots:
                 with anyio.fail_after(self.options.recovery_timeout):
                     return await self._start(name, kafka_partition)
-        except Exception:
-            log.exception("partition %s could not be restored", name, extra={"partition": name})
+        except Exception as err:
+            if kafka_partition in self.owned:
+                self.failing[name] = f"could not be restored: {err!r}"[:1000]
+            log.exception(
+                "ALERT partition %s could not be restored; its records are dead-lettered until it is",
+                name,
+                extra={"partition": name},
+            )
             return None
         finally:
             del self._starting[name]
@@ -741,13 +813,12 @@ class CoreProcess(GroupMember[HostedPartition]):
 
     async def _start(self, name: str, kp: int) -> HostedPartition | None:
         began = time.monotonic()
-        snapshot: Snapshot | None = None
-        for record in await read_partition(self.settings, SNAPSHOTS, kp, key=name):
-            try:
-                snapshot = snapshot_msgpack.decode(record.value or b"")
-            except msgspec.DecodeError as err:
-                log.warning("unreadable snapshot at offset %d of %s: %s", record.offset, name, err)
-        logged, top_epoch = await self._read_log(name, kp, snapshot.decision_seq if snapshot else 0)
+        records = await read_partition(self.settings, SNAPSHOTS, kp)
+        snapshot, problems = latest(((r.key, r.value) for r in records), name)
+        for problem in problems:
+            log.warning("%s", problem, extra={"partition": name})
+        log_read = await self._read_log(name, kp, snapshot)
+        logged, top_epoch = log_read.decisions, log_read.epoch
         if snapshot is not None:
             top_epoch = max(top_epoch, snapshot.epoch)
         epoch = top_epoch + 1
@@ -756,7 +827,8 @@ class CoreProcess(GroupMember[HostedPartition]):
         except SnapshotError as err:
             log.error("%s; replaying from the start of the feed", err, extra={"partition": name})
             core, snapshot = None, None
-            logged, _ = await self._read_log(name, kp, 0)
+            log_read = await self._read_log(name, kp, None)
+            logged = log_read.decisions
         if core is None:
             core = DurableCacheCore(name, self._configured.get(name), epoch=epoch)
         feed: list[tuple[int, f.Feed]] = []
@@ -770,9 +842,12 @@ class CoreProcess(GroupMember[HostedPartition]):
         if bad:
             await self._dead_letter_once(kp, bad)
         result = replay(core, feed, logged)
+        if result.refused:
+            await self.dead_letter_refused(kp, name, result.refused)
         if kp not in self.owned:
             return None
         host = self._new_host(name, kp, core)
+        host.log_end, host.log_epoch = log_read.end, log_read.epoch
         host.applied_offset = max(core.feed_offset, feed[-1][0] if feed else -1, bad[-1].offset if bad else -1)
         counters = host.counters
         counters.recovered_feed += result.feed_replayed
@@ -801,11 +876,19 @@ class CoreProcess(GroupMember[HostedPartition]):
         """The hosted partition object for a restored ``core`` (split roles host fewer actors)."""
         return HostedPartition(self, name, kafka_partition, core)
 
-    async def _read_log(self, name: str, kp: int, after_seq: int) -> tuple[list[d.DecisionMsg], int]:
-        """Decisions of ``name`` with seq above ``after_seq`` as consumers accept them, and the top epoch."""
+    async def _read_log(self, name: str, kp: int, snapshot: Snapshot | None) -> LogRead:
+        """Decisions of ``name`` after ``snapshot`` (all of them without one) as consumers accept them.
+
+        The read starts at the snapshot's ``decisions_offset`` (no decision after the snapshot lies
+        before it), so a restore reads what came since the snapshot, not the whole log's history.
+        """
+        after_seq, start, top_epoch = 0, None, 0
+        if snapshot is not None:
+            after_seq, top_epoch = snapshot.decision_seq, snapshot.decisions_epoch
+            start = snapshot.decisions_offset if snapshot.decisions_offset >= 0 else None
         by_seq: dict[int, d.DecisionMsg] = {}
-        top_epoch = 0
-        for record in await read_partition(self.settings, DECISIONS, kp, key=name):
+        records = await read_partition(self.settings, DECISIONS, kp, start=start, key=name)
+        for record in records:
             try:
                 dec = decision_msgpack.decode(record.value or b"")
             except msgspec.DecodeError:
@@ -815,4 +898,5 @@ class CoreProcess(GroupMember[HostedPartition]):
             top_epoch = dec.epoch
             if dec.seq > after_seq:
                 by_seq[dec.seq] = dec
-        return [by_seq[s] for s in sorted(by_seq)], top_epoch
+        end = records[-1].offset + 1 if records else (start if start is not None else -1)
+        return LogRead([by_seq[s] for s in sorted(by_seq)], top_epoch, end)

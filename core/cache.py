@@ -15,11 +15,12 @@ from typing import Any
 
 from core import gang, node_reservation, opportunistic
 from core import resources as res
-from core.config import ConfigError, PartitionConfig, parse_partition, partition_to_raw
+from core.config import AdmissionConfig, ConfigError, PartitionConfig, parse_partition, partition_to_raw
 from core.limits import Limits
 from core.resources import Resource
 from core.state import (
     Allocation,
+    App,
     AskKey,
     Node,
     PartitionState,
@@ -352,6 +353,10 @@ class Cache:
             reason = f"ask {e.app}/{e.ask}: an application master cannot be opportunistic"
             self._reject(reason, app=e.app, ask=e.ask, event=e.id)
             return
+        why = self._over_admission(app, e.count)
+        if why is not None:
+            self._reject(f"ask {e.app}/{e.ask} (count {e.count}): {why}", app=e.app, ask=e.ask, event=e.id)
+            return
         if e.gang_min > e.count:
             self._reject(
                 f"ask {e.app}/{e.ask}: gang_min {e.gang_min} is more than its count {e.count}",
@@ -413,6 +418,24 @@ class Cache:
                 damped_until=self._damped_until((e.app, e.ask)),
             )
         )
+
+    def _over_admission(self, app: App, count: int) -> str | None:
+        """Why an ask of ``count`` containers goes past the partition's ``admission`` bounds (one ask's
+        count; running plus still-asked-for containers of its app, then of the partition), or ``None``."""
+        config = self.state.config
+        bounds = config.admission if config is not None else AdmissionConfig()
+        if count > bounds.max_pending_per_ask:
+            return f"over admission.max_pending_per_ask ({bounds.max_pending_per_ask})"
+        held = len(app.allocations) + sum(a.count - a.allocated for a in app.asks.values())
+        if held + count > bounds.max_containers_per_app:
+            limit = bounds.max_containers_per_app
+            return f"app {app.name} would hold {held + count}, over admission.max_containers_per_app ({limit})"
+        held = len(self.state.allocations) + sum(
+            a.count - a.allocated for other in self.state.apps.values() for a in other.asks.values()
+        )
+        if held + count > bounds.max_containers:
+            return f"the partition would hold {held + count}, over admission.max_containers ({bounds.max_containers})"
+        return None
 
     def _never_fits(self, resource: Resource, required_node: str | None) -> str | None:
         """Why no node can ever hold ``resource`` (``None`` when one may): it names a resource no node

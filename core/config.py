@@ -96,6 +96,18 @@ class ReservationConfig:
     timeout: Seconds = 60.0  # a node reservation not fulfilled by then ends (reason ``timeout``)
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class AdmissionConfig:
+    """A partition's ``admission`` section: what one ask, one app and the whole partition may hold
+    (containers pending plus running), and how far ahead of the partition's clock a feed event may be
+    stamped. Events over a bound are refused with the reason, so no input grows a partition without end."""
+
+    max_pending_per_ask: Annotated[int, Meta(ge=1)] = 100_000  # an ask's count
+    max_containers_per_app: Annotated[int, Meta(ge=1)] = 500_000  # running plus still asked for, per app
+    max_containers: Annotated[int, Meta(ge=1)] = 1_000_000  # running plus still asked for, per partition
+    max_clock_skew: Seconds = 86_400.0  # a feed event stamped further ahead of the clock is refused
+
+
 WILDCARD = "*"
 
 
@@ -146,6 +158,7 @@ class PartitionConfig:
     node_sort_policy: str = "binpacking"
     preemption: PreemptionConfig = dataclasses.field(default_factory=PreemptionConfig)
     reservation: ReservationConfig = dataclasses.field(default_factory=ReservationConfig)
+    admission: AdmissionConfig = dataclasses.field(default_factory=AdmissionConfig)
     # What the source said that Sniper accepted without acting on it; not part of the config's meaning.
     warnings: tuple[str, ...] = dataclasses.field(default=(), compare=False)
 
@@ -250,12 +263,23 @@ def _reservation_struct() -> type[msgspec.Struct]:
 _RawReservation = _reservation_struct()
 
 
+def _admission_struct() -> type[msgspec.Struct]:
+    """The raw ``admission`` section: :class:`AdmissionConfig`'s fields with their checks."""
+    hints = typing.get_type_hints(AdmissionConfig, include_extras=True)
+    fields = [(f.name, hints[f.name], f.default) for f in dataclasses.fields(AdmissionConfig)]
+    return msgspec.defstruct("_RawAdmission", fields, bases=(_Raw,), module=__name__)
+
+
+_RawAdmission = _admission_struct()
+
+
 class _RawPartition(_Raw):
     queues: Annotated[list[_RawQueue], Meta(min_length=1)]
     name: Annotated[str, Meta(min_length=1)] = "default"
     nodesortpolicy: Literal["binpacking", "fair"] | _RawNodeSort = "binpacking"
     preemption: _RawPreemption | None = None  # type: ignore[valid-type]
     reservation: _RawReservation | None = None  # type: ignore[valid-type]
+    admission: _RawAdmission | None = None  # type: ignore[valid-type]
     placementrules: list[Any] | None = None  # warned: applications name their queue
     limits: list[_RawLimit] | None = None  # the root queue's (YuniKorn 1.5, YUNIKORN-2260)
     usergroupresolver: dict[str, Any] | None = None  # warned
@@ -269,6 +293,7 @@ class _RawConfig(_Raw):
 _STRUCT_AT: dict[tuple[bool, str], type[msgspec.Struct]] = {
     (False, ".preemption"): _RawPreemption,
     (False, ".reservation"): _RawReservation,
+    (False, ".admission"): _RawAdmission,
     (False, ".nodesortpolicy"): _RawNodeSort,
     (True, ""): _RawQueue,
     (True, ".resources"): _RawResources,
@@ -598,6 +623,8 @@ def parse_partition(raw: object, where: str = "partition") -> PartitionConfig:
     reservation = ReservationConfig(
         **{f.name: getattr(raw_reservation, f.name) for f in dataclasses.fields(ReservationConfig)}
     )
+    raw_admission = parsed.admission or _RawAdmission()
+    admission = AdmissionConfig(**{f.name: getattr(raw_admission, f.name) for f in dataclasses.fields(AdmissionConfig)})
     top = parsed.queues
     if len(top) == 1 and top[0].name == "root":
         raw_root = top[0]
@@ -618,6 +645,7 @@ def parse_partition(raw: object, where: str = "partition") -> PartitionConfig:
         node_sort_policy=node_sort_policy,
         preemption=preemption,
         reservation=reservation,
+        admission=admission,
         warnings=tuple(warnings),
     )
 
@@ -692,5 +720,6 @@ def partition_to_raw(cfg: PartitionConfig) -> dict[str, Any]:
         "nodesortpolicy": {"type": cfg.node_sort_policy},
         "preemption": dataclasses.asdict(cfg.preemption),
         "reservation": dataclasses.asdict(cfg.reservation),
+        "admission": dataclasses.asdict(cfg.admission),
         "queues": [queue(cfg.root)],
     }

@@ -7,7 +7,9 @@ What it owns:
   that parses. It depends on the record alone, so a record refused once is refused on every replay;
 - :class:`DurableCacheCore`, a :class:`~core.cache.Cache` that stamps every decision with the
   Kafka offset of the last feed record it had handled (``feed_offset``) and refuses what
-  :func:`feed_problem` refuses with a ``rejected`` decision (for records that did not pass the edge);
+  :func:`feed_problem` refuses with a ``rejected`` decision (for records that did not pass the edge),
+  and a record stamped more than ``admission.max_clock_skew`` ahead of the partition's clock with a
+  ``rejected`` decision and a :class:`RefusedRecord` for the caller to dead-letter;
 - :func:`take_snapshot` / :func:`restore`: a cache to a :class:`~messages.snapshot.Snapshot` and back;
 - :func:`apply_logged`: one logged decision that came from a proposal or a tick turned back into the
   state changes that made it (``allocated``, ``preempt`` with its reservation, ``preempt_cancelled``,
@@ -24,6 +26,10 @@ Invariants of :func:`replay` (ARCHITECTURE section 3, "the decisions topic is th
   ``seq`` order, so the state sees events and decisions in the order the old owner did;
 - decisions that replay produces beyond the last logged ``seq`` (the old owner handled the record but
   died before publishing them) are returned as ``fresh``: the caller publishes them;
+- a feed record's time is judged as the old owner judged it wherever the log shows the old owner
+  handled it (a ``rejected`` decision beginning :data:`CLOCK_REFUSED` at its offset, or none), so a
+  time refused live is refused on replay and one accepted live is accepted; records past the log are
+  judged on the replaying state's clock, as live;
 - nothing here does I/O or reads a clock; time only moves to the ``t`` of logged decisions.
 """
 
@@ -89,23 +95,68 @@ def feed_problem(event: f.Feed) -> str | None:
     return None
 
 
+CLOCK_REFUSED = "t ahead of the partition's clock: "  # how a refusal for the time begins (replay finds it)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class RefusedRecord:
+    """A feed record the state refused for its time: it is dead-lettered with ``reason``."""
+
+    offset: int
+    event: f.Feed
+    reason: str
+
+
 class DurableCacheCore(Cache):
-    """A cache whose decisions say which feed record they were made after (for replay)."""
+    """A cache whose decisions say which feed record they were made after (for replay), and that keeps
+    the feed's time within ``admission.max_clock_skew`` of the partition's clock."""
 
     def __init__(self, partition: str, config: PartitionConfig | None = None, *, epoch: int = 0) -> None:
         self.feed_offset = -1
+        self.feed_time: float | None = None  # the latest ``t`` of a feed event it accepted (None: none yet)
+        self.refused: list[RefusedRecord] = []  # refused for their time since the last take_refused()
         super().__init__(partition, config, epoch=epoch)
 
     def decide(self, decision_type: type[d.DecisionMsg], **fields: Any) -> None:
         super().decide(decision_type, feed_offset=self.feed_offset, **fields)
 
-    def handle_event(self, event: f.Feed) -> None:
+    def clock_problem(self, event: f.Feed) -> str | None:
+        """Why ``event``'s ``t`` is too far ahead of the partition's clock (the later of its state's time
+        and the latest accepted feed time), or ``None``. The first event after the partition has
+        a configuration and no feed time yet sets the clock, whatever its (finite) time."""
+        config = self.state.config
+        if config is None or self.feed_time is None:
+            return None
+        clock = max(self.state.now, self.feed_time)
+        bound = config.admission.max_clock_skew
+        if event.t <= clock + bound:
+            return None
+        return (
+            f"{CLOCK_REFUSED}{type(event).__name__} t={event.t!r} is {event.t - clock:.3f} s ahead of"
+            f" {clock!r}, over admission.max_clock_skew ({bound:g} s)"
+        )
+
+    def handle_event(self, event: f.Feed, *, too_far: bool | None = None) -> None:
+        """Handle ``event``; ``too_far`` is the verdict on its time a previous owner logged (replay),
+        ``None`` to judge it on this state's clock."""
         why = feed_problem(event)
+        if why is None:
+            why = self.clock_problem(event)
+            if too_far is not None and (why is not None) != too_far:
+                why = f"{CLOCK_REFUSED}t={event.t!r}, as the partition's previous owner judged" if too_far else None
+            if why is not None:
+                self.refused.append(RefusedRecord(self.feed_offset, event, why))
         if why is not None:
             self.stats.events += 1
             self._reject(why, event=event.id)
             return
         super().handle_event(event)
+        self.feed_time = event.t if self.feed_time is None else max(self.feed_time, event.t)
+
+    def take_refused(self) -> list[RefusedRecord]:
+        """The records refused for their time since the last call (to dead-letter)."""
+        refused, self.refused = self.refused, []
+        return refused
 
 
 # ---------------------------------------------------------------------------------------------- snapshots
@@ -126,6 +177,7 @@ def take_snapshot(core: DurableCacheCore, *, kafka_partition: int = -1, wall_tim
         kafka_partition=kafka_partition,
         view_seq=core.view_seq,
         now=core.state.now,
+        feed_time=core.feed_time,
         counters=dict(core.counters),
         codec=codec,
         body=body,
@@ -145,6 +197,7 @@ def restore(snapshot: Snapshot, *, epoch: int | None = None) -> DurableCacheCore
     core.flaps = {(app, ask): (count, when) for app, ask, count, when in body.flaps}
     core.decision_seq = snapshot.decision_seq
     core.feed_offset = snapshot.feed_offset
+    core.feed_time = snapshot.feed_time
     core.view_seq = snapshot.view_seq
     for kind, value in snapshot.counters.items():
         core.counters[kind] = max(core.counters.get(kind, 0), value)
@@ -159,6 +212,7 @@ def restore(snapshot: Snapshot, *, epoch: int | None = None) -> DurableCacheCore
 @dataclasses.dataclass(slots=True)
 class ReplayResult:
     fresh: list[d.DecisionMsg]  # decided during replay after the last logged one: still to publish
+    refused: list[RefusedRecord] = dataclasses.field(default_factory=list)  # refused for their time
     feed_replayed: int = 0
     decisions_applied: int = 0  # logged decisions turned back into changes
     decisions_regenerated: int = 0  # logged decisions a replayed feed record produced again
@@ -392,12 +446,14 @@ def replay(
     """
     last_logged = max((x.seq for x in log), default=core.decision_seq)
     logged_by_seq = {x.seq: x for x in log}
+    reach = max((x.feed_offset for x in log), default=-1)  # the old owner handled the records up to here
+    clock_refused = {x.feed_offset for x in log if isinstance(x, d.Rejected) and x.reason.startswith(CLOCK_REFUSED)}
     result = ReplayResult(fresh=[])
     i = j = 0
 
     def feed_one(offset: int, event: f.Feed) -> None:
         core.feed_offset = offset
-        core.handle_event(event)
+        core.handle_event(event, too_far=offset in clock_refused if offset <= reach else None)
         result.feed_replayed += 1
         for dec in core.drain().decisions:
             if dec.seq > last_logged:
@@ -425,6 +481,7 @@ def replay(
         feed_one(*feed[i])
         i += 1
     core.drain()
+    result.refused = core.take_refused()
     return result
 
 
@@ -436,8 +493,10 @@ def stamp(decisions: Sequence[d.DecisionMsg], **fields: Any) -> list[d.DecisionM
 
 
 __all__ = [
+    "CLOCK_REFUSED",
     "MAX_QUANTITY",
     "DurableCacheCore",
+    "RefusedRecord",
     "ReplayResult",
     "absurd_quantity",
     "apply_logged",

@@ -1,7 +1,8 @@
 """Feed events: what resource managers publish (ARCHITECTURE section 4), one tagged union.
 
 Every event names its partition and may carry an ``id`` for at-least-once de-duplication; ``t`` is
-seconds since the trace start (trace files) or the producer's clock (Kafka). Resource values are
+seconds since the trace start (trace files) or the producer's clock (Kafka), finite and at most
+:data:`MAX_T`. Resource values are
 non-negative integers. New fields must come with defaults (msgspec schema evolution).
 """
 
@@ -11,13 +12,14 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
+MAX_T = 1e11  # seconds: about the year 5100 in epoch seconds; a later ``t`` (or infinity) is a corrupt clock
 Quantity = Annotated[int, msgspec.Meta(ge=0, le=2**53)]
 ResourceMap = dict[str, Quantity]
 Name = Annotated[str, msgspec.Meta(min_length=1, max_length=512)]
 
 
 class FeedEvent(msgspec.Struct, tag_field="type", kw_only=True, frozen=True, gc=False):
-    t: Annotated[float, msgspec.Meta(ge=0)] = 0.0
+    t: Annotated[float, msgspec.Meta(ge=0, le=MAX_T)] = 0.0  # finite: NaN and infinity are refused
     partition: Name = "default"
     id: str = ""
 

@@ -8,9 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import logging
-import random
-import string
 from collections.abc import AsyncIterator, Callable, Iterable
 from typing import Any
 
@@ -190,9 +187,11 @@ async def test_decisions_the_broker_loses_stop_the_partition_which_comes_back_fr
             send_many = process.bus.send_many
             lost: list[tuple[str, Any]] = []
 
-            async def lose_once(topic: str, items: Iterable[tuple[str, Any]]) -> asyncio.Future[Any] | None:
+            async def lose_once(
+                topic: str, items: Iterable[tuple[str, Any]], **where: Any
+            ) -> asyncio.Future[Any] | None:
                 if topic != DECISIONS or lost:
-                    return await send_many(topic, items)
+                    return await send_many(topic, items, **where)
                 lost.extend(items)  # never handed to the producer
                 failed: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
                 failed.set_exception(KafkaError("the broker lost them"))
@@ -239,50 +238,3 @@ async def test_a_large_partition_snapshots_after_at_least_as_many_decisions_as_i
     assert size == 1004
     large = HostedPartition(process, "p1", 0, core)
     assert all(size // 2 <= large._snapshot_point()[0] <= size for _ in range(20))
-
-
-class _Alerts(logging.Handler):
-    """Wakes a waiter at each ALERT log line (the alert is a log line and a metric)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.seen = anyio.Event()
-
-    def emit(self, record: logging.LogRecord) -> None:
-        if record.getMessage().startswith("ALERT"):
-            self.seen.set()
-
-
-async def test_a_snapshot_too_large_to_publish_raises_an_alert_and_the_partition_goes_on(
-    kafka_settings: KafkaSettings,
-) -> None:
-    settings = dataclasses.replace(kafka_settings, max_message_bytes=8 << 10)
-    rng = random.Random(5)
-    noise = string.ascii_letters + string.digits  # random labels: the compressed snapshot stays large
-    nodes = [
-        f.NodeAdded(
-            partition="wide",
-            id=f"n{i}",
-            node=f"n{i}",
-            capacity={"memory": 8},
-            labels={f"l{j}": "".join(rng.choices(noise, k=200)) for j in range(8)},
-        )
-        for i in range(60)
-    ]
-    alerts = _Alerts()
-    logging.getLogger("sniper.core").addHandler(alerts)
-    try:
-        with anyio.fail_after(WAIT):
-            async with KafkaBus(settings) as bus, anyio.create_task_group() as tg:
-                reader = Decisions(await bus.subscribe_ready(DECISIONS, group=bus.settings.prefix + "reader"))
-                tg.start_soon(reader.pump)
-                process = CoreProcess(settings, options(snapshot_interval=0.2))
-                await tg.start(process.run)
-                await bus.publish_many(FEED, [(e.partition, e) for e in workload("wide", 0)[:1] + nodes])
-                await alerts.seen.wait()
-                await bus.publish_many(FEED, [(e.partition, e) for e in workload("wide", 2)[3:]])
-                await reader.until(lambda _: len(reader.of(d.Allocated, "wide")) == 2)
-                tg.cancel_scope.cancel()
-    finally:
-        logging.getLogger("sniper.core").removeHandler(alerts)
-    assert process.counters["wide"].snapshots_failed >= 1

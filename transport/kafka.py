@@ -434,17 +434,20 @@ class KafkaBus(Bus):
             )
         await self.publish_raw(topic, key, payload)
 
-    async def publish_many(self, topic: str, items: Iterable[tuple[str, Any]]) -> None:
+    async def publish_many(self, topic: str, items: Iterable[tuple[str, Any]], *, partition: int | None = None) -> None:
         """Send several ``(key, message)`` pairs in order and wait until the broker acknowledged them all.
 
         The records are handed to the producer one after the other (so one key's records keep their
         order) and awaited together: a burst costs about one round trip instead of one per record.
+        ``partition``: the Kafka partition of every record (default: each key's own).
         """
-        sent = await self.send_many(topic, items)
+        sent = await self.send_many(topic, items, partition=partition)
         if sent is not None:
             await sent
 
-    async def send_many(self, topic: str, items: Iterable[tuple[str, Any]]) -> asyncio.Future[Any] | None:
+    async def send_many(
+        self, topic: str, items: Iterable[tuple[str, Any]], *, partition: int | None = None
+    ) -> asyncio.Future[Any] | None:
         """Hand several ``(key, message)`` pairs to the producer in order, without waiting for the broker.
 
         Returns a future that is done once the broker acknowledged every one of them (it fails with the
@@ -463,7 +466,7 @@ class KafkaBus(Bus):
                     f"{type(message).__name__} on {topic} is {len(payload)} bytes, "
                     f"over max_message_bytes={self.settings.max_message_bytes}"
                 )
-            encoded.append((key.encode(), payload, self.partition_for(key)))
+            encoded.append((key.encode(), payload, self.partition_for(key) if partition is None else partition))
         if not encoded:
             return None
         if self._closed:

@@ -1,0 +1,139 @@
+"""Feed time: a record's ``t`` is finite and bounded, and one stamped too far ahead of the partition's
+clock is refused (a ``rejected`` decision and a dead letter) without moving the clock, the same way
+live and when a successor replays it."""
+
+from __future__ import annotations
+
+import math
+
+import anyio
+import msgspec
+import pytest
+
+from cluster.logread import read_partition
+from cluster.process import CoreProcess
+from core.config import parse_partition
+from core.recovery import CLOCK_REFUSED, DurableCacheCore, replay, restore, take_snapshot
+from messages import decisions as d
+from messages import feed as f
+from messages.deadletter import deadletter_msgpack
+from tests.core_support import partition_raw, queue
+from tests.test_core_process import WAIT, Decisions, bus, options, workload
+from transport.bus import DEADLETTER, DECISIONS, FEED
+from transport.kafka import KafkaBus, KafkaSettings
+
+__all__ = ["bus"]  # the fixture, used by name
+
+SKEW = 60.0
+
+
+@pytest.mark.parametrize("t", [1e308, math.inf, -math.inf, math.nan, f.MAX_T * 2], ids=str)
+def test_a_time_that_is_not_finite_or_beyond_any_clock_is_undecodable(t: float) -> None:
+    raw = msgspec.msgpack.encode({"type": "node_removed", "node": "n1", "t": t})
+    with pytest.raises(msgspec.ValidationError, match=r"\$\.t"):
+        msgspec.msgpack.Decoder(f.Feed).decode(raw)
+
+
+def _owner() -> DurableCacheCore:
+    raw = partition_raw(queue("a"), name="p")
+    raw["admission"] = {"max_clock_skew": SKEW}
+    core = DurableCacheCore("p", parse_partition(raw))
+    _handle(core, 0, f.NodeAdded(t=1000, partition="p", node="n1", capacity={"memory": 64, "vcore": 64}))
+    core.tick(1000)
+    core.drain()
+    return core
+
+
+def _handle(core: DurableCacheCore, offset: int, event: f.Feed) -> list[d.DecisionMsg]:
+    core.feed_offset = offset
+    core.handle_event(event)
+    return core.drain().decisions
+
+
+def test_a_time_too_far_ahead_is_refused_without_moving_the_clock() -> None:
+    core = _owner()
+    far = f.AppAdded(t=1000 + SKEW + 1, partition="p", app="late", queue="root.a")
+    (rejected,) = _handle(core, 1, far)
+    assert isinstance(rejected, d.Rejected) and rejected.reason.startswith(CLOCK_REFUSED)
+    assert "over admission.max_clock_skew (60 s)" in rejected.reason
+    assert [(r.offset, r.event) for r in core.take_refused()] == [(1, far)]
+    assert core.feed_time == 1000 and "late" not in core.state.apps
+    assert _handle(core, 2, msgspec.structs.replace(far, t=1000 + SKEW)) == []  # at the bound: accepted
+    assert core.feed_time == 1000 + SKEW and "late" in core.state.apps
+
+
+def test_the_clock_the_bound_counts_from_is_the_later_of_state_time_and_feed_time() -> None:
+    core = _owner()
+    core.tick(5000)  # the partition's clock went on without feed records
+    assert _handle(core, 1, f.AppAdded(t=5000 + SKEW, partition="p", app="x", queue="root.a")) == []
+    assert core.take_refused() == []
+
+
+def test_the_first_time_a_partition_sees_sets_its_clock_whatever_it_is() -> None:
+    core = DurableCacheCore("p", parse_partition(partition_raw(queue("a"), name="p")))
+    assert _handle(core, 0, f.NodeAdded(t=1.7e9, partition="p", node="n1", capacity={"memory": 8})) == []
+    assert core.feed_time == 1.7e9
+
+
+def test_a_successor_judges_each_time_as_the_owner_logged_it() -> None:
+    owner = _owner()
+    snapshot = take_snapshot(owner)
+    owner.tick(1500)  # live, the owner's clock ran on; the snapshot's did not
+    feed: list[tuple[int, f.Feed]] = [
+        (1, f.AppAdded(t=1400, partition="p", app="app", queue="root.a")),  # accepted by the owner's clock
+        (2, f.AskAdded(t=1400, partition="p", app="app", ask="k", resource={"memory": 4, "vcore": 1})),
+        (3, f.NodeRemoved(t=1e9, partition="p", node="n1")),  # refused
+    ]
+    log: list[d.DecisionMsg] = []
+    for offset, event in feed:
+        log += _handle(owner, offset, event)
+    owner.allocate("app", "k", "n1")
+    log += owner.drain().decisions
+    assert [type(x).__name__ for x in log] == ["Rejected", "Allocated"]
+    successor = restore(snapshot, epoch=2)
+    assert successor.clock_problem(feed[0][1]) is not None  # on its own clock it would refuse the app
+    result = replay(successor, feed, log)
+    assert result.divergences == [] and result.fresh == []
+    assert sorted(successor.state.allocations) == sorted(owner.state.allocations)
+    assert "n1" in successor.state.nodes and successor.feed_time == owner.feed_time == 1400
+    assert [(r.offset, r.event) for r in result.refused] == [(3, feed[2][1])]
+
+
+def test_past_the_log_a_successor_judges_on_its_own_clock() -> None:
+    successor = restore(take_snapshot(_owner()), epoch=2)
+    result = replay(successor, [(1, f.NodeRemoved(t=1e9, partition="p", node="n1"))], [])
+    assert [r.offset for r in result.refused] == [1] and "n1" in successor.state.nodes
+    assert isinstance(result.fresh[0], d.Rejected) and result.fresh[0].reason.startswith(CLOCK_REFUSED)
+
+
+async def test_on_kafka_a_far_time_is_dead_lettered_once_and_moves_no_clock_live_or_after_failover(
+    kafka_settings: KafkaSettings, bus: KafkaBus
+) -> None:
+    far = f.AppAdded(partition="p1", id="far", app="far", queue="root.a", t=1e9)
+    with anyio.fail_after(WAIT):
+        reader = Decisions(await bus.subscribe_ready(DECISIONS, group=bus.settings.prefix + "reader"))
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(reader.pump)
+            first = CoreProcess(kafka_settings, options())
+            async with anyio.create_task_group() as first_group:
+                first_group.start_soon(first.run)
+                await first.ready.wait()
+                for event in [*workload("p1", 2), far, *workload("p1", 1, tag="b")[-1:]]:
+                    await bus.publish(FEED, "p1", event)
+                await reader.until(lambda _: len(reader.of(d.Allocated)) == 3)
+                (rejected,) = reader.of(d.Rejected)
+                assert rejected.reason.startswith(CLOCK_REFUSED)
+                host = first.hosts["p1"]
+                assert host.now() < 1e6 and host.core.state.now < 1e6
+                first_group.cancel_scope.cancel()
+            second = CoreProcess(kafka_settings, options())
+            await tg.start(second.run)
+            restored = await second.wait_hosting("p1")
+            assert restored.now() < 1e6 and "far" not in restored.core.state.apps
+            await bus.publish(FEED, "p1", workload("p1", 1, tag="c")[-1])
+            await reader.until(lambda _: len(reader.of(d.Allocated)) == 4)
+            tg.cancel_scope.cancel()
+    records = await read_partition(kafka_settings, DEADLETTER, bus.partition_for("p1"))
+    letters = [deadletter_msgpack.decode(r.value or b"") for r in records]
+    assert [x.reason for x in letters] == [rejected.reason]
+    assert msgspec.msgpack.decode(letters[0].payload, type=f.Feed) == far
