@@ -3,11 +3,13 @@
 A config means what it means to Apache YuniKorn 1.4+: the same keys, the same quantities (see
 :func:`core.resources.parse_quantity`), a ``root`` queue inserted when the top level does not
 name one. Shapes and ranges are checked by msgspec structs (unknown keys are refused); YuniKorn keys
-Sniper does not implement are accepted with a warning that names them. Invariants of a parsed config:
-names are unique among siblings and partitions, the root queue is ``root``, every ``max`` is at least
-its ``guaranteed``, children's guarantees fit in their parent's, no child's ``max`` exceeds its
-parent's, no child's ``maxapplications`` exceeds its parent's, a limit's ``maxresources`` stays within its
-queue's ``max``, and the raw input is a finite tree of bounded depth. Errors name the offending path and key.
+Sniper does not implement, and queue properties it does not know (free-form in YuniKorn), are accepted
+with a warning that names them. A file may be the Kubernetes ConfigMap that carries a ``queues.yaml``.
+Invariants of a parsed config: names are unique among siblings and partitions, the root queue is
+``root``, every ``max`` is at least its ``guaranteed``, children's guarantees fit in their parent's, no
+child's ``max`` exceeds its parent's, no child's ``maxapplications`` exceeds its parent's, a limit's
+``maxresources`` stays within its queue's ``max``, and the raw input is a finite tree of bounded depth.
+Errors name the offending path and key.
 """
 
 from __future__ import annotations

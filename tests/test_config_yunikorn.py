@@ -226,11 +226,8 @@ def test_yunikorn_cores_own_example_loads_and_flags_its_pre_1_0_numbers() -> Non
     assert [p.name for p in config.partitions] == ["default", "gpu"]
     gpu = config.partition("gpu")
     assert {q.path: q.max_applications for q in gpu.queues()}["root.production"] == 10
-    assert gpu.leaf("root.test") is not None and gpu.leaf("root.test").limits[0].max_resources == {  # type: ignore[union-attr]
-        "memory": 1,
-        "vcore": 10_000,
-        "gpu": 50,
-    }
+    test = gpu.leaf("root.test")
+    assert test is not None and test.limits[0].max_resources == {"memory": 1, "vcore": 10_000, "gpu": 50}
     warnings = config.warnings
     assert "queue root.test.properties: 'x' not used by Sniper; ignored" in warnings
     assert "partition default: placementrules not implemented by Sniper yet; accepted and ignored" in warnings
