@@ -99,7 +99,7 @@ class PartitionRemoved(FeedEvent, tag="partition_removed", frozen=True, gc=False
     """Retire the partition: its apps, asks and allocations are released, its nodes and configuration
     dropped; it starts again at its next ``partition_config`` (docs/feed.md)."""
 
-    reason: str = ""
+    reason: Annotated[str, msgspec.Meta(max_length=1000)] = ""  # it travels on into the decision
 
 
 Feed = (

@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import anyio
+import msgspec
 import pytest
 
 from core.allocator import Allocator
@@ -277,3 +278,9 @@ async def test_on_kafka_a_trace_then_partition_removed_then_the_same_trace_runs_
     assert [x.reason for x in reader.items if isinstance(x, d.Rejected)] == []
     assert {x.epoch for x in reader.items} == {1, 2}  # the successor restored the partition and decides
     assert [v for part in reader.checker.parts.values() for v in part.model.violations] == []
+
+
+def test_a_removal_whose_reason_is_too_long_is_bad_input_naming_the_field() -> None:
+    line = msgspec.json.encode({"type": "partition_removed", "reason": "x" * 1001})
+    with pytest.raises(msgspec.ValidationError, match=r"length <= 1000 - at `\$.reason`"):
+        msgspec.json.decode(line, type=f.Feed)
