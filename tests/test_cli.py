@@ -284,3 +284,16 @@ def test_the_simulate_summary_speaks_human_units_and_the_report_base_ones(tmp_pa
     assert rows["preempted"] == f"{victims * 2} GiB, {victims // 2:g} cores"
     assert re.fullmatch(r"[0-9.]+%", rows["utilization memory"]), rows
     assert re.fullmatch(r"[0-9.]+%", rows["stranded vcore"]), rows
+
+
+def test_queues_reads_a_config_map_as_its_queues_yaml(tmp_path: Path) -> None:
+    """``--queues`` takes the ConfigMap YuniKorn is configured with, as check-config does."""
+    queues_yaml = (Path(__file__).resolve().parent.parent / "compose" / "demo.yaml").read_text()
+    path = tmp_path / "yunikorn-configs.yaml"
+    config_map = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "yunikorn-configs"}}
+    path.write_text(yaml.safe_dump({**config_map, "data": {"queues.yaml": queues_yaml, "log.level": "INFO"}}))
+    report = tmp_path / "report.json"
+    result = _invoke("simulate", "demo", "--queues", str(path), "--until", "30", "--report", str(report))
+    assert result.exit_code == 0, result.output
+    assert "ConfigMap yunikorn-configs: data log.level not used by Sniper; ignored" in _text(result)
+    assert json.loads(report.read_text())["allocations"] > 0
