@@ -185,6 +185,7 @@ class ClusterModel:
                 self.removed_nodes.update(self.nodes)
                 self.nodes.clear()
                 self.apps.clear()
+                self.contract_apps.clear()
                 self.withdrawn.update(self.asks)
                 self.open.clear()
                 self.seen_events = {event.id} if event.id else set()  # as the cache: earlier ids name nothing now

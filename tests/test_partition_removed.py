@@ -8,7 +8,9 @@ fed again after it is taken as a new partition's, without a rejection.
 
 from __future__ import annotations
 
+import math
 import signal
+from collections import Counter
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -17,10 +19,12 @@ import msgspec
 import pytest
 
 from core.allocator import Allocator
-from core.config import parse_partition
+from core.config import parse_partition, partition_to_raw
 from core.recovery import DurableCacheCore, feed_problem, replay, restore, take_snapshot
 from messages import decisions as d
 from messages import feed as f
+from simulator.run import SimulationSettings, run_simulation
+from simulator.scenarios import scenario
 from tests.core_support import Harness, consistency_problems, fingerprint, partition_raw, queue, rejected_reasons
 from tests.kafka_support import CoreSubprocess, TopicReader
 from tests.preemption_support import proposal
@@ -284,3 +288,25 @@ def test_a_removal_whose_reason_is_too_long_is_bad_input_naming_the_field() -> N
     line = msgspec.json.encode({"type": "partition_removed", "reason": "x" * 1001})
     with pytest.raises(msgspec.ValidationError, match=r"length <= 1000 - at `\$.reason`"):
         msgspec.json.decode(line, type=f.Feed)
+
+
+def test_in_the_simulator_the_demo_after_a_removal_decides_as_the_demo_alone() -> None:
+    """The bundled demo, ``partition_removed``, the demo again (later in time): the second run's decisions
+    are the first's, kind for kind, with no rejection and no invariant violated."""
+    sc = scenario("demo")
+    assert sc.config is not None
+    demo = [f.PartitionConfigEvent(config=partition_to_raw(sc.config.partitions[0])), *sc.events]
+    end = math.ceil(max(e.t for e in demo)) + 100.0  # whole seconds: the policies' rounds keep their phase
+    again = [msgspec.structs.replace(e, t=e.t + end + 50.0) for e in demo]
+    events = [*demo, f.PartitionRemoved(t=end, reason="again"), *again]
+    alone = run_simulation(demo, None, SimulationSettings()).decisions
+    twice = run_simulation(events, None, SimulationSettings())
+    cut = next(i for i, x in enumerate(twice.decisions) if isinstance(x, d.PartitionRemoved))
+    first, second = twice.decisions[:cut], twice.decisions[cut + 1 :]
+
+    def kinds(decisions: list[d.DecisionMsg]) -> Counter[str]:
+        return Counter(type(x).__name__ for x in decisions)
+
+    assert kinds(second) == kinds(alone) and kinds(alone)["Preempt"] > 0
+    assert kinds(first) == kinds(alone) + Counter(Released=kinds(first)["Released"] - kinds(alone)["Released"])
+    assert twice.report["rejected"] == 0 and twice.report["invariant_violations"] == 0
