@@ -9,6 +9,7 @@ the demo trace is what ``sniper scenario demo`` writes.
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
@@ -171,11 +172,15 @@ def _ignored(path: str, rules: list[tuple[bool, re.Pattern[str]]]) -> bool:
 def _image_files(dest: Path) -> list[str]:
     """Copy into ``dest`` what the Dockerfile's COPY lines put under its WORKDIR; the files copied."""
     rules = _ignore_rules()
-    context = sorted(
-        p.relative_to(ROOT).as_posix()
-        for p in ROOT.rglob("*")
-        if p.is_file() and not _ignored(p.relative_to(ROOT).as_posix(), rules)
-    )
+    prune = not any(keep for keep, _ in rules)  # without a re-include, an ignored folder's files all are
+    context: list[str] = []
+    for folder, subfolders, files in os.walk(ROOT):
+        at = Path(folder).relative_to(ROOT).as_posix().removeprefix(".")
+        inside = [f"{at}/{name}".lstrip("/") for name in files]
+        context += [path for path in inside if not _ignored(path, rules)]
+        if prune:
+            subfolders[:] = [d for d in subfolders if not _ignored(f"{at}/{d}".lstrip("/"), rules)]
+    context.sort()
     copied: list[str] = []
     for line in (COMPOSE / "Dockerfile").read_text().splitlines():
         if not line.startswith("COPY "):
