@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 import yaml
 
+from core import config as config_module
 from core.config import (
     AdmissionConfig,
     ConfigError,
@@ -407,3 +408,9 @@ def test_the_documented_queue_and_partition_defaults_are_the_parsers() -> None:
         part.name,
         part.node_sort_policy,
     )
+
+
+def test_the_documented_defaults_of_a_limits_entry_are_the_parsers() -> None:
+    documented = {key: _doc_value(cell) for key, cell in _doc_defaults("User, group and application limits").items()}
+    raw = config_module._RawLimit()
+    assert documented == {key: getattr(raw, key) for key in raw.__struct_fields__}
