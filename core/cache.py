@@ -162,11 +162,7 @@ class Cache:
             self.seen[event.id] = None
             if len(self.seen) > SEEN_IDS:
                 self.seen.popitem(last=False)
-        if isinstance(event, f.PartitionRemoved):
-            self._partition_removed(event.reason)
-            self.seen = OrderedDict({event.id: None} if event.id else {})  # ids before it name nothing now
-            return
-        if self.state.root is None and not isinstance(event, f.PartitionConfigEvent):
+        if self.state.root is None and not isinstance(event, f.PartitionConfigEvent | f.PartitionRemoved):
             what = f"{type(event).__name__}: partition {self.partition} has no configuration yet"
             self._reject(what, event=event.id)
             return
@@ -179,6 +175,9 @@ class Cache:
         match event:
             case f.PartitionConfigEvent(config=raw):
                 self._configure(raw)
+            case f.PartitionRemoved(reason=reason):
+                self._partition_removed(reason)
+                self.seen = OrderedDict({event.id: None} if event.id else {})  # ids before it name nothing now
             case f.NodeAdded(node=name, capacity=capacity, labels=labels, schedulable=schedulable):
                 self._node_set(name, capacity, schedulable, labels)
             case f.NodeUpdated(node=name, capacity=capacity, schedulable=schedulable):
