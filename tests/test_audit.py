@@ -115,9 +115,7 @@ def test_nothing_is_formatted_when_info_is_off(caplog: pytest.LogCaptureFixture)
     assert _lines(caplog) == [] and tally.by_queue[("root.research", VICTIM)].containers == 1
 
 
-def test_a_partition_removed_is_one_line_and_forgets_the_preemptions_in_flight(
-    caplog: pytest.LogCaptureFixture,
-) -> None:
+def test_a_partition_removed_is_one_line_with_what_it_held(caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.INFO, logger="sniper.audit")
     tally = PreemptionTally()
     removed = d.PartitionRemoved(t=50.0, apps=3, allocations=12, nodes=4, reason="next trace")
