@@ -1,14 +1,15 @@
 """The audit trail of a core process: every decision that takes room from someone, on one log line.
 
-Each ``preempt``, ``preempt_cancelled``, ``kill``, ``preempt_request`` and de-reservation
-(``node_unreserved`` with reason ``dereserved``) a hosted partition publishes is logged at INFO on the
-``sniper.audit`` logger with structured fields: ``action``, ``partition``, the ``victim`` (allocation,
-request or node reservation) with its ``victim_app`` and ``victim_queue``, the ``node``, the
-``beneficiary`` (``app/ask``) with its ``beneficiary_queue``, the ``policy`` and the ``reason``; the
-resources in human units (:mod:`core.units`). So ``grep victim=ALLOCATION`` on a core's log answers
-"why was my container killed?". A kill names the beneficiary its preemption named (remembered while
-the preemption is in flight in this process). :class:`PreemptionTally` counts, per queue, the
-containers and resources preempted from it (``victim``) and for it (``beneficiary``), for the metrics.
+Each ``preempt``, ``preempt_cancelled``, ``kill``, ``preempt_request``, de-reservation
+(``node_unreserved`` with reason ``dereserved``) and ``partition_removed`` a hosted partition publishes
+is logged at INFO on the ``sniper.audit`` logger with structured fields: ``action``, ``partition``,
+the ``victim`` (allocation, request or node reservation) with its ``victim_app`` and ``victim_queue``,
+the ``node``, the ``beneficiary`` (``app/ask``) with its ``beneficiary_queue``, the ``policy`` and the
+``reason``; the resources in human units (:mod:`core.units`). So ``grep victim=ALLOCATION`` on a
+core's log answers "why was my container killed?". A kill names the beneficiary its preemption named
+(remembered while the preemption is in flight in this process). :class:`PreemptionTally` counts, per
+queue, the containers and resources preempted from it (``victim``) and for it (``beneficiary``), for
+the metrics.
 """
 
 from __future__ import annotations
@@ -183,5 +184,21 @@ def audit(partition: str, decisions: Iterable[d.DecisionMsg], tally: PreemptionT
                     "node": x.node,
                     "policy": x.policy,
                     "reason": "the node reservation blocks a queue below its ideal share",
+                },
+            )
+        elif isinstance(x, d.PartitionRemoved) and info:
+            log.info(
+                "partition %s removed: %d apps, %d allocations and %d nodes released",
+                partition,
+                x.apps,
+                x.allocations,
+                x.nodes,
+                extra={
+                    "action": "partition_removed",
+                    "partition": partition,
+                    "apps": x.apps,
+                    "allocations": x.allocations,
+                    "nodes": x.nodes,
+                    "reason": x.reason,
                 },
             )

@@ -162,7 +162,7 @@ class Cache:
             self.seen[event.id] = None
             if len(self.seen) > SEEN_IDS:
                 self.seen.popitem(last=False)
-        if self.state.root is None and not isinstance(event, f.PartitionConfigEvent):
+        if self.state.root is None and not isinstance(event, f.PartitionConfigEvent | f.PartitionRemoved):
             what = f"{type(event).__name__}: partition {self.partition} has no configuration yet"
             self._reject(what, event=event.id)
             return
@@ -175,6 +175,9 @@ class Cache:
         match event:
             case f.PartitionConfigEvent(config=raw):
                 self._configure(raw)
+            case f.PartitionRemoved(reason=reason):
+                self._partition_removed(reason)
+                self.seen = OrderedDict({event.id: None} if event.id else {})  # ids before it name nothing now
             case f.NodeAdded(node=name, capacity=capacity, labels=labels, schedulable=schedulable):
                 self._node_set(name, capacity, schedulable, labels)
             case f.NodeUpdated(node=name, capacity=capacity, schedulable=schedulable):
@@ -204,6 +207,27 @@ class Cache:
                     self._release(alloc)
             case f.AllocationPromoted(allocation=aid):
                 self._promote(aid, event.id)
+
+    def _partition_removed(self, reason: str) -> None:
+        """Retire the partition through the usual changes: its reservations ended, every app removed as by
+        ``app_removed`` (its allocations ``released``), the requests left settled, every node removed,
+        then the configuration dropped; one ``partition_removed`` decision says what it held."""
+        state = self.state
+        held = {"apps": len(state.apps), "allocations": len(state.allocations), "nodes": len(state.nodes)}
+        for r in list(state.reservations.values()):  # first: room a release frees is given to nobody
+            self._end_reservation(r, "the partition was removed")
+        for app in sorted(state.apps.values(), key=lambda a: a.submit_seq):
+            self._app_removed(app.name)
+        if state.contracts:
+            from core.preemption.contract import settle  # local: preemption plugs in here
+
+            settle(self)
+        for name in list(state.nodes):
+            self._node_removed(name)
+        if state.config is not None:
+            self.commit(p.PartitionCleared())
+        self.flaps, self.shapes, self.shape_names = {}, [], set()
+        self.decide(d.PartitionRemoved, reason=reason, **held)
 
     def _configure(self, raw: dict[str, Any]) -> None:
         config = parse_partition(raw, f"partition {self.partition}")

@@ -3,16 +3,19 @@
 A config means what it means to Apache YuniKorn 1.4+: the same keys, the same quantities (see
 :func:`core.resources.parse_quantity`), a ``root`` queue inserted when the top level does not
 name one. Shapes and ranges are checked by msgspec structs (unknown keys are refused); YuniKorn keys
-Sniper does not implement are accepted with a warning that names them. Invariants of a parsed config:
-names are unique among siblings and partitions, the root queue is ``root``, every ``max`` is at least
-its ``guaranteed``, children's guarantees fit in their parent's, no child's ``max`` exceeds its
-parent's, no child's ``maxapplications`` exceeds its parent's, a limit's ``maxresources`` stays within its
-queue's ``max``, and the raw input is a finite tree of bounded depth. Errors name the offending path and key.
+Sniper does not implement, and queue properties it does not know (free-form in YuniKorn), are accepted
+with a warning that names them. A file may be the Kubernetes ConfigMap that carries a ``queues.yaml``.
+Invariants of a parsed config: names are unique among siblings and partitions, the root queue is
+``root``, every ``max`` is at least its ``guaranteed``, children's guarantees fit in their parent's, no
+child's ``max`` exceeds its parent's, no child's ``maxapplications`` exceeds its parent's, a limit's
+``maxresources`` stays within its queue's ``max``, and the raw input is a finite tree of bounded depth.
+Errors name the offending path and key.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import decimal
 import difflib
 import re
 import typing
@@ -36,16 +39,34 @@ VICTIM_COSTS: tuple[str, ...] = ("running_time", "priority", "priority_then_runn
 SORT_POLICY_KEY = "application.sort.policy"
 PRIORITY_OFFSET_KEY = "priority.offset"
 PREEMPTION_POLICY_KEY = "preemption.policy"
-KNOWN_PROPERTIES = (SORT_POLICY_KEY, PRIORITY_OFFSET_KEY, PREEMPTION_POLICY_KEY)
-# Queue properties YuniKorn documents and Sniper does not implement: accepted, with a warning.
+PREEMPTION_DELAY_KEY = "preemption.delay"
+KNOWN_PROPERTIES = (SORT_POLICY_KEY, PRIORITY_OFFSET_KEY, PREEMPTION_POLICY_KEY, PREEMPTION_DELAY_KEY)
+# Queue properties YuniKorn documents and Sniper does not implement: accepted, with a warning. Any other
+# property is free-form in YuniKorn too: accepted, with a warning that names it.
 UNSUPPORTED_PROPERTIES = (
     "application.sort.priority",
     "priority.policy",
-    "preemption.delay",
     "quota.preemption.delay",
     "application.unschedasks.backoff",
     "application.unschedasks.backoff.delay",
 )
+# YuniKorn's ``preemption.delay`` when its value is not a positive Go duration (configs.DefaultPreemptionDelay).
+YUNIKORN_PREEMPTION_DELAY = 30.0
+# Go's time.ParseDuration units, in seconds.
+_DURATION_UNITS = {
+    "ns": 1e-9,
+    "us": 1e-6,
+    "\u00b5s": 1e-6,
+    "\u03bcs": 1e-6,
+    "ms": 1e-3,
+    "s": 1.0,
+    "m": 60.0,
+    "h": 3600.0,
+}
+_DURATION_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|\u00b5s|\u03bcs|ms|s|m|h)")
+CONFIG_MAP_KEY = "queues.yaml"  # the ConfigMap data key YuniKorn reads its queue configuration from
+# A ``memory`` under this many bytes beside cores, or a byte per core ratio below it, is a pre-1.0 number.
+SANE_MEMORY_BYTES = 2**20
 # Resource names other schedulers spell differently: accepted as resources of their own, with a hint.
 OTHER_SPELLINGS: dict[str, str] = {
     "vcores": res.VCORE,
@@ -135,6 +156,7 @@ class QueueConfig:
     sort_policy: str = "fifo"
     priority_offset: int = 0
     preemption_policy: str = "default"
+    preemption_delay: float = 0.0  # seconds an ask waits before it may preempt (YuniKorn's ``preemption.delay``)
     children: tuple[QueueConfig, ...] = ()
     max_applications: int | None = None  # running apps in this queue's subtree
     limits: tuple[LimitConfig, ...] = ()
@@ -180,6 +202,8 @@ class PartitionConfig:
 @dataclasses.dataclass(frozen=True, slots=True)
 class SchedulerConfig:
     partitions: tuple[PartitionConfig, ...]
+    # What the file said around the partitions that Sniper does not use (a ConfigMap's other keys).
+    notes: tuple[str, ...] = dataclasses.field(default=(), compare=False)
 
     def partition(self, name: str) -> PartitionConfig:
         for p in self.partitions:
@@ -189,7 +213,7 @@ class SchedulerConfig:
 
     @property
     def warnings(self) -> tuple[str, ...]:
-        return tuple(w for p in self.partitions for w in p.warnings)
+        return self.notes + tuple(w for p in self.partitions for w in p.warnings)
 
 
 # --- the raw shapes, as msgspec structs: every key YuniKorn documents, unknown keys refused -------------
@@ -422,20 +446,70 @@ def _resource(raw: Mapping[str, Quantity], where: str, warnings: list[str], *, k
                 "it is kept as a resource of its own that no node may have"
             )
     try:
-        return res.parse_resource(raw, where, keep_zero=keep_zero)
+        parsed = res.parse_resource(raw, where, keep_zero=keep_zero)
     except res.QuantityError as err:
         raise ConfigError(str(err)) from None
+    memory = raw.get(res.MEMORY)
+    if _bare_number(memory) and parsed.get(res.MEMORY):
+        # Memory in MiB against the cores beside it: under 1 MiB a core (or under 1 MiB at all) is a
+        # pre-1.0 YuniKorn number, written when a bare memory meant MB and a bare vcore milli-cores.
+        cores = parsed.get(res.VCORE, 0) / 1000
+        if float(str(memory)) < SANE_MEMORY_BYTES or parsed[res.MEMORY] < cores:
+            beside = f" beside {cores:,.0f} cores" if cores else ""
+            vcore = raw.get(res.VCORE)
+            warnings.append(
+                f"{where}: memory {memory!r} is {float(str(memory)):,.0f} bytes{beside}, a pre-1.0 YuniKorn number? "
+                "(since 1.0 a bare memory is bytes and a bare vcore cores; before, MB and milli-cores): write "
+                f"units, e.g. memory: {memory}M" + (f", vcore: {vcore}m" if _bare_number(vcore) else "")
+            )
+    return parsed
 
 
-def _properties(raw: Mapping[str, PropertyValue], at: str, warnings: list[str]) -> tuple[str, int, str]:
-    """A queue's sort policy, priority offset and preemption policy, from its ``properties``."""
+def _bare_number(value: object) -> bool:
+    """A quantity written without a unit (``500000``, ``"500000"``, ``1.5``)."""
+    if isinstance(value, bool):
+        return False
+    return isinstance(value, int | float) or (
+        isinstance(value, str) and re.fullmatch(r"\d+(\.\d*)?", value) is not None
+    )
+
+
+def go_duration(value: PropertyValue) -> float | None:
+    """Seconds of a Go duration (``30s``, ``1m30s``, ``1.5h``, ``250ms``) as YuniKorn reads
+    ``preemption.delay``; ``None`` when it is not one (a bare number has no unit, as in Go)."""
+    text = str(value).strip() if not isinstance(value, bool) else ""
+    if not text or len(text) > 64:
+        return None
+    sign = -1.0 if text[0] == "-" else 1.0
+    body = text.lstrip("+-")
+    if body == "0":
+        return 0.0
+    seconds, at = 0.0, 0
+    for match in _DURATION_PART.finditer(body):
+        if match.start() != at:
+            return None
+        seconds += float(match.group(1)) * _DURATION_UNITS[match.group(2)]
+        at = match.end()
+    return sign * seconds if at == len(body) and at > 0 else None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Properties:
+    sort_policy: str
+    priority_offset: int
+    preemption_policy: str
+    preemption_delay: float
+
+
+def _properties(raw: Mapping[str, PropertyValue], at: str, inherited_delay: float, warnings: list[str]) -> _Properties:
+    """A queue's sort policy, priority offset, preemption policy and preemption delay, from its
+    ``properties``; the delay is inherited from the parent, as YuniKorn's properties are."""
     unknown = sorted(set(raw) - set(KNOWN_PROPERTIES) - set(UNSUPPORTED_PROPERTIES))
-    if unknown:
+    if unknown:  # YuniKorn's properties are free-form: an unknown one is kept out, not refused
         hints = [m for k in unknown for m in difflib.get_close_matches(k, KNOWN_PROPERTIES, n=1)]
-        raise ConfigError(
-            f"{at}.properties: unknown key(s) {', '.join(map(repr, unknown))}"
+        warnings.append(
+            f"{at}.properties: {', '.join(map(repr, unknown))} not used by Sniper; ignored"
             + (f" (did you mean {', '.join(map(repr, hints))}?)" if hints else "")
-            + f"; allowed: {', '.join(KNOWN_PROPERTIES + UNSUPPORTED_PROPERTIES)}"
         )
     ignored = [k for k in UNSUPPORTED_PROPERTIES if k in raw]
     if ignored:
@@ -451,11 +525,22 @@ def _properties(raw: Mapping[str, PropertyValue], at: str, warnings: list[str]) 
         priority_offset = int(offset_raw)
     except (TypeError, ValueError, OverflowError):
         raise ConfigError(f"{at}.{PRIORITY_OFFSET_KEY}: {offset_raw!r} is not an integer") from None
-    return sort_policy, priority_offset, preemption_policy
+    delay = inherited_delay
+    if PREEMPTION_DELAY_KEY in raw:
+        delay_raw = raw[PREEMPTION_DELAY_KEY]
+        parsed = go_duration(delay_raw)
+        if parsed is None or not 0 < parsed <= SECONDS_MAX:
+            warnings.append(
+                f"{at}.{PREEMPTION_DELAY_KEY}: {delay_raw!r} is not a positive duration such as 30s or 1m30s; "
+                f"YuniKorn's default {YUNIKORN_PREEMPTION_DELAY:g}s applies"
+            )
+            parsed = YUNIKORN_PREEMPTION_DELAY
+        delay = parsed
+    return _Properties(sort_policy, priority_offset, preemption_policy, delay)
 
 
-def _queue(raw: _RawQueue, parent_path: str | None, warnings: list[str]) -> QueueConfig:
-    path = raw.name if parent_path is None else f"{parent_path}.{raw.name}"
+def _queue(raw: _RawQueue, parent: QueueConfig | None, warnings: list[str]) -> QueueConfig:
+    path = raw.name if parent is None else f"{parent.path}.{raw.name}"
     at = f"queue {path}"
     not_implemented = [key for key in ("submitacl", "adminacl", "childtemplate") if getattr(raw, key) is not None]
     if not_implemented:
@@ -466,26 +551,27 @@ def _queue(raw: _RawQueue, parent_path: str | None, warnings: list[str]) -> Queu
     guaranteed = _resource(resources.guaranteed, f"{at}.guaranteed", warnings)
     # A zero in a max is kept: it means none of that resource (YuniKorn), unlike a missing name (no limit).
     maximum = None if resources.max is None else _resource(resources.max, f"{at}.max", warnings, keep_zero=True)
-    sort_policy, priority_offset, preemption_policy = _properties(raw.properties or {}, at, warnings)
+    props = _properties(raw.properties or {}, at, 0.0 if parent is None else parent.preemption_delay, warnings)
     limits = tuple(_limit(lim, f"{at}.limits[{i}]", warnings) for i, lim in enumerate(raw.limits or ()))
-    children = tuple(_queue(c, path, warnings) for c in raw.queues)
-    seen: set[str] = set()
-    for child in children:
-        if child.name in seen:
-            raise ConfigError(f"{at}: duplicate child queue name {child.name!r}")
-        seen.add(child.name)
     queue = QueueConfig(
         name=raw.name,
         path=path,
         guaranteed=guaranteed,
         max=maximum,
-        sort_policy=sort_policy,
-        priority_offset=priority_offset,
-        preemption_policy=preemption_policy,
-        children=children,
+        sort_policy=props.sort_policy,
+        priority_offset=props.priority_offset,
+        preemption_policy=props.preemption_policy,
+        preemption_delay=props.preemption_delay,
         max_applications=raw.maxapplications,
         limits=limits,
     )
+    children = tuple(_queue(c, queue, warnings) for c in raw.queues)
+    seen: set[str] = set()
+    for child in children:
+        if child.name in seen:
+            raise ConfigError(f"{at}: duplicate child queue name {child.name!r}")
+        seen.add(child.name)
+    queue = dataclasses.replace(queue, children=children)
     _validate_queue_resources(queue)
     _validate_queue_limits(queue)
     return queue
@@ -667,15 +753,43 @@ def parse_config(raw: object) -> SchedulerConfig:
 
 
 def load_config(path: str | Path) -> SchedulerConfig:
+    """A ``queues.yaml``, or the Kubernetes ConfigMap that carries one (as YuniKorn is configured)."""
     try:
-        raw = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
-    except yaml.YAMLError as err:
-        raise ConfigError(f"{path}: not valid YAML: {err}") from None
+        raw = _read_yaml(Path(path).read_text(encoding="utf-8"), str(path))
     except UnicodeDecodeError as err:
         raise ConfigError(f"{path}: not UTF-8 text: {err}") from None
+    notes: tuple[str, ...] = ()
+    if isinstance(raw, Mapping) and raw.get("kind") == "ConfigMap":
+        raw, notes = _from_config_map(raw, str(path))
+    return dataclasses.replace(parse_config(raw), notes=notes)
+
+
+def _read_yaml(text: str, where: str) -> object:
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        raise ConfigError(f"{where}: not valid YAML: {err}") from None
     except RecursionError:
-        raise ConfigError(f"{path}: nested too deeply to read (more than {MAX_NESTING} levels are refused)") from None
-    return parse_config(raw)
+        raise ConfigError(f"{where}: nested too deeply to read (more than {MAX_NESTING} levels are refused)") from None
+
+
+def _from_config_map(raw: Mapping[str, Any], path: str) -> tuple[object, tuple[str, ...]]:
+    """The ``queues.yaml`` inside a ConfigMap (``apiVersion: v1, kind: ConfigMap, data: {queues.yaml: ...}``),
+    and a note naming the ConfigMap's other keys (YuniKorn's scheduler settings), which Sniper does not use."""
+    metadata = raw.get("metadata")
+    name = metadata.get("name") if isinstance(metadata, Mapping) else None
+    where = f"{path}: ConfigMap {name}" if isinstance(name, str) and name else f"{path}: ConfigMap"
+    if raw.get("apiVersion") != "v1":
+        raise ConfigError(f"{where}: apiVersion {raw.get('apiVersion')!r} is not v1")
+    data = raw.get("data")
+    if not isinstance(data, Mapping) or CONFIG_MAP_KEY not in data:
+        raise ConfigError(f"{where}: no data key {CONFIG_MAP_KEY!r} (the queue configuration YuniKorn reads)")
+    text = data[CONFIG_MAP_KEY]
+    if not isinstance(text, str):
+        raise ConfigError(f"{where}: data.{CONFIG_MAP_KEY} is not text (a YAML document as a string)")
+    others = sorted(str(k) for k in data if k != CONFIG_MAP_KEY)
+    notes = (f"{where}: data {', '.join(others)} not used by Sniper; ignored",) if others else ()
+    return _read_yaml(text, f"{where}, data.{CONFIG_MAP_KEY}"), notes
 
 
 def partition_to_raw(cfg: PartitionConfig) -> dict[str, Any]:
@@ -695,6 +809,8 @@ def partition_to_raw(cfg: PartitionConfig) -> dict[str, Any]:
             PRIORITY_OFFSET_KEY: str(q.priority_offset),
             PREEMPTION_POLICY_KEY: q.preemption_policy,
         }
+        if q.preemption_delay:
+            out["properties"][PREEMPTION_DELAY_KEY] = f"{decimal.Decimal(repr(q.preemption_delay)):f}s"
         if q.max_applications is not None:
             out["maxapplications"] = q.max_applications
         if q.limits:

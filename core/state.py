@@ -425,6 +425,7 @@ class PartitionState:
             p.VictimsReleased: self._victims_released,
             p.ContractSet: self._contract,
             p.ContractGone: self._contract_gone,
+            p.PartitionCleared: self._cleared,
             p.Clock: self._clock,
         }
         if config is not None:
@@ -493,6 +494,17 @@ class PartitionState:
 
     def _config(self, c: p.ConfigSet) -> None:
         self._install_config(parse_partition(c.config, f"partition {self.name}"))
+
+    def _cleared(self, c: p.PartitionCleared) -> None:
+        """The partition retired: everything in it is already gone; its configuration goes too (the
+        clock stays, so time never runs backwards)."""
+        if self.nodes or self.apps or self.contracts:
+            raise StateError(f"partition {self.name} still holds nodes, apps or preemption requests")
+        self.config = None
+        self.root = None
+        self.queues = {}
+        self.capacity = {}
+        self.node_index = NodeIndex("binpacking")
 
     def _install_config(self, config: PartitionConfig) -> None:
         self.config = config

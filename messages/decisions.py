@@ -189,6 +189,16 @@ class PreemptRequestEnded(Decision, tag="preempt_request_ended", frozen=True, gc
     reason: str = ""
 
 
+class PartitionRemoved(Decision, tag="partition_removed", frozen=True, gc=False):
+    """The partition was retired by a ``partition_removed`` feed event: what it held when it was (each
+    allocation's ``released`` comes before this), and the event's reason. It has no configuration now."""
+
+    apps: int
+    allocations: int
+    nodes: int
+    reason: str = ""
+
+
 DecisionMsg = (
     Allocated
     | Preempt
@@ -203,4 +213,5 @@ DecisionMsg = (
     | Promoted
     | PreemptRequest
     | PreemptRequestEnded
+    | PartitionRemoved
 )

@@ -95,8 +95,16 @@ class AllocationPromoted(FeedEvent, tag="allocation_promoted", frozen=True, gc=F
     allocation: Name
 
 
+class PartitionRemoved(FeedEvent, tag="partition_removed", frozen=True, gc=False):
+    """Retire the partition: its apps, asks and allocations are released, its nodes and configuration
+    dropped; it starts again at its next ``partition_config`` (docs/feed.md)."""
+
+    reason: Annotated[str, msgspec.Meta(max_length=1000)] = ""  # it travels on into the decision
+
+
 Feed = (
     PartitionConfigEvent
+    | PartitionRemoved
     | NodeAdded
     | NodeUpdated
     | NodeRemoved

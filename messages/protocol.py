@@ -169,6 +169,10 @@ class Clock(Change, tag="clock", frozen=True, gc=False):
     now: float
 
 
+class PartitionCleared(Change, tag="partition_cleared", frozen=True, gc=False):
+    """The partition's configuration is dropped; it holds no node and no app when this is applied."""
+
+
 ChangeMsg = (
     ConfigSet
     | NodeSet
@@ -188,6 +192,7 @@ ChangeMsg = (
     | VictimsReleased
     | ContractSet
     | ContractGone
+    | PartitionCleared
     | Clock
 )
 

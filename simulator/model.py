@@ -178,6 +178,17 @@ class ClusterModel:
             case f.AskRemoved(app=a, ask=k):
                 self.withdrawn.add((a, k))
                 self.open.pop((a, k), None)
+            case f.PartitionRemoved():
+                # Every app, ask, node and the configuration go; the allocations leave with the cache's
+                # ``released`` decisions that follow.
+                self.config, self.queue_cfg, self._capacity = None, {}, None
+                self.removed_nodes.update(self.nodes)
+                self.nodes.clear()
+                self.apps.clear()
+                self.contract_apps.clear()
+                self.withdrawn.update(self.asks)
+                self.open.clear()
+                self.seen_events = {event.id} if event.id else set()  # as the cache: earlier ids name nothing now
             case _:
                 pass
 

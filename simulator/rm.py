@@ -68,6 +68,9 @@ class StandInRM:
                 self.contract_apps.add((event.partition, event.app))
         elif isinstance(event, f.AppRemoved):
             self.apps.discard((event.partition, event.app))
+        elif isinstance(event, f.PartitionRemoved):  # its apps are gone: nothing of theirs is asked again
+            self.apps = {key for key in self.apps if key[0] != event.partition}
+            self.contract_apps = {key for key in self.contract_apps if key[0] != event.partition}
 
     def _schedule(self, t: float, event: f.Feed) -> None:
         self._seq += 1

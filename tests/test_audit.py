@@ -113,3 +113,12 @@ def test_nothing_is_formatted_when_info_is_off(caplog: pytest.LogCaptureFixture)
     tally = PreemptionTally()
     audit("p", [GPU_VICTIM], tally)
     assert _lines(caplog) == [] and tally.by_queue[("root.research", VICTIM)].containers == 1
+
+
+def test_a_partition_removed_is_one_line_with_what_it_held(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="sniper.audit")
+    tally = PreemptionTally()
+    removed = d.PartitionRemoved(t=50.0, apps=3, allocations=12, nodes=4, reason="next trace")
+    audit("p", [removed], tally)
+    (line,) = _lines(caplog)
+    assert "action=partition_removed" in line and "allocations=12" in line and 'reason="next trace"' in line

@@ -129,6 +129,43 @@ def test_check_config_prints_units_preemption_settings_and_warnings(tmp_path: Pa
     assert "resource 'vcores' is not 'vcore' (did you mean 'vcore'?)" in text
 
 
+def test_check_config_reads_a_config_map_and_prints_limits_and_maxapplications(tmp_path: Path) -> None:
+    """The ConfigMap YuniKorn is configured with loads as it is; limits, maxapplications and the
+    preemption delay are printed in human units."""
+    queues_yaml = yaml.safe_dump(
+        {
+            "partitions": [
+                {
+                    "name": "default",
+                    "queues": [
+                        {
+                            "name": "shared",
+                            "maxapplications": 8,
+                            "properties": {"preemption.delay": "45s"},
+                            "limits": [
+                                {"limit": "sue", "users": ["sue"], "maxresources": {"memory": "256Gi", "vcore": 64}},
+                                {"groups": ["data"], "maxapplications": 6},
+                            ],
+                        }
+                    ],
+                }
+            ]
+        }
+    )
+    path = tmp_path / "yunikorn-configs.yaml"
+    config_map = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "yunikorn-configs"}}
+    path.write_text(yaml.safe_dump({**config_map, "data": {"queues.yaml": queues_yaml, "log.level": "INFO"}}))
+    result = _invoke("check-config", str(path))
+    assert result.exit_code == 0, result.output
+    text = _text(result)
+    assert (
+        "shared: guaranteed none; no max; sort fifo; priority 0; preemption default, after 45 s; at most 8 apps" in text
+    )
+    assert "limit 'sue': users sue: at most 256 GiB, 64 cores" in text
+    assert "limit: groups data: at most 6 apps" in text
+    assert "ConfigMap yunikorn-configs: data log.level not used by Sniper; ignored" in text
+
+
 @pytest.mark.parametrize(
     ("content", "message"),
     [
@@ -136,7 +173,10 @@ def test_check_config_prints_units_preemption_settings_and_warnings(tmp_path: Pa
             {"partitions": [partition_raw(queue("a", guaranteed={"memory": 8}, maximum={"memory": 4}))]},
             "queue root.a: max memory=4 is below guaranteed memory=8",
         ),
-        ({"partitions": [partition_raw(queue("a", colour="red"))]}, "unknown key(s) 'colour'"),
+        (
+            {"partitions": [partition_raw(queue("a", application_sort_policy="random"))]},
+            "'random' is not one of fifo, fair, priority",
+        ),
         ({"partitions": [partition_raw(queue("a"), queue("a"))]}, "duplicate child queue name 'a'"),
         ({"partitions": [partition_raw(queue("a"), node_sort="random")]}, "'random' is not one of binpacking, fair"),
         ("partitions: [", "not valid YAML"),
@@ -244,3 +284,16 @@ def test_the_simulate_summary_speaks_human_units_and_the_report_base_ones(tmp_pa
     assert rows["preempted"] == f"{victims * 2} GiB, {victims // 2:g} cores"
     assert re.fullmatch(r"[0-9.]+%", rows["utilization memory"]), rows
     assert re.fullmatch(r"[0-9.]+%", rows["stranded vcore"]), rows
+
+
+def test_queues_reads_a_config_map_as_its_queues_yaml(tmp_path: Path) -> None:
+    """``--queues`` takes the ConfigMap YuniKorn is configured with, as check-config does."""
+    queues_yaml = (Path(__file__).resolve().parent.parent / "compose" / "demo.yaml").read_text()
+    path = tmp_path / "yunikorn-configs.yaml"
+    config_map = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "yunikorn-configs"}}
+    path.write_text(yaml.safe_dump({**config_map, "data": {"queues.yaml": queues_yaml, "log.level": "INFO"}}))
+    report = tmp_path / "report.json"
+    result = _invoke("simulate", "demo", "--queues", str(path), "--until", "30", "--report", str(report))
+    assert result.exit_code == 0, result.output
+    assert "ConfigMap yunikorn-configs: data log.level not used by Sniper; ignored" in _text(result)
+    assert json.loads(report.read_text())["allocations"] > 0

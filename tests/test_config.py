@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
+from core import config as config_module
 from core.config import (
+    AdmissionConfig,
     ConfigError,
     PreemptionConfig,
+    ReservationConfig,
     load_config,
     parse_config,
     parse_partition,
@@ -138,11 +142,6 @@ BAD_PARTITIONS: list[tuple[str, dict[str, Any], str]] = [
         "unknown resources key",
         partition_raw({"name": "a", "resources": {"min": {"memory": 1}}}),
         "queue root.a.resources: unknown key 'min'; allowed: guaranteed, max",
-    ),
-    (
-        "unknown property",
-        partition_raw(queue("a", application_sortpolicy="fifo")),
-        "queue root.a.properties: unknown key(s) 'application.sortpolicy' (did you mean 'application.sort.policy'?)",
     ),
     (
         "unknown preemption key",
@@ -352,3 +351,66 @@ def test_load_config_errors_name_the_file_or_the_key(tmp_path: Path, content: by
     with pytest.raises(ConfigError) as info:
         load_config(path)
     assert message in str(info.value)
+
+
+def _doc_defaults(section: str) -> dict[str, str]:
+    """``key -> default`` of the first ``| key | default |`` table under ``## section`` of docs/config.md."""
+    text = (Path(__file__).resolve().parent.parent / "docs" / "config.md").read_text()
+    body = text.split(f"\n## {section}\n", 1)[1].split("\n## ", 1)[0]
+    rows: dict[str, str] = {}
+    for line in body.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if line.startswith("| `") and len(cells) >= 2:
+            rows[cells[0].strip("`")] = cells[1]
+        elif rows:
+            break  # the first table only
+    assert rows, f"no table of defaults under '## {section}'"
+    return rows
+
+
+def _doc_value(cell: str) -> object:
+    """A documented default as the code would hold it: ``none`` is None, a backticked literal is YAML."""
+    if cell.startswith("none"):
+        return None
+    assert cell.startswith("`") and cell.endswith("`"), cell
+    return yaml.safe_load(cell.strip("`"))
+
+
+@pytest.mark.parametrize(
+    ("section", "settings", "extra"),
+    [
+        ("Preemption settings", PreemptionConfig(), {"enabled": True, "quotapreemptionenabled": False}),
+        ("Node reservations", ReservationConfig(), {}),
+        ("Admission bounds", AdmissionConfig(), {}),
+    ],
+)
+def test_every_default_docs_config_md_states_is_the_codes(
+    section: str, settings: object, extra: dict[str, object]
+) -> None:
+    documented = {key: _doc_value(cell) for key, cell in _doc_defaults(section).items()}
+    code = {**{f.name: getattr(settings, f.name) for f in dataclasses.fields(settings)}, **extra}  # type: ignore[arg-type]
+    assert documented == code
+
+
+def test_the_documented_queue_and_partition_defaults_are_the_parsers() -> None:
+    part = parse_partition({"queues": [{"name": "a"}]})
+    leaf = part.leaf("root.a")
+    assert leaf is not None
+    properties = {key: _doc_value(cell) for key, cell in _doc_defaults("Queue properties").items()}
+    assert properties == {
+        "application.sort.policy": leaf.sort_policy,
+        "priority.offset": leaf.priority_offset,
+        "preemption.policy": leaf.preemption_policy,
+        "preemption.delay": leaf.preemption_delay or None,  # none: no delay
+    }
+    partition = _doc_defaults("Partitions")
+    assert (_doc_value(partition["name"]), _doc_value(partition["nodesortpolicy"])) == (
+        part.name,
+        part.node_sort_policy,
+    )
+
+
+def test_the_documented_defaults_of_a_limits_entry_are_the_parsers() -> None:
+    documented = {key: _doc_value(cell) for key, cell in _doc_defaults("User, group and application limits").items()}
+    raw = config_module._RawLimit()
+    assert documented == {key: getattr(raw, key) for key in raw.__struct_fields__}

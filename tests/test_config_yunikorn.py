@@ -3,12 +3,14 @@ reads, keys Sniper does not implement are named in warnings, and hostile input i
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
-from core.config import MAX_NESTING, ConfigError, load_config, parse_config, parse_partition
+from core.config import MAX_NESTING, ConfigError, load_config, parse_config, parse_partition, partition_to_raw
 from messages.codec import BadInput, decode_feed_lines
 from tests.core_support import partition_raw, queue
 
@@ -117,7 +119,7 @@ def test_yunikorn_partition_keys() -> None:
         "partition default: usergroupresolver not implemented by Sniper yet; accepted and ignored",
         "partition default.preemption: quotapreemptionenabled not implemented by Sniper; ignored",
         "queue root.a: adminacl not implemented by Sniper yet; accepted and ignored",
-        "queue root.a.properties: priority.policy, preemption.delay not implemented by Sniper; ignored",
+        "queue root.a.properties: priority.policy not implemented by Sniper; ignored",
     )
     with pytest.raises(ConfigError, match="enabled is false but policy is 'sniper'"):
         parse_partition({**raw, "preemption": {"enabled": False, "policy": "sniper"}})
@@ -215,3 +217,133 @@ def test_a_partition_config_a_thousand_levels_deep_in_a_trace_is_a_bad_line() ->
     line += '{"name": "leaf"}' + "]}" * 1000 + "]}}"
     (item,) = decode_feed_lines([line], "trace.jsonl")
     assert isinstance(item, BadInput) and str(item) == "trace.jsonl:1: nested too deeply to decode"
+
+
+def test_yunikorn_cores_own_example_loads_and_flags_its_pre_1_0_numbers() -> None:
+    """yunikorn-core's config/queues.yaml: a free-form property, ACLs and placement rules are named in
+    warnings, and memory written in pre-1.0 units (500000 next to 50000 cores) gets a sanity warning."""
+    config = load_config(DATA / "core_queues.yaml")
+    assert [p.name for p in config.partitions] == ["default", "gpu"]
+    gpu = config.partition("gpu")
+    assert {q.path: q.max_applications for q in gpu.queues()}["root.production"] == 10
+    test = gpu.leaf("root.test")
+    assert test is not None and test.limits[0].max_resources == {"memory": 1, "vcore": 10_000, "gpu": 50}
+    warnings = config.warnings
+    assert "queue root.test.properties: 'x' not used by Sniper; ignored" in warnings
+    assert "partition default: placementrules not implemented by Sniper yet; accepted and ignored" in warnings
+    sanity = [w for w in warnings if "pre-1.0 YuniKorn number" in w]
+    assert [w.split(":")[0] for w in sanity] == [
+        "queue root.limits[0].maxresources",
+        "queue root.advertisement.guaranteed",
+        "queue root.advertisement.max",
+        "queue root.search.guaranteed",
+        "queue root.search.max",
+        "queue root.sandbox.guaranteed",
+        "queue root.sandbox.max",
+        "queue root.test.limits[0].maxresources",
+    ]
+    assert "memory 500000 is 500,000 bytes beside 50,000 cores" in sanity[1]
+    assert "e.g. memory: 500000M, vcore: 50000m" in sanity[1]
+
+
+@pytest.mark.parametrize(
+    ("resources", "flagged"),
+    [
+        ({"memory": 500_000, "vcore": 50_000}, True),  # 0.5 MB beside 50,000 cores
+        ({"memory": "1000", "vcore": "1"}, True),  # under a MiB on its own
+        ({"memory": 64 * 2**30, "vcore": 16}, False),  # 64 GiB in bytes beside 16 cores
+        ({"memory": "500000M", "vcore": "50000m"}, False),  # units written: no guess
+        ({"memory": 2 * 2**20, "vcore": 8}, True),  # 2 MiB for 8 cores: under a MiB a core
+    ],
+)
+def test_memory_that_reads_as_a_pre_1_0_number_gets_a_sanity_warning(resources: dict[str, Any], flagged: bool) -> None:
+    part = parse_partition({"queues": [{"name": "a", "resources": {"guaranteed": resources}}]})
+    assert any("pre-1.0 YuniKorn number" in w for w in part.warnings) is flagged
+
+
+def test_unknown_properties_are_accepted_with_a_warning_that_names_them() -> None:
+    """YuniKorn's queue properties are free-form: an unknown one loads, named, with a hint when it is close."""
+    part = parse_partition(
+        {"queues": [{"name": "a", "properties": {"application.sortpolicy": "fifo", "team.owner": "sue"}}]}
+    )
+    assert part.warnings == (
+        "queue root.a.properties: 'application.sortpolicy', 'team.owner' not used by Sniper; ignored "
+        "(did you mean 'application.sort.policy'?)",
+    )
+    assert part.leaf("root.a") is not None
+
+
+@pytest.mark.parametrize(
+    ("written", "seconds", "warned"),
+    [
+        ("10s", 10.0, False),
+        ("1m30s", 90.0, False),
+        ("1.5h", 5400.0, False),
+        ("250ms", 0.25, False),
+        ("30", 30.0, True),  # no unit: not a Go duration, YuniKorn's default applies
+        (45, 30.0, True),
+        ("-1s", 30.0, True),  # not positive: YuniKorn's default
+        ("0s", 30.0, True),
+        ("soon", 30.0, True),
+    ],
+)
+def test_preemption_delay_is_read_as_yunikorn_reads_it(written: object, seconds: float, warned: bool) -> None:
+    part = parse_partition({"queues": [{"name": "a", "properties": {"preemption.delay": written}}]})
+    leaf = part.leaf("root.a")
+    assert leaf is not None and leaf.preemption_delay == seconds
+    assert any("preemption.delay" in w and "YuniKorn's default 30s applies" in w for w in part.warnings) is warned
+
+
+def test_preemption_delay_is_inherited_and_survives_a_round_trip() -> None:
+    """As YuniKorn's properties, a parent's delay is its children's unless they set their own; none set means none."""
+    raw = {
+        "queues": [
+            {"name": "p", "properties": {"preemption.delay": "20s"}, "queues": [{"name": "x"}, {"name": "y"}]},
+            {"name": "q"},
+        ]
+    }
+    raw["queues"][0]["queues"][1]["properties"] = {"preemption.delay": "250ms"}  # type: ignore[index]
+    part = parse_partition(raw)
+    delays = {q.path: q.preemption_delay for q in part.queues()}
+    assert delays == {"root": 0.0, "root.p": 20.0, "root.p.x": 20.0, "root.p.y": 0.25, "root.q": 0.0}
+    assert parse_partition(partition_to_raw(part)) == part
+
+
+def _config_map(queues_yaml: str, **data: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": "yunikorn-configs", "namespace": "yunikorn"},
+        "data": {"queues.yaml": queues_yaml, **data},
+    }
+
+
+def test_a_kubernetes_config_map_loads_as_its_queues_yaml(tmp_path: Path) -> None:
+    """YuniKorn is configured by the ConfigMap yunikorn-configs; its queues.yaml is the config, its other
+    keys are scheduler settings Sniper names in a warning."""
+    text = (DATA / "core_queues.yaml").read_text()
+    path = tmp_path / "yunikorn-configs.yaml"
+    path.write_text(yaml.safe_dump(_config_map(text, **{"service.schedulingInterval": "1s", "log.level": "INFO"})))
+    config = load_config(path)
+    assert config == load_config(DATA / "core_queues.yaml")
+    assert config.warnings[0] == (
+        f"{path}: ConfigMap yunikorn-configs: data log.level, service.schedulingInterval not used by Sniper; ignored"
+    )
+
+
+@pytest.mark.parametrize(
+    ("doc", "message"),
+    [
+        ({"apiVersion": "v1", "kind": "ConfigMap", "data": {"log.level": "INFO"}}, "no data key 'queues.yaml'"),
+        ({**_config_map("partitions: ["), "apiVersion": "v1"}, "data.queues.yaml: not valid YAML"),
+        ({**_config_map("x"), "apiVersion": "apps/v1"}, "apiVersion 'apps/v1' is not v1"),
+        ({"apiVersion": "v1", "kind": "ConfigMap", "data": {"queues.yaml": 7}}, "data.queues.yaml is not text"),
+    ],
+)
+def test_a_config_map_without_a_usable_queues_yaml_is_a_clear_error(
+    tmp_path: Path, doc: dict[str, Any], message: str
+) -> None:
+    path = tmp_path / "cm.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        load_config(path)

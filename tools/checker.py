@@ -54,7 +54,6 @@ class OrderedChecker:
         self.parts: dict[str, _Partition] = {}
         self.stale = 0
         self.duplicates = 0
-        self.seen_events: set[str] = set()
 
     def part(self, name: str) -> _Partition:
         part = self.parts.get(name)
@@ -91,11 +90,7 @@ class OrderedChecker:
         while part.feed and (upto is None or part.feed[0][0] <= upto):
             offset, event = part.feed.popleft()
             part.applied_offset = max(part.applied_offset, offset)
-            if event.id and event.id in self.seen_events:
-                continue  # a duplicated event: the cache ignores it too
-            if event.id:
-                self.seen_events.add(event.id)
-            part.model.on_event(event)
+            part.model.on_event(event)  # the model ignores a duplicated event, as the cache does
 
     def _drain(self, part: _Partition, now: float) -> None:
         while part.waiting:

@@ -581,6 +581,8 @@ def answer_placement_request(core: Allocator, request: p.PlacementRequest) -> p.
         nonlocal mask_hits
         if missed.get(ask.key, 0) < request.min_missed or ask.damped_until > state.now:
             return False
+        if state.now - ask.created < ask.app.queue.config.preemption_delay:
+            return False  # younger than its queue's preemption.delay (YuniKorn's ask age check)
         if ask_label(ask.key) in mask:
             mask_hits += 1
             return False

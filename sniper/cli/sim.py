@@ -20,7 +20,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from core.config import ConfigError, PartitionConfig, load_config
+from core.config import ConfigError, LimitConfig, PartitionConfig, load_config
 from core.units import human_resource, percent
 from messages import feed as f
 from messages.codec import encode_json_line
@@ -362,12 +362,26 @@ def _describe_partition(part: PartitionConfig) -> list[str]:
             f"  {'fenced' if setting == 'fence' else 'never victims (disabled)'}: {', '.join(paths) or 'none'}"
         )
     for q in part.queues():
+        indent = "  " * q.path.count(".")
         limit = "no max" if q.max is None else f"max {human_resource(q.max)}"
         lines.append(
-            f"  {'  ' * q.path.count('.')}{q.name}: guaranteed {human_resource(q.guaranteed)}; {limit}; "
+            f"  {indent}{q.name}: guaranteed {human_resource(q.guaranteed)}; {limit}; "
             f"sort {q.sort_policy}; priority {q.priority_offset}; preemption {q.preemption_policy}"
+            + (f", after {q.preemption_delay:g} s" if q.preemption_delay else "")
+            + ("" if q.max_applications is None else f"; at most {q.max_applications} apps")
         )
+        lines.extend(f"  {indent}  {_describe_limit(lim)}" for lim in q.limits)
     return lines
+
+
+def _describe_limit(lim: LimitConfig) -> str:
+    """One ``limits`` entry of a queue: whom it covers and what they may hold, in human units."""
+    who = [f"users {', '.join(lim.users)}"] if lim.users else []
+    who += [f"groups {', '.join(lim.groups)}"] if lim.groups else []
+    bounds = [] if lim.max_resources is None else [f"at most {human_resource(lim.max_resources)}"]
+    bounds += [] if lim.max_applications is None else [f"at most {lim.max_applications} apps"]
+    name = f" {lim.description!r}" if lim.description else ""
+    return f"limit{name}: {' and '.join(who)}: {'; '.join(bounds)}"
 
 
 @bench_app.command("simulate")
