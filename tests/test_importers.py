@@ -16,13 +16,14 @@ from typer.testing import CliRunner, Result
 from core.config import parse_partition
 from core.resources import parse_resource
 from importers.common import ImportError_, ImportOptions, build_trace
-from importers.pods_csv import read_pods_csv
+from importers.pods_csv import Arrival, read_pods_csv
 from importers.sls import read_sls
 from messages import feed as f
 from sniper.cli import app
 
 DATA = Path(__file__).parent / "data"
 PODS = DATA / "gpu_v2023" / "pods.csv"
+MULTIGPU = DATA / "gpu_v2023" / "multigpu.csv"
 NODES = DATA / "gpu_v2023" / "nodes.csv"
 SLS_JOBS = DATA / "sls" / "jobs.json"
 SLS_NODES = DATA / "sls" / "nodes.json"
@@ -238,6 +239,72 @@ def test_queue_by_and_guarantees(tmp_path: Path) -> None:
     too_much = invoke(*args, "--guarantee", "LS=0.8", "--guarantee", "BE=0.5")
     assert too_much.exit_code == 2 and "more than the whole cluster" in too_much.output
     assert invoke(*args, "--queue-by", "colour").exit_code == 2
+
+
+def test_a_pod_list_without_time_columns_arrives_all_at_once_and_runs_to_the_end(tmp_path: Path) -> None:
+    out = tmp_path / "t.jsonl"
+    result = invoke("import", "pods-csv", "--pods", str(MULTIGPU), "--nodes", str(NODES), "--out", str(out))
+    assert result.exit_code == 0, result.output
+    events = lines(out)
+    apps = [e for e in events if e["type"] == "app_added"]
+    asks = {e["ask"]: e for e in events if e["type"] == "ask_added"}
+    assert len(apps) == len(asks) == 16
+    assert {e["queue"] for e in apps} == {"root.default"}  # no qos column: one queue
+    assert {(e["t"], e.get("duration"), bool(e.get("node_selector"))) for e in asks.values()} == {(0.0, None, False)}
+    assert asks["openb-pod-3129"]["resource"] == {"memory": 327680, "vcore": 88000, "gpu": 8000}
+    assert asks["openb-pod-3127"]["resource"] == {"memory": 5600, "vcore": 3152, "gpu": 810}
+    assert asks["openb-pod-3136"]["resource"] == {"memory": 51200, "vcore": 15400}
+    assert not any(e["type"] == "ask_removed" for e in events)
+    assert "pods running to the end" in result.output
+
+
+def test_a_pod_list_arrives_at_a_rate_in_list_order_with_a_given_duration(tmp_path: Path) -> None:
+    work = read_pods_csv(MULTIGPU, NODES, arrival=Arrival.parse("rate:4"), duration=600)
+    assert work.bad == []
+    assert [(j.app, j.t) for j in work.jobs[:3]] == [
+        ("openb-pod-3126", 0.0),
+        ("openb-pod-3127", 0.25),
+        ("openb-pod-3128", 0.5),
+    ]
+    assert work.jobs[-1].t == 15 / 4
+    events = build_trace(work, ImportOptions(time_scale=2)).events
+    asks = by_type(events, f.AskAdded)
+    assert [a.t for a in asks] == [i / 8 for i in range(16)]
+    assert {a.duration for a in asks} == {300.0}
+    out = tmp_path / "t.jsonl"
+    args = ("import", "pods-csv", "--pods", str(MULTIGPU), "--nodes", str(NODES), "--out", str(out))
+    assert invoke(*args, "--arrival", "rate:4", "--duration", "600").exit_code == 0
+    assert [e["t"] for e in lines(out) if e["type"] == "ask_added"] == [i / 4 for i in range(16)]
+
+
+def test_the_arrival_model_replaces_creation_times_and_keeps_the_time_columns_durations() -> None:
+    traced = read_pods_csv(PODS, NODES)
+    at_once = read_pods_csv(PODS, NODES, arrival=Arrival.parse("all"))
+    assert [j.app for j in at_once.jobs] == [j.app for j in traced.jobs]
+    assert {j.t for j in at_once.jobs} == {0.0}
+    assert [j.asks[0].duration for j in at_once.jobs] == [j.asks[0].duration for j in traced.jobs]
+    waiting = [(a, b) for a, b in zip(traced.jobs, at_once.jobs, strict=True) if a.asks[0].withdraw_at is not None]
+    assert waiting  # never scheduled in the source: withdrawn once they waited as long as there
+    for a, b in waiting:
+        assert a.asks[0].withdraw_at is not None
+        assert b.asks[0].withdraw_at == a.asks[0].withdraw_at - a.t
+    fixed = read_pods_csv(PODS, NODES, duration=60)
+    assert {j.asks[0].duration for j in fixed.jobs} == {60.0}
+    assert [j.t for j in fixed.jobs] == [j.t for j in traced.jobs]
+
+
+def test_bad_arrival_models_and_durations_are_refused_with_exit_2(tmp_path: Path) -> None:
+    args = ("import", "pods-csv", "--nodes", str(NODES), "--out", str(tmp_path / "t.jsonl"))
+    for arrival in ("rate:0", "rate:-1", "rate:x", "rate", "soon", "all:3", "rate:inf"):
+        result = invoke(*args, "--pods", str(PODS), "--arrival", arrival)
+        assert result.exit_code == 2 and "--arrival" in result.output, (arrival, result.output)
+    needs_times = invoke(*args, "--pods", str(MULTIGPU), "--arrival", "trace")
+    assert needs_times.exit_code == 2
+    assert "creation_time" in needs_times.output and "--arrival all" in needs_times.output
+    negative = invoke(*args, "--pods", str(MULTIGPU), "--duration", "-5")
+    assert negative.exit_code == 2 and "--duration" in negative.output
+    no_qos = invoke(*args, "--pods", str(MULTIGPU), "--queue-by", "qos")
+    assert no_qos.exit_code == 2 and "not a column" in no_qos.output
 
 
 def test_simulate_runs_an_imported_trace_as_it_is(tmp_path: Path) -> None:

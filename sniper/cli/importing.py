@@ -137,20 +137,33 @@ def import_sls(
 @import_app.command("pods-csv")
 @with_import_options
 def import_pods_csv(
-    pods: Annotated[Path, typer.Option(help="pod list CSV (name, cpu_milli, memory_mib, num_gpu, ...)")],
+    pods: Annotated[Path, typer.Option(help="pod list CSV (name, cpu_milli, memory_mib, num_gpu, gpu_milli, ...)")],
     nodes: Annotated[Path, typer.Option(help="node list CSV (sn, cpu_milli, memory_mib, gpu, model)")],
     trace: Out,
-    queue_by: Annotated[str, typer.Option(help="pod column naming the queue (e.g. qos), or 'none'")] = "qos",
+    queue_by: Annotated[
+        str | None, typer.Option(help="pod column naming the queue, or 'none' (default: qos if the list has it)")
+    ] = None,
+    arrival: Annotated[
+        str | None,
+        typer.Option(
+            help="when pods arrive: trace (creation_time), all (at once) or rate:N (N a second, in list order);"
+            " default: trace if the list has creation_time and deletion_time, else all"
+        ),
+    ] = None,
+    duration: Annotated[
+        float | None,
+        typer.Option(help="seconds every pod runs (default: deletion_time - scheduled_time, else to the end)"),
+    ] = None,
     *,
     options: ImportOptions,
 ) -> None:
     """Import a Kubernetes pod list (GPU as milli-GPUs, gpu_spec as a node selector on gpu_model)."""
-    from importers.pods_csv import read_pods_csv
+    from importers.pods_csv import Arrival, read_pods_csv
 
-    column = None if queue_by == "none" else queue_by
+    model = None if arrival is None else Arrival.parse(arrival)
     _run(
         [pods, nodes],
-        lambda progress: read_pods_csv(pods, nodes, column, progress),
+        lambda progress: read_pods_csv(pods, nodes, queue_by, progress, model, duration),
         options,
         trace,
         f"pod list import: {pods}",
