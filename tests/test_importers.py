@@ -15,7 +15,7 @@ from typer.testing import CliRunner, Result
 
 from core.config import parse_partition
 from core.resources import parse_resource
-from importers.common import ImportError_, ImportOptions, build_trace
+from importers.common import AskSpec, ImportError_, ImportOptions, JobSpec, NodeSpec, Workload, build_trace
 from importers.pods_csv import Arrival, read_pods_csv
 from importers.sls import read_sls
 from messages import feed as f
@@ -212,14 +212,69 @@ def test_window_time_scale_and_node_sample(tmp_path: Path) -> None:
         assert ask.t == pytest.approx((original.t - 10_000) / 10, abs=1e-3)
         assert ask.duration == pytest.approx(original.duration / 10, abs=1e-3)
     sampled = [n.node for n in by_type(cut.events, f.NodeAdded)]
-    names = sorted(n.name for n in work.nodes)
-    assert sampled == [names[i * 20 // 7] for i in range(7)]
+    assert len(sampled) == 7 and sampled == sorted(sampled) and set(sampled) <= {n.name for n in work.nodes}
     again = build_trace(
         read_pods_csv(PODS, NODES), ImportOptions(start=10_000, span=20_000, time_scale=10, nodes_sample=7)
     )
     assert again == cut
     with pytest.raises(ImportError_, match="time-scale"):
         build_trace(work, ImportOptions(time_scale=0))
+
+
+def _models(counts: dict[str, int]) -> list[NodeSpec]:
+    """Nodes named n000, n001, ... in turn over the models (so an even stride over names skips some)."""
+    models = [m for m, n in counts.items() for _ in range(n)]
+    spread = sorted(range(len(models)), key=lambda i: (i * 7919) % len(models))
+    return [
+        NodeSpec(f"n{i:03}", {"vcore": 1000}, {"gpu_model": models[j]} if models[j] else {})
+        for i, j in enumerate(spread)
+    ]
+
+
+def _pod(name: str, *models: str) -> JobSpec:
+    selector = {"gpu_model": list(models)} if models else {}
+    return JobSpec(name, "default", 0.0, (AskSpec(name, 0.0, {"vcore": 100}, node_selector=selector),))
+
+
+def test_the_node_sample_keeps_each_kind_of_node_in_proportion_deterministically() -> None:
+    nodes = _models({"": 60, "A": 30, "B": 10})
+    work = Workload(nodes=nodes, jobs=[_pod("p")])
+    kept = by_type(build_trace(work, ImportOptions(nodes_sample=10)).events, f.NodeAdded)
+    assert [n.node for n in kept] == sorted(n.node for n in kept)
+    models = [n.labels.get("gpu_model", "") for n in kept]
+    assert (models.count(""), models.count("A"), models.count("B")) == (6, 3, 1)
+    for model, count in (("", 6), ("A", 3), ("B", 1)):  # an even stride by name within a kind
+        names = sorted(n.name for n in nodes if n.labels.get("gpu_model", "") == model)
+        assert [n.node for n in kept if n.labels.get("gpu_model", "") == model] == [
+            names[i * len(names) // count] for i in range(count)
+        ]
+    shuffled = Workload(nodes=list(reversed(nodes)), jobs=[_pod("p")])
+    assert build_trace(shuffled, ImportOptions(nodes_sample=10)) == build_trace(work, ImportOptions(nodes_sample=10))
+
+
+def test_the_node_sample_keeps_a_node_of_every_gpu_model_a_pod_requires() -> None:
+    nodes = _models({"T4": 40, "G2": 50, "G3": 2, "V100M32": 1, "A10": 1})
+    pods = [_pod("g3", "G3"), _pod("v100", "V100M16", "V100M32"), _pod("any")]
+    kept = by_type(build_trace(Workload(nodes=nodes, jobs=pods), ImportOptions(nodes_sample=5)).events, f.NodeAdded)
+    models = sorted(n.labels["gpu_model"] for n in kept)
+    assert models == ["G2", "G2", "G3", "T4", "V100M32"]  # A10: no pod requires it, too few for a share
+    # the public excerpt: every model a kept pod's gpu_spec names and the node list has stays
+    work = read_pods_csv(PODS, NODES)
+    for keep in (5, 7, 12):
+        sampled = by_type(build_trace(work, ImportOptions(nodes_sample=keep)).events, f.NodeAdded)
+        have = {n.labels.get("gpu_model") for n in sampled}
+        everywhere = {n.labels.get("gpu_model") for n in work.nodes}
+        for job in work.jobs:
+            wanted = set(job.asks[0].node_selector.get("gpu_model", ())) & everywhere
+            assert not wanted or wanted & have, (keep, job.app, wanted, have)
+
+
+def test_a_node_sample_too_small_for_the_required_gpu_models_is_refused_with_exit_2(tmp_path: Path) -> None:
+    with pytest.raises(ImportError_, match="fewer than the 5 kinds of node"):
+        build_trace(read_pods_csv(PODS, NODES), ImportOptions(nodes_sample=4))
+    args = ("import", "pods-csv", "--pods", str(PODS), "--nodes", str(NODES), "--out", str(tmp_path / "t.jsonl"))
+    result = invoke(*args, "--nodes-sample", "4")
+    assert result.exit_code == 2 and "gpu_model=G3" in result.output
 
 
 def test_queue_by_and_guarantees(tmp_path: Path) -> None:

@@ -26,7 +26,10 @@ Out = Annotated[Path, typer.Option("--out", help="the Sniper trace to write (JSO
 Start = Annotated[float, typer.Option(help="seconds after the first submission where the window starts")]
 Span = Annotated[float | None, typer.Option(help="seconds of submissions to keep from --start (default: all)")]
 TimeScale = Annotated[float, typer.Option(help="divide times and durations by this (10: ten times faster)")]
-NodesSample = Annotated[int | None, typer.Option(help="keep this many nodes (an even stride over their names)")]
+NodesSample = Annotated[
+    int | None,
+    typer.Option(help="keep this many nodes: each kind (GPU model, labels) in proportion, every needed kind"),
+]
 Guarantee = Annotated[
     list[str] | None, typer.Option(help="QUEUE=SHARE: QUEUE's guarantee as a share of the cluster (repeatable)")
 ]
