@@ -8,10 +8,11 @@ resources in feed units: memory MiB, vcore milli-cores, gpu milli-GPUs) and coll
 shrinks the cluster (``nodes_sample``: each kind of node, its label set such as a GPU model, in
 proportion, at least one node of every kind an ask's node selector needs, an even stride by name
 within a kind) and writes the queue tree: one leaf per source queue, guaranteed a share of the
-(sampled) cluster. Invariants: the same input and options give byte-identical output; the trace
-starts with its ``partition_config``, then every node at ``t=0``, then jobs in time order; config
-quantities are YuniKorn quantities (:func:`core.resources.as_quantities`: ``64Gi``, ``16`` cores,
-``500m``) that read back exactly.
+(sampled) cluster. Invariants: the same input and options give byte-identical output; an import
+with no job in its window is refused (:class:`ImportError_`, saying why); the trace starts with its
+``partition_config``, then every node at ``t=0``, then jobs in time order; config quantities are
+YuniKorn quantities (:func:`core.resources.as_quantities`: ``64Gi``, ``16`` cores, ``500m``) that
+read back exactly.
 """
 
 from __future__ import annotations
@@ -225,6 +226,19 @@ def _round(t: float) -> float:
     return round(t, 3)
 
 
+def _why_no_job(work: Workload, options: ImportOptions) -> str:
+    if work.jobs:
+        return (
+            f"no job to import: none of the {len(work.jobs)} jobs is submitted in the window"
+            f" (--start {options.start:g}, --span {options.span:g} after the first submission)"
+            if options.span is not None
+            else f"no job to import: none of the {len(work.jobs)} jobs is submitted after --start {options.start:g}"
+        )
+    if work.bad:
+        return f"no job to import: every entry was skipped ({len(work.bad)}; the first: {work.bad[0]})"
+    return "no job to import: the input holds none"
+
+
 def build_trace(work: Workload, options: ImportOptions) -> Imported:
     """The trace and queue config for a parsed workload (see the module docstring for the rules)."""
     options.check()
@@ -232,6 +246,8 @@ def build_trace(work: Workload, options: ImportOptions) -> Imported:
     lo = origin + options.start
     hi = math.inf if options.span is None else lo + options.span
     jobs = [job for job in work.jobs if lo <= job.t < hi]
+    if not jobs:
+        raise ImportError_(_why_no_job(work, options))
     scale = options.time_scale
     nodes = _sample(work.nodes, options.nodes_sample, (ask.node_selector for job in jobs for ask in job.asks))
     if not nodes:

@@ -27,6 +27,7 @@ MULTIGPU = DATA / "gpu_v2023" / "multigpu.csv"
 NODES = DATA / "gpu_v2023" / "nodes.csv"
 SLS_JOBS = DATA / "sls" / "jobs.json"
 SLS_NODES = DATA / "sls" / "nodes.json"
+RUMEN = DATA / "sls" / "rumen.json"
 
 POD_HEADER = (
     "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,deletion_time,scheduled_time"
@@ -483,3 +484,90 @@ def test_sls_import_then_simulate(tmp_path: Path) -> None:
     assert sim.exit_code == 0, sim.output
     data = json.loads(report.read_text())
     assert data["allocations"] == 8 and data["rejected"] == 0 and data["invariant_violations"] == 0
+
+
+def test_sls_import_reads_a_rumen_trace_as_hadoop_converts_it(tmp_path: Path) -> None:
+    work = read_sls(RUMEN)
+    assert work.bad == []
+    assert work.notes == {
+        "Rumen jobs (each task attempt a container)": 3,
+        "Rumen attempts without start or finish time (left out)": 1,
+    }
+    events = build_trace(work, ImportOptions()).events
+    apps = {a.app: a for a in by_type(events, f.AppAdded)}
+    assert {a: (x.queue, x.user, x.t) for a, x in apps.items()} == {  # jobID, queue, user, submitTime
+        "job_1700000000000_0001": ("root.analytics", "alice", 0.0),
+        "job_1700000000000_0002": ("root.prod", "bob", 20.0),
+        "job_1700000000000_0003": ("root.analytics", "alice", 40.0),
+    }
+    asks = {a.ask: (a.t, a.duration, a.priority, a.count) for a in by_type(events, f.AskAdded)}
+    one = "job_1700000000000_0001"
+    assert {k.removeprefix(one + "-"): v for k, v in asks.items() if k.startswith(one)} == {
+        "am": (0.0, 90.0, 0, 1),  # submitTime to finishTime
+        "map-0": (2.0, 8.0, -20, 1),  # the failed attempt held a container too
+        "map-1": (11.0, 19.0, -20, 1),  # its retry
+        "map-2": (2.5, 18.0, -20, 1),
+        "reduce-3": (35.0, 50.0, -10, 1),  # reduces: YARN priority 10; no set-up task (otherTasks)
+    }
+    assert {k for k in asks if k.startswith("job_1700000000000_0002")} == {  # the killed attempt: no container
+        "job_1700000000000_0002-am",
+        "job_1700000000000_0002-map-0",
+    }
+    assert all(a.resource == {"memory": 1024, "vcore": 1000} for a in by_type(events, f.AskAdded))
+    nodes = {n.node: n.labels for n in by_type(events, f.NodeAdded)}
+    assert nodes == {  # the attempts' hostName
+        "node1": {"rack": "rack-a"},
+        "node2": {"rack": "rack-a"},
+        "node3": {"rack": "rack-b"},
+        "node4": {"rack": "rack-b"},
+    }
+    out = tmp_path / "rumen.jsonl"
+    result = invoke("import", "sls", str(RUMEN), "--out", str(out))
+    assert result.exit_code == 0, result.output
+    report = tmp_path / "r.json"
+    assert invoke("simulate", str(out), "--report", str(report)).exit_code == 0
+    data = json.loads(report.read_text())
+    assert data["allocations"] == 10 and data["rejected"] == 0 and data["invariant_violations"] == 0
+
+
+def test_a_malformed_rumen_job_is_reported_with_its_line_and_skipped(tmp_path: Path) -> None:
+    tasks = '[{"attempts": [{"hostName": "/r/h1", "startTime": 1000, "finishTime": 3000}]}]'
+    jobs = write(
+        tmp_path,
+        "rumen.json",
+        "\n".join(
+            [
+                '{"jobID": "job_a", "submitTime": 0, "mapTasks": ' + tasks + "}",  # 1
+                '{"jobID": "job_b", "submitTime": -1, "mapTasks": ' + tasks + "}",  # 2
+                '{"jobID": "job_c", "submitTime": 0, "mapTasks": [{"attempts": []}], "reduceTasks": []}',  # 3
+                '{"jobID": "job_d", "submitTime": 0, "mapTasks": {"attempts": []}}',  # 4
+                '{"jobID": "job_e", "submitTime": 0, "mapTasks": [{"taskID": "t"}]}',  # 5
+            ]
+        )
+        + "\n",
+    )
+    work = read_sls(jobs)
+    assert [(b.where.rsplit(":", 1)[1], b.reason) for b in work.bad] == [
+        ("2", "Rumen job job_b: submitTime -1 is not a time in ms"),
+        ("3", "Rumen job job_c: no map or reduce attempt with a startTime and a finishTime"),
+        ("4", "Rumen job job_d: mapTasks is not a list"),
+        ("5", "Rumen job job_e: a task of mapTasks has no attempts list"),
+    ]
+    assert [j.app for j in work.jobs] == ["job_a"]
+
+
+def test_an_import_that_yields_no_app_exits_2_with_the_reason(tmp_path: Path) -> None:
+    out = str(tmp_path / "t.jsonl")
+    nodes_only = write(tmp_path, "nodes-only.json", '{"num.nodes": 2}\n')
+    result = invoke("import", "sls", str(nodes_only), "--out", out)
+    assert result.exit_code == 2 and "no job to import: the input holds none" in result.output
+    unreadable = write(tmp_path, "bad.json", '{"jobID": "job_x", "submitTime": 0}\n{"num.nodes": 1}\n')
+    result = invoke("import", "sls", str(unreadable), "--out", out)
+    assert result.exit_code == 2, result.output
+    assert "every entry was skipped" in result.output and "job_x: no map or reduce attempt" in result.output
+    result = invoke("import", "sls", str(SLS_JOBS), "--nodes", str(SLS_NODES), "--out", out, "--start", "500")
+    assert result.exit_code == 2 and "none of the 3 jobs" in result.output and "--start 500" in result.output
+    pods = write(tmp_path, "pods.csv", "name,cpu_milli,memory_mib,num_gpu,gpu_milli\n")
+    result = invoke("import", "pods-csv", "--pods", str(pods), "--nodes", str(NODES), "--out", out)
+    assert result.exit_code == 2 and "the input holds none" in result.output
+    assert not Path(out).exists()

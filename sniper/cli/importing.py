@@ -2,7 +2,7 @@
 
 Every importer shares the window, time-scale, node-sample and guarantee options, a progress bar over
 the input bytes, the malformed-row report and the summary table. Exit code 2 on input that cannot be
-imported at all; malformed rows are reported and skipped.
+imported at all, a trace without a job included; malformed rows are reported and skipped.
 """
 
 from __future__ import annotations
@@ -97,9 +97,9 @@ def _run(
     ) as bar:
         task = bar.add_task("read", total=sum(p.stat().st_size for p in inputs))
         work = parse(lambda n: bar.advance(task, n))
+    print_bad(work.bad, "malformed")
     imported = build_trace(work, options)
     config = write_trace(imported, trace)
-    print_bad(work.bad, "malformed")
     s = imported.summary
     table = Table(title=title)
     table.add_column("what")
