@@ -124,13 +124,13 @@ def _run(
 @import_app.command("sls")
 @with_import_options
 def import_sls(
-    jobs: Annotated[Path, typer.Argument(help="SLS jobs file (SLS JSON input format)")],
+    jobs: Annotated[Path, typer.Argument(help="SLS jobs file (SLS JSON input format, or a Rumen job trace)")],
     trace: Out,
     nodes: Annotated[Path | None, typer.Option(help="SLS topology file (racks of nodes)")] = None,
     *,
     options: ImportOptions,
 ) -> None:
-    """Import YARN Scheduler Load Simulator jobs (queues from job.queue.name, SLS's resource defaults)."""
+    """Import YARN Scheduler Load Simulator jobs or Rumen jobs (queues from the jobs, SLS's resource defaults)."""
     from importers.sls import read_sls
 
     inputs = [jobs] if nodes is None else [jobs, nodes]
