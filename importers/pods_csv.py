@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import enum
 import math
 from collections.abc import Iterator
 from pathlib import Path
@@ -75,6 +76,15 @@ class Arrival:
             assert created is not None  # read_pods refuses trace arrivals without creation_time
             return created
         return 0.0 if self.kind == "all" else index / self.rate
+
+
+class GpuShare(enum.StrEnum):
+    """How a pod sharing part of a GPU (``gpu_milli`` under 1000) counts against its node's GPUs, which
+    are one milli-GPU aggregate: its share as it is (``aggregate``: packs beyond what one device holds,
+    three 0.6-GPU pods on two GPUs) or a whole GPU (``whole``: never beyond, no two pods on one device)."""
+
+    AGGREGATE = "aggregate"
+    WHOLE = "whole"
 
 
 class _Row(ValueError):
@@ -165,12 +175,14 @@ def _times(row: dict[str, str], has_scheduled: bool) -> _Times:
     return _Times(created, scheduled, deleted)
 
 
-def _resource(row: dict[str, str]) -> dict[str, int]:
+def _resource(row: dict[str, str], share: GpuShare) -> dict[str, int]:
     num_gpu, gpu_milli = _int(row, "num_gpu"), _int(row, "gpu_milli")
     if gpu_milli > 1000:
         raise _Row(f"gpu_milli: {gpu_milli} is more than one GPU")
     if num_gpu > 0 and gpu_milli == 0:
         raise _Row(f"num_gpu is {num_gpu} but gpu_milli is 0")
+    if share is GpuShare.WHOLE and gpu_milli > 0:
+        gpu_milli = 1000
     resource = {"memory": _int(row, "memory_mib"), "vcore": _int(row, "cpu_milli"), "gpu": num_gpu * gpu_milli}
     resource = {k: v for k, v in resource.items() if v > 0}
     if not resource:
@@ -185,6 +197,7 @@ class _Model:
     arrival: Arrival
     duration: float | None  # every pod runs this long (None: from its time columns, or to the end)
     queue_by: str | None  # the column naming the queue, None for one queue
+    gpu_share: GpuShare
     has_times: bool
     has_scheduled: bool
     has_phase: bool
@@ -197,7 +210,7 @@ class _Model:
             phase = _text(row, "pod_phase")
             if phase not in PHASES:
                 raise _Row(f"pod_phase: {phase!r} is none of {', '.join(PHASES)}")
-        resource = _resource(row)
+        resource = _resource(row, self.gpu_share)
         times = _times(row, self.has_scheduled) if self.has_times else None
         t = self.arrival.at(index, None if times is None else float(times.created))
         spec = _text(row, "gpu_spec")
@@ -216,7 +229,12 @@ class _Model:
 
 
 def _model(
-    path: Path, columns: list[str], queue_by: str | None, arrival: Arrival | None, duration: float | None
+    path: Path,
+    columns: list[str],
+    queue_by: str | None,
+    arrival: Arrival | None,
+    duration: float | None,
+    gpu_share: GpuShare,
 ) -> _Model:
     has_times = all(c in columns for c in TIME_COLUMNS)
     if arrival is None:
@@ -234,7 +252,7 @@ def _model(
         column = queue_by
     else:
         raise ImportError_(f"--queue-by {queue_by!r}: not a column of {path} ({', '.join(columns)}) nor 'none'")
-    return _Model(arrival, duration, column, has_times, "scheduled_time" in columns, "pod_phase" in columns)
+    return _Model(arrival, duration, column, gpu_share, has_times, "scheduled_time" in columns, "pod_phase" in columns)
 
 
 def read_pods(
@@ -244,10 +262,11 @@ def read_pods(
     progress: Progress | None = None,
     arrival: Arrival | None = None,
     duration: float | None = None,
+    gpu_share: GpuShare = GpuShare.AGGREGATE,
 ) -> None:
     """Read a pod list into ``work``: ``queue_by`` a column, ``"none"``, or None (``qos`` if the list has
     it); ``arrival`` None is ``trace`` when the list has its time columns, else ``all``."""
-    model = _model(path, _header(path), queue_by, arrival, duration)
+    model = _model(path, _header(path), queue_by, arrival, duration, gpu_share)
     first_seen: dict[str, int] = {}
     for line, row in _rows(path, POD_COLUMNS, work, progress):
         try:
@@ -265,6 +284,8 @@ def read_pods(
             work.note("pods with a GPU model selector")
         if job.asks[0].duration is None:
             work.note("pods running to the end (no duration)")
+        if gpu_share is GpuShare.WHOLE and 0 < _int(row, "gpu_milli") < 1000:
+            work.note("GPU-sharing pods given a whole GPU")
 
 
 def read_pods_csv(
@@ -274,9 +295,10 @@ def read_pods_csv(
     progress: Progress | None = None,
     arrival: Arrival | None = None,
     duration: float | None = None,
+    gpu_share: GpuShare = GpuShare.AGGREGATE,
 ) -> Workload:
     """Parse a node list and a pod list into a workload (malformed rows in ``bad``, with their line)."""
     work = Workload()
     read_nodes(nodes, work, progress)
-    read_pods(pods, work, queue_by, progress, arrival, duration)
+    read_pods(pods, work, queue_by, progress, arrival, duration, gpu_share)
     return work

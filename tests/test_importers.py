@@ -16,7 +16,7 @@ from typer.testing import CliRunner, Result
 from core.config import parse_partition
 from core.resources import parse_resource
 from importers.common import AskSpec, ImportError_, ImportOptions, JobSpec, NodeSpec, Workload, build_trace
-from importers.pods_csv import Arrival, read_pods_csv
+from importers.pods_csv import Arrival, GpuShare, read_pods_csv
 from importers.sls import read_sls
 from messages import feed as f
 from sniper.cli import app
@@ -361,6 +361,49 @@ def test_bad_arrival_models_and_durations_are_refused_with_exit_2(tmp_path: Path
     assert negative.exit_code == 2 and "--duration" in negative.output
     no_qos = invoke(*args, "--pods", str(MULTIGPU), "--queue-by", "qos")
     assert no_qos.exit_code == 2 and "not a column" in no_qos.output
+
+
+def test_gpu_sharing_pods_pack_by_their_aggregate_share_or_take_a_whole_gpu(tmp_path: Path) -> None:
+    pods = write(
+        tmp_path,
+        "pods.csv",
+        "name,cpu_milli,memory_mib,num_gpu,gpu_milli\n"
+        + "".join(f"share-{i},1000,1024,1,600\n" for i in range(3))
+        + "whole,1000,1024,2,1000\n",
+    )
+    nodes = write(tmp_path, "nodes.csv", "sn,cpu_milli,memory_mib,gpu,model\nn-2gpu,64000,65536,2,T4\n")
+    aggregate = read_pods_csv(pods, nodes)
+    whole = read_pods_csv(pods, nodes, gpu_share=GpuShare.WHOLE)
+    assert [j.asks[0].resource["gpu"] for j in aggregate.jobs] == [600, 600, 600, 2000]
+    assert [j.asks[0].resource["gpu"] for j in whole.jobs] == [1000, 1000, 1000, 2000]
+    assert whole.notes["GPU-sharing pods given a whole GPU"] == 3 and "GPU-sharing pods given a whole GPU" not in (
+        aggregate.notes
+    )
+    placed = {}
+    for share in ("aggregate", "whole"):
+        out = tmp_path / f"{share}.jsonl"
+        args = ("--pods", str(pods), "--nodes", str(nodes), "--out", str(out), "--gpu-share", share)
+        assert invoke("import", "pods-csv", *args).exit_code == 0
+        report = tmp_path / f"{share}.json"
+        assert invoke("simulate", str(out), "--report", str(report)).exit_code == 0
+        placed[share] = json.loads(report.read_text())["allocations"]
+    # two GPUs: per device two 0.6-GPU pods fit; the aggregate (1800 <= 2000) takes all three
+    assert placed == {"aggregate": 3, "whole": 2}
+    assert (
+        invoke(
+            "import",
+            "pods-csv",
+            "--pods",
+            str(pods),
+            "--nodes",
+            str(nodes),
+            "--out",
+            "x.jsonl",
+            "--gpu-share",
+            "device",
+        ).exit_code
+        == 2
+    )
 
 
 def test_simulate_runs_an_imported_trace_as_it_is(tmp_path: Path) -> None:

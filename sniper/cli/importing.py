@@ -17,6 +17,7 @@ from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeE
 from rich.table import Table
 
 from importers.common import ImportError_, ImportOptions, Workload, build_trace, queue_name, write_trace
+from importers.pods_csv import GpuShare
 from sniper.cli.app import app, console, out, print_bad, shared_options
 
 import_app = typer.Typer(no_args_is_help=True, help="Turn other trace formats into a Sniper trace and a queues.yaml.")
@@ -157,6 +158,13 @@ def import_pods_csv(
         float | None,
         typer.Option(help="seconds every pod runs (default: deletion_time - scheduled_time, else to the end)"),
     ] = None,
+    gpu_share: Annotated[
+        GpuShare,
+        typer.Option(
+            help="a pod sharing part of a GPU asks its share of the node's GPUs (aggregate: may pack beyond"
+            " one device) or a whole GPU (whole: never beyond, no sharing)"
+        ),
+    ] = GpuShare.AGGREGATE,
     *,
     options: ImportOptions,
 ) -> None:
@@ -166,7 +174,7 @@ def import_pods_csv(
     model = None if arrival is None else Arrival.parse(arrival)
     _run(
         [pods, nodes],
-        lambda progress: read_pods_csv(pods, nodes, queue_by, progress, model, duration),
+        lambda progress: read_pods_csv(pods, nodes, queue_by, progress, model, duration, gpu_share),
         options,
         trace,
         f"pod list import: {pods}",
