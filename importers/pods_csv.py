@@ -4,9 +4,10 @@ Pods: ``name, cpu_milli, memory_mib, num_gpu, gpu_milli`` and, where the list ha
 qos, pod_phase, creation_time, deletion_time, scheduled_time``; nodes: ``sn, cpu_milli, memory_mib,
 gpu, model``. Each pod becomes an app with one one-container ask: memory MiB, vcore milli-cores, and
 ``gpu`` milli-GPUs (``num_gpu`` x ``gpu_milli``, so a pod sharing 0.46 of a GPU asks 460, eight whole
-GPUs 8000; a node's GPUs are one aggregate, as the ideal assignment's). The arrival model
-(:class:`Arrival`) says when: at ``creation_time`` (``trace``, the default when the list has its time
-columns), all at once (``all``, the default otherwise) or N pods a second in list order (``rate:N``).
+GPUs 8000; a node's GPUs are one aggregate, and :class:`GpuShare` says what a sharing pod asks of
+it). The arrival model (:class:`Arrival`) says when: at ``creation_time`` (``trace``, the default
+when the list has its time columns), all at once (``all``, the default otherwise) or N pods a second
+in list order (``rate:N``).
 A pod runs ``deletion_time - scheduled_time`` seconds, or the given duration, or (a list without time
 columns) until the end of the replay; a pod the source never scheduled (an empty ``scheduled_time``)
 is withdrawn once it has waited as long as it waited there. ``gpu_spec`` (``V100M16|V100M32``) is the
@@ -80,11 +81,25 @@ class Arrival:
 
 class GpuShare(enum.StrEnum):
     """How a pod sharing part of a GPU (``gpu_milli`` under 1000) counts against its node's GPUs, which
-    are one milli-GPU aggregate: its share as it is (``aggregate``: packs beyond what one device holds,
-    three 0.6-GPU pods on two GPUs) or a whole GPU (``whole``: never beyond, no two pods on one device)."""
+    are one milli-GPU aggregate: its share as it is (``aggregate``: may pack beyond what single devices
+    hold, three 0.6-GPU pods on two GPUs); its share rounded up to 1/8, 1/4, 1/2 or a whole GPU
+    (``device``: sizes that divide each other and the GPU, so every set of pods the aggregate admits has
+    a placement onto single devices); or a whole GPU (``whole``: no sharing)."""
 
     AGGREGATE = "aggregate"
+    DEVICE = "device"
     WHOLE = "whole"
+
+    def milli(self, gpu_milli: int) -> int:
+        """The milli-GPUs a pod asks per GPU for its ``gpu_milli``."""
+        if not 0 < gpu_milli < 1000 or self is GpuShare.AGGREGATE:
+            return gpu_milli
+        if self is GpuShare.WHOLE:
+            return 1000
+        return next(size for size in DEVICE_SHARES if size >= gpu_milli)
+
+
+DEVICE_SHARES = (125, 250, 500, 1000)  # each divides the next and a GPU's 1000 milli-GPUs
 
 
 class _Row(ValueError):
@@ -181,9 +196,11 @@ def _resource(row: dict[str, str], share: GpuShare) -> dict[str, int]:
         raise _Row(f"gpu_milli: {gpu_milli} is more than one GPU")
     if num_gpu > 0 and gpu_milli == 0:
         raise _Row(f"num_gpu is {num_gpu} but gpu_milli is 0")
-    if share is GpuShare.WHOLE and gpu_milli > 0:
-        gpu_milli = 1000
-    resource = {"memory": _int(row, "memory_mib"), "vcore": _int(row, "cpu_milli"), "gpu": num_gpu * gpu_milli}
+    resource = {
+        "memory": _int(row, "memory_mib"),
+        "vcore": _int(row, "cpu_milli"),
+        "gpu": num_gpu * share.milli(gpu_milli),
+    }
     resource = {k: v for k, v in resource.items() if v > 0}
     if not resource:
         raise _Row("the pod asks for nothing")
@@ -284,8 +301,9 @@ def read_pods(
             work.note("pods with a GPU model selector")
         if job.asks[0].duration is None:
             work.note("pods running to the end (no duration)")
-        if gpu_share is GpuShare.WHOLE and 0 < _int(row, "gpu_milli") < 1000:
-            work.note("GPU-sharing pods given a whole GPU")
+        share = _int(row, "gpu_milli")
+        if gpu_share.milli(share) != share:
+            work.note(f"GPU-sharing pods rounded up (--gpu-share {gpu_share})")
 
 
 def read_pods_csv(

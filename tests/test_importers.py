@@ -11,6 +11,8 @@ from typing import Any
 
 import pytest
 import yaml
+from hypothesis import example, given
+from hypothesis import strategies as st
 from typer.testing import CliRunner, Result
 
 from core.config import parse_partition
@@ -363,46 +365,73 @@ def test_bad_arrival_models_and_durations_are_refused_with_exit_2(tmp_path: Path
     assert no_qos.exit_code == 2 and "not a column" in no_qos.output
 
 
-def test_gpu_sharing_pods_pack_by_their_aggregate_share_or_take_a_whole_gpu(tmp_path: Path) -> None:
+def test_gpu_sharing_pods_ask_their_share_a_device_size_or_a_whole_gpu(tmp_path: Path) -> None:
     pods = write(
         tmp_path,
         "pods.csv",
         "name,cpu_milli,memory_mib,num_gpu,gpu_milli\n"
         + "".join(f"share-{i},1000,1024,1,600\n" for i in range(3))
-        + "whole,1000,1024,2,1000\n",
+        + "small,1000,1024,1,100\nquarter,1000,1024,1,250\nthird,1000,1024,1,300\nwhole,1000,1024,2,1000\n",
     )
     nodes = write(tmp_path, "nodes.csv", "sn,cpu_milli,memory_mib,gpu,model\nn-2gpu,64000,65536,2,T4\n")
-    aggregate = read_pods_csv(pods, nodes)
-    whole = read_pods_csv(pods, nodes, gpu_share=GpuShare.WHOLE)
-    assert [j.asks[0].resource["gpu"] for j in aggregate.jobs] == [600, 600, 600, 2000]
-    assert [j.asks[0].resource["gpu"] for j in whole.jobs] == [1000, 1000, 1000, 2000]
-    assert whole.notes["GPU-sharing pods given a whole GPU"] == 3 and "GPU-sharing pods given a whole GPU" not in (
-        aggregate.notes
+    asked = {
+        share: [j.asks[0].resource["gpu"] for j in read_pods_csv(pods, nodes, gpu_share=share).jobs]
+        for share in GpuShare
+    }
+    assert asked == {
+        GpuShare.AGGREGATE: [600, 600, 600, 100, 250, 300, 2000],
+        GpuShare.DEVICE: [1000, 1000, 1000, 125, 250, 500, 2000],
+        GpuShare.WHOLE: [1000, 1000, 1000, 1000, 1000, 1000, 2000],
+    }
+    note = "GPU-sharing pods rounded up (--gpu-share device)"
+    assert read_pods_csv(pods, nodes, gpu_share=GpuShare.DEVICE).notes[note] == 5  # 250 is a device size
+    assert note not in read_pods_csv(pods, nodes).notes
+
+
+def test_the_device_gpu_share_never_packs_beyond_single_devices(tmp_path: Path) -> None:
+    # two GPUs: per device two 0.6-GPU pods fit, a third does not; the aggregate (1800 <= 2000) takes it
+    pods = write(
+        tmp_path,
+        "pods.csv",
+        "name,cpu_milli,memory_mib,num_gpu,gpu_milli\n" + "".join(f"p{i},1000,1024,1,600\n" for i in range(3)),
     )
-    placed = {}
-    for share in ("aggregate", "whole"):
+    nodes = write(tmp_path, "nodes.csv", "sn,cpu_milli,memory_mib,gpu,model\nn-2gpu,64000,65536,2,T4\n")
+    placed: dict[str, int] = {}
+    for share in ("aggregate", "device", "whole"):
         out = tmp_path / f"{share}.jsonl"
         args = ("--pods", str(pods), "--nodes", str(nodes), "--out", str(out), "--gpu-share", share)
         assert invoke("import", "pods-csv", *args).exit_code == 0
         report = tmp_path / f"{share}.json"
         assert invoke("simulate", str(out), "--report", str(report)).exit_code == 0
         placed[share] = json.loads(report.read_text())["allocations"]
-    # two GPUs: per device two 0.6-GPU pods fit; the aggregate (1800 <= 2000) takes all three
-    assert placed == {"aggregate": 3, "whole": 2}
-    assert (
-        invoke(
-            "import",
-            "pods-csv",
-            "--pods",
-            str(pods),
-            "--nodes",
-            str(nodes),
-            "--out",
-            "x.jsonl",
-            "--gpu-share",
-            "device",
-        ).exit_code
-        == 2
+    assert placed == {"aggregate": 3, "device": 2, "whole": 2}
+    out = tmp_path / "mig.jsonl"
+    refused = invoke(
+        "import", "pods-csv", "--pods", str(pods), "--nodes", str(nodes), "--out", str(out), "--gpu-share", "mig"
+    )
+    assert refused.exit_code == 2 and not out.exists()
+
+
+def _device_placement(shares: list[int], devices: int) -> list[int] | None:
+    """Loads of ``devices`` GPUs after placing ``shares`` largest first, each on the first device it fits
+    (None when one does not fit)."""
+    loads = [0] * devices
+    for share in sorted(shares, reverse=True):
+        slot = next((i for i, load in enumerate(loads) if load + share <= 1000), None)
+        if slot is None:
+            return None
+        loads[slot] += share
+    return loads
+
+
+@given(st.lists(st.integers(min_value=1, max_value=1000), max_size=40), st.integers(min_value=1, max_value=8))
+@example([600, 600, 600], 2)
+@example([300, 300, 300, 300, 300, 300, 300], 2)
+def test_every_set_of_device_shares_the_aggregate_admits_fits_single_devices(raw: list[int], devices: int) -> None:
+    shares = [GpuShare.DEVICE.milli(m) for m in raw]
+    assert (_device_placement(shares, devices) is not None) == (sum(shares) <= 1000 * devices)
+    assert all(
+        GpuShare.AGGREGATE.milli(m) <= share <= GpuShare.WHOLE.milli(m) for m, share in zip(raw, shares, strict=True)
     )
 
 

@@ -17,7 +17,8 @@ from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeE
 from rich.table import Table
 
 from importers.common import ImportError_, ImportOptions, Workload, build_trace, queue_name, write_trace
-from importers.pods_csv import GpuShare
+from importers.pods_csv import Arrival, GpuShare, read_pods_csv
+from importers.sls import read_sls
 from sniper.cli.app import app, console, out, print_bad, shared_options
 
 import_app = typer.Typer(no_args_is_help=True, help="Turn other trace formats into a Sniper trace and a queues.yaml.")
@@ -132,8 +133,6 @@ def import_sls(
     options: ImportOptions,
 ) -> None:
     """Import YARN Scheduler Load Simulator jobs or Rumen jobs (queues from the jobs, SLS's resource defaults)."""
-    from importers.sls import read_sls
-
     inputs = [jobs] if nodes is None else [jobs, nodes]
     _run(inputs, lambda progress: read_sls(jobs, nodes, progress), options, trace, f"SLS import: {jobs}")
 
@@ -161,16 +160,14 @@ def import_pods_csv(
     gpu_share: Annotated[
         GpuShare,
         typer.Option(
-            help="a pod sharing part of a GPU asks its share of the node's GPUs (aggregate: may pack beyond"
-            " one device) or a whole GPU (whole: never beyond, no sharing)"
+            help="a pod sharing part of a GPU asks its share (aggregate: may pack beyond single devices),"
+            " its share rounded up to 1/8, 1/4, 1/2 or 1 GPU (device: always fits single devices), or a whole GPU"
         ),
     ] = GpuShare.AGGREGATE,
     *,
     options: ImportOptions,
 ) -> None:
     """Import a Kubernetes pod list (GPU as milli-GPUs, gpu_spec as a node selector on gpu_model)."""
-    from importers.pods_csv import Arrival, read_pods_csv
-
     model = None if arrival is None else Arrival.parse(arrival)
     _run(
         [pods, nodes],
