@@ -297,6 +297,9 @@ def read_sls(jobs: Path, nodes: Path | None = None, progress: Progress | None = 
                 work.note("Rumen jobs (each task attempt a container)")
                 if untimed:
                     work.note("Rumen attempts without start or finish time (left out)", untimed)
+            elif not {"job.start.ms", "job.tasks"} & obj.keys():
+                keys = ", ".join(sorted(obj)[:5])
+                raise _Bad(f"neither an SLS job (job.start.ms, job.tasks) nor a Rumen job (jobID): keys {keys}")
             number += 1
             parsed, opportunistic = _job(obj, number - 1, hosts)
             clash = [job.app for job in parsed if job.app in apps]

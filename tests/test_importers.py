@@ -633,6 +633,9 @@ def test_an_import_that_yields_no_app_exits_2_with_the_reason(tmp_path: Path) ->
     nodes_only = write(tmp_path, "nodes-only.json", '{"num.nodes": 2}\n')
     result = invoke("import", "sls", str(nodes_only), "--out", out)
     assert result.exit_code == 2 and "no job to import: the input holds none" in result.output
+    unknown = write(tmp_path, "unknown.json", '{"name": "x", "start": 0}\n{"num.nodes": 1}\n')
+    result = invoke("import", "sls", str(unknown), "--out", out)
+    assert result.exit_code == 2 and "neither an SLS job" in result.output and "keys name, start" in result.output
     unreadable = write(tmp_path, "bad.json", '{"jobID": "job_x", "submitTime": 0}\n{"num.nodes": 1}\n')
     result = invoke("import", "sls", str(unreadable), "--out", out)
     assert result.exit_code == 2, result.output
