@@ -73,6 +73,7 @@ class Arrival:
         raise ImportError_(f"--arrival {text!r}: expected trace, all or rate:N (N pods a second, N > 0)")
 
     def at(self, index: int, created: float | None) -> float:
+        """When the ``index``-th imported pod (from 0), created at ``created`` in the source, arrives."""
         if self.kind == "trace":
             assert created is not None  # read_pods refuses trace arrivals without creation_time
             return created
