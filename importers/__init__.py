@@ -1,1 +1,2 @@
-"""Importers: other trace formats (YARN SLS jobs, Kubernetes pod lists) into a Sniper trace and queues.yaml."""
+"""Importers: other trace formats (YARN SLS and Rumen jobs, Kubernetes pod lists) into a Sniper trace and
+queues.yaml."""

@@ -5,11 +5,14 @@ A parser turns its format into a :class:`Workload` (times in seconds from the so
 resources in feed units: memory MiB, vcore milli-cores, gpu milli-GPUs) and collects malformed rows as
 :class:`~messages.codec.BadInput` with their line. :func:`build_trace` then cuts the window
 (``start``/``span``, by job submission), compresses time and durations alike (``time_scale``),
-shrinks the cluster (``nodes_sample``, an even stride over the nodes sorted by name) and writes the
-queue tree: one leaf per source queue, guaranteed a share of the (sampled) cluster. Invariants: the
-same input and options give byte-identical output; the trace starts with its ``partition_config``,
-then every node at ``t=0``, then jobs in time order; config quantities are YuniKorn quantities
-(:func:`core.resources.as_quantities`: ``64Gi``, ``16`` cores, ``500m``) that read back exactly.
+shrinks the cluster (``nodes_sample``: each kind of node, its label set such as a GPU model, in
+proportion, at least one node of every kind an ask's node selector needs, an even stride by name
+within a kind) and writes the queue tree: one leaf per source queue, guaranteed a share of the
+(sampled) cluster. Invariants: the same input and options give byte-identical output; an import
+with no job in its window is refused (:class:`ImportError_`, saying why); the trace starts with its
+``partition_config``, then every node at ``t=0``, then jobs in time order; config quantities are
+YuniKorn quantities (:func:`core.resources.as_quantities`: ``64Gi``, ``16`` cores, ``500m``) that
+read back exactly.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ import yaml
 
 from core.config import ConfigError, parse_partition
 from core.resources import as_quantities
+from core.state import selector_matches
 from messages import feed as f
 from messages.codec import BadInput, encode_json_line
 
@@ -152,11 +156,43 @@ def text_lines(lines: Iterable[bytes], source: str, bad: list[BadInput]) -> Iter
             yield "\n"
 
 
-def _sample(nodes: list[NodeSpec], keep: int | None) -> list[NodeSpec]:
+Kind = tuple[tuple[str, str], ...]  # a node's labels, sorted: the strata of the node sample
+
+
+def _kind(node: NodeSpec) -> Kind:
+    return tuple(sorted(node.labels.items()))
+
+
+def _sample(nodes: list[NodeSpec], keep: int | None, selectors: Iterable[Mapping[str, list[str]]]) -> list[NodeSpec]:
+    """``keep`` of the nodes, sorted by name: every kind of node (label set) in proportion to its count,
+    at least one node of a kind some selector needs, an even stride by name within a kind."""
     ordered = sorted(nodes, key=lambda n: n.name)
     if keep is None or keep >= len(ordered):
         return ordered
-    return [ordered[i * len(ordered) // keep] for i in range(keep)]
+    kinds: dict[Kind, list[NodeSpec]] = {}
+    for node in ordered:
+        kinds.setdefault(_kind(node), []).append(node)
+    minimum = dict.fromkeys(kinds, 0)
+    unique = {tuple(sorted((k, tuple(sorted(v))) for k, v in s.items())) for s in selectors if s}
+    needs = [[kind for kind in sorted(kinds) if selector_matches(dict(s), dict(kind))] for s in sorted(unique)]
+    for matching in sorted((m for m in needs if m), key=len):  # the most constrained selectors first
+        if not any(minimum[kind] for kind in matching):
+            minimum[min(matching, key=lambda kind: (-len(kinds[kind]), kind))] = 1
+    needed = sum(minimum.values())
+    if needed > keep:
+        named = ", ".join(",".join(f"{k}={v}" for k, v in kind) for kind in sorted(kinds) if minimum[kind])
+        raise ImportError_(
+            f"--nodes-sample {keep} is fewer than the {needed} kinds of node the asks' selectors need ({named})"
+        )
+    # the rest in proportion to what each kind has left (largest remainders; ties: the larger kind first)
+    rest, spare = keep - needed, {kind: len(group) - minimum[kind] for kind, group in kinds.items()}
+    total = sum(spare.values())
+    seats = {kind: minimum[kind] + rest * spare[kind] // total for kind in kinds}
+    by_remainder = sorted(kinds, key=lambda kind: (-(rest * spare[kind] % total), -len(kinds[kind]), kind))
+    for kind in by_remainder[: keep - sum(seats.values())]:
+        seats[kind] += 1
+    kept = [group[i * len(group) // seats[kind]] for kind, group in kinds.items() for i in range(seats[kind])]
+    return sorted(kept, key=lambda n: n.name)
 
 
 def _queues(
@@ -190,21 +226,36 @@ def _round(t: float) -> float:
     return round(t, 3)
 
 
+def _why_no_job(work: Workload, options: ImportOptions) -> str:
+    if work.jobs:
+        return (
+            f"no job to import: none of the {len(work.jobs)} jobs is submitted in the window"
+            f" (--start {options.start:g}, --span {options.span:g} after the first submission)"
+            if options.span is not None
+            else f"no job to import: none of the {len(work.jobs)} jobs is submitted after --start {options.start:g}"
+        )
+    if work.bad:
+        return f"no job to import: every entry was skipped ({len(work.bad)}; the first: {work.bad[0]})"
+    return "no job to import: the input holds none"
+
+
 def build_trace(work: Workload, options: ImportOptions) -> Imported:
     """The trace and queue config for a parsed workload (see the module docstring for the rules)."""
     options.check()
-    nodes = _sample(work.nodes, options.nodes_sample)
+    origin = min((job.t for job in work.jobs), default=0.0)
+    lo = origin + options.start
+    hi = math.inf if options.span is None else lo + options.span
+    jobs = [job for job in work.jobs if lo <= job.t < hi]
+    if not jobs:
+        raise ImportError_(_why_no_job(work, options))
+    scale = options.time_scale
+    nodes = _sample(work.nodes, options.nodes_sample, (ask.node_selector for job in jobs for ask in job.asks))
     if not nodes:
         raise ImportError_("no node to import")
     total: dict[str, int] = {}
     for node in nodes:
         for k, v in node.capacity.items():
             total[k] = total.get(k, 0) + v
-    origin = min((job.t for job in work.jobs), default=0.0)
-    lo = origin + options.start
-    hi = math.inf if options.span is None else lo + options.span
-    jobs = [job for job in work.jobs if lo <= job.t < hi]
-    scale = options.time_scale
 
     def when(t: float) -> float:
         return _round(max(0.0, t - lo) / scale)

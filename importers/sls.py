@@ -16,7 +16,9 @@ ask of ``count`` containers, made at its ``container.start.ms`` (the request tim
 YARN's priority (a lower number is more important) is negated into Sniper's (higher first).
 ``container.host`` is a locality preference in SLS (relaxed to rack and any), so it only names nodes
 here; a YARN node label becomes a node label ``LABEL: "true"`` and ``job.label.expression`` the
-matching node selector. Opportunistic containers are scheduled as guaranteed ones and counted.
+matching node selector. Opportunistic containers keep their execution type and are counted. A
+Rumen job in the stream (``jobID``, ``mapTasks``, ...) is read as the SLS job Hadoop converts it to
+(:mod:`importers.rumen`).
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from importers.common import (
     Workload,
     queue_name,
 )
+from importers.rumen import RumenError, is_rumen_job, sls_job
 from messages.codec import BadInput
 
 NODE_MEMORY_MB = 10_240  # SLS's yarn.sls.nm.memory.mb default
@@ -289,6 +292,14 @@ def read_sls(jobs: Path, nodes: Path | None = None, progress: Progress | None = 
                 racks = min(racks, max(count, 1))
                 generated.update(f"/rack{i % racks}/node{i}" for i in range(count))
                 continue
+            if is_rumen_job(obj):
+                obj, untimed = sls_job(obj)
+                work.note("Rumen jobs (each task attempt a container)")
+                if untimed:
+                    work.note("Rumen attempts without start or finish time (left out)", untimed)
+            elif not {"job.start.ms", "job.tasks"} & obj.keys():
+                keys = ", ".join(sorted(obj)[:5])
+                raise _Bad(f"neither an SLS job (job.start.ms, job.tasks) nor a Rumen job (jobID): keys {keys}")
             number += 1
             parsed, opportunistic = _job(obj, number - 1, hosts)
             clash = [job.app for job in parsed if job.app in apps]
@@ -298,7 +309,7 @@ def read_sls(jobs: Path, nodes: Path | None = None, progress: Progress | None = 
             work.jobs.extend(parsed)
             if opportunistic:
                 work.note("opportunistic containers", opportunistic)
-        except _Bad as err:
+        except (_Bad, RumenError) as err:
             work.bad.append(BadInput(f"{jobs}:{line}", str(err)))
     if nodes is not None:
         read_topology(nodes, work, progress)

@@ -11,21 +11,25 @@ from typing import Any
 
 import pytest
 import yaml
+from hypothesis import example, given
+from hypothesis import strategies as st
 from typer.testing import CliRunner, Result
 
 from core.config import parse_partition
 from core.resources import parse_resource
-from importers.common import ImportError_, ImportOptions, build_trace
-from importers.pods_csv import read_pods_csv
+from importers.common import AskSpec, ImportError_, ImportOptions, JobSpec, NodeSpec, Workload, build_trace
+from importers.pods_csv import Arrival, GpuShare, read_pods_csv
 from importers.sls import read_sls
 from messages import feed as f
 from sniper.cli import app
 
 DATA = Path(__file__).parent / "data"
 PODS = DATA / "gpu_v2023" / "pods.csv"
+MULTIGPU = DATA / "gpu_v2023" / "multigpu.csv"
 NODES = DATA / "gpu_v2023" / "nodes.csv"
 SLS_JOBS = DATA / "sls" / "jobs.json"
 SLS_NODES = DATA / "sls" / "nodes.json"
+RUMEN = DATA / "sls" / "rumen.json"
 
 POD_HEADER = (
     "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,deletion_time,scheduled_time"
@@ -211,14 +215,69 @@ def test_window_time_scale_and_node_sample(tmp_path: Path) -> None:
         assert ask.t == pytest.approx((original.t - 10_000) / 10, abs=1e-3)
         assert ask.duration == pytest.approx(original.duration / 10, abs=1e-3)
     sampled = [n.node for n in by_type(cut.events, f.NodeAdded)]
-    names = sorted(n.name for n in work.nodes)
-    assert sampled == [names[i * 20 // 7] for i in range(7)]
+    assert len(sampled) == 7 and sampled == sorted(sampled) and set(sampled) <= {n.name for n in work.nodes}
     again = build_trace(
         read_pods_csv(PODS, NODES), ImportOptions(start=10_000, span=20_000, time_scale=10, nodes_sample=7)
     )
     assert again == cut
     with pytest.raises(ImportError_, match="time-scale"):
         build_trace(work, ImportOptions(time_scale=0))
+
+
+def _models(counts: dict[str, int]) -> list[NodeSpec]:
+    """Nodes named n000, n001, ... in turn over the models (so an even stride over names skips some)."""
+    models = [m for m, n in counts.items() for _ in range(n)]
+    spread = sorted(range(len(models)), key=lambda i: (i * 7919) % len(models))
+    return [
+        NodeSpec(f"n{i:03}", {"vcore": 1000}, {"gpu_model": models[j]} if models[j] else {})
+        for i, j in enumerate(spread)
+    ]
+
+
+def _pod(name: str, *models: str) -> JobSpec:
+    selector = {"gpu_model": list(models)} if models else {}
+    return JobSpec(name, "default", 0.0, (AskSpec(name, 0.0, {"vcore": 100}, node_selector=selector),))
+
+
+def test_the_node_sample_keeps_each_kind_of_node_in_proportion_deterministically() -> None:
+    nodes = _models({"": 60, "A": 30, "B": 10})
+    work = Workload(nodes=nodes, jobs=[_pod("p")])
+    kept = by_type(build_trace(work, ImportOptions(nodes_sample=10)).events, f.NodeAdded)
+    assert [n.node for n in kept] == sorted(n.node for n in kept)
+    models = [n.labels.get("gpu_model", "") for n in kept]
+    assert (models.count(""), models.count("A"), models.count("B")) == (6, 3, 1)
+    for model, count in (("", 6), ("A", 3), ("B", 1)):  # an even stride by name within a kind
+        names = sorted(n.name for n in nodes if n.labels.get("gpu_model", "") == model)
+        assert [n.node for n in kept if n.labels.get("gpu_model", "") == model] == [
+            names[i * len(names) // count] for i in range(count)
+        ]
+    shuffled = Workload(nodes=list(reversed(nodes)), jobs=[_pod("p")])
+    assert build_trace(shuffled, ImportOptions(nodes_sample=10)) == build_trace(work, ImportOptions(nodes_sample=10))
+
+
+def test_the_node_sample_keeps_a_node_of_every_gpu_model_a_pod_requires() -> None:
+    nodes = _models({"T4": 40, "G2": 50, "G3": 2, "V100M32": 1, "A10": 1})
+    pods = [_pod("g3", "G3"), _pod("v100", "V100M16", "V100M32"), _pod("any")]
+    kept = by_type(build_trace(Workload(nodes=nodes, jobs=pods), ImportOptions(nodes_sample=5)).events, f.NodeAdded)
+    models = sorted(n.labels["gpu_model"] for n in kept)
+    assert models == ["G2", "G2", "G3", "T4", "V100M32"]  # A10: no pod requires it, too few for a share
+    # the public excerpt: every model a kept pod's gpu_spec names and the node list has stays
+    work = read_pods_csv(PODS, NODES)
+    for keep in (5, 7, 12):
+        sampled = by_type(build_trace(work, ImportOptions(nodes_sample=keep)).events, f.NodeAdded)
+        have = {n.labels.get("gpu_model") for n in sampled}
+        everywhere = {n.labels.get("gpu_model") for n in work.nodes}
+        for job in work.jobs:
+            wanted = set(job.asks[0].node_selector.get("gpu_model", ())) & everywhere
+            assert not wanted or wanted & have, (keep, job.app, wanted, have)
+
+
+def test_a_node_sample_too_small_for_the_required_gpu_models_is_refused_with_exit_2(tmp_path: Path) -> None:
+    with pytest.raises(ImportError_, match="fewer than the 5 kinds of node"):
+        build_trace(read_pods_csv(PODS, NODES), ImportOptions(nodes_sample=4))
+    args = ("import", "pods-csv", "--pods", str(PODS), "--nodes", str(NODES), "--out", str(tmp_path / "t.jsonl"))
+    result = invoke(*args, "--nodes-sample", "4")
+    assert result.exit_code == 2 and "gpu_model=G3" in result.output
 
 
 def test_queue_by_and_guarantees(tmp_path: Path) -> None:
@@ -238,6 +297,142 @@ def test_queue_by_and_guarantees(tmp_path: Path) -> None:
     too_much = invoke(*args, "--guarantee", "LS=0.8", "--guarantee", "BE=0.5")
     assert too_much.exit_code == 2 and "more than the whole cluster" in too_much.output
     assert invoke(*args, "--queue-by", "colour").exit_code == 2
+
+
+def test_a_pod_list_without_time_columns_arrives_all_at_once_and_runs_to_the_end(tmp_path: Path) -> None:
+    out = tmp_path / "t.jsonl"
+    result = invoke("import", "pods-csv", "--pods", str(MULTIGPU), "--nodes", str(NODES), "--out", str(out))
+    assert result.exit_code == 0, result.output
+    events = lines(out)
+    apps = [e for e in events if e["type"] == "app_added"]
+    asks = {e["ask"]: e for e in events if e["type"] == "ask_added"}
+    assert len(apps) == len(asks) == 16
+    assert {e["queue"] for e in apps} == {"root.default"}  # no qos column: one queue
+    assert {(e["t"], e.get("duration"), bool(e.get("node_selector"))) for e in asks.values()} == {(0.0, None, False)}
+    assert asks["openb-pod-3129"]["resource"] == {"memory": 327680, "vcore": 88000, "gpu": 8000}
+    assert asks["openb-pod-3127"]["resource"] == {"memory": 5600, "vcore": 3152, "gpu": 810}
+    assert asks["openb-pod-3136"]["resource"] == {"memory": 51200, "vcore": 15400}
+    assert not any(e["type"] == "ask_removed" for e in events)
+    assert "pods running to the end" in result.output
+
+
+def test_a_pod_list_arrives_at_a_rate_in_list_order_with_a_given_duration(tmp_path: Path) -> None:
+    work = read_pods_csv(MULTIGPU, NODES, arrival=Arrival.parse("rate:4"), duration=600)
+    assert work.bad == []
+    assert [(j.app, j.t) for j in work.jobs[:3]] == [
+        ("openb-pod-3126", 0.0),
+        ("openb-pod-3127", 0.25),
+        ("openb-pod-3128", 0.5),
+    ]
+    assert work.jobs[-1].t == 15 / 4
+    events = build_trace(work, ImportOptions(time_scale=2)).events
+    asks = by_type(events, f.AskAdded)
+    assert [a.t for a in asks] == [i / 8 for i in range(16)]
+    assert {a.duration for a in asks} == {300.0}
+    out = tmp_path / "t.jsonl"
+    args = ("import", "pods-csv", "--pods", str(MULTIGPU), "--nodes", str(NODES), "--out", str(out))
+    assert invoke(*args, "--arrival", "rate:4", "--duration", "600").exit_code == 0
+    assert [e["t"] for e in lines(out) if e["type"] == "ask_added"] == [i / 4 for i in range(16)]
+
+
+def test_the_arrival_model_replaces_creation_times_and_keeps_the_time_columns_durations() -> None:
+    traced = read_pods_csv(PODS, NODES)
+    at_once = read_pods_csv(PODS, NODES, arrival=Arrival.parse("all"))
+    assert [j.app for j in at_once.jobs] == [j.app for j in traced.jobs]
+    assert {j.t for j in at_once.jobs} == {0.0}
+    assert [j.asks[0].duration for j in at_once.jobs] == [j.asks[0].duration for j in traced.jobs]
+    waiting = [(a, b) for a, b in zip(traced.jobs, at_once.jobs, strict=True) if a.asks[0].withdraw_at is not None]
+    assert waiting  # never scheduled in the source: withdrawn once they waited as long as there
+    for a, b in waiting:
+        assert a.asks[0].withdraw_at is not None
+        assert b.asks[0].withdraw_at == a.asks[0].withdraw_at - a.t
+    fixed = read_pods_csv(PODS, NODES, duration=60)
+    assert {j.asks[0].duration for j in fixed.jobs} == {60.0}
+    assert [j.t for j in fixed.jobs] == [j.t for j in traced.jobs]
+
+
+def test_bad_arrival_models_and_durations_are_refused_with_exit_2(tmp_path: Path) -> None:
+    args = ("import", "pods-csv", "--nodes", str(NODES), "--out", str(tmp_path / "t.jsonl"))
+    for arrival in ("rate:0", "rate:-1", "rate:x", "rate", "soon", "all:3", "rate:inf"):
+        result = invoke(*args, "--pods", str(PODS), "--arrival", arrival)
+        assert result.exit_code == 2 and "--arrival" in result.output, (arrival, result.output)
+    needs_times = invoke(*args, "--pods", str(MULTIGPU), "--arrival", "trace")
+    assert needs_times.exit_code == 2
+    assert "creation_time" in needs_times.output and "--arrival all" in needs_times.output
+    negative = invoke(*args, "--pods", str(MULTIGPU), "--duration", "-5")
+    assert negative.exit_code == 2 and "--duration" in negative.output
+    no_qos = invoke(*args, "--pods", str(MULTIGPU), "--queue-by", "qos")
+    assert no_qos.exit_code == 2 and "not a column" in no_qos.output
+
+
+def test_gpu_sharing_pods_ask_their_share_a_device_size_or_a_whole_gpu(tmp_path: Path) -> None:
+    pods = write(
+        tmp_path,
+        "pods.csv",
+        "name,cpu_milli,memory_mib,num_gpu,gpu_milli\n"
+        + "".join(f"share-{i},1000,1024,1,600\n" for i in range(3))
+        + "small,1000,1024,1,100\nquarter,1000,1024,1,250\nthird,1000,1024,1,300\nwhole,1000,1024,2,1000\n",
+    )
+    nodes = write(tmp_path, "nodes.csv", "sn,cpu_milli,memory_mib,gpu,model\nn-2gpu,64000,65536,2,T4\n")
+    asked = {
+        share: [j.asks[0].resource["gpu"] for j in read_pods_csv(pods, nodes, gpu_share=share).jobs]
+        for share in GpuShare
+    }
+    assert asked == {
+        GpuShare.AGGREGATE: [600, 600, 600, 100, 250, 300, 2000],
+        GpuShare.DEVICE: [1000, 1000, 1000, 125, 250, 500, 2000],
+        GpuShare.WHOLE: [1000, 1000, 1000, 1000, 1000, 1000, 2000],
+    }
+    note = "GPU-sharing pods rounded up (--gpu-share device)"
+    assert read_pods_csv(pods, nodes, gpu_share=GpuShare.DEVICE).notes[note] == 5  # 250 is a device size
+    assert note not in read_pods_csv(pods, nodes).notes
+
+
+def test_the_device_gpu_share_never_packs_beyond_single_devices(tmp_path: Path) -> None:
+    # two GPUs: per device two 0.6-GPU pods fit, a third does not; the aggregate (1800 <= 2000) takes it
+    pods = write(
+        tmp_path,
+        "pods.csv",
+        "name,cpu_milli,memory_mib,num_gpu,gpu_milli\n" + "".join(f"p{i},1000,1024,1,600\n" for i in range(3)),
+    )
+    nodes = write(tmp_path, "nodes.csv", "sn,cpu_milli,memory_mib,gpu,model\nn-2gpu,64000,65536,2,T4\n")
+    placed: dict[str, int] = {}
+    for share in ("aggregate", "device", "whole"):
+        out = tmp_path / f"{share}.jsonl"
+        args = ("--pods", str(pods), "--nodes", str(nodes), "--out", str(out), "--gpu-share", share)
+        assert invoke("import", "pods-csv", *args).exit_code == 0
+        report = tmp_path / f"{share}.json"
+        assert invoke("simulate", str(out), "--report", str(report)).exit_code == 0
+        placed[share] = json.loads(report.read_text())["allocations"]
+    assert placed == {"aggregate": 3, "device": 2, "whole": 2}
+    out = tmp_path / "mig.jsonl"
+    refused = invoke(
+        "import", "pods-csv", "--pods", str(pods), "--nodes", str(nodes), "--out", str(out), "--gpu-share", "mig"
+    )
+    assert refused.exit_code == 2 and not out.exists()
+
+
+def _device_placement(shares: list[int], devices: int) -> list[int] | None:
+    """Loads of ``devices`` GPUs after placing ``shares`` largest first, each on the first device it fits
+    (None when one does not fit)."""
+    loads = [0] * devices
+    for share in sorted(shares, reverse=True):
+        slot = next((i for i, load in enumerate(loads) if load + share <= 1000), None)
+        if slot is None:
+            return None
+        loads[slot] += share
+    return loads
+
+
+@given(st.lists(st.integers(min_value=1, max_value=1000), max_size=40), st.integers(min_value=1, max_value=8))
+@example([600, 600, 600], 2)
+@example([300, 300, 300, 300, 300, 300, 300], 2)
+def test_every_set_of_device_shares_the_aggregate_admits_fits_single_devices(raw: list[int], devices: int) -> None:
+    shares = [GpuShare.DEVICE.milli(m) for m in raw]
+    assert (_device_placement(shares, devices) is not None) == (sum(shares) <= 1000 * devices)
+    assert all(
+        GpuShare.AGGREGATE.milli(m) <= share <= GpuShare.WHOLE.milli(m) for m, share in zip(raw, shares, strict=True)
+    )
 
 
 def test_simulate_runs_an_imported_trace_as_it_is(tmp_path: Path) -> None:
@@ -361,3 +556,93 @@ def test_sls_import_then_simulate(tmp_path: Path) -> None:
     assert sim.exit_code == 0, sim.output
     data = json.loads(report.read_text())
     assert data["allocations"] == 8 and data["rejected"] == 0 and data["invariant_violations"] == 0
+
+
+def test_sls_import_reads_a_rumen_trace_as_hadoop_converts_it(tmp_path: Path) -> None:
+    work = read_sls(RUMEN)
+    assert work.bad == []
+    assert work.notes == {
+        "Rumen jobs (each task attempt a container)": 3,
+        "Rumen attempts without start or finish time (left out)": 1,
+    }
+    events = build_trace(work, ImportOptions()).events
+    apps = {a.app: a for a in by_type(events, f.AppAdded)}
+    assert {a: (x.queue, x.user, x.t) for a, x in apps.items()} == {  # jobID, queue, user, submitTime
+        "job_1700000000000_0001": ("root.analytics", "alice", 0.0),
+        "job_1700000000000_0002": ("root.prod", "bob", 20.0),
+        "job_1700000000000_0003": ("root.analytics", "alice", 40.0),
+    }
+    asks = {a.ask: (a.t, a.duration, a.priority, a.count) for a in by_type(events, f.AskAdded)}
+    one = "job_1700000000000_0001"
+    assert {k.removeprefix(one + "-"): v for k, v in asks.items() if k.startswith(one)} == {
+        "am": (0.0, 90.0, 0, 1),  # submitTime to finishTime
+        "map-0": (2.0, 8.0, -20, 1),  # the failed attempt held a container too
+        "map-1": (11.0, 19.0, -20, 1),  # its retry
+        "map-2": (2.5, 18.0, -20, 1),
+        "reduce-3": (35.0, 50.0, -10, 1),  # reduces: YARN priority 10; no set-up task (otherTasks)
+    }
+    assert {k for k in asks if k.startswith("job_1700000000000_0002")} == {  # the killed attempt: no container
+        "job_1700000000000_0002-am",
+        "job_1700000000000_0002-map-0",
+    }
+    assert all(a.resource == {"memory": 1024, "vcore": 1000} for a in by_type(events, f.AskAdded))
+    nodes = {n.node: n.labels for n in by_type(events, f.NodeAdded)}
+    assert nodes == {  # the attempts' hostName
+        "node1": {"rack": "rack-a"},
+        "node2": {"rack": "rack-a"},
+        "node3": {"rack": "rack-b"},
+        "node4": {"rack": "rack-b"},
+    }
+    out = tmp_path / "rumen.jsonl"
+    result = invoke("import", "sls", str(RUMEN), "--out", str(out))
+    assert result.exit_code == 0, result.output
+    report = tmp_path / "r.json"
+    assert invoke("simulate", str(out), "--report", str(report)).exit_code == 0
+    data = json.loads(report.read_text())
+    assert data["allocations"] == 10 and data["rejected"] == 0 and data["invariant_violations"] == 0
+
+
+def test_a_malformed_rumen_job_is_reported_with_its_line_and_skipped(tmp_path: Path) -> None:
+    tasks = '[{"attempts": [{"hostName": "/r/h1", "startTime": 1000, "finishTime": 3000}]}]'
+    jobs = write(
+        tmp_path,
+        "rumen.json",
+        "\n".join(
+            [
+                '{"jobID": "job_a", "submitTime": 0, "mapTasks": ' + tasks + "}",  # 1
+                '{"jobID": "job_b", "submitTime": -1, "mapTasks": ' + tasks + "}",  # 2
+                '{"jobID": "job_c", "submitTime": 0, "mapTasks": [{"attempts": []}], "reduceTasks": []}',  # 3
+                '{"jobID": "job_d", "submitTime": 0, "mapTasks": {"attempts": []}}',  # 4
+                '{"jobID": "job_e", "submitTime": 0, "mapTasks": [{"taskID": "t"}]}',  # 5
+            ]
+        )
+        + "\n",
+    )
+    work = read_sls(jobs)
+    assert [(b.where.rsplit(":", 1)[1], b.reason) for b in work.bad] == [
+        ("2", "Rumen job job_b: submitTime -1 is not a time in ms"),
+        ("3", "Rumen job job_c: no map or reduce attempt with a startTime and a finishTime"),
+        ("4", "Rumen job job_d: mapTasks is not a list"),
+        ("5", "Rumen job job_e: a task of mapTasks has no attempts list"),
+    ]
+    assert [j.app for j in work.jobs] == ["job_a"]
+
+
+def test_an_import_that_yields_no_app_exits_2_with_the_reason(tmp_path: Path) -> None:
+    out = str(tmp_path / "t.jsonl")
+    nodes_only = write(tmp_path, "nodes-only.json", '{"num.nodes": 2}\n')
+    result = invoke("import", "sls", str(nodes_only), "--out", out)
+    assert result.exit_code == 2 and "no job to import: the input holds none" in result.output
+    unknown = write(tmp_path, "unknown.json", '{"name": "x", "start": 0}\n{"num.nodes": 1}\n')
+    result = invoke("import", "sls", str(unknown), "--out", out)
+    assert result.exit_code == 2 and "neither an SLS job" in result.output and "keys name, start" in result.output
+    unreadable = write(tmp_path, "bad.json", '{"jobID": "job_x", "submitTime": 0}\n{"num.nodes": 1}\n')
+    result = invoke("import", "sls", str(unreadable), "--out", out)
+    assert result.exit_code == 2, result.output
+    assert "every entry was skipped" in result.output and "job_x: no map or reduce attempt" in result.output
+    result = invoke("import", "sls", str(SLS_JOBS), "--nodes", str(SLS_NODES), "--out", out, "--start", "500")
+    assert result.exit_code == 2 and "none of the 3 jobs" in result.output and "--start 500" in result.output
+    pods = write(tmp_path, "pods.csv", "name,cpu_milli,memory_mib,num_gpu,gpu_milli\n")
+    result = invoke("import", "pods-csv", "--pods", str(pods), "--nodes", str(NODES), "--out", out)
+    assert result.exit_code == 2 and "the input holds none" in result.output
+    assert not Path(out).exists()

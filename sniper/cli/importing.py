@@ -2,7 +2,7 @@
 
 Every importer shares the window, time-scale, node-sample and guarantee options, a progress bar over
 the input bytes, the malformed-row report and the summary table. Exit code 2 on input that cannot be
-imported at all; malformed rows are reported and skipped.
+imported at all, a trace without a job included; malformed rows are reported and skipped.
 """
 
 from __future__ import annotations
@@ -17,6 +17,8 @@ from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeE
 from rich.table import Table
 
 from importers.common import ImportError_, ImportOptions, Workload, build_trace, queue_name, write_trace
+from importers.pods_csv import Arrival, GpuShare, read_pods_csv
+from importers.sls import read_sls
 from sniper.cli.app import app, console, out, print_bad, shared_options
 
 import_app = typer.Typer(no_args_is_help=True, help="Turn other trace formats into a Sniper trace and a queues.yaml.")
@@ -26,7 +28,10 @@ Out = Annotated[Path, typer.Option("--out", help="the Sniper trace to write (JSO
 Start = Annotated[float, typer.Option(help="seconds after the first submission where the window starts")]
 Span = Annotated[float | None, typer.Option(help="seconds of submissions to keep from --start (default: all)")]
 TimeScale = Annotated[float, typer.Option(help="divide times and durations by this (10: ten times faster)")]
-NodesSample = Annotated[int | None, typer.Option(help="keep this many nodes (an even stride over their names)")]
+NodesSample = Annotated[
+    int | None,
+    typer.Option(help="keep this many nodes: each kind (GPU model, labels) in proportion, every needed kind"),
+]
 Guarantee = Annotated[
     list[str] | None, typer.Option(help="QUEUE=SHARE: QUEUE's guarantee as a share of the cluster (repeatable)")
 ]
@@ -94,9 +99,9 @@ def _run(
     ) as bar:
         task = bar.add_task("read", total=sum(p.stat().st_size for p in inputs))
         work = parse(lambda n: bar.advance(task, n))
+    print_bad(work.bad, "malformed")
     imported = build_trace(work, options)
     config = write_trace(imported, trace)
-    print_bad(work.bad, "malformed")
     s = imported.summary
     table = Table(title=title)
     table.add_column("what")
@@ -121,15 +126,13 @@ def _run(
 @import_app.command("sls")
 @with_import_options
 def import_sls(
-    jobs: Annotated[Path, typer.Argument(help="SLS jobs file (SLS JSON input format)")],
+    jobs: Annotated[Path, typer.Argument(help="SLS jobs file (SLS JSON input format, or a Rumen job trace)")],
     trace: Out,
     nodes: Annotated[Path | None, typer.Option(help="SLS topology file (racks of nodes)")] = None,
     *,
     options: ImportOptions,
 ) -> None:
-    """Import YARN Scheduler Load Simulator jobs (queues from job.queue.name, SLS's resource defaults)."""
-    from importers.sls import read_sls
-
+    """Import YARN Scheduler Load Simulator jobs or Rumen jobs (queues from the jobs, SLS's resource defaults)."""
     inputs = [jobs] if nodes is None else [jobs, nodes]
     _run(inputs, lambda progress: read_sls(jobs, nodes, progress), options, trace, f"SLS import: {jobs}")
 
@@ -137,20 +140,38 @@ def import_sls(
 @import_app.command("pods-csv")
 @with_import_options
 def import_pods_csv(
-    pods: Annotated[Path, typer.Option(help="pod list CSV (name, cpu_milli, memory_mib, num_gpu, ...)")],
+    pods: Annotated[Path, typer.Option(help="pod list CSV (name, cpu_milli, memory_mib, num_gpu, gpu_milli, ...)")],
     nodes: Annotated[Path, typer.Option(help="node list CSV (sn, cpu_milli, memory_mib, gpu, model)")],
     trace: Out,
-    queue_by: Annotated[str, typer.Option(help="pod column naming the queue (e.g. qos), or 'none'")] = "qos",
+    queue_by: Annotated[
+        str | None, typer.Option(help="pod column naming the queue, or 'none' (default: qos if the list has it)")
+    ] = None,
+    arrival: Annotated[
+        str | None,
+        typer.Option(
+            help="when pods arrive: trace (creation_time), all (at once) or rate:N (N a second, in list order);"
+            " default: trace if the list has creation_time and deletion_time, else all"
+        ),
+    ] = None,
+    duration: Annotated[
+        float | None,
+        typer.Option(help="seconds every pod runs (default: deletion_time - scheduled_time, else to the end)"),
+    ] = None,
+    gpu_share: Annotated[
+        GpuShare,
+        typer.Option(
+            help="a pod sharing part of a GPU asks its share (aggregate: may pack beyond single devices),"
+            " its share rounded up to 1/8, 1/4, 1/2 or 1 GPU (device: always fits single devices), or a whole GPU"
+        ),
+    ] = GpuShare.AGGREGATE,
     *,
     options: ImportOptions,
 ) -> None:
     """Import a Kubernetes pod list (GPU as milli-GPUs, gpu_spec as a node selector on gpu_model)."""
-    from importers.pods_csv import read_pods_csv
-
-    column = None if queue_by == "none" else queue_by
+    model = None if arrival is None else Arrival.parse(arrival)
     _run(
         [pods, nodes],
-        lambda progress: read_pods_csv(pods, nodes, column, progress),
+        lambda progress: read_pods_csv(pods, nodes, queue_by, progress, model, duration, gpu_share),
         options,
         trace,
         f"pod list import: {pods}",
