@@ -1,5 +1,5 @@
-"""Chaos on the real broker, part two: a poison record and a failover, a paused (deposed) owner, a flood of
-new partitions, and oversized records.
+"""Chaos on the real broker, part two: a poison record and a failover, a paused (deposed) owner, a broker
+that loses everything (and topics re-created with its defaults), a flood of new partitions.
 
 Core processes are real ``sniper core`` subprocesses (SIGKILL, SIGSTOP/SIGCONT); an independent reader
 of the decisions topic (:class:`tests.kafka_support.TopicReader`) checks what they published. Every
@@ -17,6 +17,7 @@ from collections.abc import AsyncIterator, Callable
 import anyio
 import msgspec
 import pytest
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from anyio.abc import TaskGroup
 
 from cluster.logread import read_partition
@@ -28,8 +29,8 @@ from tests.core_support import partition_raw, queue
 from tests.kafka_support import CoreSubprocess, TopicReader
 from tools.bench_e2e import spread_partition_names, stop_core
 from transport.broker import EmbeddedBroker, free_port
-from transport.bus import DEADLETTER, DECISIONS, FEED
-from transport.kafka import KafkaBus, KafkaSettings
+from transport.bus import DEADLETTER, DECISIONS, FEED, SNAPSHOTS
+from transport.kafka import KafkaBus, KafkaSettings, KafkaTransportError
 
 pytestmark = pytest.mark.kafka
 
@@ -248,6 +249,91 @@ async def test_a_core_whose_broker_lost_its_log_exits_with_status_3_and_a_restar
     assert status == 3, logs[-3000:]
     assert "the broker lost the log of" in logs and "a supervisor restarts it" in logs, logs[-3000:]
     assert served, "\n".join(cores[1].lines)
+
+
+async def test_a_broker_restarted_empty_stops_every_core_loudly_refuses_a_foreign_layout_then_serves_everything(
+    kafka_settings: KafkaSettings,
+) -> None:
+    # Eight partitions per topic, not the bundled broker's default of four: a topic auto-created by a
+    # client would not have the layout every process expects.
+    port = free_port()
+    broker = EmbeddedBroker(port=port)
+    await anyio.to_thread.run_sync(broker.start)
+    settings = dataclasses.replace(kafka_settings, bootstrap=broker.bootstrap, partitions=8)
+    names = spread_partition_names(8, settings.partitions)
+    cores: list[CoreSubprocess] = []
+    statuses: list[int] = []
+    try:
+        with anyio.fail_after(2 * WAIT):
+            async with anyio.create_task_group() as tg:
+                try:
+                    cores += [await spawn(settings, tg, "restart"), await spawn(settings, tg, "restart")]
+                    # A resource manager's reader stays connected through the restart (its client asks
+                    # for the topic's metadata again on reconnecting) until it finds the log lost.
+                    async with KafkaBus(settings, validators={FEED: feed_problem}) as bus:
+                        reader = await reading(bus)
+                        lost = anyio.Event()
+
+                        async def follow() -> None:
+                            try:
+                                await reader.pump_decisions()
+                            except KafkaTransportError:
+                                lost.set()
+
+                        tg.start_soon(follow)
+                        await bus.publish_many(FEED, [e for n in names for e in [*setup(n), ask(n, "a")]])
+                        await reader.until(lambda: all(allocated(reader, n, "a")() for n in names))
+                        restarted_at = time.monotonic()
+                        await anyio.to_thread.run_sync(broker.stop)
+                        await anyio.to_thread.run_sync(broker.start)
+                        statuses = [await core.process.wait() for core in cores[:2]]
+                        stopped_after = time.monotonic() - restarted_at
+                        await lost.wait()
+                    # A client that does not keep the layout re-creates the topics with the broker's
+                    # defaults meanwhile: a core started on them refuses them with one line.
+                    admin = AIOKafkaAdminClient(**settings.client_options())
+                    await admin.start()
+                    try:
+                        wrong = [settings.topic(t) for t in (FEED, DECISIONS, SNAPSHOTS)]
+                        await admin.create_topics([NewTopic(t, num_partitions=4, replication_factor=1) for t in wrong])
+                        refusing = await CoreSubprocess.spawn(settings, tg, "restart", "--tick", "0.1")
+                        cores.append(refusing)
+                        refused = await refusing.process.wait()
+                        await admin.delete_topics(wrong)  # the operator's fix
+                    finally:
+                        await admin.close()
+                    # What a supervisor does: start them again; they create the topics as configured.
+                    cores += [await spawn(settings, tg, "restart"), await spawn(settings, tg, "restart")]
+                    async with KafkaBus(settings, validators={FEED: feed_problem}) as bus:
+                        reader = await reading(bus)
+                        tg.start_soon(reader.pump_decisions)
+                        await bus.publish_many(FEED, [e for n in names for e in [*setup(n), ask(n, "b")]])
+                        await reader.until(lambda: all(allocated(reader, n, "b")() for n in names))
+                        served_after = time.monotonic() - restarted_at
+                        metadata = await bus._producer.client.fetch_all_metadata()
+                finally:
+                    with anyio.CancelScope(shield=True):
+                        for core in cores:
+                            await stop_core(core.process)
+                tg.cancel_scope.cancel()
+    finally:
+        await anyio.to_thread.run_sync(broker.stop)
+    print(
+        f"broker restarted empty: both cores stopped {stopped_after:.1f} s after the restart began; "
+        f"restarted cores served all {len(names)} partitions {served_after:.1f} s after it"
+    )
+    refusal = " ".join(" ".join(cores[2].lines).split())
+    assert refused == 3 and "has 4 partitions and this process expects 8" in refusal, refusal[-3000:]
+    for core, status in zip(cores[:2], statuses, strict=True):
+        logs = " ".join(" ".join(core.lines).split())  # the error line is wrapped to the terminal
+        errors = [line for line in core.lines if line.startswith("error: ")]
+        assert status == 3 and len(errors) == 1, logs[-3000:]
+        assert "is gone from the broker" in logs or "the broker lost" in logs, logs[-3000:]
+    assert {t: len(metadata.partitions_for_topic(settings.topic(t))) for t in (FEED, DECISIONS, SNAPSHOTS)} == {
+        FEED: 8,
+        DECISIONS: 8,
+        SNAPSHOTS: 8,
+    }
 
 
 # ---------------------------------------------------------------------------- a flood of new partitions

@@ -1,7 +1,8 @@
 """The Kafka transport: :class:`KafkaBus`, the bus interface of ``transport.bus`` on aiokafka.
 
 What it owns: one producer per bus, one consumer (in its own consumer group) per subscription, the
-creation of the prefixed topics, the msgpack wire format and the dead-letter path. Invariants:
+creation of the prefixed topics (as :mod:`transport.layout` says: only with the configured partition
+count, checked), the msgpack wire format and the dead-letter path. Invariants:
 
 - **Wire format**: one Kafka record per message; the record key is the scheduler partition (the
   ``key`` argument, UTF-8) so Kafka's key hashing keeps one key's messages in one Kafka partition, in
@@ -67,7 +68,7 @@ import anyio
 import msgspec
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.abc import ConsumerRebalanceListener
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import KafkaError, UnknownTopicOrPartitionError
 from aiokafka.helpers import create_ssl_context
 from aiokafka.partitioner import murmur2
@@ -78,6 +79,7 @@ from messages.codec import decision_msgpack, feed_msgpack, msgpack_encoder, prop
 from messages.deadletter import DeadLetter, deadletter_msgpack
 from transport.broker import BOOTSTRAP_ENV, resolve_bootstrap
 from transport.bus import DEADLETTER, DECISIONS, FEED, PROPOSALS, SNAPSHOTS, VIEW, Bus, Subscription
+from transport.layout import Layout, TopicLayoutError, ensure_layout, layout_problem
 
 log = logging.getLogger(__name__)
 
@@ -88,7 +90,6 @@ BadRecords = Literal["dead_letter", "deliver", "skip"]
 Validator = Callable[[Any], str | None]  # why a decoded message is invalid, or None
 
 ENV_PREFIX = "SNIPER_KAFKA_"
-_TOPIC_ALREADY_EXISTS = 36
 _DEADLETTER_MARGIN = 4096  # room for the dead-letter envelope around a payload
 _DEADLETTER_RETRIES = (0.2, 1.0, 3.0)  # backoff after each failed attempt to publish a dead letter
 _ABANDON_GRACE = 0.5  # seconds a cancelled shutdown step gets before it is abandoned
@@ -353,35 +354,36 @@ class KafkaBus(Bus):
             configs["cleanup.policy"] = "compact"
         return configs
 
-    async def ensure_topics(self) -> None:
-        """Create every topic this bus decodes, if missing (``settings.partitions``, replication as set).
+    @property
+    def layout(self) -> Layout:
+        """The topics this bus uses (every topic it decodes), with their configs and partition count."""
+        settings = self.settings
+        topics = {settings.topic(name): self.topic_configs(name) for name in self._decoders}
+        return Layout(topics, settings.partitions, settings.replication)
 
-        Existing topics are left as they are (their partition count is not checked).
+    async def ensure_topics(self) -> None:
+        """Create every topic this bus uses, if missing, and check the partition count of each.
+
+        Raises :class:`~transport.layout.TopicLayoutError` if one has another count (see :mod:`transport.layout`).
         """
         admin = AIOKafkaAdminClient(**self.settings.client_options())
         try:
             await admin.start()
-            existing = set(await admin.list_topics())
-            missing = [
-                NewTopic(
-                    name=self.settings.topic(name),
-                    num_partitions=self.settings.partitions,
-                    replication_factor=self.settings.replication,
-                    topic_configs=self.topic_configs(name),
-                )
-                for name in self._decoders
-                if self.settings.topic(name) not in existing
-            ]
-            if missing:
-                response = await admin.create_topics(missing)
-                for entry in response.topic_errors:
-                    topic, code = entry[0], entry[1]
-                    if code not in (0, _TOPIC_ALREADY_EXISTS):
-                        message = entry[2] if len(entry) > 2 else ""
-                        raise KafkaTransportError(f"cannot create topic {topic}: error {code} {message or ''}")
-                log.info("created topics %s", [t.name for t in missing])
+            created = await ensure_layout(admin, self.layout)
+            if created:
+                log.info("created topics %s", created)
         finally:
             await self._bounded(admin.close(), "admin client close")
+
+    async def check_layout(self) -> TopicLayoutError | None:
+        """What is wrong with this bus's topics on the broker now (gone, or another count); None if nothing.
+
+        Raises the client's error if the broker cannot be asked.
+        """
+        producer = self._producer
+        if producer is None:
+            return None
+        return layout_problem(self.layout, await producer.client.fetch_all_metadata())
 
     async def aclose(self) -> None:
         """Close every subscription (their receivers get ``EndOfStream``), then the producer.

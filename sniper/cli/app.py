@@ -70,6 +70,7 @@ def explain(err: BaseException) -> tuple[int, str]:
     from tools.feeder import NoAnswer
     from transport.broker import BrokerStartError
     from transport.kafka import KafkaConnectTimeout, KafkaTransportError
+    from transport.layout import TopicLayoutError
 
     err = _leaf(err)
     if isinstance(err, CliError):
@@ -82,7 +83,7 @@ def explain(err: BaseException) -> tuple[int, str]:
         return EXIT_INPUT, str(err)
     if isinstance(err, ConfigError | msgspec.DecodeError | msgspec.ValidationError | yaml.YAMLError):
         return EXIT_INPUT, f"invalid input: {err}"
-    if isinstance(err, BrokerStartError | MetricsServeError | KafkaConnectTimeout | NoAnswer):
+    if isinstance(err, BrokerStartError | MetricsServeError | KafkaConnectTimeout | NoAnswer | TopicLayoutError):
         return EXIT_RUNTIME, str(err)
     if isinstance(err, KafkaTransportError):  # e.g. the broker lost its log (LogLost)
         return EXIT_RUNTIME, f"{err}; this process stops so that a supervisor restarts it"
