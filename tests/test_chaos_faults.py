@@ -17,6 +17,7 @@ from collections.abc import AsyncIterator, Callable
 import anyio
 import msgspec
 import pytest
+from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from anyio.abc import TaskGroup
 
@@ -202,6 +203,77 @@ async def test_a_paused_owner_publishes_nothing_under_its_old_epoch_once_it_resu
     assert old_epoch_after_resume == []
     violations = [v for part in reader.checker.parts.values() for v in part.model.violations]
     assert violations == []
+
+
+async def test_a_paused_owner_leaves_one_dead_letter_per_bad_record_across_the_pause(
+    kafka_settings: KafkaSettings, bus: KafkaBus
+) -> None:
+    names = spread_partition_names(8, kafka_settings.partitions)
+    cores: list[CoreSubprocess] = []
+    sent: list[tuple[str, int]] = []  # (partition, feed offset) of every bad record
+    with anyio.fail_after(WAIT):
+        reader = await reading(bus)
+        producer = AIOKafkaProducer(**kafka_settings.client_options())
+        await producer.start()
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(reader.pump_decisions)
+
+            async def burst(moved: list[str], tag: str, count: int = 40) -> None:
+                """Undecodable records on the paused owner's partitions, handed over at once."""
+                keys = [n for _ in range(count) for n in moved]
+                futures = [
+                    await producer.send(kafka_settings.topic(FEED), f"\xc1 {tag}{i}".encode(), key=n.encode())
+                    for i, n in enumerate(keys)
+                ]
+                for n, future in zip(keys, futures, strict=True):
+                    sent.append((n, (await future).offset))
+
+            try:
+                paused = await spawn(kafka_settings, tg, "letters")
+                other = await spawn(kafka_settings, tg, "letters")
+                cores += [paused, other]
+                while len(paused.assigned) + len(other.assigned) != kafka_settings.partitions:
+                    await paused.changed.wait()  # the second core's join splits the partitions
+                moved = [n for n in names if bus.partition_for(n) in paused.assigned]
+                assert moved
+                await bus.publish_many(FEED, [e for n in names for e in [*setup(n), ask(n, "first")]])
+                await reader.until(lambda: all(allocated(reader, n, "first")() for n in names))
+                await burst(moved, "before", 1_000)
+                while not [x for n in moved for x in await letters_of(kafka_settings, bus, n)]:
+                    pass  # each read is a round trip to the broker; bounded by fail_after
+                paused.process.send_signal(signal.SIGSTOP)  # mid-burst: most of its letters are still to come
+                try:
+                    await burst(moved, "paused")
+                    await bus.publish_many(FEED, [ask(n, "taken") for n in moved])
+                    await reader.until(
+                        lambda: all(
+                            any(
+                                isinstance(x, d.Allocated) and x.partition == n and x.ask == "taken" and x.epoch >= 2
+                                for x in reader.items
+                            )
+                            for n in moved
+                        )
+                    )
+                    resumed_lines = len(paused.lines)
+                finally:
+                    paused.process.send_signal(signal.SIGCONT)
+                while not any("revoked Kafka partitions" in line for line in paused.lines[resumed_lines:]):
+                    await paused.changed.wait()
+                await burst(moved, "after")
+                await bus.publish_many(FEED, [ask(n, "last") for n in names])
+                await reader.until(lambda: all(allocated(reader, n, "last")() for n in names))
+                letters: list[DeadLetter] = []
+                while len(letters) < len(sent):
+                    letters = [x for n in moved for x in await letters_of(kafka_settings, bus, n)]
+            finally:
+                with anyio.CancelScope(shield=True):
+                    for core in cores:
+                        await stop_core(core.process)
+                    await producer.stop()
+            tg.cancel_scope.cancel()
+    final = [x for n in moved for x in await letters_of(kafka_settings, bus, n)]  # nothing came after the stop
+    print(f"bad records sent across the pause: {len(sent)}; dead letters: {len(final)}")
+    assert sorted((x.key, x.offset) for x in final) == sorted(sent)
 
 
 # ---------------------------------------------------------------------------- the broker loses everything

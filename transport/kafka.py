@@ -60,7 +60,7 @@ import logging
 import os
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from types import TracebackType
 from typing import Any, Literal, Self, get_args
 
@@ -501,10 +501,12 @@ class KafkaBus(Bus):
         await producer.send_and_wait(self.settings.topic(topic), payload, key=raw_key)
         self.published += 1
 
-    async def dead_letter(self, letter: DeadLetter) -> bool:
+    async def dead_letter(self, letter: DeadLetter, *, may_write: Callable[[], Awaitable[bool]] | None = None) -> bool:
         """Publish ``letter`` on the deadletter topic, retrying a few times; never raises.
 
         False if it could not be published: the letter is then only logged (with the start of its payload).
+        ``may_write``, awaited before each attempt, says whether the writer may still write it (an owner
+        under its lease); when it says no, nothing is written and the letter is left to whoever may.
         """
         limit = self.settings.max_message_bytes - _DEADLETTER_MARGIN
         if len(letter.payload) > limit:
@@ -517,6 +519,9 @@ class KafkaBus(Bus):
         log.warning("dead letter: %s: %s", where, letter.reason)
         encoded = msgpack_encoder.encode(letter)
         for attempt, pause in enumerate(_DEADLETTER_RETRIES):
+            if may_write is not None and not await may_write():
+                log.info("dead letter for %s left to the owner of its partition", where)
+                return False
             try:
                 await self.publish_raw(DEADLETTER, letter.key, encoded)
             except anyio.ClosedResourceError:
