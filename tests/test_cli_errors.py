@@ -265,7 +265,7 @@ async def test_feed_prints_a_table_or_json_with_the_rejections(kafka_settings: K
     bad_app = {"t": 1, "type": "app_added", "app": "x[/]", "queue": "root.nowhere"}
     trace = _trace(tmp_path, [*TINY, bad_app])
     args = ["feed", str(trace), "--bootstrap", kafka_settings.bootstrap, "--prefix", kafka_settings.prefix]
-    args += ["--speed", "20", "--drain", "1", "--show-rejections"]
+    args += ["--kafka-partitions", str(kafka_settings.partitions), "--speed", "20", "--drain", "1", "--show-rejections"]
     with anyio.fail_after(120):
         async with anyio.create_task_group() as tg:
             await tg.start(CoreProcess(kafka_settings, CoreOptions(group="feed", tick=0.1)).run)
@@ -291,3 +291,21 @@ def test_simulate_prints_the_warnings_of_a_traces_partition_config(tmp_path: Pat
     events = [{"t": 0, "type": "partition_config", "config": config}, *TINY[1:]]
     result = _invoke("simulate", str(_trace(tmp_path, events)))
     assert "warning:" in result.stderr and "vcores" in result.stderr
+
+
+def test_an_internal_error_names_a_verbose_flag_that_shows_its_traceback(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    async def broken(*args: object, **kwargs: object) -> None:
+        raise ZeroDivisionError("boom")
+
+    monkeypatch.setattr("tools.feeder.play", broken)
+    trace = str(_trace(tmp_path, TINY))
+    for args in (["-v", "feed", trace], ["feed", trace, "-v"]):
+        caplog.clear()
+        result = _invoke(*args, "--bootstrap", "127.0.0.1:9")
+        line = _one_error_line(result)
+        assert result.exit_code == EXIT_RUNTIME and "internal error (ZeroDivisionError: boom)" in line
+        assert "`sniper -v COMMAND ...`" in line
+        [failed] = [r for r in caplog.records if r.getMessage() == "command failed"]
+        assert failed.exc_info is not None and failed.exc_info[0] is ZeroDivisionError

@@ -7,7 +7,8 @@ cursor and the stand-in resource manager the virtual-time driver uses): it consu
 releases containers after their duration, answers kills and asks again for lost work. An
 :class:`~tools.checker.OrderedChecker` reads the feed and the decisions from Kafka and produces the
 ARCHITECTURE section-7 report (one :class:`~simulator.report.Report`) as far as the decisions
-allow. Decisions of a deposed owner (a lower epoch than the highest seen for the partition) are
+allow, over the partitions the trace drives only (another feed's partitions on the same topics are
+not this report's). Decisions of a deposed owner (a lower epoch than the highest seen for the partition) are
 dropped, as a real resource manager would. The checker reads only the feed records the cores accept
 (judged at the edge like them); the dead letters of the others are the cores' to write. At the end a
 marker per partition (an ask of an unknown app) proves that a core answered every event before it;
@@ -158,6 +159,8 @@ async def play(
                 except (anyio.EndOfStream, anyio.ClosedResourceError):
                     return
                 sub.ack()
+                if dec.partition not in markers:
+                    continue  # a partition this feed does not drive: not its report
                 last_decision = time.monotonic()
                 if isinstance(dec, d.Rejected) and dec.event == markers.get(dec.partition):
                     marked.add(dec.partition)
@@ -178,6 +181,8 @@ async def play(
                 except (anyio.EndOfStream, anyio.ClosedResourceError):
                     return
                 sub.ack()
+                if event.partition not in markers:
+                    continue  # another resource manager's partition
                 if event.id != markers.get(event.partition):  # the end markers stay out of the report
                     checker.on_feed(offset, event, now())
 
