@@ -17,8 +17,9 @@ count, checked), the msgpack wire format and the dead-letter path. Invariants:
   before sending.
 - **Subscriptions**: a subscription buffers at most ``capacity`` records (one more in a rare race with a
   rebalance): it pauses fetching while its inbox is full, so a slow reader applies backpressure
-  instead of growing memory. Records
-  whose key differs from the wanted key are skipped. A record that is larger than
+  instead of growing memory. Where it starts reading is fixed before it reports an assignment: with
+  ``auto_offset_reset="latest"`` every record published after :meth:`KafkaSubscription.ready` returned
+  is delivered. Records whose key differs from the wanted key are skipped. A record that is larger than
   ``max_message_bytes``, cannot be decoded, or fails the topic's validator (``validators``: a reason or
   None) is bad. What happens to it is the subscription's ``bad`` choice: ``dead_letter`` (the default)
   publishes it on the ``deadletter`` topic with the reason and skips it; ``deliver`` hands the receiver
@@ -1011,12 +1012,30 @@ class KafkaSubscription(Subscription):
         log.debug("%s group %s assigned %s", self.kafka_topic, self.group, sorted(self._assigned))
         if await self._check_log(mine):
             return
+        await self._fix_positions(mine)
         if self._listener is not None:
             try:
                 await self._listener.on_assigned(frozenset(tp.partition for tp in mine))
             except Exception:
                 log.exception("rebalance listener on_assigned failed")
         self._ready.set()
+
+    async def _fix_positions(self, partitions: list[Any]) -> None:
+        """Resolve where reading starts on newly assigned ``partitions`` before the assignment is reported.
+
+        aiokafka resolves a partition's position lazily, in its fetcher; with ``auto_offset_reset="latest"``
+        the end it resolves to would then depend on when that happens, and records published after
+        :meth:`ready` returned could lie before it and never be delivered.
+        """
+        consumer = self._consumer
+        if consumer is None or self._bus.settings.auto_offset_reset != "latest":
+            return
+        try:
+            with anyio.fail_after(_LOG_CHECK_TIMEOUT):
+                for tp in partitions:
+                    await consumer.position(tp)
+        except (KafkaError, TimeoutError) as err:
+            log.warning("cannot resolve the start of %s: %r", self.kafka_topic, err)
 
     async def _check_log(self, partitions: list[Any]) -> bool:
         """Fail the subscription with :class:`LogLost` if the broker lost the log of ``partitions``.
