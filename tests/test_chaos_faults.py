@@ -124,6 +124,8 @@ async def test_a_poison_record_is_dead_lettered_once_and_skipped_after_a_failove
     assert len(final) == 1, [x.reason for x in final]
     assert final[0].topic == FEED and final[0].reason.startswith("partition_config: ")  # whatever the parser said
     assert msgspec.msgpack.decode(final[0].payload)["id"] == f"{name}-config-99999999"
+    assert "queue root.a.guaranteed: memory" in final[0].reason  # the path and key of what does not parse
+    assert not any(isinstance(x, d.Rejected) and x.event == f"{name}-config-99999999" for x in reader.items)
     epochs = {x.epoch for x in reader.items if x.partition == name}
     assert epochs == {1, 2}, epochs  # the successor restored the partition and decides
     assert "could not be restored" not in logs and "stopped on an error" not in logs, logs
