@@ -109,12 +109,13 @@ def test_names_that_look_like_markup_print_literally(tmp_path: Path) -> None:
     assert "[bold].jsonl" in " ".join(result.stdout.split())  # the summary's title
 
 
-def test_a_huge_pending_count_does_not_keep_simulate_busy(tmp_path: Path) -> None:
-    events = [*TINY[:3], {**TINY[3], "count": 10_000_000, "duration": None}]
+def test_a_huge_pending_count_is_refused_with_the_admission_bound_and_simulate_goes_on(tmp_path: Path) -> None:
+    events = [*TINY, {**TINY[3], "ask": "huge", "count": 10_000_000, "duration": None}]
     report = tmp_path / "report.json"
-    result = _invoke("simulate", str(_trace(tmp_path, events)), "--report", str(report))
+    result = _invoke("simulate", str(_trace(tmp_path, events)), "--report", str(report), "--show-rejections")
     assert result.exit_code == 0, result.output
-    assert json.loads(report.read_text())["pending_at_end"] == 10_000_000 - 4
+    assert json.loads(report.read_text())["pending_at_end"] == 0
+    assert "over admission.max_pending_per_ask (100000)" in " ".join(result.stderr.split())
 
 
 def test_errors_inside_task_groups_and_unknown_ones_map_to_one_line() -> None:
