@@ -189,6 +189,12 @@ class PreemptRequestEnded(Decision, tag="preempt_request_ended", frozen=True, gc
     reason: str = ""
 
 
+class Synced(Decision, tag="synced", frozen=True, gc=False):
+    """The answer to a ``sync`` feed event: every event published before it has been handled."""
+
+    event: str
+
+
 DecisionMsg = (
     Allocated
     | Preempt
@@ -203,4 +209,5 @@ DecisionMsg = (
     | Promoted
     | PreemptRequest
     | PreemptRequestEnded
+    | Synced
 )

@@ -95,6 +95,11 @@ class AllocationPromoted(FeedEvent, tag="allocation_promoted", frozen=True, gc=F
     allocation: Name
 
 
+class Sync(FeedEvent, tag="sync", frozen=True, gc=False):
+    """A resource manager's barrier: answered with a ``synced`` decision naming this event's ``id`` once
+    the partition handled every event published before it; it changes nothing else."""
+
+
 Feed = (
     PartitionConfigEvent
     | NodeAdded
@@ -106,4 +111,5 @@ Feed = (
     | AskRemoved
     | AllocationReleased
     | AllocationPromoted
+    | Sync
 )

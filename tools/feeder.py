@@ -11,7 +11,8 @@ allow, over the partitions the trace drives only (another feed's partitions on t
 not this report's). Decisions of a deposed owner (a lower epoch than the highest seen for the partition) are
 dropped, as a real resource manager would. The checker reads only the feed records the cores accept
 (judged at the edge like them); the dead letters of the others are the cores' to write. At the end a
-marker per partition (an ask of an unknown app) proves that a core answered every event before it;
+marker per partition (a ``sync`` event, answered by a ``synced`` decision and nothing else) proves that
+a core answered every event before it;
 ``PlayResult.unanswered`` names the partitions whose marker got no answer within ``drain`` seconds,
 with the number of events published to each.
 
@@ -162,7 +163,7 @@ async def play(
                 if dec.partition not in markers:
                     continue  # a partition this feed does not drive: not its report
                 last_decision = time.monotonic()
-                if isinstance(dec, d.Rejected) and dec.event == markers.get(dec.partition):
+                if isinstance(dec, d.Synced) and dec.event == markers.get(dec.partition):
                     marked.add(dec.partition)
                     if marked == markers.keys():
                         all_marked.set()
@@ -221,10 +222,7 @@ async def play(
                 await anyio.sleep(0.01)  # the replay's pacing timer, not a synchronisation
             wall = time.monotonic() - start
             seconds = now()
-            ends = [
-                (p, f.AskAdded(partition=p, id=m, app=f"{run}:none", ask="end", resource={}))
-                for p, m in markers.items()
-            ]
+            ends = [(p, f.Sync(partition=p, id=m)) for p, m in markers.items()]
             await bus.publish_many(FEED, ends)
             with anyio.move_on_after(options.drain):
                 if markers:
