@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator
 import anyio
 import pytest
 from aiokafka import AIOKafkaProducer
-from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import UnknownTopicOrPartitionError
 from anyio.abc import TaskStatus
 
@@ -19,6 +19,7 @@ from cluster.process import CoreOptions, CoreProcess
 from messages import decisions as d
 from sniper.cli.app import EXIT_RUNTIME, explain
 from tests.test_core_process import Decisions, workload
+from transport.broker import EmbeddedBroker, free_port
 from transport.bus import DECISIONS, FEED, SNAPSHOTS
 from transport.kafka import KafkaBus, KafkaSettings
 from transport.layout import TopicLayoutError, TopicLost
@@ -113,3 +114,48 @@ async def test_a_core_stops_at_once_when_a_topic_it_publishes_to_is_deleted(
     code, line = explain(err)
     assert code == EXIT_RUNTIME and f"topic {kafka_settings.topic(DECISIONS)} is gone" in line
     assert kafka_settings.topic(DECISIONS) not in await admin.list_topics()  # not auto-created on the way out
+
+
+async def test_an_idle_core_stops_with_one_line_when_its_topics_come_back_with_another_partition_count(
+    kafka_settings: KafkaSettings,
+) -> None:
+    # A core that read nothing has no log to miss after a restart: only the layout tells.
+    broker = EmbeddedBroker(port=free_port())
+    await anyio.to_thread.run_sync(broker.start)
+    settings = dataclasses.replace(kafka_settings, bootstrap=broker.bootstrap, partitions=8)
+    process = CoreProcess(settings, CoreOptions(group="idle", tick=0.1))
+    failure: list[BaseException] = []
+    failed = anyio.Event()
+
+    async def run(*, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        try:
+            await process.run(task_status=task_status)
+        except Exception as err:
+            failure.append(err)
+            failed.set()
+
+    try:
+        with anyio.fail_after(60):
+            async with anyio.create_task_group() as tg:
+                await tg.start(run)
+                await anyio.to_thread.run_sync(broker.stop)
+                await anyio.to_thread.run_sync(broker.start)
+                # What a client that auto-creates topics leaves behind: the broker's default count.
+                client = AIOKafkaAdminClient(**settings.client_options())
+                await client.start()
+                try:
+                    topics = [settings.topic(t) for t in (FEED, DECISIONS, SNAPSHOTS)]
+                    await client.create_topics([NewTopic(t, num_partitions=4, replication_factor=1) for t in topics])
+                finally:
+                    await client.close()
+                await failed.wait()
+                tg.cancel_scope.cancel()
+    finally:
+        await anyio.to_thread.run_sync(broker.stop)
+    [err] = failure
+    while isinstance(err, BaseExceptionGroup):
+        [err] = err.exceptions
+    assert isinstance(err, TopicLayoutError)
+    code, line = explain(err)
+    assert code == EXIT_RUNTIME and "\n" not in line
+    assert "has 4 partitions and this process expects 8" in line or "is gone from the broker" in line
