@@ -8,8 +8,8 @@ releases containers after their duration, answers kills and asks again for lost 
 :class:`~tools.checker.OrderedChecker` reads the feed and the decisions from Kafka and produces the
 ARCHITECTURE section-7 report (one :class:`~simulator.report.Report`) as far as the decisions
 allow, over the partitions the trace drives only (another feed's partitions on the same topics are
-not this report's). Decisions of a deposed owner (a lower epoch than the highest seen for the partition) are
-dropped, as a real resource manager would. The checker reads only the feed records the cores accept
+not this report's). Decisions of a deposed owner (a lower epoch than the highest seen for the
+partition) are dropped, as a real resource manager would. The checker reads only the feed records the cores accept
 (judged at the edge like them); the dead letters of the others are the cores' to write. At the end a
 marker per partition (a ``sync`` event, answered by a ``synced`` decision and nothing else) proves that
 a core answered every event before it;
