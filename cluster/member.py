@@ -4,8 +4,11 @@
 partitions the group gave it (``owned``) and the hosted scheduler partitions (``hosts``, by name).
 Invariant: a host lives on an owned Kafka partition; when the group revokes one, its hosts are
 forgotten and stopped (each host bounds its own stop), and shutdown stops every host before the bus
-closes. Hosts publish their output only under the membership's lease (:meth:`GroupMember.leased`;
-decisions and snapshots still buffered when it lapses are failed, not sent: ``KafkaBus.fence``).
+closes. Hosts publish their output (decisions, snapshots and dead letters) only under the membership's
+lease (:meth:`GroupMember.leased`; records still buffered when it lapses are failed, not sent:
+``KafkaBus.fence``), and only for Kafka partitions still owned (:meth:`GroupMember.may_write`).
+A member also watches its topics (:mod:`transport.layout`): one that is gone or has another partition
+count, seen on two checks in a row, stops it (the error leaves :meth:`GroupMember.run`).
 What a record does and how a host starts belongs to the subclasses (:mod:`cluster.process` on
 the feed, :mod:`cluster.roles` on the view).
 """
@@ -22,7 +25,7 @@ from anyio.abc import TaskGroup, TaskStatus
 
 from actors.base import Actor
 from cluster.audit import PreemptionTally
-from transport.bus import DECISIONS, SNAPSHOTS
+from transport.bus import DEADLETTER, DECISIONS, SNAPSHOTS
 from transport.kafka import (
     BadRecords,
     KafkaBus,
@@ -33,6 +36,7 @@ from transport.kafka import (
 )
 
 log = logging.getLogger("sniper.core")
+LAYOUT_CHECK_INTERVAL = 1.0  # seconds between two checks of the topics' layout on the broker
 
 
 @dataclasses.dataclass(slots=True)
@@ -118,7 +122,8 @@ class GroupMember(RebalanceListener, Generic[H]):
                 self.subscription = self.bus.subscribe(
                     self.topic, group=self.group, capacity=4096, listener=self, bad=self.bad_records
                 )
-                self.bus.fence(self.subscription, (DECISIONS, SNAPSHOTS))
+                self.bus.fence(self.subscription, (DECISIONS, SNAPSHOTS, DEADLETTER))
+                tg.start_soon(self._watch_layout)
                 await self.subscription.ready()
                 self.ready.set()
                 task_status.started()
@@ -130,10 +135,33 @@ class GroupMember(RebalanceListener, Generic[H]):
                 self.hosts.clear()
                 await self.bus.aclose()
 
+    async def _watch_layout(self) -> None:
+        """Raise the layout's problem once two checks in a row found the same (a topic gone or changed)."""
+        seen = ""
+        while True:
+            await anyio.sleep(LAYOUT_CHECK_INTERVAL)  # the check's period, not a synchronisation
+            try:
+                problem = await self.bus.check_layout()
+            except Exception as err:  # the broker cannot be asked now: the clients say so themselves
+                log.debug("topic layout not checked: %r", err, extra={"actor": self.log_actor})
+                continue
+            if problem is not None and str(problem) == seen:
+                log.critical("%s", problem, extra={"actor": self.log_actor})
+                raise problem
+            seen = "" if problem is None else str(problem)
+
     async def leased(self) -> None:
         """Return once this member's group membership is known current (at once while its lease holds)."""
         if self.subscription is not None:
             await self.subscription.leased()
+
+    async def may_write(self, kafka_partition: int) -> bool:
+        """Wait for the lease; True if this member still owns ``kafka_partition`` (and may write for it)."""
+        try:
+            await self.leased()
+        except Exception:  # the subscription failed or closed: this member writes nothing more
+            return False
+        return kafka_partition in self.owned
 
     # ---- the group's decisions
     async def on_assigned(self, partitions: frozenset[int]) -> None:

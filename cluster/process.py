@@ -44,9 +44,11 @@ What it owns:
   whoever judged them (the owner live, a new owner in replay), once, and move no clock.
 - **Starting without blocking**: a partition's first record starts it in the background (at most
   ``STARTS_AT_ONCE`` at a time); its records wait for it in order while the other partitions go on.
-- **Lease**: decisions and snapshots are published only while the group membership is known current
-  (:meth:`~transport.kafka.KafkaSubscription.leased`, checked before each batch): a process
-  paused past its session publishes nothing under its old epoch once it resumes.
+- **Lease**: decisions, snapshots and dead letters are published only while the group membership is
+  known current (:meth:`~transport.kafka.KafkaSubscription.leased`, checked before each batch, and
+  dead letters only while their Kafka partition is still owned): a process paused past its session
+  publishes nothing under its old epoch once it resumes, and its successor writes the dead letters it
+  had not.
 - **A lost log stops the process** (:class:`~transport.kafka.LogLost` out of :meth:`run`;
   ``sniper core`` exits 3): the hosted states were built from records and offsets the broker no longer
   has, and the decisions topic (the commit log) is gone with them, so no state here can be reconciled
@@ -732,7 +734,7 @@ class CoreProcess(GroupMember[HostedPartition]):
         for letter in letters:
             if letter.offset not in written:
                 written.add(letter.offset)
-                await self.bus.dead_letter(letter)
+                await self._write_letter(kp, letter)
 
     async def dead_letter_refused(self, kp: int, name: str, refused: list[RefusedRecord]) -> None:
         """Dead-letter the records partition ``name`` refused for their time, once (live or on replay)."""
@@ -744,13 +746,21 @@ class CoreProcess(GroupMember[HostedPartition]):
 
         async def send() -> None:
             try:
-                await self.bus.dead_letter(letter)
+                await self._write_letter(delivery.kafka_partition, letter)
             finally:
                 delivery.done = True
                 self.advance_acks()
 
         assert self._tg is not None
         self._tg.start_soon(send)
+
+    async def _write_letter(self, kp: int, letter: DeadLetter) -> None:
+        """Publish a dead letter of Kafka partition ``kp`` under the lease, while ``kp`` is owned here.
+
+        A deposed owner writes none (the partition's next owner writes those not yet written), so a
+        paused process that resumes republishes nothing.
+        """
+        await self.bus.dead_letter(letter, may_write=functools.partial(self.may_write, kp))
 
     def advance_acks(self) -> None:
         """Acknowledge feed records, in fetch order, as far as every one of them is done."""

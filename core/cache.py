@@ -162,6 +162,9 @@ class Cache:
             self.seen[event.id] = None
             if len(self.seen) > SEEN_IDS:
                 self.seen.popitem(last=False)
+        if isinstance(event, f.Sync):  # answered whatever the state, configured or not
+            self.decide(d.Synced, event=event.id)
+            return
         if self.state.root is None and not isinstance(event, f.PartitionConfigEvent | f.PartitionRemoved):
             what = f"{type(event).__name__}: partition {self.partition} has no configuration yet"
             self._reject(what, event=event.id)

@@ -199,6 +199,12 @@ class PartitionRemoved(Decision, tag="partition_removed", frozen=True, gc=False)
     reason: str = ""
 
 
+class Synced(Decision, tag="synced", frozen=True, gc=False):
+    """The answer to a ``sync`` feed event: every event published before it has been handled."""
+
+    event: str
+
+
 DecisionMsg = (
     Allocated
     | Preempt
@@ -214,4 +220,5 @@ DecisionMsg = (
     | PreemptRequest
     | PreemptRequestEnded
     | PartitionRemoved
+    | Synced
 )

@@ -102,6 +102,11 @@ class PartitionRemoved(FeedEvent, tag="partition_removed", frozen=True, gc=False
     reason: Annotated[str, msgspec.Meta(max_length=1000)] = ""  # it travels on into the decision
 
 
+class Sync(FeedEvent, tag="sync", frozen=True, gc=False):
+    """A resource manager's barrier: answered with a ``synced`` decision naming this event's ``id`` once
+    the partition handled every event published before it; it changes nothing else."""
+
+
 Feed = (
     PartitionConfigEvent
     | PartitionRemoved
@@ -114,4 +119,5 @@ Feed = (
     | AskRemoved
     | AllocationReleased
     | AllocationPromoted
+    | Sync
 )

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 
 import anyio
 import pytest
@@ -132,3 +132,21 @@ class CoreSubprocess:
     async def until_assigned(self) -> None:
         while not self.assigned:
             await self.changed.wait()
+
+
+async def until_any(cores: Sequence[CoreSubprocess], condition: Callable[[], bool]) -> None:
+    """Wait until ``condition()`` holds, looking again whenever any of ``cores`` logs a line.
+
+    A condition over several cores' logs (their assignments) changes on any one's line: waiting on one
+    core's lines alone would miss the change a line of another makes.
+    """
+    while not condition():
+        events = [core.changed for core in cores]  # taken before any await: no line can slip between
+        async with anyio.create_task_group() as tg:
+
+            async def wake(event: anyio.Event) -> None:
+                await event.wait()
+                tg.cancel_scope.cancel()
+
+            for event in events:
+                tg.start_soon(wake, event)

@@ -424,3 +424,16 @@ def test_config_change_reaches_the_replica() -> None:
     assert out.view is not None and [type(c) for c in out.view.changes] == [p.ConfigSet]
     assert cache.state.node_index.policy == "fair"
     assert "root.c" in cache.state.queues
+
+
+def test_a_sync_is_answered_with_synced_and_changes_nothing_configured_or_not() -> None:
+    cache = _cache(*SETUP)
+    view = msgspec.msgpack.encode(cache.full_view())
+    cache.handle_event(f.Sync(id="s1"))
+    out = cache.drain()
+    assert [(type(x), x.event) for x in out.decisions] == [(d.Synced, "s1")]
+    assert out.view is None and msgspec.msgpack.encode(cache.full_view()) == view
+    assert cache.stats.rejected_events == 0
+    unconfigured = Cache("new", None)
+    unconfigured.handle_event(f.Sync(partition="new", id="s2"))
+    assert [type(x) for x in unconfigured.drain().decisions] == [d.Synced]

@@ -1,5 +1,5 @@
-"""Chaos on the real broker, part two: a poison record and a failover, a paused (deposed) owner, a flood of
-new partitions, and oversized records.
+"""Chaos on the real broker, part two: a poison record and a failover, a paused (deposed) owner, a broker
+that loses everything (and topics re-created with its defaults), a flood of new partitions.
 
 Core processes are real ``sniper core`` subprocesses (SIGKILL, SIGSTOP/SIGCONT); an independent reader
 of the decisions topic (:class:`tests.kafka_support.TopicReader`) checks what they published. Every
@@ -17,6 +17,8 @@ from collections.abc import AsyncIterator, Callable
 import anyio
 import msgspec
 import pytest
+from aiokafka import AIOKafkaProducer
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from anyio.abc import TaskGroup
 
 from cluster.logread import read_partition
@@ -25,15 +27,15 @@ from messages import decisions as d
 from messages import feed as f
 from messages.deadletter import DeadLetter, deadletter_msgpack
 from tests.core_support import partition_raw, queue
-from tests.kafka_support import CoreSubprocess, TopicReader
+from tests.kafka_support import CoreSubprocess, TopicReader, until_any
 from tools.bench_e2e import spread_partition_names, stop_core
 from transport.broker import EmbeddedBroker, free_port
-from transport.bus import DEADLETTER, DECISIONS, FEED
-from transport.kafka import KafkaBus, KafkaSettings
+from transport.bus import DEADLETTER, DECISIONS, FEED, SNAPSHOTS
+from transport.kafka import KafkaBus, KafkaSettings, KafkaTransportError
 
 pytestmark = pytest.mark.kafka
 
-WAIT = 50.0
+WAIT = 120.0  # a bound on a hang (a loaded machine runs these several times slower), never a time expected
 POISON = "9" * 400 + "Gi"
 
 
@@ -122,6 +124,8 @@ async def test_a_poison_record_is_dead_lettered_once_and_skipped_after_a_failove
     assert len(final) == 1, [x.reason for x in final]
     assert final[0].topic == FEED and final[0].reason.startswith("partition_config: ")  # whatever the parser said
     assert msgspec.msgpack.decode(final[0].payload)["id"] == f"{name}-config-99999999"
+    assert "queue root.a.guaranteed: memory" in final[0].reason  # the path and key of what does not parse
+    assert not any(isinstance(x, d.Rejected) and x.event == f"{name}-config-99999999" for x in reader.items)
     epochs = {x.epoch for x in reader.items if x.partition == name}
     assert epochs == {1, 2}, epochs  # the successor restored the partition and decides
     assert "could not be restored" not in logs and "stopped on an error" not in logs, logs
@@ -157,8 +161,8 @@ async def test_a_paused_owner_publishes_nothing_under_its_old_epoch_once_it_resu
                 paused = await spawn(kafka_settings, tg, "pause")
                 other = await spawn(kafka_settings, tg, "pause")
                 cores += [paused, other]
-                while len(paused.assigned) + len(other.assigned) != kafka_settings.partitions:
-                    await paused.changed.wait()  # the second core's join splits the partitions
+                # The second core's join splits the partitions (either core's line may come last).
+                await until_any(cores, lambda: len(paused.assigned) + len(other.assigned) == kafka_settings.partitions)
                 moved = [n for n in names if bus.partition_for(n) in paused.assigned]
                 assert moved
                 await bus.publish_many(FEED, [e for n in names for e in [*setup(n), ask(n, "first")]])
@@ -201,6 +205,77 @@ async def test_a_paused_owner_publishes_nothing_under_its_old_epoch_once_it_resu
     assert old_epoch_after_resume == []
     violations = [v for part in reader.checker.parts.values() for v in part.model.violations]
     assert violations == []
+
+
+async def test_a_paused_owner_leaves_one_dead_letter_per_bad_record_across_the_pause(
+    kafka_settings: KafkaSettings, bus: KafkaBus
+) -> None:
+    names = spread_partition_names(8, kafka_settings.partitions)
+    cores: list[CoreSubprocess] = []
+    sent: list[tuple[str, int]] = []  # (partition, feed offset) of every bad record
+    with anyio.fail_after(WAIT):
+        reader = await reading(bus)
+        producer = AIOKafkaProducer(**kafka_settings.client_options())
+        await producer.start()
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(reader.pump_decisions)
+
+            async def burst(moved: list[str], tag: str, count: int = 40) -> None:
+                """Undecodable records on the paused owner's partitions, handed over at once."""
+                keys = [n for _ in range(count) for n in moved]
+                futures = [
+                    await producer.send(kafka_settings.topic(FEED), f"\xc1 {tag}{i}".encode(), key=n.encode())
+                    for i, n in enumerate(keys)
+                ]
+                for n, future in zip(keys, futures, strict=True):
+                    sent.append((n, (await future).offset))
+
+            try:
+                paused = await spawn(kafka_settings, tg, "letters")
+                other = await spawn(kafka_settings, tg, "letters")
+                cores += [paused, other]
+                # The second core's join splits the partitions (either core's line may come last).
+                await until_any(cores, lambda: len(paused.assigned) + len(other.assigned) == kafka_settings.partitions)
+                moved = [n for n in names if bus.partition_for(n) in paused.assigned]
+                assert moved
+                await bus.publish_many(FEED, [e for n in names for e in [*setup(n), ask(n, "first")]])
+                await reader.until(lambda: all(allocated(reader, n, "first")() for n in names))
+                await burst(moved, "before", 1_000)
+                while not [x for n in moved for x in await letters_of(kafka_settings, bus, n)]:
+                    pass  # each read is a round trip to the broker; bounded by fail_after
+                paused.process.send_signal(signal.SIGSTOP)  # mid-burst: most of its letters are still to come
+                try:
+                    await burst(moved, "paused")
+                    await bus.publish_many(FEED, [ask(n, "taken") for n in moved])
+                    await reader.until(
+                        lambda: all(
+                            any(
+                                isinstance(x, d.Allocated) and x.partition == n and x.ask == "taken" and x.epoch >= 2
+                                for x in reader.items
+                            )
+                            for n in moved
+                        )
+                    )
+                    resumed_lines = len(paused.lines)
+                finally:
+                    paused.process.send_signal(signal.SIGCONT)
+                while not any("revoked Kafka partitions" in line for line in paused.lines[resumed_lines:]):
+                    await paused.changed.wait()
+                await burst(moved, "after")
+                await bus.publish_many(FEED, [ask(n, "last") for n in names])
+                await reader.until(lambda: all(allocated(reader, n, "last")() for n in names))
+                letters: list[DeadLetter] = []
+                while len(letters) < len(sent):
+                    letters = [x for n in moved for x in await letters_of(kafka_settings, bus, n)]
+            finally:
+                with anyio.CancelScope(shield=True):
+                    for core in cores:
+                        await stop_core(core.process)
+                    await producer.stop()
+            tg.cancel_scope.cancel()
+    final = [x for n in moved for x in await letters_of(kafka_settings, bus, n)]  # nothing came after the stop
+    print(f"bad records sent across the pause: {len(sent)}; dead letters: {len(final)}")
+    assert sorted((x.key, x.offset) for x in final) == sorted(sent)
 
 
 # ---------------------------------------------------------------------------- the broker loses everything
@@ -248,6 +323,87 @@ async def test_a_core_whose_broker_lost_its_log_exits_with_status_3_and_a_restar
     assert status == 3, logs[-3000:]
     assert "the broker lost the log of" in logs and "a supervisor restarts it" in logs, logs[-3000:]
     assert served, "\n".join(cores[1].lines)
+
+
+async def test_a_broker_restarted_empty_stops_every_core_loudly_refuses_a_foreign_layout_then_serves_everything(
+    kafka_settings: KafkaSettings,
+) -> None:
+    # Eight partitions per topic, not the bundled broker's default of four: a topic auto-created by a
+    # client would not have the layout every process expects.
+    port = free_port()
+    broker = EmbeddedBroker(port=port)
+    await anyio.to_thread.run_sync(broker.start)
+    settings = dataclasses.replace(kafka_settings, bootstrap=broker.bootstrap, partitions=8)
+    names = spread_partition_names(8, settings.partitions)
+    cores: list[CoreSubprocess] = []
+    statuses: list[int] = []
+    try:
+        with anyio.fail_after(2 * WAIT):
+            async with anyio.create_task_group() as tg:
+                try:
+                    cores += [await spawn(settings, tg, "restart"), await spawn(settings, tg, "restart")]
+                    # A resource manager's reader stays connected through the restart (its client asks
+                    # for the topic's metadata again on reconnecting) until it finds the log lost.
+                    async with KafkaBus(settings, validators={FEED: feed_problem}) as bus:
+                        reader = await reading(bus)
+                        lost = anyio.Event()
+
+                        async def follow() -> None:
+                            try:
+                                await reader.pump_decisions()
+                            except KafkaTransportError:
+                                lost.set()
+
+                        tg.start_soon(follow)
+                        await bus.publish_many(FEED, [e for n in names for e in [*setup(n), ask(n, "a")]])
+                        await reader.until(lambda: all(allocated(reader, n, "a")() for n in names))
+                        restarted_at = time.monotonic()
+                        await anyio.to_thread.run_sync(broker.stop)
+                        await anyio.to_thread.run_sync(broker.start)
+                        statuses = [await core.process.wait() for core in cores[:2]]
+                        stopped_after = time.monotonic() - restarted_at
+                        await lost.wait()
+                    # A client that does not keep the layout re-creates the topics with the broker's
+                    # defaults meanwhile: a core started on them refuses them with one line.
+                    admin = AIOKafkaAdminClient(**settings.client_options())
+                    await admin.start()
+                    try:
+                        wrong = [settings.topic(t) for t in (FEED, DECISIONS, SNAPSHOTS)]
+                        await admin.create_topics([NewTopic(t, num_partitions=4, replication_factor=1) for t in wrong])
+                        refusing = await CoreSubprocess.spawn(settings, tg, "restart", "--tick", "0.1")
+                        cores.append(refusing)
+                        refused = await refusing.process.wait()
+                        await admin.delete_topics(wrong)  # the operator's fix
+                    finally:
+                        await admin.close()
+                    # What a supervisor does: start them again; they create the topics as configured.
+                    cores += [await spawn(settings, tg, "restart"), await spawn(settings, tg, "restart")]
+                    async with KafkaBus(settings, validators={FEED: feed_problem}) as bus:
+                        reader = await reading(bus)
+                        tg.start_soon(reader.pump_decisions)
+                        await bus.publish_many(FEED, [e for n in names for e in [*setup(n), ask(n, "b")]])
+                        await reader.until(lambda: all(allocated(reader, n, "b")() for n in names))
+                        served_after = time.monotonic() - restarted_at
+                        layout_problem = await bus.check_layout()  # every topic there, with 8 partitions
+                finally:
+                    with anyio.CancelScope(shield=True):
+                        for core in cores:
+                            await stop_core(core.process)
+                tg.cancel_scope.cancel()
+    finally:
+        await anyio.to_thread.run_sync(broker.stop)
+    print(
+        f"broker restarted empty: both cores stopped {stopped_after:.1f} s after the restart began; "
+        f"restarted cores served all {len(names)} partitions {served_after:.1f} s after it"
+    )
+    refusal = " ".join(" ".join(cores[2].lines).split())
+    assert refused == 3 and "has 4 partitions and this process expects 8" in refusal, refusal[-3000:]
+    for core, status in zip(cores[:2], statuses, strict=True):
+        logs = " ".join(" ".join(core.lines).split())  # the error line is wrapped to the terminal
+        errors = [line for line in core.lines if line.startswith("error: ")]
+        assert status == 3 and len(errors) == 1, logs[-3000:]
+        assert "is gone from the broker" in logs or "the broker lost" in logs, logs[-3000:]
+    assert layout_problem is None
 
 
 # ---------------------------------------------------------------------------- a flood of new partitions

@@ -109,12 +109,13 @@ def test_names_that_look_like_markup_print_literally(tmp_path: Path) -> None:
     assert "[bold].jsonl" in " ".join(result.stdout.split())  # the summary's title
 
 
-def test_a_huge_pending_count_does_not_keep_simulate_busy(tmp_path: Path) -> None:
-    events = [*TINY[:3], {**TINY[3], "count": 10_000_000, "duration": None}]
+def test_a_huge_pending_count_is_refused_with_the_admission_bound_and_simulate_goes_on(tmp_path: Path) -> None:
+    events = [*TINY, {**TINY[3], "ask": "huge", "count": 10_000_000, "duration": None}]
     report = tmp_path / "report.json"
-    result = _invoke("simulate", str(_trace(tmp_path, events)), "--report", str(report))
+    result = _invoke("simulate", str(_trace(tmp_path, events)), "--report", str(report), "--show-rejections")
     assert result.exit_code == 0, result.output
-    assert json.loads(report.read_text())["pending_at_end"] == 10_000_000 - 4
+    assert json.loads(report.read_text())["pending_at_end"] == 0
+    assert "over admission.max_pending_per_ask (100000)" in " ".join(result.stderr.split())
 
 
 def test_errors_inside_task_groups_and_unknown_ones_map_to_one_line() -> None:
@@ -265,7 +266,7 @@ async def test_feed_prints_a_table_or_json_with_the_rejections(kafka_settings: K
     bad_app = {"t": 1, "type": "app_added", "app": "x[/]", "queue": "root.nowhere"}
     trace = _trace(tmp_path, [*TINY, bad_app])
     args = ["feed", str(trace), "--bootstrap", kafka_settings.bootstrap, "--prefix", kafka_settings.prefix]
-    args += ["--speed", "20", "--drain", "1", "--show-rejections"]
+    args += ["--kafka-partitions", str(kafka_settings.partitions), "--speed", "20", "--drain", "1", "--show-rejections"]
     with anyio.fail_after(120):
         async with anyio.create_task_group() as tg:
             await tg.start(CoreProcess(kafka_settings, CoreOptions(group="feed", tick=0.1)).run)
@@ -291,3 +292,21 @@ def test_simulate_prints_the_warnings_of_a_traces_partition_config(tmp_path: Pat
     events = [{"t": 0, "type": "partition_config", "config": config}, *TINY[1:]]
     result = _invoke("simulate", str(_trace(tmp_path, events)))
     assert "warning:" in result.stderr and "vcores" in result.stderr
+
+
+def test_an_internal_error_names_a_verbose_flag_that_shows_its_traceback(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    async def broken(*args: object, **kwargs: object) -> None:
+        raise ZeroDivisionError("boom")
+
+    monkeypatch.setattr("tools.feeder.play", broken)
+    trace = str(_trace(tmp_path, TINY))
+    for args in (["-v", "feed", trace], ["feed", trace, "-v"]):
+        caplog.clear()
+        result = _invoke(*args, "--bootstrap", "127.0.0.1:9")
+        line = _one_error_line(result)
+        assert result.exit_code == EXIT_RUNTIME and "internal error (ZeroDivisionError: boom)" in line
+        assert "`sniper -v COMMAND ...`" in line
+        [failed] = [r for r in caplog.records if r.getMessage() == "command failed"]
+        assert failed.exc_info is not None and failed.exc_info[0] is ZeroDivisionError

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import functools
+import itertools
+
 import anyio
 import pytest
 
@@ -9,8 +12,10 @@ from cluster.process import CoreOptions, CoreProcess
 from messages import decisions as d
 from messages import feed as f
 from tests.core_support import partition_raw, queue
+from tests.test_core_process import Decisions
 from tools.feeder import PlayOptions, play
-from transport.kafka import KafkaSettings
+from transport.bus import DECISIONS, FEED
+from transport.kafka import KafkaBus, KafkaSettings
 
 pytestmark = pytest.mark.kafka
 
@@ -37,13 +42,50 @@ async def test_a_feed_names_the_partitions_no_core_answered(kafka_settings: Kafk
     assert refused in ("one", "other") and count == 4  # the events published to it
 
 
-async def test_a_feed_a_core_answers_has_nothing_unanswered(kafka_settings: KafkaSettings) -> None:
+async def test_a_feed_a_core_answers_has_nothing_unanswered_and_leaves_no_rejection(
+    kafka_settings: KafkaSettings,
+) -> None:
+    process = CoreProcess(kafka_settings, CoreOptions(group="answers", tick=0.1))
     with anyio.fail_after(60):
-        async with anyio.create_task_group() as tg:
-            await tg.start(CoreProcess(kafka_settings, CoreOptions(group="answers", tick=0.1)).run)
+        async with KafkaBus(kafka_settings) as bus, anyio.create_task_group() as tg:
+            reader = Decisions(await bus.subscribe_ready(DECISIONS, group=bus.settings.prefix + "reader"))
+            tg.start_soon(reader.pump)
+            await tg.start(process.run)
             result = await play(kafka_settings, trace("served"), PlayOptions(speed=10.0, drain=5.0))
+            await reader.until(lambda items: any(isinstance(x, d.Synced) for x in items))
             tg.cancel_scope.cancel()
     assert result.unanswered == {}
     assert result.violations == 0
-    markers = [x for x in result.checker.decisions() if isinstance(x, d.Rejected) and ":end:" in x.event]
-    assert markers == []  # the end markers stay out of the checker and the report
+    assert [x.event.split(":", 1)[1] for x in reader.of(d.Synced)] == ["end:served"]  # the end marker's answer
+    assert reader.of(d.Rejected) == [] and process.counters_for("served").rejected == 0  # the marker is no rejection
+    assert not any(isinstance(x, d.Synced) for x in result.checker.decisions())  # nor part of the report
+
+
+async def test_a_feed_reports_on_the_partitions_it_drives_only(kafka_settings: KafkaSettings) -> None:
+    # Another resource manager's partition keeps deciding (rejections among them) while the feed plays.
+    with anyio.fail_after(90):
+        async with KafkaBus(kafka_settings) as bus, anyio.create_task_group() as tg:
+            reader = Decisions(await bus.subscribe_ready(DECISIONS, group=bus.settings.prefix + "reader"))
+            tg.start_soon(reader.pump)
+            await tg.start(CoreProcess(kafka_settings, CoreOptions(group="mine", tick=0.1)).run)
+            await bus.publish_many(FEED, [("other", e) for e in trace("other")])
+            played = anyio.Event()
+
+            def answered(event: str, items: list[d.DecisionMsg]) -> bool:
+                return any(isinstance(x, d.Rejected) and x.event == event for x in items)
+
+            async def other_partition_keeps_deciding() -> None:
+                for i in itertools.count():
+                    if played.is_set():
+                        return
+                    ghost = f.AskAdded(partition="other", id=f"x{i}", app="ghost", ask=f"x{i}", resource={"memory": 1})
+                    await bus.publish(FEED, "other", ghost)
+                    await reader.until(functools.partial(answered, ghost.id))
+
+            tg.start_soon(other_partition_keeps_deciding)
+            result = await play(kafka_settings, trace("served"), PlayOptions(speed=10.0, drain=5.0))
+            played.set()
+            tg.cancel_scope.cancel()
+    assert any(isinstance(x, d.Rejected) and x.partition == "other" for x in reader.items)  # it did decide
+    assert set(result.checker.parts) == {"served"}
+    assert result.summary.rejected == 0 and result.violations == 0 and result.unanswered == {}

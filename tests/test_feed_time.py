@@ -16,6 +16,7 @@ from core.config import parse_partition
 from core.recovery import CLOCK_REFUSED, DurableCacheCore, replay, restore, take_snapshot
 from messages import decisions as d
 from messages import feed as f
+from messages.codec import BadInput, decode_feed_lines
 from messages.deadletter import deadletter_msgpack
 from tests.core_support import partition_raw, queue
 from tests.test_core_process import WAIT, Decisions, bus, options, workload
@@ -137,3 +138,51 @@ async def test_on_kafka_a_far_time_is_dead_lettered_once_and_moves_no_clock_live
     letters = [deadletter_msgpack.decode(r.value or b"") for r in records]
     assert [x.reason for x in letters] == [rejected.reason]
     assert msgspec.msgpack.decode(letters[0].payload, type=f.Feed) == far
+
+
+def test_a_trace_line_stamped_beyond_any_clock_is_bad_input_named_with_its_line() -> None:
+    lines = ['{"type": "node_removed", "node": "n1", "t": 1e308}', '{"type": "node_removed", "node": "n1", "t": 5}']
+    first, second = decode_feed_lines(lines, "trace.jsonl")
+    assert isinstance(first, BadInput) and first.where == "trace.jsonl:1" and "$.t" in first.reason
+    assert isinstance(second, f.NodeRemoved)
+
+
+async def test_on_kafka_an_infinite_or_1e308_time_is_dead_lettered_once_live_and_on_replay(
+    kafka_settings: KafkaSettings, bus: KafkaBus
+) -> None:
+    bad = [
+        msgspec.msgpack.encode({"type": "node_removed", "partition": "p1", "id": f"t{i}", "node": "n1", "t": t})
+        for i, t in enumerate([math.inf, 1e308])
+    ]
+    quiet = options(snapshot_interval=3600.0, snapshot_every=1_000_000)  # the successor replays every record
+    with anyio.fail_after(WAIT):
+        reader = Decisions(await bus.subscribe_ready(DECISIONS, group=bus.settings.prefix + "reader"))
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(reader.pump)
+            first = CoreProcess(kafka_settings, quiet)
+            async with anyio.create_task_group() as first_group:
+                first_group.start_soon(first.run)
+                await first.ready.wait()
+                await bus.publish_many(FEED, [("p1", e) for e in workload("p1", 1)])
+                await reader.until(lambda _: len(reader.of(d.Allocated)) == 1)  # p1 runs: the rest come live
+                for raw in bad:
+                    await bus.publish_raw(FEED, "p1", raw)
+                await bus.publish(FEED, "p1", workload("p1", 1, tag="b")[-1])
+                await reader.until(lambda _: len(reader.of(d.Allocated)) == 2)
+                crashed = first.hosts.pop("p1")  # the owner dies without a final snapshot
+                await crashed.stop(final_snapshot=False)
+                first_group.cancel_scope.cancel()
+            second = CoreProcess(kafka_settings, quiet)
+            await tg.start(second.run)
+            await bus.publish(FEED, "p1", workload("p1", 1, tag="c")[-1])
+            await reader.until(lambda _: len(reader.of(d.Allocated)) == 3)
+            nodes = set((await second.wait_hosting("p1")).core.state.nodes)
+            replayed = second.counters_for("p1").recovered_feed
+            tg.cancel_scope.cancel()
+    records = await read_partition(kafka_settings, DEADLETTER, bus.partition_for("p1"))
+    letters = [deadletter_msgpack.decode(r.value or b"") for r in records]
+    assert sorted(x.payload for x in letters) == sorted(bad)  # one each, live; none again on replay
+    assert all("$.t" in x.reason for x in letters)
+    assert replayed >= 1  # the successor replayed the ask published after the bad records
+    assert "n1" in nodes  # the node was never removed
+    assert reader.of(d.Rejected) == []

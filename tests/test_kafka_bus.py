@@ -123,6 +123,21 @@ async def test_two_groups_each_get_every_message(kafka_settings: KafkaSettings) 
     assert sorted(event.id for event in got_second) == expected
 
 
+async def test_a_subscription_from_the_latest_offset_delivers_what_is_published_once_it_is_ready(
+    kafka_settings: KafkaSettings,
+) -> None:
+    settings = dataclasses.replace(kafka_settings, auto_offset_reset="latest")
+    with anyio.fail_after(WAIT):
+        async with KafkaBus(settings) as bus:
+            await bus.publish(FEED, "a", NodeAdded(partition="a", id="before", node="n", capacity={}))
+            for i in range(5):  # each a new group: where it starts is resolved anew
+                sub = await bus.subscribe_ready(FEED, group=f"latest-{i}")
+                await bus.publish(FEED, "a", NodeAdded(partition="a", id=f"after-{i}", node="n", capacity={}))
+                [event] = await take(sub, 1)
+                await sub.aclose()
+                assert event.id == f"after-{i}"
+
+
 async def test_key_filter_skips_other_keys(kafka_settings: KafkaSettings) -> None:
     events = feed_events(["p0", "p1", "p2"], per_key=6)
     wanted = [event for key, event in events if key == "p1"]

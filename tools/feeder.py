@@ -7,10 +7,12 @@ cursor and the stand-in resource manager the virtual-time driver uses): it consu
 releases containers after their duration, answers kills and asks again for lost work. An
 :class:`~tools.checker.OrderedChecker` reads the feed and the decisions from Kafka and produces the
 ARCHITECTURE section-7 report (one :class:`~simulator.report.Report`) as far as the decisions
-allow. Decisions of a deposed owner (a lower epoch than the highest seen for the partition) are
-dropped, as a real resource manager would. The checker reads only the feed records the cores accept
+allow, over the partitions the trace drives only (another feed's partitions on the same topics are
+not this report's). Decisions of a deposed owner (a lower epoch than the highest seen for the
+partition) are dropped, as a real resource manager would. The checker reads only the feed records the cores accept
 (judged at the edge like them); the dead letters of the others are the cores' to write. At the end a
-marker per partition (an ask of an unknown app) proves that a core answered every event before it;
+marker per partition (a ``sync`` event, answered by a ``synced`` decision and nothing else) proves that
+a core answered every event before it;
 ``PlayResult.unanswered`` names the partitions whose marker got no answer within ``drain`` seconds,
 with the number of events published to each.
 
@@ -158,8 +160,10 @@ async def play(
                 except (anyio.EndOfStream, anyio.ClosedResourceError):
                     return
                 sub.ack()
+                if dec.partition not in markers:
+                    continue  # a partition this feed does not drive: not its report
                 last_decision = time.monotonic()
-                if isinstance(dec, d.Rejected) and dec.event == markers.get(dec.partition):
+                if isinstance(dec, d.Synced) and dec.event == markers.get(dec.partition):
                     marked.add(dec.partition)
                     if marked == markers.keys():
                         all_marked.set()
@@ -178,6 +182,8 @@ async def play(
                 except (anyio.EndOfStream, anyio.ClosedResourceError):
                     return
                 sub.ack()
+                if event.partition not in markers:
+                    continue  # another resource manager's partition
                 if event.id != markers.get(event.partition):  # the end markers stay out of the report
                     checker.on_feed(offset, event, now())
 
@@ -216,10 +222,7 @@ async def play(
                 await anyio.sleep(0.01)  # the replay's pacing timer, not a synchronisation
             wall = time.monotonic() - start
             seconds = now()
-            ends = [
-                (p, f.AskAdded(partition=p, id=m, app=f"{run}:none", ask="end", resource={}))
-                for p, m in markers.items()
-            ]
+            ends = [(p, f.Sync(partition=p, id=m)) for p, m in markers.items()]
             await bus.publish_many(FEED, ends)
             with anyio.move_on_after(options.drain):
                 if markers:

@@ -1,7 +1,8 @@
 """The Kafka transport: :class:`KafkaBus`, the bus interface of ``transport.bus`` on aiokafka.
 
 What it owns: one producer per bus, one consumer (in its own consumer group) per subscription, the
-creation of the prefixed topics, the msgpack wire format and the dead-letter path. Invariants:
+creation of the prefixed topics (as :mod:`transport.layout` says: only with the configured partition
+count, checked), the msgpack wire format and the dead-letter path. Invariants:
 
 - **Wire format**: one Kafka record per message; the record key is the scheduler partition (the
   ``key`` argument, UTF-8) so Kafka's key hashing keeps one key's messages in one Kafka partition, in
@@ -16,8 +17,9 @@ creation of the prefixed topics, the msgpack wire format and the dead-letter pat
   before sending.
 - **Subscriptions**: a subscription buffers at most ``capacity`` records (one more in a rare race with a
   rebalance): it pauses fetching while its inbox is full, so a slow reader applies backpressure
-  instead of growing memory. Records
-  whose key differs from the wanted key are skipped. A record that is larger than
+  instead of growing memory. Where it starts reading is fixed before it reports an assignment: with
+  ``auto_offset_reset="latest"`` every record published after :meth:`KafkaSubscription.ready` returned
+  is delivered. Records whose key differs from the wanted key are skipped. A record that is larger than
   ``max_message_bytes``, cannot be decoded, or fails the topic's validator (``validators``: a reason or
   None) is bad. What happens to it is the subscription's ``bad`` choice: ``dead_letter`` (the default)
   publishes it on the ``deadletter`` topic with the reason and skips it; ``deliver`` hands the receiver
@@ -59,7 +61,7 @@ import logging
 import os
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from types import TracebackType
 from typing import Any, Literal, Self, get_args
 
@@ -67,7 +69,7 @@ import anyio
 import msgspec
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.abc import ConsumerRebalanceListener
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import KafkaError, UnknownTopicOrPartitionError
 from aiokafka.helpers import create_ssl_context
 from aiokafka.partitioner import murmur2
@@ -78,6 +80,7 @@ from messages.codec import decision_msgpack, feed_msgpack, msgpack_encoder, prop
 from messages.deadletter import DeadLetter, deadletter_msgpack
 from transport.broker import BOOTSTRAP_ENV, resolve_bootstrap
 from transport.bus import DEADLETTER, DECISIONS, FEED, PROPOSALS, SNAPSHOTS, VIEW, Bus, Subscription
+from transport.layout import Layout, TopicLayoutError, ensure_layout, layout_problem
 
 log = logging.getLogger(__name__)
 
@@ -88,7 +91,6 @@ BadRecords = Literal["dead_letter", "deliver", "skip"]
 Validator = Callable[[Any], str | None]  # why a decoded message is invalid, or None
 
 ENV_PREFIX = "SNIPER_KAFKA_"
-_TOPIC_ALREADY_EXISTS = 36
 _DEADLETTER_MARGIN = 4096  # room for the dead-letter envelope around a payload
 _DEADLETTER_RETRIES = (0.2, 1.0, 3.0)  # backoff after each failed attempt to publish a dead letter
 _ABANDON_GRACE = 0.5  # seconds a cancelled shutdown step gets before it is abandoned
@@ -353,35 +355,36 @@ class KafkaBus(Bus):
             configs["cleanup.policy"] = "compact"
         return configs
 
-    async def ensure_topics(self) -> None:
-        """Create every topic this bus decodes, if missing (``settings.partitions``, replication as set).
+    @property
+    def layout(self) -> Layout:
+        """The topics this bus uses (every topic it decodes), with their configs and partition count."""
+        settings = self.settings
+        topics = {settings.topic(name): self.topic_configs(name) for name in self._decoders}
+        return Layout(topics, settings.partitions, settings.replication)
 
-        Existing topics are left as they are (their partition count is not checked).
+    async def ensure_topics(self) -> None:
+        """Create every topic this bus uses, if missing, and check the partition count of each.
+
+        Raises :class:`~transport.layout.TopicLayoutError` if one has another count (see :mod:`transport.layout`).
         """
         admin = AIOKafkaAdminClient(**self.settings.client_options())
         try:
             await admin.start()
-            existing = set(await admin.list_topics())
-            missing = [
-                NewTopic(
-                    name=self.settings.topic(name),
-                    num_partitions=self.settings.partitions,
-                    replication_factor=self.settings.replication,
-                    topic_configs=self.topic_configs(name),
-                )
-                for name in self._decoders
-                if self.settings.topic(name) not in existing
-            ]
-            if missing:
-                response = await admin.create_topics(missing)
-                for entry in response.topic_errors:
-                    topic, code = entry[0], entry[1]
-                    if code not in (0, _TOPIC_ALREADY_EXISTS):
-                        message = entry[2] if len(entry) > 2 else ""
-                        raise KafkaTransportError(f"cannot create topic {topic}: error {code} {message or ''}")
-                log.info("created topics %s", [t.name for t in missing])
+            created = await ensure_layout(admin, self.layout)
+            if created:
+                log.info("created topics %s", created)
         finally:
             await self._bounded(admin.close(), "admin client close")
+
+    async def check_layout(self) -> TopicLayoutError | None:
+        """What is wrong with this bus's topics on the broker now (gone, or another count); None if nothing.
+
+        Raises the client's error if the broker cannot be asked.
+        """
+        producer = self._producer
+        if producer is None:
+            return None
+        return layout_problem(self.layout, await producer.client.fetch_all_metadata())
 
     async def aclose(self) -> None:
         """Close every subscription (their receivers get ``EndOfStream``), then the producer.
@@ -499,10 +502,12 @@ class KafkaBus(Bus):
         await producer.send_and_wait(self.settings.topic(topic), payload, key=raw_key)
         self.published += 1
 
-    async def dead_letter(self, letter: DeadLetter) -> bool:
+    async def dead_letter(self, letter: DeadLetter, *, may_write: Callable[[], Awaitable[bool]] | None = None) -> bool:
         """Publish ``letter`` on the deadletter topic, retrying a few times; never raises.
 
         False if it could not be published: the letter is then only logged (with the start of its payload).
+        ``may_write``, awaited before each attempt, says whether the writer may still write it (an owner
+        under its lease); when it says no, nothing is written and the letter is left to whoever may.
         """
         limit = self.settings.max_message_bytes - _DEADLETTER_MARGIN
         if len(letter.payload) > limit:
@@ -515,6 +520,9 @@ class KafkaBus(Bus):
         log.warning("dead letter: %s: %s", where, letter.reason)
         encoded = msgpack_encoder.encode(letter)
         for attempt, pause in enumerate(_DEADLETTER_RETRIES):
+            if may_write is not None and not await may_write():
+                log.info("dead letter for %s left to the owner of its partition", where)
+                return False
             try:
                 await self.publish_raw(DEADLETTER, letter.key, encoded)
             except anyio.ClosedResourceError:
@@ -1004,12 +1012,30 @@ class KafkaSubscription(Subscription):
         log.debug("%s group %s assigned %s", self.kafka_topic, self.group, sorted(self._assigned))
         if await self._check_log(mine):
             return
+        await self._fix_positions(mine)
         if self._listener is not None:
             try:
                 await self._listener.on_assigned(frozenset(tp.partition for tp in mine))
             except Exception:
                 log.exception("rebalance listener on_assigned failed")
         self._ready.set()
+
+    async def _fix_positions(self, partitions: list[Any]) -> None:
+        """Resolve where reading starts on newly assigned ``partitions`` before the assignment is reported.
+
+        aiokafka resolves a partition's position lazily, in its fetcher; with ``auto_offset_reset="latest"``
+        the end it resolves to would then depend on when that happens, and records published after
+        :meth:`ready` returned could lie before it and never be delivered.
+        """
+        consumer = self._consumer
+        if consumer is None or self._bus.settings.auto_offset_reset != "latest":
+            return
+        try:
+            with anyio.fail_after(_LOG_CHECK_TIMEOUT):
+                for tp in partitions:
+                    await consumer.position(tp)
+        except (KafkaError, TimeoutError) as err:
+            log.warning("cannot resolve the start of %s: %r", self.kafka_topic, err)
 
     async def _check_log(self, partitions: list[Any]) -> bool:
         """Fail the subscription with :class:`LogLost` if the broker lost the log of ``partitions``.

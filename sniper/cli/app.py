@@ -70,6 +70,7 @@ def explain(err: BaseException) -> tuple[int, str]:
     from tools.feeder import NoAnswer
     from transport.broker import BrokerStartError
     from transport.kafka import KafkaConnectTimeout, KafkaTransportError
+    from transport.layout import TopicLayoutError
 
     err = _leaf(err)
     if isinstance(err, CliError):
@@ -82,7 +83,7 @@ def explain(err: BaseException) -> tuple[int, str]:
         return EXIT_INPUT, str(err)
     if isinstance(err, ConfigError | msgspec.DecodeError | msgspec.ValidationError | yaml.YAMLError):
         return EXIT_INPUT, f"invalid input: {err}"
-    if isinstance(err, BrokerStartError | MetricsServeError | KafkaConnectTimeout | NoAnswer):
+    if isinstance(err, BrokerStartError | MetricsServeError | KafkaConnectTimeout | NoAnswer | TopicLayoutError):
         return EXIT_RUNTIME, str(err)
     if isinstance(err, KafkaTransportError):  # e.g. the broker lost its log (LogLost)
         return EXIT_RUNTIME, f"{err}; this process stops so that a supervisor restarts it"
@@ -94,7 +95,10 @@ def explain(err: BaseException) -> tuple[int, str]:
         return EXIT_INPUT, f"invalid input: {err}"
     if isinstance(err, OSError):
         return EXIT_RUNTIME, f"{err.strerror or err}" + (f": {err.filename}" if err.filename else "")
-    return EXIT_RUNTIME, f"internal error ({type(err).__name__}: {err}); run with -v for details and report it"
+    return (
+        EXIT_RUNTIME,
+        f"internal error ({type(err).__name__}: {err}); run it as `sniper -v COMMAND ...` for details and report it",
+    )
 
 
 class SniperGroup(TyperGroup):
@@ -141,8 +145,13 @@ def _options(
         bool,
         typer.Option("--version", is_eager=True, callback=_print_version, help="print the version and exit"),
     ] = False,
+    verbose: Annotated[
+        bool, typer.Option("--verbose", "-v", help="log details on stderr, a failed command's traceback among them")
+    ] = False,
 ) -> None:
     """Options of ``sniper`` itself (before the command)."""
+    if verbose:
+        setup_logging(True)
 
 
 console = Console(stderr=True, highlight=False, soft_wrap=True)
@@ -203,11 +212,10 @@ def tune_gc() -> None:
 
 
 def setup_logging(verbose: bool) -> None:
-    logging.basicConfig(
-        level=logging.INFO if verbose else logging.WARNING,
-        format="%(asctime)s %(levelname)s %(name)s %(message)s",
-        stream=sys.stderr,
-    )
+    """Log records on stderr: from INFO with ``verbose`` (a failed command's traceback among them), else WARNING."""
+    level = logging.INFO if verbose else logging.WARNING
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s %(message)s", stream=sys.stderr)
+    logging.getLogger().setLevel(level)  # also when something configured logging already
 
 
 T = TypeVar("T")

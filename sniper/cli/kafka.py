@@ -36,6 +36,7 @@ from sniper.cli.app import (
     print_config_warnings,
     print_table,
     rejections,
+    setup_logging,
     shared_options,
     show_rejections,
     tune_gc,
@@ -259,12 +260,16 @@ def feed(
     ] = 30.0,
     show: Annotated[bool, typer.Option("--show-rejections", help="list every rejected event with its reason")] = False,
     as_json: AsJson = False,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="log details on stderr")] = False,
     *,
     kafka_flags: Mapping[str, Any],
 ) -> None:
     """Replay a trace onto the feed in scaled real time and play the resource manager (exit 1 on a violation)."""
     from simulator.ideal_view import ideal_for_model
     from tools.feeder import PlayOptions, play
+
+    if verbose:
+        setup_logging(True)
 
     events, config, source = load_inputs(trace, queues, seed)
     options = PlayOptions(speed=speed, until=until, drain=drain, answer_timeout=answer_timeout)
