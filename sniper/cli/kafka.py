@@ -10,6 +10,7 @@ no broker within ``--connect-timeout``, a port in use, no core answering the fee
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import signal
 import sys
@@ -26,6 +27,7 @@ from sniper.cli.app import (
     LogFormat,
     LogLevel,
     Role,
+    WireFormat,
     app,
     bench_app,
     console,
@@ -187,6 +189,15 @@ def core(
     max_partitions: Annotated[
         int, typer.Option(help="scheduler partitions this process hosts at most (records of more are dead-lettered)")
     ] = 256,
+    decisions_format: Annotated[
+        WireFormat,
+        typer.Option(
+            case_sensitive=False,
+            envvar="SNIPER_DECISIONS_FORMAT",
+            help="how decisions are published (each record's content-type header names it); feed records are "
+            "read in either format",
+        ),
+    ] = WireFormat.msgpack,
     log_format: Annotated[LogFormat, typer.Option(help="log line format")] = LogFormat.kv,
     log_level: Annotated[
         LogLevel,
@@ -224,7 +235,8 @@ def core(
 
     async def main() -> None:
         tune_gc()
-        async with _connect(bootstrap, kafka_flags) as settings:
+        async with _connect(bootstrap, kafka_flags) as connected:
+            settings = dataclasses.replace(connected, decisions_format=decisions_format.value)
             process = core_process(settings, options)
             metrics = None
             if metrics_port:
