@@ -5,13 +5,13 @@ creation of the prefixed topics, the msgpack wire format and the dead-letter pat
 
 - **Wire format**: one Kafka record per message; the record key is the scheduler partition (the
   ``key`` argument, UTF-8) so Kafka's key hashing keeps one key's messages in one Kafka partition, in
-  publish order; the value is the message encoded with msgspec, msgpack except on ``decisions`` when
-  ``settings.decisions_format`` is ``json``, and every record carries a ``content-type`` header naming
-  its format (:mod:`messages.wire`). It is decoded with the topic's decoder (``feed`` -> ``Feed``,
-  ``decisions`` -> ``DecisionMsg``, both in either format; ``view`` -> ``ViewStream``, ``proposals`` ->
-  ``ProposalStream``, ``deadletter`` -> ``DeadLetter``, ``snapshots`` -> any msgpack). A feed record
-  whose key is not the partition its event names is bad (a reader of one key would miss it).
-  Topic names are ``settings.prefix + name``.
+  publish order; the value is the message encoded with msgspec, msgpack except on ``decisions`` and
+  ``feed`` when ``settings.decisions_format`` or ``feed_format`` is ``json``, and every record carries
+  a ``content-type`` header naming its format (:mod:`messages.wire`). It is decoded with the topic's
+  decoder (``feed`` -> ``Feed``, ``decisions`` -> ``DecisionMsg``, both in either format; ``view`` ->
+  ``ViewStream``, ``proposals`` -> ``ProposalStream``, ``deadletter`` -> ``DeadLetter``, ``snapshots``
+  -> any msgpack). A feed record whose key is not the partition its event names is bad (a reader of
+  one key would miss it). Topic names are ``settings.prefix + name``.
 - **Producer**: ``acks="all"``, never idempotent, never transactional (the bundled broker supports
   neither, and ARCHITECTURE section 3 forbids relying on them). :meth:`KafkaBus.publish` returns once the
   broker acknowledged the record; :meth:`KafkaBus.send_many` only hands records to the producer and
@@ -151,7 +151,8 @@ class KafkaSettings:
     heartbeat_interval_ms: int = 1_000
     request_timeout_ms: int = 30_000
     connect_timeout: float = 30.0  # first contact (topics, producer): give up after this many seconds
-    decisions_format: WireFormat = "msgpack"  # how decisions are encoded (feed records are read in either)
+    decisions_format: WireFormat = "msgpack"  # how decisions are encoded (either is read)
+    feed_format: WireFormat = "msgpack"  # how feed events are encoded (either is read)
 
     def __post_init__(self) -> None:
         if not self.bootstrap.strip():
@@ -173,8 +174,9 @@ class KafkaSettings:
             raise ValueError(f"max_message_bytes must be at least {2 * _DEADLETTER_MARGIN}")
         if self.commit_interval <= 0 or self.close_timeout <= 0 or self.connect_timeout <= 0:
             raise ValueError("commit_interval, close_timeout and connect_timeout must be positive")
-        if self.decisions_format not in get_args(WireFormat):
-            raise ValueError(f"decisions_format must be one of {get_args(WireFormat)}, not {self.decisions_format!r}")
+        for name, fmt in (("decisions_format", self.decisions_format), ("feed_format", self.feed_format)):
+            if fmt not in get_args(WireFormat):
+                raise ValueError(f"{name} must be one of {get_args(WireFormat)}, not {fmt!r}")
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> KafkaSettings:
@@ -231,7 +233,9 @@ class KafkaSettings:
 
     def format_of(self, topic: str) -> WireFormat:
         """The format this bus writes records of the logical ``topic`` in."""
-        return self.decisions_format if topic == DECISIONS else "msgpack"
+        if topic == DECISIONS:
+            return self.decisions_format
+        return self.feed_format if topic == FEED else "msgpack"
 
     def client_options(self) -> dict[str, Any]:
         """Connection and security keyword arguments shared by aiokafka's clients."""

@@ -356,11 +356,19 @@ def bench_e2e(
     core_cpus: Annotated[
         float | None, typer.Option(help="cap each core process at this many CPUs (a cgroup; Linux, root)")
     ] = None,
+    feed_format: Annotated[
+        WireFormat, typer.Option("--format", case_sensitive=False, help="how the feed's records are encoded")
+    ] = WireFormat.msgpack,
+    decisions_format: Annotated[
+        WireFormat, typer.Option(case_sensitive=False, help="how the cores publish their decisions")
+    ] = WireFormat.msgpack,
     as_json: AsJson = False,
     connect_timeout: ConnectTimeout = None,
 ) -> None:
     """Feed-event-to-decision latency and events/s through the broker; scale-out with more core processes."""
-    kafka_flags = {"connect_timeout": connect_timeout} if connect_timeout is not None else {}
+    kafka_flags: dict[str, Any] = {"feed_format": feed_format.value, "decisions_format": decisions_format.value}
+    if connect_timeout is not None:
+        kafka_flags["connect_timeout"] = connect_timeout
     import json
 
     from tools.bench_e2e import bench_e2e as run_bench
