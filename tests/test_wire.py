@@ -25,6 +25,8 @@ from messages import feed as f
 from messages.codec import json_encoder, msgpack_encoder
 from messages.deadletter import DeadLetter
 from messages.wire import CONTENT_TYPE, WireDecoder, sniff
+from tests.kafka_support import CoreSubprocess
+from tools.bench_e2e import stop_core
 from transport.bus import DEADLETTER, DECISIONS, FEED
 from transport.kafka import KafkaBus, KafkaSettings, KafkaSubscription, kafka_partition
 
@@ -277,3 +279,29 @@ async def test_librdkafkas_default_partitioner_misplaces_a_partition_and_the_cor
     assert f"partition {misplaced!r} belongs on Kafka partition {right}, not {where}" in letter.reason
     assert feed_decoder.decode(letter.payload).partition == misplaced
     assert misplaced not in hosted
+
+
+@pytest.mark.kafka
+async def test_sniper_core_publishes_json_decisions_when_sniper_decisions_format_says_so(
+    kafka_settings: KafkaSettings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SNIPER_DECISIONS_FORMAT", "json")
+    producer = confluent_kafka.Producer(client_config(kafka_settings, partitioner="murmur2_random"))
+    records = [("env", json.dumps(event).encode()) for event in json_workload("env")]
+    with anyio.fail_after(WAIT):
+        async with anyio.create_task_group() as tg:
+            core = await CoreSubprocess.spawn(kafka_settings, tg, "cores")
+            try:
+                await core.until_assigned()
+                await anyio.to_thread.run_sync(produce, producer, kafka_settings.topic(FEED), records)
+                consumer = await start_consumer(kafka_settings, [DECISIONS])
+                try:
+                    got = await poll_until(consumer, lambda seen: len(seen) >= 3)
+                finally:
+                    await anyio.to_thread.run_sync(consumer.close)
+            finally:
+                with anyio.CancelScope(shield=True):
+                    await stop_core(core.process)
+            tg.cancel_scope.cancel()
+    assert all(m.headers() == [(CONTENT_TYPE, b"application/json")] for m in got)
+    assert [json.loads(m.value())["type"] for m in got] == ["allocated"] * 3
