@@ -72,11 +72,11 @@ def sniff(value: bytes) -> WireFormat:
 
 
 class WireDecoder(Generic[T]):
-    """Decodes records of one message type in either format (``json=False``: msgpack only)."""
+    """Decodes records of one message type in either format (without a ``json`` decoder: msgpack only)."""
 
-    def __init__(self, kind: Any, *, json: bool = True) -> None:
-        self.msgpack: msgspec.msgpack.Decoder[T] = msgspec.msgpack.Decoder(kind)
-        self.json: msgspec.json.Decoder[T] | None = msgspec.json.Decoder(kind) if json else None
+    def __init__(self, msgpack: msgspec.msgpack.Decoder[T], json: msgspec.json.Decoder[T] | None = None) -> None:
+        self.msgpack = msgpack
+        self.json = json
 
     def decode(self, value: bytes, media_type: str | None = None) -> T:
         """The message in ``value``; raises ``msgspec.DecodeError`` (or its ``ValidationError``) with the reason."""

@@ -22,7 +22,7 @@ from aiokafka import AIOKafkaProducer
 from cluster.process import CoreOptions, CoreProcess
 from messages import decisions as d
 from messages import feed as f
-from messages.codec import json_encoder, msgpack_encoder
+from messages.codec import feed_json, feed_msgpack, json_encoder, msgpack_encoder
 from messages.deadletter import DeadLetter
 from messages.wire import CONTENT_TYPE, WireDecoder, sniff
 from tests.kafka_support import CoreSubprocess
@@ -31,7 +31,7 @@ from transport.bus import DEADLETTER, DECISIONS, FEED
 from transport.kafka import KafkaBus, KafkaSettings, KafkaSubscription, kafka_partition
 
 WAIT = 60.0
-feed_decoder = WireDecoder[f.Feed](f.Feed)
+feed_decoder = WireDecoder(feed_msgpack, feed_json)
 
 
 # ---------------------------------------------------------------------------------------------- formats

@@ -77,11 +77,16 @@ from aiokafka.partitioner import murmur2
 from aiokafka.protocol.group import LeaveGroupRequest
 from aiokafka.protocol.produce import ProduceRequest
 
-from messages.codec import msgpack_encoder
-from messages.deadletter import DeadLetter
-from messages.decisions import DecisionMsg
-from messages.feed import Feed
-from messages.protocol import ProposalStream, ViewStream
+from messages.codec import (
+    decision_json,
+    decision_msgpack,
+    feed_json,
+    feed_msgpack,
+    msgpack_encoder,
+    proposal_msgpack,
+    view_msgpack,
+)
+from messages.deadletter import DeadLetter, deadletter_msgpack
 from messages.wire import HEADERS, WireDecoder, WireFormat, content_type, encode
 from transport.broker import BOOTSTRAP_ENV, resolve_bootstrap
 from transport.bus import DEADLETTER, DECISIONS, FEED, PROPOSALS, SNAPSHOTS, VIEW, Bus, Subscription
@@ -269,12 +274,12 @@ def kafka_partition(key: str, partitions: int) -> int:
 
 
 DEFAULT_DECODERS: Mapping[str, WireDecoder[Any]] = {
-    FEED: WireDecoder[Feed](Feed),
-    DECISIONS: WireDecoder[DecisionMsg](DecisionMsg),
-    VIEW: WireDecoder[ViewStream](ViewStream, json=False),
-    PROPOSALS: WireDecoder[ProposalStream](ProposalStream, json=False),
-    SNAPSHOTS: WireDecoder[Any](Any, json=False),
-    DEADLETTER: WireDecoder[DeadLetter](DeadLetter, json=False),
+    FEED: WireDecoder(feed_msgpack, feed_json),
+    DECISIONS: WireDecoder(decision_msgpack, decision_json),
+    VIEW: WireDecoder(view_msgpack),
+    PROPOSALS: WireDecoder(proposal_msgpack),
+    SNAPSHOTS: WireDecoder(msgspec.msgpack.Decoder()),
+    DEADLETTER: WireDecoder(deadletter_msgpack),
 }
 
 
