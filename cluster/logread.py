@@ -23,6 +23,7 @@ class LogRecord:
     offset: int
     key: bytes | None
     value: bytes | None
+    headers: tuple[tuple[str, bytes], ...] = ()
 
 
 class LogReadError(RuntimeError):
@@ -68,7 +69,7 @@ async def read_partition(
             records = batches.get(tp, [])
             for record in records:
                 if wanted is None or record.key == wanted:
-                    out.append(LogRecord(record.offset, record.key, record.value))
+                    out.append(LogRecord(record.offset, record.key, record.value, tuple(record.headers)))
             # The end offset is only a lower bound (the bundled broker reports a batch's base offset + 1
             # as the high watermark): past it, read on until a fetch comes back empty.
             if not records and await consumer.position(tp) >= end:

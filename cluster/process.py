@@ -86,7 +86,6 @@ from core.recovery import DurableCacheCore, RefusedRecord, feed_problem, replay,
 from messages import decisions as d
 from messages import feed as f
 from messages import protocol as p
-from messages.codec import decision_msgpack
 from messages.deadletter import DeadLetter
 from messages.snapshot import Snapshot, SnapshotError, chunk_key, is_chunk_key, latest, split
 from transport.bus import DEADLETTER, DECISIONS, FEED, SNAPSHOTS, VIEW
@@ -844,10 +843,10 @@ class CoreProcess(GroupMember[HostedPartition]):
         feed: list[tuple[int, f.Feed]] = []
         bad: list[DeadLetter] = []
         for record in await read_partition(self.settings, FEED, kp, start=core.feed_offset + 1, key=name):
-            event, reason = self.bus.decode(FEED, record.value)
+            event, reason = self.bus.decode(FEED, record.value, record.headers, record.key or b"")
             if event is None:  # skipped as live; its dead letter is written below unless it was already
                 bad.append(self._letter(kp, record.offset, name, reason, record.value or b""))
-            elif event.partition == name:
+            else:  # keyed by its partition's name: the decode refuses any other key
                 feed.append((record.offset, event))
         if bad:
             await self._dead_letter_once(kp, bad)
@@ -899,9 +898,8 @@ class CoreProcess(GroupMember[HostedPartition]):
         by_seq: dict[int, d.DecisionMsg] = {}
         records = await read_partition(self.settings, DECISIONS, kp, start=start, key=name)
         for record in records:
-            try:
-                dec = decision_msgpack.decode(record.value or b"")
-            except msgspec.DecodeError:
+            dec, _ = self.bus.decode(DECISIONS, record.value, record.headers)
+            if dec is None:
                 continue
             if dec.partition != name or dec.epoch < top_epoch:
                 continue  # a deposed owner's late output: consumers drop it too

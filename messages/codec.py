@@ -1,7 +1,8 @@
-"""Encoders and decoders, built once: JSON Lines for traces, msgpack on the wire.
+"""Encoders and decoders, built once, and reading JSON Lines traces.
 
-Reading a trace never raises on a bad line: each malformed or invalid line is reported with its
-line number and the reason and skipped.
+The wire uses these (msgpack and JSON, :mod:`messages.wire` says which a record holds); traces are
+JSON Lines. Reading a trace never raises on a bad line: each malformed or invalid line is reported with
+its line number and the reason and skipped.
 """
 
 from __future__ import annotations

@@ -108,18 +108,24 @@ async def test_a_core_hosts_partitions_and_answers_with_stamped_decisions(
             assert all(x.feed_offset >= 0 for x in reader.items)
             assert set(process.hosts) == {"p1", "p2"}
             # Bad input: an unknown app (rejected by the state), an absurd node (refused at the edge), an
-            # event keyed on the wrong Kafka partition: the last two are dead-lettered, once each.
+            # event on the wrong Kafka partition, an event keyed by another partition's name: the last
+            # three are dead-lettered, once each.
             await bus.publish(
                 FEED, "p1", f.AskAdded(partition="p1", id="x1", app="nope", ask="k", resource={"memory": 1})
             )
             await bus.publish(FEED, "p1", f.NodeAdded(partition="p1", id="x2", node="big", capacity={"memory": 2**41}))
             wrong = next(k for k in (f"w{i}" for i in range(100)) if bus.partition_for(k) != bus.partition_for("p1"))
-            await bus.publish(FEED, "p1", f.AppAdded(partition=wrong, id="x3", app="z", queue="root.a"))
+            misplaced = f.AppAdded(partition=wrong, id="x3", app="z", queue="root.a")
+            await bus.publish_many(FEED, [(wrong, misplaced)], partition=bus.partition_for("p1"))
+            await bus.publish(FEED, "p1", f.AppAdded(partition="p2", id="x4", app="z", queue="root.a"))
             await reader.until(lambda _: len(reader.of(d.Rejected, "p1")) == 1)
             assert "unknown app nope" in reader.of(d.Rejected, "p1")[0].reason
             letters = await bus.subscribe_ready(DEADLETTER, group=bus.settings.prefix + "letters")
-            reasons = sorted([(await letters.receive()).reason for _ in range(2)])
-            assert "sanity cap" in reasons[0] and "belongs on Kafka partition" in reasons[1], reasons
+            got = sorted([await letters.receive() for _ in range(3)], key=lambda letter: letter.offset)
+            reasons = [letter.reason for letter in got]  # in the order of the feed records
+            assert "sanity cap" in reasons[0], reasons
+            assert f"partition {wrong!r} belongs on Kafka partition" in reasons[1], reasons
+            assert "record key 'p1' is not the partition its event names ('p2')" in reasons[2], reasons
             # Raw garbage on the feed is dead-lettered by the transport; the core carries on.
             producer = AIOKafkaProducer(bootstrap_servers=kafka_settings.bootstrap)
             await producer.start()

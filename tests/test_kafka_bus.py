@@ -346,7 +346,7 @@ async def test_close_is_bounded_and_ends_receivers(kafka_settings: KafkaSettings
                 await bus.aclose()
         assert ended.is_set()
         with pytest.raises(anyio.ClosedResourceError):
-            await bus.publish(FEED, "p0", NodeAdded(node="n", capacity={}))
+            await bus.publish(FEED, "p0", NodeAdded(partition="p0", node="n", capacity={}))
 
 
 async def test_close_is_bounded_when_the_broker_is_gone(kafka_settings: KafkaSettings) -> None:
@@ -355,7 +355,7 @@ async def test_close_is_bounded_when_the_broker_is_gone(kafka_settings: KafkaSet
             settings = dataclasses.replace(kafka_settings, bootstrap=broker.bootstrap, close_timeout=2.0)
             bus = KafkaBus(settings)
             sub = await bus.subscribe_ready(FEED, group="g")
-            await bus.publish(FEED, "p0", NodeAdded(node="n", capacity={}))
+            await bus.publish(FEED, "p0", NodeAdded(partition="p0", node="n", capacity={}))
             await sub.receive()
             sub.ack()
         # The broker is stopped now: the final commit and the consumer's and producer's stops cannot

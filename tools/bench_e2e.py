@@ -6,7 +6,8 @@ large node each), waits until every partition answered a marker (so start-up and
 measured), then publishes ``events`` single-container asks round-robin over the partitions at
 ``rate`` events/s (0: as fast as the producer goes, in batches). Latency of one event: from just
 before its batch was handed to the producer to the moment its ``allocated`` decision was read back.
-Throughput: events over the time from the first publish to the last decision.
+Throughput: events over the time from the first publish to the last decision. The feed's records
+and the decisions are msgpack or JSON as the settings say (``--format``, ``--decisions-format``).
 
 With ``cores`` > 1 a second run uses that many processes and ``scale_out_ratio`` is its events/s over
 the one-process run's. Figures only: nothing here asserts. :func:`start_core` and :func:`stop_core`
@@ -119,6 +120,7 @@ async def stop_core(process: Process) -> None:
 async def one_run(
     base: KafkaSettings, *, events: int, rate: float, partitions: int, cores: int, core_cpus: float | None = None
 ) -> dict[str, Any]:
+    """One measured run; the feed and decisions go in ``base.feed_format`` and ``base.decisions_format``."""
     settings = KafkaSettings(**{**_fields(base), "prefix": f"sniper-bench.{uuid.uuid4().hex[:8]}."})
     names = spread_partition_names(partitions, settings.partitions)
     sent: dict[str, float] = {}
@@ -157,7 +159,9 @@ async def one_run(
             tg.start_soon(read)
             try:
                 for _ in range(cores):
-                    process = await start_core(settings, "bench", "--snapshot-interval", "5")
+                    process = await start_core(
+                        settings, "bench", "--snapshot-interval", "5", "--decisions-format", settings.decisions_format
+                    )
                     assigned = anyio.Event()
                     processes.append(process)
                     if limit is not None:
@@ -207,6 +211,8 @@ async def one_run(
         "events": events,
         "partitions": partitions,
         "rate": rate,
+        "feed_format": settings.feed_format,
+        "decisions_format": settings.decisions_format,
         "core_cpus": core_cpus,
         "p50_ms": round(_percentile(latencies, 0.5) * 1000, 2),
         "p99_ms": round(_percentile(latencies, 0.99) * 1000, 2),

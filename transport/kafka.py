@@ -6,10 +6,13 @@ count, checked), the msgpack wire format and the dead-letter path. Invariants:
 
 - **Wire format**: one Kafka record per message; the record key is the scheduler partition (the
   ``key`` argument, UTF-8) so Kafka's key hashing keeps one key's messages in one Kafka partition, in
-  publish order; the value is the message encoded with msgspec msgpack and decoded with the topic's
-  decoder (``feed`` -> ``Feed``, ``decisions`` -> ``DecisionMsg``, ``view`` -> ``ViewStream``,
-  ``proposals`` -> ``ProposalStream``, ``deadletter`` -> ``DeadLetter``, ``snapshots`` -> any msgpack).
-  Topic names are ``settings.prefix + name``.
+  publish order; the value is the message encoded with msgspec, msgpack except on ``decisions`` and
+  ``feed`` when ``settings.decisions_format`` or ``feed_format`` is ``json``, and every record carries
+  a ``content-type`` header naming its format (:mod:`messages.wire`). It is decoded with the topic's
+  decoder (``feed`` -> ``Feed``, ``decisions`` -> ``DecisionMsg``, both in either format; ``view`` ->
+  ``ViewStream``, ``proposals`` -> ``ProposalStream``, ``deadletter`` -> ``DeadLetter``, ``snapshots``
+  -> any msgpack). A feed record whose key is not the partition its event names is bad (a reader of
+  one key would miss it). Topic names are ``settings.prefix + name``.
 - **Producer**: ``acks="all"``, never idempotent, never transactional (the bundled broker supports
   neither, and ARCHITECTURE section 3 forbids relying on them). :meth:`KafkaBus.publish` returns once the
   broker acknowledged the record; :meth:`KafkaBus.send_many` only hands records to the producer and
@@ -76,8 +79,17 @@ from aiokafka.partitioner import murmur2
 from aiokafka.protocol.group import LeaveGroupRequest
 from aiokafka.protocol.produce import ProduceRequest
 
-from messages.codec import decision_msgpack, feed_msgpack, msgpack_encoder, proposal_msgpack, view_msgpack
+from messages.codec import (
+    decision_json,
+    decision_msgpack,
+    feed_json,
+    feed_msgpack,
+    msgpack_encoder,
+    proposal_msgpack,
+    view_msgpack,
+)
 from messages.deadletter import DeadLetter, deadletter_msgpack
+from messages.wire import HEADERS, WireDecoder, WireFormat, content_type, encode
 from transport.broker import BOOTSTRAP_ENV, resolve_bootstrap
 from transport.bus import DEADLETTER, DECISIONS, FEED, PROPOSALS, SNAPSHOTS, VIEW, Bus, Subscription
 from transport.layout import Layout, TopicLayoutError, ensure_layout, layout_problem
@@ -146,6 +158,8 @@ class KafkaSettings:
     heartbeat_interval_ms: int = 1_000
     request_timeout_ms: int = 30_000
     connect_timeout: float = 30.0  # first contact (topics, producer): give up after this many seconds
+    decisions_format: WireFormat = "msgpack"  # how decisions are encoded (either is read)
+    feed_format: WireFormat = "msgpack"  # how feed events are encoded (either is read)
 
     def __post_init__(self) -> None:
         if not self.bootstrap.strip():
@@ -167,6 +181,9 @@ class KafkaSettings:
             raise ValueError(f"max_message_bytes must be at least {2 * _DEADLETTER_MARGIN}")
         if self.commit_interval <= 0 or self.close_timeout <= 0 or self.connect_timeout <= 0:
             raise ValueError("commit_interval, close_timeout and connect_timeout must be positive")
+        for name, fmt in (("decisions_format", self.decisions_format), ("feed_format", self.feed_format)):
+            if fmt not in get_args(WireFormat):
+                raise ValueError(f"{name} must be one of {get_args(WireFormat)}, not {fmt!r}")
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> KafkaSettings:
@@ -221,6 +238,12 @@ class KafkaSettings:
         """The Kafka topic name of the logical topic ``name``."""
         return self.prefix + name
 
+    def format_of(self, topic: str) -> WireFormat:
+        """The format this bus writes records of the logical ``topic`` in."""
+        if topic == DECISIONS:
+            return self.decisions_format
+        return self.feed_format if topic == FEED else "msgpack"
+
     def client_options(self) -> dict[str, Any]:
         """Connection and security keyword arguments shared by aiokafka's clients."""
         options: dict[str, Any] = {
@@ -252,13 +275,13 @@ def kafka_partition(key: str, partitions: int) -> int:
     return int(murmur2(key.encode()) & 0x7FFFFFFF) % partitions
 
 
-DEFAULT_DECODERS: Mapping[str, msgspec.msgpack.Decoder[Any]] = {
-    FEED: feed_msgpack,
-    DECISIONS: decision_msgpack,
-    VIEW: view_msgpack,
-    PROPOSALS: proposal_msgpack,
-    SNAPSHOTS: msgspec.msgpack.Decoder(),
-    DEADLETTER: deadletter_msgpack,
+DEFAULT_DECODERS: Mapping[str, WireDecoder[Any]] = {
+    FEED: WireDecoder(feed_msgpack, feed_json),
+    DECISIONS: WireDecoder(decision_msgpack, decision_json),
+    VIEW: WireDecoder(view_msgpack),
+    PROPOSALS: WireDecoder(proposal_msgpack),
+    SNAPSHOTS: WireDecoder(msgspec.msgpack.Decoder()),
+    DEADLETTER: WireDecoder(deadletter_msgpack),
 }
 
 
@@ -286,7 +309,7 @@ class KafkaBus(Bus):
         self,
         settings: KafkaSettings,
         *,
-        decoders: Mapping[str, msgspec.msgpack.Decoder[Any]] | None = None,
+        decoders: Mapping[str, WireDecoder[Any]] | None = None,
         validators: Mapping[str, Validator] | None = None,
     ) -> None:
         self.settings = settings
@@ -429,13 +452,14 @@ class KafkaBus(Bus):
     async def publish(self, topic: str, key: str, message: Any) -> None:
         if topic not in self._decoders:
             raise ValueError(f"unknown topic {topic!r} (known: {sorted(self._decoders)})")
-        payload = msgpack_encoder.encode(message)
+        fmt = self.settings.format_of(topic)
+        payload = encode(message, fmt)
         if len(payload) > self.settings.max_message_bytes:
             raise MessageTooLarge(
                 f"{type(message).__name__} on {topic} is {len(payload)} bytes, "
                 f"over max_message_bytes={self.settings.max_message_bytes}"
             )
-        await self.publish_raw(topic, key, payload)
+        await self.publish_raw(topic, key, payload, fmt)
 
     async def publish_many(self, topic: str, items: Iterable[tuple[str, Any]], *, partition: int | None = None) -> None:
         """Send several ``(key, message)`` pairs in order and wait until the broker acknowledged them all.
@@ -462,8 +486,9 @@ class KafkaBus(Bus):
         if topic not in self._decoders:
             raise ValueError(f"unknown topic {topic!r} (known: {sorted(self._decoders)})")
         encoded: list[tuple[bytes, bytes, int]] = []
+        fmt = self.settings.format_of(topic)
         for key, message in items:
-            payload = msgpack_encoder.encode(message)
+            payload = encode(message, fmt)
             if len(payload) > self.settings.max_message_bytes:
                 raise MessageTooLarge(
                     f"{type(message).__name__} on {topic} is {len(payload)} bytes, "
@@ -480,7 +505,11 @@ class KafkaBus(Bus):
             raise anyio.ClosedResourceError("the Kafka bus is closed")
         name = self.settings.topic(topic)
         # The partition is the memoised one: aiokafka's murmur2 is pure Python, once per record.
-        futures = [await producer.send(name, payload, key=key, partition=part) for key, payload, part in encoded]
+        headers = HEADERS[fmt]
+        futures = [
+            await producer.send(name, payload, key=key, partition=part, headers=headers)
+            for key, payload, part in encoded
+        ]
         self.published += len(futures)
         return asyncio.gather(*futures)
 
@@ -490,8 +519,10 @@ class KafkaBus(Bus):
         if producer is not None:
             await producer.flush()
 
-    async def publish_raw(self, topic: str, key: str | bytes | None, payload: bytes) -> None:
-        """Send already encoded bytes on the logical ``topic``; returns once the broker acknowledged."""
+    async def publish_raw(
+        self, topic: str, key: str | bytes | None, payload: bytes, fmt: WireFormat = "msgpack"
+    ) -> None:
+        """Send bytes already encoded in ``fmt`` on the logical ``topic``; returns once the broker acknowledged."""
         if self._closed:
             raise anyio.ClosedResourceError("the Kafka bus is closed")
         await self.start()
@@ -499,7 +530,7 @@ class KafkaBus(Bus):
         if producer is None:
             raise anyio.ClosedResourceError("the Kafka bus is closed")
         raw_key = key.encode() if isinstance(key, str) else key
-        await producer.send_and_wait(self.settings.topic(topic), payload, key=raw_key)
+        await producer.send_and_wait(self.settings.topic(topic), payload, key=raw_key, headers=HEADERS[fmt])
         self.published += 1
 
     async def dead_letter(self, letter: DeadLetter, *, may_write: Callable[[], Awaitable[bool]] | None = None) -> bool:
@@ -585,11 +616,19 @@ class KafkaBus(Bus):
             raise
         return sub
 
-    def decode(self, topic: str, value: bytes | None) -> tuple[Any, str]:
+    def decode(
+        self,
+        topic: str,
+        value: bytes | None,
+        headers: Iterable[tuple[str, bytes | None]] | None = None,
+        key: bytes | None = None,
+    ) -> tuple[Any, str]:
         """``(message, "")`` for a good record of ``topic``, ``(None, reason)`` for a bad one.
 
-        Bad: no value, larger than ``max_message_bytes``, undecodable, or refused by the topic's
-        validator. Subscriptions and readers of the log outside the group (recovery) judge alike.
+        Bad: no value, larger than ``max_message_bytes``, undecodable in the format its ``content-type``
+        header names (or, without one, its bytes show), refused by the topic's validator, or a feed
+        record whose ``key`` (when given) is not its event's partition. Subscriptions and readers of the
+        log outside the group (recovery) judge alike.
         """
         if value is None:
             return None, "empty record (no value)"
@@ -597,7 +636,7 @@ class KafkaBus(Bus):
         if len(value) > limit:
             return None, f"record of {len(value)} bytes is over max_message_bytes={limit}"
         try:
-            message = self._decoders[topic].decode(value)
+            message = self._decoders[topic].decode(value, content_type(headers))
         except msgspec.ValidationError as err:
             return None, f"invalid {topic} message: {err}"
         except msgspec.DecodeError as err:
@@ -606,6 +645,11 @@ class KafkaBus(Bus):
             return None, f"undecodable {topic} record: {err!r}"
         validate = self._validators.get(topic)
         reason = validate(message) if validate is not None else None
+        if not reason and key is not None and topic == FEED and key != message.partition.encode():
+            reason = (
+                f"record key {key.decode(errors='replace')!r} is not the partition its event names "
+                f"({message.partition!r}): feed records are keyed by their partition's name"
+            )
         return (None, reason) if reason else (message, "")
 
     def _forget(self, sub: KafkaSubscription) -> None:
@@ -935,7 +979,7 @@ class KafkaSubscription(Subscription):
             self.skipped += 1  # handled by skipping it: nothing to keep
             return
         value: bytes | None = record.value
-        message, reason = self._bus.decode(self.topic, value)
+        message, reason = self._bus.decode(self.topic, value, record.headers, record.key or b"")
         entry = _Record(part, record.offset, message)
         part.pending.append(entry)
         if not reason:

@@ -181,6 +181,16 @@ class LogFormat(enum.StrEnum):
     json = "json"
 
 
+class WireFormat(enum.StrEnum):
+    msgpack = "msgpack"
+    json = "json"
+
+
+class SchemaKind(enum.StrEnum):
+    feed = "feed"
+    decisions = "decisions"
+
+
 class LogLevel(enum.StrEnum):
     debug = "debug"
     info = "info"

@@ -10,6 +10,7 @@ no broker within ``--connect-timeout``, a port in use, no core answering the fee
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import signal
 import sys
@@ -26,6 +27,7 @@ from sniper.cli.app import (
     LogFormat,
     LogLevel,
     Role,
+    WireFormat,
     app,
     bench_app,
     console,
@@ -188,6 +190,15 @@ def core(
     max_partitions: Annotated[
         int, typer.Option(help="scheduler partitions this process hosts at most (records of more are dead-lettered)")
     ] = 256,
+    decisions_format: Annotated[
+        WireFormat,
+        typer.Option(
+            case_sensitive=False,
+            envvar="SNIPER_DECISIONS_FORMAT",
+            help="how decisions are published (each record's content-type header names it); feed records are "
+            "read in either format",
+        ),
+    ] = WireFormat.msgpack,
     log_format: Annotated[LogFormat, typer.Option(help="log line format")] = LogFormat.kv,
     log_level: Annotated[
         LogLevel,
@@ -225,7 +236,8 @@ def core(
 
     async def main() -> None:
         tune_gc()
-        async with _connect(bootstrap, kafka_flags) as settings:
+        async with _connect(bootstrap, kafka_flags) as connected:
+            settings = dataclasses.replace(connected, decisions_format=decisions_format.value)
             process = core_process(settings, options)
             metrics = None
             if metrics_port:
@@ -349,11 +361,19 @@ def bench_e2e(
     core_cpus: Annotated[
         float | None, typer.Option(help="cap each core process at this many CPUs (a cgroup; Linux, root)")
     ] = None,
+    feed_format: Annotated[
+        WireFormat, typer.Option("--format", case_sensitive=False, help="how the feed's records are encoded")
+    ] = WireFormat.msgpack,
+    decisions_format: Annotated[
+        WireFormat, typer.Option(case_sensitive=False, help="how the cores publish their decisions")
+    ] = WireFormat.msgpack,
     as_json: AsJson = False,
     connect_timeout: ConnectTimeout = None,
 ) -> None:
     """Feed-event-to-decision latency and events/s through the broker; scale-out with more core processes."""
-    kafka_flags = {"connect_timeout": connect_timeout} if connect_timeout is not None else {}
+    kafka_flags: dict[str, Any] = {"feed_format": feed_format.value, "decisions_format": decisions_format.value}
+    if connect_timeout is not None:
+        kafka_flags["connect_timeout"] = connect_timeout
     import json
 
     from tools.bench_e2e import bench_e2e as run_bench

@@ -28,6 +28,7 @@ from simulator.report import Report
 from sniper.cli.app import (
     EXIT_INVARIANT,
     Policy,
+    SchemaKind,
     Transport,
     app,
     bench_app,
@@ -325,6 +326,14 @@ def bench_scenarios_cmd(
         console.print(literal(f"{name}: {', '.join(runs)} for {until:g} simulated seconds"))
         results = run_compare(events, config, runs, SimulationSettings(until=until), jobs=jobs)
         out.print(literal("| " + " | ".join(scenario_row(name, results)) + " |"), soft_wrap=True)
+
+
+@app.command("schema")
+def print_schema(kind: Annotated[SchemaKind, typer.Argument(help="feed or decisions")]) -> None:
+    """Print the JSON Schema of every feed event or every decision (docs/schema/ holds them)."""
+    from messages.schema import schema_text
+
+    sys.stdout.write(schema_text(kind.value))
 
 
 @app.command("check-config")
