@@ -382,3 +382,30 @@ def test_gang_scenario_sniper_preempts_for_whole_gangs_only_and_the_baseline_was
     baseline = run_simulation(sc.events, sc.config, SimulationSettings(until=150, policy="proportional"))
     assert baseline.report["wasted_preemptions"] > 0 and baseline.report["invariant_violations"] == 0
     assert not [x for x in baseline.decisions if isinstance(x, d.Allocated) and x.app.startswith("train")]
+
+
+def test_a_gang_whose_victims_include_opportunistic_containers_is_committed_whole() -> None:
+    # Each node: b's two 25s and one opportunistic 50 of b; the gang's 75s need the 50 and one 25 each.
+    h = PreemptHarness(two_queues(150, 50))
+    h.nodes("n0", "n1")
+    opportunistic = []
+    for n, name in enumerate(["n0", "n1"]):
+        h.fill("b1", "root.b", name, [25, 25], start=float(2 * n))
+        h.feed(f.AskAdded(app="b1", ask=f"idle{n}", resource={"memory": 50}, execution_type="opportunistic"))
+        h.cache.allocate("b1", f"idle{n}", name)
+        h.pump()
+        opportunistic.append(h.allocated()[-1].allocation)
+    h.app("a1", "root.a")
+    h.feed(gang_ask("a1", "g", 75, count=2, gang_min=2))
+    h.starve(2)
+    assert not h.kills()  # evicting the opportunistic containers alone frees 50 of the 75
+    r = h.preempt_round()
+    assert r.outcome is not None and r.outcome.accepted == 2, r.outcome
+    assert all(set(pl.victims) & set(opportunistic) for pl in r.placements)
+    assert sorted(h.kills()) == sorted(opportunistic)  # at once, as anyone's
+    h.release(*h.kills())
+    h.tick(h.now + 16)
+    h.release(*h.kills()[2:])
+    assert sorted(x.node for x in h.allocated() if x.app == "a1") == ["n0", "n1"]
+    h.model.check(h.now)
+    assert not h.model.violations and not invariant_problems(h.cache.state)
