@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections import Counter, OrderedDict
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
 from core import gang, node_reservation, opportunistic
@@ -645,50 +645,65 @@ class Cache:
         accepted = 0
         rejected: dict[str, str] = {}
         limits = Limits.of(self.state)  # the allocator's view of the limits may be stale: check again
-        placements = proposal.placements
-        # A gang's missing members are one unit: all validated, then all committed, or none.
-        for members, need in gang.units(self.state, placements):
-            unit = [placements[i] for i in members]
+        items: list[p.Placement | p.Victimized] = [*proposal.placements, *proposal.evictions]
+        # A gang's missing members are one unit, placements and evictions alike: all validated, then
+        # all committed, or none. Units that evict go last, as the allocator planned them: after the
+        # free room it placed guaranteed asks on, on nodes where it placed no opportunistic container.
+        units = gang.units(self.state, items)
+        units.sort(key=lambda u: any(isinstance(items[i], p.Victimized) for i in u[0]))
+        for members, need in units:
+            unit = [items[i] for i in members]
             if need == 1:
-                why = self.check_placement(unit[0].app, unit[0].ask, unit[0].node, unit[0].ask_seq, limits)
+                why = self._check_item(unit[0], limits)
                 trial = limits
             else:
                 # Each member is checked with those before it charged to a copy of the limits view.
                 trial = None if limits is None else limits.fork()
+                evicting: list[p.Victimized] = []
 
-                def check(pl: p.Placement, trial: Limits | None = trial) -> str | None:
-                    why = self.check_placement(pl.app, pl.ask, pl.node, pl.ask_seq, trial)
-                    if why is None and trial is not None:
-                        trial.charge(self.state.apps[pl.app].asks[pl.ask])
+                def check(
+                    item: p.Placement | p.Victimized,
+                    trial: Limits | None = trial,
+                    evicting: list[p.Victimized] = evicting,
+                ) -> str | None:
+                    why = self._check_item(item, trial, evicting)
+                    if why is None:
+                        if trial is not None:
+                            trial.charge(self.state.apps[item.app].asks[item.ask])
+                        if isinstance(item, p.Victimized):
+                            evicting.append(item)
                     return why
 
                 why = gang.check_unit(self.state, unit, need, check)
-            for pl in unit:
-                if why is None:
-                    self._end_reservation_placed_elsewhere(pl.app, pl.ask, pl.node)
-                    self.allocate(pl.app, pl.ask, pl.node)
-                    accepted += 1
-                    ask = self.state.apps[pl.app].asks[pl.ask]
-                    if limits is not None and need == 1 and not ask.opportunistic:
-                        limits.charge(ask)
-                else:
-                    rejected[f"{pl.app}/{pl.ask}@{pl.node}#{len(rejected)}"] = why
+            for item in unit:
+                if why is not None:
+                    rejected[f"{item.app}/{item.ask}@{item.node}#{len(rejected)}"] = why
+                    continue
+                accepted += 1
+                if isinstance(item, p.Victimized):
+                    opportunistic.commit_eviction(self, item)
+                    continue
+                self._end_reservation_placed_elsewhere(item.app, item.ask, item.node)
+                self.allocate(item.app, item.ask, item.node)
+                ask = self.state.apps[item.app].asks[item.ask]
+                if limits is not None and need == 1 and not ask.opportunistic:
+                    limits.charge(ask)
             if why is None:
                 limits = trial
-        # Evictions last, as the allocator planned them: after the free room it placed guaranteed asks
-        # on, on nodes where it placed no opportunistic container.
-        for ev in proposal.evictions:
-            why = opportunistic.check_eviction(self, ev)
-            if why is None:
-                opportunistic.commit_eviction(self, ev)
-                accepted += 1
-            else:
-                rejected[f"{ev.app}/{ev.ask}@{ev.node}#{len(rejected)}"] = why
         if proposal.reservations:
             reserved, refused = node_reservation.commit_reservations(self, proposal)
             accepted += reserved
             rejected.update(refused)
         self.outcome(proposal.id, accepted, rejected)
+
+    def _check_item(
+        self, item: p.Placement | p.Victimized, limits: Limits | None, evicting: Sequence[p.Victimized] = ()
+    ) -> str | None:
+        """Why one placement or opportunistic eviction of an allocation proposal cannot be committed now
+        (``evicting``: the evictions already checked for the same gang, their victims counted leaving)."""
+        if isinstance(item, p.Victimized):
+            return opportunistic.check_eviction(self, item, evicting)
+        return self.check_placement(item.app, item.ask, item.node, item.ask_seq, limits)
 
     def _end_reservation_placed_elsewhere(self, app_name: str, ask_name: str, node_name: str) -> None:
         """A reserved beneficiary placed on free room: when every container it still wants is reserved,
