@@ -514,3 +514,29 @@ def test_a_long_mixed_workload_keeps_every_gang_whole(policy: str) -> None:
     gangs = {x.app for x in result.decisions if isinstance(x, d.Allocated) and x.ask == "g"}
     evicted = [x for x in result.decisions if isinstance(x, d.Kill) and x.reason == "opportunistic"]
     assert len(gangs) > 5 and evicted  # the workload exercises both
+
+
+def test_a_gang_stays_whole_through_node_loss_beside_opportunistic_work_and_a_contract_app() -> None:
+    # b's contract app holds four 35s on two 130 nodes, opportunistic 10s fill the rest; the gang of
+    # three 60s fits once n2 joins (t=40); n2, holding two members, is lost at t=60.
+    events: list[f.Feed] = [
+        f.NodeAdded(t=0, node="n0", capacity={"memory": 130}),
+        f.NodeAdded(t=0, node="n1", capacity={"memory": 130}),
+        f.AppAdded(t=0, app="b1", queue="root.b", preemption_contract=True),
+        f.AskAdded(t=0, app="b1", ask="svc", resource={"memory": 35}, count=4, duration=500),
+        f.AppAdded(t=1, app="o1", queue="root.b"),
+        f.AskAdded(
+            t=1, app="o1", ask="idle", resource={"memory": 10}, count=12, duration=500, execution_type="opportunistic"
+        ),
+        f.AppAdded(t=10, app="a1", queue="root.a"),
+        gang_ask("a1", "g", 60, count=3, gang_min=3, t=10, duration=100),
+        f.NodeAdded(t=40, node="n2", capacity={"memory": 130}),
+        f.NodeRemoved(t=60, node="n2"),
+    ]
+    for policy in ("sniper", "proportional", "none"):
+        result = run_simulation(events, two_levels(policy, a=180, b=100), SimulationSettings(until=300, policy=policy))
+        assert result.report["invariant_violations"] == 0, (policy, result.report["violations"])
+        members = [x for x in result.decisions if isinstance(x, d.Allocated) and (x.app, x.ask) == ("a1", "g")]
+        assert [x.t for x in members] == [40.0] * 3, policy
+        lost = [x for x in result.decisions if isinstance(x, d.AllocationLost) and x.app == "a1"]
+        assert [(x.t, x.ask) for x in lost] == [(60.0, "g"), (60.0, "g")], policy
