@@ -135,7 +135,10 @@ class EvictingPlacer:
         for node in self.hosts:
             if not ask.accepts(node) or node_reservation.blocks(state, ask, node.name):
                 continue
-            room = res.add(state.room_once_victims_leave(node), self.freed.get(node.name, {}))
+            room = state.room_once_victims_leave(node)
+            if not res.fits(ask.resource, res.add(room, node.opportunistic)):
+                continue  # not even every opportunistic container here is enough: none is looked at
+            res.add_into(room, self.freed.get(node.name, {}))
             chosen = minimal_evictions(room, ask.resource, running_on(state, node, self.taken))
             if not chosen:
                 continue  # none needed is the guaranteed pass's room; None: not enough here
