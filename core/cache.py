@@ -24,6 +24,7 @@ from core.state import (
     AskKey,
     Node,
     PartitionState,
+    Queue,
     Reservation,
     StateError,
     allocation_number,
@@ -530,8 +531,26 @@ class Cache:
 
     def _drop_allocation(self, alloc: Allocation) -> None:
         node = alloc.node
+        capped = [q for q in alloc.queue.lineage() if q.max is not None] if not alloc.opportunistic else []
         self.commit(p.AllocationGone(allocation=alloc.id))
         self.fulfil_reservations(node)
+        if capped and self.state.reservations:
+            self._fulfil_under(capped)
+
+    def _fulfil_under(self, capped: list[Queue]) -> None:
+        """Room left a queue with a ``max``: reservations of beneficiaries below it, on any node, that
+        waited only for that ``max`` (their node's room already free) are fulfilled now, not at their
+        timeout."""
+        state = self.state
+        nodes = sorted(
+            {
+                r.node
+                for r in state.reservations.values()
+                if r.node in state.nodes and any(q in capped for q in state.apps[r.app].queue.lineage())
+            }
+        )
+        for name in nodes:
+            self.fulfil_reservations(name)
 
     # ------------------------------------------------------------------ reservations (preemption)
 
@@ -555,14 +574,19 @@ class Cache:
                 self.allocate(r.app, r.ask, node_name, reservation=r)
 
     def _within_max(self, r: Reservation) -> bool:
-        """Whether the beneficiary's queues are within every ``max`` with what they hold now: when
-        victims must leave to make room under a max, the reservation waits for them (it is not
-        fulfilled early on free room, which would cancel victims the max still needs gone)."""
+        """Whether fulfilling ``r`` now keeps every ``max`` of the beneficiary's queues: its container on
+        top of what they hold, and every reservation below them fulfilled once the victims leaving them
+        are gone. When victims must leave to make room under a max, the reservation waits for them (it
+        is not fulfilled early on free room, which would cancel victims the max still needs gone); the
+        victims of other reservations below the same max, already leaving, do not hold it back."""
         for q in self.state.apps[r.app].queue.lineage():
-            if q.max is not None and not res.fits(
-                {k: v for k, v in res.add(q.allocated, q.reserved).items() if k in q.max}, q.max
-            ):
-                return False
+            if q.max is None:
+                continue
+            now = res.add(q.allocated, r.resource)
+            promised = res.sub(res.add(q.allocated, q.reserved), q.preempting)
+            for need in (now, promised):
+                if not res.fits({k: v for k, v in need.items() if k in q.max}, q.max):
+                    return False
         return True
 
     def _reservations_by_deadline(self, node: Node) -> list[Reservation]:
