@@ -121,6 +121,8 @@ class EvictingPlacer:
                 for alloc in chosen:
                     self.taken.discard(alloc.id)
                     res.sub_into(self.freed[host.name], alloc.resource)
+                if not res.any_positive(self.freed[host.name]):
+                    del self.freed[host.name]  # the plan evicts nothing there: opportunistic asks may go
             del self.evictions[evicted:]
             del self.on_free_room[placed:]
         self._gang = False
