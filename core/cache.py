@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections import Counter, OrderedDict
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
 from core import gang, node_reservation, opportunistic
@@ -24,6 +24,7 @@ from core.state import (
     AskKey,
     Node,
     PartitionState,
+    Queue,
     Reservation,
     StateError,
     allocation_number,
@@ -557,8 +558,26 @@ class Cache:
 
     def _drop_allocation(self, alloc: Allocation) -> None:
         node = alloc.node
+        capped = [q for q in alloc.queue.lineage() if q.max is not None] if not alloc.opportunistic else []
         self.commit(p.AllocationGone(allocation=alloc.id))
         self.fulfil_reservations(node)
+        if capped and self.state.reservations:
+            self._fulfil_under(capped)
+
+    def _fulfil_under(self, capped: list[Queue]) -> None:
+        """Room left a queue with a ``max``: reservations of beneficiaries below it, on any node, that
+        waited only for that ``max`` (their node's room already free) are fulfilled now, not at their
+        timeout."""
+        state = self.state
+        nodes = sorted(
+            {
+                r.node
+                for r in state.reservations.values()
+                if r.node in state.nodes and any(q in capped for q in state.apps[r.app].queue.lineage())
+            }
+        )
+        for name in nodes:
+            self.fulfil_reservations(name)
 
     # ------------------------------------------------------------------ reservations (preemption)
 
@@ -582,14 +601,19 @@ class Cache:
                 self.allocate(r.app, r.ask, node_name, reservation=r)
 
     def _within_max(self, r: Reservation) -> bool:
-        """Whether the beneficiary's queues are within every ``max`` with what they hold now: when
-        victims must leave to make room under a max, the reservation waits for them (it is not
-        fulfilled early on free room, which would cancel victims the max still needs gone)."""
+        """Whether fulfilling ``r`` now keeps every ``max`` of the beneficiary's queues: its container on
+        top of what they hold, and every reservation below them fulfilled once the victims leaving them
+        are gone. When victims must leave to make room under a max, the reservation waits for them (it
+        is not fulfilled early on free room, which would cancel victims the max still needs gone); the
+        victims of other reservations below the same max, already leaving, do not hold it back."""
         for q in self.state.apps[r.app].queue.lineage():
-            if q.max is not None and not res.fits(
-                {k: v for k, v in res.add(q.allocated, q.reserved).items() if k in q.max}, q.max
-            ):
-                return False
+            if q.max is None:
+                continue
+            now = res.add(q.allocated, r.resource)
+            promised = res.sub(res.add(q.allocated, q.reserved), q.preempting)
+            for need in (now, promised):
+                if not res.fits({k: v for k, v in need.items() if k in q.max}, q.max):
+                    return False
         return True
 
     def _reservations_by_deadline(self, node: Node) -> list[Reservation]:
@@ -672,50 +696,65 @@ class Cache:
         accepted = 0
         rejected: dict[str, str] = {}
         limits = Limits.of(self.state)  # the allocator's view of the limits may be stale: check again
-        placements = proposal.placements
-        # A gang's missing members are one unit: all validated, then all committed, or none.
-        for members, need in gang.units(self.state, placements):
-            unit = [placements[i] for i in members]
+        items: list[p.Placement | p.Victimized] = [*proposal.placements, *proposal.evictions]
+        # A gang's missing members are one unit, placements and evictions alike: all validated, then
+        # all committed, or none. Units that evict go last, as the allocator planned them: after the
+        # free room it placed guaranteed asks on, on nodes where it placed no opportunistic container.
+        units = gang.units(self.state, items)
+        units.sort(key=lambda u: any(isinstance(items[i], p.Victimized) for i in u[0]))
+        for members, need in units:
+            unit = [items[i] for i in members]
             if need == 1:
-                why = self.check_placement(unit[0].app, unit[0].ask, unit[0].node, unit[0].ask_seq, limits)
+                why = self._check_item(unit[0], limits)
                 trial = limits
             else:
                 # Each member is checked with those before it charged to a copy of the limits view.
                 trial = None if limits is None else limits.fork()
+                evicting: list[p.Victimized] = []
 
-                def check(pl: p.Placement, trial: Limits | None = trial) -> str | None:
-                    why = self.check_placement(pl.app, pl.ask, pl.node, pl.ask_seq, trial)
-                    if why is None and trial is not None:
-                        trial.charge(self.state.apps[pl.app].asks[pl.ask])
+                def check(
+                    item: p.Placement | p.Victimized,
+                    trial: Limits | None = trial,
+                    evicting: list[p.Victimized] = evicting,
+                ) -> str | None:
+                    why = self._check_item(item, trial, evicting)
+                    if why is None:
+                        if trial is not None:
+                            trial.charge(self.state.apps[item.app].asks[item.ask])
+                        if isinstance(item, p.Victimized):
+                            evicting.append(item)
                     return why
 
                 why = gang.check_unit(self.state, unit, need, check)
-            for pl in unit:
-                if why is None:
-                    self._end_reservation_placed_elsewhere(pl.app, pl.ask, pl.node)
-                    self.allocate(pl.app, pl.ask, pl.node)
-                    accepted += 1
-                    ask = self.state.apps[pl.app].asks[pl.ask]
-                    if limits is not None and need == 1 and not ask.opportunistic:
-                        limits.charge(ask)
-                else:
-                    rejected[f"{pl.app}/{pl.ask}@{pl.node}#{len(rejected)}"] = why
+            for item in unit:
+                if why is not None:
+                    rejected[f"{item.app}/{item.ask}@{item.node}#{len(rejected)}"] = why
+                    continue
+                accepted += 1
+                if isinstance(item, p.Victimized):
+                    opportunistic.commit_eviction(self, item)
+                    continue
+                self._end_reservation_placed_elsewhere(item.app, item.ask, item.node)
+                self.allocate(item.app, item.ask, item.node)
+                ask = self.state.apps[item.app].asks[item.ask]
+                if limits is not None and need == 1 and not ask.opportunistic:
+                    limits.charge(ask)
             if why is None:
                 limits = trial
-        # Evictions last, as the allocator planned them: after the free room it placed guaranteed asks
-        # on, on nodes where it placed no opportunistic container.
-        for ev in proposal.evictions:
-            why = opportunistic.check_eviction(self, ev)
-            if why is None:
-                opportunistic.commit_eviction(self, ev)
-                accepted += 1
-            else:
-                rejected[f"{ev.app}/{ev.ask}@{ev.node}#{len(rejected)}"] = why
         if proposal.reservations:
             reserved, refused = node_reservation.commit_reservations(self, proposal)
             accepted += reserved
             rejected.update(refused)
         self.outcome(proposal.id, accepted, rejected)
+
+    def _check_item(
+        self, item: p.Placement | p.Victimized, limits: Limits | None, evicting: Sequence[p.Victimized] = ()
+    ) -> str | None:
+        """Why one placement or opportunistic eviction of an allocation proposal cannot be committed now
+        (``evicting``: the evictions already checked for the same gang, their victims counted leaving)."""
+        if isinstance(item, p.Victimized):
+            return opportunistic.check_eviction(self, item, evicting)
+        return self.check_placement(item.app, item.ask, item.node, item.ask_seq, limits)
 
     def _end_reservation_placed_elsewhere(self, app_name: str, ask_name: str, node_name: str) -> None:
         """A reserved beneficiary placed on free room: when every container it still wants is reserved,

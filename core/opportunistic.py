@@ -6,16 +6,18 @@ cycle evicts. Its containers count on their node (invariant 1) but in no queue's
 pending or ``max`` (as YARN's, which the CapacityScheduler never sees). They are the first to go: a
 guaranteed ask that fits a node once the opportunistic containers there are gone has them killed at
 once (no grace, reason ``opportunistic``), most recently started first as YARN's NodeManager does,
-trimmed to a minimal set, and the room is reserved for that ask in the same commit; every preemption
+trimmed to a minimal set, and the room is reserved for that ask in the same commit; a gang's missing
+members get their room (free or evicted) in one proposal, or none is evicted for them. Every preemption
 policy takes them before any guaranteed victim (:func:`evict` is the one way they are killed).
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from core import node_reservation
+from core import gang, node_reservation
 from core import resources as res
 from core.allocation import FreeRoomPlacer, hold_room
 from core.resources import Resource
@@ -92,39 +94,96 @@ class OpportunisticPlan:
     placed: list[tuple[Ask, Node]] = dataclasses.field(default_factory=list)
 
 
+class EvictingPlacer:
+    """Places a starving guaranteed ask's container where the fewest opportunistic containers must go
+    (ties: the least memory, then the node's name), recording each eviction. A gang's members are one
+    unit (:class:`core.gang.UnitPlacer`): each takes free room when some node has it, else evictions,
+    and a unit that does not complete leaves no eviction and no placement behind."""
+
+    def __init__(self, hosts: list[Node]) -> None:
+        self.hosts = hosts
+        self.evictions: list[tuple[Ask, Node, list[Allocation]]] = []
+        self.on_free_room: list[tuple[Ask, Node]] = []  # gang members placed beside their evictions
+        self.taken: set[str] = set()
+        self.freed: dict[str, Resource] = {}  # node -> opportunistic room the plan already evicts there
+        self._mark = (0, 0)
+        self._gang = False
+
+    def open_unit(self, state: PartitionState, ask: Ask, members: int) -> bool:
+        self._mark = (len(self.evictions), len(self.on_free_room))
+        self._gang = members > 1
+        return True
+
+    def close_unit(self, keep: bool) -> None:
+        evicted, placed = self._mark
+        if not keep:
+            for _, host, chosen in self.evictions[evicted:]:
+                for alloc in chosen:
+                    self.taken.discard(alloc.id)
+                    res.sub_into(self.freed[host.name], alloc.resource)
+                if not res.any_positive(self.freed[host.name]):
+                    del self.freed[host.name]  # the plan evicts nothing there: opportunistic asks may go
+            del self.evictions[evicted:]
+            del self.on_free_room[placed:]
+        self._gang = False
+
+    def place(self, state: PartitionState, ask: Ask) -> Node | None:
+        if self._gang:
+            spot = FreeRoomPlacer().place(state, ask)
+            if spot is not None:
+                self.on_free_room.append((ask, spot))
+                return spot
+        best: tuple[tuple[int, int, str], Node, list[Allocation]] | None = None
+        for node in self.hosts:
+            if not ask.accepts(node) or node_reservation.blocks(state, ask, node.name):
+                continue
+            room = state.room_once_victims_leave(node)
+            if not res.fits(ask.resource, res.add(room, node.opportunistic)):
+                continue  # not even every opportunistic container here is enough: none is looked at
+            res.add_into(room, self.freed.get(node.name, {}))
+            chosen = minimal_evictions(room, ask.resource, running_on(state, node, self.taken))
+            if not chosen:
+                continue  # none needed is the guaranteed pass's room; None: not enough here
+            key = (len(chosen), sum(a.resource.get("memory", 0) for a in chosen), node.name)
+            if best is None or key < best[0]:
+                best = (key, node, chosen)
+        if best is None:
+            return None
+        _, host, chosen = best
+        for alloc in chosen:
+            self.taken.add(alloc.id)
+            res.add_into(self.freed.setdefault(host.name, {}), alloc.resource)
+        self.evictions.append((ask, host, chosen))
+        return host
+
+
 def plan(state: PartitionState, starving: list[Ask], budget: int) -> OpportunisticPlan:
     """After a cycle's guaranteed pass: evictions for ``starving`` guaranteed asks (those the pass could
     not place), then opportunistic placements on the room left, at most ``budget`` containers.
 
-    Every placement and eviction holds its room in the allocator's in-flight counters (``hold_room``).
+    A gang still missing members gets evictions for all of them in this plan, or none (its members
+    that free room holds are placed there, in the same proposal). Every placement and eviction holds
+    its room in the allocator's in-flight counters (``hold_room``).
     """
     out = OpportunisticPlan()
-    taken: set[str] = set()
-    freed: dict[str, Resource] = {}  # node -> opportunistic room this plan already evicts there
     hosts = [n for n in state.nodes.values() if n.schedulable and res.any_positive(n.opportunistic)]
+    evicting = EvictingPlacer(hosts)
     for ask in starving if hosts else ():
+        if ask.opportunistic:
+            continue
+        members = gang.members_missing(ask)
+        if members > 1:
+            gang.place_unit(state, ask, evicting, members)
+            continue
         # One container at a time, as many as opportunistic room can make (the hold lowers pending).
-        while not ask.opportunistic and ask.pending > 0 and state.headroom_allows(ask.app.queue, ask.resource):
-            best: tuple[tuple[int, int, str], Node, list[Allocation]] | None = None
-            for node in hosts:
-                if not ask.accepts(node) or node_reservation.blocks(state, ask, node.name):
-                    continue
-                room = res.add(state.room_once_victims_leave(node), freed.get(node.name, {}))
-                chosen = minimal_evictions(room, ask.resource, running_on(state, node, taken))
-                if not chosen:
-                    continue  # none needed is the guaranteed pass's room; None: not enough here
-                key = (len(chosen), sum(a.resource.get("memory", 0) for a in chosen), node.name)
-                if best is None or key < best[0]:
-                    best = (key, node, chosen)
-            if best is None:
+        while ask.pending > 0 and state.headroom_allows(ask.app.queue, ask.resource):
+            host = evicting.place(state, ask)
+            if host is None:
                 break
-            _, host, chosen = best
-            for alloc in chosen:
-                taken.add(alloc.id)
-                res.add_into(freed.setdefault(host.name, {}), alloc.resource)
             hold_room(state, ask, host, 1)
-            out.evictions.append((ask, host, chosen))
-    placer = FreeRoomPlacer(exclude=freed.keys())
+    out.evictions = evicting.evictions
+    out.placed = list(evicting.on_free_room)
+    placer = FreeRoomPlacer(exclude=evicting.freed.keys())
     for ask in list(state.opportunistic_asks.values()):
         while budget > 0 and ask.pending > 0:
             spot = placer.place(state, ask)
@@ -148,15 +207,16 @@ def evict(cache: Cache, victims: list[Allocation]) -> None:
             cache.decide(d.Kill, allocation=v.id, app=v.app, queue=v.queue.path, node=v.node, reason=KILL_REASON)
 
 
-def check_eviction(cache: Cache, ev: p.Victimized) -> str | None:
-    """Why this eviction cannot be committed now, or ``None``."""
+def check_eviction(cache: Cache, ev: p.Victimized, earlier: Sequence[p.Victimized] = ()) -> str | None:
+    """Why this eviction cannot be committed now, or ``None``. ``earlier``: the evictions checked before
+    it for other members of the same gang (held, not yet committed): their victims count as leaving."""
     state = cache.state
     ask = state.ask((ev.app, ev.ask))
     if ask is None:
         return "ask is gone"
     if ask.opportunistic:
         return "an opportunistic ask never evicts"
-    if ask.count - ask.allocated - ask.reserved <= 0:
+    if ask.count - ask.allocated - ask.reserved - ask.allocating <= 0:
         return "ask is already fully allocated"
     node = state.nodes.get(ev.node)
     if node is None or not node.schedulable:
@@ -174,9 +234,14 @@ def check_eviction(cache: Cache, ev: p.Victimized) -> str | None:
         if v is None or v.node != ev.node or not v.opportunistic or v.preempting:
             return f"{vid} is not a running opportunistic container on {ev.node}"
         victims.append(v)
-    if len({v.id for v in victims}) != len(victims) or not victims:
+    named = [vid for e in earlier for vid in e.victims]
+    if len({v.id for v in victims} - set(named)) != len(victims) or not victims:
         return "the eviction set is empty or names a container twice"
-    room = res.add(state.room_once_victims_leave(node), res.total(v.resource for v in victims))
+    room = state.room_once_victims_leave(node)
+    for e in earlier:
+        if e.node == ev.node:
+            res.add_into(room, res.total(state.allocations[vid].resource for vid in e.victims))
+    res.add_into(room, res.total(v.resource for v in victims))
     if not res.fits(ask.resource, room):
         return "the evictions do not free enough room"
     if len(victims) > 1 and any(res.fits(ask.resource, res.sub(room, v.resource)) for v in victims):

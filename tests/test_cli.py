@@ -257,6 +257,13 @@ def test_bench_simulate_prints_its_rates_as_json() -> None:
     assert data["sim_seconds_per_wall_s"] > 0 and data["events_per_s"] > 0
 
 
+def test_bench_opportunistic_prints_its_cycle_cost_as_json() -> None:
+    result = _invoke("bench", "opportunistic", "--nodes", "4", "--opportunistic", "40", "--starving", "3", "--json")
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    assert data["bench"] == "opportunistic" and data["opportunistic"] == 40 and data["cycle_ms"] > 0
+
+
 def test_bench_scenarios_prints_one_markdown_row_per_scenario_with_a_cell_per_policy() -> None:
     result = _invoke("bench", "scenarios", "--names", "fragmented", "--policies", "sniper,none", "--until", "60")
     assert result.exit_code == 0, result.output

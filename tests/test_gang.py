@@ -4,13 +4,16 @@ can never fit, the checker."""
 
 from __future__ import annotations
 
+import random
 from collections import Counter
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from core import resources as res
+from core.config import SchedulerConfig, parse_config
 from messages import decisions as d
 from messages import feed as f
 from messages import protocol as p
@@ -382,3 +385,158 @@ def test_gang_scenario_sniper_preempts_for_whole_gangs_only_and_the_baseline_was
     baseline = run_simulation(sc.events, sc.config, SimulationSettings(until=150, policy="proportional"))
     assert baseline.report["wasted_preemptions"] > 0 and baseline.report["invariant_violations"] == 0
     assert not [x for x in baseline.decisions if isinstance(x, d.Allocated) and x.app.startswith("train")]
+
+
+def test_a_gang_whose_victims_include_opportunistic_containers_is_committed_whole() -> None:
+    # Each node: b's two 25s and one opportunistic 50 of b; the gang's 75s need the 50 and one 25 each.
+    h = PreemptHarness(two_queues(150, 50))
+    h.nodes("n0", "n1")
+    opportunistic = []
+    for n, name in enumerate(["n0", "n1"]):
+        h.fill("b1", "root.b", name, [25, 25], start=float(2 * n))
+        h.feed(f.AskAdded(app="b1", ask=f"idle{n}", resource={"memory": 50}, execution_type="opportunistic"))
+        h.cache.allocate("b1", f"idle{n}", name)
+        h.pump()
+        opportunistic.append(h.allocated()[-1].allocation)
+    h.app("a1", "root.a")
+    h.feed(gang_ask("a1", "g", 75, count=2, gang_min=2))
+    h.starve(2)
+    assert not h.kills()  # evicting the opportunistic containers alone frees 50 of the 75
+    r = h.preempt_round()
+    assert r.outcome is not None and r.outcome.accepted == 2, r.outcome
+    assert all(set(pl.victims) & set(opportunistic) for pl in r.placements)
+    assert sorted(h.kills()) == sorted(opportunistic)  # at once, as anyone's
+    h.release(*h.kills())
+    h.tick(h.now + 16)
+    h.release(*h.kills()[2:])
+    assert sorted(x.node for x in h.allocated() if x.app == "a1") == ["n0", "n1"]
+    h.model.check(h.now)
+    assert not h.model.violations and not invariant_problems(h.cache.state)
+
+
+# ---------------------------------------------------------------------- with opportunistic containers
+
+
+def two_levels(policy: str, **guarantees: int) -> SchedulerConfig:
+    leaves = [queue(name, guaranteed={"memory": g}) for name, g in guarantees.items()]
+    raw = preemption_raw(*leaves, policy=policy, total_preemption_per_round=0.2)
+    return parse_config({"partitions": [raw]})
+
+
+def test_opportunistic_eviction_for_a_gang_is_all_members_or_none() -> None:
+    # Each 130 node holds b's 70 and 60 of opportunistic 10s: evictions make room for one 60 per node,
+    # so a gang of three 60s waits whole for the third node (t=40), under every policy.
+    events: list[f.Feed] = [
+        f.NodeAdded(t=0, node="n0", capacity={"memory": 130}),
+        f.NodeAdded(t=0, node="n1", capacity={"memory": 130}),
+        f.AppAdded(t=0, app="b1", queue="root.b"),
+        f.AskAdded(t=0, app="b1", ask="svc", resource={"memory": 70}, count=2, duration=500),
+        f.AppAdded(t=1, app="o1", queue="root.b"),
+        f.AskAdded(
+            t=1, app="o1", ask="idle", resource={"memory": 10}, count=12, duration=500, execution_type="opportunistic"
+        ),
+        f.AppAdded(t=10, app="a1", queue="root.a"),
+        gang_ask("a1", "g", 60, count=3, gang_min=3, t=10, duration=100),
+        f.NodeAdded(t=40, node="n2", capacity={"memory": 130}),
+    ]
+    for policy in ("sniper", "proportional", "none"):
+        result = run_simulation(events, two_levels(policy, a=180, b=140), SimulationSettings(until=200, policy=policy))
+        assert result.report["invariant_violations"] == 0, (policy, result.report["violations"])
+        gang = [x for x in result.decisions if isinstance(x, d.Allocated) and x.app == "a1"]
+        assert [x.t for x in gang] == [40.0] * 3, policy
+        kills = [x for x in result.decisions if isinstance(x, d.Kill)]
+        assert kills and all(x.t >= 40.0 and x.reason == "opportunistic" for x in kills), policy
+
+
+def mixed_workload(seed: int, nodes: int, apps: int, horizon: float) -> list[f.Feed]:
+    """Guaranteed work, gangs and opportunistic work in three queues, contract apps among them, and
+    nodes lost and back: ``apps`` apps of one ask each arriving over ``horizon`` seconds."""
+    rng = random.Random(seed)
+    capacity = {"memory": 64, "vcore": 16}
+    events: list[f.Feed] = [f.NodeAdded(t=0, node=f"n{i:03d}", capacity=capacity) for i in range(nodes)]
+    for k in range(apps):
+        t = round(rng.uniform(0, horizon), 1)
+        app = f"app{k}"
+        queue_path = rng.choice(["root.prod", "root.dev", "root.batch"])
+        events.append(f.AppAdded(t=t, app=app, queue=queue_path, preemption_contract=rng.random() < 0.2))
+        kind = rng.random()
+        if kind < 0.25:
+            k_min = rng.randint(2, 4)
+            events.append(
+                f.AskAdded(
+                    t=t,
+                    app=app,
+                    ask="g",
+                    resource={"memory": rng.choice([16, 24, 32]), "vcore": 4},
+                    count=k_min + rng.randint(0, 2),
+                    gang_min=k_min,
+                    duration=rng.uniform(60, 300),
+                )
+            )
+        elif kind < 0.55:
+            events.append(
+                f.AskAdded(
+                    t=t,
+                    app=app,
+                    ask="o",
+                    resource={"memory": rng.choice([4, 8]), "vcore": 1},
+                    count=rng.randint(2, 12),
+                    duration=rng.uniform(60, 400),
+                    execution_type="opportunistic",
+                )
+            )
+        else:
+            events.append(
+                f.AskAdded(
+                    t=t,
+                    app=app,
+                    ask="w",
+                    resource={"memory": rng.choice([4, 8, 16]), "vcore": 2},
+                    count=rng.randint(1, 10),
+                    duration=rng.uniform(30, 300),
+                )
+            )
+    for _ in range(nodes // 10):
+        t = round(rng.uniform(horizon * 0.2, horizon), 1)
+        name = f"n{rng.randrange(nodes):03d}"
+        events.append(f.NodeRemoved(t=t, node=name))
+        events.append(f.NodeAdded(t=t + rng.uniform(10, 60), node=name, capacity=capacity))
+    events.sort(key=lambda e: e.t)
+    return events
+
+
+@pytest.mark.parametrize("policy", ["sniper", "proportional", "none"])
+def test_a_long_mixed_workload_keeps_every_gang_whole(policy: str) -> None:
+    events = mixed_workload(seed=0, nodes=20, apps=120, horizon=400)
+    config = two_levels(policy, prod=500, dev=300, batch=100)
+    result = run_simulation(events, config, SimulationSettings(until=600, policy=policy))
+    assert result.report["invariant_violations"] == 0, result.report["violations"][:5]
+    gangs = {x.app for x in result.decisions if isinstance(x, d.Allocated) and x.ask == "g"}
+    evicted = [x for x in result.decisions if isinstance(x, d.Kill) and x.reason == "opportunistic"]
+    assert len(gangs) > 5 and evicted  # the workload exercises both
+
+
+def test_a_gang_stays_whole_through_node_loss_beside_opportunistic_work_and_a_contract_app() -> None:
+    # b's contract app holds four 35s on two 130 nodes, opportunistic 10s fill the rest; the gang of
+    # three 60s fits once n2 joins (t=40); n2, holding two members, is lost at t=60.
+    events: list[f.Feed] = [
+        f.NodeAdded(t=0, node="n0", capacity={"memory": 130}),
+        f.NodeAdded(t=0, node="n1", capacity={"memory": 130}),
+        f.AppAdded(t=0, app="b1", queue="root.b", preemption_contract=True),
+        f.AskAdded(t=0, app="b1", ask="svc", resource={"memory": 35}, count=4, duration=500),
+        f.AppAdded(t=1, app="o1", queue="root.b"),
+        f.AskAdded(
+            t=1, app="o1", ask="idle", resource={"memory": 10}, count=12, duration=500, execution_type="opportunistic"
+        ),
+        f.AppAdded(t=10, app="a1", queue="root.a"),
+        gang_ask("a1", "g", 60, count=3, gang_min=3, t=10, duration=100),
+        f.NodeAdded(t=40, node="n2", capacity={"memory": 130}),
+        f.NodeRemoved(t=60, node="n2"),
+    ]
+    for policy in ("sniper", "proportional", "none"):
+        result = run_simulation(events, two_levels(policy, a=180, b=100), SimulationSettings(until=300, policy=policy))
+        assert result.report["invariant_violations"] == 0, (policy, result.report["violations"])
+        members = [x for x in result.decisions if isinstance(x, d.Allocated) and (x.app, x.ask) == ("a1", "g")]
+        assert [x.t for x in members] == [40.0] * 3, policy
+        lost = [x for x in result.decisions if isinstance(x, d.AllocationLost) and x.app == "a1"]
+        assert [(x.t, x.ask) for x in lost] == [(60.0, "g"), (60.0, "g")], policy

@@ -538,3 +538,23 @@ def test_the_models_invariant_5_counts_no_opportunistic_container_as_the_victim_
     # Only the guaranteed container counts: without it root.a is below its guarantee (the opportunistic
     # one on the same queue does not hold it up).
     assert [(v.invariant, v.reason) for v in model.violations] == [(5, "victim x1 takes root.a below its guarantee")]
+
+
+def test_a_gang_that_evictions_cannot_complete_leaves_the_room_to_opportunistic_asks() -> None:
+    # n0: b's 40, opportunistic 50, 10 free: one 60 member fits once the 50 goes; n1 is b's alone. The
+    # gang of two evicts nothing, and the opportunistic 10 still takes n0's free room.
+    h = Harness(config_of(queue("a", guaranteed={"memory": 120}), queue("b", guaranteed={"memory": 140})))
+    h.feed(f.NodeAdded(node="n0", capacity={"memory": 100}), f.NodeAdded(node="n1", capacity={"memory": 100}))
+    h.feed(f.AppAdded(app="a1", queue="root.a"), f.AppAdded(app="b1", queue="root.b"))
+    h.feed(gua("b1", "svc", 40), f.AskAdded(app="b1", ask="full", resource={"memory": 100}))
+    h.cache.allocate("b1", "svc", "n0")
+    h.cache.allocate("b1", "full", "n1")
+    h.feed(opp("b1", "idle", 50))
+    h.cache.allocate("b1", "idle", "n0")
+    h.pump()
+    h.feed(f.AskAdded(app="a1", ask="g", resource={"memory": 60}, count=2, gang_min=2), opp("b1", "small", 10))
+    settle(h)
+    assert not kills(h)
+    small = [x for x in h.allocated() if x.ask == "small"]
+    assert [x.node for x in small] == ["n0"]
+    assert not h.model.violations and not invariant_problems(h.cache.state)

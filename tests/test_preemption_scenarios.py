@@ -11,11 +11,15 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
+from core.config import parse_config
 from messages import decisions as d
+from messages import feed as f
 from simulator.compare import compare
-from simulator.run import SimulationResult, SimulationSettings
+from simulator.run import SimulationResult, SimulationSettings, run_simulation
 from simulator.scenarios import scenario
 from sniper.cli import app
+from tests.core_support import queue
+from tests.preemption_support import preemption_raw
 
 UNTIL = 400.0
 
@@ -136,3 +140,36 @@ def test_sniper_compare_prints_a_table() -> None:
     assert rows["invariant violations"] == ["0", "0"]
     assert rows["preempted containers"][1] == "0"
     assert int(rows["preempted containers"][0]) > 0  # team.y preempts team.x inside the fence by 60 s
+
+
+# ---------------------------------------------------------------------- a capped middle parent
+
+
+def test_under_a_capped_parent_every_victims_room_reaches_its_beneficiary_without_waiting_for_a_timeout() -> None:
+    # root.p (max 500) over leaves x (guarantee 200) and y (300); root.q.z beside it. y borrows p's
+    # whole max, z the rest of the 8 nodes; x then asks for its guarantee. The round's budget (80)
+    # spreads the 20 victims over three rounds: the first rounds' reservations are fulfilled as their
+    # victims leave, not held back under p's max by the later rounds' victims.
+    raw = preemption_raw(
+        queue(
+            "p",
+            queue("x", guaranteed={"memory": 200}),
+            queue("y", guaranteed={"memory": 300}),
+            maximum={"memory": 500},
+        ),
+        queue("q", queue("z", guaranteed={"memory": 200})),
+        total_preemption_per_round=0.1,
+    )
+    events: list[f.Feed] = [f.NodeAdded(t=0, node=f"n{i}", capacity={"memory": 100}) for i in range(8)]
+    for t, name, leaf, count in ((0, "y1", "root.p.y", 50), (1, "z1", "root.q.z", 30), (30, "x1", "root.p.x", 30)):
+        events.append(f.AppAdded(t=t, app=name, queue=leaf))
+        events.append(f.AskAdded(t=t, app=name, ask="w", resource={"memory": 10}, count=count, duration=2000))
+    result = run_simulation(events, parse_config({"partitions": [raw]}), SimulationSettings(until=400, policy="sniper"))
+    report = result.report
+    assert report["invariant_violations"] == 0, report["violations"]
+    assert report["preemptions"]["victims"] == 20
+    assert report["wasted_preemptions"] == 0
+    ended = [x.reason for x in result.decisions if isinstance(x, d.ReservationEnded)]
+    assert not [r for r in ended if "timed out" in r], ended
+    ttg = report["time_to_guarantee"]["root.p.x"]
+    assert ttg["unmet"] == 0 and ttg["max"] is not None and ttg["max"] <= 20  # the last round's victims' grace

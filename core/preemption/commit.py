@@ -170,11 +170,13 @@ def _check_gang(
         if limits is not None:
             limits.charge(ask)
         for v in victims:
-            if not intra:
+            if not intra and not v.opportunistic:  # an opportunistic victim counts in no queue
                 res.sub_into(lose[v.queue.path], v.resource)
             if limits is not None:
                 limits.take(v)
-            holders: list[Node | Queue] = [state.nodes[pl.node], *v.queue.lineage()]
+            holders: list[Node | Queue] = [state.nodes[pl.node]]
+            if not v.opportunistic:
+                holders.extend(v.queue.lineage())
             for holder in holders:
                 res.add_into(holder.preempting, v.resource)
                 freeing.append((holder, v.resource))

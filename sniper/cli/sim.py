@@ -296,6 +296,24 @@ def bench_preempt_cmd(
         print_table("bench preempt", result)
 
 
+@bench_app.command("opportunistic")
+def bench_opportunistic_cmd(
+    nodes: Annotated[int, typer.Option(min=1)] = 1000,
+    opportunistic: Annotated[int, typer.Option(min=1)] = 20_000,
+    starving: Annotated[int, typer.Option(min=1)] = 100,
+    as_json: Annotated[bool, typer.Option("--json", help="one JSON object on stdout")] = False,
+) -> None:
+    """Allocator cycles with starving guaranteed asks beside opportunistic containers that cannot help."""
+    from tools.bench_core import bench_opportunistic
+
+    tune_gc()
+    result = bench_opportunistic(nodes, opportunistic, starving)
+    if as_json:
+        sys.stdout.write(json.dumps(result) + "\n")
+    else:
+        print_table("bench opportunistic", result)
+
+
 @bench_app.command("scenarios")
 def bench_scenarios_cmd(
     names: Annotated[str | None, typer.Option(help="comma-separated bundled scenarios (default: all)")] = None,
