@@ -3,6 +3,8 @@ through the real actors (the independent model checks every invariant on the way
 
 - the deadzone is YARN's trigger, not a floor: a queue that borrowed everything is taken to its ideal,
   never left inside the band while its siblings wait below their guarantees;
+- a gang that fills its queue's guarantee exactly, on any resource, is served; one unit beyond it on any
+  resource is not (it would take the victims' queue below its own guarantee);
 """
 
 from __future__ import annotations
@@ -100,3 +102,55 @@ def test_a_queue_above_the_deadzone_is_taken_to_its_ideal_not_to_the_band(domina
     for q in ("root.a", "root.b"):
         assert baseline[q]["unmet"] == 0
         assert ttg[q]["max"] <= baseline[q]["max"]
+
+
+# ---------------------------------------------------------------------- a gang that fits its guarantee exactly
+
+
+def gang_for_a_full_guarantee(members: int, memory: int, vcore: int, deadzone: float) -> tuple[list[f.Feed], Any]:
+    """Queues a and b guaranteed 32 GiB / 32 cores each on four 16 GiB / 16-core nodes; b holds everything
+    in 1 GiB / 1-core containers; a asks for a gang of ``members`` x (``memory`` MiB, ``vcore`` milli-cores)."""
+    cfg = config(
+        [guaranteed(name, memory="32Gi", vcore="32") for name in ("a", "b")],
+        total_preemption_per_round=1.0,
+        max_ignored_over_capacity=deadzone,
+    )
+    events = nodes(4, 16 * GiB, 16 * CORE)
+    events += [
+        f.AppAdded(t=0.0, app="b1", queue="root.b"),
+        f.AskAdded(t=0.0, app="b1", ask="t", resource={"memory": GiB, "vcore": CORE}, count=64),
+        f.AppAdded(t=10.0, app="a1", queue="root.a"),
+        f.AskAdded(
+            t=10.0, app="a1", ask="g", resource={"memory": memory, "vcore": vcore}, count=members, gang_min=members
+        ),
+    ]
+    return events, cfg
+
+
+@pytest.mark.parametrize("deadzone", [0.0, 0.1])
+@pytest.mark.parametrize(
+    ("members", "memory", "vcore", "victims"),
+    [
+        (4, 8 * GiB, 8 * CORE, 32),  # exactly the guarantee on both resources
+        (4, 8 * GiB, 4 * CORE, 32),  # exactly on memory
+        (4, 4 * GiB, 8 * CORE, 32),  # exactly on vcores
+        (2, 16 * GiB, 16 * CORE, 32),  # two whole nodes
+    ],
+)
+def test_a_gang_that_fills_its_queues_guarantee_exactly_is_served(
+    members: int, memory: int, vcore: int, victims: int, deadzone: float
+) -> None:
+    events, cfg = gang_for_a_full_guarantee(members, memory, vcore, deadzone)
+    result = simulate(events, cfg, "sniper", until=200.0)
+    assert result.report["preemptions"]["victims"] == victims
+    assert usage(result, "root.a", "memory") == members * memory
+    assert usage(result, "root.a", "vcore") == members * vcore
+    assert result.report["time_to_guarantee"]["root.a"]["unmet"] == 0
+
+
+@pytest.mark.parametrize(("memory", "vcore"), [(8 * GiB + 1, 8 * CORE), (8 * GiB, 8 * CORE + 1)])
+def test_a_gang_one_unit_beyond_its_queues_guarantee_preempts_nothing(memory: int, vcore: int) -> None:
+    events, cfg = gang_for_a_full_guarantee(4, memory, vcore, 0.1)
+    result = simulate(events, cfg, "sniper", until=200.0)
+    assert result.report["preemptions"]["victims"] == 0
+    assert usage(result, "root.b", "memory") == 64 * GiB

@@ -30,7 +30,7 @@ from core.limits import Limits
 from core.opportunistic import KILL_REASON, evict
 from core.preemption.contract import Requests
 from core.preemption.placement import quota_allows, spend
-from core.preemption.quotas import Quotas, compute_quotas, net_usage
+from core.preemption.quotas import Quotas, compute_quotas, net_usage, within_share
 from core.preemption.rules import may_preempt_for, preemption_disabled
 from core.resources import Resource
 from core.state import Allocation, Ask, Node, PartitionState, Queue
@@ -152,8 +152,8 @@ def _check_gang(
     queue = ask.app.queue
     ideal = None if quotas is None else quotas.ideal.get(queue.path)
     whole = res.add(queue.usage(), res.scale(ask.resource, need))
-    if ideal is not None and res.drf_above(whole, ideal, state.capacity):
-        return f"gang of {need} would take {queue.path} above its ideal ({res.fmt(ideal)})"
+    if ideal is not None and not within_share(queue, whole, ideal, state.capacity):
+        return f"gang of {need} would take {queue.path} above its ideal ({res.fmt(ideal)}) and its guarantee"
     lose = {k: dict(v) for k, v in lose_left.items()}
     claimed: set[str] = set()
     # Earlier members' victims, counted as leaving (preempting) on their node and up their queue tree.

@@ -29,7 +29,7 @@ from core.allocation import CandidateFilter, find_ask_candidates, try_allocate, 
 from core.allocator import Allocator
 from core.limits import Limits
 from core.preemption.costs import victim_cost
-from core.preemption.quotas import below_ideal, guarantee_floor, net_usage
+from core.preemption.quotas import below_ideal, guarantee_floor, net_usage, within_share
 from core.preemption.rules import may_preempt_for, preemption_disabled
 from core.resources import Resource
 from core.state import Allocation, Ask, AskKey, Node, PartitionState, Queue, ask_label
@@ -226,14 +226,14 @@ class VictimPlacer:
 
     def open_unit(self, state: PartitionState, ask: Ask, members: int) -> bool:
         """Start a gang of ``members``: refused once the budget is spent, or when the whole gang would
-        take its queue above its ideal (no victim for a gang that cannot be completed)."""
+        take its queue beyond its share (:func:`within_share`: no victim for a gang that cannot be completed)."""
         if self.exhausted:
             self.budget_stopped.add(ask.key)
             return False
         target = self.request.targets.get(ask.app.queue.path)
         if target is not None and not self.intra:
             after = res.add(ask.app.queue.usage(), res.scale(ask.resource, members))
-            if res.drf_above(after, target, state.capacity):
+            if not within_share(ask.app.queue, after, target, state.capacity):
                 return False
         self._unit = _RoundMark(
             {k: dict(v) for k, v in self.quota_left.items()},

@@ -103,6 +103,13 @@ def over_deadzone(
     return over and res.drf_above(held, dead, capacity)
 
 
+def within_share(queue: Queue, after: Resource, ideal: Resource, capacity: Resource) -> bool:
+    """Whether a beneficiary queue holding ``after`` stays within what it is owed: at most its ideal, or at
+    most its guarantee (the elastic minimum every queue keeps, however the fix-point's rounding split the
+    last units between it and a sibling), in the DRF comparison. An exact fit is within it."""
+    return not res.drf_above(after, ideal, capacity) or not res.drf_above(after, queue.guaranteed, capacity)
+
+
 def allows(queue: Queue, quota: Resource, taken: Resource, victim: Resource, capacity: Resource) -> bool:
     """Whether a victim queue may lose ``victim`` after losing ``taken`` this round, ``quota`` being its
     ``may_lose``: yes within the quota; beyond it, a whole container is still allowed while the queue has
