@@ -49,6 +49,13 @@ class Sample:
     opportunistic: Resource = dataclasses.field(default_factory=dict)  # outside every queue's usage
 
 
+def within_guarantee(after: Resource, guaranteed: Resource, capacity: Resource) -> bool:
+    """Whether a queue holding ``after`` is not beyond its guarantee: the DRF comparison on the resources the
+    guarantee names (the others are not guaranteed). A queue whose every pending container would take it
+    beyond its guarantee is at it: containers are whole."""
+    return not res.drf_above({k: after.get(k, 0) for k in guaranteed}, guaranteed, capacity)
+
+
 def _percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     if not ordered:
@@ -90,7 +97,9 @@ class Metrics:
                 continue
             u, p = usage.get(path, {}), derived.demand.get(path, {})  # asks a limit holds back are no demand
             target = res.component_min(cfg.guaranteed, res.add(u, p))
-            satisfied = not res.drf_below(u, target, capacity)
+            satisfied = not res.drf_below(u, target, capacity) or not any(
+                within_guarantee(res.add(u, shape), cfg.guaranteed, capacity) for shape in derived.shapes.get(path, ())
+            )
             if not satisfied and path not in self._open:
                 self._open[path] = t
             elif satisfied and path in self._open:

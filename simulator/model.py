@@ -62,6 +62,7 @@ class Derived:
     notices: int  # allocations under a preemption notice
     capacity: Resource
     opportunistic: Resource  # held by running opportunistic containers (in no queue's usage)
+    shapes: dict[str, list[Resource]]  # per leaf queue, its pending guaranteed containers' distinct sizes
 
 
 @dataclasses.dataclass(slots=True)
@@ -501,6 +502,7 @@ class ClusterModel:
         usage = {path: res.normalized(r) for path, r in self.usage.items()}
         pending: dict[str, Resource] = defaultdict(dict)
         waiting: dict[tuple[str, str], int] = {}  # open guaranteed asks -> containers left
+        shapes: dict[str, list[Resource]] = defaultdict(list)
         containers = 0
         for key in self.open:
             resource, count = self.asks[key]
@@ -512,13 +514,17 @@ class ClusterModel:
             if key in self.opportunistic_asks:
                 continue  # waits for idle room: no queue's demand
             waiting[key] = left
+            if resource not in shapes[queue]:
+                shapes[queue].append(resource)
             for path in _lineage(queue):
                 res.add_into(pending[path], resource, left)
         demand = self._limited_demand(waiting) if self._has_limits() else pending
         if self._capacity is None:
             self._capacity = res.total(self.nodes.values())
         opportunistic = res.normalized(self.opportunistic)
-        self._derived = Derived(usage, pending, demand, containers, self.notices, self._capacity, opportunistic)
+        self._derived = Derived(
+            usage, pending, demand, containers, self.notices, self._capacity, opportunistic, dict(shapes)
+        )
         self._derived_version = self.version
         return self._derived
 

@@ -5,6 +5,8 @@ through the real actors (the independent model checks every invariant on the way
   never left inside the band while its siblings wait below their guarantees;
 - a gang that fills its queue's guarantee exactly, on any resource, is served; one unit beyond it on any
   resource is not (it would take the victims' queue below its own guarantee);
+- ``time_to_guarantee`` counts whole containers: a queue whose every pending container would take it
+  beyond its guarantee is at it;
 """
 
 from __future__ import annotations
@@ -154,3 +156,41 @@ def test_a_gang_one_unit_beyond_its_queues_guarantee_preempts_nothing(memory: in
     result = simulate(events, cfg, "sniper", until=200.0)
     assert result.report["preemptions"]["victims"] == 0
     assert usage(result, "root.b", "memory") == 64 * GiB
+
+
+# ---------------------------------------------------------------------- whole containers in time_to_guarantee
+
+
+@pytest.mark.parametrize("dominant", ["memory", "vcore"])
+@pytest.mark.parametrize(("sizes", "short"), [([30], False), ([30, 12], True), ([12], True)])
+def test_a_queue_is_at_its_guarantee_when_its_next_container_would_take_it_beyond(
+    dominant: str, sizes: list[int], short: bool
+) -> None:
+    """a (guaranteed 192) runs six containers of 30 on a full cluster, b the rest; then a asks for more
+    containers of ``sizes``. Nothing is preempted (policy none): a stays at 180. With only containers of
+    30 pending it can never get another without passing its guarantee, so it is at it; a pending 12 would
+    fit, so with one it is short of its guarantee for good."""
+    unit = GiB if dominant == "memory" else CORE
+    other = {"vcore": CORE} if dominant == "memory" else {"memory": GiB}
+    suffix = "Gi" if dominant == "memory" else ""
+    cfg = config(
+        [guaranteed("a", **{dominant: f"192{suffix}"}), guaranteed("b", **{dominant: f"448{suffix}"})], policy="none"
+    )
+    big = 1024 * (GiB if dominant == "vcore" else CORE)
+    events = nodes(6, 120 * unit if dominant == "memory" else big, 120 * unit if dominant == "vcore" else big)
+    events += [
+        f.AppAdded(t=0.0, app="a1", queue="root.a"),
+        f.AskAdded(t=0.0, app="a1", ask="run", resource={dominant: 30 * unit, **other}, count=6),
+        f.AppAdded(t=1.0, app="b1", queue="root.b"),
+        f.AskAdded(t=1.0, app="b1", ask="run", resource={dominant: 20 * unit, **other}, count=27),
+        f.AppAdded(t=2.0, app="a2", queue="root.a"),
+    ]
+    events += [
+        f.AskAdded(t=2.0, app="a2", ask=f"more{size}", resource={dominant: size * unit, **other}, count=3)
+        for size in sizes
+    ]
+    result = simulate(events, cfg, "none", until=100.0)
+    assert usage(result, "root.a", dominant) == 180 * unit
+    assert usage(result, "root.b", dominant) == 540 * unit
+    ttg = result.report["time_to_guarantee"]
+    assert (ttg.get("root.a", {}).get("unmet", 0) == 1) is short
