@@ -16,8 +16,8 @@ from hypothesis import strategies as st
 
 from core import resources as res
 from core.config import parse_partition
+from core.preemption.placement import may_take
 from core.preemption.quotas import (
-    allows,
     below_ideal,
     compute_quotas,
     floor_of,
@@ -408,4 +408,4 @@ def test_a_whole_victim_beyond_the_quota_is_allowed_while_the_guarantee_holds(
     assert quota == {"memory": 200 - max(quotas.ideal["root.b"]["memory"], 100)}
     b = h.cache.state.queues["root.b"]
     cap = h.cache.state.capacity
-    assert allows(b, quota, {"memory": taken}, {"memory": victim}, cap) is allowed
+    assert may_take(b, {"memory": taken}, {"memory": victim}, quota, cap) is allowed

@@ -9,7 +9,7 @@ on some resource may lose what its net usage holds above its floor
 (:func:`floor_of`): its guarantee's dominant share of its dominant resource, and its ideal on the resource
 it is most over. Its quota (``may_lose``) is that difference, every other resource included: a
 memory-heavy queue loses vcores with its containers though it holds fewer than its guarantee names. A whole
-container beyond the quota is still allowed (:func:`allows`) while the queue has something left to lose
+container beyond the quota is still allowed (``placement.may_take``) while the queue has something left to lose
 and stays at or above its guarantee without it. Never anything from a ``disabled`` queue. A leaf below its
 ideal (DRF), with demand its user, group and application limits let run, is a beneficiary.
 Invariant (5a): no victim takes a queue below its guarantee; it may end below its ideal by less than the
@@ -108,20 +108,6 @@ def within_share(queue: Queue, after: Resource, ideal: Resource, capacity: Resou
     most its guarantee (the elastic minimum every queue keeps, however the fix-point's rounding split the
     last units between it and a sibling), in the DRF comparison. An exact fit is within it."""
     return not res.drf_above(after, ideal, capacity) or not res.drf_above(after, queue.guaranteed, capacity)
-
-
-def allows(queue: Queue, quota: Resource, taken: Resource, victim: Resource, capacity: Resource) -> bool:
-    """Whether a victim queue may lose ``victim`` after losing ``taken`` this round, ``quota`` being its
-    ``may_lose``: yes within the quota; beyond it, a whole container is still allowed while the queue has
-    something left to lose (``taken`` within the quota: it is above its ideal) and it stays at or above its
-    guarantee without it (DRF). So it may end below its ideal by less than one container (invariant 5a)."""
-    after = res.add(taken, victim)
-    if res.fits(after, quota):
-        return True
-    if not res.fits(taken, quota):
-        return False
-    left = res.clamp_min_zero(res.sub(net_usage(queue), after))
-    return not res.drf_below(left, guarantee_floor(left, queue.guaranteed, capacity), capacity)
 
 
 def usable_capacity(state: PartitionState) -> Resource:
