@@ -280,6 +280,7 @@ class PlacementRequest(Message, tag="placement_request", frozen=True, gc=False):
     victim_cost: str = "running_time"
     max_candidate_nodes: int | None = None  # opt-in cap on the nodes costed per placement
     intra_queue: bool = False
+    required_node: bool = False  # required-node asks preempt on their node by its own rule (any queue)
 
 
 class PlacementReply(Message, tag="placement_reply", frozen=True, gc=False):

@@ -7,6 +7,12 @@ through the real actors (the independent model checks every invariant on the way
   resource is not (it would take the victims' queue below its own guarantee);
 - ``time_to_guarantee`` counts whole containers: a queue whose every pending container would take it
   beyond its guarantee is at it;
+- an ask that requires a node (a daemon set) preempts on that node as YuniKorn's required-node preemptor
+  does: lower priority first, never a higher priority, never another required-node container, whichever
+  queue the victims are in, with or without ``intra_queue``; ``preemption.required_node: false`` turns it off.
+
+The exit codes of a run that decides nothing and the pending bound of one ask are checked through the
+command line in ``test_cli_errors.py`` and ``test_admission.py``.
 """
 
 from __future__ import annotations
@@ -16,8 +22,11 @@ from typing import Any
 import pytest
 
 from core.config import parse_config
+from messages import decisions as d
 from messages import feed as f
 from simulator.run import SimulationResult, SimulationSettings, run_simulation
+from tests.core_support import queue
+from tests.preemption_support import PreemptHarness, preemption_raw, proposal
 
 GiB = 1024
 CORE = 1000
@@ -194,3 +203,123 @@ def test_a_queue_is_at_its_guarantee_when_its_next_container_would_take_it_beyon
     assert usage(result, "root.b", dominant) == 540 * unit
     ttg = result.report["time_to_guarantee"]
     assert (ttg.get("root.a", {}).get("unmet", 0) == 1) is short
+
+
+# ---------------------------------------------------------------------- required-node asks
+
+
+def daemon_set(
+    running: list[tuple[str, str, int]],
+    *,
+    ask_priority: int = 0,
+    intra_queue: bool = False,
+    required_node: bool = True,
+    extra: list[f.Feed] | None = None,
+) -> SimulationResult:
+    """Queues a and b (16 GiB / 16 cores guaranteed each) on nodes n00 and n01 of 16 GiB / 16 cores. Each
+    ``(app, queue, priority)`` of ``running`` starts one 4 GiB / 1-core container (on n00 first, binpacking
+    the rest), every node full in the end; at t=10 an ask of app ``ds`` in root.a requires n01 for 2 GiB.
+    A required-node container is given as queue ``pinned:<queue>`` (its ask requires n01 too)."""
+    cfg = config(
+        [guaranteed(name, memory="16Gi", vcore="16") for name in ("a", "b")],
+        intra_queue=intra_queue,
+        required_node=required_node,
+        total_preemption_per_round=1.0,
+    )
+    events = nodes(2, 16 * GiB, 16 * CORE)
+    apps: set[str] = set()
+    for i, (app, queue_name, priority) in enumerate(running):
+        pinned = queue_name.startswith("pinned:")
+        queue_path = f"root.{queue_name.removeprefix('pinned:')}"
+        if app not in apps:
+            apps.add(app)
+            events.append(f.AppAdded(t=0.0, app=app, queue=queue_path))
+        events.append(
+            f.AskAdded(
+                t=i * 0.01,
+                app=app,
+                ask=f"c{i}",
+                resource={"memory": 4 * GiB, "vcore": CORE},
+                priority=priority,
+                node="n01" if pinned else None,
+            )
+        )
+    events += [
+        f.AppAdded(t=10.0, app="ds", queue="root.a"),
+        f.AskAdded(
+            t=10.0, app="ds", ask="d", resource={"memory": 2 * GiB, "vcore": 500}, priority=ask_priority, node="n01"
+        ),
+    ]
+    return simulate(sorted([*events, *(extra or [])], key=lambda e: e.t), cfg, "sniper", until=120.0)
+
+
+def victims(result: SimulationResult) -> list[tuple[str, str]]:
+    """(victim app, its ask) of every notice, in order."""
+    apps = {x.allocation: (x.app, x.ask) for x in result.decisions if isinstance(x, d.Allocated)}
+    return [apps[x.allocation] for x in result.decisions if isinstance(x, d.Preempt)]
+
+
+def daemon_ran(result: SimulationResult) -> bool:
+    return any(isinstance(x, d.Allocated) and x.app == "ds" and x.node == "n01" for x in result.decisions)
+
+
+EIGHT_OF_A = [("a1", "a", 0)] * 8  # root.a at its guarantee, both nodes full
+
+
+@pytest.mark.parametrize("intra_queue", [False, True])
+def test_a_required_node_ask_preempts_on_its_node_in_its_own_full_queue(intra_queue: bool) -> None:
+    result = daemon_set(EIGHT_OF_A, intra_queue=intra_queue)
+    assert victims(result) == [("a1", "c7")]  # one container of n01 (the youngest), enough for 2 GiB
+    assert daemon_ran(result)
+
+
+def test_required_node_preemption_can_be_switched_off() -> None:
+    result = daemon_set(EIGHT_OF_A, required_node=False)
+    assert victims(result) == [] and not daemon_ran(result)
+
+
+def test_a_required_node_ask_preempts_whichever_queue_holds_its_node() -> None:
+    # b is far below its guarantee: no quota lets anyone take from it, the required-node rule does
+    result = daemon_set([("a1", "a", 0)] * 4 + [("b1", "b", 0)] * 4)
+    assert [app for app, _ in victims(result)] == ["b1"]
+    assert daemon_ran(result)
+
+
+def test_lower_priority_goes_first_and_a_higher_priority_never() -> None:
+    on_n01 = [("b1", "b", 5), ("b2", "b", 1), ("b3", "b", 5), ("b4", "b", 3)]
+    result = daemon_set([("a1", "a", 0)] * 4 + on_n01, ask_priority=3)
+    assert victims(result) == [("b2", "c5")]
+    result = daemon_set([("a1", "a", 0)] * 4 + [("b1", "b", 5)] * 4, ask_priority=3)
+    assert victims(result) == [] and not daemon_ran(result)
+
+
+def test_a_required_node_container_is_never_a_victim_of_another() -> None:
+    result = daemon_set([("a1", "a", 0)] * 4 + [("ds0", "pinned:b", 0)] * 4)
+    assert victims(result) == [] and not daemon_ran(result)
+
+
+def test_a_node_removed_mid_grace_ends_the_reservation_and_preempts_nothing_more() -> None:
+    result = daemon_set(EIGHT_OF_A, extra=[f.NodeRemoved(t=15.0, node="n01")])
+    assert victims(result) == [("a1", "c7")]
+    ended = [x.reason for x in result.decisions if isinstance(x, d.ReservationEnded)]
+    assert len(ended) == 1 and "n01" in ended[0]
+    assert not daemon_ran(result)
+
+
+@pytest.mark.parametrize(
+    ("victim_priority", "why"),
+    [(1, None), (3, None), (5, "higher priority (5) than the required-node ask (3)")],
+)
+def test_the_commit_check_holds_a_required_node_placement_to_the_same_rule(
+    victim_priority: int, why: str | None
+) -> None:
+    """The cache re-checks a hand-made proposal: a victim of b (below its guarantee: no quota) on the
+    required node is accepted when its priority is at most the ask's."""
+    h = PreemptHarness(preemption_raw(queue("a", guaranteed={"memory": 100}), queue("b", guaranteed={"memory": 100})))
+    h.nodes("n1", memory=100)
+    victim = h.run("b1", 100, "n1", priority=victim_priority, queue_path="root.b")
+    h.app("ds", "root.a")
+    h.ask("ds", "d", 10, priority=3, node="n1")
+    outcome, _ = h.commit(proposal("ds", "d", "n1", [victim]))
+    assert outcome.accepted == (1 if why is None else 0)
+    assert list(outcome.rejected.values()) == ([] if why is None else [f"victim {victim} has a {why}"])

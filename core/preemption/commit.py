@@ -8,16 +8,16 @@ checks repeat invariant 5 on the cache's own figures: the victim's queue is abov
 deadzone and loses at most its quota plus one whole container, never going below its guarantee; the
 beneficiary's queue is below its ideal and within every ``max`` once the victims of its subtree are
 gone; no priority inversion, no fence crossed, no disabled queue, no container placed for a required
-node; the victim set is minimal (for the room and for those ``max``); the beneficiary stays within its
-user, group and application limits (an intra-queue victim of the same priority or more belongs to a
-user above its limit). A gang's missing members are one unit (:mod:`core.gang`): all
-validated, each counting the members before it, then all committed in the same view delta, or none;
-never one whose whole gang would take its queue above its ideal. Observe-only proposals publish what
-would be preempted and change nothing.
-Opportunistic victims stand outside those queue rules, quotas and ``max`` (they count in no queue) and
-are killed at once (:func:`core.opportunistic.evict`). Victims of apps with a preemption
-contract get no notice of their own: their app gets one request per commit
-(:mod:`core.preemption.contract`).
+node; the victim set is minimal (for the room and for those ``max``). An ask that requires a node is
+judged by the required-node rule instead of the queue relations and quotas
+(``placement.required_node_victim``). The beneficiary stays within its user, group and application limits
+(an intra-queue victim of the same priority or more belongs to a user above its limit). A gang's missing
+members are one unit (:mod:`core.gang`): all validated, each counting the members before it, then all
+committed in the same view delta, or none; never one whose whole gang would take its queue above its
+ideal. Observe-only proposals publish what would be preempted and change nothing. Opportunistic victims
+stand outside those queue rules, quotas and ``max`` (they count in no queue) and are killed at once
+(:func:`core.opportunistic.evict`). Victims of apps with a preemption contract get no notice of their own:
+their app gets one request per commit (:mod:`core.preemption.contract`).
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from core import resources as res
 from core.limits import Limits
 from core.opportunistic import KILL_REASON, evict
 from core.preemption.contract import Requests
-from core.preemption.placement import quota_allows, spend
+from core.preemption.placement import quota_allows, required_node_victim, spend
 from core.preemption.quotas import Quotas, compute_quotas, net_usage, within_share
 from core.preemption.rules import may_preempt_for, preemption_disabled
 from core.resources import Resource
@@ -170,7 +170,7 @@ def _check_gang(
         if limits is not None:
             limits.charge(ask)
         for v in victims:
-            if not intra:
+            if not intra and v.queue.path in lose:  # a required-node victim may come from any queue
                 res.sub_into(lose[v.queue.path], v.resource)
             if limits is not None:
                 limits.take(v)
@@ -235,6 +235,11 @@ def _check(
             res.sub_into(leaving.setdefault(q.path, {}), v.resource)
     if not state.headroom_allows(app.queue, ask.resource, leaving):
         return "beneficiary's queue max would be exceeded, even with the victims gone"
+    if required_node_rule(state, ask, pl.node, intra):
+        for v in guaranteed:
+            if not required_node_victim(v, ask):
+                return f"victim {v.id} has a higher priority ({v.priority}) than the required-node ask ({ask.priority})"
+        return _frees_room_minimally(state, app.queue, ask, node, victims, leaving)
     if quotas is not None and app.queue.path not in quotas.beneficiaries:
         return f"beneficiary's queue {app.queue.path} is not below its ideal"
     taking_from: list[Allocation] = []  # victims checked so far
@@ -255,13 +260,28 @@ def _check(
         path = quota_allows(guaranteed, lose_left, state.capacity)
         if path is not None:
             return f"victims would take {path} below its guarantee or ideal, or it is within the deadzone"
+    return _frees_room_minimally(state, app.queue, ask, node, victims, leaving)
+
+
+def required_node_rule(state: PartitionState, ask: Ask, node: str, intra: bool) -> bool:
+    """Whether a placement of ``ask`` on ``node`` is judged by the required-node rule (the inter-queue
+    policies', when the partition's ``preemption.required_node`` is on) instead of the queue relations."""
+    config = state.config
+    on = config is not None and config.preemption.required_node
+    return on and not intra and ask.required_node == node
+
+
+def _frees_room_minimally(
+    state: PartitionState, queue: Queue, ask: Ask, node: Node, victims: list[Allocation], leaving: dict[str, Resource]
+) -> str | None:
+    """Why the victims do not free the ask's room on ``node`` with none to spare (``None``: they do)."""
     free = state.room_once_victims_leave(node)
     room = res.add(free, res.total(v.resource for v in victims))
     if not res.fits(ask.resource, room):
         return "victims do not free enough room"
     for v in victims:
         if res.fits(ask.resource, res.sub(room, v.resource)) and (
-            v.opportunistic or _headroom_without(state, app.queue, ask, leaving, v)
+            v.opportunistic or _headroom_without(state, queue, ask, leaving, v)
         ):
             return f"victim {v.id} is not needed (the victim set is not minimal)"
     return None
@@ -301,6 +321,10 @@ def _commit_one(
         ideal = quotas.ideal.get(v.queue.path, {}) if quotas is not None else {}
         if v.opportunistic:
             why = f"{KILL_REASON}: first to go"
+        elif required_node_rule(state, ask, pl.node, quotas is None):
+            why = f"{v.queue.path}: priority {v.priority} on {pl.node}, required by an ask of priority {ask.priority}"
+            if quotas is not None and v.queue.path in lose_left:
+                spend(lose_left[v.queue.path], quotas.may_lose.get(v.queue.path, {}), v.resource)
         elif quotas is not None:
             over = res.clamp_min_zero(res.sub(net_usage(v.queue), ideal))
             why = f"{v.queue.path} over its ideal by {res.fmt(over)}"

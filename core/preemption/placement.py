@@ -30,7 +30,7 @@ from core.allocator import Allocator
 from core.limits import Limits
 from core.preemption.costs import victim_cost
 from core.preemption.quotas import below_ideal, guarantee_floor, net_usage, within_share
-from core.preemption.rules import may_preempt_for, preemption_disabled
+from core.preemption.rules import may_preempt_for, preemption_disabled, required_node_leaves
 from core.resources import Resource
 from core.state import Allocation, Ask, AskKey, Node, PartitionState, Queue, ask_label
 from messages import protocol as p
@@ -207,15 +207,19 @@ class VictimPlacer:
             self.budget_stopped.add(ask.key)
             return None
         self.deficits = self._headroom_deficits(ask)
+        pinned = ask.required_node is not None and self.request.required_node
         if ask.required_node is not None:
             node = state.nodes.get(ask.required_node)
             usable = node is not None and node.schedulable and ask.accepts(node)
-            best = self._minimal_set(node, ask) if node is not None and usable else None
+            if node is None or not usable:
+                best = None
+            else:
+                best = self._required_node_set(node, ask) if pinned else self._minimal_set(node, ask)
         else:
             best = self._search(state, ask)
         if best is None:
             return None
-        if best.has_am and not self.intra and self._tasks_could_make_room(state, ask):
+        if best.has_am and not self.intra and not pinned and self._tasks_could_make_room(state, ask):
             # AM containers are the last resort: tasks could make this room, only the quota stops
             # them now. Wait for completions or later rounds rather than kill an application.
             return None
@@ -394,11 +398,48 @@ class VictimPlacer:
             return None
         return VictimSet(node, [e[3] for e in chosen], sum(e[1] for e in chosen), any(e[0] for e in chosen))
 
+    def _required_node_set(self, node: Node, ask: Ask) -> VictimSet | None:
+        """YuniKorn's required-node preemptor on the ask's node, whichever queue the victims are in and
+        whatever the quotas: containers of the ask's priority or lower (:func:`required_node_order`), never one
+        placed for a required-node ask nor one already leaving; taken in that order until the room and every
+        ``max`` deficit are covered, then trimmed to a minimal set."""
+        if node_reservation.blocks(self.state, ask, node.name):
+            return None
+        shortfall = self._shortfall(node, ask)
+        needs: list[tuple[Queue | None, dict[str, int]]] = [(None, shortfall)] if shortfall else []
+        needs.extend(self.deficits)
+        if not needs:
+            return None
+        allocations = self.state.allocations
+        eligible = [
+            alloc
+            for alloc in (allocations[aid] for aid in node.allocations)
+            if alloc.id not in self.taken and required_node_victim(alloc, ask)
+        ]
+        eligible.sort(key=required_node_order)
+        cost_of, now = self.cost_of, self.now
+        ranked = [(a.am and not a.opportunistic, float(i), a.id, a) for i, a in enumerate(eligible)]
+        chosen = self._pick(node, ask, needs, within_quota=False, candidates=ranked)
+        if chosen is None:
+            return None
+        victims = [e[3] for e in chosen]
+        cost = sum(0.0 if v.opportunistic else cost_of(v, now) for v in victims)
+        return VictimSet(node, victims, cost, any(e[0] for e in chosen))
+
     def _pick(
-        self, node: Node, ask: Ask, needs: list[tuple[Queue | None, dict[str, int]]], *, within_quota: bool
+        self,
+        node: Node,
+        ask: Ask,
+        needs: list[tuple[Queue | None, dict[str, int]]],
+        *,
+        within_quota: bool,
+        candidates: list[tuple[bool, float, str, Allocation]] | None = None,
     ) -> list[tuple[bool, float, str, Allocation]] | None:
         """Cheapest victims first until every need is covered, then trimmed to a minimal set. A need
-        scoped to a queue counts only victims inside its subtree (``None``: the node's room)."""
+        scoped to a queue counts only victims inside its subtree (``None``: the node's room).
+        ``candidates``: victims already chosen by a rule of their own (the required-node preemptor), in
+        order, taken as they come (no queue relation, no quota)."""
+        ruled = candidates is not None
         chosen: list[tuple[bool, float, str, Allocation]] = []
         got = [dict.fromkeys(need, 0) for _, need in needs]
         lose: dict[str, Resource] = {}
@@ -409,14 +450,14 @@ class VictimPlacer:
         def covered() -> bool:
             return all(g[k] >= need[k] for g, (_, need) in zip(got, needs, strict=True) for k in g)
 
-        for entry in self._victims_on(node.name):
+        for entry in candidates if candidates is not None else self._victims_on(node.name):
             alloc = entry[3]
-            if not self._allowed(alloc, ask, [e[3] for e in chosen] if self.intra else None):
+            if not ruled and not self._allowed(alloc, ask, [e[3] for e in chosen] if self.intra else None):
                 continue
             useful = [i for i, (scope, need) in enumerate(needs) if counts(scope, alloc)]
             if not useful:
                 continue
-            if not self.intra and not alloc.opportunistic:
+            if not ruled and not self.intra and not alloc.opportunistic:
                 path = alloc.queue.path
                 left = self.quota_left[path]
                 if not within_quota:
@@ -473,9 +514,9 @@ class VictimPlacer:
                 continue  # in no queue's quota, max or user limit, nor in the round's preemption budget
             if self.limits is not None:
                 self.limits.take(alloc)
-            if not self.intra:
-                path = alloc.queue.path
-                spend(self.quota_left[path], self.request.quotas.get(path, {}), alloc.resource)
+            left = None if self.intra else self.quota_left.get(alloc.queue.path)
+            if left is not None:  # a required-node victim may come from a queue without a quota
+                spend(left, self.request.quotas.get(alloc.queue.path, {}), alloc.resource)
             res.sub_into(self.budget_left, alloc.resource)
             for q in alloc.queue.lineage():
                 res.add_into(self.leaving.setdefault(q.path, {}), alloc.resource)
@@ -491,6 +532,19 @@ class VictimPlacer:
                 heapq.heappush(heap, entry)
         if any(v <= 0 for k, v in self.budget_left.items() if k in self.request.budget and self.request.budget[k] > 0):
             self.exhausted = True
+
+
+def required_node_victim(alloc: Allocation, ask: Ask) -> bool:
+    """Whether ``alloc`` may be preempted for ``ask`` on the node ``ask`` requires (YuniKorn's required-node
+    preemptor; its node is the caller's to check): not placed for a required-node ask itself, not already
+    leaving, and of the ask's priority or lower. Its queue, the quotas and ``intra_queue`` play no part."""
+    return not alloc.pinned and alloc.preempt_deadline is None and alloc.priority <= ask.priority
+
+
+def required_node_order(alloc: Allocation) -> tuple[object, ...]:
+    """The required-node preemptor's order: opportunistic containers first, then tasks before application
+    masters; lower priority first, then younger, then smaller (by the sum of its components), then id."""
+    return (not alloc.opportunistic, alloc.am, alloc.priority, -alloc.start, sum(alloc.resource.values()), alloc.id)
 
 
 def spend(left: Resource, granted: Resource, taken: Resource) -> None:
@@ -568,18 +622,26 @@ def answer_placement_request(core: Allocator, request: p.PlacementRequest) -> p.
     mask_hits = 0
     targets = request.targets
     beneficiaries = set(request.beneficiaries)
+    # Leaves with a pending required-node ask: it preempts on its node whatever its queue's standing.
+    pinned = required_node_leaves(state) if request.required_node else set()
+    eligible = beneficiaries | pinned
+
+    def serves(q: Queue) -> bool:
+        if q.path not in beneficiaries:
+            return False
+        target = targets.get(q.path)
+        return target is None or below_ideal(q.usage(), target, state.capacity)
 
     def queue_ok(q: Queue) -> bool:
         if q.is_leaf:
-            if q.path not in beneficiaries:
-                return False
-            target = targets.get(q.path)
-            return target is None or below_ideal(q.usage(), target, state.capacity)
-        return any(b.startswith(q.path + ".") for b in beneficiaries)
+            return q.path in pinned or serves(q)
+        return any(b.startswith(q.path + ".") for b in eligible)
 
     def ask_ok(ask: Ask) -> bool:
         nonlocal mask_hits
         if missed.get(ask.key, 0) < request.min_missed or ask.damped_until > state.now:
+            return False
+        if not (ask.required_node is not None and request.required_node) and not serves(ask.app.queue):
             return False
         if ask_label(ask.key) in mask:
             mask_hits += 1
@@ -592,7 +654,7 @@ def answer_placement_request(core: Allocator, request: p.PlacementRequest) -> p.
     while not placer.exhausted:
         candidates = find_ask_candidates(
             state,
-            max(1, len(beneficiaries)),
+            max(1, len(eligible)),
             preemption=True,
             filters=CandidateFilter(skip=failed, queue=queue_ok, ask=ask_ok),
             queue_key=_net_usage_key(state.capacity),  # type: ignore[arg-type]
