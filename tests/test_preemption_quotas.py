@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from core import resources as res
 from core.config import parse_partition
-from core.preemption.placement import may_take
+from core.preemption.eligibility import may_take
 from core.preemption.quotas import (
     below_ideal,
     compute_quotas,

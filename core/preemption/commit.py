@@ -10,14 +10,15 @@ beneficiary's queue is below its ideal and within every ``max`` once the victims
 gone; no priority inversion, no fence crossed, no disabled queue, no container placed for a required
 node; the victim set is minimal (for the room and for those ``max``). An ask that requires a node is
 judged by the required-node rule instead of the queue relations and quotas
-(``placement.required_node_victim``). The beneficiary stays within its user, group and application limits
-(an intra-queue victim of the same priority or more belongs to a user above its limit). A gang's missing
-members are one unit (:mod:`core.gang`): all validated, each counting the members before it, then all
-committed in the same view delta, or none; never one whose whole gang would take its queue above its
-ideal. Observe-only proposals publish what would be preempted and change nothing. Opportunistic victims
-stand outside those queue rules, quotas and ``max`` (they count in no queue) and are killed at once
-(:func:`core.opportunistic.evict`). Victims of apps with a preemption contract get no notice of their own:
-their app gets one request per commit (:mod:`core.preemption.contract`).
+(:func:`core.preemption.eligibility.refusal`, the placer's rule too). The beneficiary stays within its
+user, group and application limits (an intra-queue victim of the same priority or more belongs to a user
+above its limit). A gang's missing members are one unit (:mod:`core.gang`): all validated, each counting
+the members before it, then all committed in the same view delta, or none; never one whose whole gang
+would take its queue above its ideal. Observe-only proposals publish what would be preempted and change
+nothing. Opportunistic victims stand outside those queue rules, quotas and ``max`` (they count in no
+queue) and are killed at once (:func:`core.opportunistic.evict`). Victims of apps with a preemption
+contract get no notice of their own: their app gets one request per commit
+(:mod:`core.preemption.contract`).
 """
 
 from __future__ import annotations
@@ -29,9 +30,9 @@ from core import resources as res
 from core.limits import Limits
 from core.opportunistic import KILL_REASON, evict
 from core.preemption.contract import Requests
-from core.preemption.placement import quota_allows, required_node_victim, spend
+from core.preemption.eligibility import explain, quota_allows, refusal, spend
 from core.preemption.quotas import Quotas, compute_quotas, net_usage, within_share
-from core.preemption.rules import may_preempt_for, preemption_disabled
+from core.preemption.rules import preemption_disabled
 from core.resources import Resource
 from core.state import Allocation, Ask, Node, PartitionState, Queue
 from messages import protocol as p
@@ -210,9 +211,9 @@ def _check(
     reserved_for = node_reservation.refusal(state, ask, pl.node)  # reserved since the placement was made
     if reserved_for is not None:
         return reserved_for
-    refusal = None if limits is None else limits.refusal(ask)
-    if refusal is not None:
-        return f"beneficiary: {refusal}"
+    over_limit = None if limits is None else limits.refusal(ask)
+    if over_limit is not None:
+        return f"beneficiary: {over_limit}"
     victims: list[Allocation] = []
     for vid in pl.victims:
         v = state.allocations.get(vid)
@@ -220,13 +221,9 @@ def _check(
             return f"victim {vid} is gone"
         if v.node != pl.node:
             return f"victim {vid} is not on {pl.node}"
-        if v.preempting:
-            return f"victim {vid} is already preempting"
         victims.append(v)
     if len({v.id for v in victims}) != len(victims):
         return "a victim is named twice"
-    if any(v.pinned for v in victims):
-        return "a victim was placed for a required-node ask (never a victim)"
     # Counted gone for every max: these victims and those already under notice (as placement does).
     leaving = {q.path: res.scale(q.preempting, -1) for q in app.queue.lineage()}
     guaranteed = [v for v in victims if not v.opportunistic]  # opportunistic ones count in no queue
@@ -235,28 +232,17 @@ def _check(
             res.sub_into(leaving.setdefault(q.path, {}), v.resource)
     if not state.headroom_allows(app.queue, ask.resource, leaving):
         return "beneficiary's queue max would be exceeded, even with the victims gone"
-    if required_node_rule(state, ask, pl.node, intra):
-        for v in guaranteed:
-            if not required_node_victim(v, ask):
-                return f"victim {v.id} has a higher priority ({v.priority}) than the required-node ask ({ask.priority})"
-        return _frees_room_minimally(state, app.queue, ask, node, victims, leaving)
-    if quotas is not None and app.queue.path not in quotas.beneficiaries:
+    required = required_node_rule(state, ask, pl.node, intra)
+    if not required and quotas is not None and app.queue.path not in quotas.beneficiaries:
         return f"beneficiary's queue {app.queue.path} is not below its ideal"
     taking_from: list[Allocation] = []  # victims checked so far
     for v in victims:
-        if v.opportunistic:
-            continue  # outside every queue's rules and quota
-        if intra:
-            lower = v.queue is app.queue and v.app != app.name and v.priority < ask.priority and not v.am
-            if not lower and not (limits is not None and limits.may_take(v, ask, taking_from)):
-                return (
-                    f"victim {v.id} is not a lower-priority container of another app in {app.queue.path}, "
-                    "nor of another user above its limit"
-                )
-        elif not may_preempt_for(v.queue, app.queue):
-            return f"victim {v.id}'s queue {v.queue.path} may not be preempted for {app.queue.path}"
-        taking_from.append(v)
-    if not intra:
+        why = refusal(v, ask, intra=intra, required_node=required, limits=limits, chosen=taking_from)
+        if why is not None:
+            return explain(why, v, ask)
+        if not v.opportunistic:
+            taking_from.append(v)
+    if not required and not intra:
         path = quota_allows(guaranteed, lose_left, state.capacity)
         if path is not None:
             return f"victims would take {path} below its guarantee or ideal, or it is within the deadzone"

@@ -7,14 +7,14 @@ the room and every ancestor ``max`` the ask would break are covered, then every 
 requires is dropped again. Among nodes the cheapest set wins (AM-free sets first, ties by node name),
 exactly: a best-first search over per-node lower bounds (victims needed times the cheapest victim)
 costs only the nodes that could beat the best set; ``max_candidate_nodes`` optionally caps that.
-Invariants: a victim is taken at most once per round; containers placed for a required node are
-never victims; a queue loses at most its quota plus one whole container, never going below its
-guarantee (:func:`may_take`); the round stops once the preempted total reaches its budget. A gang's
-members are one unit (:mod:`core.gang`): the budget is checked when a unit starts, not between
-its members, and a unit that fails, or would take its queue above its ideal, leaves the round as it
-found it.
-Opportunistic containers come before every guaranteed victim on a node, free of quota, budget and
-``max`` (they count in no queue), and are killed at once by the commit (:mod:`core.opportunistic`).
+Invariants: a victim is taken at most once per round; containers placed for a required node are never
+victims; a queue loses at most its quota plus one whole container, never going below its guarantee
+(:func:`core.preemption.eligibility.may_take`); the round stops once the preempted total reaches its
+budget. A gang's members are one unit (:mod:`core.gang`): the budget is checked when a unit starts, not
+between its members, and a unit that fails, or would take its queue above its ideal, leaves the round as
+it found it. Opportunistic containers come before every guaranteed victim on a node, free of quota,
+budget and ``max`` (they count in no queue), and are killed at once by the commit
+(:mod:`core.opportunistic`).
 """
 
 from __future__ import annotations
@@ -29,7 +29,8 @@ from core.allocation import CandidateFilter, find_ask_candidates, try_allocate, 
 from core.allocator import Allocator
 from core.limits import Limits
 from core.preemption.costs import victim_cost
-from core.preemption.quotas import below_ideal, guarantee_floor, net_usage, within_share
+from core.preemption.eligibility import may_take, quota_allows, refusal, required_node_order, spend
+from core.preemption.quotas import below_ideal, within_share
 from core.preemption.rules import may_preempt_for, preemption_disabled, required_node_leaves
 from core.resources import Resource
 from core.state import Allocation, Ask, AskKey, Node, PartitionState, Queue, ask_label
@@ -165,19 +166,23 @@ class VictimPlacer:
         """Victims taken this round are already gone from ``by_node``; preempting ones never entered.
         ``chosen``: victims already in the set being built (a user above its limit gives no more than
         takes it back to its limit)."""
-        if alloc.opportunistic:
-            return True
-        if self.intra:
-            return (
-                alloc.queue is ask.app.queue
-                and alloc.app != ask.app.name
-                and alloc.priority < ask.priority
-                and not alloc.am
-            ) or (self.limits is not None and self.limits.may_take(alloc, ask, chosen or ()))
-        pair = (alloc.queue.path, ask.app.queue.path)
+        why = refusal(
+            alloc,
+            ask,
+            intra=self.intra,
+            required_node=False,
+            limits=self.limits,
+            chosen=chosen or (),
+            related=self._related,
+        )
+        return why is None
+
+    def _related(self, victim: Queue, beneficiary: Queue) -> bool:
+        """:func:`core.preemption.rules.may_preempt_for`, remembered per pair for the round."""
+        pair = (victim.path, beneficiary.path)
         allowed = self._relations.get(pair)
         if allowed is None:
-            allowed = self._relations[pair] = may_preempt_for(alloc.queue, ask.app.queue)
+            allowed = self._relations[pair] = may_preempt_for(victim, beneficiary)
         return allowed
 
     def _lower_bound(self, node: Node, ask: Ask) -> float | None:
@@ -400,7 +405,7 @@ class VictimPlacer:
 
     def _required_node_set(self, node: Node, ask: Ask) -> VictimSet | None:
         """YuniKorn's required-node preemptor on the ask's node, whichever queue the victims are in and
-        whatever the quotas: containers of the ask's priority or lower (:func:`required_node_order`), never one
+        whatever the quotas: containers of the ask's priority or lower (``eligibility.required_node_order``), never one
         placed for a required-node ask nor one already leaving; taken in that order until the room and every
         ``max`` deficit are covered, then trimmed to a minimal set."""
         if node_reservation.blocks(self.state, ask, node.name):
@@ -414,7 +419,7 @@ class VictimPlacer:
         eligible = [
             alloc
             for alloc in (allocations[aid] for aid in node.allocations)
-            if alloc.id not in self.taken and required_node_victim(alloc, ask)
+            if alloc.id not in self.taken and refusal(alloc, ask, intra=False, required_node=True) is None
         ]
         eligible.sort(key=required_node_order)
         cost_of, now = self.cost_of, self.now
@@ -532,79 +537,6 @@ class VictimPlacer:
                 heapq.heappush(heap, entry)
         if any(v <= 0 for k, v in self.budget_left.items() if k in self.request.budget and self.request.budget[k] > 0):
             self.exhausted = True
-
-
-def required_node_victim(alloc: Allocation, ask: Ask) -> bool:
-    """Whether ``alloc`` may be preempted for ``ask`` on the node ``ask`` requires (YuniKorn's required-node
-    preemptor; its node is the caller's to check): not placed for a required-node ask itself, not already
-    leaving, and of the ask's priority or lower. Its queue, the quotas and ``intra_queue`` play no part."""
-    return not alloc.pinned and alloc.preempt_deadline is None and alloc.priority <= ask.priority
-
-
-def required_node_order(alloc: Allocation) -> tuple[object, ...]:
-    """The required-node preemptor's order: opportunistic containers first, then tasks before application
-    masters; lower priority first, then younger, then smaller (by the sum of its components), then id."""
-    return (not alloc.opportunistic, alloc.am, alloc.priority, -alloc.start, sum(alloc.resource.values()), alloc.id)
-
-
-def spend(left: Resource, granted: Resource, taken: Resource) -> None:
-    """Charge ``taken`` to a victim queue's quota ``left`` (``granted`` at the round's start). A resource
-    whose granted quota is used up is where the queue is back at its ideal (the one it was over): from
-    then on it may lose nothing, though the quota on the resources it was not over has room left (that
-    room only lets one victim set take them along)."""
-    res.sub_into(left, taken)
-    if any(left.get(k, 0) <= 0 for k, g in granted.items() if g > 0):
-        for k, v in left.items():
-            left[k] = min(v, 0)
-
-
-def quota_allows(
-    victims: list[Allocation], left: dict[str, Resource], capacity: Resource, gone: dict[str, Resource] | None = None
-) -> str | None:
-    """The victim queue whose quota ``victims`` break (``None``: none), each queue's victims taken in
-    order, cheapest overshoot last: at most one victim per queue beyond its quota (see :func:`may_take`)."""
-    by_queue: dict[str, list[Allocation]] = {}
-    for v in victims:
-        by_queue.setdefault(v.queue.path, []).append(v)
-    for path, mine in by_queue.items():
-        quota = left.get(path, {})
-        total = res.total(v.resource for v in mine)
-        if res.fits(total, quota):
-            continue
-        # The one victim allowed beyond the quota: any whose removal leaves the rest within it.
-        if not any(
-            may_take(v.queue, res.sub(total, v.resource), v.resource, quota, capacity, (gone or {}).get(path))
-            for v in mine
-        ):
-            return path
-    return None
-
-
-def may_take(
-    queue: Queue, before: Resource, victim: Resource, left: Resource, capacity: Resource, gone: Resource | None = None
-) -> bool:
-    """Whether ``queue``, having lost ``before`` to this set, may lose ``victim`` too with ``left`` its
-    remaining quota (ARCHITECTURE invariant 5a). Within the quota, yes. Containers are whole, so one
-    victim may overshoot it, as YARN's selector does, while the queue was still over its floor (quota
-    left on every resource the victim holds, nothing overdrawn) and stays, without it, at or above its
-    guarantee: in the DRF comparison, and on each resource the guarantee names. ``gone``: what the queue already lost
-    that its usage does not show yet (victims taken earlier in the same placement round)."""
-    after = res.add(before, victim)
-    if res.fits(after, left):
-        return True
-    rest = res.sub(left, before)
-    if any(v < 0 for v in rest.values()) or not all(rest.get(k, 0) > 0 for k in victim):
-        return False  # overdrawn already (one whole container beyond the quota at most), or at its floor
-    usage = net_usage(queue) if gone is None else res.sub(net_usage(queue), gone)
-    remaining = res.sub(usage, after)
-    guaranteed = queue.guaranteed
-    # The overshoot is beyond what the quota granted: it keeps the guarantee in the DRF comparison and,
-    # conservatively, on every resource the guarantee names (what the queue held of it, if less).
-    if any(remaining.get(k, 0) < min(g, usage.get(k, 0)) for k, g in guaranteed.items()):
-        return False
-    # In the DRF comparison as the quotas read it (:func:`guarantee_floor`): at its guarantee's dominant level
-    # it is not below it, though it holds none of a resource the guarantee names and it never used.
-    return not res.drf_below(remaining, guarantee_floor(remaining, guaranteed, capacity), capacity)
 
 
 def _net_usage_key(capacity: Resource) -> object:

@@ -9,7 +9,7 @@ on some resource may lose what its net usage holds above its floor
 (:func:`floor_of`): its guarantee's dominant share of its dominant resource, and its ideal on the resource
 it is most over. Its quota (``may_lose``) is that difference, every other resource included: a
 memory-heavy queue loses vcores with its containers though it holds fewer than its guarantee names. A whole
-container beyond the quota is still allowed (``placement.may_take``) while the queue has something left to lose
+container beyond the quota is still allowed (``eligibility.may_take``) while the queue has something left to lose
 and stays at or above its guarantee without it. Never anything from a ``disabled`` queue. A leaf below its
 ideal (DRF), with demand its user, group and application limits let run, is a beneficiary.
 Invariant (5a): no victim takes a queue below its guarantee; it may end below its ideal by less than the

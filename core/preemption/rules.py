@@ -6,7 +6,7 @@
 - a queue is never preempted for a queue of lower business priority, compared where the two paths part
   (siblings' ``priority.offset``, as YARN's and YuniKorn's relative queue priorities);
 - an ask that requires a node stands outside these relations: it preempts on its node by the required-node
-  rule (``placement.required_node_victim``), in whichever queue it is (:func:`required_node_leaves`).
+  rule (``eligibility.refusal``), in whichever queue it is (:func:`required_node_leaves`).
 Pure functions of the queue tree.
 """
 
