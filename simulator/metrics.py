@@ -17,6 +17,8 @@ import math
 from collections import defaultdict
 from collections.abc import Callable, Iterator
 
+import msgspec
+
 from core import resources as res
 from core.node_reservation import DERESERVED
 from core.opportunistic import KILL_REASON
@@ -24,7 +26,6 @@ from core.preemption.contract import KILL_REASON as CONTRACT_KILL
 from core.resources import Resource
 from messages import decisions as d
 from simulator.model import ClusterModel
-from simulator.report import Opportunistic, PreemptionLogEntry, Preemptions, TimeToGuarantee
 
 # Seed 004's four actions, cheapest first, and the decisions that count as each.
 ACTIONS: dict[str, tuple[type, ...]] = {
@@ -47,6 +48,44 @@ class Sample:
     capacity: Resource
     ideal: dict[str, Resource] | None
     opportunistic: Resource = dataclasses.field(default_factory=dict)  # outside every queue's usage
+
+
+class TimeToGuarantee(msgspec.Struct, frozen=True):
+    episodes: int
+    unmet: int
+    p50: float | None
+    p99: float | None
+    max: float | None
+
+
+class Preemptions(msgspec.Struct, frozen=True):
+    victims: int = 0
+    resources: dict[str, int] = {}
+    cancelled: int = 0
+
+
+class PreemptionLogEntry(msgspec.Struct, frozen=True, kw_only=True):
+    t: float
+    victim: str
+    victim_queue: str
+    node: str
+    reason: str
+    beneficiary_ask: str = ""  # none for a de-reservation or a kill at a request's deadline
+    beneficiary_queue: str = ""
+    cost: float = 0.0
+    policy: str = ""
+    # Seed 004's action: "preempt" (a notice, killed after the grace), "preempt_request" (a container a
+    # preemption request named), "kill" (killed at a request's deadline: what the AM did not give back).
+    action: str = "preempt"
+
+
+class Opportunistic(msgspec.Struct, frozen=True):
+    """Opportunistic containers, apart from every queue's figures (docs/report.md)."""
+
+    allocations: int = 0  # allocated decisions with opportunistic: true
+    evictions: int = 0  # killed at once (reason "opportunistic") for a guaranteed ask
+    promoted: int = 0  # turned guaranteed
+    utilization: dict[str, float] = {}  # what they held over capacity, time-averaged, per resource
 
 
 def within_guarantee(after: Resource, guaranteed: Resource, capacity: Resource) -> bool:

@@ -23,8 +23,6 @@ contract get no notice of their own: their app gets one request per commit
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from core import gang, node_reservation
 from core import resources as res
 from core.limits import Limits
@@ -35,13 +33,11 @@ from core.preemption.quotas import Quotas, compute_quotas, net_usage, within_sha
 from core.preemption.rules import preemption_disabled
 from core.resources import Resource
 from core.state import Allocation, Ask, Node, PartitionState, Queue
+from core.writer import Writer
 from messages import protocol as p
 
-if TYPE_CHECKING:
-    from core.cache import Cache
 
-
-def commit_preemption(cache: Cache, proposal: p.PreemptionProposal) -> None:
+def commit_preemption(cache: Writer, proposal: p.PreemptionProposal) -> None:
     if proposal.dereserve and not proposal.observe_only:  # seed 004's cheapest action goes first
         node_reservation.dereserve(cache, proposal.dereserve, proposal.policy)
     if proposal.placements:
@@ -50,7 +46,7 @@ def commit_preemption(cache: Cache, proposal: p.PreemptionProposal) -> None:
         _commit_shotgun(cache, proposal)
 
 
-def _commit_shotgun(cache: Cache, proposal: p.PreemptionProposal) -> None:
+def _commit_shotgun(cache: Writer, proposal: p.PreemptionProposal) -> None:
     """YARN's proportional baseline: victims without a beneficiary; the room goes back to the pool."""
     state = cache.state
     config = state.config
@@ -93,7 +89,7 @@ def _commit_shotgun(cache: Cache, proposal: p.PreemptionProposal) -> None:
     cache.outcome(proposal.id, len(accepted), rejected)
 
 
-def _commit_placements(cache: Cache, proposal: p.PreemptionProposal) -> None:
+def _commit_placements(cache: Writer, proposal: p.PreemptionProposal) -> None:
     state = cache.state
     config = state.config
     assert config is not None
@@ -135,7 +131,7 @@ def _commit_placements(cache: Cache, proposal: p.PreemptionProposal) -> None:
 
 
 def _check_gang(
-    cache: Cache,
+    cache: Writer,
     unit: list[p.Victimized],
     need: int,
     quotas: Quotas | None,
@@ -189,7 +185,7 @@ def _check_gang(
 
 
 def _check(
-    cache: Cache,
+    cache: Writer,
     pl: p.Victimized,
     quotas: Quotas | None,
     lose_left: dict[str, Resource],
@@ -284,7 +280,7 @@ def _headroom_without(
 
 
 def _commit_one(
-    cache: Cache,
+    cache: Writer,
     pl: p.Victimized,
     quotas: Quotas | None,
     lose_left: dict[str, Resource],
