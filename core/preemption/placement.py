@@ -31,7 +31,7 @@ from core.limits import Limits
 from core.preemption.costs import victim_cost
 from core.preemption.eligibility import may_take, quota_allows, refusal, required_node_order, spend
 from core.preemption.quotas import below_ideal, within_share
-from core.preemption.rules import may_preempt_for, preemption_disabled, required_node_leaves
+from core.preemption.rules import preemption_disabled, required_node_leaves
 from core.resources import Resource
 from core.state import Allocation, Ask, AskKey, Node, PartitionState, Queue, ask_label
 from messages import protocol as p
@@ -166,23 +166,16 @@ class VictimPlacer:
         """Victims taken this round are already gone from ``by_node``; preempting ones never entered.
         ``chosen``: victims already in the set being built (a user above its limit gives no more than
         takes it back to its limit)."""
-        why = refusal(
-            alloc,
-            ask,
-            intra=self.intra,
-            required_node=False,
-            limits=self.limits,
-            chosen=chosen or (),
-            related=self._related,
-        )
-        return why is None
-
-    def _related(self, victim: Queue, beneficiary: Queue) -> bool:
-        """:func:`core.preemption.rules.may_preempt_for`, remembered per pair for the round."""
-        pair = (victim.path, beneficiary.path)
+        if alloc.opportunistic:
+            return True
+        if self.intra:
+            return refusal(alloc, ask, intra=True, required_node=False, limits=self.limits, chosen=chosen or ()) is None
+        # Across queues the answer for a candidate here (not pinned, not leaving: ``by_node`` holds none)
+        # depends on the two queues only: remembered per pair for the round.
+        pair = (alloc.queue.path, ask.app.queue.path)
         allowed = self._relations.get(pair)
         if allowed is None:
-            allowed = self._relations[pair] = may_preempt_for(victim, beneficiary)
+            allowed = self._relations[pair] = refusal(alloc, ask, intra=False, required_node=False) is None
         return allowed
 
     def _lower_bound(self, node: Node, ask: Ask) -> float | None:
