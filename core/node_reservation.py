@@ -18,6 +18,7 @@ pending ask the node could hold (:func:`to_dereserve`), before they preempt anyt
 
 from __future__ import annotations
 
+import typing
 from collections.abc import Collection, Iterable, Mapping
 
 from core import gang
@@ -28,8 +29,7 @@ from core.writer import Writer
 from messages import decisions as d
 from messages import protocol as p
 
-DERESERVED = "dereserved"  # the end reason of a reservation a preemption policy cancelled
-REASONS = ("placed", "timeout", "ask_removed", "node_removed", "app_removed", DERESERVED)
+REASONS: tuple[d.NodeUnreserveReason, ...] = typing.get_args(d.NodeUnreserveReason)
 ID_PREFIX = "nresv-"
 
 
@@ -221,7 +221,7 @@ def reserve(cache: Writer, app: str, ask_name: str, node: str) -> None:
     )
 
 
-def end(cache: Writer, r: NodeReservation, reason: str, policy: str = "") -> None:
+def end(cache: Writer, r: NodeReservation, reason: d.NodeUnreserveReason, policy: str = "") -> None:
     """End ``r`` with ``reason``; a de-reserved ask may not reserve again for ``reservation.timeout``."""
     state = cache.state
     cache.decide(
@@ -241,7 +241,7 @@ def hold_off(state: PartitionState, reason: str, when: float) -> float:
     """Until when an ask whose node reservation ended at ``when`` for ``reason`` may not reserve again:
     after a de-reservation, ``reservation.timeout`` (its queue is above its ideal: reserving again at
     once would only be cancelled again); otherwise not at all."""
-    if reason != DERESERVED or state.config is None:
+    if reason != d.DERESERVED or state.config is None:
         return 0.0
     return when + state.config.reservation.timeout
 
@@ -254,13 +254,13 @@ def expire(cache: Writer) -> None:
             end(cache, r, "timeout")
 
 
-def end_for_ask(cache: Writer, key: AskKey, reason: str) -> None:
+def end_for_ask(cache: Writer, key: AskKey, reason: d.NodeUnreserveReason) -> None:
     ask = cache.state.ask(key)
     if ask is not None and ask.node_reserved is not None:
         end(cache, cache.state.node_reservations[ask.node_reserved], reason)
 
 
-def end_for_app(cache: Writer, app: str, reason: str) -> None:
+def end_for_app(cache: Writer, app: str, reason: d.NodeUnreserveReason) -> None:
     for name in sorted(cache.state.node_reservations):
         r = cache.state.node_reservations[name]
         if r.app == app:
@@ -291,7 +291,7 @@ def dereserve(cache: Writer, nodes: Iterable[str], policy: str) -> int:
     for name in nodes:
         r = cache.state.node_reservations.get(name)
         if r is not None:
-            end(cache, r, DERESERVED, policy)
+            end(cache, r, d.DERESERVED, policy)
             count += 1
     return count
 

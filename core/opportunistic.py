@@ -24,7 +24,7 @@ from core.writer import Writer
 from messages import decisions as d
 from messages import protocol as p
 
-KILL_REASON = "opportunistic"
+KILL_REASON = d.KILL_OPPORTUNISTIC
 POLICY = "opportunistic"
 
 

@@ -20,9 +20,6 @@ from collections.abc import Callable, Iterator
 import msgspec
 
 from core import resources as res
-from core.node_reservation import DERESERVED
-from core.opportunistic import KILL_REASON
-from core.preemption.contract import KILL_REASON as CONTRACT_KILL
 from core.resources import Resource
 from messages import decisions as d
 from simulator.model import ClusterModel
@@ -194,7 +191,7 @@ class Metrics:
         decisions = self.decisions
         return Opportunistic(
             allocations=sum(1 for x in decisions if isinstance(x, d.Allocated) and x.opportunistic),
-            evictions=sum(1 for x in decisions if isinstance(x, d.Kill) and x.reason == KILL_REASON),
+            evictions=sum(1 for x in decisions if isinstance(x, d.Kill) and x.reason == d.KILL_OPPORTUNISTIC),
             promoted=sum(1 for x in decisions if isinstance(x, d.Promoted)),
             utilization={k: round(weighted[k] / c, 4) for k, c in sorted(weighted_cap.items()) if c > 0},
         )
@@ -371,9 +368,11 @@ class Metrics:
         for x in self.decisions:
             if isinstance(x, d.PreemptRequest | d.Preempt) and x.observe_only:
                 continue
-            if (isinstance(x, d.Preempt) and x.opportunistic) or (isinstance(x, d.Kill) and x.reason == KILL_REASON):
+            if (isinstance(x, d.Preempt) and x.opportunistic) or (
+                isinstance(x, d.Kill) and x.reason == d.KILL_OPPORTUNISTIC
+            ):
                 continue
-            if isinstance(x, d.NodeUnreserved) and x.reason != DERESERVED:
+            if isinstance(x, d.NodeUnreserved) and x.reason != d.DERESERVED:
                 continue
             for action, kinds in ACTIONS.items():
                 if isinstance(x, kinds):
@@ -415,7 +414,7 @@ class Metrics:
                     )
                     for c in x.containers
                 )
-            elif isinstance(x, d.NodeUnreserved) and x.reason == DERESERVED:
+            elif isinstance(x, d.NodeUnreserved) and x.reason == d.DERESERVED:
                 out.append(
                     PreemptionLogEntry(
                         t=x.t,
@@ -427,7 +426,7 @@ class Metrics:
                         action="dereservation",
                     )
                 )
-            elif isinstance(x, d.Kill) and x.reason.startswith(CONTRACT_KILL):
+            elif isinstance(x, d.Kill) and x.reason.startswith(d.KILL_AT_REQUEST_DEADLINE):
                 out.append(
                     PreemptionLogEntry(
                         t=x.t,

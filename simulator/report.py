@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from core import resources as res
-from core.node_reservation import DERESERVED
 from messages import decisions as d
 from simulator.metrics import Metrics, Opportunistic, PreemptionLogEntry, Preemptions, TimeToGuarantee
 
@@ -32,7 +31,7 @@ def node_reservation_figures(decisions: Iterable[d.DecisionMsg]) -> tuple[dict[s
             out["made"] = out.get("made", 0) + 1
         elif isinstance(dec, d.NodeUnreserved):
             out[dec.reason] = out.get(dec.reason, 0) + 1
-    return dict(sorted(out.items())), out.get(DERESERVED, 0)
+    return dict(sorted(out.items())), out.get(d.DERESERVED, 0)
 
 
 class PartitionReport(msgspec.Struct, kw_only=True):

@@ -22,7 +22,7 @@ from core.writer import Writer
 from messages import decisions as d
 from messages import protocol as p
 
-KILL_REASON = "preemption request"  # how a kill at a request's deadline's reason begins
+KILL_REASON = d.KILL_AT_REQUEST_DEADLINE  # how a kill at a request's deadline's reason begins
 
 
 class Requests:
