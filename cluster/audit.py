@@ -19,7 +19,6 @@ import logging
 from collections.abc import Iterable
 
 from core import resources as res
-from core.node_reservation import DERESERVED
 from core.units import human_resource
 from messages import decisions as d
 
@@ -168,7 +167,7 @@ def audit(partition: str, decisions: Iterable[d.DecisionMsg], tally: PreemptionT
             for c in x.containers:
                 message = f"preempt_request asks {x.app} in {x.queue} to give back {c.allocation} on {c.node}"
                 _taken("preempt_request", partition, message, c.allocation, x, c, c.resource, request=x.request)
-        elif isinstance(x, d.NodeUnreserved) and x.reason == DERESERVED and info:
+        elif isinstance(x, d.NodeUnreserved) and x.reason == d.DERESERVED and info:
             log.info(
                 "dereserve node %s held for %s in %s by policy %s",
                 x.node,

@@ -2,7 +2,7 @@
 
 Owns the process's :class:`prometheus_client.CollectorRegistry` (one per :class:`CoreMetrics`, so
 several in-process cores in tests do not collide) with the ``process_`` and ``python_`` collectors, the
-histograms of :class:`CoreHistograms` (an ask fetched to its first decision, allocation cycle,
+histograms of :class:`cluster.timings.CoreHistograms` (an ask fetched to its first decision, allocation cycle,
 preemption round, in seconds) and a collector that reads the hosted partitions at scrape time:
 per-queue used, pending, guaranteed and maximum resources in base units (``_bytes`` for memory,
 ``_cores`` for vcore; other resources in their own plain units, labelled ``resource``), allocations,
@@ -34,14 +34,13 @@ import socketserver
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from prometheus_client import (
     CollectorRegistry,
     GCCollector,
-    Histogram,
     PlatformCollector,
     ProcessCollector,
     make_wsgi_app,
@@ -50,6 +49,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from cluster.member import Host
+from cluster.timings import CoreHistograms
 from core.resources import Resource, ResourceLike
 from core.units import BASE_UNITS, COUNT, each_in_base_units, in_base_units
 
@@ -61,51 +61,9 @@ STATE_PATH = "/ws/v1/state"
 HEALTH_PATH = "/healthz"
 # The units of resources in the state document: base units, as the metrics.
 STATE_UNITS = {**{name: unit for name, (unit, _) in BASE_UNITS.items()}, "other resources": COUNT}
+
+
 # Seconds: a feed record's decisions are acknowledged in ms; a preemption round may take a second.
-LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
-
-
-class CoreHistograms:
-    """Timings of one core process, observed by its hosted partitions and their actors."""
-
-    def __init__(self, registry: CollectorRegistry) -> None:
-        labels = ["partition"]
-        self.feed_to_decision = Histogram(
-            "sniper_feed_to_decision_seconds",
-            "From fetching an ask to handing its first decision (allocated or rejected) to the producer",
-            labels,
-            registry=registry,
-            buckets=LATENCY_BUCKETS,
-        )
-        self.work = {
-            "allocation_cycle": Histogram(
-                "sniper_allocation_cycle_seconds",
-                "One allocation cycle of a partition's allocator",
-                labels,
-                registry=registry,
-                buckets=LATENCY_BUCKETS,
-            ),
-            "preemption_round": Histogram(
-                "sniper_preemption_round_seconds",
-                "One round of a preemption policy",
-                labels,
-                registry=registry,
-                buckets=LATENCY_BUCKETS,
-            ),
-        }
-
-    def timer(self, partition: str) -> Callable[[str, float], None]:
-        """What a partition's actors call with (work kind, seconds)."""
-        children = {kind: histogram.labels(partition) for kind, histogram in self.work.items()}
-
-        def observe(kind: str, seconds: float) -> None:
-            child = children.get(kind)
-            if child is not None:
-                child.observe(seconds)
-
-        return observe
-
-
 def _in_base_units(resource: ResourceLike) -> Iterator[tuple[str, str | None, float]]:
     """(unit suffix or None, resource label or None, value) of each resource in base units."""
     for name, unit, value in each_in_base_units(resource):

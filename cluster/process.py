@@ -93,7 +93,7 @@ from transport.kafka import BadRecords, KafkaSettings, KafkaSubscription, KafkaT
 from transport.memory import MemoryBus
 
 if TYPE_CHECKING:
-    from cluster.obs import CoreHistograms
+    from cluster.timings import CoreHistograms
 
 log = logging.getLogger("sniper.core")
 RECENT_PREEMPTIONS = 50  # the last preemption decisions a partition keeps for the state endpoint

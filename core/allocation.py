@@ -16,11 +16,11 @@ import heapq
 import math
 from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass, field
-from typing import Protocol
 
 from core import gang, node_reservation
 from core import resources as res
 from core.limits import Limits
+from core.placing import Placer, hold_room
 from core.resources import Resource
 from core.state import App, Ask, AskKey, Node, PartitionState, Queue
 
@@ -248,12 +248,6 @@ def _free_room(state: PartitionState) -> Resource:
 # ---------------------------------------------------------------------- placement
 
 
-class Placer(Protocol):
-    """Finds a node for one container; normal mode uses free room, preemption mode adds victims."""
-
-    def place(self, state: PartitionState, ask: Ask) -> Node | None: ...
-
-
 class FreeRoomPlacer:
     """Normal mode: the first node in the partition's node order with free room for the ask, never a
     node reserved for another ask (:mod:`core.node_reservation`)."""
@@ -333,19 +327,3 @@ def try_allocate(
         if hold:
             hold_room(state, ask, node, 1)
     return result
-
-
-def hold_room(state: PartitionState, ask: Ask, node: Node, times: int) -> None:
-    """Add (or with ``times=-1`` remove) one proposed container to the allocator's in-flight counters."""
-    ask.allocating += times
-    resource = ask.resource
-    res.add_into(node.allocating, resource, times)
-    if not ask.opportunistic:  # opportunistic room counts on its node only
-        q: Queue | None = ask.app.queue
-        while q is not None:
-            held = q.allocating
-            for k, v in resource.items():
-                held[k] = held.get(k, 0) + v * times
-            q = q.parent
-    if state.nodes.get(node.name) is node:
-        state.reindex(node)

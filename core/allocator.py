@@ -13,7 +13,8 @@ import dataclasses
 
 from core import node_reservation, opportunistic
 from core import resources as res
-from core.allocation import CandidateFilter, FreeRoomPlacer, find_ask_candidates, hold_room, try_allocate
+from core.allocation import CandidateFilter, FreeRoomPlacer, find_ask_candidates, try_allocate
+from core.placing import hold_room
 from core.replica import ViewReplica
 from core.state import Ask, AskKey, Node, PartitionState
 from messages import protocol as p

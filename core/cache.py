@@ -141,10 +141,16 @@ class Cache:
 
     def _kill_overdue(self) -> None:
         now = self.state.now
-        for alloc in list(self.state.allocations.values()):
-            if alloc.preempt_deadline is not None and not alloc.killed and alloc.preempt_deadline <= now:
-                alloc.killed = True
-                self.decide(d.Kill, allocation=alloc.id, app=alloc.app, queue=alloc.queue.path, node=alloc.node)
+        overdue = [
+            alloc
+            for alloc in self.state.allocations.values()
+            if alloc.preempt_deadline is not None and not alloc.killed and alloc.preempt_deadline <= now
+        ]
+        if not overdue:
+            return
+        self.commit(p.VictimsKilled(victims=[alloc.id for alloc in overdue]))
+        for alloc in overdue:
+            self.decide(d.Kill, allocation=alloc.id, app=alloc.app, queue=alloc.queue.path, node=alloc.node)
 
     def _expire_reservations(self) -> None:
         now = self.state.now

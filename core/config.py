@@ -105,6 +105,7 @@ class PreemptionConfig:
     min_missed_opportunities: Annotated[int, Meta(ge=0)] = 1
     victim_cost: str = "running_time"  # one of VICTIM_COSTS
     intra_queue: bool = False
+    required_node: bool = True  # asks that require a node preempt on it (YuniKorn's required-node preemptor)
     max_candidate_nodes: Annotated[int, Meta(ge=1)] | None = None  # opt-in cap on nodes costed per placement
     reservation_timeout: Seconds = 60.0
 

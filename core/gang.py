@@ -10,15 +10,12 @@ committed in full or not at all; a failed unit leaves no trace (holds and placer
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Mapping, Sequence
-from typing import TYPE_CHECKING, Protocol, TypeVar, runtime_checkable
+from typing import Protocol, TypeVar, runtime_checkable
 
-from core import allocation
 from core import resources as res
 from core.limits import Limits
+from core.placing import Placer, hold_room
 from core.state import Ask, AskKey, Node, PartitionState, selector_matches
-
-if TYPE_CHECKING:
-    from core.allocation import Placer
 
 
 def members_missing(ask: Ask) -> int:
@@ -94,12 +91,12 @@ def place_unit(
         node = placer.place(state, ask)
         if node is None:
             break
-        allocation.hold_room(state, ask, node, 1)
+        hold_room(state, ask, node, 1)
         nodes.append(node)
     complete = len(nodes) == members
     if not complete:
         for node in nodes:
-            allocation.hold_room(state, ask, node, -1)
+            hold_room(state, ask, node, -1)
     if unit is not None:
         unit.close_unit(complete)
     return nodes if complete else None
@@ -163,9 +160,9 @@ def check_unit(state: PartitionState, unit: Sequence[_P], need: int, check: Call
             if why is not None:
                 return f"gang member {n} of {need}: {why}"
             node = state.nodes[pl.node]
-            allocation.hold_room(state, ask, node, 1)
+            hold_room(state, ask, node, 1)
             held.append(node)
         return None
     finally:
         for node in held:
-            allocation.hold_room(state, ask, node, -1)
+            hold_room(state, ask, node, -1)

@@ -18,21 +18,18 @@ pending ask the node could hold (:func:`to_dereserve`), before they preempt anyt
 
 from __future__ import annotations
 
+import typing
 from collections.abc import Collection, Iterable, Mapping
-from typing import TYPE_CHECKING
 
 from core import gang
 from core import resources as res
 from core.resources import Resource
 from core.state import Ask, AskKey, Node, NodeReservation, PartitionState, ask_label
+from core.writer import Writer
 from messages import decisions as d
 from messages import protocol as p
 
-if TYPE_CHECKING:
-    from core.cache import Cache
-
-DERESERVED = "dereserved"  # the end reason of a reservation a preemption policy cancelled
-REASONS = ("placed", "timeout", "ask_removed", "node_removed", "app_removed", DERESERVED)
+REASONS: tuple[d.NodeUnreserveReason, ...] = typing.get_args(d.NodeUnreserveReason)
 ID_PREFIX = "nresv-"
 
 
@@ -159,7 +156,7 @@ def _fits_somewhere(state: PartitionState, ask: Ask) -> bool:
 # ---------------------------------------------------------------------- the cache's side
 
 
-def commit_reservations(cache: Cache, proposal: p.AllocationProposal) -> tuple[int, dict[str, str]]:
+def commit_reservations(cache: Writer, proposal: p.AllocationProposal) -> tuple[int, dict[str, str]]:
     """Validate and commit the proposal's node reservations; returns (accepted, rejected)."""
     accepted = 0
     rejected: dict[str, str] = {}
@@ -202,7 +199,7 @@ def _check(state: PartitionState, nr: p.NodeReserve) -> str | None:
     return None
 
 
-def reserve(cache: Cache, app: str, ask_name: str, node: str) -> None:
+def reserve(cache: Writer, app: str, ask_name: str, node: str) -> None:
     state = cache.state
     config = state.config
     assert config is not None
@@ -224,7 +221,7 @@ def reserve(cache: Cache, app: str, ask_name: str, node: str) -> None:
     )
 
 
-def end(cache: Cache, r: NodeReservation, reason: str, policy: str = "") -> None:
+def end(cache: Writer, r: NodeReservation, reason: d.NodeUnreserveReason, policy: str = "") -> None:
     """End ``r`` with ``reason``; a de-reserved ask may not reserve again for ``reservation.timeout``."""
     state = cache.state
     cache.decide(
@@ -244,12 +241,12 @@ def hold_off(state: PartitionState, reason: str, when: float) -> float:
     """Until when an ask whose node reservation ended at ``when`` for ``reason`` may not reserve again:
     after a de-reservation, ``reservation.timeout`` (its queue is above its ideal: reserving again at
     once would only be cancelled again); otherwise not at all."""
-    if reason != DERESERVED or state.config is None:
+    if reason != d.DERESERVED or state.config is None:
         return 0.0
     return when + state.config.reservation.timeout
 
 
-def expire(cache: Cache) -> None:
+def expire(cache: Writer) -> None:
     now = cache.state.now
     for name in sorted(cache.state.node_reservations):
         r = cache.state.node_reservations[name]
@@ -257,27 +254,27 @@ def expire(cache: Cache) -> None:
             end(cache, r, "timeout")
 
 
-def end_for_ask(cache: Cache, key: AskKey, reason: str) -> None:
+def end_for_ask(cache: Writer, key: AskKey, reason: d.NodeUnreserveReason) -> None:
     ask = cache.state.ask(key)
     if ask is not None and ask.node_reserved is not None:
         end(cache, cache.state.node_reservations[ask.node_reserved], reason)
 
 
-def end_for_app(cache: Cache, app: str, reason: str) -> None:
+def end_for_app(cache: Writer, app: str, reason: d.NodeUnreserveReason) -> None:
     for name in sorted(cache.state.node_reservations):
         r = cache.state.node_reservations[name]
         if r.app == app:
             end(cache, r, reason)
 
 
-def node_changed(cache: Cache, name: str, capacity: Resource, schedulable: bool) -> None:
+def node_changed(cache: Writer, name: str, capacity: Resource, schedulable: bool) -> None:
     """A node left, became unschedulable or shrank below its reserved ask: the reservation ends."""
     r = cache.state.node_reservations.get(name)
     if r is not None and (not schedulable or not res.fits(r.resource, capacity)):
         end(cache, r, "node_removed")
 
 
-def on_allocate(cache: Cache, app: str, ask_name: str, node: str, fulfils: bool) -> None:
+def on_allocate(cache: Writer, app: str, ask_name: str, node: str, fulfils: bool) -> None:
     """Before a container of the ask is committed on ``node`` (``fulfils``: for a preemption reservation):
     its node reservation ends (``placed``) when the container lands there or is the last one it wants."""
     ask = cache.state.apps[app].asks[ask_name]
@@ -288,13 +285,13 @@ def on_allocate(cache: Cache, app: str, ask_name: str, node: str, fulfils: bool)
         end(cache, cache.state.node_reservations[ask.node_reserved], "placed")
 
 
-def dereserve(cache: Cache, nodes: Iterable[str], policy: str) -> int:
+def dereserve(cache: Writer, nodes: Iterable[str], policy: str) -> int:
     """The policy's de-reservations (re-checked: only a reservation still there is cancelled)."""
     count = 0
     for name in nodes:
         r = cache.state.node_reservations.get(name)
         if r is not None:
-            end(cache, r, DERESERVED, policy)
+            end(cache, r, d.DERESERVED, policy)
             count += 1
     return count
 

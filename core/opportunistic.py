@@ -15,20 +15,18 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 from core import gang, node_reservation
 from core import resources as res
-from core.allocation import FreeRoomPlacer, hold_room
+from core.allocation import FreeRoomPlacer
+from core.placing import hold_room
 from core.resources import Resource
 from core.state import Allocation, Ask, Node, PartitionState, allocation_number, ask_label
+from core.writer import Writer
 from messages import decisions as d
 from messages import protocol as p
 
-if TYPE_CHECKING:
-    from core.cache import Cache
-
-KILL_REASON = "opportunistic"
+KILL_REASON = d.KILL_OPPORTUNISTIC
 POLICY = "opportunistic"
 
 
@@ -198,16 +196,17 @@ def plan(state: PartitionState, starving: list[Ask], budget: int) -> Opportunist
 # ---------------------------------------------------------------------- the cache's side
 
 
-def evict(cache: Cache, victims: list[Allocation]) -> None:
+def evict(cache: Writer, victims: list[Allocation]) -> None:
     """Kill the opportunistic ones among ``victims`` (already marked leaving by the caller's commit) at
     once: no grace, a ``kill`` with reason ``opportunistic`` each."""
-    for v in victims:
-        if v.opportunistic and not v.killed:
-            v.killed = True
-            cache.decide(d.Kill, allocation=v.id, app=v.app, queue=v.queue.path, node=v.node, reason=KILL_REASON)
+    doomed = [v for v in victims if v.opportunistic and not v.killed]
+    if doomed:
+        cache.commit(p.VictimsKilled(victims=[v.id for v in doomed]))
+    for v in doomed:
+        cache.decide(d.Kill, allocation=v.id, app=v.app, queue=v.queue.path, node=v.node, reason=KILL_REASON)
 
 
-def check_eviction(cache: Cache, ev: p.Victimized, earlier: Sequence[p.Victimized] = ()) -> str | None:
+def check_eviction(cache: Writer, ev: p.Victimized, earlier: Sequence[p.Victimized] = ()) -> str | None:
     """Why this eviction cannot be committed now, or ``None``. ``earlier``: the evictions checked before
     it for other members of the same gang (held, not yet committed): their victims count as leaving."""
     state = cache.state
@@ -249,7 +248,7 @@ def check_eviction(cache: Cache, ev: p.Victimized, earlier: Sequence[p.Victimize
     return None
 
 
-def commit_eviction(cache: Cache, ev: p.Victimized) -> None:
+def commit_eviction(cache: Writer, ev: p.Victimized) -> None:
     """One committed record as a preemption's (victims, beneficiary, node, reservation), with no grace:
     ``preempt`` then ``kill`` for each victim, the room reserved for the guaranteed ask."""
     state = cache.state

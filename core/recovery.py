@@ -190,10 +190,7 @@ def restore(snapshot: Snapshot, *, epoch: int | None = None) -> DurableCacheCore
     body = decode_body(snapshot)
     core = DurableCacheCore(snapshot.partition, epoch=snapshot.epoch if epoch is None else epoch)
     core.state.apply_all(body.changes)
-    for aid in body.killed:
-        alloc = core.state.allocations.get(aid)
-        if alloc is not None:
-            alloc.killed = True
+    core.state.apply(p.VictimsKilled(victims=[aid for aid in body.killed if aid in core.state.allocations]))
     core.flaps = {(app, ask): (count, when) for app, ask, count, when in body.flaps}
     core.decision_seq = snapshot.decision_seq
     core.feed_offset = snapshot.feed_offset
@@ -292,7 +289,7 @@ def apply_logged(core: Cache, log: Sequence[d.DecisionMsg], index: int) -> tuple
             if alloc is not None:
                 if not alloc.preempting:  # a container a preemption request's deadline killed
                     core.commit(p.VictimsMarked(victims=[alloc.id], deadline=dec.t))
-                alloc.killed = True
+                core.commit(p.VictimsKilled(victims=[alloc.id]))
         case d.PreemptRequest():
             if not dec.observe_only:
                 problems.extend(_apply_request(core, dec))

@@ -189,10 +189,6 @@ def component_max(a: ResourceLike, b: ResourceLike) -> Resource:
     return {k: max(a.get(k, 0), b.get(k, 0)) for k in _union(a, b)}
 
 
-def is_zero(a: ResourceLike) -> bool:
-    return not any(v for v in a.values())
-
-
 def any_positive(a: ResourceLike) -> bool:
     return any(v > 0 for v in a.values())
 

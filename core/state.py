@@ -423,6 +423,7 @@ class PartitionState:
             p.NodeReservationGone: self._node_reservation_gone,
             p.VictimsMarked: self._victims,
             p.VictimsReleased: self._victims_released,
+            p.VictimsKilled: self._victims_killed,
             p.ContractSet: self._contract,
             p.ContractGone: self._contract_gone,
             p.PartitionCleared: self._cleared,
@@ -823,6 +824,13 @@ class PartitionState:
 
     def _victims(self, c: p.VictimsMarked) -> None:
         self._mark_victims(c.victims, c.deadline, None)
+
+    def _victims_killed(self, c: p.VictimsKilled) -> None:
+        for vid in c.victims:
+            victim = self.allocations.get(vid)
+            if victim is None:
+                raise StateError(f"allocation {vid} is unknown: it cannot be killed")
+            victim.killed = True
 
     def _victims_released(self, c: p.VictimsReleased) -> None:
         for vid in c.victims:

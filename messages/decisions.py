@@ -6,7 +6,18 @@ and ``epoch`` names the owner that committed it, so a consumer can drop a depose
 
 from __future__ import annotations
 
+from typing import Final, Literal
+
 import msgspec
+
+# Why a node reservation ended: fulfilled, timed out, its ask or app or node gone, or cancelled by a
+# preemption policy (``DERESERVED``, seed 004's cheapest action).
+NodeUnreserveReason = Literal["placed", "timeout", "ask_removed", "node_removed", "app_removed", "dereserved"]
+DERESERVED: Final = "dereserved"
+# The reason of a kill of an opportunistic container (at once, for a guaranteed ask), and how the reason
+# of a kill at a preemption request's deadline begins; a kill at the end of its grace says so in words.
+KILL_OPPORTUNISTIC: Final = "opportunistic"
+KILL_AT_REQUEST_DEADLINE: Final = "preemption request"
 
 
 class Decision(msgspec.Struct, tag_field="type", kw_only=True, frozen=True, gc=False):
@@ -118,7 +129,7 @@ class NodeUnreserved(Decision, tag="node_unreserved", frozen=True, gc=False):
     ask: str
     queue: str
     node: str
-    reason: str
+    reason: NodeUnreserveReason
     policy: str = ""
 
 

@@ -145,6 +145,13 @@ class VictimsReleased(Change, tag="victims_released", frozen=True, gc=False):
     victims: list[str]
 
 
+class VictimsKilled(Change, tag="victims_killed", frozen=True, gc=False):
+    """Containers whose ``kill`` was decided (their grace ran out, a preemption request's deadline passed,
+    or they were opportunistic and in the way): they stay until their release arrives, killed."""
+
+    victims: list[str]
+
+
 class ContractSet(Change, tag="contract", frozen=True, gc=False):
     """An open preemption request (YARN-45's contract): ``app`` is asked to give ``resource`` back by
     ``deadline``; ``victims`` are the containers the policy chose (under notice meanwhile). ``released``
@@ -190,6 +197,7 @@ ChangeMsg = (
     | NodeReservationGone
     | VictimsMarked
     | VictimsReleased
+    | VictimsKilled
     | ContractSet
     | ContractGone
     | PartitionCleared
@@ -285,6 +293,7 @@ class PlacementRequest(Message, tag="placement_request", frozen=True, gc=False):
     victim_cost: str = "running_time"
     max_candidate_nodes: int | None = None  # opt-in cap on the nodes costed per placement
     intra_queue: bool = False
+    required_node: bool = False  # required-node asks preempt on their node by its own rule (any queue)
 
 
 class PlacementReply(Message, tag="placement_reply", frozen=True, gc=False):

@@ -17,14 +17,12 @@ import math
 from collections import defaultdict
 from collections.abc import Callable, Iterator
 
+import msgspec
+
 from core import resources as res
-from core.node_reservation import DERESERVED
-from core.opportunistic import KILL_REASON
-from core.preemption.contract import KILL_REASON as CONTRACT_KILL
 from core.resources import Resource
 from messages import decisions as d
 from simulator.model import ClusterModel
-from simulator.report import Opportunistic, PreemptionLogEntry, Preemptions, TimeToGuarantee
 
 # Seed 004's four actions, cheapest first, and the decisions that count as each.
 ACTIONS: dict[str, tuple[type, ...]] = {
@@ -47,6 +45,51 @@ class Sample:
     capacity: Resource
     ideal: dict[str, Resource] | None
     opportunistic: Resource = dataclasses.field(default_factory=dict)  # outside every queue's usage
+
+
+class TimeToGuarantee(msgspec.Struct, frozen=True):
+    episodes: int
+    unmet: int
+    p50: float | None
+    p99: float | None
+    max: float | None
+
+
+class Preemptions(msgspec.Struct, frozen=True):
+    victims: int = 0
+    resources: dict[str, int] = {}
+    cancelled: int = 0
+
+
+class PreemptionLogEntry(msgspec.Struct, frozen=True, kw_only=True):
+    t: float
+    victim: str
+    victim_queue: str
+    node: str
+    reason: str
+    beneficiary_ask: str = ""  # none for a de-reservation or a kill at a request's deadline
+    beneficiary_queue: str = ""
+    cost: float = 0.0
+    policy: str = ""
+    # Seed 004's action: "preempt" (a notice, killed after the grace), "preempt_request" (a container a
+    # preemption request named), "kill" (killed at a request's deadline: what the AM did not give back).
+    action: str = "preempt"
+
+
+class Opportunistic(msgspec.Struct, frozen=True):
+    """Opportunistic containers, apart from every queue's figures (docs/report.md)."""
+
+    allocations: int = 0  # allocated decisions with opportunistic: true
+    evictions: int = 0  # killed at once (reason "opportunistic") for a guaranteed ask
+    promoted: int = 0  # turned guaranteed
+    utilization: dict[str, float] = {}  # what they held over capacity, time-averaged, per resource
+
+
+def within_guarantee(after: Resource, guaranteed: Resource, capacity: Resource) -> bool:
+    """Whether a queue holding ``after`` is not beyond its guarantee: the DRF comparison on the resources the
+    guarantee names (the others are not guaranteed). A queue whose every pending container would take it
+    beyond its guarantee is at it: containers are whole."""
+    return not res.drf_above({k: after.get(k, 0) for k in guaranteed}, guaranteed, capacity)
 
 
 def _percentile(values: list[float], q: float) -> float:
@@ -90,7 +133,9 @@ class Metrics:
                 continue
             u, p = usage.get(path, {}), derived.demand.get(path, {})  # asks a limit holds back are no demand
             target = res.component_min(cfg.guaranteed, res.add(u, p))
-            satisfied = not res.drf_below(u, target, capacity)
+            satisfied = not res.drf_below(u, target, capacity) or not any(
+                within_guarantee(res.add(u, shape), cfg.guaranteed, capacity) for shape in derived.shapes.get(path, ())
+            )
             if not satisfied and path not in self._open:
                 self._open[path] = t
             elif satisfied and path in self._open:
@@ -146,7 +191,7 @@ class Metrics:
         decisions = self.decisions
         return Opportunistic(
             allocations=sum(1 for x in decisions if isinstance(x, d.Allocated) and x.opportunistic),
-            evictions=sum(1 for x in decisions if isinstance(x, d.Kill) and x.reason == KILL_REASON),
+            evictions=sum(1 for x in decisions if isinstance(x, d.Kill) and x.reason == d.KILL_OPPORTUNISTIC),
             promoted=sum(1 for x in decisions if isinstance(x, d.Promoted)),
             utilization={k: round(weighted[k] / c, 4) for k, c in sorted(weighted_cap.items()) if c > 0},
         )
@@ -323,9 +368,11 @@ class Metrics:
         for x in self.decisions:
             if isinstance(x, d.PreemptRequest | d.Preempt) and x.observe_only:
                 continue
-            if (isinstance(x, d.Preempt) and x.opportunistic) or (isinstance(x, d.Kill) and x.reason == KILL_REASON):
+            if (isinstance(x, d.Preempt) and x.opportunistic) or (
+                isinstance(x, d.Kill) and x.reason == d.KILL_OPPORTUNISTIC
+            ):
                 continue
-            if isinstance(x, d.NodeUnreserved) and x.reason != DERESERVED:
+            if isinstance(x, d.NodeUnreserved) and x.reason != d.DERESERVED:
                 continue
             for action, kinds in ACTIONS.items():
                 if isinstance(x, kinds):
@@ -367,7 +414,7 @@ class Metrics:
                     )
                     for c in x.containers
                 )
-            elif isinstance(x, d.NodeUnreserved) and x.reason == DERESERVED:
+            elif isinstance(x, d.NodeUnreserved) and x.reason == d.DERESERVED:
                 out.append(
                     PreemptionLogEntry(
                         t=x.t,
@@ -379,7 +426,7 @@ class Metrics:
                         action="dereservation",
                     )
                 )
-            elif isinstance(x, d.Kill) and x.reason.startswith(CONTRACT_KILL):
+            elif isinstance(x, d.Kill) and x.reason.startswith(d.KILL_AT_REQUEST_DEADLINE):
                 out.append(
                     PreemptionLogEntry(
                         t=x.t,

@@ -62,6 +62,7 @@ class Derived:
     notices: int  # allocations under a preemption notice
     capacity: Resource
     opportunistic: Resource  # held by running opportunistic containers (in no queue's usage)
+    shapes: dict[str, list[Resource]]  # per leaf queue, its pending guaranteed containers' distinct sizes
 
 
 @dataclasses.dataclass(slots=True)
@@ -83,6 +84,7 @@ class ClusterModel:
         self.apps: dict[str, str] = {}  # app -> queue
         self.asks: dict[tuple[str, str], tuple[Resource, int]] = {}  # -> (resource, count)
         self.ask_priority: dict[tuple[str, str], int] = {}
+        self.required_nodes: dict[tuple[str, str], str] = {}  # asks that require a node -> that node
         self.app_user: dict[str, str] = {}
         self.app_groups: dict[str, tuple[str, ...]] = {}
         self.ask_allocated: dict[tuple[str, str], int] = defaultdict(int)
@@ -170,6 +172,8 @@ class ClusterModel:
                     self.gangs[(a, k)] = g
                 self.asks.setdefault((a, k), (res.normalized(r), c))
                 self.ask_priority.setdefault((a, k), prio)
+                if event.node is not None:
+                    self.required_nodes.setdefault((a, k), event.node)
                 if event.execution_type == "opportunistic":
                     self.opportunistic_asks.add((a, k))
                 else:
@@ -327,9 +331,17 @@ class ClusterModel:
         chain = _lineage(victim.queue)
         if any(self.queue_cfg[q].preemption_policy == "disabled" for q in chain if q in self.queue_cfg):
             self._violate(t, 5, f"victim {victim.id} is in a preemption-disabled queue {victim.queue}")
+        if (victim.app, victim.ask) in self.required_nodes:
+            self._violate(t, 5, f"victim {victim.id} was placed for a required-node ask")
         if not dec.for_queue:
             return  # the proportional baseline targets nobody
         beneficiary = dec.for_queue
+        if dec.policy != "intra_queue" and self._required_node_preemption(dec):
+            mine = self.ask_priority.get((victim.app, victim.ask), 0)
+            theirs = self.ask_priority.get((dec.for_app, dec.for_ask), 0)
+            if mine > theirs:
+                self._violate(t, 5, f"victim {victim.id} (priority {mine}) for a required-node ask, priority {theirs}")
+            return  # the required-node rule: any queue, any standing
         if dec.policy == "intra_queue":
             if beneficiary != victim.queue:
                 self._violate(t, 5, f"intra-queue victim {victim.id} of {victim.queue} for {beneficiary}")
@@ -376,6 +388,12 @@ class ClusterModel:
                 res.add_into(chosen, other.resource)
         if ideal and not any(chosen.get(k, 0) > ideal.get(k, 0) for k, c in capacity.items() if c > 0):
             self._violate(t, 5, f"victim {victim.id} chosen while {victim.queue} was over its ideal nowhere")
+
+    def _required_node_preemption(self, dec: d.Preempt) -> bool:
+        """Whether the partition lets the notice's beneficiary preempt on its node by the required-node rule
+        (``preemption.required_node``): the ask requires the victim's node."""
+        on = self.config is not None and self.config.preemption.required_node
+        return on and self.required_nodes.get((dec.for_app, dec.for_ask)) == dec.node
 
     def _user_limit_swap(self, victim: ModelAllocation, dec: d.Preempt) -> bool:
         """5b's user clause as an outside observer sees it: the queue or an ancestor has user or group
@@ -512,6 +530,7 @@ class ClusterModel:
         usage = {path: res.normalized(r) for path, r in self.usage.items()}
         pending: dict[str, Resource] = defaultdict(dict)
         waiting: dict[tuple[str, str], int] = {}  # open guaranteed asks -> containers left
+        shapes: dict[str, list[Resource]] = defaultdict(list)
         containers = 0
         for key in self.open:
             resource, count = self.asks[key]
@@ -523,13 +542,17 @@ class ClusterModel:
             if key in self.opportunistic_asks:
                 continue  # waits for idle room: no queue's demand
             waiting[key] = left
+            if resource not in shapes[queue]:
+                shapes[queue].append(resource)
             for path in _lineage(queue):
                 res.add_into(pending[path], resource, left)
         demand = self._limited_demand(waiting) if self._has_limits() else pending
         if self._capacity is None:
             self._capacity = res.total(self.nodes.values())
         opportunistic = res.normalized(self.opportunistic)
-        self._derived = Derived(usage, pending, demand, containers, self.notices, self._capacity, opportunistic)
+        self._derived = Derived(
+            usage, pending, demand, containers, self.notices, self._capacity, opportunistic, dict(shapes)
+        )
         self._derived_version = self.version
         return self._derived
 

@@ -16,50 +16,11 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from core import resources as res
-from core.node_reservation import DERESERVED
 from messages import decisions as d
+from simulator.metrics import Metrics, Opportunistic, PreemptionLogEntry, Preemptions, TimeToGuarantee
 
 if TYPE_CHECKING:
-    from simulator.metrics import Metrics
     from simulator.model import ClusterModel
-
-
-class TimeToGuarantee(msgspec.Struct, frozen=True):
-    episodes: int
-    unmet: int
-    p50: float | None
-    p99: float | None
-    max: float | None
-
-
-class Preemptions(msgspec.Struct, frozen=True):
-    victims: int = 0
-    resources: dict[str, int] = {}
-    cancelled: int = 0
-
-
-class PreemptionLogEntry(msgspec.Struct, frozen=True, kw_only=True):
-    t: float
-    victim: str
-    victim_queue: str
-    node: str
-    reason: str
-    beneficiary_ask: str = ""  # none for a de-reservation or a kill at a request's deadline
-    beneficiary_queue: str = ""
-    cost: float = 0.0
-    policy: str = ""
-    # Seed 004's action: "preempt" (a notice, killed after the grace), "preempt_request" (a container a
-    # preemption request named), "kill" (killed at a request's deadline: what the AM did not give back).
-    action: str = "preempt"
-
-
-class Opportunistic(msgspec.Struct, frozen=True):
-    """Opportunistic containers, apart from every queue's figures (docs/report.md)."""
-
-    allocations: int = 0  # allocated decisions with opportunistic: true
-    evictions: int = 0  # killed at once (reason "opportunistic") for a guaranteed ask
-    promoted: int = 0  # turned guaranteed
-    utilization: dict[str, float] = {}  # what they held over capacity, time-averaged, per resource
 
 
 def node_reservation_figures(decisions: Iterable[d.DecisionMsg]) -> tuple[dict[str, int], int]:
@@ -70,7 +31,7 @@ def node_reservation_figures(decisions: Iterable[d.DecisionMsg]) -> tuple[dict[s
             out["made"] = out.get("made", 0) + 1
         elif isinstance(dec, d.NodeUnreserved):
             out[dec.reason] = out.get(dec.reason, 0) + 1
-    return dict(sorted(out.items())), out.get(DERESERVED, 0)
+    return dict(sorted(out.items())), out.get(d.DERESERVED, 0)
 
 
 class PartitionReport(msgspec.Struct, kw_only=True):

@@ -73,15 +73,86 @@ def test_a_trace_without_config_and_without_queues_is_refused(tmp_path: Path) ->
     assert "configures no partition" in _one_error_line(result) and "--queues" in result.stderr
 
 
-def test_a_run_that_decides_nothing_lists_the_rejections_and_exits_3(tmp_path: Path) -> None:
+def test_a_run_whose_every_decision_is_a_rejection_lists_them_and_exits_2(tmp_path: Path) -> None:
     events = [TINY[0], {"t": 1, "type": "app_added", "app": "a1", "queue": "root.nowhere"}]
     report = tmp_path / "report.json"
     result = _invoke("simulate", str(_trace(tmp_path, events)), "--report", str(report), "--show-rejections")
-    assert result.exit_code == EXIT_RUNTIME, result.output
-    assert "nothing was decided" in _one_error_line(result)
+    assert result.exit_code == EXIT_INPUT, result.output
+    assert "every decision for 2 events was a rejection" in _one_error_line(result)
     assert "rejected" in result.stderr and "app=a1" in result.stderr and "root.nowhere" in result.stderr
     rejections = json.loads(report.read_text())["rejections"]
     assert len(rejections) == 1 and rejections[0]["app"] == "a1" and "root.nowhere" in rejections[0]["reason"]
+
+
+def _nested(levels: int) -> dict[str, object]:
+    top: dict[str, object] = {"name": "q0"}
+    level = top
+    for i in range(levels):
+        child: dict[str, object] = {"name": f"q{i + 1}"}
+        level["queues"] = [child]
+        level = child
+    return top
+
+
+NODE = {"t": 0, "type": "node_added", "node": "n1", "capacity": {"memory": 8192, "vcore": 8000}}
+TWO_QUEUES = {"t": 0, "type": "partition_config", "config": partition_raw(queue("a"), queue("b"))}
+
+
+@pytest.mark.parametrize(
+    ("events", "reason"),
+    [
+        ([TINY[0], NODE, {"t": 1, "type": "app_added", "app": "a1", "queue": "root.nowhere"}], "unknown queue"),
+        (
+            [
+                TWO_QUEUES,
+                NODE,
+                {"t": 1, "type": "app_added", "app": "a1", "queue": "root.a"},
+                {"t": 1, "type": "app_added", "app": "a1", "queue": "root.b"},
+            ],
+            "already runs in root.a",
+        ),
+        (
+            [
+                TINY[0],
+                NODE,
+                {"t": 1, "type": "app_added", "app": "a1", "queue": "root.a"},
+                {
+                    "t": 1,
+                    "type": "ask_added",
+                    "app": "a1",
+                    "ask": "g",
+                    "resource": {"memory": 6000},
+                    "count": 2,
+                    "gang_min": 2,
+                },
+            ],
+            "can never fit",
+        ),
+        (
+            [
+                {
+                    "t": 0,
+                    "type": "partition_config",
+                    "config": {"name": "default", "queues": [{"name": "root", "queues": [_nested(120)]}]},
+                },
+                NODE,
+            ],
+            "nested more than",
+        ),
+    ],
+    ids=["bad-name", "duplicate-app", "gang-never-fits", "config-too-deep"],
+)
+def test_a_trace_whose_events_are_all_rejected_is_bad_input(tmp_path: Path, events: list[object], reason: str) -> None:
+    result = _invoke("simulate", str(_trace(tmp_path, events)))
+    assert result.exit_code == EXIT_INPUT, result.output
+    assert "was a rejection" in _one_error_line(result)
+    assert reason in result.stderr  # listed without --show-rejections
+
+
+def test_a_run_that_decides_nothing_at_all_is_a_runtime_failure(tmp_path: Path) -> None:
+    result = _invoke("simulate", str(_trace(tmp_path, [TINY[0], NODE])))
+    assert result.exit_code == EXIT_RUNTIME, result.output
+    assert "nothing was decided for 2 events" in _one_error_line(result)
 
 
 def test_the_simulate_summary_goes_to_stdout(tmp_path: Path) -> None:
@@ -116,6 +187,34 @@ def test_a_huge_pending_count_is_refused_with_the_admission_bound_and_simulate_g
     assert result.exit_code == 0, result.output
     assert json.loads(report.read_text())["pending_at_end"] == 0
     assert "over admission.max_pending_per_ask (100000)" in " ".join(result.stderr.split())
+
+
+def test_simulate_refuses_an_ask_over_the_pending_bound_with_the_bound_it_passed(tmp_path: Path) -> None:
+    """A count of ten million is refused at once with the bound it passed (nothing allocated,
+    nothing pending), so the run is all rejections: bad input, exit 2, the bound named."""
+    events = [*TINY[:3], {**TINY[3], "count": 10_000_000, "duration": None}]
+    report = tmp_path / "report.json"
+    result = _invoke("simulate", str(_trace(tmp_path, events)), "--report", str(report))
+    assert result.exit_code == EXIT_INPUT, result.output
+    assert "over admission.max_pending_per_ask (100000)" in result.stderr
+    summary = json.loads(report.read_text())
+    assert summary["pending_at_end"] == 0 and summary["allocations"] == 0
+
+
+def test_the_pending_bound_is_configurable_in_the_partition(tmp_path: Path) -> None:
+    config = {**partition_raw(queue("a", guaranteed={"memory": 4096})), "admission": {"max_pending_per_ask": 3}}
+    events = [
+        {"t": 0, "type": "partition_config", "config": config},
+        *TINY[1:],
+        {**TINY[3], "ask": "k4", "count": 4},
+    ]
+    report = tmp_path / "report.json"
+    result = _invoke("simulate", str(_trace(tmp_path, events)), "--report", str(report), "--show-rejections")
+    assert result.exit_code == 0, result.output
+    rejections = json.loads(report.read_text())["rejections"]
+    assert [(r["ask"], r["reason"]) for r in rejections] == [
+        ("k4", "ask a1/k4 (count 4): over admission.max_pending_per_ask (3)")
+    ]
 
 
 def test_errors_inside_task_groups_and_unknown_ones_map_to_one_line() -> None:

@@ -16,8 +16,8 @@ from hypothesis import strategies as st
 
 from core import resources as res
 from core.config import parse_partition
+from core.preemption.eligibility import may_take
 from core.preemption.quotas import (
-    allows,
     below_ideal,
     compute_quotas,
     floor_of,
@@ -144,17 +144,32 @@ def test_below_ideal(usage: Resource, ideal: Resource, below: bool) -> None:
 )
 def test_over_deadzone(usage: int, ideal: int, deadzone: float, over: bool) -> None:
     q = _queue_with({"memory": 100})
-    assert over_deadzone(q, {"memory": usage}, {"memory": ideal}, deadzone, {"memory": 1000}) is over
+    held = {"memory": usage}
+    assert over_deadzone(q, held, held, {"memory": ideal}, deadzone, {"memory": 1000}) is over
 
 
 def test_over_deadzone_is_a_drf_question() -> None:
     """Twice its memory guarantee, half its vcore guarantee: above it (item 1 of the issue)."""
     q = _queue_with({"memory": 25, "vcore": 25})
-    assert over_deadzone(q, {"memory": 50, "vcore": 12}, {"memory": 25, "vcore": 25}, 0.1, CAP)
-    assert not over_deadzone(q, {"memory": 27, "vcore": 12}, {"memory": 25, "vcore": 25}, 0.1, CAP)  # deadzone
-    assert not over_deadzone(q, {"memory": 50, "vcore": 12}, {"memory": 50, "vcore": 25}, 0.1, CAP)  # at ideal
+
+    def over(usage: dict[str, int], ideal: dict[str, int]) -> bool:
+        return over_deadzone(q, usage, usage, ideal, 0.1, CAP)
+
+    assert over({"memory": 50, "vcore": 12}, {"memory": 25, "vcore": 25})
+    assert not over({"memory": 27, "vcore": 12}, {"memory": 25, "vcore": 25})  # deadzone
+    assert not over({"memory": 50, "vcore": 12}, {"memory": 50, "vcore": 25})  # at ideal
     # over its ideal on memory though the ideal's dominant share (vcores) is larger: still over
-    assert over_deadzone(q, {"memory": 80, "vcore": 80}, {"memory": 60, "vcore": 90}, 0.1, CAP)
+    assert over({"memory": 80, "vcore": 80}, {"memory": 60, "vcore": 90})
+
+
+def test_the_deadzone_is_judged_on_what_the_queue_holds_with_its_victims_under_notice() -> None:
+    """The deadzone triggers, it is no floor: a queue above the band with its containers under notice,
+    whose net usage is already inside it (105 of 100 x 1.1), is still taken towards its ideal (100)."""
+    q = _queue_with({"memory": 100})
+    cap = {"memory": 1000}
+    assert over_deadzone(q, {"memory": 300}, {"memory": 105}, {"memory": 100}, 0.1, cap)
+    assert not over_deadzone(q, {"memory": 105}, {"memory": 105}, {"memory": 100}, 0.1, cap)
+    assert not over_deadzone(q, {"memory": 300}, {"memory": 100}, {"memory": 100}, 0.1, cap)  # at its ideal
 
 
 # ---------------------------------------------------------------------- compute_quotas on live states
@@ -393,4 +408,4 @@ def test_a_whole_victim_beyond_the_quota_is_allowed_while_the_guarantee_holds(
     assert quota == {"memory": 200 - max(quotas.ideal["root.b"]["memory"], 100)}
     b = h.cache.state.queues["root.b"]
     cap = h.cache.state.capacity
-    assert allows(b, quota, {"memory": taken}, {"memory": victim}, cap) is allowed
+    assert may_take(b, {"memory": taken}, {"memory": victim}, quota, cap) is allowed

@@ -59,7 +59,7 @@ def test_conformance_case(raw: dict[str, Any]) -> None:
     assert result["id"] == raw["id"]
     expected = raw["expected"]
 
-    if case.is_unit_sort:
+    if case.snapshot is None:  # a unit case of the container sort
         assert result == {"id": raw["id"], "order": expected["order"]}
         return
 

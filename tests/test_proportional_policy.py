@@ -15,7 +15,6 @@ from core.yarn.proportional import (
     ProportionalPolicy,
     app_order,
     preemption_order,
-    total_preemption_allowance,
 )
 from tools.preview import preview_case
 
@@ -126,7 +125,6 @@ def test_round_allowance_skips_containers_that_do_not_fit() -> None:
     # allowance trunc(100 * 0.05) = 5: the 4 fits, the 3 after it no longer does, the 1 still does
     cfg = ProportionalConfig(total_preemption_per_round=0.05, natural_termination_factor=1.0)
     sizes = [30, 25, 20, 1, 3, 4]  # visited by larger seq first: 4, 3, 1, 20, 25, 30
-    assert total_preemption_allowance({"memory": 100}, 0.05) == {"memory": 5}
     result = ProportionalPolicy(cfg).round(snapshot(sizes, b_used=17), 0)
     assert [c.container.id for c in result.marked] == ["app-a/5", "app-a/3"]
 

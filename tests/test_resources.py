@@ -166,11 +166,10 @@ def test_in_place_arithmetic() -> None:
 
 
 @pytest.mark.parametrize(
-    ("value", "zero", "positive"),
-    [({}, True, False), ({"memory": 0}, True, False), ({"memory": -1}, False, False), ({"gpu": 1}, False, True)],
+    ("value", "positive"),
+    [({}, False), ({"memory": 0}, False), ({"memory": -1}, False), ({"gpu": 1}, True)],
 )
-def test_is_zero_and_any_positive(value: dict[str, int], zero: bool, positive: bool) -> None:
-    assert res.is_zero(value) is zero
+def test_any_positive(value: dict[str, int], positive: bool) -> None:
     assert res.any_positive(value) is positive
 
 

@@ -166,7 +166,8 @@ def test_grid_arithmetic_matches_stepping_tick_by_tick(
 # sha256 (first 16 hex digits) of the bundled scenarios' encoded decisions, one per line, recorded before the
 # speed work of issue 10 item 2: a speed-up must leave every decision byte-identical. Sniper's were re-recorded
 # once resource vectors stopped taking their key order from a set (the string-hash seed leaked into
-# ``victim_queue_ideal``); the decisions themselves did not change.
+# ``victim_queue_ideal``); the decisions themselves did not change. Sniper's gang and opportunistic decisions
+# follow the deadzone as a trigger (a victim queue judged on what it holds, victims under notice included).
 DECISION_HASHES = {
     ("demo", "proportional"): "881b92b86fed469c",
     ("random_mix", "proportional"): "7d972edc9aed2819",
@@ -174,8 +175,8 @@ DECISION_HASHES = {
     ("opportunistic", "proportional"): "60ccaba99b059246",
     ("demo", "sniper"): "5e560b4aca926fcf",
     ("random_mix", "sniper"): "a4419920d73deb80",
-    ("gang", "sniper"): "750f2cd0a6cb4f19",
-    ("opportunistic", "sniper"): "c37cc8b962f58e57",
+    ("gang", "sniper"): "94d2f313c91f54da",
+    ("opportunistic", "sniper"): "1d7bfd068fe74b52",
     ("user_limits", "sniper"): "113b3a7fd4688ff8",
     ("priority_queues", "sniper"): "65c9960fd03c7f33",
 }

@@ -57,7 +57,8 @@ def test_each_in_base_units() -> None:
 
 def test_the_compare_table_shows_preempted_amounts_in_human_units_and_shares_in_percent() -> None:
     from simulator.compare import PolicyRun, table_rows
-    from simulator.report import Preemptions, Report
+    from simulator.metrics import Preemptions
+    from simulator.report import Report
 
     def run(memory: int, vcore: int, gpu: int, utilization: float) -> PolicyRun:
         preempted = Preemptions(victims=3, resources={"memory": memory, "vcore": vcore, "gpu": gpu})

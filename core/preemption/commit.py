@@ -8,39 +8,36 @@ checks repeat invariant 5 on the cache's own figures: the victim's queue is abov
 deadzone and loses at most its quota plus one whole container, never going below its guarantee; the
 beneficiary's queue is below its ideal and within every ``max`` once the victims of its subtree are
 gone; no priority inversion, no fence crossed, no disabled queue, no container placed for a required
-node; the victim set is minimal (for the room and for those ``max``); the beneficiary stays within its
-user, group and application limits (an intra-queue victim of the same priority or more belongs to a
-user above its limit). A gang's missing members are one unit (:mod:`core.gang`): all
-validated, each counting the members before it, then all committed in the same view delta, or none;
-never one whose whole gang would take its queue above its ideal. Observe-only proposals publish what
-would be preempted and change nothing.
-Opportunistic victims stand outside those queue rules, quotas and ``max`` (they count in no queue) and
-are killed at once (:func:`core.opportunistic.evict`). Victims of apps with a preemption
+node; the victim set is minimal (for the room and for those ``max``). An ask that requires a node is
+judged by the required-node rule instead of the queue relations and quotas
+(:func:`core.preemption.eligibility.refusal`, the placer's rule too). The beneficiary stays within its
+user, group and application limits (an intra-queue victim of the same priority or more belongs to a user
+above its limit). A gang's missing members are one unit (:mod:`core.gang`): all validated, each counting
+the members before it, then all committed in the same view delta, or none; never one whose whole gang
+would take its queue above its ideal. Observe-only proposals publish what would be preempted and change
+nothing. Opportunistic victims stand outside those queue rules, quotas and ``max`` (they count in no
+queue) and are killed at once (:func:`core.opportunistic.evict`). Victims of apps with a preemption
 contract get no notice of their own: their app gets one request per commit
 (:mod:`core.preemption.contract`).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from core import gang, node_reservation
 from core import resources as res
 from core.limits import Limits
 from core.opportunistic import KILL_REASON, evict
 from core.preemption.contract import Requests
-from core.preemption.placement import quota_allows, spend
-from core.preemption.quotas import Quotas, compute_quotas, net_usage
-from core.preemption.rules import may_preempt_for, preemption_disabled
+from core.preemption.eligibility import explain, quota_allows, refusal, spend
+from core.preemption.quotas import Quotas, compute_quotas, net_usage, within_share
+from core.preemption.rules import preemption_disabled
 from core.resources import Resource
 from core.state import Allocation, Ask, Node, PartitionState, Queue
+from core.writer import Writer
 from messages import protocol as p
 
-if TYPE_CHECKING:
-    from core.cache import Cache
 
-
-def commit_preemption(cache: Cache, proposal: p.PreemptionProposal) -> None:
+def commit_preemption(cache: Writer, proposal: p.PreemptionProposal) -> None:
     if proposal.dereserve and not proposal.observe_only:  # seed 004's cheapest action goes first
         node_reservation.dereserve(cache, proposal.dereserve, proposal.policy)
     if proposal.placements:
@@ -49,7 +46,7 @@ def commit_preemption(cache: Cache, proposal: p.PreemptionProposal) -> None:
         _commit_shotgun(cache, proposal)
 
 
-def _commit_shotgun(cache: Cache, proposal: p.PreemptionProposal) -> None:
+def _commit_shotgun(cache: Writer, proposal: p.PreemptionProposal) -> None:
     """YARN's proportional baseline: victims without a beneficiary; the room goes back to the pool."""
     state = cache.state
     config = state.config
@@ -92,7 +89,7 @@ def _commit_shotgun(cache: Cache, proposal: p.PreemptionProposal) -> None:
     cache.outcome(proposal.id, len(accepted), rejected)
 
 
-def _commit_placements(cache: Cache, proposal: p.PreemptionProposal) -> None:
+def _commit_placements(cache: Writer, proposal: p.PreemptionProposal) -> None:
     state = cache.state
     config = state.config
     assert config is not None
@@ -134,7 +131,7 @@ def _commit_placements(cache: Cache, proposal: p.PreemptionProposal) -> None:
 
 
 def _check_gang(
-    cache: Cache,
+    cache: Writer,
     unit: list[p.Victimized],
     need: int,
     quotas: Quotas | None,
@@ -152,8 +149,8 @@ def _check_gang(
     queue = ask.app.queue
     ideal = None if quotas is None else quotas.ideal.get(queue.path)
     whole = res.add(queue.usage(), res.scale(ask.resource, need))
-    if ideal is not None and res.drf_above(whole, ideal, state.capacity):
-        return f"gang of {need} would take {queue.path} above its ideal ({res.fmt(ideal)})"
+    if ideal is not None and not within_share(queue, whole, ideal, state.capacity):
+        return f"gang of {need} would take {queue.path} above its ideal ({res.fmt(ideal)}) and its guarantee"
     lose = {k: dict(v) for k, v in lose_left.items()}
     claimed: set[str] = set()
     # Earlier members' victims, counted as leaving (preempting) on their node and up their queue tree.
@@ -170,7 +167,8 @@ def _check_gang(
         if limits is not None:
             limits.charge(ask)
         for v in victims:
-            if not intra and not v.opportunistic:  # an opportunistic victim counts in no queue
+            if not intra and not v.opportunistic and v.queue.path in lose:  # an opportunistic victim counts in no
+                # queue, and a required-node victim may come from a queue that loses nothing else
                 res.sub_into(lose[v.queue.path], v.resource)
             if limits is not None:
                 limits.take(v)
@@ -190,7 +188,7 @@ def _check_gang(
 
 
 def _check(
-    cache: Cache,
+    cache: Writer,
     pl: p.Victimized,
     quotas: Quotas | None,
     lose_left: dict[str, Resource],
@@ -212,9 +210,9 @@ def _check(
     reserved_for = node_reservation.refusal(state, ask, pl.node)  # reserved since the placement was made
     if reserved_for is not None:
         return reserved_for
-    refusal = None if limits is None else limits.refusal(ask)
-    if refusal is not None:
-        return f"beneficiary: {refusal}"
+    over_limit = None if limits is None else limits.refusal(ask)
+    if over_limit is not None:
+        return f"beneficiary: {over_limit}"
     victims: list[Allocation] = []
     for vid in pl.victims:
         v = state.allocations.get(vid)
@@ -222,13 +220,9 @@ def _check(
             return f"victim {vid} is gone"
         if v.node != pl.node:
             return f"victim {vid} is not on {pl.node}"
-        if v.preempting:
-            return f"victim {vid} is already preempting"
         victims.append(v)
     if len({v.id for v in victims}) != len(victims):
         return "a victim is named twice"
-    if any(v.pinned for v in victims):
-        return "a victim was placed for a required-node ask (never a victim)"
     # Counted gone for every max: these victims and those already under notice (as placement does).
     leaving = {q.path: res.scale(q.preempting, -1) for q in app.queue.lineage()}
     guaranteed = [v for v in victims if not v.opportunistic]  # opportunistic ones count in no queue
@@ -237,33 +231,42 @@ def _check(
             res.sub_into(leaving.setdefault(q.path, {}), v.resource)
     if not state.headroom_allows(app.queue, ask.resource, leaving):
         return "beneficiary's queue max would be exceeded, even with the victims gone"
-    if quotas is not None and app.queue.path not in quotas.beneficiaries:
+    required = required_node_rule(state, ask, pl.node, intra)
+    if not required and quotas is not None and app.queue.path not in quotas.beneficiaries:
         return f"beneficiary's queue {app.queue.path} is not below its ideal"
     taking_from: list[Allocation] = []  # victims checked so far
     for v in victims:
-        if v.opportunistic:
-            continue  # outside every queue's rules and quota
-        if intra:
-            lower = v.queue is app.queue and v.app != app.name and v.priority < ask.priority and not v.am
-            if not lower and not (limits is not None and limits.may_take(v, ask, taking_from)):
-                return (
-                    f"victim {v.id} is not a lower-priority container of another app in {app.queue.path}, "
-                    "nor of another user above its limit"
-                )
-        elif not may_preempt_for(v.queue, app.queue):
-            return f"victim {v.id}'s queue {v.queue.path} may not be preempted for {app.queue.path}"
-        taking_from.append(v)
-    if not intra:
+        why = refusal(v, ask, intra=intra, required_node=required, limits=limits, chosen=taking_from)
+        if why is not None:
+            return explain(why, v, ask)
+        if not v.opportunistic:
+            taking_from.append(v)
+    if not required and not intra:
         path = quota_allows(guaranteed, lose_left, state.capacity)
         if path is not None:
             return f"victims would take {path} below its guarantee or ideal, or it is within the deadzone"
+    return _frees_room_minimally(state, app.queue, ask, node, victims, leaving)
+
+
+def required_node_rule(state: PartitionState, ask: Ask, node: str, intra: bool) -> bool:
+    """Whether a placement of ``ask`` on ``node`` is judged by the required-node rule (the inter-queue
+    policies', when the partition's ``preemption.required_node`` is on) instead of the queue relations."""
+    config = state.config
+    on = config is not None and config.preemption.required_node
+    return on and not intra and ask.required_node == node
+
+
+def _frees_room_minimally(
+    state: PartitionState, queue: Queue, ask: Ask, node: Node, victims: list[Allocation], leaving: dict[str, Resource]
+) -> str | None:
+    """Why the victims do not free the ask's room on ``node`` with none to spare (``None``: they do)."""
     free = state.room_once_victims_leave(node)
     room = res.add(free, res.total(v.resource for v in victims))
     if not res.fits(ask.resource, room):
         return "victims do not free enough room"
     for v in victims:
         if res.fits(ask.resource, res.sub(room, v.resource)) and (
-            v.opportunistic or _headroom_without(state, app.queue, ask, leaving, v)
+            v.opportunistic or _headroom_without(state, queue, ask, leaving, v)
         ):
             return f"victim {v.id} is not needed (the victim set is not minimal)"
     return None
@@ -280,7 +283,7 @@ def _headroom_without(
 
 
 def _commit_one(
-    cache: Cache,
+    cache: Writer,
     pl: p.Victimized,
     quotas: Quotas | None,
     lose_left: dict[str, Resource],
@@ -303,6 +306,10 @@ def _commit_one(
         ideal = quotas.ideal.get(v.queue.path, {}) if quotas is not None else {}
         if v.opportunistic:
             why = f"{KILL_REASON}: first to go"
+        elif required_node_rule(state, ask, pl.node, quotas is None):
+            why = f"{v.queue.path}: priority {v.priority} on {pl.node}, required by an ask of priority {ask.priority}"
+            if quotas is not None and v.queue.path in lose_left:
+                spend(lose_left[v.queue.path], quotas.may_lose.get(v.queue.path, {}), v.resource)
         elif quotas is not None:
             over = res.clamp_min_zero(res.sub(net_usage(v.queue), ideal))
             why = f"{v.queue.path} over its ideal by {res.fmt(over)}"

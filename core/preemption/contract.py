@@ -14,24 +14,21 @@ Invariant: no container of such an app is killed by preemption before its reques
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
 
 from core import resources as res
 from core.resources import Resource
 from core.state import Allocation, Contract, allocation_number
+from core.writer import Writer
 from messages import decisions as d
 from messages import protocol as p
 
-if TYPE_CHECKING:
-    from core.cache import Cache
-
-KILL_REASON = "preemption request"  # how a kill at a request's deadline's reason begins
+KILL_REASON = d.KILL_AT_REQUEST_DEADLINE  # how a kill at a request's deadline's reason begins
 
 
 class Requests:
     """The requests of one committed proposal: its victims of contract apps, one request per app."""
 
-    def __init__(self, cache: Cache, policy: str, observe_only: bool) -> None:
+    def __init__(self, cache: Writer, policy: str, observe_only: bool) -> None:
         self.cache = cache
         self.policy = policy
         self.observe_only = observe_only
@@ -109,7 +106,7 @@ class Requests:
         self.by_app.clear()
 
 
-def settle(cache: Cache) -> None:
+def settle(cache: Writer) -> None:
     """Close what can be closed among the open requests (called every tick, before overdue kills)."""
     state = cache.state
     for contract in list(state.contracts.values()):
@@ -126,7 +123,7 @@ def settle(cache: Cache) -> None:
             _end(cache, contract, "enforced", killed, "deadline passed: the newest containers covered what was missing")
 
 
-def _enforce(cache: Cache, contract: Contract) -> Resource:
+def _enforce(cache: Writer, contract: Contract) -> Resource:
     """Container-based preemption of what is still missing, killed now: the containers the request
     named that still run, newest first, then the app's other containers, newest first (never its
     application master unless the policy named it, as YARN's), just enough to cover it. The named
@@ -151,8 +148,9 @@ def _enforce(cache: Cache, contract: Contract) -> Resource:
     if fresh:
         cache.commit(p.VictimsMarked(victims=fresh, deadline=state.now, policy=contract.policy))
     reason = f"{KILL_REASON} {contract.id}: deadline passed, {res.fmt(missing)} still missing"
+    if chosen:
+        cache.commit(p.VictimsKilled(victims=[alloc.id for alloc in chosen]))
     for alloc in chosen:
-        alloc.killed = True
         cache.decide(d.Kill, allocation=alloc.id, app=alloc.app, queue=alloc.queue.path, node=alloc.node, reason=reason)
     return covered
 
@@ -173,7 +171,7 @@ def newest_covering(candidates: Iterable[tuple[str, float, Resource]], need: Res
     return chosen
 
 
-def _cancel_named(cache: Cache, contract: Contract, reason: str) -> None:
+def _cancel_named(cache: Writer, contract: Contract, reason: str) -> None:
     """The named victims still under notice and not killed keep running; reservations that counted on
     their room end when it can no longer be promised."""
     state = cache.state
@@ -191,7 +189,7 @@ def _cancel_named(cache: Cache, contract: Contract, reason: str) -> None:
             cache.keep_reservations(node, node.capacity, node.schedulable, f"{reason}; its victims keep running")
 
 
-def _end(cache: Cache, contract: Contract, outcome: str, killed: Resource, reason: str) -> None:
+def _end(cache: Writer, contract: Contract, outcome: str, killed: Resource, reason: str) -> None:
     app = cache.state.apps.get(contract.app)
     cache.decide(
         d.PreemptRequestEnded,

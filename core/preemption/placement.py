@@ -7,14 +7,14 @@ the room and every ancestor ``max`` the ask would break are covered, then every 
 requires is dropped again. Among nodes the cheapest set wins (AM-free sets first, ties by node name),
 exactly: a best-first search over per-node lower bounds (victims needed times the cheapest victim)
 costs only the nodes that could beat the best set; ``max_candidate_nodes`` optionally caps that.
-Invariants: a victim is taken at most once per round; containers placed for a required node are
-never victims; a queue loses at most its quota plus one whole container, never going below its
-guarantee (:func:`may_take`); the round stops once the preempted total reaches its budget. A gang's
-members are one unit (:mod:`core.gang`): the budget is checked when a unit starts, not between
-its members, and a unit that fails, or would take its queue above its ideal, leaves the round as it
-found it.
-Opportunistic containers come before every guaranteed victim on a node, free of quota, budget and
-``max`` (they count in no queue), and are killed at once by the commit (:mod:`core.opportunistic`).
+Invariants: a victim is taken at most once per round; containers placed for a required node are never
+victims; a queue loses at most its quota plus one whole container, never going below its guarantee
+(:func:`core.preemption.eligibility.may_take`); the round stops once the preempted total reaches its
+budget. A gang's members are one unit (:mod:`core.gang`): the budget is checked when a unit starts, not
+between its members, and a unit that fails, or would take its queue above its ideal, leaves the round as
+it found it. Opportunistic containers come before every guaranteed victim on a node, free of quota,
+budget and ``max`` (they count in no queue), and are killed at once by the commit
+(:mod:`core.opportunistic`).
 """
 
 from __future__ import annotations
@@ -29,8 +29,9 @@ from core.allocation import CandidateFilter, find_ask_candidates, try_allocate, 
 from core.allocator import Allocator
 from core.limits import Limits
 from core.preemption.costs import victim_cost
-from core.preemption.quotas import below_ideal, guarantee_floor, net_usage
-from core.preemption.rules import may_preempt_for, preemption_disabled
+from core.preemption.eligibility import may_take, quota_allows, refusal, required_node_order, spend
+from core.preemption.quotas import below_ideal, within_share
+from core.preemption.rules import preemption_disabled, required_node_leaves
 from core.resources import Resource
 from core.state import Allocation, Ask, AskKey, Node, PartitionState, Queue, ask_label
 from messages import protocol as p
@@ -168,16 +169,13 @@ class VictimPlacer:
         if alloc.opportunistic:
             return True
         if self.intra:
-            return (
-                alloc.queue is ask.app.queue
-                and alloc.app != ask.app.name
-                and alloc.priority < ask.priority
-                and not alloc.am
-            ) or (self.limits is not None and self.limits.may_take(alloc, ask, chosen or ()))
+            return refusal(alloc, ask, intra=True, required_node=False, limits=self.limits, chosen=chosen or ()) is None
+        # Across queues the answer for a candidate here (not pinned, not leaving: ``by_node`` holds none)
+        # depends on the two queues only: remembered per pair for the round.
         pair = (alloc.queue.path, ask.app.queue.path)
         allowed = self._relations.get(pair)
         if allowed is None:
-            allowed = self._relations[pair] = may_preempt_for(alloc.queue, ask.app.queue)
+            allowed = self._relations[pair] = refusal(alloc, ask, intra=False, required_node=False) is None
         return allowed
 
     def _lower_bound(self, node: Node, ask: Ask) -> float | None:
@@ -207,15 +205,19 @@ class VictimPlacer:
             self.budget_stopped.add(ask.key)
             return None
         self.deficits = self._headroom_deficits(ask)
+        pinned = ask.required_node is not None and self.request.required_node
         if ask.required_node is not None:
             node = state.nodes.get(ask.required_node)
             usable = node is not None and node.schedulable and ask.accepts(node)
-            best = self._minimal_set(node, ask) if node is not None and usable else None
+            if node is None or not usable:
+                best = None
+            else:
+                best = self._required_node_set(node, ask) if pinned else self._minimal_set(node, ask)
         else:
             best = self._search(state, ask)
         if best is None:
             return None
-        if best.has_am and not self.intra and self._tasks_could_make_room(state, ask):
+        if best.has_am and not self.intra and not pinned and self._tasks_could_make_room(state, ask):
             # AM containers are the last resort: tasks could make this room, only the quota stops
             # them now. Wait for completions or later rounds rather than kill an application.
             return None
@@ -226,14 +228,14 @@ class VictimPlacer:
 
     def open_unit(self, state: PartitionState, ask: Ask, members: int) -> bool:
         """Start a gang of ``members``: refused once the budget is spent, or when the whole gang would
-        take its queue above its ideal (no victim for a gang that cannot be completed)."""
+        take its queue beyond its share (:func:`within_share`: no victim for a gang that cannot be completed)."""
         if self.exhausted:
             self.budget_stopped.add(ask.key)
             return False
         target = self.request.targets.get(ask.app.queue.path)
         if target is not None and not self.intra:
             after = res.add(ask.app.queue.usage(), res.scale(ask.resource, members))
-            if res.drf_above(after, target, state.capacity):
+            if not within_share(ask.app.queue, after, target, state.capacity):
                 return False
         self._unit = _RoundMark(
             {k: dict(v) for k, v in self.quota_left.items()},
@@ -394,11 +396,48 @@ class VictimPlacer:
             return None
         return VictimSet(node, [e[3] for e in chosen], sum(e[1] for e in chosen), any(e[0] for e in chosen))
 
+    def _required_node_set(self, node: Node, ask: Ask) -> VictimSet | None:
+        """YuniKorn's required-node preemptor on the ask's node, whichever queue the victims are in and
+        whatever the quotas: containers of the ask's priority or lower (``eligibility.required_node_order``), never one
+        placed for a required-node ask nor one already leaving; taken in that order until the room and every
+        ``max`` deficit are covered, then trimmed to a minimal set."""
+        if node_reservation.blocks(self.state, ask, node.name):
+            return None
+        shortfall = self._shortfall(node, ask)
+        needs: list[tuple[Queue | None, dict[str, int]]] = [(None, shortfall)] if shortfall else []
+        needs.extend(self.deficits)
+        if not needs:
+            return None
+        allocations = self.state.allocations
+        eligible = [
+            alloc
+            for alloc in (allocations[aid] for aid in node.allocations)
+            if alloc.id not in self.taken and refusal(alloc, ask, intra=False, required_node=True) is None
+        ]
+        eligible.sort(key=required_node_order)
+        cost_of, now = self.cost_of, self.now
+        ranked = [(a.am and not a.opportunistic, float(i), a.id, a) for i, a in enumerate(eligible)]
+        chosen = self._pick(node, ask, needs, within_quota=False, candidates=ranked)
+        if chosen is None:
+            return None
+        victims = [e[3] for e in chosen]
+        cost = sum(0.0 if v.opportunistic else cost_of(v, now) for v in victims)
+        return VictimSet(node, victims, cost, any(e[0] for e in chosen))
+
     def _pick(
-        self, node: Node, ask: Ask, needs: list[tuple[Queue | None, dict[str, int]]], *, within_quota: bool
+        self,
+        node: Node,
+        ask: Ask,
+        needs: list[tuple[Queue | None, dict[str, int]]],
+        *,
+        within_quota: bool,
+        candidates: list[tuple[bool, float, str, Allocation]] | None = None,
     ) -> list[tuple[bool, float, str, Allocation]] | None:
         """Cheapest victims first until every need is covered, then trimmed to a minimal set. A need
-        scoped to a queue counts only victims inside its subtree (``None``: the node's room)."""
+        scoped to a queue counts only victims inside its subtree (``None``: the node's room).
+        ``candidates``: victims already chosen by a rule of their own (the required-node preemptor), in
+        order, taken as they come (no queue relation, no quota)."""
+        ruled = candidates is not None
         chosen: list[tuple[bool, float, str, Allocation]] = []
         got = [dict.fromkeys(need, 0) for _, need in needs]
         lose: dict[str, Resource] = {}
@@ -409,14 +448,14 @@ class VictimPlacer:
         def covered() -> bool:
             return all(g[k] >= need[k] for g, (_, need) in zip(got, needs, strict=True) for k in g)
 
-        for entry in self._victims_on(node.name):
+        for entry in candidates if candidates is not None else self._victims_on(node.name):
             alloc = entry[3]
-            if not self._allowed(alloc, ask, [e[3] for e in chosen] if self.intra else None):
+            if not ruled and not self._allowed(alloc, ask, [e[3] for e in chosen] if self.intra else None):
                 continue
             useful = [i for i, (scope, need) in enumerate(needs) if counts(scope, alloc)]
             if not useful:
                 continue
-            if not self.intra and not alloc.opportunistic:
+            if not ruled and not self.intra and not alloc.opportunistic:
                 path = alloc.queue.path
                 left = self.quota_left[path]
                 if not within_quota:
@@ -473,9 +512,9 @@ class VictimPlacer:
                 continue  # in no queue's quota, max or user limit, nor in the round's preemption budget
             if self.limits is not None:
                 self.limits.take(alloc)
-            if not self.intra:
-                path = alloc.queue.path
-                spend(self.quota_left[path], self.request.quotas.get(path, {}), alloc.resource)
+            left = None if self.intra else self.quota_left.get(alloc.queue.path)
+            if left is not None:  # a required-node victim may come from a queue without a quota
+                spend(left, self.request.quotas.get(alloc.queue.path, {}), alloc.resource)
             res.sub_into(self.budget_left, alloc.resource)
             for q in alloc.queue.lineage():
                 res.add_into(self.leaving.setdefault(q.path, {}), alloc.resource)
@@ -493,66 +532,6 @@ class VictimPlacer:
             self.exhausted = True
 
 
-def spend(left: Resource, granted: Resource, taken: Resource) -> None:
-    """Charge ``taken`` to a victim queue's quota ``left`` (``granted`` at the round's start). A resource
-    whose granted quota is used up is where the queue is back at its ideal (the one it was over): from
-    then on it may lose nothing, though the quota on the resources it was not over has room left (that
-    room only lets one victim set take them along)."""
-    res.sub_into(left, taken)
-    if any(left.get(k, 0) <= 0 for k, g in granted.items() if g > 0):
-        for k, v in left.items():
-            left[k] = min(v, 0)
-
-
-def quota_allows(
-    victims: list[Allocation], left: dict[str, Resource], capacity: Resource, gone: dict[str, Resource] | None = None
-) -> str | None:
-    """The victim queue whose quota ``victims`` break (``None``: none), each queue's victims taken in
-    order, cheapest overshoot last: at most one victim per queue beyond its quota (see :func:`may_take`)."""
-    by_queue: dict[str, list[Allocation]] = {}
-    for v in victims:
-        by_queue.setdefault(v.queue.path, []).append(v)
-    for path, mine in by_queue.items():
-        quota = left.get(path, {})
-        total = res.total(v.resource for v in mine)
-        if res.fits(total, quota):
-            continue
-        # The one victim allowed beyond the quota: any whose removal leaves the rest within it.
-        if not any(
-            may_take(v.queue, res.sub(total, v.resource), v.resource, quota, capacity, (gone or {}).get(path))
-            for v in mine
-        ):
-            return path
-    return None
-
-
-def may_take(
-    queue: Queue, before: Resource, victim: Resource, left: Resource, capacity: Resource, gone: Resource | None = None
-) -> bool:
-    """Whether ``queue``, having lost ``before`` to this set, may lose ``victim`` too with ``left`` its
-    remaining quota (ARCHITECTURE invariant 5a). Within the quota, yes. Containers are whole, so one
-    victim may overshoot it, as YARN's selector does, while the queue was still over its floor (quota
-    left on every resource the victim holds, nothing overdrawn) and stays, without it, at or above its
-    guarantee: in the DRF comparison, and on each resource the guarantee names. ``gone``: what the queue already lost
-    that its usage does not show yet (victims taken earlier in the same placement round)."""
-    after = res.add(before, victim)
-    if res.fits(after, left):
-        return True
-    rest = res.sub(left, before)
-    if any(v < 0 for v in rest.values()) or not all(rest.get(k, 0) > 0 for k in victim):
-        return False  # overdrawn already (one whole container beyond the quota at most), or at its floor
-    usage = net_usage(queue) if gone is None else res.sub(net_usage(queue), gone)
-    remaining = res.sub(usage, after)
-    guaranteed = queue.guaranteed
-    # The overshoot is beyond what the quota granted: it keeps the guarantee in the DRF comparison and,
-    # conservatively, on every resource the guarantee names (what the queue held of it, if less).
-    if any(remaining.get(k, 0) < min(g, usage.get(k, 0)) for k, g in guaranteed.items()):
-        return False
-    # In the DRF comparison as the quotas read it (:func:`guarantee_floor`): at its guarantee's dominant level
-    # it is not below it, though it holds none of a resource the guarantee names and it never used.
-    return not res.drf_below(remaining, guarantee_floor(remaining, guaranteed, capacity), capacity)
-
-
 def _net_usage_key(capacity: Resource) -> object:
     def key(q: Queue, usage: Resource) -> tuple[object, ...]:
         return usage_key(q, res.clamp_min_zero(res.sub(usage, q.preempting)), capacity)
@@ -568,14 +547,20 @@ def answer_placement_request(core: Allocator, request: p.PlacementRequest) -> p.
     mask_hits = 0
     targets = request.targets
     beneficiaries = set(request.beneficiaries)
+    # Leaves with a pending required-node ask: it preempts on its node whatever its queue's standing.
+    pinned = required_node_leaves(state) if request.required_node else set()
+    eligible = beneficiaries | pinned
+
+    def serves(q: Queue) -> bool:
+        if q.path not in beneficiaries:
+            return False
+        target = targets.get(q.path)
+        return target is None or below_ideal(q.usage(), target, state.capacity)
 
     def queue_ok(q: Queue) -> bool:
         if q.is_leaf:
-            if q.path not in beneficiaries:
-                return False
-            target = targets.get(q.path)
-            return target is None or below_ideal(q.usage(), target, state.capacity)
-        return any(b.startswith(q.path + ".") for b in beneficiaries)
+            return q.path in pinned or serves(q)
+        return any(b.startswith(q.path + ".") for b in eligible)
 
     def ask_ok(ask: Ask) -> bool:
         nonlocal mask_hits
@@ -583,6 +568,8 @@ def answer_placement_request(core: Allocator, request: p.PlacementRequest) -> p.
             return False
         if state.now - ask.created < ask.app.queue.config.preemption_delay:
             return False  # younger than its queue's preemption.delay (YuniKorn's ask age check)
+        if not (ask.required_node is not None and request.required_node) and not serves(ask.app.queue):
+            return False
         if ask_label(ask.key) in mask:
             mask_hits += 1
             return False
@@ -594,7 +581,7 @@ def answer_placement_request(core: Allocator, request: p.PlacementRequest) -> p.
     while not placer.exhausted:
         candidates = find_ask_candidates(
             state,
-            max(1, len(beneficiaries)),
+            max(1, len(eligible)),
             preemption=True,
             filters=CandidateFilter(skip=failed, queue=queue_ok, ask=ask_ok),
             queue_key=_net_usage_key(state.capacity),  # type: ignore[arg-type]

@@ -23,6 +23,7 @@ from core.opportunistic import first_victims
 from core.preemption.mask import PreemptionMask
 from core.preemption.model import ContainerSnapshot
 from core.preemption.quotas import Quotas, compute_quotas, net_usage
+from core.preemption.rules import required_node_leaves
 from core.preemption.view import snapshot_from_state
 from core.state import PartitionState
 from core.yarn.proportional import ProportionalConfig, ProportionalPolicy
@@ -97,7 +98,10 @@ class _Placing:
         mask.expire(now)
         if self.waiting is not None and now - self.waiting_since < 2 * self.config.interval:
             return None  # one request in flight at a time (a lost reply expires)
-        if not quotas.beneficiaries or (not self.intra and not quotas.may_lose):
+        required_node = self.config.required_node and not self.intra  # the inter-queue policy's to serve
+        if (not quotas.beneficiaries or (not self.intra and not quotas.may_lose)) and not (
+            required_node and required_node_leaves(state)
+        ):
             return None
         self.rounds += 1
         self.waiting = f"{self.partition}/{self.name}-{self.rounds}"
@@ -116,6 +120,7 @@ class _Placing:
             victim_cost=self.config.victim_cost,
             max_candidate_nodes=self.config.max_candidate_nodes,
             intra_queue=self.intra,
+            required_node=required_node,
         )
 
     def on_reply(self, reply: p.PlacementReply, now: float) -> p.PreemptionProposal | None:

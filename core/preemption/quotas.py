@@ -1,14 +1,15 @@
 """Sniper's inter-queue preemption quotas (seed 002 ``calculate-preemption-quotas``), sans-IO.
 
 From the ideal assignment (YARN's fix-point under DRF, layered by priority, ineffective increments
-dropped; Sniper's is capped by demand on every resource): a leaf queue whose net usage (victims already
-preempting excluded) is above its guarantee plus the deadzone (YARN's ``max_ignored_over_capacity``) in the
-DRF comparison (``resources.drf_compare`` against the partition's capacity, as YARN's
-DominantResourceCalculator) and over its ideal on some resource may lose what it holds above its floor
+dropped; Sniper's is capped by demand on every resource): a leaf queue whose usage (victims under notice
+included, as YARN's ``used``) is above its guarantee plus the deadzone (YARN's ``max_ignored_over_capacity``,
+a trigger, not a floor) in the DRF comparison (``resources.drf_compare`` against the partition's capacity,
+as YARN's DominantResourceCalculator) and whose net usage (victims under notice excluded) is over its ideal
+on some resource may lose what its net usage holds above its floor
 (:func:`floor_of`): its guarantee's dominant share of its dominant resource, and its ideal on the resource
 it is most over. Its quota (``may_lose``) is that difference, every other resource included: a
 memory-heavy queue loses vcores with its containers though it holds fewer than its guarantee names. A whole
-container beyond the quota is still allowed (:func:`allows`) while the queue has something left to lose
+container beyond the quota is still allowed (``eligibility.may_take``) while the queue has something left to lose
 and stays at or above its guarantee without it. Never anything from a ``disabled`` queue. A leaf below its
 ideal (DRF), with demand its user, group and application limits let run, is a beneficiary.
 Invariant (5a): no victim takes a queue below its guarantee; it may end below its ideal by less than the
@@ -40,7 +41,8 @@ class Quotas:
 
 
 def net_usage(queue: Queue) -> Resource:
-    return res.clamp_min_zero(res.sub(res.add(queue.allocated, queue.reserved), queue.preempting))
+    """What the queue holds once its containers under notice are gone."""
+    return res.clamp_min_zero(res.sub(held_usage(queue), queue.preempting))
 
 
 def guarantee_floor(usage: Resource, guaranteed: Resource, capacity: Resource) -> Resource:
@@ -78,30 +80,34 @@ def below_ideal(usage: Resource, ideal: Resource, capacity: Resource) -> bool:
     return res.drf_below(usage, ideal, capacity)
 
 
-def over_deadzone(queue: Queue, usage: Resource, ideal: Resource, deadzone: float, capacity: Resource) -> bool:
-    """Above ``guaranteed * (1 + deadzone)`` in the DRF comparison (YARN's and seed 000's deadzone, ``used >
-    (1 + max_ignored_over_capacity) * guaranteed``) and over its ideal on some resource the cluster has (YARN's
-    excess ``used - ideal`` positive under the dominant calculator). Not ``drf_above(usage, ideal)``: the
-    aggregate ideal can give a queue a dominant share on a resource its containers cannot use (a queue of
-    2 GiB / 0.5-core containers whose sibling wants memory only is owed 90% of the vcores and 62% of the
-    memory); it must still give the memory back."""
+def held_usage(queue: Queue) -> Resource:
+    """What the queue holds, containers under notice included: they run until they go, and YARN's ``used``
+    counts containers marked for preemption until they are killed."""
+    return res.add(queue.allocated, queue.reserved)
+
+
+def over_deadzone(
+    queue: Queue, held: Resource, usage: Resource, ideal: Resource, deadzone: float, capacity: Resource
+) -> bool:
+    """Whether a queue is a victim queue this round. The deadzone is YARN's trigger, not a floor: what it
+    ``held`` at the round's start (:func:`held_usage`) is above ``guaranteed * (1 + deadzone)`` in the DRF
+    comparison (YARN's and seed 000's deadzone, ``used > (1 + max_ignored_over_capacity) * guaranteed``);
+    then its net ``usage`` may go down to its floor (:func:`floor_of`), inside the band too, so a queue whose
+    victims of earlier rounds brought it into the band is still taken to its ideal. And it is over its ideal
+    on some resource the cluster has (YARN's excess ``used - ideal`` positive under the dominant
+    calculator). Not ``drf_above(usage, ideal)``: the aggregate ideal can give a queue a dominant share on a
+    resource its containers cannot use (a queue of 2 GiB / 0.5-core containers whose sibling wants memory
+    only is owed 90% of the vcores and 62% of the memory); it must still give the memory back."""
     dead = {k: int(v * (1.0 + deadzone)) for k, v in queue.guaranteed.items()}
     over = any(usage.get(k, 0) > ideal.get(k, 0) for k, c in capacity.items() if c > 0)
-    return over and res.drf_above(usage, dead, capacity)
+    return over and res.drf_above(held, dead, capacity)
 
 
-def allows(queue: Queue, quota: Resource, taken: Resource, victim: Resource, capacity: Resource) -> bool:
-    """Whether a victim queue may lose ``victim`` after losing ``taken`` this round, ``quota`` being its
-    ``may_lose``: yes within the quota; beyond it, a whole container is still allowed while the queue has
-    something left to lose (``taken`` within the quota: it is above its ideal) and it stays at or above its
-    guarantee without it (DRF). So it may end below its ideal by less than one container (invariant 5a)."""
-    after = res.add(taken, victim)
-    if res.fits(after, quota):
-        return True
-    if not res.fits(taken, quota):
-        return False
-    left = res.clamp_min_zero(res.sub(net_usage(queue), after))
-    return not res.drf_below(left, guarantee_floor(left, queue.guaranteed, capacity), capacity)
+def within_share(queue: Queue, after: Resource, ideal: Resource, capacity: Resource) -> bool:
+    """Whether a beneficiary queue holding ``after`` stays within what it is owed: at most its ideal, or at
+    most its guarantee (the elastic minimum every queue keeps, however the fix-point's rounding split the
+    last units between it and a sibling), in the DRF comparison. An exact fit is within it."""
+    return not res.drf_above(after, ideal, capacity) or not res.drf_above(after, queue.guaranteed, capacity)
 
 
 def usable_capacity(state: PartitionState) -> Resource:
@@ -152,7 +158,8 @@ def compute_quotas(state: PartitionState, config: PreemptionConfig) -> Quotas:
             continue
         usage = net_usage(queue)
         target = ideal.get(path, {})
-        if not preemption_disabled(queue) and over_deadzone(queue, usage, target, deadzone, capacity):
+        held = held_usage(queue)
+        if not preemption_disabled(queue) and over_deadzone(queue, held, usage, target, deadzone, capacity):
             floor = floor_of(usage, target, queue.guaranteed, capacity)
             lose = res.clamp_min_zero(res.sub(usage, floor))
             if lose:

@@ -4,13 +4,15 @@
 - an ask in a ``fence`` queue (or any queue under one) never preempts outside the fence's subtree; asks
   from outside may still preempt inside it by the usual rules (YuniKorn's semantics);
 - a queue is never preempted for a queue of lower business priority, compared where the two paths part
-  (siblings' ``priority.offset``, as YARN's and YuniKorn's relative queue priorities).
+  (siblings' ``priority.offset``, as YARN's and YuniKorn's relative queue priorities);
+- an ask that requires a node stands outside these relations: it preempts on its node by the required-node
+  rule (``eligibility.refusal``), in whichever queue it is (:func:`required_node_leaves`).
 Pure functions of the queue tree.
 """
 
 from __future__ import annotations
 
-from core.state import Queue
+from core.state import PartitionState, Queue
 
 
 def preemption_disabled(queue: Queue) -> bool:
@@ -40,3 +42,12 @@ def may_preempt_for(victim: Queue, beneficiary: Queue) -> bool:
         if victim_side.priority > beneficiary_side.priority:
             return False
     return True
+
+
+def required_node_leaves(state: PartitionState) -> set[str]:
+    """Leaf queues with a pending ask that requires a node."""
+    return {
+        q.path
+        for q in state.queues.values()
+        if q.is_leaf and any(ask.required_node is not None for app in q.waiting_apps() for ask in app.pending_asks)
+    }

@@ -63,10 +63,6 @@ class ConformanceCase:
     expected: Mapping[str, Any]
     clocks: tuple[int, ...]
 
-    @property
-    def is_unit_sort(self) -> bool:
-        return self.snapshot is None
-
     def to_list(self, r: ResourceLike) -> list[int]:
         """A resource as a list in the case's ``resource_types`` order."""
         return resource_to_list(r, self.resource_names)

@@ -41,7 +41,7 @@ from core.preemption.calculator import (
 )
 from core.preemption.ideal import IdealAssignment, compute_ideal
 from core.preemption.model import AppSnapshot, ClusterSnapshot, ContainerSnapshot, QueueSnapshot
-from core.resources import Resource, ResourceLike, add, component_max, sub
+from core.resources import Resource, add, component_max, sub
 
 if TYPE_CHECKING:
     from core.config import PreemptionConfig
@@ -385,8 +385,3 @@ class _Selection:
 class _Target:
     remaining: Resource
     done: bool = False
-
-
-def total_preemption_allowance(cluster: ResourceLike, total_preemption_per_round: float) -> Resource:
-    """A round's allowance as YARN computes it: ``trunc(cluster * (float) total_preemption_per_round)``."""
-    return multiply_trunc(cluster, java_float(total_preemption_per_round))

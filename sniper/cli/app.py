@@ -299,10 +299,19 @@ def show_rejections(items: list[dict[str, str]], show: bool) -> None:
         console.print(literal(f"rejected {what}: {item['reason']}", "yellow"))
 
 
-def decided_nothing(decisions: Iterable[d.DecisionMsg], events: int) -> None:
-    """Fail (exit 3) when a run of ``events`` events decided nothing but rejections."""
-    if not any(not isinstance(x, d.Rejected) for x in decisions):
-        fail(f"nothing was decided for {events} events (see the rejections above)", EXIT_RUNTIME)
+def decided_nothing(
+    decisions: Iterable[d.DecisionMsg], events: int, rejected: list[dict[str, str]], shown: bool
+) -> None:
+    """Fail when a run of ``events`` events decided nothing but rejections: bad input (exit 2) when Sniper
+    rejected what it was given, the rejections listed (``shown``: already listed); a runtime failure
+    (exit 3) when nothing at all was decided."""
+    if any(not isinstance(x, d.Rejected) for x in decisions):
+        return
+    if rejected:
+        if not shown:
+            show_rejections(rejected, True)
+        fail(f"every decision for {events} events was a rejection (listed above): nothing could be scheduled")
+    fail(f"nothing was decided for {events} events", EXIT_RUNTIME)
 
 
 def load_inputs(trace: Path | None, queues: Path | None, seed: int) -> tuple[list[f.Feed], SchedulerConfig | None, str]:

@@ -316,7 +316,7 @@ def feed(
     if result.violations:
         console.print(literal(f"{result.violations} invariant violation(s)", "red"))
         raise typer.Exit(EXIT_INVARIANT)
-    decided_nothing(decisions, len(events))
+    decided_nothing(decisions, len(events), rejected, show)
     if result.unanswered:
         lost = sum(result.unanswered.values())
         parts = ", ".join(sorted(result.unanswered))

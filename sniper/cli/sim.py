@@ -153,7 +153,7 @@ def simulate(
     if result.violations:
         console.print(literal(f"{result.violations} invariant violation(s)", "red"))
         raise typer.Exit(EXIT_INVARIANT)
-    decided_nothing(result.decisions, len(events))
+    decided_nothing(result.decisions, len(events), rejected, show)
 
 
 @app.command()

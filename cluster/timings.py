@@ -1,0 +1,53 @@
+"""The timings a core process keeps (Prometheus histograms), below the process and its observability
+endpoint so that both use them without importing each other: an ask fetched to its first decision, and
+each partition's allocation cycles and preemption rounds, labelled by partition.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from prometheus_client import CollectorRegistry, Histogram
+
+LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+
+
+class CoreHistograms:
+    """Timings of one core process, observed by its hosted partitions and their actors."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        labels = ["partition"]
+        self.feed_to_decision = Histogram(
+            "sniper_feed_to_decision_seconds",
+            "From fetching an ask to handing its first decision (allocated or rejected) to the producer",
+            labels,
+            registry=registry,
+            buckets=LATENCY_BUCKETS,
+        )
+        self.work = {
+            "allocation_cycle": Histogram(
+                "sniper_allocation_cycle_seconds",
+                "One allocation cycle of a partition's allocator",
+                labels,
+                registry=registry,
+                buckets=LATENCY_BUCKETS,
+            ),
+            "preemption_round": Histogram(
+                "sniper_preemption_round_seconds",
+                "One round of a preemption policy",
+                labels,
+                registry=registry,
+                buckets=LATENCY_BUCKETS,
+            ),
+        }
+
+    def timer(self, partition: str) -> Callable[[str, float], None]:
+        """What a partition's actors call with (work kind, seconds)."""
+        children = {kind: histogram.labels(partition) for kind, histogram in self.work.items()}
+
+        def observe(kind: str, seconds: float) -> None:
+            child = children.get(kind)
+            if child is not None:
+                child.observe(seconds)
+
+        return observe

@@ -1,0 +1,35 @@
+"""The narrow face of the cache that the modules changing a partition's state are given, defined below
+the cache (:class:`core.cache.Cache` implements it) so that node reservations, opportunistic containers,
+the preemption commit and preemption contracts never import the cache: the state to read, ``commit``
+(the one mutation path: a change applied, then published in a view delta), ``decide`` (a decision
+published), preemption notices, a proposal's outcome, fresh ids and the reservation hooks.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from core.resources import Resource
+from core.state import Allocation, Node, PartitionState
+from messages import decisions as d
+from messages import protocol as p
+
+
+class Writer(Protocol):
+    state: PartitionState
+
+    def commit(self, change: p.ChangeMsg) -> None: ...
+
+    def decide(self, decision_type: type[d.DecisionMsg], **fields: Any) -> None: ...
+
+    def notice(self, victim: Allocation, **fields: Any) -> None: ...
+
+    def cancel_notices(self, victims: list[Allocation], reason: str, reservation: str | None = None) -> None: ...
+
+    def outcome(self, proposal: str, accepted: int, rejected: dict[str, str]) -> None: ...
+
+    def next_id(self, kind: str) -> int: ...
+
+    def fulfil_reservations(self, node_name: str) -> None: ...
+
+    def keep_reservations(self, node: Node, cap: Resource, schedulable: bool, reason: str | None = None) -> None: ...

@@ -1,0 +1,51 @@
+"""Every change to an allocation, a preemption reservation, a node reservation or a preemption contract
+goes through ``PartitionState.apply`` (ARCHITECTURE section 2: only the cache writes, and only through
+its one mutation path): no module outside ``core/state.py`` assigns an attribute of one, read from the
+source (an attribute write is caught whatever names the object)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+from core.state import Allocation, Contract, NodeReservation, Reservation
+
+ROOT = Path(__file__).resolve().parent.parent
+FIELDS = {name for cls in (Allocation, Reservation, NodeReservation, Contract) for name in cls.__slots__}
+SOURCES = sorted(
+    path
+    for package in ("core", "actors", "cluster", "simulator", "tools", "sniper")
+    for path in (ROOT / package).rglob("*.py")
+    # the state itself, and the simulator's independent model (its allocations are its own, not the state's)
+    if path not in (ROOT / "core" / "state.py", ROOT / "simulator" / "model.py")
+)
+
+
+def attribute_writes(source: str, fields: set[str]) -> list[str]:
+    """``x.field = ...`` (plain, augmented or annotated, ``self`` aside) of one of ``fields``."""
+    found: list[str] = []
+    for node in ast.walk(ast.parse(source)):
+        targets: list[ast.expr] = []
+        if isinstance(node, ast.Assign):
+            targets = node.targets
+        elif isinstance(node, ast.AugAssign | ast.AnnAssign):
+            targets = [node.target]
+        for target in targets:
+            if not isinstance(target, ast.Attribute) or target.attr not in fields:
+                continue
+            owner = target.value
+            if not (isinstance(owner, ast.Name) and owner.id == "self"):
+                found.append(f"{node.lineno}: {ast.unparse(target)}")
+    return found
+
+
+@pytest.mark.parametrize("path", SOURCES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_no_lifecycle_field_is_written_outside_apply(path: Path) -> None:
+    assert attribute_writes(path.read_text(), FIELDS) == []
+
+
+def test_the_scan_catches_a_write_whatever_names_the_object() -> None:
+    source = "def f(a, rs):\n    a.killed = True\n    rs[0].deadline += 1\n    self.killed = False\n"
+    assert attribute_writes(source, FIELDS) == ["2: a.killed", "3: rs[0].deadline"]

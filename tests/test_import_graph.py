@@ -1,0 +1,137 @@
+"""The import graph of the source packages, read from the source (every ``import``, whether at run time,
+inside a function or under ``TYPE_CHECKING``): the decision logic in ``core`` imports only ``messages``,
+the standard library and the third-party libraries the project declares for it (msgspec, PyYAML,
+sortedcontainers); ``messages`` imports only the standard library and msgspec; and no two modules of a
+package import each other, directly or around a circle.
+"""
+
+from __future__ import annotations
+
+import ast
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = ("core", "messages", "actors", "transport", "cluster", "simulator", "importers", "tools", "sniper")
+CORE_LIBRARIES = {"msgspec", "yaml", "sortedcontainers"}
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+MODULES = {_module_name(path): path for package in PACKAGES for path in sorted((ROOT / package).rglob("*.py"))}
+
+
+def _imported(path: Path) -> set[str]:
+    """Every dotted name an import in ``path`` names (``from a import b`` names ``a`` and ``a.b``)."""
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module is not None and node.level == 0:
+            names.add(node.module)
+            names.update(f"{node.module}.{alias.name}" for alias in node.names)
+    return names
+
+
+def _module_of(name: str) -> str | None:
+    """The source module a dotted import name lands in (``None``: not one of ours)."""
+    while name and name not in MODULES:
+        name = name.rpartition(".")[0]
+    return name or None
+
+
+GRAPH = {
+    module: {m for m in map(_module_of, _imported(path)) if m is not None and m != module}
+    for module, path in MODULES.items()
+}
+
+
+def _outside(package: str) -> dict[str, set[str]]:
+    """Per module of ``package``, the top-level names it imports from outside the package."""
+    out: dict[str, set[str]] = {}
+    for module, path in MODULES.items():
+        if module.split(".")[0] == package:
+            tops = {name.split(".")[0] for name in _imported(path)} - {package}
+            if tops:
+                out[module] = tops
+    return out
+
+
+def _circles(modules: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan's algorithm, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    for start in sorted(modules):
+        if start in index:
+            continue
+        work = [(start, iter(sorted(modules[start])))]
+        index[start] = low[start] = len(index)
+        stack.append(start)
+        on_stack.add(start)
+        while work:
+            node, edges = work[-1]
+            nxt = next((e for e in edges if e in modules), None)
+            if nxt is not None:
+                if nxt not in index:
+                    index[nxt] = low[nxt] = len(index)
+                    stack.append(nxt)
+                    on_stack.add(nxt)
+                    work.append((nxt, iter(sorted(modules[nxt]))))
+                elif nxt in on_stack:
+                    low[node] = min(low[node], index[nxt])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component: list[str] = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    found.append(sorted(component))
+    return found
+
+
+def test_core_imports_only_messages_the_standard_library_and_its_declared_libraries() -> None:
+    allowed = {"messages", *CORE_LIBRARIES, *sys.stdlib_module_names}
+    stray = {module: sorted(tops - allowed) for module, tops in _outside("core").items() if tops - allowed}
+    assert stray == {}
+
+
+def test_the_libraries_core_uses_are_declared_dependencies() -> None:
+    declared = (ROOT / "pyproject.toml").read_text().lower()
+    distributions = {"msgspec": "msgspec", "yaml": "pyyaml", "sortedcontainers": "sortedcontainers"}
+    assert all(f'"{distributions[name]}>=' in declared for name in CORE_LIBRARIES)
+
+
+def test_messages_import_only_the_standard_library_and_msgspec() -> None:
+    allowed = {"msgspec", *sys.stdlib_module_names}
+    stray = {module: sorted(tops - allowed) for module, tops in _outside("messages").items() if tops - allowed}
+    assert stray == {}
+
+
+@pytest.mark.parametrize("package", PACKAGES)
+def test_no_modules_of_a_package_import_each_other_around_a_circle(package: str) -> None:
+    inside = {
+        module: {m for m in deps if m.split(".")[0] == package}
+        for module, deps in GRAPH.items()
+        if module.split(".")[0] == package
+    }
+    assert _circles(inside) == []
+
+
+def test_the_circle_finder_finds_a_circle_through_three_modules() -> None:
+    assert _circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert _circles({"a": {"b"}, "b": set()}) == []
