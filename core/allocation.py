@@ -1,4 +1,4 @@
-"""The allocation cycle of seed 002: ``find_ask_candidates`` and ``try_allocate``, sans-IO.
+"""The allocation cycle of the cross-queue design: ``find_ask_candidates`` and ``try_allocate``, sans-IO.
 
 ``find_ask_candidates`` walks the queue tree most-under-served first (below guarantee in the DRF
 comparison, then business priority, then dominant share of usage against guarantee, then more pending),
@@ -34,7 +34,7 @@ def usage_key(
     pending_share: float | None = None,
     guaranteed_vector: tuple[float, ...] | None = None,
 ) -> tuple[object, ...]:
-    """Normal-mode queue order, the ideal assignment's (seed 000): queues below their guarantee (DRF) first,
+    """Normal-mode queue order, the ideal assignment's: queues below their guarantee (DRF) first,
     so each keeps its elastic minimum min(used + pending, guaranteed) whatever its business priority; then
     higher priority, lower share (of the guarantee, or of the cluster without one), more pending.
     ``pending_share`` and ``guaranteed_vector`` (the guarantee's ``share_vector``) are what a caller

@@ -102,7 +102,7 @@ class Allocator(ViewReplica):
     # ------------------------------------------------------------------ the cycle
 
     def cycle(self, budget: int | None = None) -> p.AllocationProposal | None:
-        """One allocation cycle (seed 002): candidates, placement, missed opportunities, one proposal.
+        """One allocation cycle (the cross-queue design): candidates, placement, missed opportunities, one proposal.
 
         A cycle on the state a cycle placed nothing on (the clock aside: same object, same version, no
         room held or answered since, no reservation whose deadline the clock moves) would try the same

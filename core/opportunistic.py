@@ -1,4 +1,4 @@
-"""Opportunistic containers (YARN's ``ExecutionType.OPPORTUNISTIC``, seed 003), sans-IO.
+"""Opportunistic containers (YARN's ``ExecutionType.OPPORTUNISTIC``), sans-IO.
 
 An opportunistic ask gets only room no guaranteed ask can use now: the allocator places it after the
 guaranteed pass of a cycle that ran to the end, never on reserved room, never on a node where that

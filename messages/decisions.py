@@ -11,7 +11,7 @@ from typing import Final, Literal
 import msgspec
 
 # Why a node reservation ended: fulfilled, timed out, its ask or app or node gone, or cancelled by a
-# preemption policy (``DERESERVED``, seed 004's cheapest action).
+# preemption policy (``DERESERVED``, YARN capacity monitor's cheapest action).
 NodeUnreserveReason = Literal["placed", "timeout", "ask_removed", "node_removed", "app_removed", "dereserved"]
 DERESERVED: Final = "dereserved"
 # The reason of a kill of an opportunistic container (at once, for a guaranteed ask), and how the reason

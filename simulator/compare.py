@@ -126,7 +126,7 @@ OPPORTUNISTIC_ROWS: tuple[tuple[str, Callable[[Report], Any]], ...] = (
 )
 
 
-# Shown only when some run sent a preemption request (seed 004's actions, cheapest first).
+# Shown only when some run sent a preemption request (YARN capacity monitor's actions, cheapest first).
 ACTION_ROWS: tuple[tuple[str, Callable[[Report], Any]], ...] = (
     ("action dereservation", lambda r: r.actions.get("dereservation", 0)),
     ("action preempt_request", lambda r: r.actions.get("preempt_request", 0)),

@@ -24,7 +24,7 @@ from core.resources import Resource
 from messages import decisions as d
 from simulator.model import ClusterModel
 
-# Seed 004's four actions, cheapest first, and the decisions that count as each.
+# The four actions of YARN's capacity monitor, cheapest first, and the decisions that count as each.
 ACTIONS: dict[str, tuple[type, ...]] = {
     "dereservation": (d.NodeUnreserved,),  # those a policy cancelled (reason ``dereserved``)
     "preempt_request": (d.PreemptRequest,),
@@ -71,7 +71,7 @@ class PreemptionLogEntry(msgspec.Struct, frozen=True, kw_only=True):
     beneficiary_queue: str = ""
     cost: float = 0.0
     policy: str = ""
-    # Seed 004's action: "preempt" (a notice, killed after the grace), "preempt_request" (a container a
+    # The capacity monitor's action: "preempt" (a notice, killed after the grace), "preempt_request" (a container a
     # preemption request named), "kill" (killed at a request's deadline: what the AM did not give back).
     action: str = "preempt"
 
@@ -362,7 +362,7 @@ class Metrics:
         return Preemptions(victims=len(preempts), resources=resources, cancelled=cancelled)
 
     def actions(self) -> dict[str, int]:
-        """Seed 004's actions, cheapest first: de-reservations, preemption requests, notices (without
+        """The capacity monitor's actions, cheapest first: de-reservations, preemption requests, notices (without
         the opportunistic containers killed at once, counted in :meth:`opportunistic`) and kills."""
         out = dict.fromkeys(ACTIONS, 0)
         for x in self.decisions:

@@ -38,7 +38,7 @@ class PartitionReport(msgspec.Struct, kw_only=True):
     policy: str = "none"
     allocations: int = 0
     preemptions: Preemptions = Preemptions()
-    # Seed 004's four actions, cheapest first: decisions of each kind (docs/report.md).
+    # The four actions of YARN's capacity monitor, cheapest first: decisions of each kind (docs/report.md).
     actions: dict[str, int] = {}
     wasted_preemptions: int = 0
     ping_pong: int = 0
@@ -48,7 +48,7 @@ class PartitionReport(msgspec.Struct, kw_only=True):
     utilization: dict[str, float] = {}  # time-averaged allocated over capacity, per resource (guaranteed only)
     opportunistic: Opportunistic = Opportunistic()
     node_reservations: dict[str, int] = {}  # made, and ended by reason
-    dereservations: int = 0  # node reservations a preemption policy cancelled (seed 004's cheapest action)
+    dereservations: int = 0  # node reservations a preemption policy cancelled (YARN capacity monitor's cheapest action)
     fairness: dict[str, float] = {}  # time-averaged sum over leaves of |usage - ideal| / capacity, per resource
     fairness_gap: float | None = None  # the same, dominant resource at each moment
     stranded: dict[str, float] = {}  # time-averaged idle capacity waiting asks could use, per resource

@@ -2,7 +2,7 @@
 
 Each container is released ``duration`` seconds after it starts; a killed container is released at
 once; a preempted, killed or lost container's work is asked for again as a new one-container ask
-(unless the trace said ``"retry": false``). Apps ignore the preempt signal (seed 002: none reacts),
+(unless the trace said ``"retry": false``). Apps ignore the preempt signal (as in the cross-queue design, none reacts),
 so victims leave at their kill, except the application masters of apps with a preemption contract
 (``app_added`` ``preemption_contract``): on a ``preempt_request`` such an AM releases its newest
 containers covering the resource asked, ``am_response`` seconds later (default: half the time to the

@@ -137,7 +137,7 @@ PREEMPTION = {
 
 
 def large_containers(seed: int = 0) -> Scenario:
-    """Seed 000's failure of the shotgun: on 10 nodes of 64 GiB, queue b borrowed everything with small
+    """The large-container loop (YARN's shotgun fails): on 10 nodes of 64 GiB, queue b borrowed everything with small
     2 GiB containers and keeps asking for more; then queue a (guarantee: half the cluster) asks for four
     60 GiB containers, almost a whole node each. Freed room scattered over nodes never fits them."""
     rng = random.Random(seed)
@@ -207,7 +207,7 @@ def _job(
 
 
 def priority_queues(seed: int = 0) -> Scenario:
-    """Business priority (seed 000): root.low (priority 0) borrows the whole cluster; then root.high
+    """Business priority: root.low (priority 0) borrows the whole cluster; then root.high
     (priority 10) and root.mid (priority 5) ask for their guarantees. Higher may preempt lower, never the
     reverse: low's later demand never takes anything back from high or mid."""
     rng = random.Random(seed)
@@ -336,7 +336,7 @@ def fragmented(seed: int = 0) -> Scenario:
 
 
 def user_limits(seed: int = 0) -> Scenario:
-    """User limits (seed 000's user_limit_factor, YuniKorn's ``limits``): root.shared is one team's queue
+    """User limits (YARN's user_limit_factor, YuniKorn's ``limits``): root.shared is one team's queue
     where a heavy user submits far more work than the queue holds and three light users come and go;
     every user may hold at most a quarter of the queue's guarantee and run two apps at a time (a third
     waits, first come first served). root.batch borrowed the idle cluster first. Preemption frees room
@@ -420,7 +420,7 @@ ScenarioFn = Callable[[int], Scenario]
 
 
 def opportunistic(seed: int = 0) -> Scenario:
-    """Opportunistic containers (seed 003): on 16 nodes of 64 GiB, dev borrows beyond its guarantee with
+    """YARN's opportunistic containers: on 16 nodes of 64 GiB, dev borrows beyond its guarantee with
     guaranteed work and fills the idle rest with opportunistic 4 GiB containers; prod's guaranteed jobs
     then arrive (8 GiB services, later four 48 GiB trainers): opportunistic containers go first, at
     once, and only then dev's borrowed guaranteed ones. Killed opportunistic work is asked for again."""
@@ -451,7 +451,7 @@ def opportunistic(seed: int = 0) -> Scenario:
 
 
 def contract(seed: int = 0) -> Scenario:
-    """Preemption contracts (YARN-45, seed 004's resource-based preemption): on 16 nodes of 64 GiB,
+    """Preemption contracts (YARN-45, the capacity monitor's resource-based preemption): on 16 nodes of 64 GiB,
     queue batch borrowed the idle cluster with four apps of 4 GiB containers, two of them with
     application masters that honour preemption requests (``preemption_contract``). prod (guarantee:
     half the cluster) then asks for 8 GiB services and later 16 GiB trainers. Contract apps get a

@@ -1,4 +1,4 @@
-"""Opportunistic containers (YARN's execution type, seed 003): idle room only, outside every queue's
+"""Opportunistic containers (YARN's execution type): idle room only, outside every queue's
 accounting, killed first (at once, reason ``opportunistic``) when a guaranteed ask needs their room,
 and promoted to guaranteed when the queue's max allows."""
 

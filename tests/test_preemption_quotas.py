@@ -1,4 +1,4 @@
-"""Sniper's quotas (seed 002 ``calculate-preemption-quotas``): who may lose what, who benefits, the budget.
+"""Sniper's quotas (``calculate-preemption-quotas``): who may lose what, who benefits, the budget.
 
 From the ideal assignment: a leaf over both its ideal and ``guaranteed * (1 + deadzone)`` may lose what
 it holds above its floor (its guarantee on every resource, its ideal on the resource it is most over

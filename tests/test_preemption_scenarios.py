@@ -1,5 +1,5 @@
 """The issue's done-when, on the bundled scenarios through the real actors in virtual time (until 400 s):
-sniper gets seed 000's large containers running with no wasted preemption where YARN's proportional
+sniper gets the large-container loop's containers running with no wasted preemption where YARN's proportional
 policy loops; business priority is never inverted; AM containers are not victims; no policy ever breaks
 an invariant. Each scenario is simulated once per module (the runs are the slow part).
 """
@@ -48,7 +48,7 @@ def preempt_decisions(result: SimulationResult) -> list[d.Preempt]:
     return [x for x in result.decisions if isinstance(x, d.Preempt) and not x.observe_only]
 
 
-# ---------------------------------------------------------------------- large containers (seed 000)
+# ---------------------------------------------------------------------- large containers
 
 
 def test_sniper_gets_every_large_container_running_without_waste(large_containers: dict[str, Any]) -> None:

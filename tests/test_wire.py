@@ -145,6 +145,18 @@ def client_config(settings: KafkaSettings, **extra: Any) -> dict[str, Any]:
     return {"bootstrap.servers": settings.bootstrap, **extra}
 
 
+@contextlib.asynccontextmanager
+async def librdkafka_producer(settings: KafkaSettings, **extra: Any) -> AsyncIterator[confluent_kafka.Producer]:
+    """A librdkafka producer, closed in a worker thread when the block ends: closing joins librdkafka's own
+    threads, which must happen neither on the event loop's thread nor whenever the collector gets to it."""
+    producer = confluent_kafka.Producer(client_config(settings, **extra))
+    try:
+        yield producer
+    finally:
+        with anyio.CancelScope(shield=True):
+            await anyio.to_thread.run_sync(producer.close)
+
+
 async def start_consumer(settings: KafkaSettings, topics: list[str]) -> confluent_kafka.Consumer:
     """A librdkafka consumer assigned every partition of ``topics`` from the beginning (no group join)."""
     consumer = confluent_kafka.Consumer(client_config(settings, **{"group.id": "reader", "enable.auto.commit": False}))
@@ -229,10 +241,12 @@ def json_workload(name: str) -> list[dict[str, Any]]:
 @pytest.mark.kafka
 async def test_librdkafka_with_murmur2_random_drives_a_core_in_json(kafka_settings: KafkaSettings) -> None:
     names = [f"rm-{i}" for i in range(6)]
-    producer = confluent_kafka.Producer(client_config(kafka_settings, partitioner="murmur2_random"))
     records = [(name, json.dumps(event).encode()) for name in names for event in json_workload(name)]
     with anyio.fail_after(WAIT):
-        async with json_core(kafka_settings) as core:
+        async with (
+            librdkafka_producer(kafka_settings, partitioner="murmur2_random") as producer,
+            json_core(kafka_settings) as core,
+        ):
             placed = await anyio.to_thread.run_sync(produce, producer, kafka_settings.topic(FEED), records)
             # Every key's records went where Kafka's Java client (and Sniper) puts them.
             expected = sorted(kafka_partition(name, kafka_settings.partitions) for name, _ in records)
@@ -258,10 +272,10 @@ async def test_librdkafka_with_murmur2_random_drives_a_core_in_json(kafka_settin
 async def test_librdkafkas_default_partitioner_misplaces_a_partition_and_the_core_says_so(
     kafka_settings: KafkaSettings,
 ) -> None:
-    producer = confluent_kafka.Producer(client_config(kafka_settings))  # consistent_random: CRC32 of the key
     topic = kafka_settings.topic(FEED)
     with anyio.fail_after(WAIT):
-        async with json_core(kafka_settings) as core:
+        # librdkafka's default partitioner, consistent_random: CRC32 of the key
+        async with librdkafka_producer(kafka_settings) as producer, json_core(kafka_settings) as core:
             letters = await core.bus.subscribe_ready(DEADLETTER, group="operator")
             misplaced: str | None = None
             for i in range(50):
@@ -286,10 +300,12 @@ async def test_sniper_core_publishes_json_decisions_when_sniper_decisions_format
     kafka_settings: KafkaSettings, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("SNIPER_DECISIONS_FORMAT", "json")
-    producer = confluent_kafka.Producer(client_config(kafka_settings, partitioner="murmur2_random"))
     records = [("env", json.dumps(event).encode()) for event in json_workload("env")]
     with anyio.fail_after(WAIT):
-        async with anyio.create_task_group() as tg:
+        async with (
+            librdkafka_producer(kafka_settings, partitioner="murmur2_random") as producer,
+            anyio.create_task_group() as tg,
+        ):
             core = await CoreSubprocess.spawn(kafka_settings, tg, "cores")
             try:
                 await core.until_assigned()

@@ -38,7 +38,7 @@ from messages import protocol as p
 
 
 def commit_preemption(cache: Writer, proposal: p.PreemptionProposal) -> None:
-    if proposal.dereserve and not proposal.observe_only:  # seed 004's cheapest action goes first
+    if proposal.dereserve and not proposal.observe_only:  # YARN's cheapest action (de-reservation) goes first
         node_reservation.dereserve(cache, proposal.dereserve, proposal.policy)
     if proposal.placements:
         _commit_placements(cache, proposal)

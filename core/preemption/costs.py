@@ -1,6 +1,6 @@
 """Victim cost functions, registered by name (``preemption.victim_cost``); lower cost is preempted first.
 
-Seed 000: the sum of the victims' running time on a node (less work lost); seed 002 Q3: priority,
+For large containers: the sum of the victims' running time on a node (less work lost); the cross-queue design: priority,
 running time, container type. AM containers are handled by the placement (last resort), not here.
 Each function is pure: ``(allocation, now) -> float``.
 """

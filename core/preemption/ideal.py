@@ -5,13 +5,13 @@ Owns :func:`compute_ideal`, a faithful re-implementation of YARN's ``computeIdea
 ``updatePreemptableExtras`` (CapacityScheduler proportional preemption), plus two options Sniper uses for
 itself (both off for the YARN baseline):
 
-- ``priority_layers``: siblings are served by business priority, highest layer first (seed 000). The spare
+- ``priority_layers``: siblings are served by business priority, highest layer first. The spare
   pool still holds every queue's usage above its protected part (its initial ideal), so a higher
   layer may take from a lower one; a lower layer only gets what is left once the higher layers are satisfied
   (their own usage included), so it never takes from a higher one.
 - ``avoid_ineffective``: a queue whose increment over its usage cannot start even its smallest pending ask
   gets no increment at all; the level is recomputed without its demand, so its share goes to the others
-  (seed 000). One queue (the one with the largest useless increment) is dropped per recomputation. A
+ . One queue (the one with the largest useless increment) is dropped per recomputation. A
   parent's increment is judged with what its other children hold above their guarantees: a parent at its
   max still serves a child's ask by preemption inside its own subtree.
 - ``cap_by_demand``: an ideal never exceeds ``used + pending`` on any resource (ARCHITECTURE section 1).

@@ -1,4 +1,4 @@
-"""Preemption-mode placement (seed 002 ``tryAllocate(..., preemption=true)``), run by the allocator.
+"""Preemption-mode placement (the cross-queue design's ``tryAllocate(..., preemption=true)``), run by the allocator.
 
 :class:`VictimPlacer` plugs into the same :func:`core.allocation.try_allocate` loop as normal
 allocation; a node's usable room is its free room plus the victims the round allows there, in every
@@ -540,7 +540,7 @@ def _net_usage_key(capacity: Resource) -> object:
 
 
 def answer_placement_request(core: Allocator, request: p.PlacementRequest) -> p.PlacementReply:
-    """One preemption round on the allocator's replica (seed 002's inter-queue loop, rate-capped)."""
+    """One preemption round on the allocator's replica (the cross-queue design's inter-queue loop, rate-capped)."""
     state = core.state
     missed = core.missed
     mask = set(request.mask)

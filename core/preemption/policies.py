@@ -144,7 +144,7 @@ class _Placing:
 
 @register_policy("sniper")
 class SniperPolicy(_Placing):
-    """Inter-queue sniper preemption (seed 002): quotas from the ideal, targeted placement by the allocator."""
+    """Inter-queue sniper preemption: quotas from the ideal, targeted placement by the allocator."""
 
     name = "sniper"
 
@@ -202,7 +202,7 @@ class IntraQueuePolicy(_Placing):
 
 @register_policy("proportional")
 class ProportionalBaseline:
-    """YARN's ProportionalCapacityPreemptionPolicy (seeds 001, 004): frees resources, targets nobody."""
+    """YARN's ProportionalCapacityPreemptionPolicy (YARN-569): frees resources, targets nobody."""
 
     name = "proportional"
 
@@ -270,7 +270,7 @@ class ProportionalBaseline:
 
 
 def dereservation(partition: str, policy: str, nodes: list[str], view_seq: int, now: float) -> p.PreemptionProposal:
-    """A round that only cancels node reservations (seed 004's cheapest action)."""
+    """A round that only cancels node reservations (YARN capacity monitor's cheapest action)."""
     return p.PreemptionProposal(
         partition=partition,
         id=f"{partition}/{policy}-dereserve-{round(now * 1000)}",

@@ -1,4 +1,4 @@
-"""Sniper's inter-queue preemption quotas (seed 002 ``calculate-preemption-quotas``), sans-IO.
+"""Sniper's inter-queue preemption quotas (the cross-queue design's ``calculate-preemption-quotas``), sans-IO.
 
 From the ideal assignment (YARN's fix-point under DRF, layered by priority, ineffective increments
 dropped; Sniper's is capped by demand on every resource): a leaf queue whose usage (victims under notice
@@ -91,7 +91,7 @@ def over_deadzone(
 ) -> bool:
     """Whether a queue is a victim queue this round. The deadzone is YARN's trigger, not a floor: what it
     ``held`` at the round's start (:func:`held_usage`) is above ``guaranteed * (1 + deadzone)`` in the DRF
-    comparison (YARN's and seed 000's deadzone, ``used > (1 + max_ignored_over_capacity) * guaranteed``);
+    comparison (YARN's deadzone, ``used > (1 + max_ignored_over_capacity) * guaranteed``);
     then its net ``usage`` may go down to its floor (:func:`floor_of`), inside the band too, so a queue whose
     victims of earlier rounds brought it into the band is still taken to its ideal. And it is over its ideal
     on some resource the cluster has (YARN's excess ``used - ideal`` positive under the dominant
@@ -111,7 +111,7 @@ def within_share(queue: Queue, after: Resource, ideal: Resource, capacity: Resou
 
 
 def usable_capacity(state: PartitionState) -> Resource:
-    """The capacity minus free room no pending ask can use now (seed 000's ineffective room).
+    """The capacity minus free room no pending ask can use now (ineffective room).
 
     Free room on a node that cannot hold even the component-wise smallest pending ask is provably
     useless at the moment: counting it, the aggregate fix-point would see room that fragmentation

@@ -125,7 +125,7 @@ def composed_guarantees(
 
 
 def ideal_of(snapshot: ClusterSnapshot, *, avoid_ineffective: bool = True) -> IdealAssignment:
-    """Sniper's ideal: YARN's fix-point under DRF, layered by business priority (seed 000)."""
+    """Sniper's ideal: YARN's fix-point under DRF, layered by business priority."""
     return compute_ideal(
         snapshot,
         DominantCalculator(snapshot.resource_names),
