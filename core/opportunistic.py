@@ -7,7 +7,9 @@ pending or ``max`` (as YARN's, which the CapacityScheduler never sees). They are
 guaranteed ask that fits a node once the opportunistic containers there are gone has them killed at
 once (no grace, reason ``opportunistic``), most recently started first as YARN's NodeManager does,
 trimmed to a minimal set, and the room is reserved for that ask in the same commit; every preemption
-policy takes them before any guaranteed victim (:func:`evict` is the one way they are killed).
+policy takes them before any guaranteed victim (:func:`evict` is the one way they are killed). An ask
+with ``preemption_policy: never`` evicts nothing; apps' disruption budgets and opt-outs do not cover
+opportunistic containers (as Kubernetes' node-pressure eviction passes over budgets).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from typing import TYPE_CHECKING
 from core import node_reservation
 from core import resources as res
 from core.allocation import FreeRoomPlacer, hold_room
+from core.preemption.rules import may_preempt
 from core.resources import Resource
 from core.state import Allocation, Ask, Node, PartitionState, allocation_number, ask_label
 from messages import decisions as d
@@ -104,7 +107,12 @@ def plan(state: PartitionState, starving: list[Ask], budget: int) -> Opportunist
     hosts = [n for n in state.nodes.values() if n.schedulable and res.any_positive(n.opportunistic)]
     for ask in starving if hosts else ():
         # One container at a time, as many as opportunistic room can make (the hold lowers pending).
-        while not ask.opportunistic and ask.pending > 0 and state.headroom_allows(ask.app.queue, ask.resource):
+        while (
+            not ask.opportunistic
+            and may_preempt(ask)
+            and ask.pending > 0
+            and state.headroom_allows(ask.app.queue, ask.resource)
+        ):
             best: tuple[tuple[int, int, str], Node, list[Allocation]] | None = None
             for node in hosts:
                 if not ask.accepts(node) or node_reservation.blocks(state, ask, node.name):
@@ -156,6 +164,8 @@ def check_eviction(cache: Cache, ev: p.Victimized) -> str | None:
         return "ask is gone"
     if ask.opportunistic:
         return "an opportunistic ask never evicts"
+    if not may_preempt(ask):
+        return "the ask never preempts (preemption_policy never)"
     if ask.count - ask.allocated - ask.reserved <= 0:
         return "ask is already fully allocated"
     node = state.nodes.get(ev.node)

@@ -5,12 +5,21 @@
   from outside may still preempt inside it by the usual rules (YuniKorn's semantics);
 - a queue is never preempted for a queue of lower business priority, compared where the two paths part
   (siblings' ``priority.offset``, as YARN's and YuniKorn's relative queue priorities).
-Pure functions of the queue tree.
+And what apps and asks say of themselves (invariant 11):
+- an app's disruption budget (``max_disruption``, Kubernetes' ``maxUnavailable``): at most that many of
+  its guaranteed containers under notice at once (:func:`disruption_room`, :func:`over_budget`);
+- an app that opted out (``allow_preemption: false``, YuniKorn's) gives victims of last resort only, as
+  application masters are (:func:`last_resort`);
+- an ask with ``preemption_policy: never`` (Kubernetes') is never a beneficiary (:func:`may_preempt`).
+Opportunistic containers stand outside all three: always killable, never counted.
+Pure functions of the queue tree and the apps' figures.
 """
 
 from __future__ import annotations
 
-from core.state import Queue
+from collections.abc import Iterable, Mapping
+
+from core.state import Allocation, App, Ask, Queue
 
 
 def preemption_disabled(queue: Queue) -> bool:
@@ -40,3 +49,40 @@ def may_preempt_for(victim: Queue, beneficiary: Queue) -> bool:
         if victim_side.priority > beneficiary_side.priority:
             return False
     return True
+
+
+def may_preempt(ask: Ask) -> bool:
+    """Whether ``ask`` may be a beneficiary at all (``preemption_policy: never`` waits for free room)."""
+    return not ask.never_preempts
+
+
+def last_resort(alloc: Allocation, app: App | None) -> bool:
+    """Whether ``alloc`` is a victim of last resort: an application master, or a container of an app that
+    opted out of preemption (taken only when no set without such victims exists)."""
+    return alloc.am or (app is not None and not app.allow_preemption)
+
+
+def disruption_room(app: App) -> int | None:
+    """How many more of ``app``'s guaranteed containers may be put under notice now (``None``: no budget)."""
+    return None if app.max_disruption is None else max(0, app.max_disruption - app.disrupted)
+
+
+def over_budget(victims: Iterable[Allocation], apps: Mapping[str, App]) -> App | None:
+    """The first app (of ``apps``, those with a budget or opted out) whose disruption budget ``victims``
+    together would break, counting those it already has under notice; ``None`` when none."""
+    taking: dict[str, int] = {}
+    for v in victims:
+        app = None if v.opportunistic else apps.get(v.app)
+        if app is None or app.max_disruption is None:
+            continue
+        taking[v.app] = taking.get(v.app, 0) + 1
+        room = disruption_room(app)
+        if room is not None and taking[v.app] > room:
+            return app
+    return None
+
+
+def budget_refusal(app: App) -> str:
+    """How the cache names a victim set refused for ``app``'s disruption budget."""
+    budget = f"max_disruption {app.max_disruption}, {app.disrupted} under notice"
+    return f"app {app.name}'s disruption budget is used up ({budget})"

@@ -202,6 +202,8 @@ def snapshot_from_state(
                             for a in (state.allocations[x] for x in sorted(app.allocations))
                             if not a.opportunistic  # outside every queue: YARN's policy never sees them
                         ),
+                        max_disruption=app.max_disruption,
+                        allow_preemption=app.allow_preemption,
                     )
                     for app in q.holding_apps()  # an app holding nothing offers YARN's selection nothing
                 )
