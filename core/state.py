@@ -10,6 +10,8 @@ Node reservations (YARN's reserved containers, :mod:`core.node_reservation`) hol
 one per node and one per app, counted in their queues' ``node_reserved`` total only.
 Opportunistic asks and allocations (YARN's execution type) count on their node only: never in a queue's
 allocated, pending, preempting or reserved totals, only in its separate ``opportunistic`` total.
+An app's ``disrupted`` counts its guaranteed containers under notice (its disruption budget's use);
+``guarded`` indexes the apps with a budget or that opted out of preemption.
 """
 
 from __future__ import annotations
