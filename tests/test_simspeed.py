@@ -178,6 +178,8 @@ DECISION_HASHES = {
     ("opportunistic", "sniper"): "c37cc8b962f58e57",
     ("user_limits", "sniper"): "113b3a7fd4688ff8",
     ("priority_queues", "sniper"): "65c9960fd03c7f33",
+    ("budgets", "sniper"): "86b3be346d8e1de3",
+    ("budgets", "proportional"): "03091f5ce941cd6a",
 }
 
 
