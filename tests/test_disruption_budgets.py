@@ -10,10 +10,13 @@ from collections import Counter
 
 import pytest
 
+from core.cache import state_changes
 from core.preemption.placement import answer_placement_request
+from core.state import PartitionState
 from messages import decisions as d
 from messages import feed as f
 from messages import protocol as p
+from messages.codec import BadInput, decode_feed_lines
 from simulator.model import ClusterModel
 from simulator.run import SimulationSettings, run_simulation
 from simulator.scenarios import scenario
@@ -39,6 +42,29 @@ def borrowed(h: PreemptHarness, max_disruption: int | None = None, allow_preempt
     h.fill("etl", "root.b", "n2", [25, 25, 25, 25])
     h.fill("svc", "root.b", "n1", [25, 25, 25, 25], start=10)
     h.app("a1", "root.a")
+
+
+# ---------------------------------------------------------------------- the feed
+
+
+def test_the_feed_examples_decode_and_bad_values_are_refused_with_the_field() -> None:
+    good = [
+        '{"t": 0, "type": "app_added", "app": "web", "queue": "root.services", "max_disruption": 1}',
+        '{"t": 0, "type": "app_added", "app": "db", "queue": "root.services", "allow_preemption": false}',
+        '{"t": 5, "type": "ask_added", "app": "backfill", "ask": "scan", "resource": {"memory": 8192}, '
+        '"count": 40, "preemption_policy": "never"}',
+    ]
+    web, db, scan = decode_feed_lines(good)
+    assert isinstance(web, f.AppAdded) and web.max_disruption == 1 and web.allow_preemption
+    assert isinstance(db, f.AppAdded) and db.max_disruption is None and not db.allow_preemption
+    assert isinstance(scan, f.AskAdded) and scan.preemption_policy == "never"
+    bad = [
+        '{"type": "app_added", "app": "web", "queue": "root.a", "max_disruption": -1}',
+        '{"type": "ask_added", "app": "a", "ask": "k", "resource": {"memory": 1}, "preemption_policy": "sometimes"}',
+    ]
+    reasons = [x.reason for x in decode_feed_lines(bad) if isinstance(x, BadInput)]
+    assert len(reasons) == 2
+    assert "max_disruption" in reasons[0] and "preemption_policy" in reasons[1]
 
 
 # ---------------------------------------------------------------------- disruption budgets, sniper
@@ -151,6 +177,26 @@ def test_a_node_lost_mid_grace_frees_its_victims_budget_and_nothing_goes_over_it
     assert len(second) == 1 and under_notice(h, "svc") == 1
     assert h.alloc(second[0]).node != lost_node
     assert not h.model.violations and not consistency_problems(h.cache.state)
+
+
+def test_a_rebuilt_state_keeps_every_apps_limits_and_its_containers_under_notice() -> None:
+    h = PreemptHarness(two_queues(50, 50))
+    h.nodes("n1")
+    h.feed(f.AppAdded(app="svc", queue="root.b", max_disruption=2, allow_preemption=False))
+    h.fill("svc", "root.b", "n1", [25, 25, 25, 25])
+    h.app("a1", "root.a")
+    h.feed(f.AskAdded(app="a1", ask="w", resource={"memory": 25}, preemption_policy="never"))
+    h.ask("a1", "v", 25)
+    h.starve()
+    h.preempt_round()
+    state = h.cache.state
+    copy = PartitionState(state.name, state.config)
+    copy.apply_all(state_changes(state))
+    app = copy.apps["svc"]
+    assert (app.max_disruption, app.allow_preemption, app.disrupted) == (2, False, 1)
+    assert set(copy.guarded) == {"svc"}
+    assert copy.apps["a1"].asks["w"].never_preempts and not copy.apps["a1"].asks["v"].never_preempts
+    assert not consistency_problems(copy)
 
 
 # ---------------------------------------------------------------------- opt-outs, sniper
