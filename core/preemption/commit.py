@@ -57,6 +57,7 @@ def _commit_shotgun(cache: Cache, proposal: p.PreemptionProposal) -> None:
     assert config is not None
     grace = config.preemption.grace
     accepted: list[Allocation] = []
+    taking: dict[str, list[Allocation]] = {}  # accepted victims of apps with a budget or opted out
     rejected: dict[str, str] = {}
     for vid in proposal.victims:
         alloc = state.allocations.get(vid)
@@ -66,10 +67,11 @@ def _commit_shotgun(cache: Cache, proposal: p.PreemptionProposal) -> None:
             rejected[vid] = "victim is already preempting"
         elif preemption_disabled(alloc.queue) and not alloc.opportunistic:
             rejected[vid] = "victim's queue has preemption disabled"
-        elif state.guarded and (app := over_budget([*accepted, alloc], state.guarded)) is not None:
+        elif alloc.app in state.guarded and (app := over_budget([*taking.get(alloc.app, []), alloc], state.guarded)):
             rejected[vid] = budget_refusal(app)
         else:
             accepted.append(alloc)
+            taking.setdefault(alloc.app, []).append(alloc)
     deadline = state.now + grace
     reason = "proportional: queue over its ideal assignment (no beneficiary)"
     requests = Requests(cache, proposal.policy, proposal.observe_only)
