@@ -358,6 +358,8 @@ class Cache:
                 submit_seq=self.counters["app"],
                 submit_time=self.state.now,
                 preemption_contract=e.preemption_contract,
+                max_disruption=e.max_disruption,
+                allow_preemption=e.allow_preemption,
             )
         )
 
@@ -450,6 +452,7 @@ class Cache:
                 gang_min=e.gang_min,
                 opportunistic=e.execution_type == "opportunistic",
                 damped_until=self._damped_until((e.app, e.ask)),
+                never_preempts=e.preemption_policy == "never",
             )
         )
 
@@ -869,6 +872,8 @@ def state_changes(state: PartitionState) -> list[p.ChangeMsg]:
                 submit_seq=app.submit_seq,
                 submit_time=app.submit_time,
                 preemption_contract=app.contract,
+                max_disruption=app.max_disruption,
+                allow_preemption=app.allow_preemption,
             )
         )
         for ask in sorted(app.asks.values(), key=lambda a: a.seq):
@@ -891,6 +896,7 @@ def state_changes(state: PartitionState) -> list[p.ChangeMsg]:
                     opportunistic=ask.opportunistic,
                     damped_until=ask.damped_until,
                     reserve_after=ask.reserve_after,
+                    never_preempts=ask.never_preempts,
                 )
             )
     for alloc in state.allocations.values():

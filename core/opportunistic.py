@@ -9,6 +9,8 @@ once (no grace, reason ``opportunistic``), most recently started first as YARN's
 trimmed to a minimal set, and the room is reserved for that ask in the same commit; a gang's missing
 members get their room (free or evicted) in one proposal, or none is evicted for them. Every preemption
 policy takes them before any guaranteed victim (:func:`evict` is the one way they are killed).
+An ask with ``preemption_policy: never`` evicts nothing; apps' disruption budgets and opt-outs do not
+cover opportunistic containers (as Kubernetes' node-pressure eviction passes over budgets).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from core import gang, node_reservation
 from core import resources as res
 from core.allocation import FreeRoomPlacer
 from core.placing import hold_room
+from core.preemption.rules import may_preempt
 from core.resources import Resource
 from core.state import Allocation, Ask, Node, PartitionState, allocation_number, ask_label
 from core.writer import Writer
@@ -167,8 +170,8 @@ def plan(state: PartitionState, starving: list[Ask], budget: int) -> Opportunist
     hosts = [n for n in state.nodes.values() if n.schedulable and res.any_positive(n.opportunistic)]
     evicting = EvictingPlacer(hosts)
     for ask in starving if hosts else ():
-        if ask.opportunistic:
-            continue
+        if ask.opportunistic or not may_preempt(ask):
+            continue  # an ask that never preempts evicts nothing, a gang's members neither
         members = gang.members_missing(ask)
         if members > 1:
             gang.place_unit(state, ask, evicting, members)
@@ -215,6 +218,8 @@ def check_eviction(cache: Writer, ev: p.Victimized, earlier: Sequence[p.Victimiz
         return "ask is gone"
     if ask.opportunistic:
         return "an opportunistic ask never evicts"
+    if not may_preempt(ask):
+        return "the ask never preempts (preemption_policy never)"
     if ask.count - ask.allocated - ask.reserved - ask.allocating <= 0:
         return "ask is already fully allocated"
     node = state.nodes.get(ev.node)

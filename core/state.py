@@ -10,6 +10,8 @@ Node reservations (YARN's reserved containers, :mod:`core.node_reservation`) hol
 one per node and one per app, counted in their queues' ``node_reserved`` total only.
 Opportunistic asks and allocations (YARN's execution type) count on their node only: never in a queue's
 allocated, pending, preempting or reserved totals, only in its separate ``opportunistic`` total.
+An app's ``disrupted`` counts its guaranteed containers under notice (its disruption budget's use);
+``guarded`` indexes the apps with a budget or that opted out of preemption.
 """
 
 from __future__ import annotations
@@ -191,6 +193,7 @@ class Ask:
         "gang_min",
         "key",
         "name",
+        "never_preempts",
         "node_reserved",
         "node_selector",
         "opportunistic",
@@ -225,6 +228,7 @@ class Ask:
         self.opportunistic = change.opportunistic
         self.damped_until = change.damped_until
         self.gang_min = change.gang_min  # all or nothing for the first gang_min containers (0: no gang)
+        self.never_preempts = change.never_preempts  # preemption_policy "never": never a beneficiary
         self.allocated = 0  # containers committed for this ask, ever
         self.reserved = 0  # preemption reservations held for it
         self.node_reserved: str | None = None  # the node its node reservation holds, if any
@@ -249,9 +253,12 @@ class App:
     __slots__ = (
         "allocated",
         "allocations",
+        "allow_preemption",
         "asks",
         "contract",
+        "disrupted",
         "groups",
+        "max_disruption",
         "name",
         "pending_asks",
         "priority",
@@ -270,6 +277,9 @@ class App:
         self.submit_seq = change.submit_seq
         self.submit_time = change.submit_time
         self.contract = change.preemption_contract  # YARN-45: asked to give back before any kill
+        self.max_disruption = change.max_disruption  # disruption budget (None: none)
+        self.allow_preemption = change.allow_preemption  # false: victims of last resort
+        self.disrupted = 0  # guaranteed containers under notice (preempting), kept by the state
         self.asks: dict[str, Ask] = {}
         self.allocated: Resource = {}
         self.allocations: set[str] = set()
@@ -395,6 +405,9 @@ class PartitionState:
         self.allocations: dict[str, Allocation] = {}
         self.reservations: dict[str, Reservation] = {}
         self.contracts: dict[str, Contract] = {}  # open preemption requests, oldest first
+        # Apps that limit their own preemption (a disruption budget, or preemption opted out): the
+        # victim searches look an allocation's app up only while this is not empty.
+        self.guarded: dict[str, App] = {}
 
         self.node_reservations: dict[str, NodeReservation] = {}  # by node name
         # Opportunistic asks that still want containers, oldest first (they have no queue pending).
@@ -611,6 +624,8 @@ class PartitionState:
         app = App(c, leaf)
         self.apps[c.app] = app
         leaf.apps[c.app] = app
+        if app.max_disruption is not None or not app.allow_preemption:
+            self.guarded[c.app] = app
 
     def _app_gone(self, c: p.AppGone) -> None:
         app = self.apps.get(c.app)
@@ -621,6 +636,7 @@ class PartitionState:
         for name in list(app.asks):
             self._ask_gone(p.AskGone(app=c.app, ask=name))
         del self.apps[c.app]
+        self.guarded.pop(c.app, None)
         del app.queue.apps[c.app]
         app.queue.waiting.pop(c.app, None)
         app.queue.holding.pop(c.app, None)
@@ -720,6 +736,8 @@ class PartitionState:
             app.allocations.discard(alloc.id)
             self._sync_app(app)
             res.sub_into(app.allocated, alloc.resource)
+            if alloc.preempting:
+                app.disrupted -= 1
         self._add_usage(alloc.queue, "allocated", alloc.resource, -1)
         if alloc.preempting:
             self._add_usage(alloc.queue, "preempting", alloc.resource, -1)
@@ -819,6 +837,7 @@ class PartitionState:
                     res.sub_into(node.opportunistic, victim.resource)
                 else:
                     self._add_usage(victim.queue, "preempting", victim.resource, 1)
+                    self._disrupt(victim, 1)
             victim.preempt_deadline = deadline
             victim.reservation = reservation
 
@@ -842,6 +861,7 @@ class PartitionState:
                 res.add_into(node.opportunistic, victim.resource)
             else:
                 self._add_usage(victim.queue, "preempting", victim.resource, -1)
+                self._disrupt(victim, -1)
             res.sub_into(node.preempting, victim.resource)
             victim.preempt_deadline = None
             victim.reservation = None
@@ -849,6 +869,12 @@ class PartitionState:
             for contract in self.contracts.values():
                 if vid in contract.victims:
                     res.add_into(contract.cancelled, victim.resource)
+
+    def _disrupt(self, victim: Allocation, times: int) -> None:
+        """Count a guaranteed victim under notice in its app's ``disrupted`` (its disruption budget)."""
+        app = self.apps.get(victim.app)
+        if app is not None:
+            app.disrupted += times
 
     def _contract(self, c: p.ContractSet) -> None:
         if c.contract in self.contracts:

@@ -54,6 +54,11 @@ class AppAdded(FeedEvent, tag="app_added", frozen=True, gc=False):
     # YARN-45: the application master honours preemption contracts; the policies send it a
     # ``preempt_request`` and kill only what is still missing at the deadline (docs/feed.md).
     preemption_contract: bool = False
+    # A disruption budget (Kubernetes' PodDisruptionBudget ``maxUnavailable``): at most this many of the
+    # app's containers preempting at once (None: no budget).
+    max_disruption: Annotated[int, msgspec.Meta(ge=0, le=10**7)] | None = None
+    # YuniKorn's ``allow-preemption``: false makes the app's containers victims of last resort only.
+    allow_preemption: bool = True
 
 
 class AppRemoved(FeedEvent, tag="app_removed", frozen=True, gc=False):
@@ -77,6 +82,8 @@ class AskAdded(FeedEvent, tag="ask_added", frozen=True, gc=False):
     # YARN's ExecutionType: "opportunistic" containers run only on room no guaranteed ask can use now,
     # count against no queue's guarantee, ideal or max, and are killed first (docs/feed.md).
     execution_type: Literal["guaranteed", "opportunistic"] = "guaranteed"
+    # Kubernetes' ``preemptionPolicy``: "never" waits for free room and never preempts anything.
+    preemption_policy: Literal["preempt_lower_priority", "never"] = "preempt_lower_priority"
 
 
 class AskRemoved(FeedEvent, tag="ask_removed", frozen=True, gc=False):

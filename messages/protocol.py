@@ -42,6 +42,8 @@ class AppSet(Change, tag="app", frozen=True, gc=False):
     submit_time: float = 0.0
     groups: tuple[str, ...] = ()
     preemption_contract: bool = False  # YARN-45: asked to give resources back before any kill
+    max_disruption: int | None = None  # at most this many of its containers preempting at once
+    allow_preemption: bool = True  # false: its containers are victims of last resort
 
 
 class AppGone(Change, tag="app_gone", frozen=True, gc=False):
@@ -65,6 +67,7 @@ class AskSet(Change, tag="ask", frozen=True, gc=False):
     gang_min: int = 0  # the first ``gang_min`` containers are placed together or not at all
     opportunistic: bool = False
     reserve_after: float = 0.0  # de-reserved by a policy: no node reservation before then
+    never_preempts: bool = False  # preemption_policy "never": waits for free room, never a beneficiary
 
 
 class AskGone(Change, tag="ask_gone", frozen=True, gc=False):
@@ -302,6 +305,7 @@ class PlacementReply(Message, tag="placement_reply", frozen=True, gc=False):
     unplaceable: list[str] = []  # "app/ask" keys no victim set can help
     mask_hits: int = 0  # candidates skipped because they were masked
     view_seq: int = 0
+    budget_refusals: int = 0  # containers passed over because their app's disruption budget was used up
 
 
 class ResyncRequest(Message, tag="resync", frozen=True, gc=False):

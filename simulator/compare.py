@@ -64,6 +64,7 @@ ROWS: tuple[tuple[str, Callable[[Report], Any]], ...] = (
     ("lost work (container-s)", lambda r: r.lost_work_seconds),
     ("pending at end", lambda r: r.pending_at_end),
     ("proposals rejected", lambda r: r.proposals_rejected),
+    ("budget refusals", lambda r: r.budget_refusals),
     ("invariant violations", lambda r: r.invariant_violations),
     ("wall clock (s)", lambda r: r.wall_seconds),
 )

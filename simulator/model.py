@@ -9,7 +9,9 @@ states; asks with nothing left to place leave the ``open`` set, so those views c
 and waiting, not the whole history. Opportunistic allocations and asks stay out of every queue's usage,
 demand, ``max`` and guarantee check (they are totalled apart). Node reservations (invariant 6): at most
 one per node, and while a node is reserved nothing but the reserving ask is placed on it (a preemption
-reservation that was there first excepted).
+reservation that was there first excepted). Apps' own limits (invariant 11): no app ever has more
+guaranteed containers under notice than its ``max_disruption``, and no ask with ``preemption_policy:
+never`` is ever named a beneficiary.
 """
 
 from __future__ import annotations
@@ -101,6 +103,9 @@ class ClusterModel:
         self.rejected_asks: set[tuple[str, str]] = set()
         self.seen_events: set[str] = set()
         self.contract_apps: set[str] = set()  # apps whose application master honours preemption requests
+        self.budgets: dict[str, int] = {}  # app -> max_disruption
+        self.app_notices: dict[str, int] = defaultdict(int)  # app -> guaranteed containers under notice
+        self.never_asks: set[tuple[str, str]] = set()  # asks with preemption_policy never
         self.requests: dict[str, tuple[str, float]] = {}  # open preemption request -> (app, deadline)
         self.gangs: dict[tuple[str, str], int] = {}  # ask -> gang_min, for gangs of two or more
         self.gang_held: dict[tuple[str, str], int] = {}  # ask -> containers held at the last check
@@ -150,11 +155,14 @@ class ClusterModel:
             case f.AppAdded(app=a, queue=q, user=u, groups=g):
                 if event.preemption_contract and a not in self.apps:
                     self.contract_apps.add(a)
+                if event.max_disruption is not None and a not in self.apps:
+                    self.budgets[a] = event.max_disruption
                 self.apps.setdefault(a, q)
                 self.app_user.setdefault(a, u)
                 self.app_groups.setdefault(a, tuple(g))
             case f.AppRemoved(app=a):
                 self.apps.pop(a, None)
+                self.budgets.pop(a, None)
                 self.withdrawn.update(k for k in self.asks if k[0] == a)
                 for k in [k for k in self.open if k[0] == a]:
                     del self.open[k]
@@ -178,6 +186,10 @@ class ClusterModel:
                     self.opportunistic_asks.add((a, k))
                 else:
                     self.opportunistic_asks.discard((a, k))
+                if event.preemption_policy == "never":
+                    self.never_asks.add((a, k))
+                else:
+                    self.never_asks.discard((a, k))
                 self.open[(a, k)] = None
             case f.AskRemoved(app=a, ask=k):
                 self.withdrawn.add((a, k))
@@ -190,6 +202,7 @@ class ClusterModel:
                 self.nodes.clear()
                 self.apps.clear()
                 self.contract_apps.clear()
+                self.budgets.clear()
                 self.withdrawn.update(self.asks)
                 self.open.clear()
                 self.seen_events = {event.id} if event.id else set()  # as the cache: earlier ids name nothing now
@@ -231,8 +244,7 @@ class ClusterModel:
                 if alloc is None or alloc.preempted_at is None:
                     self._violate(dec.t, 5, f"preemption of {aid} cancelled, but it was not under notice")
                 else:
-                    alloc.preempted_at = None
-                    self.notices -= 1
+                    self._notice_ends(alloc)
             case d.ReservationEnded(reservation=rid):
                 self.reservations.pop(rid, None)
             case d.NodeReserved(reservation=rid, node=node):
@@ -281,9 +293,25 @@ class ClusterModel:
             if dec.node != alloc.node:
                 self._violate(dec.t, 6, f"victim {alloc.id} is on {alloc.node}, not the reserved node {dec.node}")
         self._check_preemption(dec, alloc)
+        if dec.for_ask and (dec.for_app, dec.for_ask) in self.never_asks:
+            self._violate(dec.t, 11, f"{alloc.id} preempted for {dec.for_app}/{dec.for_ask}, which never preempts")
         if alloc.preempted_at is None:
             alloc.preempted_at = dec.t
             self.notices += 1
+            if not alloc.opportunistic:
+                self.app_notices[alloc.app] += 1
+                budget = self.budgets.get(alloc.app)
+                if budget is not None and self.app_notices[alloc.app] > budget:
+                    held = self.app_notices[alloc.app]
+                    self._violate(
+                        dec.t, 11, f"app {alloc.app} has {held} containers under notice, over its budget {budget}"
+                    )
+
+    def _notice_ends(self, alloc: ModelAllocation) -> None:
+        alloc.preempted_at = None
+        self.notices -= 1
+        if not alloc.opportunistic:
+            self.app_notices[alloc.app] -= 1
 
     def _preempt_request(self, dec: d.PreemptRequest) -> None:
         """A preemption request's containers are judged as the notices they replace (invariant 5) and
@@ -483,7 +511,7 @@ class ClusterModel:
         alloc = self.allocations.pop(aid, None)
         if alloc is not None:
             if alloc.preempted_at is not None:
-                self.notices -= 1
+                self._notice_ends(alloc)
             if alloc.opportunistic:
                 res.sub_into(self.opportunistic, alloc.resource)
             else:

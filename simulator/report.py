@@ -57,6 +57,7 @@ class PartitionReport(msgspec.Struct, kw_only=True):
     proposals_rejected: int | None = None  # None where the decisions do not tell (sniper feed)
     proposals: int | None = None
     mask: dict[str, int] = {}
+    budget_refusals: int | None = None  # containers passed over for their app's disruption budget
     invariant_violations: int = 0
     violations: list[dict[str, Any]] = []
     preemption_log: list[PreemptionLogEntry] = []
@@ -93,6 +94,7 @@ class PartitionFigures:
     proposals_rejected: int | None = None
     proposals: int | None = None
     mask: Mapping[str, int] = dataclasses.field(default_factory=dict)
+    budget_refusals: int | None = None
 
 
 def partition_report(fig: PartitionFigures, cycle: float) -> PartitionReport:
@@ -122,6 +124,7 @@ def partition_report(fig: PartitionFigures, cycle: float) -> PartitionReport:
         proposals_rejected=fig.proposals_rejected,
         proposals=fig.proposals,
         mask=dict(fig.mask),
+        budget_refusals=fig.budget_refusals,
         invariant_violations=len(model.violations),
         violations=[dataclasses.asdict(v) for v in model.violations[:50]],
         preemption_log=m.preemption_log(),
@@ -166,6 +169,7 @@ def build_report(
         for k, v in r.counts.items():
             counts[k] = counts.get(k, 0) + v
     proposals_rejected = [r.proposals_rejected for r in per.values()]
+    budget_refusals = [r.budget_refusals for r in per.values()]
     return Report(
         policy=chosen,
         allocations=allocations,
@@ -193,6 +197,7 @@ def build_report(
         pending_at_end=sum(r.pending_at_end for r in per.values()),
         rejected=sum(r.rejected for r in per.values()),
         proposals_rejected=None if None in proposals_rejected else sum(x or 0 for x in proposals_rejected),
+        budget_refusals=None if None in budget_refusals else sum(x or 0 for x in budget_refusals),
         invariant_violations=sum(r.invariant_violations for r in per.values()),
         counts=dict(sorted(counts.items())),
         partitions=per,

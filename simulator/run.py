@@ -34,7 +34,7 @@ from actors.partition import PartitionRuntime
 from actors.policy import PolicyActor
 from actors.router import Router
 from core.config import PartitionConfig, SchedulerConfig, parse_partition
-from core.preemption.policies import ProportionalBaseline, SniperPolicy, enabled_policies
+from core.preemption.policies import Policy, ProportionalBaseline, SniperPolicy, enabled_policies
 from messages import decisions as d
 from messages import feed as f
 from messages import protocol as p
@@ -341,15 +341,21 @@ def _figures(runtime: PartitionRuntime, model: ClusterModel, metrics: Metrics, p
         proposals_rejected=core.stats.placements_rejected,
         proposals=core.stats.proposals,
         mask=mask_statistics(runtime),
+        budget_refusals=sum(p.budget_refusals for p in runtime_policies(runtime)),
     )
+
+
+def runtime_policies(runtime: PartitionRuntime) -> list[Policy]:
+    """The partition's preemption policies, one per policy actor."""
+    policies = [actor.replica_of.policy for actor in runtime.actors if isinstance(actor, PolicyActor)]
+    return [policy for policy in policies if policy is not None]
 
 
 def mask_statistics(runtime: PartitionRuntime) -> dict[str, int]:
     """Preemption-mask figures summed over the partition's policy actors."""
     out = {"masked": 0, "hits": 0, "clears": 0, "entries_at_end": 0}
-    for actor in runtime.actors:
-        policy = actor.replica_of.policy if isinstance(actor, PolicyActor) else None
-        mask = None if policy is None else policy.mask
+    for policy in runtime_policies(runtime):
+        mask = policy.mask
         if mask is not None:
             out["masked"] += mask.masked
             out["hits"] += mask.hits

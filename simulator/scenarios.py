@@ -480,6 +480,54 @@ def contract(seed: int = 0) -> Scenario:
     return Scenario("contract", contract.__doc__ or "", raw, events)
 
 
+def budgets(seed: int = 0) -> Scenario:
+    """Disruption budgets and preemption opt-outs: on 12 nodes of 64 GiB, queue batch borrowed the idle
+    cluster with a service of 8 GiB replicas that may lose at most two at once (``max_disruption: 2``),
+    a database that opted out of preemption (``allow_preemption: false``) and an ETL job of 4 GiB
+    containers. prod (guarantee: half the cluster) then asks for 8 GiB workers, later 16 GiB trainers,
+    and a backfill of 4 GiB containers that never preempts (``preemption_policy: never``). The service
+    never has more than two replicas under notice, the database goes last, the backfill waits for
+    free room."""
+    rng = random.Random(seed)
+    nodes = 12
+    half = {"memory": nodes * 64 * GiB // 2, "vcore": nodes * 16_000 // 2}
+    raw = _partition([_queue("prod", half), _queue("batch", half)], dict(PREEMPTION))
+    events: list[f.Feed] = list(_nodes(nodes, 64 * GiB, 16_000))
+    batch: list[tuple[str, dict[str, Any], int, int]] = [
+        ("batch-etl", {}, 4 * GiB, 60),
+        ("batch-db", {"allow_preemption": False}, 16 * GiB, 8),
+        ("batch-svc", {"max_disruption": 2}, 8 * GiB, 36),
+    ]
+    for k, (app, limits, memory, count) in enumerate(batch):
+        events.append(f.AppAdded(t=1 + k, app=app, queue="root.batch", **limits))
+        events.append(
+            f.AskAdded(
+                t=1 + k,
+                app=app,
+                ask=f"{app}-task",
+                resource={"memory": memory, "vcore": 1000},
+                count=count,
+                duration=rng.uniform(500, 700),
+            )
+        )
+    _job(events, 60, "prod-web", "root.prod", 40, 8 * GiB, 2000, rng.uniform(250, 350))
+    _job(events, 150, "prod-ml", "root.prod", 12, 16 * GiB, 4000, rng.uniform(150, 250))
+    events.append(f.AppAdded(t=90, app="prod-backfill", queue="root.prod"))
+    events.append(
+        f.AskAdded(
+            t=90,
+            app="prod-backfill",
+            ask="prod-backfill-scan",
+            resource={"memory": 4 * GiB, "vcore": 1000},
+            count=30,
+            duration=rng.uniform(60, 120),
+            preemption_policy="never",
+        )
+    )
+    events.sort(key=lambda e: e.t)
+    return Scenario("budgets", budgets.__doc__ or "", raw, events)
+
+
 SCENARIOS: dict[str, ScenarioFn] = {
     "demo": demo,
     "large_containers": large_containers,
@@ -492,6 +540,7 @@ SCENARIOS: dict[str, ScenarioFn] = {
     "user_limits": user_limits,
     "gang": gang,
     "contract": contract,
+    "budgets": budgets,
 }
 
 

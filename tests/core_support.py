@@ -190,6 +190,14 @@ def consistency_problems(state: PartitionState) -> list[str]:
     for alloc in state.allocations.values():
         if alloc.id not in state.nodes[alloc.node].allocations:
             problems.append(f"allocation {alloc.id} missing from node {alloc.node}")
+    for app in state.apps.values():
+        noticed = sum(
+            1 for a in app.allocations if state.allocations[a].preempting and not state.allocations[a].opportunistic
+        )
+        if app.disrupted != noticed:
+            problems.append(f"app {app.name}: disrupted {app.disrupted} != {noticed} containers under notice")
+        if (app.name in state.guarded) != (app.max_disruption is not None or not app.allow_preemption):
+            problems.append(f"app {app.name}: guarded index wrong")
     usage: dict[str, Resource] = {path: {} for path in state.queues}
     pending: dict[str, Resource] = {path: {} for path in state.queues}
     opportunistic: dict[str, Resource] = {path: {} for path in state.queues}

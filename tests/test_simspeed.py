@@ -179,6 +179,8 @@ DECISION_HASHES = {
     ("opportunistic", "sniper"): "1d7bfd068fe74b52",
     ("user_limits", "sniper"): "113b3a7fd4688ff8",
     ("priority_queues", "sniper"): "65c9960fd03c7f33",
+    ("budgets", "sniper"): "86b3be346d8e1de3",
+    ("budgets", "proportional"): "03091f5ce941cd6a",
 }
 
 

@@ -12,7 +12,8 @@ node; the victim set is minimal (for the room and for those ``max``). An ask tha
 judged by the required-node rule instead of the queue relations and quotas
 (:func:`core.preemption.eligibility.refusal`, the placer's rule too). The beneficiary stays within its
 user, group and application limits (an intra-queue victim of the same priority or more belongs to a user
-above its limit). A gang's missing members are one unit (:mod:`core.gang`): all validated, each counting
+above its limit); no app goes past its disruption budget and no beneficiary says ``preemption_policy: never``
+(:mod:`core.preemption.rules`). A gang's missing members are one unit (:mod:`core.gang`): all validated, each counting
 the members before it, then all committed in the same view delta, or none; never one whose whole gang
 would take its queue above its ideal. Observe-only proposals publish what would be preempted and change
 nothing. Opportunistic victims stand outside those queue rules, quotas and ``max`` (they count in no
@@ -30,7 +31,7 @@ from core.opportunistic import KILL_REASON, evict
 from core.preemption.contract import Requests
 from core.preemption.eligibility import explain, quota_allows, refusal, spend
 from core.preemption.quotas import Quotas, compute_quotas, net_usage, within_share
-from core.preemption.rules import preemption_disabled
+from core.preemption.rules import budget_refusal, may_preempt, over_budget, preemption_disabled
 from core.resources import Resource
 from core.state import Allocation, Ask, Node, PartitionState, Queue
 from core.writer import Writer
@@ -53,6 +54,7 @@ def _commit_shotgun(cache: Writer, proposal: p.PreemptionProposal) -> None:
     assert config is not None
     grace = config.preemption.grace
     accepted: list[Allocation] = []
+    taking: dict[str, list[Allocation]] = {}  # accepted victims of apps with a budget or opted out
     rejected: dict[str, str] = {}
     for vid in proposal.victims:
         alloc = state.allocations.get(vid)
@@ -62,8 +64,11 @@ def _commit_shotgun(cache: Writer, proposal: p.PreemptionProposal) -> None:
             rejected[vid] = "victim is already preempting"
         elif preemption_disabled(alloc.queue) and not alloc.opportunistic:
             rejected[vid] = "victim's queue has preemption disabled"
+        elif alloc.app in state.guarded and (app := over_budget([*taking.get(alloc.app, []), alloc], state.guarded)):
+            rejected[vid] = budget_refusal(app)
         else:
             accepted.append(alloc)
+            taking.setdefault(alloc.app, []).append(alloc)
     deadline = state.now + grace
     reason = "proportional: queue over its ideal assignment (no beneficiary)"
     requests = Requests(cache, proposal.policy, proposal.observe_only)
@@ -153,8 +158,10 @@ def _check_gang(
         return f"gang of {need} would take {queue.path} above its ideal ({res.fmt(ideal)}) and its guarantee"
     lose = {k: dict(v) for k, v in lose_left.items()}
     claimed: set[str] = set()
-    # Earlier members' victims, counted as leaving (preempting) on their node and up their queue tree.
+    # Earlier members' victims, counted as leaving (preempting) on their node and up their queue tree,
+    # and under notice in their app's disruption budget.
     freeing: list[tuple[Node | Queue, Resource]] = []
+    disrupting: list[str] = []
 
     def check(pl: p.Victimized) -> str | None:
         if claimed.intersection(pl.victims):
@@ -178,6 +185,9 @@ def _check_gang(
             for holder in holders:
                 res.add_into(holder.preempting, v.resource)
                 freeing.append((holder, v.resource))
+            if v.app in state.guarded and not v.opportunistic:
+                state.guarded[v.app].disrupted += 1
+                disrupting.append(v.app)
         return None
 
     try:
@@ -185,6 +195,8 @@ def _check_gang(
     finally:
         for holder, amount in freeing:
             res.sub_into(holder.preempting, amount)
+        for name in disrupting:
+            state.guarded[name].disrupted -= 1
 
 
 def _check(
@@ -202,6 +214,8 @@ def _check(
         return "beneficiary ask is gone"
     if ask.count - ask.allocated - ask.reserved <= 0:
         return "beneficiary ask needs nothing more"
+    if not may_preempt(ask):
+        return "beneficiary ask never preempts (preemption_policy never)"
     node = state.nodes.get(pl.node)
     if node is None or not node.schedulable:
         return "node is gone or not schedulable"
@@ -223,6 +237,9 @@ def _check(
         victims.append(v)
     if len({v.id for v in victims}) != len(victims):
         return "a victim is named twice"
+    over = over_budget(victims, state.guarded) if state.guarded else None
+    if over is not None:
+        return budget_refusal(over)
     # Counted gone for every max: these victims and those already under notice (as placement does).
     leaving = {q.path: res.scale(q.preempting, -1) for q in app.queue.lineage()}
     guaranteed = [v for v in victims if not v.opportunistic]  # opportunistic ones count in no queue

@@ -7,7 +7,8 @@ the policy chose, and its application master chooses which containers to release
 under notice meanwhile, so their room is handled as any preemption's (a sniper reservation holds it).
 Every tick each open request is settled (:func:`settle`): withdrawn when the policy no longer needs
 any of its victims, closed when the app gave back enough, and at the deadline what is still missing
-is killed, the containers it named first, then the app's newest, just enough to cover it.
+is killed, the containers it named first, then the app's newest, just enough to cover it, never more of
+them than the app's disruption budget has room for (the named ones are under notice, counted already).
 Invariant: no container of such an app is killed by preemption before its request's deadline.
 """
 
@@ -16,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from core import resources as res
+from core.preemption.rules import disruption_room
 from core.resources import Resource
 from core.state import Allocation, Contract, allocation_number
 from core.writer import Writer
@@ -141,7 +143,9 @@ def _enforce(cache: Writer, contract: Contract) -> Resource:
     picked = newest_covering([c for c in candidates if c[0] in named], missing)
     rest = res.clamp_min_zero(res.sub(missing, res.total(state.allocations[aid].resource for aid in picked)))
     if res.any_positive(rest):
-        picked += newest_covering([c for c in candidates if c[0] not in named], rest)
+        others = newest_covering([c for c in candidates if c[0] not in named], rest)
+        room = disruption_room(app)
+        picked += others if room is None else others[:room]
     chosen = [state.allocations[aid] for aid in picked]
     covered = res.total(a.resource for a in chosen)
     fresh = [a.id for a in chosen if not a.preempting]

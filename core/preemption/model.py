@@ -48,13 +48,17 @@ class ContainerSnapshot:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class AppSnapshot:
-    """An application in a leaf queue; ``submit_order`` grows with submission time (last submitted = largest)."""
+    """An application in a leaf queue; ``submit_order`` grows with submission time (last submitted = largest).
+    ``max_disruption``: at most that many of its containers killable (under notice) at once (``None``: no
+    budget); ``allow_preemption`` false: its containers are taken only after every other of the leaf's."""
 
     id: str
     queue: str
     submit_order: int
     priority: int = 0
     containers: tuple[ContainerSnapshot, ...] = ()
+    max_disruption: int | None = None
+    allow_preemption: bool = True
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

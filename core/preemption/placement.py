@@ -15,6 +15,9 @@ between its members, and a unit that fails, or would take its queue above its id
 it found it. Opportunistic containers come before every guaranteed victim on a node, free of quota,
 budget and ``max`` (they count in no queue), and are killed at once by the commit
 (:mod:`core.opportunistic`).
+Apps' own limits (:mod:`core.preemption.rules`): a container of an app that opted out of preemption
+ranks with application masters, last; no set takes an app past its disruption budget, counting the
+victims taken this round; an ask with ``preemption_policy: never`` is never a candidate.
 """
 
 from __future__ import annotations
@@ -31,9 +34,15 @@ from core.limits import Limits
 from core.preemption.costs import victim_cost
 from core.preemption.eligibility import may_take, quota_allows, refusal, required_node_order, spend
 from core.preemption.quotas import below_ideal, within_share
-from core.preemption.rules import preemption_disabled, required_node_leaves
+from core.preemption.rules import (
+    disruption_room,
+    last_resort,
+    may_preempt,
+    preemption_disabled,
+    required_node_leaves,
+)
 from core.resources import Resource
-from core.state import Allocation, Ask, AskKey, Node, PartitionState, Queue, ask_label
+from core.state import Allocation, App, Ask, AskKey, Node, PartitionState, Queue, ask_label
 from messages import protocol as p
 
 
@@ -42,7 +51,7 @@ class VictimSet:
     node: Node
     victims: list[Allocation]
     cost: float
-    has_am: bool
+    has_am: bool  # holds a victim of last resort (an application master, or of an app that opted out)
 
 
 @dataclasses.dataclass(slots=True)
@@ -64,6 +73,7 @@ class _RoundMark:
     epoch: int
     version: dict[str, int]
     heaps: dict[tuple[object, ...], tuple[Ask, list[_Entry]]]
+    disrupting: dict[str, int]
 
 
 # (has AM, cost or its lower bound, node, node version, epoch when exact or -1, tie-breaker, the set)
@@ -90,6 +100,9 @@ class VictimPlacer:
         # A budget of nothing (``total_preemption_per_round: 0``) allows nothing, not everything.
         self.exhausted = not any(v > 0 for v in self.budget_left.values())
         self.intra = request.intra_queue
+        self.guarded = state.guarded  # apps with a disruption budget or opted out (usually none)
+        self.disrupting: dict[str, int] = {}  # guarded app -> its victims taken this round
+        self.budget_refused: set[str] = set()  # containers passed over for their app's budget
         # Intra-queue mode may also take from a user above its limit for one within it.
         self.limits = Limits.of(state) if self.intra else None
         # Candidate victims per node, cheapest first and AM containers last (cost is fixed for the
@@ -125,7 +138,7 @@ class VictimPlacer:
             entries = []
             if any(node.opportunistic.values()) or any(path in ok for path in node.by_queue):
                 allocations = self.state.allocations
-                cost_of, now = self.cost_of, self.now
+                cost_of, now, guarded = self.cost_of, self.now, self.guarded
                 for aid in node.allocations:
                     alloc = allocations[aid]
                     if alloc.preempt_deadline is not None or alloc.pinned:
@@ -133,11 +146,19 @@ class VictimPlacer:
                     if alloc.opportunistic:
                         entries.append((False, 0.0, aid, alloc))  # free: no queue loses anything
                     elif alloc.queue.path in ok:
-                        entries.append((alloc.am, cost_of(alloc, now), aid, alloc))
+                        last = last_resort(alloc, guarded.get(alloc.app)) if guarded else alloc.am
+                        entries.append((last, cost_of(alloc, now), aid, alloc))
                 # Opportunistic containers first, newest first (YARN's NodeManager kills them LIFO),
-                # then (AM last, cost, id): ids are unique, the allocation is never compared.
+                # then (last resort last, AM after opted-out apps' tasks, cost, id): ids are unique,
+                # the allocation is never compared.
                 entries.sort(
-                    key=lambda e: (not e[3].opportunistic, e[0], -e[3].start if e[3].opportunistic else e[1], e[2])
+                    key=lambda e: (
+                        not e[3].opportunistic,
+                        e[0],
+                        e[3].am,
+                        -e[3].start if e[3].opportunistic else e[1],
+                        e[2],
+                    )
                 )
             self.by_node[name] = entries
             self._aggregate(name)
@@ -253,6 +274,7 @@ class VictimPlacer:
             self.epoch,
             dict(self.version),
             {shape: (a, list(heap)) for shape, (a, heap) in self.heaps.items()},
+            dict(self.disrupting),
         )
         return True
 
@@ -265,6 +287,7 @@ class VictimPlacer:
         self.freed, self.leaving, self._room, self.limits = mark.freed, mark.leaving, mark.room, mark.limits
         self.by_node, self.held, self.largest, self.cheapest = mark.by_node, mark.held, mark.largest, mark.cheapest
         self.epoch, self.version, self.heaps = mark.epoch, mark.version, mark.heaps
+        self.disrupting = mark.disrupting
         del self.sets[mark.sets :]
         self.exhausted = False  # a unit opens only when the round was not exhausted
 
@@ -448,10 +471,16 @@ class VictimPlacer:
         def covered() -> bool:
             return all(g[k] >= need[k] for g, (_, need) in zip(got, needs, strict=True) for k in g)
 
+        guarded = self.guarded
         for entry in candidates if candidates is not None else self._victims_on(node.name):
             alloc = entry[3]
             if not ruled and not self._allowed(alloc, ask, [e[3] for e in chosen] if self.intra else None):
                 continue
+            if guarded and not alloc.opportunistic:
+                app = guarded.get(alloc.app)
+                if app is not None and not self._within_budget(app, chosen):
+                    self.budget_refused.add(alloc.id)
+                    continue
             useful = [i for i, (scope, need) in enumerate(needs) if counts(scope, alloc)]
             if not useful:
                 continue
@@ -494,6 +523,15 @@ class VictimPlacer:
                             got[i][k] -= r.get(k, 0)
         return chosen
 
+    def _within_budget(self, app: App, chosen: list[tuple[bool, float, str, Allocation]]) -> bool:
+        """Whether one more victim of ``app`` keeps it within its disruption budget, counting its victims
+        under notice, those taken this round and those already in the set being built."""
+        room = disruption_room(app)
+        if room is None:
+            return True
+        in_set = sum(1 for e in chosen if e[3].app == app.name and not e[3].opportunistic)
+        return self.disrupting.get(app.name, 0) + in_set < room
+
     def _within_quota(self, chosen: list[tuple[bool, float, str, Allocation]]) -> bool:
         victims = [e[3] for e in chosen if not e[3].opportunistic]
         return quota_allows(victims, self.quota_left, self.state.capacity, self.leaving) is None
@@ -510,6 +548,8 @@ class VictimPlacer:
             res.add_into(self.freed.setdefault(name, {}), alloc.resource)
             if alloc.opportunistic:
                 continue  # in no queue's quota, max or user limit, nor in the round's preemption budget
+            if alloc.app in self.guarded:
+                self.disrupting[alloc.app] = self.disrupting.get(alloc.app, 0) + 1
             if self.limits is not None:
                 self.limits.take(alloc)
             left = None if self.intra else self.quota_left.get(alloc.queue.path)
@@ -573,7 +613,7 @@ def answer_placement_request(core: Allocator, request: p.PlacementRequest) -> p.
         if ask_label(ask.key) in mask:
             mask_hits += 1
             return False
-        return True
+        return may_preempt(ask)
 
     placer = VictimPlacer(state, request)
     failed: set[AskKey] = set()
@@ -624,4 +664,5 @@ def answer_placement_request(core: Allocator, request: p.PlacementRequest) -> p.
         unplaceable=sorted(ask_label(k) for k in unplaceable),
         mask_hits=mask_hits,
         view_seq=core.view_seq,
+        budget_refusals=len(placer.budget_refused),
     )

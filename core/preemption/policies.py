@@ -39,6 +39,7 @@ class Policy(Protocol):
     name: str
     config: PreemptionConfig
     mask: PreemptionMask | None
+    budget_refusals: int  # containers passed over for their app's disruption budget, summed over rounds
 
     def round(self, state: PartitionState, view_seq: int, now: float) -> Output: ...
 
@@ -87,6 +88,7 @@ class _Placing:
         self.rounds = 0
         self.waiting: str | None = None  # the request whose reply has not come back
         self.waiting_since = 0.0
+        self.budget_refusals = 0  # containers the rounds passed over for their app's disruption budget
 
     def on_change(self, change: p.ChangeMsg) -> None:
         if type(change) in ROOM_CHANGES and self.mask is not None:
@@ -130,6 +132,7 @@ class _Placing:
         if self.mask is not None:
             self.mask.add(reply.unplaceable, now)
             self.mask.hits += reply.mask_hits
+        self.budget_refusals += reply.budget_refusals
         if not reply.placements:
             return None
         return p.PreemptionProposal(
@@ -216,6 +219,7 @@ class ProportionalBaseline:
         self.rounds = 0
         self.idle_view: tuple[PartitionState, int] | None = None  # state and version of a round that chose none
         self.containers: dict[str, ContainerSnapshot] = {}  # the last round's, reused while unchanged
+        self.budget_refusals = 0
 
     def on_change(self, change: p.ChangeMsg) -> None:
         return
@@ -239,6 +243,7 @@ class ProportionalBaseline:
             return None
         snapshot = snapshot_from_state(state, with_containers=True, containers=self.containers)
         result = self.policy.round(snapshot, now_ms)
+        self.budget_refusals += len(result.budget_refused)
         self.idle_view = None if result.candidates else (state, state.version)
         usage = {path: res.add(q.allocated, q.reserved) for path, q in state.queues.items()}
         nodes = node_reservation.to_dereserve(

@@ -7,12 +7,21 @@
   (siblings' ``priority.offset``, as YARN's and YuniKorn's relative queue priorities);
 - an ask that requires a node stands outside these relations: it preempts on its node by the required-node
   rule (``eligibility.refusal``), in whichever queue it is (:func:`required_node_leaves`).
-Pure functions of the queue tree.
+And what apps and asks say of themselves (invariant 11):
+- an app's disruption budget (``max_disruption``, Kubernetes' ``maxUnavailable``): at most that many of
+  its guaranteed containers under notice at once (:func:`disruption_room`, :func:`over_budget`);
+- an app that opted out (``allow_preemption: false``, YuniKorn's) gives victims of last resort only, as
+  application masters are (:func:`last_resort`);
+- an ask with ``preemption_policy: never`` (Kubernetes') is never a beneficiary (:func:`may_preempt`).
+Opportunistic containers stand outside all three: always killable, never counted.
+Pure functions of the queue tree, the state and the apps' figures.
 """
 
 from __future__ import annotations
 
-from core.state import PartitionState, Queue
+from collections.abc import Iterable, Mapping
+
+from core.state import Allocation, App, Ask, PartitionState, Queue
 
 
 def preemption_disabled(queue: Queue) -> bool:
@@ -51,3 +60,40 @@ def required_node_leaves(state: PartitionState) -> set[str]:
         for q in state.queues.values()
         if q.is_leaf and any(ask.required_node is not None for app in q.waiting_apps() for ask in app.pending_asks)
     }
+
+
+def may_preempt(ask: Ask) -> bool:
+    """Whether ``ask`` may be a beneficiary at all (``preemption_policy: never`` waits for free room)."""
+    return not ask.never_preempts
+
+
+def last_resort(alloc: Allocation, app: App | None) -> bool:
+    """Whether ``alloc`` is a victim of last resort: an application master, or a container of an app that
+    opted out of preemption (taken only when no set without such victims exists)."""
+    return alloc.am or (app is not None and not app.allow_preemption)
+
+
+def disruption_room(app: App) -> int | None:
+    """How many more of ``app``'s guaranteed containers may be put under notice now (``None``: no budget)."""
+    return None if app.max_disruption is None else max(0, app.max_disruption - app.disrupted)
+
+
+def over_budget(victims: Iterable[Allocation], apps: Mapping[str, App]) -> App | None:
+    """The first app (of ``apps``, those with a budget or opted out) whose disruption budget ``victims``
+    together would break, counting those it already has under notice; ``None`` when none."""
+    taking: dict[str, int] = {}
+    for v in victims:
+        app = None if v.opportunistic else apps.get(v.app)
+        if app is None or app.max_disruption is None:
+            continue
+        taking[v.app] = taking.get(v.app, 0) + 1
+        room = disruption_room(app)
+        if room is not None and taking[v.app] > room:
+            return app
+    return None
+
+
+def budget_refusal(app: App) -> str:
+    """How the cache names a victim set refused for ``app``'s disruption budget."""
+    budget = f"max_disruption {app.max_disruption}, {app.disrupted} under notice"
+    return f"app {app.name}'s disruption budget is used up ({budget})"

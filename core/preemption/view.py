@@ -146,7 +146,8 @@ def snapshot_from_state(
 
     Demand is pending capped by the user, group and application limits (:func:`pending_demand`: an ask a
     limit holds back cannot use room preemption frees), for both policies, as YARN's pending considering
-    the user limit.
+    the user limit. Asks with ``preemption_policy: never`` are no demand either: room a policy frees is
+    never theirs to take (their pending is taken off their queue's and its ancestors', down to zero).
 
     ``capacity`` overrides the partition's (the sniper policy passes its usable capacity). Without
     containers, usage is net of victims already preempting (they are leaving) and guarantees compose
@@ -187,7 +188,14 @@ def snapshot_from_state(
         gross = res.add(q.allocated, q.reserved)
         used[path] = gross if with_containers else res.clamp_min_zero(res.sub(gross, q.preempting))
         if q.is_leaf:
-            asks = [a.resource for app in q.waiting_apps() for a in app.pending_asks]
+            waiting = [a for app in q.waiting_apps() for a in app.pending_asks]
+            for ask in waiting:
+                if ask.never_preempts:
+                    for up in q.lineage():
+                        pending[up.path] = res.clamp_min_zero(
+                            res.sub(pending.get(up.path, {}), res.scale(ask.resource, ask.pending))
+                        )
+            asks = [a.resource for a in waiting]
             if asks:
                 smallest[path] = min(asks, key=lambda r: (sum(r.values()), sorted(r.items())))
             if with_containers:
@@ -202,6 +210,8 @@ def snapshot_from_state(
                             for a in (state.allocations[x] for x in sorted(app.allocations))
                             if not a.opportunistic  # outside every queue: YARN's policy never sees them
                         ),
+                        max_disruption=app.max_disruption,
+                        allow_preemption=app.allow_preemption,
                     )
                     for app in q.holding_apps()  # an app holding nothing offers YARN's selection nothing
                 )

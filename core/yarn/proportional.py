@@ -15,6 +15,10 @@ tracking. It reproduces YARN's ``ProportionalCapacityPreemptionPolicy.editSchedu
    remembered; a container is taken while something remains to obtain (the last may overshoot) and only if
    it fits in what is left of the round's allowance. Then the remembered AMs, in order, while something
    remains and the queue's skipped AM total exceeds ``trunc(guaranteed * max_am_resource_percent)``.
+   Sniper's app limits, as YARN skips AMs: containers of an app that opted out of preemption are skipped
+   and taken, while something remains, after every other container of the leaf (before the AMs); an app
+   never has more than its disruption budget (``max_disruption``) killable at once, its own containers
+   under notice counted, the rest of its containers passed over (``budget_refused``).
 4. Preempt-to-balance (optional): a second selection on an ideal assignment computed without the leaf cap,
    its targets reduced by what the first already took, the allowance shared with it.
 5. Events: a selected container is *marked* the first time; selected again once
@@ -146,6 +150,7 @@ class RoundResult:
     killable: tuple[Candidate, ...]
     unreserved: tuple[Candidate, ...]
     queues: Mapping[str, QueueFigures]
+    budget_refused: frozenset[str] = frozenset()  # containers passed over for their app's disruption budget
 
     @property
     def event_count(self) -> int:
@@ -256,8 +261,9 @@ class ProportionalPolicy:
                 for q in ideal
             }
         candidates = tuple(selection.candidates)
+        refused = frozenset(selection.budget_refused)
         if cfg.observe_only:
-            return RoundResult(now_ms, candidates, (), (), (), figures)
+            return RoundResult(now_ms, candidates, (), (), (), figures, refused)
         marked: list[Candidate] = []
         killable: list[Candidate] = []
         for cand in candidates:
@@ -272,7 +278,8 @@ class ProportionalPolicy:
         horizon = 2 * cfg.max_wait_before_kill_ms
         for cid in [cid for cid, first in self._first_marked.items() if first + horizon < now_ms]:
             del self._first_marked[cid]
-        return RoundResult(now_ms, candidates, tuple(marked), tuple(killable), tuple(selection.unreserved), figures)
+        unreserved = tuple(selection.unreserved)
+        return RoundResult(now_ms, candidates, tuple(marked), tuple(killable), unreserved, figures, refused)
 
     def _to_obtain(
         self, snapshot: ClusterSnapshot, ideal: IdealAssignment, calc: ResourceCalculator, cluster: Resource
@@ -307,6 +314,8 @@ class _Selection:
         self.unreserved: list[Candidate] = []
         self._selected: dict[str, Candidate] = {}
         self._taken_from: dict[str, Resource] = {}
+        self._budget_left: dict[str, int] = {}  # app with a disruption budget -> containers it may still lose
+        self.budget_refused: set[str] = set()
 
     def run(self, snapshot: ClusterSnapshot, to_obtain: Mapping[str, Resource], *, balance: bool) -> None:
         for leaf in snapshot.leaves():
@@ -332,8 +341,9 @@ class _Selection:
     def _select_from(self, leaf: QueueSnapshot, target: Resource, balance: bool) -> None:
         calc, cluster = self.calc, self.cluster
         state = _Target(target)
-        skipped_am: list[ContainerSnapshot] = []
+        skipped_am: list[tuple[AppSnapshot, ContainerSnapshot]] = []
         skipped_am_size: Resource = {}
+        opted_out: list[tuple[AppSnapshot, ContainerSnapshot]] = []
         for app in app_order(leaf.apps):
             if state.done:
                 break
@@ -350,16 +360,37 @@ class _Selection:
                 if c.killable:
                     continue
                 if c.am:
-                    skipped_am.append(c)
+                    skipped_am.append((app, c))
                     skipped_am_size = add(skipped_am_size, c.resource)
                     continue
-                self._try(leaf, c, state, balance)
+                if not app.allow_preemption:
+                    opted_out.append((app, c))
+                    continue
+                self._take(leaf, app, c, state, balance)
+        for app, c in opted_out:
+            if state.done:
+                break
+            self._take(leaf, app, c, state, balance)
         am_limit = multiply_trunc(leaf.guaranteed, java_float(leaf.max_am_resource_percent))
-        for c in skipped_am:
+        for app, c in skipped_am:
             if state.done or calc.le(cluster, skipped_am_size, am_limit):
                 break
-            if self._try(leaf, c, state, balance):
+            if self._take(leaf, app, c, state, balance):
                 skipped_am_size = sub(skipped_am_size, c.resource)
+
+    def _take(self, leaf: QueueSnapshot, app: AppSnapshot, c: ContainerSnapshot, state: _Target, balance: bool) -> bool:
+        """:meth:`_try` within ``app``'s disruption budget (its containers already killable counted)."""
+        if app.max_disruption is None:
+            return self._try(leaf, c, state, balance)
+        left = self._budget_left.get(app.id)
+        if left is None:
+            left = app.max_disruption - sum(1 for x in app.containers if x.killable)
+        if left <= 0:
+            self.budget_refused.add(c.id)
+            return False
+        taken = self._try(leaf, c, state, balance)
+        self._budget_left[app.id] = left - 1 if taken else left
+        return taken
 
     def _try(self, leaf: QueueSnapshot, c: ContainerSnapshot, state: _Target, balance: bool) -> bool:
         """YARN's ``tryPreemptContainerAndDeductResToObtain``."""
