@@ -463,13 +463,11 @@ class Cache:
         bounds = config.admission if config is not None else AdmissionConfig()
         if count > bounds.max_pending_per_ask:
             return f"over admission.max_pending_per_ask ({bounds.max_pending_per_ask})"
-        held = len(app.allocations) + sum(a.count - a.allocated for a in app.asks.values())
+        held = self.state.held(app)
         if held + count > bounds.max_containers_per_app:
             limit = bounds.max_containers_per_app
             return f"app {app.name} would hold {held + count}, over admission.max_containers_per_app ({limit})"
-        held = len(self.state.allocations) + sum(
-            a.count - a.allocated for other in self.state.apps.values() for a in other.asks.values()
-        )
+        held = self.state.held()
         if held + count > bounds.max_containers:
             return f"the partition would hold {held + count}, over admission.max_containers ({bounds.max_containers})"
         return None

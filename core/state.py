@@ -4,8 +4,9 @@ The cache owns the authoritative copy; the allocator and the policies own replic
 only through :meth:`PartitionState.apply` of committed :mod:`messages.protocol` changes, so a replica
 that applied the same changes in the same order is identical to the cache. Derived totals (node
 allocated / reserved, queue allocated / pending / preempting / reserved up the hierarchy, ask
-allocated counts) are maintained incrementally by ``apply`` and are never written elsewhere, except
-the allocator's ``allocating`` counters, which only the allocator touches (proposals in flight).
+allocated counts, the containers still asked for per app and per partition) are maintained
+incrementally by ``apply`` and are never written elsewhere, except the allocator's ``allocating``
+counters, which only the allocator touches (proposals in flight).
 Node reservations (YARN's reserved containers, :mod:`core.node_reservation`) hold no room: at most
 one per node and one per app, counted in their queues' ``node_reserved`` total only.
 Opportunistic asks and allocations (YARN's execution type) count on their node only: never in a queue's
@@ -254,6 +255,7 @@ class App:
         "allocated",
         "allocations",
         "allow_preemption",
+        "asked",
         "asks",
         "contract",
         "disrupted",
@@ -283,6 +285,7 @@ class App:
         self.asks: dict[str, Ask] = {}
         self.allocated: Resource = {}
         self.allocations: set[str] = set()
+        self.asked = 0  # containers its asks still ask for: count minus allocated, summed over them
         # Asks with pending containers in scheduling order: priority high first, then oldest.
         self.pending_asks: SortedList = SortedList(key=lambda a: a.sort_key)
 
@@ -403,6 +406,7 @@ class PartitionState:
         self.nodes: dict[str, Node] = {}
         self.apps: dict[str, App] = {}
         self.allocations: dict[str, Allocation] = {}
+        self.asked = 0  # containers every app's asks still ask for (the sum of :attr:`App.asked`)
         self.reservations: dict[str, Reservation] = {}
         self.contracts: dict[str, Contract] = {}  # open preemption requests, oldest first
         # Apps that limit their own preemption (a disruption budget, or preemption opted out): the
@@ -454,6 +458,13 @@ class PartitionState:
     def ask(self, key: AskKey) -> Ask | None:
         app = self.apps.get(key[0])
         return None if app is None else app.asks.get(key[1])
+
+    def held(self, app: App | None = None) -> int:
+        """Containers running plus still asked for, of ``app`` or of the whole partition (what the
+        admission bounds count), in constant time."""
+        if app is None:
+            return len(self.allocations) + self.asked
+        return len(app.allocations) + app.asked
 
     def headroom_allows(
         self, queue: Queue, request: Resource, extra: dict[str, Resource] | None = None, *, ancestors: bool = True
@@ -649,6 +660,8 @@ class PartitionState:
             raise StateError(f"ask {c.app}/{c.ask} already exists")
         ask = Ask(app, c)
         app.asks[c.ask] = ask
+        app.asked += ask.count
+        self.asked += ask.count
         if ask.opportunistic:
             if ask.count > 0:
                 self.opportunistic_asks[ask.key] = ask
@@ -673,6 +686,8 @@ class PartitionState:
             app.pending_asks.discard(ask)
             self._sync_app(app)
         del app.asks[c.ask]
+        app.asked -= remaining
+        self.asked -= remaining
 
     def _alloc(self, c: p.AllocationSet) -> None:
         if c.allocation in self.allocations:
@@ -698,9 +713,9 @@ class PartitionState:
             self._add_usage(app.queue, "allocated", alloc.resource, 1)
             self._end_reservation(c.reservation)
             if ask is not None:
-                ask.allocated += 1
+                self._filled(ask)
         elif ask is not None and not ask.opportunistic:
-            ask.allocated += 1
+            self._filled(ask)
             resource = alloc.resource
             for q in app.queue.lineage():  # usage up, pending down, in one walk
                 used, pending = q.allocated, q.pending
@@ -712,11 +727,17 @@ class PartitionState:
                 self._sync_app(app)
         else:
             if ask is not None:  # a promoted container of an opportunistic ask (from a snapshot)
-                ask.allocated += 1
+                self._filled(ask)
                 if ask.count - ask.allocated <= 0:
                     self.opportunistic_asks.pop(ask.key, None)
             self._add_usage(app.queue, "allocated", alloc.resource, 1)
         self._index(node)
+
+    def _filled(self, ask: Ask) -> None:
+        """One more container of ``ask`` committed: its app and the partition ask for one less."""
+        ask.allocated += 1
+        ask.app.asked -= 1
+        self.asked -= 1
 
     def _alloc_gone(self, c: p.AllocationGone) -> None:
         alloc = self.allocations.pop(c.allocation, None)
@@ -755,7 +776,7 @@ class PartitionState:
         self._add_usage(alloc.queue, "opportunistic", alloc.resource, 1)
         ask = app.asks.get(alloc.ask)
         if ask is not None:
-            ask.allocated += 1
+            self._filled(ask)
             if ask.count - ask.allocated <= 0:
                 self.opportunistic_asks.pop(ask.key, None)
         self._index(node)

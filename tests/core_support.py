@@ -133,6 +133,7 @@ def fingerprint(state: PartitionState, *, allocating: bool = False) -> dict[str,
             "submit_seq": a.submit_seq,
             "allocated": r(a.allocated),
             "allocations": sorted(a.allocations),
+            "asked": a.asked,
             "pending_asks": [k.name for k in a.pending_asks],
             "asks": {
                 k.name: {
@@ -171,6 +172,7 @@ def fingerprint(state: PartitionState, *, allocating: bool = False) -> dict[str,
         "queues": queues,
         "apps": apps,
         "allocations": allocations,
+        "asked": state.asked,
         "reservations": sorted(state.reservations),
         # The cache keeps no node order (it never searches for a node): compare with a fresh sort.
         "node_order": None if allocating else (state.node_index if state.indexed else _fresh_index(state)).ordered(),
@@ -205,6 +207,9 @@ def consistency_problems(state: PartitionState) -> list[str]:
         for q in alloc.queue.lineage():
             res.add_into(opportunistic[q.path] if alloc.opportunistic else usage[q.path], alloc.resource)
     for app in state.apps.values():
+        asked = sum(ask.count - ask.allocated for ask in app.asks.values())
+        if asked != app.asked:
+            problems.append(f"app {app.name}: asked {app.asked} != sum {asked}")
         for ask in app.asks.values():
             left = ask.count - ask.allocated - ask.reserved
             if left < 0:
@@ -231,6 +236,9 @@ def consistency_problems(state: PartitionState) -> list[str]:
             problems.append(f"queue {path}: pending {q.pending} != sum {pending[path]}")
         if res.normalized(opportunistic[path]) != res.normalized(q.opportunistic):
             problems.append(f"queue {path}: opportunistic {q.opportunistic} != sum {opportunistic[path]}")
+    asked = sum(app.asked for app in state.apps.values())
+    if asked != state.asked:
+        problems.append(f"partition: asked {state.asked} != sum over apps {asked}")
     schedulable = res.total(n.capacity for n in state.nodes.values() if n.schedulable)
     if res.normalized(schedulable) != res.normalized(state.capacity):
         problems.append(f"capacity {state.capacity} != schedulable sum {schedulable}")

@@ -17,7 +17,7 @@ from core.config import AdmissionConfig, ConfigError, parse_partition
 from messages import decisions as d
 from messages import feed as f
 from simulator.run import run_simulation
-from tests.core_support import partition_raw, queue
+from tests.core_support import consistency_problems, partition_raw, queue
 from tests.test_core_process import WAIT, Decisions, bus, options
 from transport.bus import DECISIONS, FEED
 from transport.kafka import KafkaBus, KafkaSettings
@@ -92,6 +92,38 @@ def test_a_withdrawn_ask_frees_its_share_of_the_bound() -> None:
     assert _ask(cache, "a1", "x", 4) == []
     cache.handle_event(f.AskRemoved(app="a1", ask="x"))
     assert _ask(cache, "a1", "y", 4) == []
+
+
+def test_the_partition_bound_follows_containers_placed_released_withdrawn_and_gone_with_their_app() -> None:
+    cache = _cache(max_containers=10)
+
+    def held() -> int:
+        state = cache.state
+        assert consistency_problems(state) == []
+        return state.held()
+
+    assert _ask(cache, "a1", "x", 6) == []
+    cache.allocate("a1", "x", "big")
+    cache.allocate("a1", "x", "big")
+    first = sorted(cache.state.apps["a1"].allocations)[0]
+    cache.drain()
+    assert held() == 6  # two running, four still asked for
+    assert _ask(cache, "b1", "y", 5) == [
+        "ask b1/y (count 5): the partition would hold 11, over admission.max_containers (10)"
+    ]
+    cache.handle_event(f.AllocationReleased(allocation=first))
+    assert held() == 5
+    assert _ask(cache, "b1", "y", 5) == []
+    assert held() == 10
+    cache.handle_event(f.AskAdded(app="b1", ask="idle", resource={"memory": 1024}, execution_type="opportunistic"))
+    reasons = [x.reason for x in cache.drain().decisions if isinstance(x, d.Rejected)]
+    assert reasons == ["ask b1/idle (count 1): the partition would hold 11, over admission.max_containers (10)"]
+    cache.handle_event(f.AskRemoved(app="b1", ask="y"))
+    assert held() == 5
+    cache.handle_event(f.AppRemoved(app="a1"))
+    assert held() == 0
+    assert _ask(cache, "b1", "z", 10) == []
+    assert cache.state.held(cache.state.apps["b1"]) == held() == 10
 
 
 def test_bad_bounds_are_refused_with_where_they_are() -> None:
