@@ -2,12 +2,14 @@
 
 An opportunistic ask gets only room no guaranteed ask can use now: the allocator places it after the
 guaranteed pass of a cycle that ran to the end, never on reserved room, never on a node where that
-cycle evicts. Its containers count on their node (invariant 1) but in no queue's guarantee, ideal,
+cycle evicts (with over-commit, also on room only measured utilization leaves: :mod:`core.overcommit`).
+Its containers count on their node (invariant 1) but in no queue's guarantee, ideal,
 pending or ``max`` (as YARN's, which the CapacityScheduler never sees). They are the first to go: a
 guaranteed ask that fits a node once the opportunistic containers there are gone has them killed at
 once (no grace, reason ``opportunistic``), most recently started first as YARN's NodeManager does,
 trimmed to a minimal set, and the room is reserved for that ask in the same commit; every preemption
-policy takes them before any guaranteed victim (:func:`evict` is the one way they are killed).
+policy takes them before any guaranteed victim (:func:`evict` is the one way preemption kills them;
+over-commit kills them by measured utilization, :mod:`core.overcommit`).
 """
 
 from __future__ import annotations
@@ -15,9 +17,9 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING
 
-from core import node_reservation
+from core import node_reservation, overcommit
 from core import resources as res
-from core.allocation import FreeRoomPlacer, hold_room
+from core.allocation import hold_room
 from core.resources import Resource
 from core.state import Allocation, Ask, Node, PartitionState, allocation_number, ask_label
 from messages import decisions as d
@@ -124,7 +126,7 @@ def plan(state: PartitionState, starving: list[Ask], budget: int) -> Opportunist
                 res.add_into(freed.setdefault(host.name, {}), alloc.resource)
             hold_room(state, ask, host, 1)
             out.evictions.append((ask, host, chosen))
-    placer = FreeRoomPlacer(exclude=freed.keys())
+    placer = overcommit.placer(state, exclude=freed.keys())
     for ask in list(state.opportunistic_asks.values()):
         while budget > 0 and ask.pending > 0:
             spot = placer.place(state, ask)

@@ -275,6 +275,8 @@ def apply_logged(core: Cache, log: Sequence[d.DecisionMsg], index: int) -> tuple
                         reservation=reservation,
                         priority=ask.priority if ask is not None else 0,
                         opportunistic=dec.opportunistic,
+                        usage=ask.usage if ask is not None else None,
+                        overcommit=dec.overcommit,
                     )
                 )
         case d.Preempt():

@@ -77,6 +77,9 @@ class AskAdded(FeedEvent, tag="ask_added", frozen=True, gc=False):
     # YARN's ExecutionType: "opportunistic" containers run only on room no guaranteed ask can use now,
     # count against no queue's guarantee, ideal or max, and are killed first (docs/feed.md).
     execution_type: Literal["guaranteed", "opportunistic"] = "guaranteed"
+    # What each container really uses (simulation reports node utilization from it; over-commit counts
+    # it as what a killed container frees). ``None``: all it asks for.
+    usage: ResourceMap | None = None
 
 
 class AskRemoved(FeedEvent, tag="ask_removed", frozen=True, gc=False):
@@ -95,6 +98,15 @@ class AllocationPromoted(FeedEvent, tag="allocation_promoted", frozen=True, gc=F
     allocation: Name
 
 
+class NodeUtilization(FeedEvent, tag="node_utilization", frozen=True, gc=False):
+    """What the containers on a node really use (YARN-1011's node utilization), for over-commit. The
+    amounts are checked by the cache (finite, not negative, resources the node has) and refused with
+    the reason, never dropped."""
+
+    node: Name
+    used: dict[str, float]
+
+
 class PartitionRemoved(FeedEvent, tag="partition_removed", frozen=True, gc=False):
     """Retire the partition: its apps, asks and allocations are released, its nodes and configuration
     dropped; it starts again at its next ``partition_config`` (docs/feed.md)."""
@@ -108,6 +120,7 @@ Feed = (
     | NodeAdded
     | NodeUpdated
     | NodeRemoved
+    | NodeUtilization
     | AppAdded
     | AppRemoved
     | AskAdded

@@ -233,7 +233,7 @@ def invariant_problems(state: PartitionState) -> list[str]:
     """ARCHITECTURE section 6, invariants 1-4, on a committed state (queue max: for a static config)."""
     problems: list[str] = []
     for node in state.nodes.values():  # 1
-        held = res.add(node.allocated, node.reserved)
+        held = res.sub(res.add(node.allocated, node.reserved), node.overcommitted)  # over-commit aside
         if not res.fits(held, node.capacity):
             problems.append(f"inv1: node {node.name} holds {held} over capacity {node.capacity}")
     for q in state.queues.values():  # 2
