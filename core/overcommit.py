@@ -7,7 +7,8 @@ partition's ``overcommit`` block, an opportunistic container that fits no free r
 node while, for each resource ``allocate_below`` names, projected utilization plus the container stays
 below that fraction of the node's capacity (the resources it does not name must fit the free room as
 usual); the container is marked ``overcommit`` and counts on its node like any other, so guaranteed
-placement never counts that room. When a report shows a resource ``preempt_above`` names above that
+placement never counts that room, and a node holding room reserved for a preemption's beneficiary
+is never over-committed. When a report shows a resource ``preempt_above`` names above that
 fraction of capacity, the node's running opportunistic containers are killed at once, newest first
 (reason ``overcommit``), until the report, less the usage of the containers killed and not yet gone,
 is at or below it; guaranteed containers are never touched.
@@ -51,9 +52,10 @@ def projected(node: Node) -> Resource:
 
 def allows(config: OvercommitConfig | None, node: Node, request: Resource) -> bool:
     """Whether an opportunistic ``request`` may go beyond ``node``'s allocated room: the node has
-    reported its utilization, every resource ``allocate_below`` names stays below its threshold with
-    the request, and every other resource of the request fits the free room."""
-    if config is None or node.utilization is None:
+    reported its utilization and holds no room reserved for a beneficiary, every resource
+    ``allocate_below`` names stays below its threshold with the request, and every other resource of
+    the request fits the free room."""
+    if config is None or node.utilization is None or node.reservations:
         return False
     below = config.allocate_below
     use = projected(node)

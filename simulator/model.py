@@ -9,7 +9,8 @@ states; asks with nothing left to place leave the ``open`` set, so those views c
 and waiting, not the whole history. Opportunistic allocations and asks stay out of every queue's usage,
 demand, ``max`` and guarantee check (they are totalled apart). Node reservations (invariant 6): at most
 one per node, and while a node is reserved nothing but the reserving ask is placed on it (a preemption
-reservation that was there first excepted).
+reservation that was there first excepted). Over-commit (invariant 11) is judged by
+:mod:`simulator.overcommit_check`.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from core.config import PartitionConfig, QueueConfig, parse_partition
 from core.resources import Resource
 from messages import decisions as d
 from messages import feed as f
+from simulator.overcommit_check import OvercommitChecker
 
 
 @dataclasses.dataclass(slots=True)
@@ -37,6 +39,8 @@ class ModelAllocation:
     am: bool
     preempted_at: float | None = None
     opportunistic: bool = False  # on its node only: in no queue's usage, not bound by max
+    usage: Resource = dataclasses.field(default_factory=dict)  # what it really uses (declared, else resource)
+    overcommit: bool = False  # placed on room only measured utilization left (outside invariant 1)
 
 
 @dataclasses.dataclass(slots=True)
@@ -62,6 +66,7 @@ class Derived:
     notices: int  # allocations under a preemption notice
     capacity: Resource
     opportunistic: Resource  # held by running opportunistic containers (in no queue's usage)
+    overcommitted: Resource  # held by the containers placed on over-committed room (part of ``opportunistic``)
 
 
 @dataclasses.dataclass(slots=True)
@@ -82,6 +87,7 @@ class ClusterModel:
         self.removed_nodes: set[str] = set()
         self.apps: dict[str, str] = {}  # app -> queue
         self.asks: dict[tuple[str, str], tuple[Resource, int]] = {}  # -> (resource, count)
+        self.ask_usage: dict[tuple[str, str], Resource] = {}  # what each container really uses, when declared
         self.ask_priority: dict[tuple[str, str], int] = {}
         self.app_user: dict[str, str] = {}
         self.app_groups: dict[str, tuple[str, ...]] = {}
@@ -89,6 +95,8 @@ class ClusterModel:
         self.withdrawn: set[tuple[str, str]] = set()
         self.opportunistic_asks: set[tuple[str, str]] = set()
         self.allocations: dict[str, ModelAllocation] = {}
+        self.on_node: dict[str, set[str]] = defaultdict(set)  # node -> the allocations on it
+        self.overcommit = OvercommitChecker(self)
         self.seen_allocations: set[str] = set()
         self.reservations: dict[str, ModelReservation] = {}
         # node -> (node reservation id, app, ask, preemption reservations already on the node)
@@ -105,6 +113,7 @@ class ClusterModel:
         self.open: dict[tuple[str, str], None] = {}  # asks that may still have containers to place
         self.usage: dict[str, Resource] = defaultdict(dict)  # committed, per queue path, parents included
         self.opportunistic: Resource = {}  # held by running opportunistic containers, in no queue
+        self.overcommitted: Resource = {}  # held by those placed on over-committed room
         self.notices = 0  # allocations under a preemption notice
         self._capacity: Resource | None = None  # the nodes' total, until a node changes
         self.version = 0
@@ -145,6 +154,9 @@ class ClusterModel:
                     self._capacity = None
                     del self.nodes[n]
                     self.removed_nodes.add(n)
+                    self.overcommit.node_gone(n)
+            case f.NodeUtilization():
+                self.overcommit.report(event)
             case f.AppAdded(app=a, queue=q, user=u, groups=g):
                 if event.preemption_contract and a not in self.apps:
                     self.contract_apps.add(a)
@@ -163,11 +175,14 @@ class ClusterModel:
                     self.withdrawn.discard((a, k))
                     self.rejected_asks.discard((a, k))
                     self.asks.pop((a, k), None)
+                    self.ask_usage.pop((a, k), None)
                     self.ask_allocated.pop((a, k), None)
                     self.gangs.pop((a, k), None)
                     self.gang_held.pop((a, k), None)
                 if (a, k) not in self.asks and g > 1:
                     self.gangs[(a, k)] = g
+                if (a, k) not in self.asks and event.usage is not None:
+                    self.ask_usage[(a, k)] = res.normalized(event.usage)
                 self.asks.setdefault((a, k), (res.normalized(r), c))
                 self.ask_priority.setdefault((a, k), prio)
                 if event.execution_type == "opportunistic":
@@ -188,6 +203,7 @@ class ClusterModel:
                 self.contract_apps.clear()
                 self.withdrawn.update(self.asks)
                 self.open.clear()
+                self.overcommit.clear()
                 self.seen_events = {event.id} if event.id else set()  # as the cache: earlier ids name nothing now
             case _:
                 pass
@@ -209,6 +225,9 @@ class ClusterModel:
                 self._allocated(dec)
             case d.Kill(allocation=aid):
                 self._check_contract_kill(dec)
+                killed = self.allocations.get(aid)
+                if killed is not None:
+                    self.overcommit.killed(dec, killed)
                 self._gone(aid)
             case d.Released(allocation=aid):
                 self._gone(aid)
@@ -430,9 +449,23 @@ class ClusterModel:
                     self._violate(
                         t, 6, f"allocation {dec.allocation} on {dec.node} takes room reserved for a beneficiary"
                     )
+        self.overcommit.allocated(dec, resource)
         self.allocations[dec.allocation] = ModelAllocation(
-            dec.allocation, dec.app, dec.ask, queue, dec.node, resource, t, dec.am, opportunistic=dec.opportunistic
+            dec.allocation,
+            dec.app,
+            dec.ask,
+            queue,
+            dec.node,
+            resource,
+            t,
+            dec.am,
+            opportunistic=dec.opportunistic,
+            usage=self.ask_usage.get(key, resource),
+            overcommit=dec.overcommit,
         )
+        self.on_node[dec.node].add(dec.allocation)
+        if dec.overcommit:
+            res.add_into(self.overcommitted, resource)
         if dec.opportunistic:
             res.add_into(self.opportunistic, resource)
         else:
@@ -455,6 +488,8 @@ class ClusterModel:
         if alloc is None or not alloc.opportunistic:
             self._violate(dec.t, 3, f"promotion of {dec.allocation}, not a running opportunistic allocation")
             return
+        if alloc.overcommit:
+            self._violate(dec.t, 11, f"promotion of {dec.allocation}, which runs on over-committed room")
         self._check_max(dec.t, alloc.id, alloc.queue, alloc.resource)
         alloc.opportunistic = False
         res.sub_into(self.opportunistic, alloc.resource)
@@ -464,6 +499,9 @@ class ClusterModel:
     def _gone(self, aid: str) -> None:
         alloc = self.allocations.pop(aid, None)
         if alloc is not None:
+            self.on_node[alloc.node].discard(aid)
+            if alloc.overcommit:
+                res.sub_into(self.overcommitted, alloc.resource)
             if alloc.preempted_at is not None:
                 self.notices -= 1
             if alloc.opportunistic:
@@ -478,7 +516,8 @@ class ClusterModel:
         """Invariants that hold whenever the scheduler has handled everything it was given."""
         per_node: dict[str, Resource] = defaultdict(dict)
         for a in self.allocations.values():
-            res.add_into(per_node[a.node], a.resource)
+            if not a.overcommit:  # over-committed room is judged by invariant 11
+                res.add_into(per_node[a.node], a.resource)
             if a.node in self.removed_nodes:
                 self._violate(t, 4, f"allocation {a.id} still on removed node {a.node}")
         for node, used in per_node.items():
@@ -486,6 +525,7 @@ class ClusterModel:
             if cap is not None and not res.fits(used, cap):
                 self._violate(t, 1, f"node {node} over capacity: {res.fmt(used)} > {res.fmt(cap)}")
         self._check_gangs(t)
+        self.overcommit.check(t)
 
     def _check_gangs(self, t: float) -> None:
         """Invariant 8: a gang is placed whole. The containers a gang ask holds (allocated ever, plus
@@ -529,7 +569,10 @@ class ClusterModel:
         if self._capacity is None:
             self._capacity = res.total(self.nodes.values())
         opportunistic = res.normalized(self.opportunistic)
-        self._derived = Derived(usage, pending, demand, containers, self.notices, self._capacity, opportunistic)
+        overcommitted = res.normalized(self.overcommitted)
+        self._derived = Derived(
+            usage, pending, demand, containers, self.notices, self._capacity, opportunistic, overcommitted
+        )
         self._derived_version = self.version
         return self._derived
 

@@ -60,6 +60,8 @@ class Opportunistic(msgspec.Struct, frozen=True):
     evictions: int = 0  # killed at once (reason "opportunistic") for a guaranteed ask
     promoted: int = 0  # turned guaranteed
     utilization: dict[str, float] = {}  # what they held over capacity, time-averaged, per resource
+    overcommit_kills: int = 0  # killed at once (reason "overcommit") for a node above preempt_above
+    overcommit_utilization: dict[str, float] = {}  # the part of ``utilization`` over-committed room held
 
 
 def node_reservation_figures(decisions: Iterable[d.DecisionMsg]) -> tuple[dict[str, int], int]:
@@ -222,6 +224,7 @@ def build_report(
             allocations=sum(r.opportunistic.allocations for r in per.values()),
             evictions=sum(r.opportunistic.evictions for r in per.values()),
             promoted=sum(r.opportunistic.promoted for r in per.values()),
+            overcommit_kills=sum(r.opportunistic.overcommit_kills for r in per.values()),
         ),
         node_reservations={
             k: sum(r.node_reservations.get(k, 0) for r in per.values())
