@@ -813,7 +813,6 @@ class Cache:
             am=ask.am,
             reservation=None if reservation is None else reservation.id,
             opportunistic=ask.opportunistic,
-            overcommit=over,
         )
         if reservation is not None:
             self._release_victims(reservation, "its beneficiary was placed before its victims were gone")

@@ -29,7 +29,6 @@ class Allocated(Decision, tag="allocated", frozen=True, gc=False):
     am: bool = False
     reservation: str | None = None  # set when the allocation fulfils a preemption reservation
     opportunistic: bool = False  # YARN execution type OPPORTUNISTIC: outside every queue's accounting
-    overcommit: bool = False  # opportunistic, on room only the node's measured utilization left (YARN-1011)
 
 
 class Preempt(Decision, tag="preempt", frozen=True, gc=False):

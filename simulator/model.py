@@ -449,7 +449,7 @@ class ClusterModel:
                     self._violate(
                         t, 6, f"allocation {dec.allocation} on {dec.node} takes room reserved for a beneficiary"
                     )
-        self.overcommit.allocated(dec, resource)
+        overcommitted = self.overcommit.allocated(dec, resource)
         self.allocations[dec.allocation] = ModelAllocation(
             dec.allocation,
             dec.app,
@@ -461,10 +461,10 @@ class ClusterModel:
             dec.am,
             opportunistic=dec.opportunistic,
             usage=self.ask_usage.get(key, resource),
-            overcommit=dec.overcommit,
+            overcommit=overcommitted,
         )
         self.on_node[dec.node].add(dec.allocation)
-        if dec.overcommit:
+        if overcommitted:
             res.add_into(self.overcommitted, resource)
         if dec.opportunistic:
             res.add_into(self.opportunistic, resource)

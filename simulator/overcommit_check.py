@@ -86,28 +86,30 @@ class OvercommitChecker:
     def clear(self) -> None:
         self.reports.clear()
 
-    def allocated(self, dec: d.Allocated, resource: Resource) -> None:
-        """Placements: no guaranteed container on a node's over-committed room; an over-committed one
-        only while the projected utilization stays below ``allocate_below``. Call before the model adds it."""
+    def allocated(self, dec: d.Allocated, resource: Resource) -> bool:
+        """Judge a placement (before the model adds it); whether it over-commits its node: it does not
+        fit the room the node's containers leave. Only an opportunistic one may, and only while the
+        projected utilization stays below ``allocate_below``; no guaranteed one is placed on a node's
+        over-committed room."""
         node = dec.node
         capacity = self.model.nodes.get(node, {})
         model = self.model
         here = [model.allocations[x] for x in model.on_node.get(node, ())]
-        if dec.overcommit:
+        over = not res.fits(res.add(res.total(a.resource for a in here), resource), capacity)
+        if over and dec.opportunistic:
             self._check_overcommitted(dec, resource, capacity, here)
-        elif not dec.opportunistic and any(a.overcommit for a in here):
-            held = res.add(res.total(a.resource for a in here), resource)
-            if not res.fits(held, capacity):
-                self._violate(dec.t, f"guaranteed {dec.allocation} placed on over-committed room of {node}")
+        elif over and any(a.overcommit for a in here):
+            self._violate(dec.t, f"guaranteed {dec.allocation} placed on over-committed room of {node}")
         for r in self.reports.get(node, ()):
             r.after.add(dec.allocation)
+        return over and dec.opportunistic
 
     def _check_overcommitted(
         self, dec: d.Allocated, resource: Resource, capacity: Resource, here: list[ModelAllocation]
     ) -> None:
         config = self.config
-        if not dec.opportunistic or config is None:
-            self._violate(dec.t, f"{dec.allocation} over-committed, but it is guaranteed or over-commit is off")
+        if config is None:
+            self._violate(dec.t, f"opportunistic {dec.allocation} over-commits {dec.node}, but over-commit is off")
             return
         allocations = self.model.allocations
         free = res.sub(capacity, res.total(a.resource for a in here))
