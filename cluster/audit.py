@@ -7,7 +7,7 @@ the ``victim`` (allocation, request or node reservation) with its ``victim_app``
 the ``node``, the ``beneficiary`` (``app/ask``) with its ``beneficiary_queue``, the ``policy`` and the
 ``reason``; the resources in human units (:mod:`core.units`). So ``grep victim=ALLOCATION`` on a
 core's log answers "why was my container killed?". A kill names the beneficiary its preemption named
-(remembered while the preemption is in flight in this process). :class:`PreemptionTally` counts, per
+(remembered while the preemption is in flight in this process); an over-commit kill names none. :class:`PreemptionTally` counts, per
 queue, the containers and resources preempted from it (``victim``) and for it (``beneficiary``), for
 the metrics.
 """
@@ -20,6 +20,7 @@ from collections.abc import Iterable
 
 from core import resources as res
 from core.node_reservation import DERESERVED
+from core.overcommit import KILL_REASON as OVERCOMMIT
 from core.units import human_resource
 from messages import decisions as d
 
@@ -129,7 +130,12 @@ def audit(partition: str, decisions: Iterable[d.DecisionMsg], tally: PreemptionT
                     x.app,
                     x.queue,
                     x.node,
-                    beneficiary or "(beneficiary not known to this process)",
+                    beneficiary
+                    or (
+                        "nobody: its node's utilization is above preempt_above"
+                        if x.reason == OVERCOMMIT
+                        else "(beneficiary not known to this process)"
+                    ),
                     x.reason,
                     extra={
                         "action": "kill",
