@@ -7,9 +7,9 @@ the ``victim`` (allocation, request or node reservation) with its ``victim_app``
 the ``node``, the ``beneficiary`` (``app/ask``) with its ``beneficiary_queue``, the ``policy`` and the
 ``reason``; the resources in human units (:mod:`core.units`). So ``grep victim=ALLOCATION`` on a
 core's log answers "why was my container killed?". A kill names the beneficiary its preemption named
-(remembered while the preemption is in flight in this process); an over-commit kill names none. :class:`PreemptionTally` counts, per
-queue, the containers and resources preempted from it (``victim``) and for it (``beneficiary``), for
-the metrics.
+(remembered while the preemption is in flight in this process); an over-commit kill names none.
+:class:`PreemptionTally` counts, per queue, the containers and resources preempted from it
+(``victim``) and for it (``beneficiary``), for the metrics.
 """
 
 from __future__ import annotations
