@@ -10,6 +10,8 @@ Node reservations (YARN's reserved containers, :mod:`core.node_reservation`) hol
 one per node and one per app, counted in their queues' ``node_reserved`` total only.
 Opportunistic asks and allocations (YARN's execution type) count on their node only: never in a queue's
 allocated, pending, preempting or reserved totals, only in its separate ``opportunistic`` total.
+A node's last utilization report and its over-commit totals (:mod:`core.overcommit`: the containers
+placed since that report, those placed beyond its allocated room) are kept the same way.
 """
 
 from __future__ import annotations

@@ -187,6 +187,12 @@ def consistency_problems(state: PartitionState) -> list[str]:
         for aid in node.allocations:
             if state.allocations[aid].node != node.name:
                 problems.append(f"node {node.name} lists {aid} placed elsewhere")
+        over = res.total(state.allocations[a].resource for a in node.allocations if state.allocations[a].overcommit)
+        unmeasured = res.total(state.allocations[a].resource for a in node.unmeasured_ids)
+        if res.normalized(over) != res.normalized(node.overcommitted) or not node.unmeasured_ids <= node.allocations:
+            problems.append(f"node {node.name}: over-committed {node.overcommitted} != sum {over}")
+        if res.normalized(unmeasured) != res.normalized(node.unmeasured):
+            problems.append(f"node {node.name}: unmeasured {node.unmeasured} != sum {unmeasured}")
     for alloc in state.allocations.values():
         if alloc.id not in state.nodes[alloc.node].allocations:
             problems.append(f"allocation {alloc.id} missing from node {alloc.node}")
