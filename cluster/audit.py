@@ -7,9 +7,9 @@ the ``victim`` (allocation, request or node reservation) with its ``victim_app``
 the ``node``, the ``beneficiary`` (``app/ask``) with its ``beneficiary_queue``, the ``policy`` and the
 ``reason``; the resources in human units (:mod:`core.units`). So ``grep victim=ALLOCATION`` on a
 core's log answers "why was my container killed?". A kill names the beneficiary its preemption named
-(remembered while the preemption is in flight in this process). :class:`PreemptionTally` counts, per
-queue, the containers and resources preempted from it (``victim``) and for it (``beneficiary``), for
-the metrics.
+(remembered while the preemption is in flight in this process); an over-commit kill names none.
+:class:`PreemptionTally` counts, per queue, the containers and resources preempted from it
+(``victim``) and for it (``beneficiary``), for the metrics.
 """
 
 from __future__ import annotations
@@ -128,7 +128,12 @@ def audit(partition: str, decisions: Iterable[d.DecisionMsg], tally: PreemptionT
                     x.app,
                     x.queue,
                     x.node,
-                    beneficiary or "(beneficiary not known to this process)",
+                    beneficiary
+                    or (
+                        "nobody: its node's utilization is above preempt_above"
+                        if x.reason == d.KILL_OVERCOMMIT
+                        else "(beneficiary not known to this process)"
+                    ),
                     x.reason,
                     extra={
                         "action": "kill",

@@ -13,7 +13,7 @@ from collections import Counter, OrderedDict
 from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
-from core import gang, node_reservation, opportunistic
+from core import gang, node_reservation, opportunistic, overcommit
 from core import resources as res
 from core.config import AdmissionConfig, ConfigError, PartitionConfig, parse_partition, partition_to_raw
 from core.limits import Limits
@@ -203,6 +203,10 @@ class Cache:
                 )
             case f.NodeRemoved(node=name):
                 self._node_removed(name)
+            case f.NodeUtilization():
+                why = overcommit.take_report(self, event)
+                if why is not None:
+                    self._reject(why, event=event.id)
             case f.AppAdded():
                 self._app_added(event)
             case f.AppRemoved(app=name):
@@ -257,13 +261,16 @@ class Cache:
         if node is not None and node.reservations:
             self.keep_reservations(node, cap, schedulable)
         node_reservation.node_changed(self, name, cap, schedulable)
-        if node is not None and not res.fits(node.allocated, cap):
-            # The node shrank below what it holds: newest allocations are lost until the rest fits.
+        if node is not None and not res.fits(res.sub(node.allocated, node.overcommitted), cap):
+            # The node shrank below what it holds: newest allocations are lost until the rest fits (those
+            # placed on over-committed room aside: the node's next utilization report judges them).
             held = (self.state.allocations[a] for a in node.allocations)
             newest_first = sorted(held, key=lambda a: (-a.start, -allocation_number(a.id)))
             for alloc in newest_first:
-                if res.fits(node.allocated, cap):
+                if res.fits(res.sub(node.allocated, node.overcommitted), cap):
                     break
+                if alloc.overcommit:
+                    continue
                 self._lose(alloc, f"node {name} shrank")
         self.commit(p.NodeSet(node=name, capacity=cap, schedulable=schedulable, labels=dict(labels)))
         if not any(res.fits(cap, shape) for shape in self.shapes):
@@ -453,6 +460,7 @@ class Cache:
                 opportunistic=e.execution_type == "opportunistic",
                 damped_until=self._damped_until((e.app, e.ask)),
                 never_preempts=e.preemption_policy == "never",
+                usage=None if e.usage is None else res.normalized(e.usage),
             )
         )
 
@@ -540,6 +548,8 @@ class Cache:
             why = "is already guaranteed"
         elif alloc.preempting:
             why = "is being killed to make room for a guaranteed ask"
+        elif alloc.overcommit:
+            why = "runs on over-committed room, where no guaranteed container runs"
         elif not self.state.headroom_allows(alloc.queue, alloc.resource):
             why = f"would take queue {alloc.queue.path} over its max"
         if why is not None:
@@ -803,7 +813,9 @@ class Cache:
             return f"ask requires node {ask.required_node}"
         if not ask.accepts(node):
             return f"node {node_name} does not match the ask's node selector"
-        if not node.can_hold(ask.resource):
+        if not node.can_hold(ask.resource) and not (
+            ask.opportunistic and overcommit.allows(overcommit.config_of(state), node, ask.resource)
+        ):
             return "does not fit the node's free room"
         reserved_for = node_reservation.refusal(state, ask, node_name)
         if reserved_for is not None:
@@ -818,6 +830,8 @@ class Cache:
         node_reservation.on_allocate(self, app_name, ask_name, node_name, fulfils=reservation is not None)
         app = self.state.apps[app_name]
         ask = app.asks[ask_name]
+        node = self.state.nodes[node_name]
+        over = ask.opportunistic and overcommit.beyond_room(overcommit.config_of(self.state), node, ask.resource)
         self.counters["alloc"] += 1
         aid = f"alloc-{self.counters['alloc']}"
         self.commit(
@@ -833,6 +847,8 @@ class Cache:
                 priority=ask.priority,
                 opportunistic=ask.opportunistic,
                 pinned=ask.required_node is not None,
+                usage=ask.usage,
+                overcommit=over,
             )
         )
         self.decide(
@@ -895,6 +911,7 @@ def state_changes(state: PartitionState) -> list[p.ChangeMsg]:
                     damped_until=ask.damped_until,
                     reserve_after=ask.reserve_after,
                     never_preempts=ask.never_preempts,
+                    usage=ask.usage,
                 )
             )
     for alloc in state.allocations.values():
@@ -910,8 +927,14 @@ def state_changes(state: PartitionState) -> list[p.ChangeMsg]:
                 priority=alloc.priority,
                 opportunistic=alloc.opportunistic,
                 pinned=alloc.pinned,
+                usage=None if alloc.usage is alloc.resource else alloc.usage,
+                overcommit=alloc.overcommit,
             )
         )
+    for node in state.nodes.values():
+        if node.utilization is not None:
+            unmeasured = sorted(node.unmeasured_ids, key=allocation_number)
+            out.append(p.NodeUtilizationSet(node=node.name, used=node.utilization, unmeasured=unmeasured))
     for r in state.reservations.values():
         out.append(
             p.ReservationSet(

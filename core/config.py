@@ -130,6 +130,22 @@ class AdmissionConfig:
     max_clock_skew: Seconds = 86_400.0  # a feed event stamped further ahead of the clock is refused
 
 
+MAX_OVERCOMMIT_FRACTION = 1.0  # YARN-1011's thresholds are fractions of a node's capacity in (0, 1]
+Fraction = Annotated[float, Meta(gt=0, le=MAX_OVERCOMMIT_FRACTION)]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class OvercommitConfig:
+    """A partition's ``overcommit`` section (YARN-1011, :mod:`core.overcommit`): per resource, the
+    share of a node's capacity its measured utilization must stay below for an opportunistic container
+    to be placed beyond its allocated room (T_alloc), and the share above which opportunistic
+    containers there are killed (T_preempt). Every resource ``allocate_below`` names has a
+    ``preempt_above`` at least as high."""
+
+    allocate_below: dict[str, float]
+    preempt_above: dict[str, float]
+
+
 WILDCARD = "*"
 
 
@@ -182,6 +198,7 @@ class PartitionConfig:
     preemption: PreemptionConfig = dataclasses.field(default_factory=PreemptionConfig)
     reservation: ReservationConfig = dataclasses.field(default_factory=ReservationConfig)
     admission: AdmissionConfig = dataclasses.field(default_factory=AdmissionConfig)
+    overcommit: OvercommitConfig | None = None  # absent: no over-commit
     # What the source said that Sniper accepted without acting on it; not part of the config's meaning.
     warnings: tuple[str, ...] = dataclasses.field(default=(), compare=False)
 
@@ -298,6 +315,11 @@ def _admission_struct() -> type[msgspec.Struct]:
 _RawAdmission = _admission_struct()
 
 
+class _RawOvercommit(_Raw):
+    allocate_below: Annotated[dict[str, Fraction], Meta(min_length=1)]
+    preempt_above: Annotated[dict[str, Fraction], Meta(min_length=1)]
+
+
 class _RawPartition(_Raw):
     queues: Annotated[list[_RawQueue], Meta(min_length=1)]
     name: Annotated[str, Meta(min_length=1)] = "default"
@@ -305,6 +327,7 @@ class _RawPartition(_Raw):
     preemption: _RawPreemption | None = None  # type: ignore[valid-type]
     reservation: _RawReservation | None = None  # type: ignore[valid-type]
     admission: _RawAdmission | None = None  # type: ignore[valid-type]
+    overcommit: _RawOvercommit | None = None
     placementrules: list[Any] | None = None  # warned: applications name their queue
     limits: list[_RawLimit] | None = None  # the root queue's (YuniKorn 1.5, YUNIKORN-2260)
     usergroupresolver: dict[str, Any] | None = None  # warned
@@ -319,6 +342,7 @@ _STRUCT_AT: dict[tuple[bool, str], type[msgspec.Struct]] = {
     (False, ".preemption"): _RawPreemption,
     (False, ".reservation"): _RawReservation,
     (False, ".admission"): _RawAdmission,
+    (False, ".overcommit"): _RawOvercommit,
     (False, ".nodesortpolicy"): _RawNodeSort,
     (True, ""): _RawQueue,
     (True, ".resources"): _RawResources,
@@ -712,6 +736,7 @@ def parse_partition(raw: object, where: str = "partition") -> PartitionConfig:
     )
     raw_admission = parsed.admission or _RawAdmission()
     admission = AdmissionConfig(**{f.name: getattr(raw_admission, f.name) for f in dataclasses.fields(AdmissionConfig)})
+    overcommit = None if parsed.overcommit is None else _overcommit(parsed.overcommit, f"{label}.overcommit")
     top = parsed.queues
     if len(top) == 1 and top[0].name == "root":
         raw_root = top[0]
@@ -733,8 +758,23 @@ def parse_partition(raw: object, where: str = "partition") -> PartitionConfig:
         preemption=preemption,
         reservation=reservation,
         admission=admission,
+        overcommit=overcommit,
         warnings=tuple(warnings),
     )
+
+
+def _overcommit(raw: _RawOvercommit, where: str) -> OvercommitConfig:
+    """The ``overcommit`` section: every resource over-committed has a kill threshold at least as high."""
+    for name, fraction in raw.allocate_below.items():
+        above = raw.preempt_above.get(name)
+        if above is None:
+            raise ConfigError(f"{where}.preempt_above: names no {name!r}, which allocate_below over-commits")
+        if fraction > above:
+            raise ConfigError(
+                f"{where}: allocate_below.{name} ({fraction}) is above preempt_above.{name} ({above}); "
+                "over-commit would place containers it then kills"
+            )
+    return OvercommitConfig(allocate_below=dict(raw.allocate_below), preempt_above=dict(raw.preempt_above))
 
 
 def parse_config(raw: object) -> SchedulerConfig:
@@ -832,7 +872,7 @@ def partition_to_raw(cfg: PartitionConfig) -> dict[str, Any]:
             out["maxapplications"] = lim.max_applications
         return out
 
-    return {
+    out: dict[str, Any] = {
         "name": cfg.name,
         "nodesortpolicy": {"type": cfg.node_sort_policy},
         "preemption": dataclasses.asdict(cfg.preemption),
@@ -840,3 +880,6 @@ def partition_to_raw(cfg: PartitionConfig) -> dict[str, Any]:
         "admission": dataclasses.asdict(cfg.admission),
         "queues": [queue(cfg.root)],
     }
+    if cfg.overcommit is not None:
+        out["overcommit"] = dataclasses.asdict(cfg.overcommit)
+    return out

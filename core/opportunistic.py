@@ -2,13 +2,15 @@
 
 An opportunistic ask gets only room no guaranteed ask can use now: the allocator places it after the
 guaranteed pass of a cycle that ran to the end, never on reserved room, never on a node where that
-cycle evicts. Its containers count on their node (invariant 1) but in no queue's guarantee, ideal,
+cycle evicts (with over-commit, also on room only measured utilization leaves: :mod:`core.overcommit`).
+Its containers count on their node (invariant 1) but in no queue's guarantee, ideal,
 pending or ``max`` (as YARN's, which the CapacityScheduler never sees). They are the first to go: a
 guaranteed ask that fits a node once the opportunistic containers there are gone has them killed at
 once (no grace, reason ``opportunistic``), most recently started first as YARN's NodeManager does,
 trimmed to a minimal set, and the room is reserved for that ask in the same commit; a gang's missing
 members get their room (free or evicted) in one proposal, or none is evicted for them. Every preemption
-policy takes them before any guaranteed victim (:func:`evict` is the one way they are killed).
+policy takes them before any guaranteed victim (:func:`evict` is the one way preemption kills them;
+over-commit kills them by measured utilization, :mod:`core.overcommit`).
 An ask with ``preemption_policy: never`` evicts nothing; apps' disruption budgets and opt-outs do not
 cover opportunistic containers (as Kubernetes' node-pressure eviction passes over budgets).
 """
@@ -18,35 +20,20 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 
-from core import gang, node_reservation
+from core import gang, node_reservation, overcommit
 from core import resources as res
 from core.allocation import FreeRoomPlacer
+from core.evictable import newest_first, running_on
 from core.placing import hold_room
 from core.preemption.rules import may_preempt
 from core.resources import Resource
-from core.state import Allocation, Ask, Node, PartitionState, allocation_number, ask_label
+from core.state import Allocation, Ask, Node, PartitionState, ask_label
 from core.writer import Writer
 from messages import decisions as d
 from messages import protocol as p
 
 KILL_REASON = d.KILL_OPPORTUNISTIC
 POLICY = "opportunistic"
-
-
-def newest_first(allocations: list[Allocation]) -> list[Allocation]:
-    """YARN's order of opportunistic kills: the most recently started first (LIFO)."""
-    return sorted(allocations, key=lambda a: (-a.start, -allocation_number(a.id)))
-
-
-def running_on(state: PartitionState, node: Node, exclude: set[str] | frozenset[str] = frozenset()) -> list[Allocation]:
-    """Opportunistic containers on ``node`` not yet evicted (nor in ``exclude``), newest first."""
-    allocations = state.allocations
-    found = [
-        a
-        for a in (allocations[x] for x in node.allocations)
-        if a.opportunistic and not a.preempting and a.id not in exclude
-    ]
-    return newest_first(found)
 
 
 def minimal_evictions(room: Resource, need: Resource, candidates: list[Allocation]) -> list[Allocation] | None:
@@ -184,7 +171,7 @@ def plan(state: PartitionState, starving: list[Ask], budget: int) -> Opportunist
             hold_room(state, ask, host, 1)
     out.evictions = evicting.evictions
     out.placed = list(evicting.on_free_room)
-    placer = FreeRoomPlacer(exclude=evicting.freed.keys())
+    placer = overcommit.placer(state, exclude=evicting.freed.keys())
     for ask in list(state.opportunistic_asks.values()):
         while budget > 0 and ask.pending > 0:
             spot = placer.place(state, ask)

@@ -41,7 +41,7 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
 
-from core import node_reservation
+from core import node_reservation, overcommit
 from core.cache import SEEN_IDS, Cache, state_changes
 from core.config import PartitionConfig, parse_partition
 from messages import decisions as d
@@ -260,6 +260,9 @@ def apply_logged(core: Cache, log: Sequence[d.DecisionMsg], index: int) -> tuple
                 problems.append(f"allocated {dec.allocation}: app {dec.app} or node {dec.node} is not known")
             else:
                 reservation = dec.reservation if dec.reservation in state.reservations else None
+                config = overcommit.config_of(state)
+                resource = dict(dec.resource)
+                over = dec.opportunistic and overcommit.beyond_room(config, state.nodes[dec.node], resource)
                 core.commit(
                     p.AllocationSet(
                         allocation=dec.allocation,
@@ -272,6 +275,8 @@ def apply_logged(core: Cache, log: Sequence[d.DecisionMsg], index: int) -> tuple
                         reservation=reservation,
                         priority=ask.priority if ask is not None else 0,
                         opportunistic=dec.opportunistic,
+                        usage=ask.usage if ask is not None else None,
+                        overcommit=over,
                     )
                 )
         case d.Preempt():

@@ -13,6 +13,8 @@ Opportunistic asks and allocations (YARN's execution type) count on their node o
 allocated, pending, preempting or reserved totals, only in its separate ``opportunistic`` total.
 An app's ``disrupted`` counts its guaranteed containers under notice (its disruption budget's use);
 ``guarded`` indexes the apps with a budget or that opted out of preemption.
+A node's last utilization report and its over-commit totals (:mod:`core.overcommit`: the containers
+placed since that report, those placed beyond its allocated room) are kept the same way.
 """
 
 from __future__ import annotations
@@ -60,10 +62,14 @@ class Node:
         "labels",
         "name",
         "opportunistic",
+        "overcommitted",
         "preempting",
         "reservations",
         "reserved",
         "schedulable",
+        "unmeasured",
+        "unmeasured_ids",
+        "utilization",
     )
 
     def __init__(self, name: str, capacity: Resource, schedulable: bool, labels: dict[str, str]) -> None:
@@ -79,6 +85,13 @@ class Node:
         self.by_queue: dict[str, Resource] = {}  # allocated per leaf queue path
         self.preempting: Resource = {}  # allocated to victims already preempting
         self.opportunistic: Resource = {}  # allocated to opportunistic containers not yet evicted
+        # Over-commit (core.overcommit): the last reported utilization (None: never reported), the
+        # resources of the containers placed since that report (not measured yet) and their ids, and
+        # what the containers placed beyond the allocated room hold.
+        self.utilization: Resource | None = None
+        self.unmeasured: Resource = {}
+        self.unmeasured_ids: set[str] = set()
+        self.overcommitted: Resource = {}
 
     def free(self) -> Resource:
         """Room nobody holds: capacity minus allocated, reserved and (allocator only) allocating."""
@@ -206,6 +219,7 @@ class Ask:
         "retry",
         "seq",
         "sort_key",
+        "usage",
     )
 
     def __init__(self, app: App, change: p.AskSet) -> None:
@@ -236,6 +250,7 @@ class Ask:
         self.reserve_after = change.reserve_after  # no node reservation before then (it was de-reserved)
         self.allocating = 0  # allocator only: proposed, result not back yet
         self.sort_key = (-change.priority, change.seq)
+        self.usage = change.usage  # what each container really uses (None: its resource)
 
     def accepts(self, node: Node) -> bool:
         """Whether the ask may run on ``node`` at all (its required node, its node selector), room aside:
@@ -299,6 +314,7 @@ class Allocation:
         "killed",
         "node",
         "opportunistic",
+        "overcommit",
         "pinned",
         "preempt_deadline",
         "priority",
@@ -306,6 +322,7 @@ class Allocation:
         "reservation",
         "resource",
         "start",
+        "usage",
     )
 
     def __init__(self, change: p.AllocationSet, queue: Queue) -> None:
@@ -320,6 +337,8 @@ class Allocation:
         self.priority = change.priority
         self.opportunistic = change.opportunistic
         self.pinned = change.pinned
+        self.usage: Resource = change.resource if change.usage is None else change.usage
+        self.overcommit = change.overcommit
         self.reservation: str | None = None  # set while it is a victim held for this reservation
         self.preempt_deadline: float | None = None  # set while it is a victim
         self.killed = False
@@ -427,6 +446,7 @@ class PartitionState:
             p.ConfigSet: self._config,
             p.NodeSet: self._node,
             p.NodeGone: self._node_gone,
+            p.NodeUtilizationSet: self._utilization,
             p.AppSet: self._app,
             p.AppGone: self._app_gone,
             p.AskSet: self._ask,
@@ -626,6 +646,28 @@ class PartitionState:
         self.node_index.discard(c.node)
         self._count_capacity(node, -1)
 
+    def _utilization(self, c: p.NodeUtilizationSet) -> None:
+        node = self.nodes.get(c.node)
+        if node is None:
+            raise StateError(f"node {c.node} is not known")
+        node.utilization = res.normalized(c.used)
+        node.unmeasured = res.total(self.allocations[a].resource for a in c.unmeasured)
+        node.unmeasured_ids = set(c.unmeasured)
+
+    @staticmethod
+    def _measure(node: Node, alloc: Allocation, times: int) -> None:
+        """Keep the node's over-commit totals: containers placed since its last report, and those
+        placed beyond its allocated room."""
+        if times > 0:
+            if node.utilization is not None:
+                node.unmeasured_ids.add(alloc.id)
+                res.add_into(node.unmeasured, alloc.resource)
+        elif alloc.id in node.unmeasured_ids:
+            node.unmeasured_ids.discard(alloc.id)
+            res.sub_into(node.unmeasured, alloc.resource)
+        if alloc.overcommit:
+            res.add_into(node.overcommitted, alloc.resource, times)
+
     def _app(self, c: p.AppSet) -> None:
         if c.app in self.apps:
             raise StateError(f"app {c.app} already exists")
@@ -700,6 +742,8 @@ class PartitionState:
         self.allocations[alloc.id] = alloc
         node.allocations.add(alloc.id)
         res.add_into(node.allocated, alloc.resource)
+        if node.utilization is not None or alloc.overcommit:
+            self._measure(node, alloc, 1)
         if alloc.opportunistic:
             self._alloc_opportunistic(alloc, app, node)
             return
@@ -746,6 +790,8 @@ class PartitionState:
         node = self.nodes[alloc.node]
         node.allocations.discard(alloc.id)
         res.sub_into(node.allocated, alloc.resource)
+        if node.unmeasured_ids or alloc.overcommit:
+            self._measure(node, alloc, -1)
         if alloc.opportunistic:
             self._opportunistic_gone(alloc, node)
             return

@@ -17,6 +17,7 @@ DERESERVED: Final = "dereserved"
 # The reason of a kill of an opportunistic container (at once, for a guaranteed ask), and how the reason
 # of a kill at a preemption request's deadline begins; a kill at the end of its grace says so in words.
 KILL_OPPORTUNISTIC: Final = "opportunistic"
+KILL_OVERCOMMIT: Final = "overcommit"  # a node reported above its over-commit preempt_above
 KILL_AT_REQUEST_DEADLINE: Final = "preemption request"
 
 

@@ -84,6 +84,9 @@ class AskAdded(FeedEvent, tag="ask_added", frozen=True, gc=False):
     execution_type: Literal["guaranteed", "opportunistic"] = "guaranteed"
     # Kubernetes' ``preemptionPolicy``: "never" waits for free room and never preempts anything.
     preemption_policy: Literal["preempt_lower_priority", "never"] = "preempt_lower_priority"
+    # What each container really uses (simulation reports node utilization from it; over-commit counts
+    # it as what a killed container frees). ``None``: all it asks for.
+    usage: ResourceMap | None = None
 
 
 class AskRemoved(FeedEvent, tag="ask_removed", frozen=True, gc=False):
@@ -100,6 +103,15 @@ class AllocationPromoted(FeedEvent, tag="allocation_promoted", frozen=True, gc=F
     ``PROMOTE_EXECUTION_TYPE``); committed when its queue's ``max`` allows, else ``rejected``."""
 
     allocation: Name
+
+
+class NodeUtilization(FeedEvent, tag="node_utilization", frozen=True, gc=False):
+    """What the containers on a node really use (YARN-1011's node utilization), for over-commit. The
+    amounts are checked by the cache (finite, not negative, resources the node has) and refused with
+    the reason, never dropped."""
+
+    node: Name
+    used: dict[str, float]
 
 
 class PartitionRemoved(FeedEvent, tag="partition_removed", frozen=True, gc=False):
@@ -120,6 +132,7 @@ Feed = (
     | NodeAdded
     | NodeUpdated
     | NodeRemoved
+    | NodeUtilization
     | AppAdded
     | AppRemoved
     | AskAdded

@@ -29,6 +29,15 @@ class NodeSet(Change, tag="node", frozen=True, gc=False):
     labels: dict[str, str] = {}
 
 
+class NodeUtilizationSet(Change, tag="node_utilization", frozen=True, gc=False):
+    """A node's reported utilization (core.overcommit): what its containers really use. ``unmeasured``
+    (only when rebuilding a state) names the containers placed on it since that report."""
+
+    node: str
+    used: dict[str, int]
+    unmeasured: list[str] = []
+
+
 class NodeGone(Change, tag="node_gone", frozen=True, gc=False):
     node: str
 
@@ -68,6 +77,7 @@ class AskSet(Change, tag="ask", frozen=True, gc=False):
     opportunistic: bool = False
     reserve_after: float = 0.0  # de-reserved by a policy: no node reservation before then
     never_preempts: bool = False  # preemption_policy "never": waits for free room, never a beneficiary
+    usage: dict[str, int] | None = None  # what each container really uses (None: its resource)
 
 
 class AskGone(Change, tag="ask_gone", frozen=True, gc=False):
@@ -87,6 +97,8 @@ class AllocationSet(Change, tag="alloc", frozen=True, gc=False):
     priority: int = 0  # the ask's priority (intra-queue preemption compares it)
     opportunistic: bool = False  # outside every queue's accounting, counted on its node only
     pinned: bool = False  # placed for a required-node ask: never a victim (ARCHITECTURE 5a)
+    usage: dict[str, int] | None = None  # what it really uses (None: its resource), core.overcommit
+    overcommit: bool = False  # opportunistic, placed on room only measured utilization left (core.overcommit)
 
 
 class AllocationPromoted(Change, tag="alloc_promoted", frozen=True, gc=False):
@@ -187,6 +199,7 @@ ChangeMsg = (
     ConfigSet
     | NodeSet
     | NodeGone
+    | NodeUtilizationSet
     | AppSet
     | AppGone
     | AskSet

@@ -5,7 +5,7 @@ Each run is an independent simulation of the same events and config; only the po
 actors stay in the worker). The table has a row per resource for utilization, fairness and stranded
 capacity (idle while asks that could use it wait): preempted amounts in human units (``240 GiB``),
 shares of capacity in percent (:mod:`core.units`). Runs with opportunistic containers add their
-allocations, evictions and utilization.
+allocations, evictions and utilization; runs that over-commit add its kills and the utilization it gained.
 """
 
 from __future__ import annotations
@@ -126,6 +126,11 @@ OPPORTUNISTIC_ROWS: tuple[tuple[str, Callable[[Report], Any]], ...] = (
     ("opportunistic evictions", lambda r: r.opportunistic.evictions),
 )
 
+# Shown only when some run over-committed a node.
+OVERCOMMIT_ROWS: tuple[tuple[str, Callable[[Report], Any]], ...] = (
+    ("over-commit kills", lambda r: r.opportunistic.overcommit_kills),
+)
+
 
 # Shown only when some run sent a preemption request (YARN capacity monitor's actions, cheapest first).
 ACTION_ROWS: tuple[tuple[str, Callable[[Report], Any]], ...] = (
@@ -140,13 +145,18 @@ def table_rows(results: dict[str, PolicyRun]) -> list[list[str]]:
     reports = [r.summary for r in results.values()]
     opportunistic = any(r.opportunistic.allocations for r in reports)
     rows = [[label] + [_fmt(get(r)) for r in reports] for label, get in ROWS]
+    overcommit = any(r.opportunistic.overcommit_kills or r.opportunistic.overcommit_utilization for r in reports)
     if opportunistic:
         rows += [[label] + [_fmt(get(r)) for r in reports] for label, get in OPPORTUNISTIC_ROWS]
+    if overcommit:
+        rows += [[label] + [_fmt(get(r)) for r in reports] for label, get in OVERCOMMIT_ROWS]
     if any(r.actions.get("preempt_request") for r in reports):
         rows += [[label] + [_fmt(get(r)) for r in reports] for label, get in ACTION_ROWS]
     per_resource = PER_RESOURCE
     if opportunistic:
         per_resource += (("opportunistic utilization", lambda r: dict(r.opportunistic.utilization), False),)
+    if overcommit:
+        per_resource += (("over-commit utilization", lambda r: dict(r.opportunistic.overcommit_utilization), False),)
     for label, get, amounts in per_resource:
         values = [get(r) for r in reports]
         for resource in sorted({k for v in values for k in v}):

@@ -45,6 +45,7 @@ class Sample:
     capacity: Resource
     ideal: dict[str, Resource] | None
     opportunistic: Resource = dataclasses.field(default_factory=dict)  # outside every queue's usage
+    overcommitted: Resource = dataclasses.field(default_factory=dict)  # the part of it on over-committed room
 
 
 class TimeToGuarantee(msgspec.Struct, frozen=True):
@@ -83,6 +84,8 @@ class Opportunistic(msgspec.Struct, frozen=True):
     evictions: int = 0  # killed at once (reason "opportunistic") for a guaranteed ask
     promoted: int = 0  # turned guaranteed
     utilization: dict[str, float] = {}  # what they held over capacity, time-averaged, per resource
+    overcommit_kills: int = 0  # killed at once (reason "overcommit") for a node above preempt_above
+    overcommit_utilization: dict[str, float] = {}  # the part of ``utilization`` over-committed room held
 
 
 def within_guarantee(after: Resource, guaranteed: Resource, capacity: Resource) -> bool:
@@ -127,7 +130,7 @@ class Metrics:
         ideal = self._ideal(model, (model.config, capacity, usage, derived.demand))
         if self.samples and self.samples[-1].t == t:
             self.samples.pop()
-        self.samples.append(Sample(t, usage, pending, capacity, ideal, derived.opportunistic))
+        self.samples.append(Sample(t, usage, pending, capacity, ideal, derived.opportunistic, derived.overcommitted))
         for path, cfg in model.queue_cfg.items():
             if cfg.children or not cfg.guaranteed:
                 continue
@@ -181,19 +184,26 @@ class Metrics:
     def opportunistic(self) -> Opportunistic:
         """Opportunistic containers, reported apart: how many were allocated, killed for guaranteed asks
         (reason ``opportunistic``) and promoted, and the utilization they added (time-averaged, per
-        resource, over capacity; ``utilization`` counts guaranteed containers only)."""
+        resource, over capacity; ``utilization`` counts guaranteed containers only); of it, what
+        over-commit gained (those placed on over-committed room), and its kills (reason ``overcommit``)."""
         weighted: dict[str, float] = defaultdict(float)
+        gained: dict[str, float] = defaultdict(float)
         weighted_cap: dict[str, float] = defaultdict(float)
         for a, dt in self._intervals():
             for k, v in a.capacity.items():
                 weighted_cap[k] += v * dt
                 weighted[k] += a.opportunistic.get(k, 0) * dt
+                gained[k] += a.overcommitted.get(k, 0) * dt
         decisions = self.decisions
         return Opportunistic(
             allocations=sum(1 for x in decisions if isinstance(x, d.Allocated) and x.opportunistic),
             evictions=sum(1 for x in decisions if isinstance(x, d.Kill) and x.reason == d.KILL_OPPORTUNISTIC),
             promoted=sum(1 for x in decisions if isinstance(x, d.Promoted)),
             utilization={k: round(weighted[k] / c, 4) for k, c in sorted(weighted_cap.items()) if c > 0},
+            overcommit_kills=sum(1 for x in decisions if isinstance(x, d.Kill) and x.reason == d.KILL_OVERCOMMIT),
+            overcommit_utilization={
+                k: round(gained[k] / c, 4) for k, c in sorted(weighted_cap.items()) if c > 0 and gained[k] > 0
+            },
         )
 
     def stranded(self) -> dict[str, float]:
@@ -369,7 +379,7 @@ class Metrics:
             if isinstance(x, d.PreemptRequest | d.Preempt) and x.observe_only:
                 continue
             if (isinstance(x, d.Preempt) and x.opportunistic) or (
-                isinstance(x, d.Kill) and x.reason == d.KILL_OPPORTUNISTIC
+                isinstance(x, d.Kill) and x.reason in (d.KILL_OPPORTUNISTIC, d.KILL_OVERCOMMIT)
             ):
                 continue
             if isinstance(x, d.NodeUnreserved) and x.reason != d.DERESERVED:

@@ -12,6 +12,7 @@ one per node, and while a node is reserved nothing but the reserving ask is plac
 reservation that was there first excepted). Apps' own limits (invariant 11): no app ever has more
 guaranteed containers under notice than its ``max_disruption``, and no ask with ``preemption_policy:
 never`` is ever named a beneficiary.
+Over-commit (invariant 12) is judged by :mod:`simulator.overcommit_check`.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from core.config import PartitionConfig, QueueConfig, parse_partition
 from core.resources import Resource
 from messages import decisions as d
 from messages import feed as f
+from simulator.overcommit_check import OvercommitChecker
 
 
 @dataclasses.dataclass(slots=True)
@@ -39,6 +41,8 @@ class ModelAllocation:
     am: bool
     preempted_at: float | None = None
     opportunistic: bool = False  # on its node only: in no queue's usage, not bound by max
+    usage: Resource = dataclasses.field(default_factory=dict)  # what it really uses (declared, else resource)
+    overcommit: bool = False  # placed on room only measured utilization left (outside invariant 1)
 
 
 @dataclasses.dataclass(slots=True)
@@ -65,6 +69,7 @@ class Derived:
     capacity: Resource
     opportunistic: Resource  # held by running opportunistic containers (in no queue's usage)
     shapes: dict[str, list[Resource]]  # per leaf queue, its pending guaranteed containers' distinct sizes
+    overcommitted: Resource  # held by the containers placed on over-committed room (part of ``opportunistic``)
 
 
 @dataclasses.dataclass(slots=True)
@@ -85,6 +90,7 @@ class ClusterModel:
         self.removed_nodes: set[str] = set()
         self.apps: dict[str, str] = {}  # app -> queue
         self.asks: dict[tuple[str, str], tuple[Resource, int]] = {}  # -> (resource, count)
+        self.ask_usage: dict[tuple[str, str], Resource] = {}  # what each container really uses, when declared
         self.ask_priority: dict[tuple[str, str], int] = {}
         self.required_nodes: dict[tuple[str, str], str] = {}  # asks that require a node -> that node
         self.app_user: dict[str, str] = {}
@@ -93,6 +99,8 @@ class ClusterModel:
         self.withdrawn: set[tuple[str, str]] = set()
         self.opportunistic_asks: set[tuple[str, str]] = set()
         self.allocations: dict[str, ModelAllocation] = {}
+        self.on_node: dict[str, set[str]] = defaultdict(set)  # node -> the allocations on it
+        self.overcommit = OvercommitChecker(self)
         self.seen_allocations: set[str] = set()
         self.reservations: dict[str, ModelReservation] = {}
         # node -> (node reservation id, app, ask, preemption reservations already on the node)
@@ -112,6 +120,7 @@ class ClusterModel:
         self.open: dict[tuple[str, str], None] = {}  # asks that may still have containers to place
         self.usage: dict[str, Resource] = defaultdict(dict)  # committed, per queue path, parents included
         self.opportunistic: Resource = {}  # held by running opportunistic containers, in no queue
+        self.overcommitted: Resource = {}  # held by those placed on over-committed room
         self.notices = 0  # allocations under a preemption notice
         self._capacity: Resource | None = None  # the nodes' total, until a node changes
         self.version = 0
@@ -152,6 +161,9 @@ class ClusterModel:
                     self._capacity = None
                     del self.nodes[n]
                     self.removed_nodes.add(n)
+                    self.overcommit.node_gone(n)
+            case f.NodeUtilization():
+                self.overcommit.report(event)
             case f.AppAdded(app=a, queue=q, user=u, groups=g):
                 if event.preemption_contract and a not in self.apps:
                     self.contract_apps.add(a)
@@ -173,11 +185,14 @@ class ClusterModel:
                     self.withdrawn.discard((a, k))
                     self.rejected_asks.discard((a, k))
                     self.asks.pop((a, k), None)
+                    self.ask_usage.pop((a, k), None)
                     self.ask_allocated.pop((a, k), None)
                     self.gangs.pop((a, k), None)
                     self.gang_held.pop((a, k), None)
                 if (a, k) not in self.asks and g > 1:
                     self.gangs[(a, k)] = g
+                if (a, k) not in self.asks and event.usage is not None:
+                    self.ask_usage[(a, k)] = res.normalized(event.usage)
                 self.asks.setdefault((a, k), (res.normalized(r), c))
                 self.ask_priority.setdefault((a, k), prio)
                 if event.node is not None:
@@ -205,6 +220,7 @@ class ClusterModel:
                 self.budgets.clear()
                 self.withdrawn.update(self.asks)
                 self.open.clear()
+                self.overcommit.clear()
                 self.seen_events = {event.id} if event.id else set()  # as the cache: earlier ids name nothing now
             case _:
                 pass
@@ -226,6 +242,9 @@ class ClusterModel:
                 self._allocated(dec)
             case d.Kill(allocation=aid):
                 self._check_contract_kill(dec)
+                killed = self.allocations.get(aid)
+                if killed is not None:
+                    self.overcommit.killed(dec, killed)
                 self._gone(aid)
             case d.Released(allocation=aid):
                 self._gone(aid)
@@ -476,9 +495,23 @@ class ClusterModel:
                     self._violate(
                         t, 6, f"allocation {dec.allocation} on {dec.node} takes room reserved for a beneficiary"
                     )
+        overcommitted = self.overcommit.allocated(dec, resource)
         self.allocations[dec.allocation] = ModelAllocation(
-            dec.allocation, dec.app, dec.ask, queue, dec.node, resource, t, dec.am, opportunistic=dec.opportunistic
+            dec.allocation,
+            dec.app,
+            dec.ask,
+            queue,
+            dec.node,
+            resource,
+            t,
+            dec.am,
+            opportunistic=dec.opportunistic,
+            usage=self.ask_usage.get(key, resource),
+            overcommit=overcommitted,
         )
+        self.on_node[dec.node].add(dec.allocation)
+        if overcommitted:
+            res.add_into(self.overcommitted, resource)
         if dec.opportunistic:
             res.add_into(self.opportunistic, resource)
         else:
@@ -501,6 +534,8 @@ class ClusterModel:
         if alloc is None or not alloc.opportunistic:
             self._violate(dec.t, 3, f"promotion of {dec.allocation}, not a running opportunistic allocation")
             return
+        if alloc.overcommit:
+            self._violate(dec.t, 11, f"promotion of {dec.allocation}, which runs on over-committed room")
         self._check_max(dec.t, alloc.id, alloc.queue, alloc.resource)
         alloc.opportunistic = False
         res.sub_into(self.opportunistic, alloc.resource)
@@ -510,6 +545,9 @@ class ClusterModel:
     def _gone(self, aid: str) -> None:
         alloc = self.allocations.pop(aid, None)
         if alloc is not None:
+            self.on_node[alloc.node].discard(aid)
+            if alloc.overcommit:
+                res.sub_into(self.overcommitted, alloc.resource)
             if alloc.preempted_at is not None:
                 self._notice_ends(alloc)
             if alloc.opportunistic:
@@ -524,7 +562,8 @@ class ClusterModel:
         """Invariants that hold whenever the scheduler has handled everything it was given."""
         per_node: dict[str, Resource] = defaultdict(dict)
         for a in self.allocations.values():
-            res.add_into(per_node[a.node], a.resource)
+            if not a.overcommit:  # over-committed room is judged by invariant 11
+                res.add_into(per_node[a.node], a.resource)
             if a.node in self.removed_nodes:
                 self._violate(t, 4, f"allocation {a.id} still on removed node {a.node}")
         for node, used in per_node.items():
@@ -532,6 +571,7 @@ class ClusterModel:
             if cap is not None and not res.fits(used, cap):
                 self._violate(t, 1, f"node {node} over capacity: {res.fmt(used)} > {res.fmt(cap)}")
         self._check_gangs(t)
+        self.overcommit.check(t)
 
     def _check_gangs(self, t: float) -> None:
         """Invariant 8: a gang is placed whole. The containers a gang ask holds (allocated ever, plus
@@ -578,8 +618,9 @@ class ClusterModel:
         if self._capacity is None:
             self._capacity = res.total(self.nodes.values())
         opportunistic = res.normalized(self.opportunistic)
+        overcommitted = res.normalized(self.overcommitted)
         self._derived = Derived(
-            usage, pending, demand, containers, self.notices, self._capacity, opportunistic, dict(shapes)
+            usage, pending, demand, containers, self.notices, self._capacity, opportunistic, dict(shapes), overcommitted
         )
         self._derived_version = self.version
         return self._derived

@@ -187,6 +187,7 @@ def build_report(
             allocations=sum(r.opportunistic.allocations for r in per.values()),
             evictions=sum(r.opportunistic.evictions for r in per.values()),
             promoted=sum(r.opportunistic.promoted for r in per.values()),
+            overcommit_kills=sum(r.opportunistic.overcommit_kills for r in per.values()),
         ),
         node_reservations={
             k: sum(r.node_reservations.get(k, 0) for r in per.values())

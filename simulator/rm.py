@@ -8,6 +8,10 @@ so victims leave at their kill, except the application masters of apps with a pr
 containers covering the resource asked, ``am_response`` seconds later (default: half the time to the
 request's deadline); their work too is asked for again. Deterministic: events come out in (time,
 sequence) order.
+In a partition where some ask declares ``usage``, the resource manager also reports each node's
+utilization as its NodeManager would: :data:`UTILIZATION_INTERVAL` seconds after the containers
+running there change, a ``node_utilization`` with the sum of their usage (declared, else their
+resource), when that sum differs from the node's last report.
 ``lost_work`` sums, per partition, the running time of every killed or lost container (ARCHITECTURE
 section 7, ``lost_work_seconds``), asked again or not.
 """
@@ -17,9 +21,15 @@ from __future__ import annotations
 import dataclasses
 import heapq
 
+import msgspec
+
+from core import resources as res
 from core.preemption.contract import newest_covering
+from core.resources import Resource
 from messages import decisions as d
 from messages import feed as f
+
+UTILIZATION_INTERVAL = 1.0  # seconds from a change of a node's containers to its report (a heartbeat)
 
 
 @dataclasses.dataclass(slots=True)
@@ -31,6 +41,7 @@ class AskInfo:
     retry: bool
     node_selector: dict[str, list[str]]
     execution_type: str = "guaranteed"
+    usage: dict[str, int] | None = None
 
 
 class StandInRM:
@@ -49,6 +60,14 @@ class StandInRM:
         self._seq = 0
         self._retry_names: dict[tuple[str, str, str], int] = {}
         self.alloc_ask: dict[tuple[str, str], str] = {}
+        # Utilization reports, for partitions whose asks declare usage: per (partition, node) what the
+        # running containers use and what was last reported, and per container its node and usage.
+        self.measured: set[str] = set()
+        self.nodes: set[tuple[str, str]] = set()
+        self.node_use: dict[tuple[str, str], Resource] = {}
+        self.reported: dict[tuple[str, str], Resource] = {}
+        self.report_due: set[tuple[str, str]] = set()
+        self.container_use: dict[tuple[str, str], tuple[str, Resource]] = {}
 
     def observe(self, event: f.Feed) -> None:
         """Learn from a feed event on its way to the scheduler."""
@@ -61,7 +80,17 @@ class StandInRM:
                 event.retry,
                 event.node_selector,
                 event.execution_type,
+                event.usage,
             )
+            if event.usage is not None:
+                self.measured.add(event.partition)
+        elif isinstance(event, f.NodeAdded):
+            self.nodes.add((event.partition, event.node))
+        elif isinstance(event, f.NodeRemoved):
+            key = (event.partition, event.node)
+            self.nodes.discard(key)
+            self.node_use.pop(key, None)
+            self.reported.pop(key, None)
         elif isinstance(event, f.AppAdded):
             self.apps.add((event.partition, event.app))
             if event.preemption_contract:
@@ -71,6 +100,7 @@ class StandInRM:
         elif isinstance(event, f.PartitionRemoved):  # its apps are gone: nothing of theirs is asked again
             self.apps = {key for key in self.apps if key[0] != event.partition}
             self.contract_apps = {key for key in self.contract_apps if key[0] != event.partition}
+            self.nodes = {key for key in self.nodes if key[0] != event.partition}
 
     def _schedule(self, t: float, event: f.Feed) -> None:
         self._seq += 1
@@ -82,8 +112,52 @@ class StandInRM:
     def due(self, now: float) -> list[f.Feed]:
         out: list[f.Feed] = []
         while self.timers and self.timers[0][0] <= now:
-            out.append(heapq.heappop(self.timers)[2])
+            event = heapq.heappop(self.timers)[2]
+            if isinstance(event, f.NodeUtilization):
+                report = self._utilization(event)
+                if report is not None:
+                    out.append(report)
+                continue
+            out.append(event)
         return out
+
+    # ------------------------------------------------------------------ utilization reports
+
+    def _started(self, dec: d.Allocated, info: AskInfo | None, now: float) -> None:
+        usage = res.normalized(info.usage) if info is not None and info.usage is not None else dict(dec.resource)
+        self.container_use[(dec.partition, dec.allocation)] = (dec.node, usage)
+        res.add_into(self.node_use.setdefault((dec.partition, dec.node), {}), usage)
+        self._report_later(dec.partition, dec.node, now)
+
+    def _stopped(self, partition: str, allocation: str, now: float) -> None:
+        held = self.container_use.pop((partition, allocation), None)
+        if held is None:
+            return
+        node, usage = held
+        use = self.node_use.get((partition, node))
+        if use is not None:
+            res.sub_into(use, usage)
+            self._report_later(partition, node, now)
+
+    def _report_later(self, partition: str, node: str, now: float) -> None:
+        key = (partition, node)
+        if key not in self.report_due:
+            self.report_due.add(key)
+            at = now + UTILIZATION_INTERVAL
+            self._schedule(at, f.NodeUtilization(t=at, partition=partition, node=node, used={}))
+
+    def _utilization(self, due: f.NodeUtilization) -> f.NodeUtilization | None:
+        """The report ``due`` stands for, with the node's usage now; ``None`` when nothing changed since
+        its last report or the node is gone."""
+        key = (due.partition, due.node)
+        self.report_due.discard(key)
+        if key not in self.nodes:
+            return None
+        use = res.normalized(self.node_use.get(key, {}))
+        if use == self.reported.get(key, {}):
+            return None
+        self.reported[key] = use
+        return msgspec.structs.replace(due, used={k: float(v) for k, v in use.items()})
 
     def on_decision(self, dec: d.DecisionMsg, now: float) -> list[f.Feed]:
         """React to a decision; returns feed events to publish right now."""
@@ -94,6 +168,8 @@ class StandInRM:
                 if (dec.partition, dec.app) in self.contract_apps and not dec.am and not dec.opportunistic:
                     self.app_containers.setdefault((dec.partition, dec.app), {})[dec.allocation] = dec.resource
                 info = self.asks.get((dec.partition, dec.app, dec.ask))
+                if dec.partition in self.measured:
+                    self._started(dec, info, now)
                 if info is not None and info.duration is not None:
                     at = now + info.duration
                     self.release_at[(dec.partition, dec.allocation)] = at
@@ -103,6 +179,7 @@ class StandInRM:
                 self._give_back(dec, now)
                 return []
             case d.Kill():
+                self._stopped(dec.partition, dec.allocation, now)
                 self._forget(dec.partition, dec.app, dec.allocation)
                 self._lost(dec.partition, dec.allocation, now)
                 ask = self.alloc_ask.pop((dec.partition, dec.allocation), "")
@@ -110,11 +187,13 @@ class StandInRM:
                 out.extend(self._again(dec.partition, dec.app, ask, now))
                 return out
             case d.AllocationLost():
+                self._stopped(dec.partition, dec.allocation, now)
                 self._forget(dec.partition, dec.app, dec.allocation)
                 self._lost(dec.partition, dec.allocation, now)
                 self.alloc_ask.pop((dec.partition, dec.allocation), None)
                 return self._again(dec.partition, dec.app, dec.ask, now)
             case d.Released():
+                self._stopped(dec.partition, dec.allocation, now)
                 self._forget(dec.partition, dec.app, dec.allocation)
                 if (dec.partition, dec.allocation) in self.giving_back:
                     # Given back under a preemption request: its work is lost and asked for again.
@@ -180,5 +259,6 @@ class StandInRM:
                 retry=info.retry,
                 node_selector=info.node_selector,
                 execution_type="opportunistic" if info.execution_type == "opportunistic" else "guaranteed",
+                usage=info.usage,
             )
         ]

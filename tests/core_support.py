@@ -189,6 +189,12 @@ def consistency_problems(state: PartitionState) -> list[str]:
         for aid in node.allocations:
             if state.allocations[aid].node != node.name:
                 problems.append(f"node {node.name} lists {aid} placed elsewhere")
+        over = res.total(state.allocations[a].resource for a in node.allocations if state.allocations[a].overcommit)
+        unmeasured = res.total(state.allocations[a].resource for a in node.unmeasured_ids)
+        if res.normalized(over) != res.normalized(node.overcommitted) or not node.unmeasured_ids <= node.allocations:
+            problems.append(f"node {node.name}: over-committed {node.overcommitted} != sum {over}")
+        if res.normalized(unmeasured) != res.normalized(node.unmeasured):
+            problems.append(f"node {node.name}: unmeasured {node.unmeasured} != sum {unmeasured}")
     for alloc in state.allocations.values():
         if alloc.id not in state.nodes[alloc.node].allocations:
             problems.append(f"allocation {alloc.id} missing from node {alloc.node}")
@@ -249,7 +255,7 @@ def invariant_problems(state: PartitionState) -> list[str]:
     """ARCHITECTURE section 6, invariants 1-4, on a committed state (queue max: for a static config)."""
     problems: list[str] = []
     for node in state.nodes.values():  # 1
-        held = res.add(node.allocated, node.reserved)
+        held = res.sub(res.add(node.allocated, node.reserved), node.overcommitted)  # over-commit aside
         if not res.fits(held, node.capacity):
             problems.append(f"inv1: node {node.name} holds {held} over capacity {node.capacity}")
     for q in state.queues.values():  # 2

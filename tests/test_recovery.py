@@ -42,22 +42,17 @@ def _fp(core: DurableCacheCore) -> dict[str, Any]:
 class Owner:
     """An old owner: feed records get offsets, every decision goes to ``log``."""
 
-    def __init__(self, policy: str = "sniper") -> None:
+    def __init__(self, policy: str = "sniper", config: dict[str, Any] | None = None) -> None:
+        """``config``: the raw partition (default: queues a and b, 8 MiB guaranteed each)."""
         self.core = DurableCacheCore(P)
         self.allocator = Allocator(P)
         self.log: list[d.DecisionMsg] = []
         self.feed: list[tuple[int, f.Feed]] = []
         self.offset = 100  # Kafka offsets need not start at 0
-        self.feed_event(
-            f.PartitionConfigEvent(
-                partition=P,
-                config=partition_raw(
-                    queue("a", guaranteed={"memory": 8}),
-                    queue("b", guaranteed={"memory": 8}),
-                    policy=policy,
-                ),
-            )
+        raw = config or partition_raw(
+            queue("a", guaranteed={"memory": 8}), queue("b", guaranteed={"memory": 8}), policy=policy
         )
+        self.feed_event(f.PartitionConfigEvent(partition=P, config=raw))
 
     def pump(self) -> None:
         out = self.core.drain()
