@@ -131,7 +131,7 @@ class Limits:
     def __init__(self, state: PartitionState) -> None:
         self.state = state
         self._bounds: dict[str, list[Bound]] = {}
-        self.usage: dict[Scope, Resource] = {}
+        self.used: dict[Scope, Resource] = {}  # per user or group scope, what its running apps hold
         self.running: dict[Scope, int] = {}
         self._waiting: dict[Scope, list[int]] = {}  # submit_seq of waiting apps, sorted
         self._running_apps: set[str] = set()
@@ -142,7 +142,7 @@ class Limits:
             usage = app_usage(app) if running else {}
             for bound in self.bounds(app):
                 if usage:
-                    res.add_into(self.usage.setdefault(bound.scope, {}), usage)
+                    res.add_into(self.used.setdefault(bound.scope, {}), usage)
                 if running:
                     self.running[bound.scope] = self.running.get(bound.scope, 0) + 1
                 elif app.pending_asks:
@@ -159,7 +159,7 @@ class Limits:
         """A copy whose charges leave this view untouched (a gang tried as a unit, kept or dropped whole)."""
         out = Limits.__new__(Limits)
         out.state, out._bounds, out._waiting = self.state, self._bounds, self._waiting
-        out.usage = {k: dict(v) for k, v in self.usage.items()}
+        out.used = {k: dict(v) for k, v in self.used.items()}
         out.running = dict(self.running)
         out._running_apps = set(self._running_apps)
         return out
@@ -181,7 +181,7 @@ class Limits:
         for b in self.bounds(app):
             if b.max_resources is None:
                 continue
-            used = self.usage.get(b.scope, {})
+            used = self.used.get(b.scope, {})
             for k, v in ask.resource.items():
                 if k in b.max_resources and used.get(k, 0) + v > b.max_resources[k]:
                     return (
@@ -218,7 +218,7 @@ class Limits:
             capped = [b for b in self.bounds(app) if b.max_resources is not None]
             for b in capped:
                 if b.scope not in headroom and b.max_resources is not None:
-                    used = self.usage.get(b.scope, {})
+                    used = self.used.get(b.scope, {})
                     headroom[b.scope] = {k: max(0, cap - used.get(k, 0)) for k, cap in b.max_resources.items()}
             for ask in app.pending_asks:
                 n = ask.pending
@@ -248,7 +248,7 @@ class Limits:
         app = ask.app
         self._running_apps.add(app.name)
         for b in self.bounds(app):
-            res.add_into(self.usage.setdefault(b.scope, {}), ask.resource, times)
+            res.add_into(self.used.setdefault(b.scope, {}), ask.resource, times)
 
     # ------------------------------------------------------------------ intra-queue preemption
 
@@ -260,7 +260,7 @@ class Limits:
         for b in self.bounds(app):
             if b.max_resources is None or b.scope[1] == "queue":
                 continue
-            used = dict(self.usage.get(b.scope, {}))
+            used = dict(self.used.get(b.scope, {}))
             for scopes, amount in gone:
                 if b.scope in scopes:
                     res.sub_into(used, amount)
@@ -291,7 +291,7 @@ class Limits:
         if app is None:
             return
         for b in self.bounds(app):
-            res.add_into(self.usage.setdefault(b.scope, {}), victim.resource, -1)
+            res.add_into(self.used.setdefault(b.scope, {}), victim.resource, -1)
 
     def over_limit_queues(self) -> list[Queue]:
         """Leaf queues where a user or group above a ``maxresources`` holds a container while another

@@ -171,6 +171,6 @@ def kill(cache: Writer, victims: list[Allocation]) -> None:
     if not victims:
         return
     cache.commit(p.VictimsMarked(victims=[v.id for v in victims], deadline=cache.state.now, policy=KILL_REASON))
+    cache.commit(p.VictimsKilled(victims=[v.id for v in victims]))
     for v in victims:
-        v.killed = True
         cache.decide(d.Kill, allocation=v.id, app=v.app, queue=v.queue.path, node=v.node, reason=KILL_REASON)

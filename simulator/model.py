@@ -26,23 +26,8 @@ from core.config import PartitionConfig, QueueConfig, parse_partition
 from core.resources import Resource
 from messages import decisions as d
 from messages import feed as f
+from simulator.model_allocation import ModelAllocation
 from simulator.overcommit_check import OvercommitChecker
-
-
-@dataclasses.dataclass(slots=True)
-class ModelAllocation:
-    id: str
-    app: str
-    ask: str
-    queue: str
-    node: str
-    resource: Resource
-    start: float
-    am: bool
-    preempted_at: float | None = None
-    opportunistic: bool = False  # on its node only: in no queue's usage, not bound by max
-    usage: Resource = dataclasses.field(default_factory=dict)  # what it really uses (declared, else resource)
-    overcommit: bool = False  # placed on room only measured utilization left (outside invariant 1)
 
 
 @dataclasses.dataclass(slots=True)

@@ -11,16 +11,15 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
+from typing import Protocol
 
 from core import resources as res
-from core.config import OvercommitConfig
+from core.config import OvercommitConfig, PartitionConfig
 from core.resources import Resource
 from messages import decisions as d
 from messages import feed as f
-
-if TYPE_CHECKING:
-    from simulator.model import ClusterModel, ModelAllocation
+from simulator.model_allocation import ModelAllocation
 
 INVARIANT = 12
 
@@ -45,8 +44,26 @@ def _above(used: Resource, thresholds: dict[str, float], capacity: Resource) -> 
     return any(used.get(k, 0) > fraction * capacity.get(k, 0) for k, fraction in thresholds.items())
 
 
+class Model(Protocol):
+    """What this view reads of the model (:class:`simulator.model.ClusterModel`), and how it reports."""
+
+    @property
+    def config(self) -> PartitionConfig | None: ...
+
+    @property
+    def nodes(self) -> Mapping[str, Resource]: ...
+
+    @property
+    def allocations(self) -> Mapping[str, ModelAllocation]: ...
+
+    @property
+    def on_node(self) -> Mapping[str, set[str]]: ...
+
+    def _violate(self, t: float, invariant: int, reason: str) -> None: ...
+
+
 class OvercommitChecker:
-    def __init__(self, model: ClusterModel) -> None:
+    def __init__(self, model: Model) -> None:
         self.model = model
         self.reports: dict[str, list[Report]] = {}  # node -> its last two reports, the newest last
 

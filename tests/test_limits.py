@@ -563,7 +563,7 @@ def _check_limits(state: PartitionState) -> None:
     for app in state.apps.values():
         for b in view.bounds(app):
             if b.max_resources is not None:
-                used = view.usage.get(b.scope, {})
+                used = view.used.get(b.scope, {})
                 assert all(used.get(k, 0) <= v for k, v in b.max_resources.items()), (b, used)
             if b.max_applications is not None:
                 assert view.running.get(b.scope, 0) <= b.max_applications, (b, view.running)

@@ -147,9 +147,12 @@ async def test_a_sped_up_feed_kills_victims_after_their_grace(
             metrics = CoreMetrics(process)
             port = metrics.serve(0)
             try:
-                await tg.start(process.run)
-                played = await play(kafka_settings, sc.events, PlayOptions(speed=20, until=200), config=sc.config)
-                text = await anyio.to_thread.run_sync(scrape, port)
+                async with anyio.create_task_group() as core:
+                    await core.start(process.run)
+                    played = await play(kafka_settings, sc.events, PlayOptions(speed=20, until=200), config=sc.config)
+                    text = await anyio.to_thread.run_sync(scrape, port)  # the partitions' live figures
+                    core.cancel_scope.cancel()  # rounds run on after the feed ends: stop them, then count
+                counted = await anyio.to_thread.run_sync(scrape, port)
             finally:
                 metrics.close()
             tg.cancel_scope.cancel()
@@ -164,21 +167,26 @@ async def test_a_sped_up_feed_kills_victims_after_their_grace(
     kill_decisions = [x for x in decisions if isinstance(x, d.Kill)]
     assert preempts and kill_decisions
     values = {line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line[:1] != "#"}
+    final = {line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1]) for line in counted.splitlines() if line[:1] != "#"}
 
     def total(name: str, role: str, queue: str | None = None) -> float:
         return sum(
             v
-            for k, v in values.items()
+            for k, v in final.items()
             if k.startswith(name + "{") and f'role="{role}"' in k and (queue is None or f'queue="{queue}"' in k)
         )
 
-    assert total("sniper_queue_preempted_containers_total", "victim") == len(preempts)
-    assert total("sniper_queue_preempted_containers_total", "beneficiary") == len(preempts)
+    # The player stops reading at the feed's end; the core, stopped after it, may have preempted more:
+    # the metrics add up to the audit trail, which holds every preemption the core made.
+    audited = [r for r in caplog.records if r.name == "sniper.audit" and r.action == "preempt"]  # type: ignore[attr-defined]
+    assert len(audited) >= len(preempts)
+    assert total("sniper_queue_preempted_containers_total", "victim") == len(audited)
+    assert total("sniper_queue_preempted_containers_total", "beneficiary") == len(audited)
     for queue in {x.queue for x in preempts}:
         taken = [x for x in preempts if x.queue == queue]
-        assert total("sniper_queue_preempted_containers_total", "victim", queue) == len(taken)
+        assert total("sniper_queue_preempted_containers_total", "victim", queue) >= len(taken)
         memory = sum(x.resource.get("memory", 0) for x in taken) * 2**20
-        assert total("sniper_queue_preempted_memory_bytes_total", "victim", queue) == memory
+        assert total("sniper_queue_preempted_memory_bytes_total", "victim", queue) >= memory
     assert sum(v for k, v in values.items() if k.startswith("sniper_preemption_rounds_total{")) > 0
     assert 'sniper_masked_asks{partition="default",policy="sniper"}' in values
     assert any(k.startswith("sniper_asks_masked_total{") for k in values)

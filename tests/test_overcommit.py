@@ -307,7 +307,7 @@ def test_the_checker_catches_an_over_committed_placement_at_or_above_allocate_be
     allocated(model, 3, "o", 2048, 3, True)  # 4096 + 2048 < 6553.6: fine
     assert model.violations == []
     allocated(model, 4, "o", 2048, 4, True)  # 4096 + 2048 placed since + 2048 is not below it
-    assert [v.invariant for v in model.violations] == [11]
+    assert [v.invariant for v in model.violations] == [12]
 
 
 def test_the_checker_catches_a_guaranteed_container_on_over_committed_room() -> None:
@@ -320,7 +320,7 @@ def test_the_checker_catches_a_guaranteed_container_on_over_committed_room() -> 
     allocated(model, 4, "o", 2048, 4, True)  # over-committed: 1000 + 2048 is below 6553.6
     assert model.violations == []
     allocated(model, 5, "g", 4096, 5, False)
-    assert [v.invariant for v in model.violations] == [11]
+    assert [v.invariant for v in model.violations] == [12]
 
 
 def test_the_checker_catches_an_over_commit_kill_of_a_guaranteed_container_and_a_node_left_above() -> None:
@@ -330,9 +330,9 @@ def test_the_checker_catches_an_over_commit_kill_of_a_guaranteed_container_and_a
     allocated(model, 2, "o", 2048, 2, True)
     model.on_event(report(8000.0))
     model.on_decision(d.Kill(seq=3, allocation="alloc-1", app="a1", queue="root.a", node="n1", reason="overcommit"))
-    assert [v.invariant for v in model.violations] == [11]
+    assert [v.invariant for v in model.violations] == [12]
     model.check(1.0)  # the opportunistic container still runs on a node above preempt_above
-    assert [v.invariant for v in model.violations] == [11, 11]
+    assert [v.invariant for v in model.violations] == [12, 12]
 
 
 # ---------------------------------------------------------------------- the bundled scenario
