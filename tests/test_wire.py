@@ -1,20 +1,23 @@
 """JSON beside msgpack on Kafka: how records are told apart, what a bad one's dead letter says, and a
 client that is not aiokafka (librdkafka, through confluent-kafka) driving a core on the embedded broker.
 
-Blocking librdkafka calls run in a worker thread; every wait is on a condition, bounded by ``fail_after``.
+librdkafka runs in a child process (``tests/librdkafka_client.py``), so its threads never share this
+process's event loop; every wait is on a condition, bounded by ``fail_after``.
 """
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import dataclasses
 import json
-from collections.abc import AsyncIterator, Callable
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import anyio
 import anyio.to_thread
-import confluent_kafka
 import msgspec
 import pytest
 from aiokafka import AIOKafkaProducer
@@ -126,82 +129,66 @@ async def test_every_record_names_its_format_and_decisions_go_out_as_configured(
         async with KafkaBus(settings) as bus:
             await bus.publish(DECISIONS, "p0", decision)
             await bus.publish(FEED, "p0", event)
-            consumer = await start_consumer(settings, [DECISIONS, FEED])
-            try:
-                got = await poll_until(consumer, lambda seen: len(seen) == 2)
-            finally:
-                await anyio.to_thread.run_sync(consumer.close)
-    by_topic = {m.topic(): m for m in got}
+            got = await consume(settings, [DECISIONS, FEED], 2)
+    by_topic = {m.topic: m for m in got}
     out = by_topic[settings.topic(DECISIONS)]
-    assert out.headers() == [(CONTENT_TYPE, b"application/json")]
-    assert json.loads(out.value()) == json.loads(json_encoder.encode(decision))
-    assert by_topic[settings.topic(FEED)].headers() == [(CONTENT_TYPE, b"application/msgpack")]
+    assert out.headers == [(CONTENT_TYPE, b"application/json")]
+    assert json.loads(out.value) == json.loads(json_encoder.encode(decision))
+    assert by_topic[settings.topic(FEED)].headers == [(CONTENT_TYPE, b"application/msgpack")]
 
 
 # ---------------------------------------------------------------------------------------------- librdkafka
 
 
-def client_config(settings: KafkaSettings, **extra: Any) -> dict[str, Any]:
-    return {"bootstrap.servers": settings.bootstrap, **extra}
+CLIENT = Path(__file__).with_name("librdkafka_client.py")
 
 
-@contextlib.asynccontextmanager
-async def librdkafka_producer(settings: KafkaSettings, **extra: Any) -> AsyncIterator[confluent_kafka.Producer]:
-    """A librdkafka producer, closed in a worker thread when the block ends: closing joins librdkafka's own
-    threads, which must happen neither on the event loop's thread nor whenever the collector gets to it."""
-    producer = confluent_kafka.Producer(client_config(settings, **extra))
-    try:
-        yield producer
-    finally:
-        with anyio.CancelScope(shield=True):
-            await anyio.to_thread.run_sync(producer.close)
+@dataclasses.dataclass(frozen=True)
+class Record:
+    """A record as librdkafka read it."""
+
+    topic: str
+    partition: int
+    key: str
+    value: bytes
+    headers: list[tuple[str, bytes]]
 
 
-async def start_consumer(settings: KafkaSettings, topics: list[str]) -> confluent_kafka.Consumer:
-    """A librdkafka consumer assigned every partition of ``topics`` from the beginning (no group join)."""
-    consumer = confluent_kafka.Consumer(client_config(settings, **{"group.id": "reader", "enable.auto.commit": False}))
-    assignment = [
-        confluent_kafka.TopicPartition(settings.topic(t), p, confluent_kafka.OFFSET_BEGINNING)
-        for t in topics
-        for p in range(settings.partitions)
+async def librdkafka(*args: str, stdin: bytes = b"") -> Any:
+    """Run the librdkafka client in a child process (it cannot hold this process's loop) and return
+    what it printed."""
+    done = await anyio.run_process([sys.executable, str(CLIENT), *args], input=stdin, check=False)
+    assert done.returncode == 0, done.stderr.decode()
+    return json.loads(done.stdout)
+
+
+async def produce(
+    settings: KafkaSettings, topic: str, records: list[tuple[str, bytes]], partitioner: str = ""
+) -> list[int]:
+    """Produce ``(key, value)`` records with librdkafka and wait for their delivery; the partition of each."""
+    body = json.dumps([[key, base64.b64encode(value).decode()] for key, value in records]).encode()
+    args = ["produce", settings.bootstrap, topic, *([partitioner] if partitioner else [])]
+    out = await librdkafka(*args, stdin=body)
+    assert out["left"] == 0 and not out["errors"], out
+    return list(out["partitions"])
+
+
+async def consume(settings: KafkaSettings, topics: list[str], count: int) -> list[Record]:
+    """Read ``topics`` from the beginning with librdkafka until ``count`` records came."""
+    names = [settings.topic(t) for t in topics]
+    out = await librdkafka("consume", settings.bootstrap, str(settings.partitions), str(count), *names)
+    records = [
+        Record(
+            x["topic"],
+            x["partition"],
+            x["key"],
+            base64.b64decode(x["value"]),
+            [(k, v.encode()) for k, v in x["headers"]],
+        )
+        for x in out
     ]
-    consumer.assign(assignment)
-    return consumer
-
-
-async def poll_until(
-    consumer: confluent_kafka.Consumer, done: Callable[[list[Any]], bool], seen: list[Any] | None = None
-) -> list[Any]:
-    """Poll until ``done(seen)``; each poll blocks at most 0.2 s in a worker thread."""
-    seen = [] if seen is None else seen
-    while not done(seen):
-        message = await anyio.to_thread.run_sync(consumer.poll, 0.2)
-        if message is None:
-            continue
-        if message.error() is not None:
-            if message.error().code() == confluent_kafka.KafkaError._PARTITION_EOF:
-                continue
-            raise AssertionError(f"consumer error: {message.error()}")
-        seen.append(message)
-    return seen
-
-
-def produce(producer: confluent_kafka.Producer, topic: str, records: list[tuple[str, bytes]]) -> list[int]:
-    """Produce ``(key, value)`` records and wait for their delivery; returns the partition of each."""
-    delivered: list[int] = []
-    errors: list[Any] = []
-
-    def report(err: Any, message: Any) -> None:
-        if err is not None:
-            errors.append(err)
-        else:
-            delivered.append(message.partition())
-
-    for key, value in records:
-        producer.produce(topic, value=value, key=key.encode(), on_delivery=report)
-    left = producer.flush(30)
-    assert left == 0 and not errors, (left, errors)
-    return delivered
+    assert len(records) >= count, records
+    return records
 
 
 @contextlib.asynccontextmanager
@@ -243,25 +230,18 @@ async def test_librdkafka_with_murmur2_random_drives_a_core_in_json(kafka_settin
     names = [f"rm-{i}" for i in range(6)]
     records = [(name, json.dumps(event).encode()) for name in names for event in json_workload(name)]
     with anyio.fail_after(WAIT):
-        async with (
-            librdkafka_producer(kafka_settings, partitioner="murmur2_random") as producer,
-            json_core(kafka_settings) as core,
-        ):
-            placed = await anyio.to_thread.run_sync(produce, producer, kafka_settings.topic(FEED), records)
+        async with json_core(kafka_settings) as core:
+            placed = await produce(kafka_settings, kafka_settings.topic(FEED), records, "murmur2_random")
             # Every key's records went where Kafka's Java client (and Sniper) puts them.
             expected = sorted(kafka_partition(name, kafka_settings.partitions) for name, _ in records)
             assert sorted(placed) == expected
-            consumer = await start_consumer(kafka_settings, [DECISIONS])
-            try:
-                got = await poll_until(consumer, lambda seen: len(seen) >= 3 * len(names))
-            finally:
-                await anyio.to_thread.run_sync(consumer.close)
+            got = await consume(kafka_settings, [DECISIONS], 3 * len(names))
             # A restore reads the JSON decisions log back.
             kp = kafka_partition(names[0], kafka_settings.partitions)
             logged = await core._read_log(names[0], kp, None)
-    decisions = [json.loads(m.value()) for m in got]
-    assert all(m.headers() == [(CONTENT_TYPE, b"application/json")] for m in got)
-    assert all(m.key().decode() == x["partition"] for m, x in zip(got, decisions, strict=True))
+    decisions = [json.loads(m.value) for m in got]
+    assert all(m.headers == [(CONTENT_TYPE, b"application/json")] for m in got)
+    assert all(m.key == x["partition"] for m, x in zip(got, decisions, strict=True))
     allocated = sorted((x["partition"], x["node"]) for x in decisions if x["type"] == "allocated")
     assert allocated == sorted((name, "n1") for name in names for _ in range(3))
     assert [x.seq for x in logged.decisions] == [1, 2, 3]
@@ -274,14 +254,14 @@ async def test_librdkafkas_default_partitioner_misplaces_a_partition_and_the_cor
 ) -> None:
     topic = kafka_settings.topic(FEED)
     with anyio.fail_after(WAIT):
-        # librdkafka's default partitioner, consistent_random: CRC32 of the key
-        async with librdkafka_producer(kafka_settings) as producer, json_core(kafka_settings) as core:
+        async with json_core(kafka_settings) as core:
             letters = await core.bus.subscribe_ready(DEADLETTER, group="operator")
             misplaced: str | None = None
             for i in range(50):
                 name = f"crc-{i}"
                 event = json.dumps(json_workload(name)[1]).encode()
-                [where] = await anyio.to_thread.run_sync(produce, producer, topic, [(name, event)])
+                # librdkafka's default partitioner, consistent_random: CRC32 of the key
+                [where] = await produce(kafka_settings, topic, [(name, event)])
                 if where != kafka_partition(name, kafka_settings.partitions):
                     misplaced = name
                     break
@@ -302,22 +282,15 @@ async def test_sniper_core_publishes_json_decisions_when_sniper_decisions_format
     monkeypatch.setenv("SNIPER_DECISIONS_FORMAT", "json")
     records = [("env", json.dumps(event).encode()) for event in json_workload("env")]
     with anyio.fail_after(WAIT):
-        async with (
-            librdkafka_producer(kafka_settings, partitioner="murmur2_random") as producer,
-            anyio.create_task_group() as tg,
-        ):
+        async with anyio.create_task_group() as tg:
             core = await CoreSubprocess.spawn(kafka_settings, tg, "cores")
             try:
                 await core.until_assigned()
-                await anyio.to_thread.run_sync(produce, producer, kafka_settings.topic(FEED), records)
-                consumer = await start_consumer(kafka_settings, [DECISIONS])
-                try:
-                    got = await poll_until(consumer, lambda seen: len(seen) >= 3)
-                finally:
-                    await anyio.to_thread.run_sync(consumer.close)
+                await produce(kafka_settings, kafka_settings.topic(FEED), records, "murmur2_random")
+                got = await consume(kafka_settings, [DECISIONS], 3)
             finally:
                 with anyio.CancelScope(shield=True):
                     await stop_core(core.process)
             tg.cancel_scope.cancel()
-    assert all(m.headers() == [(CONTENT_TYPE, b"application/json")] for m in got)
-    assert [json.loads(m.value())["type"] for m in got] == ["allocated"] * 3
+    assert all(m.headers == [(CONTENT_TYPE, b"application/json")] for m in got)
+    assert [json.loads(m.value)["type"] for m in got] == ["allocated"] * 3
