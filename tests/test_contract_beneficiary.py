@@ -141,3 +141,364 @@ def test_opportunistic_first_then_the_named_rest_given_back_the_beneficiary_gets
     assert queue_used(h, "root.a") == {"memory": 50}
     assert [x.outcome for x in ended(h)] == ["given_back"]
     assert_clean(h)
+
+
+def test_opportunistic_containers_of_the_contract_app_count_for_nothing() -> None:
+    """(a), the app's own opportunistic containers: n1 and n2 each hold three of b1's 25s and one of
+    its opportunistic 25s, n3 (too small for a1's 50) another opportunistic one. For a1's 50 one
+    opportunistic container is killed at once and one 25 beside it named; the other two finish of
+    their own accord while the request is open, where a1's 50 does not fit. That is no room given back
+    (the request stays open) and the AM's answer, the named container, gets a1 its room."""
+    h = PreemptHarness(two_queues(150, 50))
+    h.nodes("n1", "n2")
+    h.nodes("n3", memory=30)
+    h.feed(f.AppAdded(app="b1", queue="root.b", preemption_contract=True))
+    h.fill("b1", "root.b", "n1", [25] * 3)
+    h.fill("b1", "root.b", "n2", [25] * 3, start=3)
+    h.feed(f.AskAdded(app="b1", ask="o", resource={"memory": 25}, count=3, execution_type="opportunistic"))
+    h.tick(10.0)
+    for node in ("n1", "n2", "n3"):
+        h.cache.allocate("b1", "o", node)
+    h.pump()
+    opportunistic = {x.node: x.allocation for x in h.allocated()[-3:]}
+    h.app("a1", "root.a")
+    h.ask("a1", "big", 50, count=2)
+    h.starve()
+    h.preempt_round(11.0)
+    [req] = requests(h)
+    [named] = req.containers
+    [killed] = kills(h)
+    assert killed.allocation == opportunistic[named.node] and killed.reason == "opportunistic"
+    h.release(killed.allocation)
+    h.tick(12.0)
+    h.release(*(a for node, a in opportunistic.items() if node != named.node))  # finished of their own accord
+    h.tick(13.0)
+    assert h.cache.state.contracts[req.request].released == {}
+    gives_back(h, named.allocation)
+    h.tick(14.0)
+    h.settle()
+    assert named.node in [x.node for x in h.allocated() if x.app == "a1"]
+    assert [(x.outcome, x.released) for x in ended(h)] == [("given_back", {"memory": 25})]
+    assert_clean(h)
+
+
+# ---------------------------------------------------------------------- what would break the rule
+
+
+def test_given_back_where_the_beneficiary_does_not_fit_counts_for_nothing_the_named_are_killed() -> None:
+    """b1 gives back one 25 on each node: a1's 50 fits neither node's free room. The request stays
+    open; at its deadline the named containers are killed and a1 runs on their room. b1's re-ask took
+    the 25 on the other node meanwhile (that room was never a1's); the 25 beside the named ones stays
+    held by a1's reservation."""
+    h = borrowed()
+    h.ask("a1", "big", 50)
+    h.starve()
+    h.preempt_round(10.0)
+    [req] = requests(h)
+    named = [c.allocation for c in req.containers]
+    [node] = {c.node for c in req.containers}
+    other = "n2" if node == "n1" else "n1"
+    unnamed_here = [a for a in on_node(h, "b1", node) if a not in named]
+    h.tick(12.0)
+    gives_back(h, unnamed_here[0], on_node(h, "b1", other)[0])
+    h.tick(13.0)
+    assert h.cache.state.contracts[req.request].released == {}
+    # The room given back beside the named ones is held by a1's reservation; the other is anyone's.
+    assert [(x.app, x.node) for x in h.allocated() if x.t == 12.0] == [("b1", other)]
+    h.tick(10.0 + GRACE - 1)
+    assert kills(h) == []
+    h.tick(10.0 + GRACE)
+    assert sorted(k.allocation for k in kills(h)) == sorted(named)
+    [end] = ended(h)
+    assert end.outcome == "enforced" and end.released == {} and end.killed == {"memory": 50}
+    h.release(*named)
+    h.settle()
+    assert [x.node for x in h.allocated() if x.app == "a1"] == [node]
+    assert queue_used(h, "root.a") == {"memory": 50}
+    assert_clean(h)
+
+
+def test_given_back_more_than_named_the_beneficiary_runs_and_the_rest_is_nobodys() -> None:
+    """b1 gives back the named 50 and 50 more on the other node: a1 runs on its reserved room, the
+    request closes given back with what it asked (50), the extra room goes to whoever asks."""
+    h = borrowed()
+    h.ask("a1", "big", 50)
+    h.starve()
+    h.preempt_round(10.0)
+    [req] = requests(h)
+    named = [c.allocation for c in req.containers]
+    [node] = {c.node for c in req.containers}
+    other = "n2" if node == "n1" else "n1"
+    h.tick(12.0)
+    gives_back(h, *named, *on_node(h, "b1", other)[:2])
+    h.tick(13.0)
+    big = [x for x in h.allocated() if x.app == "a1"]
+    assert [(x.node, bool(x.reservation)) for x in big] == [(node, True)]
+    [end] = ended(h)
+    assert end.outcome == "given_back" and end.released == {"memory": 50}
+    h.tick(10.0 + GRACE + 1)
+    assert kills(h) == []
+    assert queue_used(h, "root.a") == {"memory": 50}
+    assert_clean(h)
+
+
+def test_given_back_less_than_named_the_rest_of_the_named_is_killed_at_the_deadline() -> None:
+    """b1 gives back one named 25 of two and one other 25 where a1 does not fit: the other counts for
+    nothing; at the deadline the named one still running is killed, and a1 runs on its room."""
+    h = borrowed()
+    h.ask("a1", "big", 50)
+    h.starve()
+    h.preempt_round(10.0)
+    [req] = requests(h)
+    named = [c.allocation for c in req.containers]
+    [node] = {c.node for c in req.containers}
+    other = "n2" if node == "n1" else "n1"
+    h.tick(12.0)
+    gives_back(h, named[0], on_node(h, "b1", other)[0])
+    h.tick(10.0 + GRACE)
+    assert [k.allocation for k in kills(h)] == [named[1]]
+    [end] = ended(h)
+    assert end.outcome == "enforced" and end.released == {"memory": 25} and end.killed == {"memory": 25}
+    h.release(named[1])
+    h.settle()
+    assert [x.node for x in h.allocated() if x.app == "a1"] == [node]
+    assert queue_used(h, "root.a") == {"memory": 50}
+    assert_clean(h)
+
+
+def test_two_beneficiaries_one_served_by_other_room_the_request_waits_for_the_second() -> None:
+    """One request for two beneficiaries (a1's two 50s, both reserved on one node, two 25s named for
+    each): b1 gives back two other 25s on the other node. One beneficiary runs there; its named
+    containers keep running and count as given back, so the request does not close (the second one is
+    not served yet); b1 then gives back the second's named containers and it runs on its room."""
+    h = borrowed()
+    h.ask("a1", "big", 50, count=2)
+    h.starve()
+    h.preempt_round(10.0)
+    [req] = requests(h)
+    [node] = {c.node for c in req.containers}
+    other = "n2" if node == "n1" else "n1"
+    by_reservation: dict[str, list[str]] = {}
+    for c in req.containers:
+        by_reservation.setdefault(c.reservation, []).append(c.allocation)
+    assert len(by_reservation) == 2 and req.resource == {"memory": 100}
+    h.tick(12.0)
+    gives_back(h, *on_node(h, "b1", other)[:2])
+    h.tick(13.0)
+    h.settle()
+    [moved] = [x for x in h.allocated() if x.app == "a1"]
+    assert moved.node == other and not moved.reservation
+    assert len([r for r in by_reservation if r not in h.cache.state.reservations]) == 1
+    [(waiting, named)] = [(r, v) for r, v in by_reservation.items() if r in h.cache.state.reservations]
+    assert h.cache.state.contracts[req.request].released == {"memory": 50}, "the served named count as given back"
+    assert h.cache.state.contracts[req.request].victims == named
+    assert ended(h) == [], "the second beneficiary still waits"
+    gives_back(h, *named)
+    h.tick(14.0)
+    assert [(x.node, x.reservation) for x in h.allocated() if x.app == "a1"] == [(other, None), (node, waiting)]
+    [end] = ended(h)
+    assert end.outcome == "given_back" and end.released == {"memory": 100}
+    h.tick(10.0 + GRACE + 1)
+    assert kills(h) == []
+    assert queue_used(h, "root.a") == {"memory": 100}
+    assert_clean(h)
+
+
+def test_reservation_node_lost_mid_grace_nothing_is_killed_and_nothing_lost_counts() -> None:
+    """The node of the reservation goes while the request is open: its containers are lost, not given
+    back; the request is withdrawn with nothing released and nothing killed; a1 waits for the next
+    round (the other node's room is b1's)."""
+    h = borrowed()
+    h.ask("a1", "big", 50)
+    h.starve()
+    h.preempt_round(10.0)
+    [req] = requests(h)
+    [node] = {c.node for c in req.containers}
+    h.tick(12.0)
+    h.feed(f.NodeRemoved(node=node))
+    h.tick(13.0)
+    [end] = ended(h)
+    assert end.outcome == "withdrawn" and end.released == {}
+    h.tick(10.0 + GRACE + 1)
+    assert kills(h) == [] and h.cache.state.contracts == {}
+    assert_clean(h)
+
+
+def test_given_back_node_lost_after_serving_the_request_is_closed_given_back() -> None:
+    """b1 gives back others on the other node, a1 runs there; then that node goes. a1's container is
+    lost (its work asked again by its AM, not by the scheduler); the request closed given back and
+    kills nothing."""
+    h = borrowed()
+    h.ask("a1", "big", 50)
+    h.starve()
+    h.preempt_round(10.0)
+    [req] = requests(h)
+    [node] = {c.node for c in req.containers}
+    other = "n2" if node == "n1" else "n1"
+    h.tick(12.0)
+    gives_back(h, *on_node(h, "b1", other)[:2], again=False)
+    h.feed(f.NodeRemoved(node=other))
+    h.tick(13.0)
+    assert [x.outcome for x in ended(h)] == ["given_back"]
+    assert [x.app for x in h.decisions if isinstance(x, d.AllocationLost) and x.app == "a1"] == ["a1"]
+    h.tick(10.0 + GRACE + 1)
+    assert kills(h) == []
+    assert_clean(h)
+
+
+def test_beneficiary_ask_withdrawn_mid_grace_the_room_given_back_is_anyones() -> None:
+    """a1 withdraws its ask: the reservation ends, the request is withdrawn, the named keep running;
+    what b1 gives back afterwards is held for nobody: its re-asks take it."""
+    h = borrowed()
+    h.ask("a1", "big", 50)
+    h.starve()
+    h.preempt_round(10.0)
+    [req] = requests(h)
+    [node] = {c.node for c in req.containers}
+    other = "n2" if node == "n1" else "n1"
+    h.tick(12.0)
+    h.feed(f.AskRemoved(app="a1", ask="big"))
+    h.tick(13.0)
+    [end] = ended(h)
+    assert end.outcome == "withdrawn"
+    assert h.cache.state.reservations == {}
+    gives_back(h, *on_node(h, "b1", other)[:2])
+    assert [x.app for x in h.allocated() if x.t == 13.0] == ["b1", "b1"]
+    assert sum(h.cache.state.nodes[other].reserved.values()) == 0
+    h.tick(10.0 + GRACE + 1)
+    assert kills(h) == []
+    assert_clean(h)
+
+
+def test_beneficiary_ask_withdrawn_after_its_reservation_moved_nothing_stays_held() -> None:
+    """a1 was placed on room b1 gave back, then its app withdraws the ask: nothing is reserved anywhere,
+    the request closed given back, no kill."""
+    h = borrowed()
+    h.ask("a1", "big", 50)
+    h.starve()
+    h.preempt_round(10.0)
+    [req] = requests(h)
+    [node] = {c.node for c in req.containers}
+    other = "n2" if node == "n1" else "n1"
+    h.tick(12.0)
+    gives_back(h, *on_node(h, "b1", other)[:2], again=False)
+    h.feed(f.AskRemoved(app="a1", ask="big"))
+    h.tick(13.0)
+    state = h.cache.state
+    assert state.reservations == {}
+    assert all(not any(n.reserved.values()) for n in state.nodes.values())
+    assert [x.outcome for x in ended(h)] == ["given_back"]
+    h.tick(10.0 + GRACE + 1)
+    assert kills(h) == []
+    assert_clean(h)
+
+
+def test_three_resources_room_counts_only_where_every_resource_of_the_beneficiary_fits() -> None:
+    """Nodes of memory, vcore and gpu: b1 holds n1 with gpu containers and n2 with cpu-only ones; a1
+    asks for {memory 50, vcore 2, gpu 2}. Room b1 gives back on n2 (no gpu there) counts for
+    nothing; room given back on n1 serves a1 whichever containers they were."""
+    raw = two_queues(150, 50)
+    h = PreemptHarness(raw)
+    gpu_node = {"memory": 100, "vcore": 8, "gpu": 4}
+    h.feed(f.NodeAdded(node="n1", capacity=gpu_node), f.NodeAdded(node="n2", capacity={"memory": 100, "vcore": 8}))
+    h.feed(f.AppAdded(app="b1", queue="root.b", preemption_contract=True))
+    gpu = {"memory": 25, "vcore": 2, "gpu": 1}
+    cpu = {"memory": 25, "vcore": 2}
+    for i in range(4):
+        h.feed(f.AskAdded(app="b1", ask=f"g{i}", resource=gpu), f.AskAdded(app="b1", ask=f"c{i}", resource=cpu))
+        h.tick(float(i + 1))
+        h.cache.allocate("b1", f"g{i}", "n1")
+        h.cache.allocate("b1", f"c{i}", "n2")
+        h.pump()
+    h.app("a1", "root.a")
+    h.feed(f.AskAdded(app="a1", ask="big", resource={"memory": 50, "vcore": 2, "gpu": 2}))
+    h.starve()
+    h.preempt_round(10.0)
+    [req] = requests(h)
+    named = [c.allocation for c in req.containers]
+    assert {c.node for c in req.containers} == {"n1"} and len(named) == 2
+    h.tick(11.0)
+    gives_back(h, *on_node(h, "b1", "n2")[:2], again=False)
+    h.tick(12.0)
+    assert h.cache.state.contracts[req.request].released == {}
+    others = [a for a in on_node(h, "b1", "n1") if a not in named]
+    gives_back(h, *others[:2])
+    h.tick(13.0)
+    big = [x for x in h.allocated() if x.app == "a1"]
+    assert [x.node for x in big] == ["n1"]
+    [end] = ended(h)
+    assert end.outcome == "given_back" and end.released == {"memory": 50, "vcore": 4, "gpu": 2}
+    assert set(named) <= set(running(h, "b1"))
+    h.tick(10.0 + GRACE + 1)
+    assert kills(h) == []
+    assert_clean(h)
+
+
+def test_a_higher_priority_queue_waiting_does_not_take_room_given_back_for_the_beneficiary() -> None:
+    """root.c (priority offset 10) has an ask of 50 waiting that never preempts (so it is no
+    beneficiary); b1 gives back others on the node where a1 fits. The room goes to a1, the request's
+    beneficiary, not to c's ask, which would take any free room while a1 waits on its reservation."""
+    from tests.core_support import queue
+    from tests.preemption_support import preemption_raw
+
+    raw = preemption_raw(
+        queue("a", guaranteed={"memory": 100}),
+        queue("b", guaranteed={"memory": 50}),
+        queue("c", guaranteed={"memory": 0}, priority_offset="10"),
+    )
+    h = PreemptHarness(raw)
+    h.nodes("n1", "n2", "n3")
+    h.feed(f.AppAdded(app="b1", queue="root.b", preemption_contract=True))
+    h.fill("b1", "root.b", "n1", [25] * 4)
+    h.fill("b1", "root.b", "n2", [25] * 4, start=4)
+    h.app("c1", "root.c")
+    h.fill("c1", "root.c", "n3", [100], start=8)
+    h.feed(f.AskAdded(app="c1", ask="more", resource={"memory": 50}, preemption_policy="never"))
+    h.app("a1", "root.a")
+    h.ask("a1", "big", 50)
+    h.starve()
+    h.preempt_round(10.0)
+    [req] = requests(h)
+    assert (req.for_app, req.for_ask) == ("a1", "big")
+    [node] = {c.node for c in req.containers}
+    other = "n2" if node == "n1" else "n1"
+    h.tick(12.0)
+    gives_back(h, *on_node(h, "b1", other)[:2])
+    h.tick(13.0)
+    assert [x.node for x in h.allocated() if x.app == "a1"] == [other]
+    assert not [x for x in h.allocated() if x.app == "c1" and x.t >= 12.0]
+    assert [x.outcome for x in ended(h)] == ["given_back"]
+    assert_clean(h)
+
+
+def test_snapshot_keeps_what_served_room_credited() -> None:
+    """A request with two beneficiaries, one served by room given back elsewhere: a restored cache has
+    the same open request (what it named less the served ones, what was released)."""
+    import msgspec
+
+    from core.cache import state_changes
+    from core.recovery import DurableCacheCore, restore, take_snapshot
+    from messages.snapshot import snapshot_msgpack
+    from tests.preemption_support import PARTITION
+
+    h = borrowed()
+    h.ask("a1", "big", 50, count=2)
+    h.starve()
+    h.preempt_round(10.0)
+    [req] = requests(h)
+    [node] = {c.node for c in req.containers}
+    h.tick(12.0)
+    gives_back(h, *on_node(h, "b1", "n2" if node == "n1" else "n1")[:2])
+    [open_request] = h.cache.state.contracts.values()
+    assert len(open_request.victims) == 2 and open_request.released == {"memory": 50}
+    durable = DurableCacheCore(PARTITION)
+    durable.state.apply_all(state_changes(h.cache.state))
+    durable.counters = dict(h.cache.counters)
+    core = restore(snapshot_msgpack.decode(msgspec.msgpack.encode(take_snapshot(durable))))
+    [c] = core.state.contracts.values()
+    assert (c.victims, c.released, c.cancelled, c.beneficiaries) == (
+        open_request.victims,
+        open_request.released,
+        open_request.cancelled,
+        True,
+    )
