@@ -15,6 +15,7 @@ from tests.core_support import consistency_problems
 from tests.preemption_support import PreemptHarness, two_queues
 
 GRACE = 15.0
+QUARTER = {"memory": 25}  # the size of b1's containers
 
 
 def kills(h: PreemptHarness) -> list[d.Kill]:
@@ -115,7 +116,7 @@ def test_opportunistic_first_then_the_named_rest_given_back_the_beneficiary_gets
     h.feed(f.AppAdded(app="b1", queue="root.b", preemption_contract=True))
     h.feed(f.AppAdded(app="o1", queue="root.b"))
     h.fill("b1", "root.b", "n1", [25] * 3)
-    h.feed(f.AskAdded(app="o1", ask="o", resource={"memory": 25}, execution_type="opportunistic"))
+    h.feed(f.AskAdded(app="o1", ask="o", resource=QUARTER, execution_type="opportunistic"))
     h.tick(3.0)
     h.cache.allocate("o1", "o", "n1")
     h.pump()
@@ -128,7 +129,7 @@ def test_opportunistic_first_then_the_named_rest_given_back_the_beneficiary_gets
     opportunistic = [k for k in kills(h) if k.app == "o1"]
     assert len(opportunistic) == 1 and len(req.containers) == 1
     h.release(*(k.allocation for k in opportunistic))
-    h.feed(f.AskAdded(app="o1", ask="o-again", resource={"memory": 25}, execution_type="opportunistic"))
+    h.feed(f.AskAdded(app="o1", ask="o-again", resource=QUARTER, execution_type="opportunistic"))
     h.settle()
     h.tick(12.0)
     gives_back(h, *(c.allocation for c in req.containers))
@@ -155,7 +156,7 @@ def test_opportunistic_containers_of_the_contract_app_count_for_nothing() -> Non
     h.feed(f.AppAdded(app="b1", queue="root.b", preemption_contract=True))
     h.fill("b1", "root.b", "n1", [25] * 3)
     h.fill("b1", "root.b", "n2", [25] * 3, start=3)
-    h.feed(f.AskAdded(app="b1", ask="o", resource={"memory": 25}, count=3, execution_type="opportunistic"))
+    h.feed(f.AskAdded(app="b1", ask="o", resource=QUARTER, count=3, execution_type="opportunistic"))
     h.tick(10.0)
     for node in ("n1", "n2", "n3"):
         h.cache.allocate("b1", "o", node)
@@ -502,3 +503,83 @@ def test_snapshot_keeps_what_served_room_credited() -> None:
         open_request.cancelled,
         True,
     )
+
+
+# ---------------------------------------------------------------------- the independent checker
+
+
+def _request_closing_on(model_events: list[d.DecisionMsg | f.Feed]) -> list[str]:
+    """Feed ``model_events`` to a fresh independent model; the reasons of its invariant 9 violations."""
+    from simulator.model import ClusterModel
+    from tests.preemption_support import PARTITION
+
+    model = ClusterModel(PARTITION)
+    for x in model_events:
+        if isinstance(x, f.FeedEvent):
+            model.on_event(x)
+        else:
+            model.on_decision(x)
+    return [v.reason for v in model.violations if v.invariant == 9]
+
+
+def _closing(outcome: str, *, placed: bool = False, withdrawn: bool = False) -> list[d.DecisionMsg | f.Feed]:
+    """A request naming b1's alloc-1 for a1/big (resv-1); b1 releases alloc-2 elsewhere; resv-1 ends and
+    alloc-1's notice is cancelled; a1/big placed on n2 or not, withdrawn or not; the request ends."""
+    container = d.ContractContainer(
+        allocation="alloc-1",
+        node="n1",
+        resource=QUARTER,
+        reservation="resv-1",
+        for_ask="big",
+        for_app="a1",
+        for_queue="root.a",
+        for_resource=QUARTER,
+    )
+    out: list[d.DecisionMsg | f.Feed] = [
+        f.NodeAdded(node="n1", capacity={"memory": 100}),
+        f.NodeAdded(node="n2", capacity={"memory": 100}),
+        f.AppAdded(app="b1", queue="root.b", preemption_contract=True),
+        f.AppAdded(app="a1", queue="root.a"),
+        f.AskAdded(app="b1", ask="k", resource=QUARTER, count=2),
+        f.AskAdded(app="a1", ask="big", resource=QUARTER),
+        d.Allocated(seq=1, allocation="alloc-1", app="b1", ask="k", queue="root.b", node="n1", resource=QUARTER),
+        d.Allocated(seq=2, allocation="alloc-2", app="b1", ask="k", queue="root.b", node="n2", resource=QUARTER),
+        d.PreemptRequest(
+            seq=3,
+            request="preq-1",
+            app="b1",
+            queue="root.b",
+            resource=QUARTER,
+            deadline=25.0,
+            containers=[container],
+            for_ask="big",
+            for_app="a1",
+            for_queue="root.a",
+            policy="sniper",
+        ),
+        d.Released(seq=4, allocation="alloc-2", app="b1", queue="root.b", node="n2", resource=QUARTER),
+    ]
+    if withdrawn:
+        out.append(f.AskRemoved(app="a1", ask="big"))
+    out.append(d.ReservationEnded(seq=5, reservation="resv-1", app="a1", ask="big", node="n1", reason="test"))
+    out.append(
+        d.PreemptCancelled(
+            seq=6, allocation="alloc-1", app="b1", queue="root.b", node="n1", reservation="resv-1", reason="test"
+        )
+    )
+    if placed:
+        out.append(
+            d.Allocated(seq=7, allocation="alloc-3", app="a1", ask="big", queue="root.a", node="n2", resource=QUARTER)
+        )
+    out.append(
+        d.PreemptRequestEnded(seq=8, request="preq-1", app="b1", queue="root.b", outcome=outcome, released=QUARTER)
+    )
+    return out
+
+
+def test_the_checker_flags_a_request_closed_given_back_with_its_beneficiary_left_waiting() -> None:
+    [reason] = _request_closing_on(_closing("given_back"))
+    assert "preq-1" in reason and "a1/big" in reason and "resv-1" in reason
+    assert _request_closing_on(_closing("given_back", placed=True)) == []
+    assert _request_closing_on(_closing("given_back", withdrawn=True)) == []
+    assert _request_closing_on(_closing("withdrawn")) == []
