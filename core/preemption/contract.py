@@ -5,11 +5,19 @@ its victims no notice one by one: the app gets one ``preempt_request`` per round
 back (the sum of its victims), the deadline (``preemption.grace``), the beneficiary and the containers
 the policy chose, and its application master chooses which containers to release. The victims stay
 under notice meanwhile, so their room is handled as any preemption's (a sniper reservation holds it).
-Every tick each open request is settled (:func:`settle`): withdrawn when the policy no longer needs
-any of its victims, closed when the app gave back enough, and at the deadline what is still missing
-is killed, the containers it named first, then the app's newest, just enough to cover it, never more of
-them than the app's disruption budget has room for (the named ones are under notice, counted already).
-Invariant: no container of such an app is killed by preemption before its request's deadline.
+What the app gives back counts where it serves the request's beneficiaries: a named container's room
+is its reservation's; another container it releases counts only when its room serves a beneficiary as
+the release is handled (:func:`serve`: the reservation on that node fulfilled, or the beneficiary
+placed there instead of on its reservation's node), and then the named containers that reservation
+waited for count as given back in its stead. A request without beneficiaries (the proportional
+baseline's) counts any release. Every tick each open request is settled (:func:`settle`): withdrawn
+when the policy no longer needs any of its victims, closed when the app gave back enough, and at the
+deadline what is still missing is killed, the containers it named still under notice first, then the
+app's newest, just enough to cover it, never more of them than the app's disruption budget has room
+for (the named ones are under notice, counted already).
+Invariants: no container of such an app is killed by preemption before its request's deadline; room
+the app gives back goes to the request's beneficiaries before any other ask (the app's re-asks
+included), so a request closes given back only once each beneficiary was placed or holds its room.
 """
 
 from __future__ import annotations
