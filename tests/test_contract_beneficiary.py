@@ -310,6 +310,60 @@ def test_two_beneficiaries_one_served_by_other_room_the_request_waits_for_the_se
     assert_clean(h)
 
 
+def test_a_gang_member_served_by_room_given_back_keeps_the_gang_whole() -> None:
+    """a1 is a gang of two 50s (gang_min 2), both reserved in one round; b1 gives back two other 25s on
+    the other node: one member runs there while the other keeps its reservation (the gang holds its two
+    members throughout, invariant 8); the named containers of the second, given back, make its room."""
+    h = borrowed()
+    h.feed(f.AskAdded(app="a1", ask="gang", resource={"memory": 50}, count=2, gang_min=2))
+    h.starve()
+    h.preempt_round(10.0)
+    [req] = requests(h)
+    [node] = {c.node for c in req.containers}
+    other = "n2" if node == "n1" else "n1"
+    assert len({c.reservation for c in req.containers}) == 2
+    h.tick(12.0)
+    gives_back(h, *on_node(h, "b1", other)[:2])
+    ask = h.cache.state.apps["a1"].asks["gang"]
+    assert (ask.allocated, ask.reserved) == (1, 1)
+    gives_back(h, *h.cache.state.contracts[req.request].victims)
+    h.tick(13.0)
+    assert sorted(x.node for x in h.allocated() if x.app == "a1") == sorted([node, other])
+    assert [x.outcome for x in ended(h)] == ["given_back"]
+    h.tick(10.0 + GRACE + 1)
+    assert kills(h) == []
+    assert_clean(h)
+
+
+def test_room_given_back_on_a_node_reserved_for_another_ask_counts_for_nothing() -> None:
+    """The other node is node-reserved for z1's 100 (YARN's reserved container): the room b1 gives back
+    there is z1's to wait for, not a1's. The request stays open and its deadline kills the named."""
+    from core import node_reservation
+
+    h = borrowed()
+    h.ask("a1", "big", 50)
+    h.starve()
+    h.preempt_round(10.0)
+    [req] = requests(h)
+    [node] = {c.node for c in req.containers}
+    other = "n2" if node == "n1" else "n1"
+    h.app("z1", "root.b")
+    h.ask("z1", "huge", 100)
+    node_reservation.reserve(h.cache, "z1", "huge", other)
+    h.pump()
+    h.tick(12.0)
+    gives_back(h, *on_node(h, "b1", other)[:2], again=False)
+    h.tick(13.0)
+    assert h.cache.state.contracts[req.request].released == {}
+    assert not [x for x in h.allocated() if x.app == "a1"]
+    h.tick(10.0 + GRACE)
+    assert sorted(k.allocation for k in kills(h)) == sorted(c.allocation for c in req.containers)
+    assert [x.outcome for x in ended(h)] == ["enforced"]
+    h.release(*(c.allocation for c in req.containers))
+    assert [(x.node, bool(x.reservation)) for x in h.allocated() if x.app == "a1"] == [(node, True)]
+    assert_clean(h)
+
+
 def test_reservation_node_lost_mid_grace_nothing_is_killed_and_nothing_lost_counts() -> None:
     """The node of the reservation goes while the request is open: its containers are lost, not given
     back; the request is withdrawn with nothing released and nothing killed; a1 waits for the next
@@ -672,3 +726,48 @@ def test_the_proportional_baseline_on_the_same_cluster_credits_any_release_and_s
     assert result.violations == 0, result.report["violations"]
     assert a_running(result) < 96
     assert result.report["time_to_guarantee"]["root.a"]["unmet"] == 1
+
+
+# ---------------------------------------------------------------------- a new owner's replay
+
+
+def test_replay_of_the_log_places_the_beneficiary_on_given_back_room_as_the_old_owner_did() -> None:
+    """b1 (contract) holds n1 and n2 with 4s; a1's 8 is reserved on n1; b1 gives back both of n2's:
+    a1 runs on n2, n1's named keep running. A new owner restored from a snapshot taken before the
+    request replays the feed and the log to the same state, with nothing decided anew."""
+    from core.recovery import take_snapshot
+    from messages import protocol as p
+    from tests.test_recovery import Owner, P, _fp, _recover
+
+    o = Owner()
+    o.feed_event(
+        f.NodeAdded(partition=P, id="n1", node="n1", capacity={"memory": 8}),
+        f.NodeAdded(partition=P, id="n2", node="n2", capacity={"memory": 8}),
+        f.AppAdded(partition=P, id="b1", app="b1", queue="root.b", preemption_contract=True),
+        f.AskAdded(partition=P, id="b1k", app="b1", ask="k", resource={"memory": 4}, count=4),
+    )
+    o.settle()
+    snap = take_snapshot(o.core)
+    o.feed_event(
+        f.AppAdded(partition=P, id="a1", app="a1", queue="root.a"),
+        f.AskAdded(partition=P, id="a1k", app="a1", ask="k", resource={"memory": 8}, count=1),
+    )
+    o.settle()
+    on = {n: sorted(a.id for a in o.core.state.allocations.values() if a.node == n) for n in ("n1", "n2")}
+    o.propose(
+        p.PreemptionProposal(
+            partition=P,
+            id="pp/1",
+            view_seq=o.allocator.view_seq,
+            policy="sniper",
+            placements=[p.Victimized(app="a1", ask="k", node="n1", victims=on["n1"])],
+        )
+    )
+    o.feed_event(*(f.AllocationReleased(partition=P, id=f"rel-{a}", allocation=a) for a in on["n2"]))
+    assert [(x.node, x.reservation) for x in o.log if isinstance(x, d.Allocated) and x.app == "a1"] == [("n2", None)]
+    o.tick(5.0)
+    assert [x.outcome for x in o.log if isinstance(x, d.PreemptRequestEnded)] == ["given_back"]
+    assert not any(a.preempting for a in o.core.state.allocations.values())
+    core, result = _recover(o, snap)
+    assert result.divergences == [] and result.fresh == []
+    assert _fp(core) == _fp(o.core) and core.state.contracts == {}
