@@ -11,9 +11,9 @@ demand, ``max`` and guarantee check (they are totalled apart). Node reservations
 one per node, and while a node is reserved nothing but the reserving ask is placed on it (a preemption
 reservation that was there first excepted). Preemption requests (invariant 9): no container of a
 contract app is killed before a request's deadline, and a request closes given back only once each
-beneficiary it named was placed or still holds its reservation. Apps' own limits (invariant 11): no app ever has more
-guaranteed containers under notice than its ``max_disruption``, and no ask with ``preemption_policy:
-never`` is ever named a beneficiary.
+beneficiary it named was placed or still holds its reservation. Apps' own limits (invariant 11): no
+app ever has more guaranteed containers under notice than its ``max_disruption``, and no ask with
+``preemption_policy: never`` is ever named a beneficiary.
 Over-commit (invariant 12) is judged by :mod:`simulator.overcommit_check`.
 """
 

@@ -272,6 +272,29 @@ def test_given_back_less_than_named_the_rest_of_the_named_is_killed_at_the_deadl
     assert_clean(h)
 
 
+def test_given_back_beside_the_named_on_the_reservations_node_fulfils_it() -> None:
+    """b1 gives back one named 25 and, instead of the other named one, another 25 on the same node: the
+    reservation is fulfilled there, the named one left keeps running and counts as given back."""
+    h = borrowed()
+    h.ask("a1", "big", 50)
+    h.starve()
+    h.preempt_round(10.0)
+    [req] = requests(h)
+    named = [c.allocation for c in req.containers]
+    [node] = {c.node for c in req.containers}
+    beside = [a for a in on_node(h, "b1", node) if a not in named]
+    h.tick(12.0)
+    gives_back(h, named[0], beside[0])
+    h.tick(13.0)
+    assert [(x.node, x.reservation) for x in h.allocated() if x.app == "a1"] == [(node, req.containers[0].reservation)]
+    assert named[1] in running(h, "b1")
+    [end] = ended(h)
+    assert end.outcome == "given_back" and end.released == {"memory": 50}
+    h.tick(10.0 + GRACE + 1)
+    assert kills(h) == []
+    assert_clean(h)
+
+
 def test_two_beneficiaries_one_served_by_other_room_the_request_waits_for_the_second() -> None:
     """One request for two beneficiaries (a1's two 50s, both reserved on one node, two 25s named for
     each): b1 gives back two other 25s on the other node. One beneficiary runs there; its named

@@ -188,15 +188,19 @@ def serve(cache: Writer, app_name: str, node_name: str) -> None:
             if r.node == node_name:
                 if not cache.fulfillable(r):
                     continue
-                cache.fulfil_reservations(node_name)
+                here = [x for x in _waiting(state, contract) if x.node == node_name]
+                cache.fulfil_reservations(node_name)  # r, and any other the room now holds
+                served = [x for x in here if x.id not in state.reservations]
             elif cache.check_placement(r.app, r.ask, node_name) is None:
                 why = f"its beneficiary was placed on room {app_name} gave back on {node_name} ({contract.id})"
                 cache.move_beneficiary(r, node_name, why)
+                served = [r]
             else:
                 continue
             kept = [
                 v
-                for v in r.victims
+                for x in served
+                for v in x.victims
                 if v in contract.victims and v in state.allocations and not state.allocations[v].preempting
             ]
             if kept:
