@@ -571,12 +571,19 @@ class Cache:
             node=alloc.node,
             resource=alloc.resource,
         )
-        self._drop_allocation(alloc)
+        # Given back of the app's own accord while a request of its app is open: the room serves that
+        # request's beneficiaries before anyone else (core.preemption.contract.serve).
+        given_back = bool(self.state.contracts) and not alloc.preempting and not alloc.opportunistic
+        self._drop_allocation(alloc, given_back)
 
-    def _drop_allocation(self, alloc: Allocation) -> None:
+    def _drop_allocation(self, alloc: Allocation, given_back: bool = False) -> None:
         node = alloc.node
         capped = [q for q in alloc.queue.lineage() if q.max is not None] if not alloc.opportunistic else []
         self.commit(p.AllocationGone(allocation=alloc.id))
+        if given_back:
+            from core.preemption.contract import serve  # local: preemption plugs in here
+
+            serve(self, alloc.app, node)
         self.fulfil_reservations(node)
         if capped and self.state.reservations:
             self._fulfil_under(capped)
@@ -603,19 +610,22 @@ class Cache:
         node = self.state.nodes.get(node_name)
         if node is None or not node.reservations:
             return
-        state = self.state
-        order = self._reservations_by_deadline(node)
-        for i, r in enumerate(order):
-            if r.id not in state.reservations:
-                continue
-            free = res.sub(node.capacity, node.allocated)
-            if not res.fits(r.resource, free) or not self._within_max(r):
-                continue
-            # Never at the expense of a reservation due earlier that still waits: each must still find
-            # its room once the victims due by its own deadline are gone.
-            earlier = [e for e in order[:i] if e.id in state.reservations]
-            if not earlier or self._promises_hold(res.sub(free, r.resource), earlier, self._room_leaving(node)):
+        for r in self._reservations_by_deadline(node):
+            if r.id in self.state.reservations and self.fulfillable(r):
                 self.allocate(r.app, r.ask, node_name, reservation=r)
+
+    def fulfillable(self, r: Reservation) -> bool:
+        """Whether ``r``'s room is really free on its node now, within every ``max``, and never at the
+        expense of a reservation due earlier that still waits: each must still find its room once the
+        victims due by its own deadline are gone."""
+        node = self.state.nodes.get(r.node)
+        if node is None:
+            return False
+        free = res.sub(node.capacity, node.allocated)
+        if not res.fits(r.resource, free) or not self._within_max(r):
+            return False
+        earlier = [e for e in self._reservations_by_deadline(node) if (e.deadline, e.id) < (r.deadline, r.id)]
+        return not earlier or self._promises_hold(res.sub(free, r.resource), earlier, self._room_leaving(node))
 
     def _within_max(self, r: Reservation) -> bool:
         """Whether fulfilling ``r`` now keeps every ``max`` of the beneficiary's queues: its container on
@@ -697,6 +707,12 @@ class Cache:
         self.decide(d.ReservationEnded, reservation=r.id, app=r.app, ask=r.ask, node=r.node, reason=reason)
         self.commit(p.ReservationGone(reservation=r.id))
         self._release_victims(r, f"its reservation ended: {reason}")
+
+    def move_beneficiary(self, r: Reservation, node_name: str, reason: str) -> None:
+        """End ``r`` and place its beneficiary on ``node_name`` (whose free room :meth:`check_placement`
+        found fit for it) instead: its victims that nothing else needs keep running."""
+        self._end_reservation(r, reason)
+        self.allocate(r.app, r.ask, node_name)
 
     # ------------------------------------------------------------------ proposals
 
@@ -964,6 +980,7 @@ def state_changes(state: PartitionState) -> list[p.ChangeMsg]:
                 policy=c.policy,
                 released=c.released,
                 cancelled=c.cancelled,
+                beneficiaries=c.beneficiaries,
             )
         )
     return out

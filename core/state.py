@@ -366,10 +366,13 @@ class Reservation:
 
 class Contract:
     """An open preemption request (:mod:`core.preemption.contract`). ``released`` grows with what
-    the app gives back while it is open (:meth:`PartitionState._contract_credit`); ``cancelled`` with
-    every named victim whose notice the policy cancelled."""
+    the app gives back while it is open (:meth:`PartitionState._contract_credit`, and the named
+    containers whose beneficiary room the app gave back elsewhere served, which leave ``victims``);
+    ``cancelled`` with every named victim whose notice the policy cancelled. With ``beneficiaries``
+    only named containers and served room count as given back; without (the proportional baseline),
+    any container the app releases does."""
 
-    __slots__ = ("app", "cancelled", "deadline", "id", "policy", "released", "resource", "victims")
+    __slots__ = ("app", "beneficiaries", "cancelled", "deadline", "id", "policy", "released", "resource", "victims")
 
     def __init__(self, change: p.ContractSet) -> None:
         self.id = change.contract
@@ -380,6 +383,7 @@ class Contract:
         self.policy = change.policy
         self.released: Resource = dict(change.released)
         self.cancelled: Resource = dict(change.cancelled)
+        self.beneficiaries = change.beneficiaries
 
     def need(self) -> Resource:
         """What the policy still wants back: the request less the victims it no longer needs."""
@@ -463,6 +467,7 @@ class PartitionState:
             p.VictimsKilled: self._victims_killed,
             p.ContractSet: self._contract,
             p.ContractGone: self._contract_gone,
+            p.ContractServed: self._contract_served,
             p.PartitionCleared: self._cleared,
             p.Clock: self._clock,
         }
@@ -952,13 +957,34 @@ class PartitionState:
         if self.contracts.pop(c.contract, None) is None:
             raise StateError(f"preemption request {c.contract} is not open")
 
+    def _contract_served(self, c: p.ContractServed) -> None:
+        contract = self.contracts.get(c.contract)
+        if contract is None:
+            raise StateError(f"preemption request {c.contract} is not open")
+        served = set(c.victims)
+        if not served <= set(contract.victims):
+            raise StateError(f"preemption request {c.contract} did not name all of {sorted(served)}")
+        if any(v not in self.allocations or self.allocations[v].preempting for v in served):
+            raise StateError(f"preemption request {c.contract}: {sorted(served)} are not all running, notice cancelled")
+        # Their notices were cancelled because the app's room served their beneficiary: that does not
+        # lessen what the request needs, it is what the app gave back.
+        given = res.total(self.allocations[v].resource for v in c.victims)
+        contract.cancelled = res.clamp_min_zero(res.sub(contract.cancelled, given))
+        res.add_into(contract.released, res.component_min(contract.missing(), given))
+        contract.victims = [v for v in contract.victims if v not in served]
+
     def _contract_credit(self, alloc: Allocation) -> None:
         """A container of an app under a preemption request left: it counts as given back to the
-        app's oldest open request that still misses something, when the application master released
-        it of its own accord (it was under no notice) or it is one that request named."""
+        app's oldest open request that still misses something when it is one that request named and
+        still under its notice, or, for a request without beneficiaries, when the application master
+        released it of its own accord (it was under no notice). For a request with beneficiaries, room
+        the app frees elsewhere counts only once it serves one (:class:`p.ContractServed`)."""
         left = dict(alloc.resource)
         for contract in self.contracts.values():
-            if contract.app != alloc.app or (alloc.preempting and alloc.id not in contract.victims):
+            if contract.app != alloc.app:
+                continue
+            named = alloc.preempting and alloc.id in contract.victims
+            if not named and (alloc.preempting or contract.beneficiaries):
                 continue
             take = res.component_min(contract.missing(), left)
             res.add_into(contract.released, take)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 from core.resources import Resource
-from core.state import Allocation, Node, PartitionState
+from core.state import Allocation, Node, PartitionState, Reservation
 from messages import decisions as d
 from messages import protocol as p
 
@@ -33,3 +33,9 @@ class Writer(Protocol):
     def fulfil_reservations(self, node_name: str) -> None: ...
 
     def keep_reservations(self, node: Node, cap: Resource, schedulable: bool, reason: str | None = None) -> None: ...
+
+    def fulfillable(self, r: Reservation) -> bool: ...
+
+    def check_placement(self, app_name: str, ask_name: str, node_name: str) -> str | None: ...
+
+    def move_beneficiary(self, r: Reservation, node_name: str, reason: str) -> None: ...

@@ -181,6 +181,18 @@ class ContractSet(Change, tag="contract", frozen=True, gc=False):
     policy: str = "sniper"
     released: dict[str, int] = {}
     cancelled: dict[str, int] = {}
+    # Whether the victims were chosen for beneficiaries (sniper, intra-queue): then only what serves
+    # them counts as given back; the proportional baseline's have none, so any release counts.
+    beneficiaries: bool = True
+
+
+class ContractServed(Change, tag="contract_served", frozen=True, gc=False):
+    """Room the app of an open preemption request gave back (containers it was not asked for) served the
+    beneficiary that ``victims`` (containers the request named, their notices just cancelled) were to
+    make room for: they count as given back, not as no longer needed, and leave the named containers."""
+
+    contract: str
+    victims: list[str]
 
 
 class ContractGone(Change, tag="contract_gone", frozen=True, gc=False):
@@ -216,6 +228,7 @@ ChangeMsg = (
     | VictimsKilled
     | ContractSet
     | ContractGone
+    | ContractServed
     | PartitionCleared
     | Clock
 )

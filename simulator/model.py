@@ -9,9 +9,11 @@ states; asks with nothing left to place leave the ``open`` set, so those views c
 and waiting, not the whole history. Opportunistic allocations and asks stay out of every queue's usage,
 demand, ``max`` and guarantee check (they are totalled apart). Node reservations (invariant 6): at most
 one per node, and while a node is reserved nothing but the reserving ask is placed on it (a preemption
-reservation that was there first excepted). Apps' own limits (invariant 11): no app ever has more
-guaranteed containers under notice than its ``max_disruption``, and no ask with ``preemption_policy:
-never`` is ever named a beneficiary.
+reservation that was there first excepted). Preemption requests (invariant 9): no container of a
+contract app is killed before a request's deadline, and a request closes given back only once each
+beneficiary it named was placed or still holds its reservation. Apps' own limits (invariant 11): no
+app ever has more guaranteed containers under notice than its ``max_disruption``, and no ask with
+``preemption_policy: never`` is ever named a beneficiary.
 Over-commit (invariant 12) is judged by :mod:`simulator.overcommit_check`.
 """
 
@@ -100,6 +102,11 @@ class ClusterModel:
         self.app_notices: dict[str, int] = defaultdict(int)  # app -> guaranteed containers under notice
         self.never_asks: set[tuple[str, str]] = set()  # asks with preemption_policy never
         self.requests: dict[str, tuple[str, float]] = {}  # open preemption request -> (app, deadline)
+        # Invariant 9's second half: an open request's reservations -> (request, beneficiary app, ask);
+        # those that ended with their beneficiary not placed since; those whose node changed meanwhile.
+        self.requested: dict[str, tuple[str, str, str]] = {}
+        self.unserved: set[str] = set()
+        self.node_changed: set[str] = set()
         self.gangs: dict[tuple[str, str], int] = {}  # ask -> gang_min, for gangs of two or more
         self.gang_held: dict[tuple[str, str], int] = {}  # ask -> containers held at the last check
         self.open: dict[tuple[str, str], None] = {}  # asks that may still have containers to place
@@ -138,10 +145,12 @@ class ClusterModel:
                 self.nodes[n] = res.normalized(cap)
                 self.removed_nodes.discard(n)
             case f.NodeUpdated(node=n, capacity=cap):
+                self._requested_node_changed(n)
                 if cap is not None and n in self.nodes:
                     self._capacity = None
                     self.nodes[n] = res.normalized(cap)
             case f.NodeRemoved(node=n):
+                self._requested_node_changed(n)
                 if n in self.nodes:
                     self._capacity = None
                     del self.nodes[n]
@@ -242,6 +251,7 @@ class ClusterModel:
             case d.PreemptRequest():
                 self._preempt_request(dec)
             case d.PreemptRequestEnded(request=rid):
+                self._request_ended(dec)
                 self.requests.pop(rid, None)
             case d.PreemptCancelled(allocation=aid):
                 alloc = self.allocations.get(aid)
@@ -251,6 +261,8 @@ class ClusterModel:
                     self._notice_ends(alloc)
             case d.ReservationEnded(reservation=rid):
                 self.reservations.pop(rid, None)
+                if rid in self.requested:
+                    self.unserved.add(rid)
             case d.NodeReserved(reservation=rid, node=node):
                 if node in self.node_reservations:
                     other = self.node_reservations[node][0]
@@ -324,6 +336,9 @@ class ClusterModel:
             return
         self.requests[dec.request] = (dec.app, dec.deadline)
         for c in dec.containers:
+            if c.reservation and c.reservation not in self.requested:
+                self.requested[c.reservation] = (dec.request, c.for_app, c.for_ask)
+        for c in dec.containers:
             as_notice = d.Preempt(
                 t=dec.t,
                 allocation=c.allocation,
@@ -340,6 +355,40 @@ class ClusterModel:
                 for_resource=c.for_resource,
             )
             self._notice(as_notice)
+
+    def _requested_node_changed(self, node: str) -> None:
+        """A node changed or left: a requested reservation on it may end for that, not for its request."""
+        for rid in self.requested:
+            r = self.reservations.get(rid)
+            if r is not None and r.node == node:
+                self.node_changed.add(rid)
+
+    def _beneficiary_placed(self, app: str, ask: str) -> None:
+        """One container of ``app``/``ask`` was placed: one of its requested reservations that ended is
+        served (on free room, or on room the request's app gave back elsewhere)."""
+        for rid in sorted(self.unserved):
+            if self.requested[rid][1:] == (app, ask):
+                self.unserved.discard(rid)
+                return
+
+    def _request_ended(self, dec: d.PreemptRequestEnded) -> None:
+        """Invariant 9: a request closes given back only once every beneficiary it named was served, or
+        still holds its room: none of its reservations ended with its beneficiary left waiting (unless
+        the beneficiary's ask was withdrawn or its node changed)."""
+        mine = [rid for rid, (request, _, _) in self.requested.items() if request == dec.request]
+        if dec.outcome == "given_back":
+            for rid in mine:
+                _, app, ask = self.requested[rid]
+                if rid in self.unserved and rid not in self.node_changed and (app, ask) not in self.withdrawn:
+                    self._violate(
+                        dec.t,
+                        9,
+                        f"request {dec.request} closed given back, but {app}/{ask} of its reservation {rid} waits",
+                    )
+        for rid in mine:
+            del self.requested[rid]
+            self.unserved.discard(rid)
+            self.node_changed.discard(rid)
 
     def _check_contract_kill(self, dec: d.Kill) -> None:
         """Invariant 9: a container of an app with a preemption contract is killed (opportunistic ones
@@ -440,6 +489,8 @@ class ClusterModel:
             return
         self.seen_allocations.add(dec.allocation)
         key = (dec.app, dec.ask)
+        if self.unserved and not dec.reservation:
+            self._beneficiary_placed(dec.app, dec.ask)
         ask = self.asks.get(key)
         if ask is None:
             self._violate(t, 3, f"allocation {dec.allocation} for unknown ask {dec.app}/{dec.ask}")

@@ -5,11 +5,19 @@ its victims no notice one by one: the app gets one ``preempt_request`` per round
 back (the sum of its victims), the deadline (``preemption.grace``), the beneficiary and the containers
 the policy chose, and its application master chooses which containers to release. The victims stay
 under notice meanwhile, so their room is handled as any preemption's (a sniper reservation holds it).
-Every tick each open request is settled (:func:`settle`): withdrawn when the policy no longer needs
-any of its victims, closed when the app gave back enough, and at the deadline what is still missing
-is killed, the containers it named first, then the app's newest, just enough to cover it, never more of
-them than the app's disruption budget has room for (the named ones are under notice, counted already).
-Invariant: no container of such an app is killed by preemption before its request's deadline.
+What the app gives back counts where it serves the request's beneficiaries: a named container's room
+is its reservation's; another container it releases counts only when its room serves a beneficiary as
+the release is handled (:func:`serve`: the reservation on that node fulfilled, or the beneficiary
+placed there instead of on its reservation's node), and then the named containers that reservation
+waited for count as given back in its stead. A request without beneficiaries (the proportional
+baseline's) counts any release. Every tick each open request is settled (:func:`settle`): withdrawn
+when the policy no longer needs any of its victims, closed when the app gave back enough, and at the
+deadline what is still missing is killed, the containers it named still under notice first, then the
+app's newest, just enough to cover it, never more of them than the app's disruption budget has room
+for (the named ones are under notice, counted already).
+Invariants: no container of such an app is killed by preemption before its request's deadline; room
+the app gives back goes to the request's beneficiaries before any other ask (the app's re-asks
+included), so a request closes given back only once each beneficiary was placed or holds its room.
 """
 
 from __future__ import annotations
@@ -19,7 +27,7 @@ from collections.abc import Iterable
 from core import resources as res
 from core.preemption.rules import disruption_room
 from core.resources import Resource
-from core.state import Allocation, Contract, allocation_number
+from core.state import Allocation, Contract, PartitionState, Reservation, allocation_number
 from core.writer import Writer
 from messages import decisions as d
 from messages import protocol as p
@@ -103,6 +111,7 @@ class Requests:
                     victims=[v.id for v in victims],
                     policy=self.policy,
                     cancelled=cancelled,
+                    beneficiaries=any(c.for_ask for _, c in named),
                 )
             )
         self.by_app.clear()
@@ -140,7 +149,8 @@ def _enforce(cache: Writer, contract: Contract) -> Resource:
         for a in (state.allocations[aid] for aid in app.allocations)
         if (not a.am or a.id in named) and not a.opportunistic and not a.killed and a.id not in named_elsewhere
     ]
-    picked = newest_covering([c for c in candidates if c[0] in named], missing)
+    noticed = [c for c in candidates if c[0] in named and state.allocations[c[0]].preempting]
+    picked = newest_covering(noticed, missing)
     rest = res.clamp_min_zero(res.sub(missing, res.total(state.allocations[aid].resource for aid in picked)))
     if res.any_positive(rest):
         others = newest_covering([c for c in candidates if c[0] not in named], rest)
@@ -157,6 +167,56 @@ def _enforce(cache: Writer, contract: Contract) -> Resource:
     for alloc in chosen:
         cache.decide(d.Kill, allocation=alloc.id, app=alloc.app, queue=alloc.queue.path, node=alloc.node, reason=reason)
     return covered
+
+
+def serve(cache: Writer, app_name: str, node_name: str) -> None:
+    """``app_name`` released a container on ``node_name`` of its own accord: that room goes to the
+    beneficiaries of the app's open requests, oldest request first, each beneficiary's reservation by
+    deadline, while the request still misses something. A reservation on that node whose room is now
+    free is fulfilled; one elsewhere ends and its beneficiary is placed here when it fits the room no one
+    else holds (the node's free room, within every ``max``, node selector and node reservation). Either
+    way the named containers that reservation was waiting for keep running and count as given back
+    (:class:`p.ContractServed`): the app gave their room. Room where no beneficiary fits counts for
+    nothing; the request's deadline still kills what is missing, the named containers first."""
+    state = cache.state
+    for contract in [c for c in state.contracts.values() if c.app == app_name and c.beneficiaries]:
+        for r in _waiting(state, contract):
+            if contract.id not in state.contracts or not res.any_positive(contract.missing()):
+                break
+            if r.id not in state.reservations:
+                continue
+            if r.node == node_name:
+                if not cache.fulfillable(r):
+                    continue
+                here = [x for x in _waiting(state, contract) if x.node == node_name]
+                cache.fulfil_reservations(node_name)  # r, and any other the room now holds
+                served = [x for x in here if x.id not in state.reservations]
+            elif cache.check_placement(r.app, r.ask, node_name) is None:
+                why = f"its beneficiary was placed on room {app_name} gave back on {node_name} ({contract.id})"
+                cache.move_beneficiary(r, node_name, why)
+                served = [r]
+            else:
+                continue
+            kept = [
+                v
+                for x in served
+                for v in x.victims
+                if v in contract.victims and v in state.allocations and not state.allocations[v].preempting
+            ]
+            if kept:
+                cache.commit(p.ContractServed(contract=contract.id, victims=kept))
+
+
+def _waiting(state: PartitionState, contract: Contract) -> list[Reservation]:
+    """The reservations holding room for the beneficiaries of ``contract``'s named containers still under
+    notice, by deadline."""
+    rids = {
+        a.reservation
+        for a in (state.allocations.get(v) for v in contract.victims)
+        if a is not None and a.preempting and not a.killed and a.reservation is not None
+    }
+    held = [state.reservations[rid] for rid in rids if rid in state.reservations]
+    return sorted(held, key=lambda r: (r.deadline, r.id))
 
 
 def newest_covering(candidates: Iterable[tuple[str, float, Resource]], need: Resource) -> list[str]:
