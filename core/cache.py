@@ -85,9 +85,9 @@ class Cache:
             decision_type(partition=self.partition, seq=self.decision_seq, epoch=self.epoch, t=self.state.now, **fields)
         )
 
-    def _reject(self, reason: str, *, app: str = "", ask: str = "", event: str = "") -> None:
+    def _reject(self, code: d.RejectionCode, reason: str, *, app: str = "", ask: str = "", event: str = "") -> None:
         self.stats.rejected_events += 1
-        self.decide(d.Rejected, reason=reason, app=app, ask=ask, event=event)
+        self.decide(d.Rejected, reason=reason, app=app, ask=ask, event=event, code=code)
 
     def outcome(self, proposal: str, accepted: int, rejected: dict[str, str]) -> None:
         self.stats.placements_accepted += accepted
@@ -174,12 +174,12 @@ class Cache:
             return
         if self.state.root is None and not isinstance(event, f.PartitionConfigEvent | f.PartitionRemoved):
             what = f"{type(event).__name__}: partition {self.partition} has no configuration yet"
-            self._reject(what, event=event.id)
+            self._reject("unconfigured", what, event=event.id)
             return
         try:
             self._dispatch(event)
         except (StateError, ConfigError, res.QuantityError, KeyError) as err:
-            self._reject(f"{type(event).__name__}: {err}", event=event.id)
+            self._reject("invalid", f"{type(event).__name__}: {err}", event=event.id)
 
     def _dispatch(self, event: f.Feed) -> None:
         match event:
@@ -193,7 +193,7 @@ class Cache:
             case f.NodeUpdated(node=name, capacity=capacity, schedulable=schedulable):
                 node = self.state.nodes.get(name)
                 if node is None:
-                    self._reject(f"node_updated: unknown node {name}", event=event.id)
+                    self._reject("unknown_node", f"node_updated: unknown node {name}", event=event.id)
                     return
                 self._node_set(
                     name,
@@ -206,7 +206,7 @@ class Cache:
             case f.NodeUtilization():
                 why = overcommit.take_report(self, event)
                 if why is not None:
-                    self._reject(why, event=event.id)
+                    self._reject("bad_utilization", why, event=event.id)
             case f.AppAdded():
                 self._app_added(event)
             case f.AppRemoved(app=name):
@@ -348,11 +348,15 @@ class Cache:
         existing = self.state.apps.get(e.app)
         if existing is not None:
             if existing.queue.path != e.queue:
-                self._reject(f"app {e.app} already runs in {existing.queue.path}", app=e.app, event=e.id)
+                self._reject(
+                    "app_elsewhere", f"app {e.app} already runs in {existing.queue.path}", app=e.app, event=e.id
+                )
             return
         if self.state.leaf(e.queue) is None:
             why = "a parent queue" if e.queue in self.state.queues else "an unknown queue"
-            self._reject(f"app {e.app}: {e.queue} is {why}; apps go to leaf queues", app=e.app, event=e.id)
+            self._reject(
+                "not_a_leaf", f"app {e.app}: {e.queue} is {why}; apps go to leaf queues", app=e.app, event=e.id
+            )
             return
         self.counters["app"] += 1
         self.commit(
@@ -384,24 +388,27 @@ class Cache:
     def _ask_added(self, e: f.AskAdded) -> None:
         app = self.state.apps.get(e.app)
         if app is None:
-            self._reject(f"ask {e.ask}: unknown app {e.app}", app=e.app, ask=e.ask, event=e.id)
+            self._reject("unknown_app", f"ask {e.ask}: unknown app {e.app}", app=e.app, ask=e.ask, event=e.id)
             return
         if e.ask in app.asks:
             return
         resource = res.normalized(e.resource)
         if not resource:
-            self._reject(f"ask {e.app}/{e.ask} asks for nothing", app=e.app, ask=e.ask, event=e.id)
+            self._reject("empty_ask", f"ask {e.app}/{e.ask} asks for nothing", app=e.app, ask=e.ask, event=e.id)
             return
         if e.am and e.execution_type == "opportunistic":  # as YARN: an AM always runs guaranteed
             reason = f"ask {e.app}/{e.ask}: an application master cannot be opportunistic"
-            self._reject(reason, app=e.app, ask=e.ask, event=e.id)
+            self._reject("opportunistic_am", reason, app=e.app, ask=e.ask, event=e.id)
             return
         why = self._over_admission(app, e.count)
         if why is not None:
-            self._reject(f"ask {e.app}/{e.ask} (count {e.count}): {why}", app=e.app, ask=e.ask, event=e.id)
+            self._reject(
+                "over_admission", f"ask {e.app}/{e.ask} (count {e.count}): {why}", app=e.app, ask=e.ask, event=e.id
+            )
             return
         if e.gang_min > e.count:
             self._reject(
+                "gang_over_count",
                 f"ask {e.app}/{e.ask}: gang_min {e.gang_min} is more than its count {e.count}",
                 app=e.app,
                 ask=e.ask,
@@ -413,6 +420,7 @@ class Cache:
             if q.max is not None and not res.fits({k: v for k, v in whole.items() if k in q.max}, q.max):
                 what = f": its gang of {e.gang_min}" if e.gang_min > 1 else ""
                 self._reject(
+                    "over_queue_max",
                     f"ask {e.app}/{e.ask} ({res.fmt(resource)}){what} can never fit queue {q.path}'s max"
                     f" ({res.fmt(q.max)})",
                     app=e.app,
@@ -426,6 +434,7 @@ class Cache:
             and not any(selector_matches(e.node_selector, n.labels) for n in self.state.nodes.values())
         ):
             self._reject(
+                "no_matching_node",
                 f"ask {e.app}/{e.ask}: no node matches its node selector {e.node_selector}",
                 app=e.app,
                 ask=e.ask,
@@ -434,12 +443,15 @@ class Cache:
             return
         why = self._never_fits(resource, e.node)
         if why is not None:
-            self._reject(f"ask {e.app}/{e.ask} ({res.fmt(resource)}) {why}", app=e.app, ask=e.ask, event=e.id)
+            self._reject(
+                "never_fits", f"ask {e.app}/{e.ask} ({res.fmt(resource)}) {why}", app=e.app, ask=e.ask, event=e.id
+            )
             return
         if e.gang_min > 1 and self.state.nodes:
             why = gang.never_fits(self.state, resource, e.gang_min, e.node, e.node_selector)
             if why:
-                self._reject(f"ask {e.app}/{e.ask} ({res.fmt(resource)}): {why}", app=e.app, ask=e.ask, event=e.id)
+                reason = f"ask {e.app}/{e.ask} ({res.fmt(resource)}): {why}"
+                self._reject("gang_never_fits", reason, app=e.app, ask=e.ask, event=e.id)
                 return
         self.counters["ask"] += 1
         self.commit(
@@ -554,7 +566,7 @@ class Cache:
             why = f"would take queue {alloc.queue.path} over its max"
         if why is not None:
             app = "" if alloc is None else alloc.app
-            self._reject(f"allocation_promoted: allocation {aid} {why}", app=app, event=event_id)
+            self._reject("promotion_refused", f"allocation_promoted: allocation {aid} {why}", app=app, event=event_id)
             return
         assert alloc is not None
         self.commit(p.AllocationPromoted(allocation=aid))

@@ -27,7 +27,7 @@ Invariants of :func:`replay` (ARCHITECTURE section 3, "the decisions topic is th
 - decisions that replay produces beyond the last logged ``seq`` (the old owner handled the record but
   died before publishing them) are returned as ``fresh``: the caller publishes them;
 - a feed record's time is judged as the old owner judged it wherever the log shows the old owner
-  handled it (a ``rejected`` decision beginning :data:`CLOCK_REFUSED` at its offset, or none), so a
+  handled it (a ``rejected`` decision coded ``clock_ahead`` at its offset, or none), so a
   time refused live is refused on replay and one accepted live is accepted; records past the log are
   judged on the replaying state's clock, as live;
 - nothing here does I/O or reads a clock; time only moves to the ``t`` of logged decisions.
@@ -98,6 +98,14 @@ def feed_problem(event: f.Feed) -> str | None:
 CLOCK_REFUSED = "t ahead of the partition's clock: "  # how a refusal for the time begins (replay finds it)
 
 
+def refused_for_time(rejection: d.Rejected) -> bool:
+    """Whether a logged rejection refused its record for its time: by its code, or, in a log written
+    without codes, by how its reason begins."""
+    if rejection.code is not None:
+        return rejection.code == "clock_ahead"
+    return rejection.reason.startswith(CLOCK_REFUSED)
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class RefusedRecord:
     """A feed record the state refused for its time: it is dead-lettered with ``reason``."""
@@ -140,7 +148,9 @@ class DurableCacheCore(Cache):
         """Handle ``event``; ``too_far`` is the verdict on its time a previous owner logged (replay),
         ``None`` to judge it on this state's clock."""
         why = feed_problem(event)
+        code: d.RejectionCode = "bad_record"
         if why is None:
+            code = "clock_ahead"
             why = self.clock_problem(event)
             if too_far is not None and (why is not None) != too_far:
                 why = f"{CLOCK_REFUSED}t={event.t!r}, as the partition's previous owner judged" if too_far else None
@@ -148,7 +158,7 @@ class DurableCacheCore(Cache):
                 self.refused.append(RefusedRecord(self.feed_offset, event, why))
         if why is not None:
             self.stats.events += 1
-            self._reject(why, event=event.id)
+            self._reject(code, why, event=event.id)
             return
         super().handle_event(event)
         self.feed_time = event.t if self.feed_time is None else max(self.feed_time, event.t)
@@ -449,7 +459,7 @@ def replay(
     last_logged = max((x.seq for x in log), default=core.decision_seq)
     logged_by_seq = {x.seq: x for x in log}
     reach = max((x.feed_offset for x in log), default=-1)  # the old owner handled the records up to here
-    clock_refused = {x.feed_offset for x in log if isinstance(x, d.Rejected) and x.reason.startswith(CLOCK_REFUSED)}
+    clock_refused = {x.feed_offset for x in log if isinstance(x, d.Rejected) and refused_for_time(x)}
     result = ReplayResult(fresh=[])
     i = j = 0
 
@@ -502,6 +512,7 @@ __all__ = [
     "ReplayResult",
     "absurd_quantity",
     "apply_logged",
+    "refused_for_time",
     "replay",
     "restore",
     "stamp",
