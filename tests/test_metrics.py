@@ -232,4 +232,3 @@ def test_a_kill_is_classified_by_its_cause_not_by_how_its_reason_reads_elsewhere
     assert d.kill_cause(d.KILL_OVERCOMMIT) == "overcommit"
     assert d.kill_cause(f"{d.KILL_AT_REQUEST_DEADLINE} preq-3: deadline passed") == "request_deadline"
     assert d.kill_cause(d.Kill(allocation="a", app="x", queue="root.a", node="n").reason) == "grace_expired"
-    assert d.kill_cause(f"{d.KILL_OPPORTUNISTIC}: first to go") == "grace_expired"  # a notice's words, no kill's
