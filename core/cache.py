@@ -21,6 +21,7 @@ from core.resources import Resource
 from core.state import (
     Allocation,
     App,
+    Ask,
     AskKey,
     Node,
     PartitionState,
@@ -843,24 +844,22 @@ class Cache:
         app = self.state.apps[app_name]
         ask = app.asks[ask_name]
         node = self.state.nodes[node_name]
-        over = ask.opportunistic and overcommit.beyond_room(overcommit.config_of(self.state), node, ask.resource)
         self.counters["alloc"] += 1
         aid = f"alloc-{self.counters['alloc']}"
+        rid = None if reservation is None else reservation.id
         self.commit(
-            p.AllocationSet(
-                allocation=aid,
-                app=app_name,
-                ask=ask_name,
-                node=node_name,
-                resource=ask.resource,
-                start=self.state.now,
-                am=ask.am,
-                reservation=None if reservation is None else reservation.id,
-                priority=ask.priority,
-                opportunistic=ask.opportunistic,
-                pinned=ask.required_node is not None,
-                usage=ask.usage,
-                overcommit=over,
+            allocation_set(
+                self.state,
+                aid,
+                app_name,
+                ask_name,
+                ask,
+                node,
+                ask.resource,
+                ask.am,
+                ask.opportunistic,
+                rid,
+                self.state.now,
             )
         )
         self.decide(
@@ -877,6 +876,41 @@ class Cache:
         )
         if reservation is not None:
             self._release_victims(reservation, "its beneficiary was placed before its victims were gone")
+
+
+def allocation_set(
+    state: PartitionState,
+    allocation: str,
+    app: str,
+    ask_name: str,
+    ask: Ask | None,
+    node: Node,
+    resource: Resource,
+    am: bool,
+    opportunistic: bool,
+    reservation: str | None,
+    start: float,
+) -> p.AllocationSet:
+    """The change that commits one container of ``ask`` on ``node`` started at ``start``, live
+    (:meth:`Cache.allocate`) and on replay (:func:`core.recovery.apply_logged`, where the ask may be gone):
+    its priority, pinning (placed for a required node) and usage follow from the ask, its over-commit from
+    the node's room."""
+    over = opportunistic and overcommit.beyond_room(overcommit.config_of(state), node, resource)
+    return p.AllocationSet(
+        allocation=allocation,
+        app=app,
+        ask=ask_name,
+        node=node.name,
+        resource=resource,
+        start=start,
+        am=am,
+        reservation=reservation,
+        priority=0 if ask is None else ask.priority,
+        opportunistic=opportunistic,
+        pinned=ask is not None and ask.required_node is not None,
+        usage=None if ask is None else ask.usage,
+        overcommit=over,
+    )
 
 
 def state_changes(state: PartitionState) -> list[p.ChangeMsg]:

@@ -41,8 +41,8 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
 
-from core import node_reservation, overcommit
-from core.cache import SEEN_IDS, Cache, state_changes
+from core import node_reservation
+from core.cache import SEEN_IDS, Cache, allocation_set, state_changes
 from core.config import PartitionConfig, parse_partition
 from messages import decisions as d
 from messages import feed as f
@@ -270,25 +270,22 @@ def apply_logged(core: Cache, log: Sequence[d.DecisionMsg], index: int) -> tuple
                 problems.append(f"allocated {dec.allocation}: app {dec.app} or node {dec.node} is not known")
             else:
                 reservation = dec.reservation if dec.reservation in state.reservations else None
-                config = overcommit.config_of(state)
+                node = state.nodes[dec.node]
                 resource = dict(dec.resource)
-                over = dec.opportunistic and overcommit.beyond_room(config, state.nodes[dec.node], resource)
-                core.commit(
-                    p.AllocationSet(
-                        allocation=dec.allocation,
-                        app=dec.app,
-                        ask=dec.ask,
-                        node=dec.node,
-                        resource=dict(dec.resource),
-                        start=dec.t,
-                        am=dec.am,
-                        reservation=reservation,
-                        priority=ask.priority if ask is not None else 0,
-                        opportunistic=dec.opportunistic,
-                        usage=ask.usage if ask is not None else None,
-                        overcommit=over,
-                    )
+                change = allocation_set(
+                    state,
+                    dec.allocation,
+                    dec.app,
+                    dec.ask,
+                    ask,
+                    node,
+                    resource,
+                    dec.am,
+                    dec.opportunistic,
+                    reservation,
+                    dec.t,
                 )
+                core.commit(change)
         case d.Preempt():
             # One committed preemption is a run of consecutive preempt records (one per victim).
             while end < len(log):

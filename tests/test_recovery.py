@@ -150,6 +150,24 @@ def test_replay_from_the_start_rebuilds_the_state_without_deciding_anything() ->
     assert core.counters["alloc"] == o.core.counters["alloc"]
 
 
+def test_replay_pins_a_container_placed_for_a_required_node_as_the_owner_did() -> None:
+    o = Owner()
+    o.feed_event(
+        f.NodeAdded(partition=P, id="n1", node="n1", capacity={"memory": 8}),
+        f.NodeAdded(partition=P, id="n2", node="n2", capacity={"memory": 8}),
+        f.AppAdded(partition=P, id="b1", app="b1", queue="root.b"),
+        f.AskAdded(partition=P, id="b1k", app="b1", ask="k", resource={"memory": 4}, count=2),
+        f.AskAdded(partition=P, id="b1r", app="b1", ask="r", resource={"memory": 4}, count=1, node="n2"),
+    )
+    o.settle()
+    pinned = {a.id: a.pinned for a in o.core.state.allocations.values()}
+    assert sorted(pinned.values()) == [False, False, True]
+    core, result = _recover(o, take_snapshot(DurableCacheCore(P)))
+    assert result.divergences == [] and result.decisions_applied == 3
+    assert {a.id: a.pinned for a in core.state.allocations.values()} == pinned
+    assert _fp(core) == _fp(o.core)
+
+
 def test_replay_after_a_snapshot_with_releases_preemption_kill_and_node_loss() -> None:
     o = _busy_owner()
     snap = take_snapshot(o.core)
