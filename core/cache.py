@@ -13,7 +13,7 @@ from collections import Counter, OrderedDict
 from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
-from core import gang, node_reservation, opportunistic, overcommit
+from core import gang, lifecycle, node_reservation, opportunistic, overcommit
 from core import resources as res
 from core.config import AdmissionConfig, ConfigError, PartitionConfig, parse_partition, partition_to_raw
 from core.limits import Limits
@@ -914,102 +914,141 @@ def allocation_set(
 
 
 def state_changes(state: PartitionState) -> list[p.ChangeMsg]:
-    """Changes that rebuild ``state`` from nothing (replica reset and snapshots)."""
+    """Changes that rebuild ``state`` from nothing (replica reset and snapshots): the clock, the
+    configuration, nodes, apps with their asks, then every lifecycle object brought to its phase by the
+    changes of its table's path from ``absent`` (:mod:`core.lifecycle`)."""
     out: list[p.ChangeMsg] = [p.Clock(now=state.now)]
     if state.config is not None:
         out.append(p.ConfigSet(config=partition_to_raw(state.config)))
     for node in state.nodes.values():
         out.append(p.NodeSet(node=node.name, capacity=node.capacity, schedulable=node.schedulable, labels=node.labels))
     for app in sorted(state.apps.values(), key=lambda a: a.submit_seq):
-        live = Counter(state.allocations[a].ask for a in app.allocations)  # live containers per ask
-        out.append(
-            p.AppSet(
-                app=app.name,
-                queue=app.queue.path,
-                user=app.user,
-                groups=app.groups,
-                priority=app.priority,
-                submit_seq=app.submit_seq,
-                submit_time=app.submit_time,
-                preemption_contract=app.contract,
-                max_disruption=app.max_disruption,
-                allow_preemption=app.allow_preemption,
-            )
-        )
-        for ask in sorted(app.asks.values(), key=lambda a: a.seq):
-            out.append(
-                p.AskSet(
-                    app=app.name,
-                    ask=ask.name,
-                    resource=ask.resource,
-                    # Finished containers are gone from the state; live ones are re-added below.
-                    count=ask.count - ask.allocated + live[ask.name],
-                    priority=ask.priority,
-                    am=ask.am,
-                    seq=ask.seq,
-                    created=ask.created,
-                    required_node=ask.required_node,
-                    node_selector={k: sorted(v) for k, v in ask.node_selector.items()},
-                    duration=ask.duration,
-                    retry=ask.retry,
-                    gang_min=ask.gang_min,
-                    opportunistic=ask.opportunistic,
-                    damped_until=ask.damped_until,
-                    reserve_after=ask.reserve_after,
-                    never_preempts=ask.never_preempts,
-                    usage=ask.usage,
-                )
-            )
-    for alloc in state.allocations.values():
-        out.append(
-            p.AllocationSet(
-                allocation=alloc.id,
-                app=alloc.app,
-                ask=alloc.ask,
-                node=alloc.node,
-                resource=alloc.resource,
-                start=alloc.start,
-                am=alloc.am,
-                priority=alloc.priority,
-                opportunistic=alloc.opportunistic,
-                pinned=alloc.pinned,
-                usage=None if alloc.usage is alloc.resource else alloc.usage,
-                overcommit=alloc.overcommit,
-            )
-        )
+        out.extend(_app_changes(state, app))
+    out.extend(_allocation_set_of(alloc) for alloc in state.allocations.values())
     for node in state.nodes.values():
         if node.utilization is not None:
             unmeasured = sorted(node.unmeasured_ids, key=allocation_number)
             out.append(p.NodeUtilizationSet(node=node.name, used=node.utilization, unmeasured=unmeasured))
-    for r in state.reservations.values():
-        out.append(
-            p.ReservationSet(
-                reservation=r.id,
-                app=r.app,
-                ask=r.ask,
-                node=r.node,
-                resource=r.resource,
-                victims=[v for v in r.victims if v in state.allocations],
-                deadline=r.deadline,
-                expires=r.expires,
-                policy=r.policy,
-            )
-        )
+    out.extend(_reservation_changes(state))
     out.extend(node_reservation.state_changes(state))
-    marked = [a for a in state.allocations.values() if a.preempting and a.reservation is None]
-    for deadline in sorted({a.preempt_deadline for a in marked if a.preempt_deadline is not None}):
-        out.append(p.VictimsMarked(victims=[a.id for a in marked if a.preempt_deadline == deadline], deadline=deadline))
-    for c in state.contracts.values():
+    out.extend(_notice_changes(state))
+    out.extend(_contract_changes(state))
+    return out
+
+
+def _app_changes(state: PartitionState, app: App) -> list[p.ChangeMsg]:
+    """``app`` and its asks, each ask asking for what it still wants plus its live containers (re-added
+    after it: finished containers are gone from the state)."""
+    live = Counter(state.allocations[a].ask for a in app.allocations)  # live containers per ask
+    out: list[p.ChangeMsg] = [
+        p.AppSet(
+            app=app.name,
+            queue=app.queue.path,
+            user=app.user,
+            groups=app.groups,
+            priority=app.priority,
+            submit_seq=app.submit_seq,
+            submit_time=app.submit_time,
+            preemption_contract=app.contract,
+            max_disruption=app.max_disruption,
+            allow_preemption=app.allow_preemption,
+        )
+    ]
+    for ask in sorted(app.asks.values(), key=lambda a: a.seq):
         out.append(
-            p.ContractSet(
-                contract=c.id,
-                app=c.app,
-                resource=c.resource,
-                deadline=c.deadline,
-                victims=c.victims,
-                policy=c.policy,
-                released=c.released,
-                cancelled=c.cancelled,
+            p.AskSet(
+                app=app.name,
+                ask=ask.name,
+                resource=ask.resource,
+                count=ask.count - ask.allocated + live[ask.name],
+                priority=ask.priority,
+                am=ask.am,
+                seq=ask.seq,
+                created=ask.created,
+                required_node=ask.required_node,
+                node_selector={k: sorted(v) for k, v in ask.node_selector.items()},
+                duration=ask.duration,
+                retry=ask.retry,
+                gang_min=ask.gang_min,
+                opportunistic=ask.opportunistic,
+                damped_until=ask.damped_until,
+                reserve_after=ask.reserve_after,
+                never_preempts=ask.never_preempts,
+                usage=ask.usage,
             )
         )
     return out
+
+
+def _allocation_set_of(alloc: Allocation) -> p.AllocationSet:
+    """The first step of every allocation's path: committed, running."""
+    return p.AllocationSet(
+        allocation=alloc.id,
+        app=alloc.app,
+        ask=alloc.ask,
+        node=alloc.node,
+        resource=alloc.resource,
+        start=alloc.start,
+        am=alloc.am,
+        priority=alloc.priority,
+        opportunistic=alloc.opportunistic,
+        pinned=alloc.pinned,
+        usage=None if alloc.usage is alloc.resource else alloc.usage,
+        overcommit=alloc.overcommit,
+    )
+
+
+def _reservation_changes(state: PartitionState) -> list[p.ChangeMsg]:
+    """The preemption reservations held, each marking its victims still there (their ``ReservationSet``
+    step)."""
+    return [
+        p.ReservationSet(
+            reservation=r.id,
+            app=r.app,
+            ask=r.ask,
+            node=r.node,
+            resource=r.resource,
+            victims=[v for v in r.victims if v in state.allocations],
+            deadline=r.deadline,
+            expires=r.expires,
+            policy=r.policy,
+        )
+        for r in state.reservations.values()
+    ]
+
+
+def _notice_changes(state: PartitionState) -> list[p.ChangeMsg]:
+    """The rest of each allocation's path past ``running``: the notices no reservation gave, by deadline,
+    then the kills."""
+    out: list[p.ChangeMsg] = []
+    steps = {alloc.id: _path_from_absent(alloc) for alloc in state.allocations.values() if alloc.preempting}
+    marked = [a for a in state.allocations.values() if p.VictimsMarked in steps.get(a.id, ()) and a.reservation is None]
+    for deadline in sorted({a.preempt_deadline for a in marked if a.preempt_deadline is not None}):
+        out.append(p.VictimsMarked(victims=[a.id for a in marked if a.preempt_deadline == deadline], deadline=deadline))
+    killed = [aid for aid, changes in steps.items() if p.VictimsKilled in changes]
+    if killed:
+        out.append(p.VictimsKilled(victims=killed))
+    return out
+
+
+def _path_from_absent(alloc: Allocation) -> list[type[p.ChangeMsg]]:
+    changes = lifecycle.path(lifecycle.ALLOCATION, lifecycle.ABSENT, alloc.phase)
+    assert changes is not None  # every phase is reached from absent
+    return changes
+
+
+def _contract_changes(state: PartitionState) -> list[p.ChangeMsg]:
+    """The open preemption requests, with what they were given back and what the policy cancelled."""
+    return [
+        p.ContractSet(
+            contract=c.id,
+            app=c.app,
+            resource=c.resource,
+            deadline=c.deadline,
+            victims=c.victims,
+            policy=c.policy,
+            released=c.released,
+            cancelled=c.cancelled,
+        )
+        for c in state.contracts.values()
+    ]
