@@ -15,6 +15,8 @@ An app's ``disrupted`` counts its guaranteed containers under notice (its disrup
 ``guarded`` indexes the apps with a budget or that opted out of preemption.
 A node's last utilization report and its over-commit totals (:mod:`core.overcommit`: the containers
 placed since that report, those placed beyond its allocated room) are kept the same way.
+Allocations, preemption reservations, node reservations and preemption contracts move only as their
+transition tables in :mod:`core.lifecycle` allow: ``apply`` raises :class:`StateError` on any other move.
 """
 
 from __future__ import annotations
@@ -762,6 +764,9 @@ class PartitionState:
             c,
             f"allocation {c.allocation} committed twice",
         )
+        if c.reservation is not None:  # it fulfils a held reservation
+            phase = "held" if c.reservation in self.reservations else lifecycle.ABSENT
+            _require(lifecycle.PREEMPTION_RESERVATION, phase, c, f"allocation {c.allocation}: no {c.reservation} held")
         app = self.apps.get(c.app)
         node = self.nodes.get(c.node)
         if app is None or node is None:

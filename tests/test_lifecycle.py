@@ -77,6 +77,10 @@ def test_an_allocation_moves_through_its_phases(changes: list[p.ChangeMsg], phas
         ([p.ContractGone(contract="preq-1")], "preemption request preq-1 is not open"),
         ([p.ReservationGone(reservation="resv-1")], "reservation resv-1 is not known"),
         ([p.NodeReservationGone(node="n1")], "node n1 holds no node reservation"),
+        (
+            [p.AllocationSet(allocation="alloc-2", app="a1", ask="k", node="n1", resource={}, reservation="resv-9")],
+            "allocation alloc-2: no resv-9 held",
+        ),
     ],
 )
 def test_a_change_the_table_has_no_move_for_is_a_state_error(changes: list[p.ChangeMsg], message: str) -> None:
