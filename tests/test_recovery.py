@@ -27,7 +27,7 @@ from core.recovery import (
 from messages import decisions as d
 from messages import feed as f
 from messages import protocol as p
-from messages.snapshot import Snapshot, SnapshotError, snapshot_msgpack
+from messages.snapshot import Snapshot, SnapshotError, decode_body, encode_body, snapshot_msgpack
 from tests.core_support import fingerprint, partition_raw, queue
 
 P = "default"
@@ -214,7 +214,7 @@ def test_decisions_never_published_come_back_fresh_and_nothing_is_decided_twice(
     # The old owner died after publishing only the first of them.
     published = [x for x in o.log if x.seq <= lost[0].seq]
     core, result = _recover(o, snap, published)
-    assert [(type(x), x.allocation) for x in result.fresh] == [(d.AllocationLost, lost[1].allocation)]  # type: ignore[union-attr]
+    assert [(type(x), x.allocation) for x in result.fresh] == [(d.AllocationLost, lost[1].allocation)]
     assert result.fresh[0].seq == lost[1].seq
     assert _fp(core) == _fp(o.core)
 
@@ -305,3 +305,43 @@ def test_decisions_carry_the_feed_offset_they_were_made_after() -> None:
     allocated = [x for x in o.log if isinstance(x, d.Allocated)]
     last_feed = o.feed[-1][0]
     assert allocated and all(x.feed_offset == last_feed for x in allocated)
+
+
+def _owner_with_a_killed_victim() -> Owner:
+    o = _busy_owner()
+    o.feed_event(
+        f.AppAdded(partition=P, id="a1", app="a1", queue="root.a"),
+        f.AskAdded(partition=P, id="a1k", app="a1", ask="k", resource={"memory": 4}, count=1),
+    )
+    o.settle()
+    victim = next(a for a in o.core.state.allocations.values() if a.node == "n1")
+    o.propose(
+        p.PreemptionProposal(
+            partition=P,
+            id="pp/1",
+            view_seq=o.allocator.view_seq,
+            policy="sniper",
+            placements=[p.Victimized(app="a1", ask="k", node="n1", victims=[victim.id])],
+        )
+    )
+    o.tick(100.0)  # past the grace: kill
+    assert [x.allocation for x in o.log if isinstance(x, d.Kill)] == [victim.id]
+    return o
+
+
+def test_a_snapshot_kills_in_its_changes_and_one_that_lists_kills_aside_restores_the_same() -> None:
+    o = _owner_with_a_killed_victim()
+    killed = {a.id for a in o.core.state.allocations.values() if a.killed}
+    snapshot = take_snapshot(o.core)
+    body = decode_body(snapshot)
+    assert body.killed == [] and [c.victims for c in body.changes if isinstance(c, p.VictimsKilled)] == [sorted(killed)]
+    aside = msgspec.structs.replace(
+        body, changes=[c for c in body.changes if not isinstance(c, p.VictimsKilled)], killed=sorted(killed)
+    )
+    codec, raw = encode_body(aside)
+    older = msgspec.structs.replace(snapshot, codec=codec, body=raw)
+    for restored in (restore(snapshot), restore(older)):
+        assert {a.id for a in restored.state.allocations.values() if a.killed} == killed
+        assert _fp(restored) == _fp(o.core)
+        restored.tick(200.0)
+        assert not [x for x in restored.drain().decisions if isinstance(x, d.Kill)]  # never killed twice
