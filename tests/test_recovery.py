@@ -24,6 +24,7 @@ from core.recovery import (
     restore,
     take_snapshot,
 )
+from core.state import Allocation
 from messages import decisions as d
 from messages import feed as f
 from messages import protocol as p
@@ -86,13 +87,15 @@ class Owner:
         self.pump()
 
 
-def _busy_owner() -> Owner:
+def _busy_owner(count: int = 4, *more: f.Feed) -> Owner:
+    """Two nodes of 8, filled by ``count`` containers of 4 of b1/k (and what ``more`` asks for)."""
     o = Owner()
     o.feed_event(
         f.NodeAdded(partition=P, id="n1", node="n1", capacity={"memory": 8}),
         f.NodeAdded(partition=P, id="n2", node="n2", capacity={"memory": 8}),
         f.AppAdded(partition=P, id="b1", app="b1", queue="root.b"),
-        f.AskAdded(partition=P, id="b1k", app="b1", ask="k", resource={"memory": 4}, count=4),
+        f.AskAdded(partition=P, id="b1k", app="b1", ask="k", resource={"memory": 4}, count=count),
+        *more,
     )
     o.settle()
     return o
@@ -151,15 +154,7 @@ def test_replay_from_the_start_rebuilds_the_state_without_deciding_anything() ->
 
 
 def test_replay_pins_a_container_placed_for_a_required_node_as_the_owner_did() -> None:
-    o = Owner()
-    o.feed_event(
-        f.NodeAdded(partition=P, id="n1", node="n1", capacity={"memory": 8}),
-        f.NodeAdded(partition=P, id="n2", node="n2", capacity={"memory": 8}),
-        f.AppAdded(partition=P, id="b1", app="b1", queue="root.b"),
-        f.AskAdded(partition=P, id="b1k", app="b1", ask="k", resource={"memory": 4}, count=2),
-        f.AskAdded(partition=P, id="b1r", app="b1", ask="r", resource={"memory": 4}, count=1, node="n2"),
-    )
-    o.settle()
+    o = _busy_owner(2, f.AskAdded(partition=P, id="b1r", app="b1", ask="r", resource={"memory": 4}, count=1, node="n2"))
     pinned = {a.id: a.pinned for a in o.core.state.allocations.values()}
     assert sorted(pinned.values()) == [False, False, True]
     core, result = _recover(o, take_snapshot(DurableCacheCore(P)))
@@ -172,21 +167,7 @@ def test_replay_after_a_snapshot_with_releases_preemption_kill_and_node_loss() -
     o = _busy_owner()
     snap = take_snapshot(o.core)
     # After the snapshot: a beneficiary arrives, the sniper preempts for it, a kill, a release, node loss.
-    o.feed_event(
-        f.AppAdded(partition=P, id="a1", app="a1", queue="root.a"),
-        f.AskAdded(partition=P, id="a1k", app="a1", ask="k", resource={"memory": 4}, count=1),
-    )
-    o.settle()
-    victim = next(a for a in o.core.state.allocations.values() if a.node == "n1")
-    o.propose(
-        p.PreemptionProposal(
-            partition=P,
-            id="pp/1",
-            view_seq=o.allocator.view_seq,
-            policy="sniper",
-            placements=[p.Victimized(app="a1", ask="k", node="n1", victims=[victim.id])],
-        )
-    )
+    victim = _preempt_on_n1(o)
     assert any(isinstance(x, d.Preempt) for x in o.log), o.log[-3:]
     o.tick(100.0)  # past the grace: kill
     assert any(isinstance(x, d.Kill) for x in o.log)
@@ -307,8 +288,8 @@ def test_decisions_carry_the_feed_offset_they_were_made_after() -> None:
     assert allocated and all(x.feed_offset == last_feed for x in allocated)
 
 
-def _owner_with_a_killed_victim() -> Owner:
-    o = _busy_owner()
+def _preempt_on_n1(o: Owner) -> Allocation:
+    """A beneficiary arrives and the sniper preempts one container on n1 for it (returned)."""
     o.feed_event(
         f.AppAdded(partition=P, id="a1", app="a1", queue="root.a"),
         f.AskAdded(partition=P, id="a1k", app="a1", ask="k", resource={"memory": 4}, count=1),
@@ -324,6 +305,12 @@ def _owner_with_a_killed_victim() -> Owner:
             placements=[p.Victimized(app="a1", ask="k", node="n1", victims=[victim.id])],
         )
     )
+    return victim
+
+
+def _owner_with_a_killed_victim() -> Owner:
+    o = _busy_owner()
+    victim = _preempt_on_n1(o)
     o.tick(100.0)  # past the grace: kill
     assert [x.allocation for x in o.log if isinstance(x, d.Kill)] == [victim.id]
     return o
