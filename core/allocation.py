@@ -127,59 +127,113 @@ def find_ask_candidates(
     root = state.root
     if root is None or n <= 0:
         return []
-    filters = filters or CandidateFilter()
-    capacity = state.capacity
-    # Per queue, what does not change during a call: pending's dominant share, the guarantee's share vector.
-    constants: dict[str, tuple[float, tuple[float, ...]]] = {}
+    walk = _CandidateWalk(state, preemption, filters or CandidateFilter(), queue_key, headroom_extra, limits)
+    out: list[Ask] = []
+    picked = walk.picked
+    extra = walk.extra
+    while len(out) < n:
+        ask = walk.pick(root)
+        if ask is None:
+            break
+        res.add_into(extra.setdefault(root.path, {}), ask.resource)
+        picked[ask.key] = picked.get(ask.key, 0) + 1
+        out.append(ask)
+    return out
 
-    def default_key(q: Queue, u: Resource) -> tuple[object, ...]:
-        known = constants.get(q.path)
+
+class _CandidateWalk:
+    """One :func:`find_ask_candidates` call's walk down the queue tree: a heap of children per parent
+    queue keyed on their usage plus what this call picked, a cursor per leaf over its apps' asks, and
+    the tallies of the call (usage picked per queue, containers picked per ask)."""
+
+    __slots__ = (
+        "capacity",
+        "constants",
+        "cursors",
+        "extra",
+        "filters",
+        "heaps",
+        "key_of",
+        "limits",
+        "picked",
+        "preemption",
+        "room",
+        "state",
+    )
+
+    def __init__(
+        self,
+        state: PartitionState,
+        preemption: bool,
+        filters: CandidateFilter,
+        queue_key: QueueKey | None,
+        headroom_extra: dict[str, Resource] | None,
+        limits: Limits | None,
+    ) -> None:
+        self.state = state
+        self.preemption = preemption
+        self.filters = filters
+        self.capacity = state.capacity
+        # Per queue, what does not change during a call: pending's dominant share, the guarantee's share vector.
+        self.constants: dict[str, tuple[float, tuple[float, ...]]] = {}
+        self.key_of: QueueKey = queue_key or self.default_key
+        self.limits = Limits.of(state) if limits is None else limits
+        # Usage picked in this call (plus what the caller holds), per queue path, all levels.
+        self.extra: dict[str, Resource] = {k: dict(v) for k, v in headroom_extra.items()} if headroom_extra else {}
+        self.picked: dict[AskKey, int] = {}
+        self.heaps: dict[str, list[tuple[tuple[object, ...], Queue]]] = {}
+        self.cursors: dict[str, _LeafCursor] = {}
+        self.room: list[Resource] = []  # free room of the schedulable nodes, summed once when first needed
+
+    def default_key(self, q: Queue, u: Resource) -> tuple[object, ...]:
+        """:func:`usage_key` with the queue's constants computed once per call."""
+        capacity = self.capacity
+        known = self.constants.get(q.path)
         if known is None:
             share = res.dominant_share(q.pending, capacity) if capacity else 0.0
-            known = constants[q.path] = (share, res.share_vector(q.guaranteed, capacity))
+            known = self.constants[q.path] = (share, res.share_vector(q.guaranteed, capacity))
         return usage_key(q, u, capacity, known[0], known[1])
 
-    key_of: QueueKey = queue_key or default_key
-    if limits is None:
-        limits = Limits.of(state)
-    # Usage picked in this call (plus what the caller holds), per queue path, all levels.
-    extra: dict[str, Resource] = {k: dict(v) for k, v in headroom_extra.items()} if headroom_extra else {}
-    picked: dict[AskKey, int] = {}
-    heaps: dict[str, list[tuple[tuple[object, ...], Queue]]] = {}
-    cursors: dict[str, _LeafCursor] = {}
-    room: list[Resource] = []  # free room of the schedulable nodes, summed once when first needed
-
-    def fits_again(ask: Ask, times: int) -> bool:
+    def fits_again(self, ask: Ask, times: int) -> bool:
         """Whether the free room holds ``times + 1`` containers of ``ask`` (``times`` already picked)."""
+        room = self.room
         if not room:
-            room.append(_free_room(state))
+            room.append(_free_room(self.state))
         free = room[0]
         return all(free.get(name, 0) >= (times + 1) * amount for name, amount in ask.resource.items() if amount > 0)
 
-    def usage(q: Queue) -> Resource:
+    def usage(self, q: Queue) -> Resource:
+        """The queue's usage plus what this call picked below it."""
         u = q.usage()
-        more = extra.get(q.path)
+        more = self.extra.get(q.path)
         if more:
             res.add_into(u, more)
         return u
 
-    def heap_of(parent: Queue) -> list[tuple[tuple[object, ...], Queue]]:
-        h = heaps.get(parent.path)
+    def heap_of(self, parent: Queue) -> list[tuple[tuple[object, ...], Queue]]:
+        """The heap of ``parent``'s children with pending asks (that the filter admits), made on first use."""
+        h = self.heaps.get(parent.path)
         if h is None:
+            queue_filter = self.filters.queue
             h = [
-                (key_of(c, usage(c)), c)
+                (self.key_of(c, self.usage(c)), c)
                 for c in parent.children
-                if res.any_positive(c.pending) and (filters.queue is None or filters.queue(c))
+                if res.any_positive(c.pending) and (queue_filter is None or queue_filter(c))
             ]
             heapq.heapify(h)
-            heaps[parent.path] = h
+            self.heaps[parent.path] = h
         return h
 
-    def next_from_leaf(leaf: Queue) -> Ask | None:
-        cur = cursors.get(leaf.path)
+    def next_from_leaf(self, leaf: Queue) -> Ask | None:
+        """The next container to try in ``leaf``: its apps in the leaf's sort order, each app's asks by
+        priority then age, past the asks the filters, the picks so far, the free room, every ``max`` (outside
+        preemption) or a limit rule out; ``None`` when none is left."""
+        state, filters, limits, preemption, picked = self.state, self.filters, self.limits, self.preemption, self.picked
+        cur = self.cursors.get(leaf.path)
         if cur is None:
-            cur = cursors[leaf.path] = _LeafCursor(leaf, capacity, filters.app)
+            cur = self.cursors[leaf.path] = _LeafCursor(leaf, self.capacity, filters.app)
         apps = cur.apps
+        extra = self.extra
         while apps:
             _, seq, app_cur = apps[0]
             while (ask := app_cur.current) is not None:
@@ -187,7 +241,7 @@ def find_ask_candidates(
                     ask.key in filters.skip
                     or (filters.ask is not None and not filters.ask(ask))
                     or ask.pending - (times := picked.get(ask.key, 0)) <= 0
-                    or (times and not preemption and not fits_again(ask, times))
+                    or (times and not preemption and not self.fits_again(ask, times))
                     or (limits is not None and not limits.allows(ask))
                 ):
                     app_cur.current = next(app_cur.rest, None)
@@ -203,35 +257,26 @@ def find_ask_candidates(
                     limits.charge(ask)
                 if cur.policy == "fair":
                     res.add_into(app_cur.selected, ask.resource)
-                    new_key = app_key("fair", app_cur.app, app_cur.selected, capacity)
+                    new_key = app_key("fair", app_cur.app, app_cur.selected, self.capacity)
                     heapq.heapreplace(apps, (new_key, seq, app_cur))
                 return ask
             heapq.heappop(apps)
         return None
 
-    def pick(parent: Queue) -> Ask | None:
-        h = heap_of(parent)
+    def pick(self, parent: Queue) -> Ask | None:
+        """The next container below ``parent``: from its most under-served child, which is charged with it
+        and re-keyed in ``parent``'s heap."""
+        h = self.heap_of(parent)
         while h:
             _, child = h[0]
-            ask = next_from_leaf(child) if child.is_leaf else pick(child)
+            ask = self.next_from_leaf(child) if child.is_leaf else self.pick(child)
             if ask is None:
                 heapq.heappop(h)
                 continue
-            # Charge the pick to the child and re-key it in its parent's heap.
-            res.add_into(extra.setdefault(child.path, {}), ask.resource)
-            heapq.heapreplace(h, (key_of(child, usage(child)), child))
+            res.add_into(self.extra.setdefault(child.path, {}), ask.resource)
+            heapq.heapreplace(h, (self.key_of(child, self.usage(child)), child))
             return ask
         return None
-
-    out: list[Ask] = []
-    while len(out) < n:
-        ask = pick(root)
-        if ask is None:
-            break
-        res.add_into(extra.setdefault(root.path, {}), ask.resource)
-        picked[ask.key] = picked.get(ask.key, 0) + 1
-        out.append(ask)
-    return out
 
 
 def _free_room(state: PartitionState) -> Resource:

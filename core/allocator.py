@@ -117,26 +117,9 @@ class Allocator(ViewReplica):
             for key in self.last_tried:
                 missed[key] = missed.get(key, 0) + 1
             return None
-        placed_all: list[tuple[Ask, Node]] = []
-        tried: set[AskKey] = set()
-        failed: set[AskKey] = set()
-        blocked: set[AskKey] = set()  # kept out by a max: they miss too (preemption may free the max)
-        while n_alloc > 0:
-            candidates = find_ask_candidates(
-                state, n_alloc, preemption=False, filters=CandidateFilter(skip=failed, blocked=blocked)
-            )
-            if not candidates:
-                break
-            result = try_allocate(state, candidates, preemption=False)
-            for ask in candidates:
-                tried.add(ask.key)
-            placed_all.extend(result.placed)
-            # Asks that failed no longer hide the ones behind them (batch, headroom): look again.
-            progress = bool(result.placed) or not result.failed <= failed
-            failed |= result.failed
-            n_alloc -= len(result.placed)
-            if not progress:
-                break
+        walk = _place_guaranteed(state, n_alloc)
+        placed_all = walk.placed
+        n_alloc -= len(placed_all)
         reserved = place_reserved(state, n_alloc)  # after the queues in the ideal assignment's order
         placed_all.extend(reserved)
         n_alloc -= len(reserved)
@@ -144,23 +127,40 @@ class Allocator(ViewReplica):
         plan = opportunistic.OpportunisticPlan()
         if n_alloc <= 0:
             self.dirty = True  # the batch ran out before the candidates did: go on next time
-        elif failed or state.opportunistic_asks:
+        elif walk.failed or state.opportunistic_asks:
             # Guaranteed asks first: evictions for those the free room could not hold, then the
             # opportunistic asks on the room no guaranteed ask can use now.
+            failed = walk.failed
             starving = sorted((a for key in failed if (a := state.ask(key)) is not None), key=lambda a: a.sort_key)
             plan = opportunistic.plan(state, starving, n_alloc)
             placed_all.extend(plan.placed)
             placed_all.extend((ask, node) for ask, node, _ in plan.evictions)
+        reserve = self._node_reservations(walk, placed_all)
+        self._count_missed(walk, placed_all)
+        if not placed_all and not reserve:
+            # (A node reservation needs an ask overtaken in the same cycle: none, when nothing was placed.)
+            if budget is None and not state.reservations:
+                self._fruitless = (state, state.version)
+            return None
+        return self._propose(placed_all, plan, reserve)
+
+    def _node_reservations(self, walk: _Walk, placed: list[tuple[Ask, Node]]) -> list[tuple[Ask, Node]]:
+        """The node reservations this cycle asks for (:func:`core.node_reservation.choose`): for asks the
+        free room could not hold (a ``max`` aside), not already reserving or reserved in flight."""
+        state = self.state
         reserving = [pair for pairs in self.reserving.values() for pair in pairs]
-        reserve = node_reservation.choose(
+        return node_reservation.choose(
             state,
-            (a for key in failed - blocked if (a := state.ask(key)) is not None),
-            placed_all,
+            (a for key in walk.failed - walk.blocked if (a := state.ask(key)) is not None),
+            placed,
             {key for key, _ in reserving},
             {name for _, name in reserving},
         )
-        got = {ask.key for ask, _ in placed_all}  # an eviction's room is reserved for its ask: it got it
-        tried |= got | blocked
+
+    def _count_missed(self, walk: _Walk, placed: list[tuple[Ask, Node]]) -> None:
+        """Every ask tried and not placed misses an opportunity; a placed one starts again from none."""
+        got = {ask.key for ask, _ in placed}  # an eviction's room is reserved for its ask: it got it
+        tried = walk.tried | got | walk.blocked
         self.last_tried = frozenset(tried)
         missed = self.missed
         for key in tried:
@@ -168,19 +168,19 @@ class Allocator(ViewReplica):
                 missed.pop(key, None)
             else:
                 missed[key] = missed.get(key, 0) + 1
-        if not placed_all and not reserve:
-            # (A node reservation needs an ask overtaken in the same cycle: none, when nothing was placed.)
-            if budget is None and not state.reservations:
-                self._fruitless = (state, state.version)
-            return None
+
+    def _propose(
+        self, placed: list[tuple[Ask, Node]], plan: opportunistic.OpportunisticPlan, reserve: list[tuple[Ask, Node]]
+    ) -> p.AllocationProposal:
+        """Hold what the cycle placed (evictions last in ``placed``) and say it in one proposal."""
         self._next_proposal += 1
         pid = f"{self.partition}/a{self._next_proposal}"
-        self.hold(pid, placed_all)
+        self.hold(pid, placed)
         if reserve:
             self.reserving[pid] = [(ask.key, node.name) for ask, node in reserve]
-        self.stats.proposed += len(placed_all)
+        self.stats.proposed += len(placed)
         evicting = len(plan.evictions)
-        placements = placed_all[: len(placed_all) - evicting]
+        placements = placed[: len(placed) - evicting]
         return p.AllocationProposal(
             partition=self.partition,
             id=pid,
@@ -191,6 +191,41 @@ class Allocator(ViewReplica):
             evictions=opportunistic.as_victimized(plan.evictions),
             reservations=[p.NodeReserve(app=a.key[0], ask=a.key[1], node=n.name, ask_seq=a.seq) for a, n in reserve],
         )
+
+
+@dataclasses.dataclass(slots=True)
+class _Walk:
+    """What one cycle's walk over the queues did: the containers it placed on free room, the asks it
+    tried, those that found no room, and those a ``max`` kept out (they miss too: preemption may free it)."""
+
+    placed: list[tuple[Ask, Node]] = dataclasses.field(default_factory=list)
+    tried: set[AskKey] = dataclasses.field(default_factory=set)
+    failed: set[AskKey] = dataclasses.field(default_factory=set)
+    blocked: set[AskKey] = dataclasses.field(default_factory=set)
+
+
+def _place_guaranteed(state: PartitionState, budget: int) -> _Walk:
+    """Up to ``budget`` containers on free room, in the ideal assignment's order (each held as placed);
+    asks that failed no longer hide the ones behind them (batch, headroom), so it looks again until a
+    look places nothing new and fails no new ask."""
+    walk = _Walk()
+    failed = walk.failed
+    while budget > 0:
+        candidates = find_ask_candidates(
+            state, budget, preemption=False, filters=CandidateFilter(skip=failed, blocked=walk.blocked)
+        )
+        if not candidates:
+            break
+        result = try_allocate(state, candidates, preemption=False)
+        for ask in candidates:
+            walk.tried.add(ask.key)
+        walk.placed.extend(result.placed)
+        progress = bool(result.placed) or not result.failed <= failed
+        failed |= result.failed
+        budget -= len(result.placed)
+        if not progress:
+            break
+    return walk
 
 
 def place_reserved(state: PartitionState, budget: int) -> list[tuple[Ask, Node]]:

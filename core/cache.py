@@ -13,7 +13,7 @@ from collections import Counter, OrderedDict
 from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
-from core import gang, node_reservation, opportunistic, overcommit
+from core import gang, lifecycle, node_reservation, opportunistic, overcommit
 from core import resources as res
 from core.config import AdmissionConfig, ConfigError, PartitionConfig, parse_partition, partition_to_raw
 from core.limits import Limits
@@ -21,6 +21,7 @@ from core.resources import Resource
 from core.state import (
     Allocation,
     App,
+    Ask,
     AskKey,
     Node,
     PartitionState,
@@ -85,9 +86,9 @@ class Cache:
             decision_type(partition=self.partition, seq=self.decision_seq, epoch=self.epoch, t=self.state.now, **fields)
         )
 
-    def _reject(self, reason: str, *, app: str = "", ask: str = "", event: str = "") -> None:
+    def _reject(self, code: d.RejectionCode, reason: str, *, app: str = "", ask: str = "", event: str = "") -> None:
         self.stats.rejected_events += 1
-        self.decide(d.Rejected, reason=reason, app=app, ask=ask, event=event)
+        self.decide(d.Rejected, reason=reason, app=app, ask=ask, event=event, code=code)
 
     def outcome(self, proposal: str, accepted: int, rejected: dict[str, str]) -> None:
         self.stats.placements_accepted += accepted
@@ -174,12 +175,12 @@ class Cache:
             return
         if self.state.root is None and not isinstance(event, f.PartitionConfigEvent | f.PartitionRemoved):
             what = f"{type(event).__name__}: partition {self.partition} has no configuration yet"
-            self._reject(what, event=event.id)
+            self._reject("unconfigured", what, event=event.id)
             return
         try:
             self._dispatch(event)
         except (StateError, ConfigError, res.QuantityError, KeyError) as err:
-            self._reject(f"{type(event).__name__}: {err}", event=event.id)
+            self._reject("invalid", f"{type(event).__name__}: {err}", event=event.id)
 
     def _dispatch(self, event: f.Feed) -> None:
         match event:
@@ -193,7 +194,7 @@ class Cache:
             case f.NodeUpdated(node=name, capacity=capacity, schedulable=schedulable):
                 node = self.state.nodes.get(name)
                 if node is None:
-                    self._reject(f"node_updated: unknown node {name}", event=event.id)
+                    self._reject("unknown_node", f"node_updated: unknown node {name}", event=event.id)
                     return
                 self._node_set(
                     name,
@@ -206,7 +207,7 @@ class Cache:
             case f.NodeUtilization():
                 why = overcommit.take_report(self, event)
                 if why is not None:
-                    self._reject(why, event=event.id)
+                    self._reject("bad_utilization", why, event=event.id)
             case f.AppAdded():
                 self._app_added(event)
             case f.AppRemoved(app=name):
@@ -348,11 +349,15 @@ class Cache:
         existing = self.state.apps.get(e.app)
         if existing is not None:
             if existing.queue.path != e.queue:
-                self._reject(f"app {e.app} already runs in {existing.queue.path}", app=e.app, event=e.id)
+                self._reject(
+                    "app_elsewhere", f"app {e.app} already runs in {existing.queue.path}", app=e.app, event=e.id
+                )
             return
         if self.state.leaf(e.queue) is None:
             why = "a parent queue" if e.queue in self.state.queues else "an unknown queue"
-            self._reject(f"app {e.app}: {e.queue} is {why}; apps go to leaf queues", app=e.app, event=e.id)
+            self._reject(
+                "not_a_leaf", f"app {e.app}: {e.queue} is {why}; apps go to leaf queues", app=e.app, event=e.id
+            )
             return
         self.counters["app"] += 1
         self.commit(
@@ -384,24 +389,27 @@ class Cache:
     def _ask_added(self, e: f.AskAdded) -> None:
         app = self.state.apps.get(e.app)
         if app is None:
-            self._reject(f"ask {e.ask}: unknown app {e.app}", app=e.app, ask=e.ask, event=e.id)
+            self._reject("unknown_app", f"ask {e.ask}: unknown app {e.app}", app=e.app, ask=e.ask, event=e.id)
             return
         if e.ask in app.asks:
             return
         resource = res.normalized(e.resource)
         if not resource:
-            self._reject(f"ask {e.app}/{e.ask} asks for nothing", app=e.app, ask=e.ask, event=e.id)
+            self._reject("empty_ask", f"ask {e.app}/{e.ask} asks for nothing", app=e.app, ask=e.ask, event=e.id)
             return
         if e.am and e.execution_type == "opportunistic":  # as YARN: an AM always runs guaranteed
             reason = f"ask {e.app}/{e.ask}: an application master cannot be opportunistic"
-            self._reject(reason, app=e.app, ask=e.ask, event=e.id)
+            self._reject("opportunistic_am", reason, app=e.app, ask=e.ask, event=e.id)
             return
         why = self._over_admission(app, e.count)
         if why is not None:
-            self._reject(f"ask {e.app}/{e.ask} (count {e.count}): {why}", app=e.app, ask=e.ask, event=e.id)
+            self._reject(
+                "over_admission", f"ask {e.app}/{e.ask} (count {e.count}): {why}", app=e.app, ask=e.ask, event=e.id
+            )
             return
         if e.gang_min > e.count:
             self._reject(
+                "gang_over_count",
                 f"ask {e.app}/{e.ask}: gang_min {e.gang_min} is more than its count {e.count}",
                 app=e.app,
                 ask=e.ask,
@@ -413,6 +421,7 @@ class Cache:
             if q.max is not None and not res.fits({k: v for k, v in whole.items() if k in q.max}, q.max):
                 what = f": its gang of {e.gang_min}" if e.gang_min > 1 else ""
                 self._reject(
+                    "over_queue_max",
                     f"ask {e.app}/{e.ask} ({res.fmt(resource)}){what} can never fit queue {q.path}'s max"
                     f" ({res.fmt(q.max)})",
                     app=e.app,
@@ -426,6 +435,7 @@ class Cache:
             and not any(selector_matches(e.node_selector, n.labels) for n in self.state.nodes.values())
         ):
             self._reject(
+                "no_matching_node",
                 f"ask {e.app}/{e.ask}: no node matches its node selector {e.node_selector}",
                 app=e.app,
                 ask=e.ask,
@@ -434,12 +444,15 @@ class Cache:
             return
         why = self._never_fits(resource, e.node)
         if why is not None:
-            self._reject(f"ask {e.app}/{e.ask} ({res.fmt(resource)}) {why}", app=e.app, ask=e.ask, event=e.id)
+            self._reject(
+                "never_fits", f"ask {e.app}/{e.ask} ({res.fmt(resource)}) {why}", app=e.app, ask=e.ask, event=e.id
+            )
             return
         if e.gang_min > 1 and self.state.nodes:
             why = gang.never_fits(self.state, resource, e.gang_min, e.node, e.node_selector)
             if why:
-                self._reject(f"ask {e.app}/{e.ask} ({res.fmt(resource)}): {why}", app=e.app, ask=e.ask, event=e.id)
+                reason = f"ask {e.app}/{e.ask} ({res.fmt(resource)}): {why}"
+                self._reject("gang_never_fits", reason, app=e.app, ask=e.ask, event=e.id)
                 return
         self.counters["ask"] += 1
         self.commit(
@@ -554,7 +567,7 @@ class Cache:
             why = f"would take queue {alloc.queue.path} over its max"
         if why is not None:
             app = "" if alloc is None else alloc.app
-            self._reject(f"allocation_promoted: allocation {aid} {why}", app=app, event=event_id)
+            self._reject("promotion_refused", f"allocation_promoted: allocation {aid} {why}", app=app, event=event_id)
             return
         assert alloc is not None
         self.commit(p.AllocationPromoted(allocation=aid))
@@ -847,24 +860,22 @@ class Cache:
         app = self.state.apps[app_name]
         ask = app.asks[ask_name]
         node = self.state.nodes[node_name]
-        over = ask.opportunistic and overcommit.beyond_room(overcommit.config_of(self.state), node, ask.resource)
         self.counters["alloc"] += 1
         aid = f"alloc-{self.counters['alloc']}"
+        rid = None if reservation is None else reservation.id
         self.commit(
-            p.AllocationSet(
-                allocation=aid,
-                app=app_name,
-                ask=ask_name,
-                node=node_name,
-                resource=ask.resource,
-                start=self.state.now,
-                am=ask.am,
-                reservation=None if reservation is None else reservation.id,
-                priority=ask.priority,
-                opportunistic=ask.opportunistic,
-                pinned=ask.required_node is not None,
-                usage=ask.usage,
-                overcommit=over,
+            allocation_set(
+                self.state,
+                aid,
+                app_name,
+                ask_name,
+                ask,
+                node,
+                ask.resource,
+                ask.am,
+                ask.opportunistic,
+                rid,
+                self.state.now,
             )
         )
         self.decide(
@@ -883,104 +894,178 @@ class Cache:
             self._release_victims(reservation, "its beneficiary was placed before its victims were gone")
 
 
+def allocation_set(
+    state: PartitionState,
+    allocation: str,
+    app: str,
+    ask_name: str,
+    ask: Ask | None,
+    node: Node,
+    resource: Resource,
+    am: bool,
+    opportunistic: bool,
+    reservation: str | None,
+    start: float,
+) -> p.AllocationSet:
+    """The change that commits one container of ``ask`` on ``node`` started at ``start``, live
+    (:meth:`Cache.allocate`) and on replay (:func:`core.recovery.apply_logged`, where the ask may be gone):
+    its priority, pinning (placed for a required node) and usage follow from the ask, its over-commit from
+    the node's room."""
+    over = opportunistic and overcommit.beyond_room(overcommit.config_of(state), node, resource)
+    return p.AllocationSet(
+        allocation=allocation,
+        app=app,
+        ask=ask_name,
+        node=node.name,
+        resource=resource,
+        start=start,
+        am=am,
+        reservation=reservation,
+        priority=0 if ask is None else ask.priority,
+        opportunistic=opportunistic,
+        pinned=ask is not None and ask.required_node is not None,
+        usage=None if ask is None else ask.usage,
+        overcommit=over,
+    )
+
+
 def state_changes(state: PartitionState) -> list[p.ChangeMsg]:
-    """Changes that rebuild ``state`` from nothing (replica reset and snapshots)."""
+    """Changes that rebuild ``state`` from nothing (replica reset and snapshots): the clock, the
+    configuration, nodes, apps with their asks, then every lifecycle object brought to its phase by the
+    changes of its table's path from ``absent`` (:mod:`core.lifecycle`)."""
     out: list[p.ChangeMsg] = [p.Clock(now=state.now)]
     if state.config is not None:
         out.append(p.ConfigSet(config=partition_to_raw(state.config)))
     for node in state.nodes.values():
         out.append(p.NodeSet(node=node.name, capacity=node.capacity, schedulable=node.schedulable, labels=node.labels))
     for app in sorted(state.apps.values(), key=lambda a: a.submit_seq):
-        live = Counter(state.allocations[a].ask for a in app.allocations)  # live containers per ask
-        out.append(
-            p.AppSet(
-                app=app.name,
-                queue=app.queue.path,
-                user=app.user,
-                groups=app.groups,
-                priority=app.priority,
-                submit_seq=app.submit_seq,
-                submit_time=app.submit_time,
-                preemption_contract=app.contract,
-                max_disruption=app.max_disruption,
-                allow_preemption=app.allow_preemption,
-            )
-        )
-        for ask in sorted(app.asks.values(), key=lambda a: a.seq):
-            out.append(
-                p.AskSet(
-                    app=app.name,
-                    ask=ask.name,
-                    resource=ask.resource,
-                    # Finished containers are gone from the state; live ones are re-added below.
-                    count=ask.count - ask.allocated + live[ask.name],
-                    priority=ask.priority,
-                    am=ask.am,
-                    seq=ask.seq,
-                    created=ask.created,
-                    required_node=ask.required_node,
-                    node_selector={k: sorted(v) for k, v in ask.node_selector.items()},
-                    duration=ask.duration,
-                    retry=ask.retry,
-                    gang_min=ask.gang_min,
-                    opportunistic=ask.opportunistic,
-                    damped_until=ask.damped_until,
-                    reserve_after=ask.reserve_after,
-                    never_preempts=ask.never_preempts,
-                    usage=ask.usage,
-                )
-            )
-    for alloc in state.allocations.values():
-        out.append(
-            p.AllocationSet(
-                allocation=alloc.id,
-                app=alloc.app,
-                ask=alloc.ask,
-                node=alloc.node,
-                resource=alloc.resource,
-                start=alloc.start,
-                am=alloc.am,
-                priority=alloc.priority,
-                opportunistic=alloc.opportunistic,
-                pinned=alloc.pinned,
-                usage=None if alloc.usage is alloc.resource else alloc.usage,
-                overcommit=alloc.overcommit,
-            )
-        )
+        out.extend(_app_changes(state, app))
+    out.extend(_allocation_set_of(alloc) for alloc in state.allocations.values())
     for node in state.nodes.values():
         if node.utilization is not None:
             unmeasured = sorted(node.unmeasured_ids, key=allocation_number)
             out.append(p.NodeUtilizationSet(node=node.name, used=node.utilization, unmeasured=unmeasured))
-    for r in state.reservations.values():
-        out.append(
-            p.ReservationSet(
-                reservation=r.id,
-                app=r.app,
-                ask=r.ask,
-                node=r.node,
-                resource=r.resource,
-                victims=[v for v in r.victims if v in state.allocations],
-                deadline=r.deadline,
-                expires=r.expires,
-                policy=r.policy,
-            )
-        )
+    out.extend(_reservation_changes(state))
     out.extend(node_reservation.state_changes(state))
-    marked = [a for a in state.allocations.values() if a.preempting and a.reservation is None]
-    for deadline in sorted({a.preempt_deadline for a in marked if a.preempt_deadline is not None}):
-        out.append(p.VictimsMarked(victims=[a.id for a in marked if a.preempt_deadline == deadline], deadline=deadline))
-    for c in state.contracts.values():
+    out.extend(_notice_changes(state))
+    out.extend(_contract_changes(state))
+    return out
+
+
+def _app_changes(state: PartitionState, app: App) -> list[p.ChangeMsg]:
+    """``app`` and its asks, each ask asking for what it still wants plus its live containers (re-added
+    after it: finished containers are gone from the state)."""
+    live = Counter(state.allocations[a].ask for a in app.allocations)  # live containers per ask
+    out: list[p.ChangeMsg] = [
+        p.AppSet(
+            app=app.name,
+            queue=app.queue.path,
+            user=app.user,
+            groups=app.groups,
+            priority=app.priority,
+            submit_seq=app.submit_seq,
+            submit_time=app.submit_time,
+            preemption_contract=app.contract,
+            max_disruption=app.max_disruption,
+            allow_preemption=app.allow_preemption,
+        )
+    ]
+    for ask in sorted(app.asks.values(), key=lambda a: a.seq):
         out.append(
-            p.ContractSet(
-                contract=c.id,
-                app=c.app,
-                resource=c.resource,
-                deadline=c.deadline,
-                victims=c.victims,
-                policy=c.policy,
-                released=c.released,
-                cancelled=c.cancelled,
-                beneficiaries=c.beneficiaries,
+            p.AskSet(
+                app=app.name,
+                ask=ask.name,
+                resource=ask.resource,
+                count=ask.count - ask.allocated + live[ask.name],
+                priority=ask.priority,
+                am=ask.am,
+                seq=ask.seq,
+                created=ask.created,
+                required_node=ask.required_node,
+                node_selector={k: sorted(v) for k, v in ask.node_selector.items()},
+                duration=ask.duration,
+                retry=ask.retry,
+                gang_min=ask.gang_min,
+                opportunistic=ask.opportunistic,
+                damped_until=ask.damped_until,
+                reserve_after=ask.reserve_after,
+                never_preempts=ask.never_preempts,
+                usage=ask.usage,
             )
         )
     return out
+
+
+def _allocation_set_of(alloc: Allocation) -> p.AllocationSet:
+    """The first step of every allocation's path: committed, running."""
+    return p.AllocationSet(
+        allocation=alloc.id,
+        app=alloc.app,
+        ask=alloc.ask,
+        node=alloc.node,
+        resource=alloc.resource,
+        start=alloc.start,
+        am=alloc.am,
+        priority=alloc.priority,
+        opportunistic=alloc.opportunistic,
+        pinned=alloc.pinned,
+        usage=None if alloc.usage is alloc.resource else alloc.usage,
+        overcommit=alloc.overcommit,
+    )
+
+
+def _reservation_changes(state: PartitionState) -> list[p.ChangeMsg]:
+    """The preemption reservations held, each marking its victims still there (their ``ReservationSet``
+    step)."""
+    return [
+        p.ReservationSet(
+            reservation=r.id,
+            app=r.app,
+            ask=r.ask,
+            node=r.node,
+            resource=r.resource,
+            victims=[v for v in r.victims if v in state.allocations],
+            deadline=r.deadline,
+            expires=r.expires,
+            policy=r.policy,
+        )
+        for r in state.reservations.values()
+    ]
+
+
+def _notice_changes(state: PartitionState) -> list[p.ChangeMsg]:
+    """The rest of each allocation's path past ``running``: the notices no reservation gave, by deadline,
+    then the kills."""
+    out: list[p.ChangeMsg] = []
+    steps = {alloc.id: _path_from_absent(alloc) for alloc in state.allocations.values() if alloc.preempting}
+    marked = [a for a in state.allocations.values() if p.VictimsMarked in steps.get(a.id, ()) and a.reservation is None]
+    for deadline in sorted({a.preempt_deadline for a in marked if a.preempt_deadline is not None}):
+        out.append(p.VictimsMarked(victims=[a.id for a in marked if a.preempt_deadline == deadline], deadline=deadline))
+    killed = [aid for aid, changes in steps.items() if p.VictimsKilled in changes]
+    if killed:
+        out.append(p.VictimsKilled(victims=killed))
+    return out
+
+
+def _path_from_absent(alloc: Allocation) -> list[type[p.ChangeMsg]]:
+    changes = lifecycle.path(lifecycle.ALLOCATION, lifecycle.ABSENT, alloc.phase)
+    assert changes is not None  # every phase is reached from absent
+    return changes
+
+
+def _contract_changes(state: PartitionState) -> list[p.ChangeMsg]:
+    """The open preemption requests, with what they were given back and what the policy cancelled."""
+    return [
+        p.ContractSet(
+            contract=c.id,
+            app=c.app,
+            resource=c.resource,
+            deadline=c.deadline,
+            victims=c.victims,
+            policy=c.policy,
+            released=c.released,
+            cancelled=c.cancelled,
+            beneficiaries=c.beneficiaries,
+        )
+        for c in state.contracts.values()
+    ]

@@ -27,7 +27,7 @@ Invariants of :func:`replay` (ARCHITECTURE section 3, "the decisions topic is th
 - decisions that replay produces beyond the last logged ``seq`` (the old owner handled the record but
   died before publishing them) are returned as ``fresh``: the caller publishes them;
 - a feed record's time is judged as the old owner judged it wherever the log shows the old owner
-  handled it (a ``rejected`` decision beginning :data:`CLOCK_REFUSED` at its offset, or none), so a
+  handled it (a ``rejected`` decision coded ``clock_ahead`` at its offset, or none), so a
   time refused live is refused on replay and one accepted live is accepted; records past the log are
   judged on the replaying state's clock, as live;
 - nothing here does I/O or reads a clock; time only moves to the ``t`` of logged decisions.
@@ -38,12 +38,13 @@ from __future__ import annotations
 import dataclasses
 import re
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from core import node_reservation, overcommit
-from core.cache import SEEN_IDS, Cache, state_changes
+from core import lifecycle, node_reservation
+from core.cache import SEEN_IDS, Cache, allocation_set, state_changes
 from core.config import PartitionConfig, parse_partition
+from core.state import PartitionState
 from messages import decisions as d
 from messages import feed as f
 from messages import protocol as p
@@ -98,6 +99,14 @@ def feed_problem(event: f.Feed) -> str | None:
 CLOCK_REFUSED = "t ahead of the partition's clock: "  # how a refusal for the time begins (replay finds it)
 
 
+def refused_for_time(rejection: d.Rejected) -> bool:
+    """Whether a logged rejection refused its record for its time: by its code, or, in a log written
+    without codes, by how its reason begins."""
+    if rejection.code is not None:
+        return rejection.code == "clock_ahead"
+    return rejection.reason.startswith(CLOCK_REFUSED)
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class RefusedRecord:
     """A feed record the state refused for its time: it is dead-lettered with ``reason``."""
@@ -140,7 +149,9 @@ class DurableCacheCore(Cache):
         """Handle ``event``; ``too_far`` is the verdict on its time a previous owner logged (replay),
         ``None`` to judge it on this state's clock."""
         why = feed_problem(event)
+        code: d.RejectionCode = "bad_record"
         if why is None:
+            code = "clock_ahead"
             why = self.clock_problem(event)
             if too_far is not None and (why is not None) != too_far:
                 why = f"{CLOCK_REFUSED}t={event.t!r}, as the partition's previous owner judged" if too_far else None
@@ -148,7 +159,7 @@ class DurableCacheCore(Cache):
                 self.refused.append(RefusedRecord(self.feed_offset, event, why))
         if why is not None:
             self.stats.events += 1
-            self._reject(why, event=event.id)
+            self._reject(code, why, event=event.id)
             return
         super().handle_event(event)
         self.feed_time = event.t if self.feed_time is None else max(self.feed_time, event.t)
@@ -164,11 +175,8 @@ class DurableCacheCore(Cache):
 
 def take_snapshot(core: DurableCacheCore, *, kafka_partition: int = -1, wall_time: float = 0.0) -> Snapshot:
     """The whole state of ``core`` as a snapshot (take it only when the core has no unpublished output)."""
-    killed = [a.id for a in core.state.allocations.values() if a.killed]
     flaps = [(app, ask, count, when) for (app, ask), (count, when) in core.flaps.items()]
-    codec, body = encode_body(
-        SnapshotBody(changes=state_changes(core.state), seen=list(core.seen), killed=killed, flaps=flaps)
-    )
+    codec, body = encode_body(SnapshotBody(changes=state_changes(core.state), seen=list(core.seen), flaps=flaps))
     return Snapshot(
         partition=core.partition,
         epoch=core.epoch,
@@ -190,7 +198,10 @@ def restore(snapshot: Snapshot, *, epoch: int | None = None) -> DurableCacheCore
     body = decode_body(snapshot)
     core = DurableCacheCore(snapshot.partition, epoch=snapshot.epoch if epoch is None else epoch)
     core.state.apply_all(body.changes)
-    core.state.apply(p.VictimsKilled(victims=[aid for aid in body.killed if aid in core.state.allocations]))
+    allocations = core.state.allocations  # a snapshot without kills in its changes lists them aside
+    core.state.apply(
+        p.VictimsKilled(victims=[a for a in body.killed if a in allocations and not allocations[a].killed])
+    )
     core.flaps = {(app, ask): (count, when) for app, ask, count, when in body.flaps}
     core.decision_seq = snapshot.decision_seq
     core.feed_offset = snapshot.feed_offset
@@ -245,99 +256,166 @@ def apply_logged(core: Cache, log: Sequence[d.DecisionMsg], index: int) -> tuple
     ``core.decision_seq`` becomes the seq of the last decision consumed.
     """
     dec = log[index]
-    state = core.state
-    problems: list[str] = []
     _advance_clock(core, dec.t)
     end = index + 1
-    match dec:
-        case d.Allocated():
-            _bump_counter(core, "alloc", dec.allocation)
-            app = state.apps.get(dec.app)
-            ask = None if app is None else app.asks.get(dec.ask)
-            if dec.allocation in state.allocations:
-                pass  # already there (a duplicate in the log)
-            elif app is None or dec.node not in state.nodes:
-                problems.append(f"allocated {dec.allocation}: app {dec.app} or node {dec.node} is not known")
-            else:
-                reservation = dec.reservation if dec.reservation in state.reservations else None
-                config = overcommit.config_of(state)
-                resource = dict(dec.resource)
-                over = dec.opportunistic and overcommit.beyond_room(config, state.nodes[dec.node], resource)
-                core.commit(
-                    p.AllocationSet(
-                        allocation=dec.allocation,
-                        app=dec.app,
-                        ask=dec.ask,
-                        node=dec.node,
-                        resource=dict(dec.resource),
-                        start=dec.t,
-                        am=dec.am,
-                        reservation=reservation,
-                        priority=ask.priority if ask is not None else 0,
-                        opportunistic=dec.opportunistic,
-                        usage=ask.usage if ask is not None else None,
-                        overcommit=over,
-                    )
-                )
-        case d.Preempt():
-            # One committed preemption is a run of consecutive preempt records (one per victim).
-            while end < len(log):
-                following = log[end]
-                if not isinstance(following, d.Preempt) or not _same_commit(dec, following):
-                    break
-                end += 1
-            group: list[d.Preempt] = [x for x in log[index:end] if isinstance(x, d.Preempt)]
-            if not dec.observe_only:
-                problems.extend(_apply_preempts(core, group))
-        case d.Kill():
-            alloc = state.allocations.get(dec.allocation)
-            if alloc is not None:
-                if not alloc.preempting:  # a container a preemption request's deadline killed
-                    core.commit(p.VictimsMarked(victims=[alloc.id], deadline=dec.t))
-                core.commit(p.VictimsKilled(victims=[alloc.id]))
-        case d.PreemptRequest():
-            if not dec.observe_only:
-                problems.extend(_apply_request(core, dec))
-        case d.PreemptRequestEnded():
-            if dec.request in state.contracts:
-                core.commit(p.ContractGone(contract=dec.request))
-        case d.Promoted():
-            alloc = state.allocations.get(dec.allocation)
-            if alloc is not None and alloc.opportunistic:
-                core.commit(p.AllocationPromoted(allocation=dec.allocation))
-        case d.PreemptCancelled():
-            alloc = state.allocations.get(dec.allocation)
-            if alloc is not None and alloc.preempting and not alloc.killed:
-                core.commit(p.VictimsReleased(victims=[dec.allocation]))
-        case d.Released() | d.AllocationLost():
-            # Normally regenerated by the replayed feed record; applied here only if replay diverged.
-            if dec.allocation in state.allocations:
-                core.commit(p.AllocationGone(allocation=dec.allocation))
-        case d.ReservationEnded():
-            if dec.reservation in state.reservations:
-                core.commit(p.ReservationGone(reservation=dec.reservation))
-        case d.NodeReserved():
-            _bump_counter(core, "node_reservation", dec.reservation)
-            if dec.node not in state.node_reservations and state.ask((dec.app, dec.ask)) is not None:
-                core.commit(
-                    p.NodeReservationSet(
-                        reservation=dec.reservation,
-                        app=dec.app,
-                        ask=dec.ask,
-                        node=dec.node,
-                        resource=dict(dec.resource),
-                        expires=dec.expires,
-                    )
-                )
-        case d.NodeUnreserved():
-            held = state.node_reservations.get(dec.node)
-            if held is not None and held.id == dec.reservation:
-                no_reserve_before = node_reservation.hold_off(state, dec.reason, dec.t)
-                core.commit(p.NodeReservationGone(node=dec.node, no_reserve_before=no_reserve_before))
-        case _:
-            pass  # rejected: no state
+    problems: list[str] = []
+    if isinstance(dec, d.Preempt):
+        end = _commit_end(log, index)
+        if not dec.observe_only:
+            problems = _apply_preempts(core, [x for x in log[index:end] if isinstance(x, d.Preempt)])
+    elif (followed := _FOLLOWED.get(type(dec))) is not None:
+        _follow(core, followed, dec)
+    else:
+        apply = _APPLY.get(type(dec))
+        if apply is not None:
+            problems = apply(core, dec)
     core.decision_seq = max(core.decision_seq, log[end - 1].seq)
     return end, problems
+
+
+def _apply_allocated(core: Cache, dec: d.Allocated) -> list[str]:
+    """A container committed from a proposal: committed again, unless the log holds it twice."""
+    state = core.state
+    _bump_counter(core, "alloc", dec.allocation)
+    app = state.apps.get(dec.app)
+    if dec.allocation in state.allocations:
+        return []  # already there (a duplicate in the log)
+    if app is None or dec.node not in state.nodes:
+        return [f"allocated {dec.allocation}: app {dec.app} or node {dec.node} is not known"]
+    ask = app.asks.get(dec.ask)
+    reservation = dec.reservation if dec.reservation in state.reservations else None
+    node = state.nodes[dec.node]
+    resource = dict(dec.resource)
+    change = allocation_set(
+        state, dec.allocation, dec.app, dec.ask, ask, node, resource, dec.am, dec.opportunistic, reservation, dec.t
+    )
+    core.commit(change)
+    return []
+
+
+def _apply_request(core: Cache, dec: d.PreemptRequest) -> list[str]:
+    """A logged preemption request (see :func:`_open_request`), unless it only observed."""
+    return [] if dec.observe_only else _open_request(core, dec)
+
+
+def _apply_promoted(core: Cache, dec: d.Promoted) -> list[str]:
+    alloc = core.state.allocations.get(dec.allocation)
+    if alloc is not None and alloc.opportunistic:
+        core.commit(p.AllocationPromoted(allocation=dec.allocation))
+    return []
+
+
+def _apply_node_reserved(core: Cache, dec: d.NodeReserved) -> list[str]:
+    state = core.state
+    _bump_counter(core, "node_reservation", dec.reservation)
+    if dec.node not in state.node_reservations and state.ask((dec.app, dec.ask)) is not None:
+        core.commit(
+            p.NodeReservationSet(
+                reservation=dec.reservation,
+                app=dec.app,
+                ask=dec.ask,
+                node=dec.node,
+                resource=dict(dec.resource),
+                expires=dec.expires,
+            )
+        )
+    return []
+
+
+# Decisions that make something (the rest end something, :data:`_FOLLOWED`, or change no state: rejected, ...).
+_APPLY: dict[type[d.DecisionMsg], Callable[[Cache, Any], list[str]]] = {
+    d.Allocated: _apply_allocated,
+    d.PreemptRequest: _apply_request,
+    d.Promoted: _apply_promoted,
+    d.NodeReserved: _apply_node_reserved,
+}
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Followed:
+    """How replay follows one lifecycle table (:mod:`core.lifecycle`) for the decisions ``ends`` lists:
+    the ``phase`` now of the object a decision names, and the change to commit for each step of the
+    table's path from there to the phase the decision left it in."""
+
+    table: lifecycle.Table
+    ends: Mapping[type[d.DecisionMsg], str]
+    phase: Callable[[PartitionState, Any], str]
+    build: Mapping[type[p.ChangeMsg], Callable[[PartitionState, Any], p.ChangeMsg]]
+
+
+def _allocation_phase(state: PartitionState, dec: d.Kill | d.PreemptCancelled | d.Released | d.AllocationLost) -> str:
+    alloc = state.allocations.get(dec.allocation)
+    return lifecycle.ABSENT if alloc is None else alloc.phase
+
+
+def _node_reservation_phase(state: PartitionState, dec: d.NodeUnreserved) -> str:
+    held = state.node_reservations.get(dec.node)
+    return "held" if held is not None and held.id == dec.reservation else lifecycle.ABSENT
+
+
+_ALLOCATION = _Followed(
+    lifecycle.ALLOCATION,
+    lifecycle.LOGGED_ALLOCATION_END,
+    _allocation_phase,
+    {
+        # A container a preemption request's deadline killed was under no notice: the kill marks it first.
+        p.VictimsMarked: lambda _, dec: p.VictimsMarked(victims=[dec.allocation], deadline=dec.t),
+        p.VictimsKilled: lambda _, dec: p.VictimsKilled(victims=[dec.allocation]),
+        p.VictimsReleased: lambda _, dec: p.VictimsReleased(victims=[dec.allocation]),
+        # Normally regenerated by the replayed feed record; applied here only if replay diverged.
+        p.AllocationGone: lambda _, dec: p.AllocationGone(allocation=dec.allocation),
+    },
+)
+_PREEMPTION_RESERVATION = _Followed(
+    lifecycle.PREEMPTION_RESERVATION,
+    lifecycle.LOGGED_RESERVATION_END,
+    lambda state, dec: "held" if dec.reservation in state.reservations else lifecycle.ABSENT,
+    {p.ReservationGone: lambda _, dec: p.ReservationGone(reservation=dec.reservation)},
+)
+_NODE_RESERVATION = _Followed(
+    lifecycle.NODE_RESERVATION,
+    lifecycle.LOGGED_NODE_RESERVATION_END,
+    _node_reservation_phase,
+    {
+        p.NodeReservationGone: lambda state, dec: p.NodeReservationGone(
+            node=dec.node, no_reserve_before=node_reservation.hold_off(state, dec.reason, dec.t)
+        )
+    },
+)
+_CONTRACT = _Followed(
+    lifecycle.CONTRACT,
+    lifecycle.LOGGED_CONTRACT_END,
+    lambda state, dec: "open" if dec.request in state.contracts else lifecycle.ABSENT,
+    {p.ContractGone: lambda _, dec: p.ContractGone(contract=dec.request)},
+)
+_FOLLOWED: dict[type[d.DecisionMsg], _Followed] = {
+    kind: followed
+    for followed in (_ALLOCATION, _PREEMPTION_RESERVATION, _NODE_RESERVATION, _CONTRACT)
+    for kind in followed.ends
+}
+
+
+def _follow(core: Cache, followed: _Followed, dec: d.DecisionMsg) -> None:
+    """Commit the changes that take the object ``dec`` names from its phase now to the one ``dec`` left it
+    in: none when it is there already (a duplicate, or what the replayed feed did) or cannot get there."""
+    state = core.state
+    steps = lifecycle.path(followed.table, followed.phase(state, dec), followed.ends[type(dec)], lifecycle.REPLAYABLE)
+    for change in steps or ():
+        core.commit(followed.build[change](state, dec))
+
+
+def _commit_end(log: Sequence[d.DecisionMsg], index: int) -> int:
+    """Where the run of preempt records of one committed preemption (one per victim) that starts at
+    ``log[index]`` ends."""
+    first = log[index]
+    assert isinstance(first, d.Preempt)
+    end = index + 1
+    while end < len(log):
+        following = log[end]
+        if not isinstance(following, d.Preempt) or not _same_commit(first, following):
+            break
+        end += 1
+    return end
 
 
 def _same_commit(first: d.Preempt, other: d.Preempt) -> bool:
@@ -396,7 +474,7 @@ def _reserve(
     return None
 
 
-def _apply_request(core: Cache, dec: d.PreemptRequest) -> list[str]:
+def _open_request(core: Cache, dec: d.PreemptRequest) -> list[str]:
     """A logged preemption request: its containers under notice (each with the reservation it names,
     made here when no preempt record of the same commit made it), and the open request."""
     state = core.state
@@ -449,7 +527,7 @@ def replay(
     last_logged = max((x.seq for x in log), default=core.decision_seq)
     logged_by_seq = {x.seq: x for x in log}
     reach = max((x.feed_offset for x in log), default=-1)  # the old owner handled the records up to here
-    clock_refused = {x.feed_offset for x in log if isinstance(x, d.Rejected) and x.reason.startswith(CLOCK_REFUSED)}
+    clock_refused = {x.feed_offset for x in log if isinstance(x, d.Rejected) and refused_for_time(x)}
     result = ReplayResult(fresh=[])
     i = j = 0
 
@@ -502,6 +580,7 @@ __all__ = [
     "ReplayResult",
     "absurd_quantity",
     "apply_logged",
+    "refused_for_time",
     "replay",
     "restore",
     "stamp",

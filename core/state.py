@@ -15,6 +15,8 @@ An app's ``disrupted`` counts its guaranteed containers under notice (its disrup
 ``guarded`` indexes the apps with a budget or that opted out of preemption.
 A node's last utilization report and its over-commit totals (:mod:`core.overcommit`: the containers
 placed since that report, those placed beyond its allocated room) are kept the same way.
+Allocations, preemption reservations, node reservations and preemption contracts move only as their
+transition tables in :mod:`core.lifecycle` allow: ``apply`` raises :class:`StateError` on any other move.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from typing import Any
 
 from sortedcontainers import SortedList
 
+from core import lifecycle
 from core import resources as res
 from core.config import PartitionConfig, QueueConfig, parse_partition
 from core.node_index import NodeIndex
@@ -347,6 +350,13 @@ class Allocation:
     def preempting(self) -> bool:
         return self.preempt_deadline is not None
 
+    @property
+    def phase(self) -> lifecycle.AllocationPhase:
+        """Where it is in its lifecycle (:data:`core.lifecycle.ALLOCATION`)."""
+        if self.killed:
+            return "killed"
+        return "running" if self.preempt_deadline is None else "preempting"
+
 
 class Reservation:
     __slots__ = ("app", "ask", "deadline", "expires", "id", "node", "policy", "resource", "victims")
@@ -413,6 +423,21 @@ class NodeReservation:
 
 class StateError(RuntimeError):
     """A change that contradicts the state (a bug in the cache: changes are validated before apply)."""
+
+
+def _require(table: lifecycle.Table, phase: str, change: p.ChangeMsg, refusal: str) -> None:
+    """Raise :class:`StateError` with ``refusal`` unless ``table`` moves an object in ``phase`` on ``change``."""
+    if lifecycle.step(table, phase, type(change)) is None:
+        raise StateError(refusal)
+
+
+def _allocation_moves(alloc: Allocation | None, change: p.ChangeMsg, label: str) -> Allocation:
+    """``alloc`` (named ``label``), once :data:`core.lifecycle.ALLOCATION` allows ``change`` on it."""
+    phase = lifecycle.ABSENT if alloc is None else alloc.phase
+    if lifecycle.step(lifecycle.ALLOCATION, phase, type(change)) is None:
+        raise StateError(f"allocation {label} is {phase}: {type(change).__name__} does not apply to it")
+    assert alloc is not None
+    return alloc
 
 
 class PartitionState:
@@ -737,8 +762,16 @@ class PartitionState:
         self.asked -= remaining
 
     def _alloc(self, c: p.AllocationSet) -> None:
-        if c.allocation in self.allocations:
-            raise StateError(f"allocation {c.allocation} committed twice")
+        existing = self.allocations.get(c.allocation)
+        _require(
+            lifecycle.ALLOCATION,
+            lifecycle.ABSENT if existing is None else existing.phase,
+            c,
+            f"allocation {c.allocation} committed twice",
+        )
+        if c.reservation is not None:  # it fulfils a held reservation
+            phase = "held" if c.reservation in self.reservations else lifecycle.ABSENT
+            _require(lifecycle.PREEMPTION_RESERVATION, phase, c, f"allocation {c.allocation}: no {c.reservation} held")
         app = self.apps.get(c.app)
         node = self.nodes.get(c.node)
         if app is None or node is None:
@@ -790,8 +823,13 @@ class PartitionState:
 
     def _alloc_gone(self, c: p.AllocationGone) -> None:
         alloc = self.allocations.pop(c.allocation, None)
-        if alloc is None:
-            raise StateError(f"allocation {c.allocation} is not known")
+        _require(
+            lifecycle.ALLOCATION,
+            lifecycle.ABSENT if alloc is None else alloc.phase,
+            c,
+            f"allocation {c.allocation} is not known",
+        )
+        assert alloc is not None
         node = self.nodes[alloc.node]
         node.allocations.discard(alloc.id)
         res.sub_into(node.allocated, alloc.resource)
@@ -845,7 +883,11 @@ class PartitionState:
 
     def _promote(self, c: p.AllocationPromoted) -> None:
         alloc = self.allocations.get(c.allocation)
-        if alloc is None or not alloc.opportunistic or alloc.preempting:
+        if (
+            alloc is None
+            or not alloc.opportunistic
+            or lifecycle.step(lifecycle.ALLOCATION, alloc.phase, type(c)) is None
+        ):
             raise StateError(f"allocation {c.allocation} is not a running opportunistic allocation")
         alloc.opportunistic = False
         node = self.nodes[alloc.node]
@@ -858,8 +900,8 @@ class PartitionState:
         self._add_usage(alloc.queue, "allocated", alloc.resource, 1)
 
     def _reservation(self, c: p.ReservationSet) -> None:
-        if c.reservation in self.reservations:
-            raise StateError(f"reservation {c.reservation} committed twice")
+        phase = "held" if c.reservation in self.reservations else lifecycle.ABSENT
+        _require(lifecycle.PREEMPTION_RESERVATION, phase, c, f"reservation {c.reservation} committed twice")
         app = self.apps[c.app]
         ask = app.asks[c.ask]
         r = Reservation(c)
@@ -873,16 +915,17 @@ class PartitionState:
         if ask.count - ask.allocated - ask.reserved <= 0:
             app.pending_asks.discard(ask)
             self._sync_app(app)
-        self._mark_victims(r.victims, c.deadline, r.id)
+        self._mark_victims(r.victims, c.deadline, r.id, c)
         self._index(node)
 
     def _node_reservation(self, c: p.NodeReservationSet) -> None:
         ask = self.ask((c.app, c.ask))
         if ask is None or c.node not in self.nodes:
             raise StateError(f"node reservation {c.reservation}: unknown ask {c.app}/{c.ask} or node {c.node}")
-        if c.node in self.node_reservations or ask.node_reserved is not None:
-            what = f"node {c.node} or ask {c.app}/{c.ask}"
-            raise StateError(f"node reservation {c.reservation}: {what} already holds one")
+        held = c.node in self.node_reservations or ask.node_reserved is not None
+        what = f"node {c.node} or ask {c.app}/{c.ask}"
+        refusal = f"node reservation {c.reservation}: {what} already holds one"
+        _require(lifecycle.NODE_RESERVATION, "held" if held else lifecycle.ABSENT, c, refusal)
         r = NodeReservation(c)
         self.node_reservations[c.node] = r
         ask.node_reserved = c.node
@@ -890,8 +933,9 @@ class PartitionState:
 
     def _node_reservation_gone(self, c: p.NodeReservationGone) -> None:
         r = self.node_reservations.pop(c.node, None)
-        if r is None:
-            raise StateError(f"node {c.node} holds no node reservation")
+        phase = lifecycle.ABSENT if r is None else "held"
+        _require(lifecycle.NODE_RESERVATION, phase, c, f"node {c.node} holds no node reservation")
+        assert r is not None
         app = self.apps[r.app]
         ask = app.asks.get(r.ask)
         if ask is not None:
@@ -899,9 +943,9 @@ class PartitionState:
             ask.reserve_after = max(ask.reserve_after, c.no_reserve_before)
         self._add_usage(app.queue, "node_reserved", r.resource, -1)
 
-    def _mark_victims(self, victims: list[str], deadline: float, reservation: str | None) -> None:
+    def _mark_victims(self, victims: list[str], deadline: float, reservation: str | None, change: p.ChangeMsg) -> None:
         for vid in victims:
-            victim = self.allocations[vid]
+            victim = _allocation_moves(self.allocations.get(vid), change, vid)
             if not victim.preempting:
                 node = self.nodes[victim.node]
                 res.add_into(node.preempting, victim.resource)
@@ -914,20 +958,16 @@ class PartitionState:
             victim.reservation = reservation
 
     def _victims(self, c: p.VictimsMarked) -> None:
-        self._mark_victims(c.victims, c.deadline, None)
+        self._mark_victims(c.victims, c.deadline, None, c)
 
     def _victims_killed(self, c: p.VictimsKilled) -> None:
         for vid in c.victims:
-            victim = self.allocations.get(vid)
-            if victim is None:
-                raise StateError(f"allocation {vid} is unknown: it cannot be killed")
+            victim = _allocation_moves(self.allocations.get(vid), c, vid)  # only a victim under notice
             victim.killed = True
 
     def _victims_released(self, c: p.VictimsReleased) -> None:
         for vid in c.victims:
-            victim = self.allocations.get(vid)
-            if victim is None or not victim.preempting or victim.killed:
-                raise StateError(f"victim {vid} is not under notice: its preemption cannot be cancelled")
+            victim = _allocation_moves(self.allocations.get(vid), c, vid)  # under notice, not killed yet
             node = self.nodes[victim.node]
             if victim.opportunistic:
                 res.add_into(node.opportunistic, victim.resource)
@@ -949,13 +989,13 @@ class PartitionState:
             app.disrupted += times
 
     def _contract(self, c: p.ContractSet) -> None:
-        if c.contract in self.contracts:
-            raise StateError(f"preemption request {c.contract} opened twice")
+        phase = "open" if c.contract in self.contracts else lifecycle.ABSENT
+        _require(lifecycle.CONTRACT, phase, c, f"preemption request {c.contract} opened twice")
         self.contracts[c.contract] = Contract(c)
 
     def _contract_gone(self, c: p.ContractGone) -> None:
-        if self.contracts.pop(c.contract, None) is None:
-            raise StateError(f"preemption request {c.contract} is not open")
+        phase = "open" if self.contracts.pop(c.contract, None) is not None else lifecycle.ABSENT
+        _require(lifecycle.CONTRACT, phase, c, f"preemption request {c.contract} is not open")
 
     def _contract_served(self, c: p.ContractServed) -> None:
         contract = self.contracts.get(c.contract)
@@ -994,8 +1034,9 @@ class PartitionState:
 
     def _reservation_gone(self, c: p.ReservationGone) -> None:
         r = self.reservations.get(c.reservation)
-        if r is None:
-            raise StateError(f"reservation {c.reservation} is not known")
+        phase = lifecycle.ABSENT if r is None else "held"
+        _require(lifecycle.PREEMPTION_RESERVATION, phase, c, f"reservation {c.reservation} is not known")
+        assert r is not None
         app = self.apps[r.app]
         ask = app.asks.get(r.ask)
         self._end_reservation(r.id)

@@ -19,6 +19,41 @@ DERESERVED: Final = "dereserved"
 KILL_OPPORTUNISTIC: Final = "opportunistic"
 KILL_OVERCOMMIT: Final = "overcommit"  # a node reported above its over-commit preempt_above
 KILL_AT_REQUEST_DEADLINE: Final = "preemption request"
+# What made a kill: the end of its grace, an opportunistic container evicted at once, an over-committed
+# node above ``preempt_above``, or a preemption request's deadline (:func:`kill_cause` reads it).
+KillCause = Literal["grace_expired", "opportunistic", "overcommit", "request_deadline"]
+# Why an event or ask was rejected (the ``code`` of a ``rejected`` decision; its ``reason`` says it in words).
+RejectionCode = Literal[
+    "bad_record",  # the record itself is unusable (absurd quantity, unbounded labels, a config that fails)
+    "clock_ahead",  # stamped too far ahead of the partition's clock (admission.max_clock_skew)
+    "unconfigured",  # the partition has no configuration yet
+    "invalid",  # it contradicts the partition (a bad configuration, quantity or reference)
+    "unknown_node",
+    "unknown_app",
+    "app_elsewhere",  # the app already runs in another queue
+    "not_a_leaf",  # apps go to leaf queues
+    "empty_ask",  # it asks for nothing
+    "opportunistic_am",  # an application master always runs guaranteed
+    "over_admission",  # past the admission bounds
+    "gang_over_count",  # gang_min above the ask's count
+    "over_queue_max",  # it (or its gang) can never fit a queue's max
+    "no_matching_node",  # no node matches its node selector
+    "never_fits",  # no node (or its required node) can ever hold it
+    "gang_never_fits",  # no set of nodes can ever hold its gang together
+    "bad_utilization",  # a node utilization report the partition cannot take
+    "promotion_refused",  # an opportunistic container that cannot be promoted
+]
+
+
+def kill_cause(reason: str) -> KillCause:
+    """What made a kill whose ``reason`` is ``reason`` (the one place that reads a kill's reason)."""
+    if reason == KILL_OPPORTUNISTIC:
+        return "opportunistic"
+    if reason == KILL_OVERCOMMIT:
+        return "overcommit"
+    if reason.startswith(KILL_AT_REQUEST_DEADLINE):
+        return "request_deadline"
+    return "grace_expired"
 
 
 class Decision(msgspec.Struct, tag_field="type", kw_only=True, frozen=True, gc=False):
@@ -97,6 +132,7 @@ class Rejected(Decision, tag="rejected", frozen=True, gc=False):
     app: str = ""
     ask: str = ""
     event: str = ""
+    code: RejectionCode | None = None  # why, as a code a consumer matches on (None: a log without codes)
 
 
 class ReservationEnded(Decision, tag="reservation_ended", frozen=True, gc=False):

@@ -29,7 +29,9 @@ from messages.protocol import ChangeMsg
 class SnapshotBody(msgspec.Struct, kw_only=True, frozen=True, gc=False):
     changes: list[ChangeMsg]  # core.cache.state_changes(state): rebuilds the state from nothing
     seen: list[str] = []  # event ids remembered for de-duplication, oldest first
-    killed: list[str] = []  # allocations already told to die (a restored cache must not kill them again)
+    # Allocations already told to die, for snapshots whose ``changes`` do not kill them themselves (those
+    # changes end with the ``victims_killed`` of every such allocation; a restored cache never kills twice).
+    killed: list[str] = []
     flaps: list[tuple[str, str, int, float]] = []  # flapping asks: (app, ask, withdrawals, last withdrawal t)
 
 

@@ -197,10 +197,12 @@ class Metrics:
         decisions = self.decisions
         return Opportunistic(
             allocations=sum(1 for x in decisions if isinstance(x, d.Allocated) and x.opportunistic),
-            evictions=sum(1 for x in decisions if isinstance(x, d.Kill) and x.reason == d.KILL_OPPORTUNISTIC),
+            evictions=sum(1 for x in decisions if isinstance(x, d.Kill) and d.kill_cause(x.reason) == "opportunistic"),
             promoted=sum(1 for x in decisions if isinstance(x, d.Promoted)),
             utilization={k: round(weighted[k] / c, 4) for k, c in sorted(weighted_cap.items()) if c > 0},
-            overcommit_kills=sum(1 for x in decisions if isinstance(x, d.Kill) and x.reason == d.KILL_OVERCOMMIT),
+            overcommit_kills=sum(
+                1 for x in decisions if isinstance(x, d.Kill) and d.kill_cause(x.reason) == "overcommit"
+            ),
             overcommit_utilization={
                 k: round(gained[k] / c, 4) for k, c in sorted(weighted_cap.items()) if c > 0 and gained[k] > 0
             },
@@ -379,7 +381,7 @@ class Metrics:
             if isinstance(x, d.PreemptRequest | d.Preempt) and x.observe_only:
                 continue
             if (isinstance(x, d.Preempt) and x.opportunistic) or (
-                isinstance(x, d.Kill) and x.reason in (d.KILL_OPPORTUNISTIC, d.KILL_OVERCOMMIT)
+                isinstance(x, d.Kill) and d.kill_cause(x.reason) in ("opportunistic", "overcommit")
             ):
                 continue
             if isinstance(x, d.NodeUnreserved) and x.reason != d.DERESERVED:
@@ -436,7 +438,7 @@ class Metrics:
                         action="dereservation",
                     )
                 )
-            elif isinstance(x, d.Kill) and x.reason.startswith(d.KILL_AT_REQUEST_DEADLINE):
+            elif isinstance(x, d.Kill) and d.kill_cause(x.reason) == "request_deadline":
                 out.append(
                     PreemptionLogEntry(
                         t=x.t,

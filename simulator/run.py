@@ -42,7 +42,7 @@ from simulator.metrics import IdealFn, Metrics
 from simulator.model import ClusterModel
 from simulator.player import EPS, Player, last_round_before, ticks_between
 from simulator.report import PartitionFigures, Report, build_report
-from transport.bus import DECISIONS, FEED, TICK
+from transport.bus import DECISIONS, FEED, TICK, Subscription
 from transport.memory import MemoryBus
 
 Progress = Callable[[float, float | None], None]
@@ -237,10 +237,53 @@ async def drive(
         skip_idle=settings.skip_idle,
         am_response=settings.am_response,
     )
-    trace = player.trace
-    names = sorted({e.partition for e in trace} | {part.name for part in (config.partitions if config else ())})
     try:
-        router = links.router
+        world = _World.of(player, config, settings, links.router, ideal_fn)
+        wall_start = time.perf_counter()
+        async with anyio.create_task_group() as tg:
+            for runtime in world.runtimes.values():
+                await tg.start(runtime.run)
+            await links.ready()
+            tg.start_soon(world.consume_decisions)
+            await links.idle()
+            while (now := player.next_step(active=world.active(), waiting=world.waiting())) is not None:
+                await world.step(now, settings.tick, links)
+                if progress is not None:
+                    progress(now, player.end_hint)
+            wall = time.perf_counter() - wall_start
+            tg.cancel_scope.cancel()
+    finally:
+        with anyio.CancelScope(shield=True):
+            await links.aclose()
+    return world.result(settings, wall, links)
+
+
+@dataclasses.dataclass(slots=True)
+class _World:
+    """What :func:`drive` runs and watches: the trace's player, each partition's actors, its independent
+    model and its metrics, when each model last changed, and every decision in the order it came."""
+
+    player: Player
+    router: Router
+    runtimes: dict[str, PartitionRuntime]
+    models: dict[str, ClusterModel]
+    metrics: dict[str, Metrics]
+    changed_at: dict[str, float]
+    decisions: list[d.DecisionMsg]
+    inbox: Subscription  # the resource manager's subscription to the decisions topic
+
+    @classmethod
+    def of(
+        cls,
+        player: Player,
+        config: SchedulerConfig | None,
+        settings: SimulationSettings,
+        router: Router,
+        ideal_fn: IdealFn | None,
+    ) -> _World:
+        """The partitions the trace or the configuration names, each with its runtime, model and metrics."""
+        trace = player.trace
+        names = sorted({e.partition for e in trace} | {part.name for part in (config.partitions if config else ())})
         runtimes: dict[str, PartitionRuntime] = {}
         models: dict[str, ClusterModel] = {}
         metrics: dict[str, Metrics] = {}
@@ -250,82 +293,82 @@ async def drive(
             runtimes[name] = PartitionRuntime(name, router, config=initial if provided else None, batch=settings.batch)
             models[name] = ClusterModel(name, initial)
             metrics[name] = Metrics(models[name], ideal_fn)
-        changed_at = dict.fromkeys(names, 0.0)  # when each partition's model last changed
-        decisions_log: list[d.DecisionMsg] = []
-        decisions = router.inbox([(DECISIONS, None)], group="resource-manager", capacity=1 << 16)
+        inbox = router.inbox([(DECISIONS, None)], group="resource-manager", capacity=1 << 16)
+        return cls(player, router, runtimes, models, metrics, dict.fromkeys(names, 0.0), [], inbox)
 
-        async def publish_feed(event: f.Feed) -> None:
-            model = models.get(event.partition)
+    def active(self) -> bool:
+        """Whether some partition holds work that time moves (:func:`_has_work`)."""
+        return any(_has_work(self.models[n], self.runtimes[n], self.changed_at[n]) for n in self.models)
+
+    def waiting(self) -> bool:
+        """Whether some container is still asked for."""
+        return any(m.pending_containers() for m in self.models.values())
+
+    async def publish_feed(self, event: f.Feed) -> None:
+        """One feed event: to its partition's model, the player, then the feed topic."""
+        model = self.models.get(event.partition)
+        if model is not None:
+            model.on_event(event)
+        self.player.observe(event)
+        await self.router.publish(FEED, event.partition, event)
+
+    async def consume_decisions(self) -> None:
+        """Every decision, in order: logged, to its partition's model and metrics, then to the stand-in
+        resource manager, whose answers go back on the feed."""
+        while True:
+            try:
+                dec = await self.inbox.receive()
+            except (anyio.EndOfStream, anyio.ClosedResourceError):
+                return
+            self.decisions.append(dec)
+            model = self.models.get(dec.partition)
             if model is not None:
-                model.on_event(event)
-            player.observe(event)
-            await router.publish(FEED, event.partition, event)
+                model.on_decision(dec)
+                self.metrics[dec.partition].record(dec)
+            for event in self.player.on_decision(dec, self.player.now):
+                await self.publish_feed(event)
+            self.inbox.ack()
 
-        async def consume_decisions() -> None:
-            while True:
-                try:
-                    dec = await decisions.receive()
-                except (anyio.EndOfStream, anyio.ClosedResourceError):
-                    return
-                decisions_log.append(dec)
-                model = models.get(dec.partition)
-                if model is not None:
-                    model.on_decision(dec)
-                    metrics[dec.partition].record(dec)
-                for event in player.on_decision(dec, player.now):
-                    await publish_feed(event)
-                decisions.ack()
-
-        wall_start = time.perf_counter()
-        async with anyio.create_task_group() as tg:
-            for runtime in runtimes.values():
-                await tg.start(runtime.run)
-            await links.ready()
-            tg.start_soon(consume_decisions)
-            await links.idle()
-            while True:
-                active = any(_has_work(models[n], runtimes[n], changed_at[n]) for n in names)
-                waiting = any(m.pending_containers() for m in models.values())
-                now = player.next_step(active=active, waiting=waiting)
-                if now is None:
-                    break
-                if now > player.next_tick:  # settled time jumped over: as if ticking through it
-                    rounds = _round_ticks(runtimes, player.next_tick, now, settings.tick)
-                    _carry_missed(runtimes, ticks_between(player.next_tick, now, settings.tick) - len(rounds))
-                    for at in rounds:
-                        await router.publish(TICK, "*", p.Tick(now=at))
-                        await links.idle()
-                due = player.advance(now)
-                await router.publish(TICK, "*", p.Tick(now=now))
-                for event in due:
-                    await publish_feed(event)
+    async def step(self, now: float, tick: float, links: Links) -> None:
+        """Move the clock to ``now`` (with the policy rounds a jump over settled time would have run),
+        publish the events due, wait for quiescence, then check and sample the models that changed."""
+        player = self.player
+        if now > player.next_tick:  # settled time jumped over: as if ticking through it
+            rounds = _round_ticks(self.runtimes, player.next_tick, now, tick)
+            _carry_missed(self.runtimes, ticks_between(player.next_tick, now, tick) - len(rounds))
+            for at in rounds:
+                await self.router.publish(TICK, "*", p.Tick(now=at))
                 await links.idle()
-                for name, model in models.items():
-                    if metrics[name].sample(now):
-                        model.check(now)
-                        changed_at[name] = now
-                if progress is not None:
-                    progress(now, player.end_hint)
-            wall = time.perf_counter() - wall_start
-            tg.cancel_scope.cancel()
-    finally:
-        with anyio.CancelScope(shield=True):
-            await links.aclose()
-    for m in metrics.values():
-        m.finish(player.now)
-    parts = {name: _figures(runtimes[name], models[name], metrics[name], player) for name in names}
-    report = build_report(
-        parts,
-        sim_seconds=player.now,
-        wall=wall,
-        cycle=settings.tick,
-        policy=settings.policy,
-        seed=settings.seed,
-        retries=player.rm.retries,
-        transport=links.name,
-        topic_prefix=links.prefix,
-    )
-    return SimulationResult(report, decisions_log, metrics, models, runtimes, player.steps)
+        due = player.advance(now)
+        await self.router.publish(TICK, "*", p.Tick(now=now))
+        for event in due:
+            await self.publish_feed(event)
+        await links.idle()
+        for name, model in self.models.items():
+            if self.metrics[name].sample(now):
+                model.check(now)
+                self.changed_at[name] = now
+
+    def result(self, settings: SimulationSettings, wall: float, links: Links) -> SimulationResult:
+        """The report and everything behind it, once the last step is taken."""
+        player = self.player
+        for m in self.metrics.values():
+            m.finish(player.now)
+        parts = {
+            name: _figures(self.runtimes[name], self.models[name], self.metrics[name], player) for name in self.models
+        }
+        report = build_report(
+            parts,
+            sim_seconds=player.now,
+            wall=wall,
+            cycle=settings.tick,
+            policy=settings.policy,
+            seed=settings.seed,
+            retries=player.rm.retries,
+            transport=links.name,
+            topic_prefix=links.prefix,
+        )
+        return SimulationResult(report, self.decisions, self.metrics, self.models, self.runtimes, player.steps)
 
 
 def _figures(runtime: PartitionRuntime, model: ClusterModel, metrics: Metrics, player: Player) -> PartitionFigures:

@@ -74,44 +74,101 @@ def _running() -> Cache:
 
 # ---------------------------------------------------------------------- bad events become decisions
 
-BAD_EVENTS: list[tuple[str, f.Feed, str]] = [
-    ("unknown queue", f.AppAdded(app="a9", queue="root.nope"), "root.nope is an unknown queue"),
-    ("parent queue", f.AppAdded(app="a9", queue="root.p"), "root.p is a parent queue; apps go to leaf queues"),
-    ("the root", f.AppAdded(app="a9", queue="root"), "root is a parent queue"),
-    ("app in another queue", f.AppAdded(app="a1", queue="root.b"), "app a1 already runs in root.p.x"),
-    ("unknown app", f.AskAdded(app="ghost", ask="z", resource={"memory": 1}), "ask z: unknown app ghost"),
+BAD_EVENTS: list[tuple[str, f.Feed, str, d.RejectionCode]] = [
+    ("unknown queue", f.AppAdded(app="a9", queue="root.nope"), "root.nope is an unknown queue", "not_a_leaf"),
+    (
+        "parent queue",
+        f.AppAdded(app="a9", queue="root.p"),
+        "root.p is a parent queue; apps go to leaf queues",
+        "not_a_leaf",
+    ),
+    ("the root", f.AppAdded(app="a9", queue="root"), "root is a parent queue", "not_a_leaf"),
+    ("app in another queue", f.AppAdded(app="a1", queue="root.b"), "app a1 already runs in root.p.x", "app_elsewhere"),
+    (
+        "unknown app",
+        f.AskAdded(app="ghost", ask="z", resource={"memory": 1}),
+        "ask z: unknown app ghost",
+        "unknown_app",
+    ),
     (
         "ask over the leaf max",
         f.AskAdded(app="a1", ask="z", resource={"memory": 16385}),
         "can never fit queue root.p.x's max (memory=16384)",
+        "over_queue_max",
     ),
     (
         "ask over a parent max",
         f.AskAdded(app="b1", ask="z", resource={"memory": 65537}),
         "can never fit queue root.b's max",
+        "over_queue_max",
     ),
     (
         "ask for a resource the max forbids",
         f.AskAdded(app="b1", ask="z", resource={"memory": 1, "gpu": 1}),
         "can never fit queue root.b's max",
+        "over_queue_max",
     ),
-    ("ask for nothing", f.AskAdded(app="a1", ask="z", resource={"memory": 0}), "ask a1/z asks for nothing"),
-    ("update of an unknown node", f.NodeUpdated(node="ghost", schedulable=False), "unknown node ghost"),
+    (
+        "ask for nothing",
+        f.AskAdded(app="a1", ask="z", resource={"memory": 0}),
+        "ask a1/z asks for nothing",
+        "empty_ask",
+    ),
+    (
+        "opportunistic application master",
+        f.AskAdded(app="a1", ask="z", resource={"memory": 1}, am=True, execution_type="opportunistic"),
+        "an application master cannot be opportunistic",
+        "opportunistic_am",
+    ),
+    (
+        "ask past the admission bounds",
+        f.AskAdded(app="a1", ask="z", resource={"memory": 1}, count=10**7),
+        "over admission.",
+        "over_admission",
+    ),
+    (
+        "gang larger than its count",
+        f.AskAdded(app="b1", ask="z", resource={"memory": 1}, count=2, gang_min=3),
+        "gang_min 3 is more than its count 2",
+        "gang_over_count",
+    ),
+    (
+        "node selector no node matches",
+        f.AskAdded(app="b1", ask="z", resource={"memory": 1}, node_selector={"zone": ["mars"]}),
+        "no node matches its node selector",
+        "no_matching_node",
+    ),
+    (
+        "resource no node has",
+        f.AskAdded(app="a1", ask="z", resource={"memory": 1, "fpga": 1}),
+        "names resources no node has: fpga",
+        "never_fits",
+    ),
+    (
+        "gang no set of nodes holds",
+        f.AskAdded(app="b1", ask="z", resource={"memory": 8192}, count=4, gang_min=4),
+        "ask b1/z (memory=8192",
+        "gang_never_fits",
+    ),
+    ("promotion of nothing", f.AllocationPromoted(allocation="alloc-404"), "is not running", "promotion_refused"),
+    ("update of an unknown node", f.NodeUpdated(node="ghost", schedulable=False), "unknown node ghost", "unknown_node"),
     (
         "invalid config",
         f.PartitionConfigEvent(config={"name": "default", "queues": []}),
         "partition default.queues: expected `array` of length >= 1",
+        "invalid",
     ),
     (
         "config dropping a queue in use",
         f.PartitionConfigEvent(config=partition_raw(queue("b"))),
         "queue root.p.x is used by app a1 and cannot be removed",
+        "invalid",
     ),
 ]
 
 
-@pytest.mark.parametrize(("event", "reason"), [c[1:] for c in BAD_EVENTS], ids=[c[0] for c in BAD_EVENTS])
-def test_bad_events_become_rejected_decisions(event: f.Feed, reason: str) -> None:
+@pytest.mark.parametrize(("event", "reason", "code"), [c[1:] for c in BAD_EVENTS], ids=[c[0] for c in BAD_EVENTS])
+def test_bad_events_become_rejected_decisions(event: f.Feed, reason: str, code: d.RejectionCode) -> None:
     cache = _cache(*SETUP)
     before = fingerprint(cache.state)
     cache.handle_event(msgspec.structs.replace(event, id="ev-1"))
@@ -119,7 +176,7 @@ def test_bad_events_become_rejected_decisions(event: f.Feed, reason: str) -> Non
     assert out.view is None  # nothing committed
     (decision,) = out.decisions
     assert isinstance(decision, d.Rejected)
-    assert reason in decision.reason
+    assert reason in decision.reason and decision.code == code
     assert decision.event == "ev-1"
     assert fingerprint(cache.state) == before
     assert cache.stats.rejected_events == 1
@@ -132,7 +189,7 @@ def test_events_before_any_config_are_rejected() -> None:
     cache.handle_event(f.NodeAdded(node="n1", capacity={"memory": 1}))
     (decision,) = cache.drain().decisions
     assert isinstance(decision, d.Rejected)
-    assert "has no configuration yet" in decision.reason
+    assert "has no configuration yet" in decision.reason and decision.code == "unconfigured"
     assert cache.state.nodes == {}
     cache.handle_event(f.PartitionConfigEvent(config=RAW))
     cache.handle_event(f.NodeAdded(node="n1", capacity={"memory": 1}))

@@ -447,3 +447,22 @@ def test_an_answer_names_the_asks_it_could_not_help_but_never_a_never_preempting
     assert request is None or (
         isinstance(request, p.PlacementRequest) and not answer_placement_request(h.allocator, request).placements
     )
+
+
+def test_the_cache_counts_a_gangs_earlier_members_against_a_budget_without_touching_the_app() -> None:
+    """Two members, one victim each from an app with a budget of one: the second breaks it."""
+    h = PreemptHarness(two_queues(100, 100))
+    h.nodes("n1", "n2")
+    h.feed(f.AppAdded(app="svc", queue="root.b", max_disruption=1))
+    first = h.fill("svc", "root.b", "n1", [50, 50])
+    second = h.fill("svc", "root.b", "n2", [50, 50], start=2)
+    h.app("g", "root.a")
+    h.feed(f.AskAdded(app="g", ask="pair", resource={"memory": 50}, count=2, gang_min=2))
+    pair = [p.Victimized("g", "pair", "n1", first[:1]), p.Victimized("g", "pair", "n2", second[:1])]
+    outcome, decisions = h.commit(p.PreemptionProposal(id="t/b", view_seq=0, policy="sniper", placements=pair))
+    assert outcome.accepted == 0 and not [x for x in decisions if isinstance(x, d.Preempt)]
+    assert (
+        list(outcome.rejected.values())
+        == ["gang member 2 of 2: app svc's disruption budget is used up (max_disruption 1, 1 under notice)"] * 2
+    )
+    assert h.cache.state.apps["svc"].disrupted == 0

@@ -13,7 +13,7 @@ import pytest
 from cluster.logread import read_partition
 from cluster.process import CoreProcess
 from core.config import parse_partition
-from core.recovery import CLOCK_REFUSED, DurableCacheCore, replay, restore, take_snapshot
+from core.recovery import CLOCK_REFUSED, DurableCacheCore, refused_for_time, replay, restore, take_snapshot
 from messages import decisions as d
 from messages import feed as f
 from messages.codec import BadInput, decode_feed_lines
@@ -55,7 +55,8 @@ def test_a_time_too_far_ahead_is_refused_without_moving_the_clock() -> None:
     core = _owner()
     far = f.AppAdded(t=1000 + SKEW + 1, partition="p", app="late", queue="root.a")
     (rejected,) = _handle(core, 1, far)
-    assert isinstance(rejected, d.Rejected) and rejected.reason.startswith(CLOCK_REFUSED)
+    assert isinstance(rejected, d.Rejected) and rejected.code == "clock_ahead"
+    assert rejected.reason.startswith(CLOCK_REFUSED)
     assert "over admission.max_clock_skew (60 s)" in rejected.reason
     assert [(r.offset, r.event) for r in core.take_refused()] == [(1, far)]
     assert core.feed_time == 1000 and "late" not in core.state.apps
@@ -98,6 +99,18 @@ def test_a_successor_judges_each_time_as_the_owner_logged_it() -> None:
     assert sorted(successor.state.allocations) == sorted(owner.state.allocations)
     assert "n1" in successor.state.nodes and successor.feed_time == owner.feed_time == 1400
     assert [(r.offset, r.event) for r in result.refused] == [(3, feed[2][1])]
+
+
+def test_a_log_written_without_rejection_codes_is_judged_by_the_reason() -> None:
+    owner = _owner()
+    snapshot = take_snapshot(owner)
+    owner.tick(1500)
+    feed: list[tuple[int, f.Feed]] = [(1, f.NodeRemoved(t=1e9, partition="p", node="n1"))]
+    log = [msgspec.structs.replace(x, code=None) for x in _handle(owner, *feed[0])]
+    assert isinstance(log[0], d.Rejected) and refused_for_time(log[0])
+    assert not refused_for_time(d.Rejected(reason=f"{CLOCK_REFUSED}...", code="invalid"))
+    result = replay(restore(snapshot, epoch=2), feed, log)
+    assert result.divergences == [] and [r.offset for r in result.refused] == [1]
 
 
 def test_past_the_log_a_successor_judges_on_its_own_clock() -> None:

@@ -307,6 +307,30 @@ def test_cache_refuses_a_gang_whose_members_name_the_same_victims() -> None:
     assert "gang member 2 of 2: a victim is named for two members" in outcome.rejected.values()
 
 
+def test_checking_a_gang_that_fails_at_its_last_member_counts_its_victims_beside_the_state() -> None:
+    h = borrowed(two_queues(150, 150))
+    h.feed(gang_ask("a1", "g", 60, count=2, gang_min=2))
+    state = h.cache.state
+    victims = sorted(a.id for a in state.allocations.values() if a.node == "n0")[:3]
+
+    def counters() -> list[object]:
+        return [
+            [(n.name, dict(n.preempting)) for n in state.nodes.values()],
+            [(q.path, dict(q.preempting)) for q in state.queues.values()],
+            [(a.name, a.disrupted) for a in state.apps.values()],
+        ]
+
+    before = counters()
+    second = p.Victimized("a1", "g", "n0", ["alloc-does-not-exist"])
+    proposal = p.PreemptionProposal(
+        id="t/r", view_seq=0, policy="sniper", placements=[p.Victimized("a1", "g", "n0", victims), second]
+    )
+    outcome, decisions = h.commit(proposal)
+    assert outcome.accepted == 0 and not [x for x in decisions if isinstance(x, d.Preempt)]
+    assert "gang member 2 of 2: victim alloc-does-not-exist is gone" in outcome.rejected.values()
+    assert counters() == before  # not even a zero left behind where a member's victims were counted
+
+
 # ---------------------------------------------------------------------- the checker
 
 

@@ -225,3 +225,10 @@ def test_a_sample_with_the_last_samples_figures_reuses_its_ideal_and_a_change_re
     model.on_decision(_alloc("x1", "a1", "k", "root.a", {"memory": 10, "gpu": 1}, 2.0))  # usage changes
     assert metrics.sample(2.0)
     assert len(calls) == 2 and metrics.samples[-1].ideal == {"root.a": {"memory": 10, "gpu": 1}}
+
+
+def test_a_kill_is_classified_by_its_cause_not_by_how_its_reason_reads_elsewhere() -> None:
+    assert d.kill_cause(d.KILL_OPPORTUNISTIC) == "opportunistic"
+    assert d.kill_cause(d.KILL_OVERCOMMIT) == "overcommit"
+    assert d.kill_cause(f"{d.KILL_AT_REQUEST_DEADLINE} preq-3: deadline passed") == "request_deadline"
+    assert d.kill_cause(d.Kill(allocation="a", app="x", queue="root.a", node="n").reason) == "grace_expired"

@@ -24,10 +24,11 @@ from core.recovery import (
     restore,
     take_snapshot,
 )
+from core.state import Allocation
 from messages import decisions as d
 from messages import feed as f
 from messages import protocol as p
-from messages.snapshot import Snapshot, SnapshotError, snapshot_msgpack
+from messages.snapshot import Snapshot, SnapshotError, decode_body, encode_body, snapshot_msgpack
 from tests.core_support import fingerprint, partition_raw, queue
 
 P = "default"
@@ -86,13 +87,15 @@ class Owner:
         self.pump()
 
 
-def _busy_owner() -> Owner:
+def _busy_owner(count: int = 4, *more: f.Feed) -> Owner:
+    """Two nodes of 8, filled by ``count`` containers of 4 of b1/k (and what ``more`` asks for)."""
     o = Owner()
     o.feed_event(
         f.NodeAdded(partition=P, id="n1", node="n1", capacity={"memory": 8}),
         f.NodeAdded(partition=P, id="n2", node="n2", capacity={"memory": 8}),
         f.AppAdded(partition=P, id="b1", app="b1", queue="root.b"),
-        f.AskAdded(partition=P, id="b1k", app="b1", ask="k", resource={"memory": 4}, count=4),
+        f.AskAdded(partition=P, id="b1k", app="b1", ask="k", resource={"memory": 4}, count=count),
+        *more,
     )
     o.settle()
     return o
@@ -150,25 +153,21 @@ def test_replay_from_the_start_rebuilds_the_state_without_deciding_anything() ->
     assert core.counters["alloc"] == o.core.counters["alloc"]
 
 
+def test_replay_pins_a_container_placed_for_a_required_node_as_the_owner_did() -> None:
+    o = _busy_owner(2, f.AskAdded(partition=P, id="b1r", app="b1", ask="r", resource={"memory": 4}, count=1, node="n2"))
+    pinned = {a.id: a.pinned for a in o.core.state.allocations.values()}
+    assert sorted(pinned.values()) == [False, False, True]
+    core, result = _recover(o, take_snapshot(DurableCacheCore(P)))
+    assert result.divergences == [] and result.decisions_applied == 3
+    assert {a.id: a.pinned for a in core.state.allocations.values()} == pinned
+    assert _fp(core) == _fp(o.core)
+
+
 def test_replay_after_a_snapshot_with_releases_preemption_kill_and_node_loss() -> None:
     o = _busy_owner()
     snap = take_snapshot(o.core)
     # After the snapshot: a beneficiary arrives, the sniper preempts for it, a kill, a release, node loss.
-    o.feed_event(
-        f.AppAdded(partition=P, id="a1", app="a1", queue="root.a"),
-        f.AskAdded(partition=P, id="a1k", app="a1", ask="k", resource={"memory": 4}, count=1),
-    )
-    o.settle()
-    victim = next(a for a in o.core.state.allocations.values() if a.node == "n1")
-    o.propose(
-        p.PreemptionProposal(
-            partition=P,
-            id="pp/1",
-            view_seq=o.allocator.view_seq,
-            policy="sniper",
-            placements=[p.Victimized(app="a1", ask="k", node="n1", victims=[victim.id])],
-        )
-    )
+    victim = _preempt_on_n1(o)
     assert any(isinstance(x, d.Preempt) for x in o.log), o.log[-3:]
     o.tick(100.0)  # past the grace: kill
     assert any(isinstance(x, d.Kill) for x in o.log)
@@ -196,7 +195,7 @@ def test_decisions_never_published_come_back_fresh_and_nothing_is_decided_twice(
     # The old owner died after publishing only the first of them.
     published = [x for x in o.log if x.seq <= lost[0].seq]
     core, result = _recover(o, snap, published)
-    assert [(type(x), x.allocation) for x in result.fresh] == [(d.AllocationLost, lost[1].allocation)]  # type: ignore[union-attr]
+    assert [(type(x), x.allocation) for x in result.fresh] == [(d.AllocationLost, lost[1].allocation)]
     assert result.fresh[0].seq == lost[1].seq
     assert _fp(core) == _fp(o.core)
 
@@ -287,3 +286,49 @@ def test_decisions_carry_the_feed_offset_they_were_made_after() -> None:
     allocated = [x for x in o.log if isinstance(x, d.Allocated)]
     last_feed = o.feed[-1][0]
     assert allocated and all(x.feed_offset == last_feed for x in allocated)
+
+
+def _preempt_on_n1(o: Owner) -> Allocation:
+    """A beneficiary arrives and the sniper preempts one container on n1 for it (returned)."""
+    o.feed_event(
+        f.AppAdded(partition=P, id="a1", app="a1", queue="root.a"),
+        f.AskAdded(partition=P, id="a1k", app="a1", ask="k", resource={"memory": 4}, count=1),
+    )
+    o.settle()
+    victim = next(a for a in o.core.state.allocations.values() if a.node == "n1")
+    o.propose(
+        p.PreemptionProposal(
+            partition=P,
+            id="pp/1",
+            view_seq=o.allocator.view_seq,
+            policy="sniper",
+            placements=[p.Victimized(app="a1", ask="k", node="n1", victims=[victim.id])],
+        )
+    )
+    return victim
+
+
+def _owner_with_a_killed_victim() -> Owner:
+    o = _busy_owner()
+    victim = _preempt_on_n1(o)
+    o.tick(100.0)  # past the grace: kill
+    assert [x.allocation for x in o.log if isinstance(x, d.Kill)] == [victim.id]
+    return o
+
+
+def test_a_snapshot_kills_in_its_changes_and_one_that_lists_kills_aside_restores_the_same() -> None:
+    o = _owner_with_a_killed_victim()
+    killed = {a.id for a in o.core.state.allocations.values() if a.killed}
+    snapshot = take_snapshot(o.core)
+    body = decode_body(snapshot)
+    assert body.killed == [] and [c.victims for c in body.changes if isinstance(c, p.VictimsKilled)] == [sorted(killed)]
+    aside = msgspec.structs.replace(
+        body, changes=[c for c in body.changes if not isinstance(c, p.VictimsKilled)], killed=sorted(killed)
+    )
+    codec, raw = encode_body(aside)
+    older = msgspec.structs.replace(snapshot, codec=codec, body=raw)
+    for restored in (restore(snapshot), restore(older)):
+        assert {a.id for a in restored.state.allocations.values() if a.killed} == killed
+        assert _fp(restored) == _fp(o.core)
+        restored.tick(200.0)
+        assert not [x for x in restored.drain().decisions if isinstance(x, d.Kill)]  # never killed twice

@@ -24,6 +24,8 @@ contract get no notice of their own: their app gets one request per commit
 
 from __future__ import annotations
 
+import dataclasses
+
 from core import gang, node_reservation
 from core import resources as res
 from core.limits import Limits
@@ -135,6 +137,27 @@ def _commit_placements(cache: Writer, proposal: p.PreemptionProposal) -> None:
     cache.outcome(proposal.id, accepted, rejected)
 
 
+@dataclasses.dataclass(slots=True)
+class Taken:
+    """What the members of a gang checked so far take, tallied beside the state (which a check never
+    touches): their victims as leaving on their node (``nodes``, by name) and up their queue tree
+    (``queues``, by path), and as under notice in their app's disruption budget (``disrupted``)."""
+
+    nodes: dict[str, Resource] = dataclasses.field(default_factory=dict)
+    queues: dict[str, Resource] = dataclasses.field(default_factory=dict)
+    disrupted: dict[str, int] = dataclasses.field(default_factory=dict)
+
+    def take(self, state: PartitionState, node: str, victim: Allocation) -> None:
+        """Count ``victim`` (on ``node``) as leaving."""
+        res.add_into(self.nodes.setdefault(node, {}), victim.resource)
+        if victim.opportunistic:  # an opportunistic victim counts in no queue and in no budget
+            return
+        for q in victim.queue.lineage():
+            res.add_into(self.queues.setdefault(q.path, {}), victim.resource)
+        if victim.app in state.guarded:
+            self.disrupted[victim.app] = self.disrupted.get(victim.app, 0) + 1
+
+
 def _check_gang(
     cache: Writer,
     unit: list[p.Victimized],
@@ -145,8 +168,9 @@ def _check_gang(
     limits: Limits | None,
 ) -> str | None:
     """:func:`_check` for every member of a gang, each seeing the room, victims, quotas and limits the
-    members before it took (held on the state while checking, then released; ``limits`` is a trial view
-    the caller keeps only when the unit passes): the whole unit or nothing."""
+    members before it took (tallied in a :class:`Taken` and a copy of the quotas left, never on the
+    state; ``limits`` is a trial view the caller keeps only when the unit passes): the whole unit or
+    nothing."""
     state = cache.state
     ask = state.ask((unit[0].app, unit[0].ask))
     if ask is None:
@@ -158,45 +182,28 @@ def _check_gang(
         return f"gang of {need} would take {queue.path} above its ideal ({res.fmt(ideal)}) and its guarantee"
     lose = {k: dict(v) for k, v in lose_left.items()}
     claimed: set[str] = set()
-    # Earlier members' victims, counted as leaving (preempting) on their node and up their queue tree,
-    # and under notice in their app's disruption budget.
-    freeing: list[tuple[Node | Queue, Resource]] = []
-    disrupting: list[str] = []
+    taken = Taken()
 
     def check(pl: p.Victimized) -> str | None:
         if claimed.intersection(pl.victims):
             return "a victim is named for two members"
-        why = _check(cache, pl, quotas, lose, intra, limits)
+        why = _check(cache, pl, quotas, lose, intra, limits, taken)
         if why is not None:
             return why
         claimed.update(pl.victims)
-        victims = [state.allocations[v] for v in pl.victims]
         if limits is not None:
             limits.charge(ask)
-        for v in victims:
+        for vid in pl.victims:
+            v = state.allocations[vid]
             if not intra and not v.opportunistic and v.queue.path in lose:  # an opportunistic victim counts in no
                 # queue, and a required-node victim may come from a queue that loses nothing else
                 res.sub_into(lose[v.queue.path], v.resource)
             if limits is not None:
                 limits.take(v)
-            holders: list[Node | Queue] = [state.nodes[pl.node]]
-            if not v.opportunistic:
-                holders.extend(v.queue.lineage())
-            for holder in holders:
-                res.add_into(holder.preempting, v.resource)
-                freeing.append((holder, v.resource))
-            if v.app in state.guarded and not v.opportunistic:
-                state.guarded[v.app].disrupted += 1
-                disrupting.append(v.app)
+            taken.take(state, pl.node, v)
         return None
 
-    try:
-        return gang.check_unit(state, unit, need, check)
-    finally:
-        for holder, amount in freeing:
-            res.sub_into(holder.preempting, amount)
-        for name in disrupting:
-            state.guarded[name].disrupted -= 1
+    return gang.check_unit(state, unit, need, check)
 
 
 def _check(
@@ -206,7 +213,10 @@ def _check(
     lose_left: dict[str, Resource],
     intra: bool,
     limits: Limits | None,
+    taken: Taken | None = None,
 ) -> str | None:
+    """Why placement ``pl`` cannot be committed (``None``: it can), with what earlier members of its gang
+    take (``taken``) counted as leaving."""
     state = cache.state
     app = state.apps.get(pl.app)
     ask: Ask | None = None if app is None else app.asks.get(pl.ask)
@@ -237,11 +247,17 @@ def _check(
         victims.append(v)
     if len({v.id for v in victims}) != len(victims):
         return "a victim is named twice"
-    over = over_budget(victims, state.guarded) if state.guarded else None
+    disrupted = None if taken is None else taken.disrupted
+    over = over_budget(victims, state.guarded, disrupted) if state.guarded else None
     if over is not None:
-        return budget_refusal(over)
+        return budget_refusal(over, disrupted)
     # Counted gone for every max: these victims and those already under notice (as placement does).
-    leaving = {q.path: res.scale(q.preempting, -1) for q in app.queue.lineage()}
+    if taken is None:
+        leaving = {q.path: res.scale(q.preempting, -1) for q in app.queue.lineage()}
+    else:
+        leaving = {
+            q.path: res.scale(res.add(q.preempting, taken.queues.get(q.path, {})), -1) for q in app.queue.lineage()
+        }
     guaranteed = [v for v in victims if not v.opportunistic]  # opportunistic ones count in no queue
     for v in guaranteed:
         for q in v.queue.lineage():
@@ -259,10 +275,11 @@ def _check(
         if not v.opportunistic:
             taking_from.append(v)
     if not required and not intra:
-        path = quota_allows(guaranteed, lose_left, state.capacity)
+        path = quota_allows(guaranteed, lose_left, state.capacity, None if taken is None else taken.queues)
         if path is not None:
             return f"victims would take {path} below its guarantee or ideal, or it is within the deadzone"
-    return _frees_room_minimally(state, app.queue, ask, node, victims, leaving)
+    also = None if taken is None else taken.nodes.get(node.name)
+    return _frees_room_minimally(state, app.queue, ask, node, victims, leaving, also)
 
 
 def required_node_rule(state: PartitionState, ask: Ask, node: str, intra: bool) -> bool:
@@ -274,10 +291,19 @@ def required_node_rule(state: PartitionState, ask: Ask, node: str, intra: bool) 
 
 
 def _frees_room_minimally(
-    state: PartitionState, queue: Queue, ask: Ask, node: Node, victims: list[Allocation], leaving: dict[str, Resource]
+    state: PartitionState,
+    queue: Queue,
+    ask: Ask,
+    node: Node,
+    victims: list[Allocation],
+    leaving: dict[str, Resource],
+    also_leaving: Resource | None = None,
 ) -> str | None:
-    """Why the victims do not free the ask's room on ``node`` with none to spare (``None``: they do)."""
+    """Why the victims do not free the ask's room on ``node`` with none to spare (``None``: they do);
+    ``also_leaving``: what other victims on the node, not under notice yet, free."""
     free = state.room_once_victims_leave(node)
+    if also_leaving:
+        res.add_into(free, also_leaving)
     room = res.add(free, res.total(v.resource for v in victims))
     if not res.fits(ask.resource, room):
         return "victims do not free enough room"

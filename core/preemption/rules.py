@@ -73,27 +73,33 @@ def last_resort(alloc: Allocation, app: App | None) -> bool:
     return alloc.am or (app is not None and not app.allow_preemption)
 
 
-def disruption_room(app: App) -> int | None:
-    """How many more of ``app``'s guaranteed containers may be put under notice now (``None``: no budget)."""
-    return None if app.max_disruption is None else max(0, app.max_disruption - app.disrupted)
+def disruption_room(app: App, also: int = 0) -> int | None:
+    """How many more of ``app``'s guaranteed containers may be put under notice now, with ``also`` more
+    counted as under notice already (``None``: no budget)."""
+    return None if app.max_disruption is None else max(0, app.max_disruption - app.disrupted - also)
 
 
-def over_budget(victims: Iterable[Allocation], apps: Mapping[str, App]) -> App | None:
+def over_budget(
+    victims: Iterable[Allocation], apps: Mapping[str, App], disrupted: Mapping[str, int] | None = None
+) -> App | None:
     """The first app (of ``apps``, those with a budget or opted out) whose disruption budget ``victims``
-    together would break, counting those it already has under notice; ``None`` when none."""
+    together would break, counting those it already has under notice (and, by app name, ``disrupted``
+    more that a check counts beside the state); ``None`` when none."""
     taking: dict[str, int] = {}
     for v in victims:
         app = None if v.opportunistic else apps.get(v.app)
         if app is None or app.max_disruption is None:
             continue
         taking[v.app] = taking.get(v.app, 0) + 1
-        room = disruption_room(app)
+        room = disruption_room(app, disrupted.get(v.app, 0) if disrupted else 0)
         if room is not None and taking[v.app] > room:
             return app
     return None
 
 
-def budget_refusal(app: App) -> str:
-    """How the cache names a victim set refused for ``app``'s disruption budget."""
-    budget = f"max_disruption {app.max_disruption}, {app.disrupted} under notice"
+def budget_refusal(app: App, disrupted: Mapping[str, int] | None = None) -> str:
+    """How the cache names a victim set refused for ``app``'s disruption budget (``disrupted``: as in
+    :func:`over_budget`)."""
+    under_notice = app.disrupted + (disrupted.get(app.name, 0) if disrupted else 0)
+    budget = f"max_disruption {app.max_disruption}, {under_notice} under notice"
     return f"app {app.name}'s disruption budget is used up ({budget})"
