@@ -117,128 +117,168 @@ async def play(
     options = options or PlayOptions()
     run = options.run or uuid.uuid4().hex[:8]
     player = Player(with_ids(with_config_events(events, config), run), until=options.until)
-    checker = OrderedChecker(config, ideal_fn)
+    replay = _Replay(player, OrderedChecker(config, ideal_fn), options, run, progress)
     latest = dataclasses.replace(settings, auto_offset_reset="latest")
-    rm_ids = 0
-    published = 0
-    answered = False
-    last_decision = time.monotonic()
-    markers = {e.partition: f"{run}:end:{e.partition}" for e in player.trace}
-    marked: set[str] = set()  # partitions whose end marker a core answered
-    per_partition: Counter[str] = Counter()  # events published, per partition
-    all_marked = anyio.Event()
     async with KafkaBus(latest, validators={FEED: feed_problem}) as bus:
         decisions = await bus.subscribe_ready(DECISIONS, group=f"{settings.prefix}feeder-{run}", capacity=8192)
         feed = await bus.subscribe_ready(FEED, group=f"{settings.prefix}checker-{run}", capacity=8192, bad="skip")
-        start = time.monotonic()
-
-        def now() -> float:
-            return (time.monotonic() - start) * options.speed
-
-        async def publish(batch: list[f.Feed]) -> None:
-            nonlocal published
-            for event in batch:
-                player.observe(event)
-            await bus.publish_many(FEED, [(e.partition, e) for e in batch])
-            published += len(batch)
-            for event in batch:
-                per_partition[event.partition] += 1
-
-        def rm_events(batch: list[f.Feed]) -> list[f.Feed]:
-            nonlocal rm_ids
-            out = []
-            for event in batch:
-                rm_ids += 1
-                out.append(msgspec.structs.replace(event, id=f"{run}:rm{rm_ids}", t=now()))
-            return out
-
-        async def read_decisions(sub: KafkaSubscription) -> None:
-            nonlocal last_decision, answered
-            while True:
-                try:
-                    dec = await sub.receive()
-                except (anyio.EndOfStream, anyio.ClosedResourceError):
-                    return
-                sub.ack()
-                if dec.partition not in markers:
-                    continue  # a partition this feed does not drive: not its report
-                last_decision = time.monotonic()
-                if isinstance(dec, d.Synced) and dec.event == markers.get(dec.partition):
-                    marked.add(dec.partition)
-                    if marked == markers.keys():
-                        all_marked.set()
-                    continue  # the end markers stay out of the checker and the report
-                answered = True
-                t = now()
-                if checker.on_decision(dec, t) and not isinstance(dec, d.Rejected):
-                    answer = player.on_decision(dec, t)
-                    if answer:
-                        await publish(rm_events(answer))
-
-        async def read_feed(sub: KafkaSubscription) -> None:
-            while True:
-                try:
-                    _kp, offset, event = await sub.receive_record()
-                except (anyio.EndOfStream, anyio.ClosedResourceError):
-                    return
-                sub.ack()
-                if event.partition not in markers:
-                    continue  # another resource manager's partition
-                if event.id != markers.get(event.partition):  # the end markers stay out of the report
-                    checker.on_feed(offset, event, now())
-
+        replay.start(bus)
         async with anyio.create_task_group() as tg:
-            tg.start_soon(read_decisions, decisions)
-            tg.start_soon(read_feed, feed)
-            next_sample = 0.0
-            while True:
-                t = now()
-                if options.until is not None and t > options.until:
-                    break
-                before = player.cursor
-                due = player.due(t)  # trace events first, then the resource manager's container ends
-                traced = player.cursor - before
-                batch = due[:traced] + rm_events(due[traced:])
-                if batch:
-                    await publish(batch)
-                if not answered and time.monotonic() - start > options.answer_timeout:
-                    raise NoAnswer(
-                        f"no core answered {published} feed event(s) within {options.answer_timeout:g} s: "
-                        f"start one (sniper core --bootstrap {settings.bootstrap}) or raise --answer-timeout"
-                    )
-                if t >= next_sample:
-                    checker.sample(t)
-                    next_sample = t + options.sample
-                    if progress is not None:
-                        progress(t, player.end_hint)
-                if player.cursor >= len(player.trace) and options.until is None and answered:
-                    quiet = time.monotonic() - last_decision
-                    pending = sum(p.model.pending_containers() for p in checker.parts.values())
-                    upcoming = player.rm.next_time()
-                    if upcoming is None and (pending == 0 or quiet > options.drain) and quiet > 0.5:
-                        break
-                    if quiet > options.drain and (upcoming is None or upcoming > t + options.drain * options.speed):
-                        break
-                await anyio.sleep(0.01)  # the replay's pacing timer, not a synchronisation
-            wall = time.monotonic() - start
-            seconds = now()
-            ends = [(p, f.Sync(partition=p, id=m)) for p, m in markers.items()]
-            await bus.publish_many(FEED, ends)
-            with anyio.move_on_after(options.drain):
-                if markers:
-                    await all_marked.wait()
+            tg.start_soon(replay.read_decisions, decisions)
+            tg.start_soon(replay.read_feed, feed)
+            await replay.pace(settings.bootstrap)
+            wall, seconds = time.monotonic() - replay.started, replay.now()
+            await replay.mark_ends()
             tg.cancel_scope.cancel()
-    unanswered = {p: per_partition[p] for p in sorted(markers.keys() - marked)}
-    checker.finish(seconds)
-    report = checker.report(
-        seconds=seconds,
-        wall=wall,
-        tick=options.sample,
-        lost_work=player.rm.lost_work,
-        retries=player.rm.retries,
-        extra={"published": published},
-    )
-    return PlayResult(report, checker, published, unanswered)
+    return replay.result(wall, seconds)
+
+
+class _Replay:
+    """One :func:`play`: the trace's pacing, what was published, the decisions read and the end markers."""
+
+    def __init__(
+        self,
+        player: Player,
+        checker: OrderedChecker,
+        options: PlayOptions,
+        run: str,
+        progress: Callable[[float, float], None] | None,
+    ) -> None:
+        self.player = player
+        self.checker = checker
+        self.options = options
+        self.run = run
+        self.progress = progress
+        self.bus: KafkaBus | None = None
+        self.started = time.monotonic()
+        self.rm_ids = 0
+        self.published = 0
+        self.answered = False
+        self.last_decision = self.started
+        self.markers = {e.partition: f"{run}:end:{e.partition}" for e in player.trace}
+        self.marked: set[str] = set()  # partitions whose end marker a core answered
+        self.per_partition: Counter[str] = Counter()  # events published, per partition
+        self.all_marked = anyio.Event()
+
+    def start(self, bus: KafkaBus) -> None:
+        """Trace time starts now."""
+        self.bus = bus
+        self.started = self.last_decision = time.monotonic()
+
+    def now(self) -> float:
+        """Trace seconds since the start."""
+        return (time.monotonic() - self.started) * self.options.speed
+
+    async def publish(self, batch: list[f.Feed]) -> None:
+        assert self.bus is not None
+        for event in batch:
+            self.player.observe(event)
+        await self.bus.publish_many(FEED, [(e.partition, e) for e in batch])
+        self.published += len(batch)
+        for event in batch:
+            self.per_partition[event.partition] += 1
+
+    def rm_events(self, batch: list[f.Feed]) -> list[f.Feed]:
+        """The stand-in resource manager's events, stamped now with ids of their own."""
+        out = []
+        for event in batch:
+            self.rm_ids += 1
+            out.append(msgspec.structs.replace(event, id=f"{self.run}:rm{self.rm_ids}", t=self.now()))
+        return out
+
+    async def read_decisions(self, sub: KafkaSubscription) -> None:
+        while True:
+            try:
+                dec = await sub.receive()
+            except (anyio.EndOfStream, anyio.ClosedResourceError):
+                return
+            sub.ack()
+            if dec.partition not in self.markers:
+                continue  # a partition this feed does not drive: not its report
+            self.last_decision = time.monotonic()
+            if isinstance(dec, d.Synced) and dec.event == self.markers.get(dec.partition):
+                self.marked.add(dec.partition)
+                if self.marked == self.markers.keys():
+                    self.all_marked.set()
+                continue  # the end markers stay out of the checker and the report
+            self.answered = True
+            t = self.now()
+            if self.checker.on_decision(dec, t) and not isinstance(dec, d.Rejected):
+                answer = self.player.on_decision(dec, t)
+                if answer:
+                    await self.publish(self.rm_events(answer))
+
+    async def read_feed(self, sub: KafkaSubscription) -> None:
+        while True:
+            try:
+                _kp, offset, event = await sub.receive_record()
+            except (anyio.EndOfStream, anyio.ClosedResourceError):
+                return
+            sub.ack()
+            if event.partition not in self.markers:
+                continue  # another resource manager's partition
+            if event.id != self.markers.get(event.partition):  # the end markers stay out of the report
+                self.checker.on_feed(offset, event, self.now())
+
+    async def pace(self, bootstrap: str) -> None:
+        """Publish the trace in scaled real time until it ends (or ``until``) and the cores went quiet."""
+        options, player = self.options, self.player
+        next_sample = 0.0
+        while True:
+            t = self.now()
+            if options.until is not None and t > options.until:
+                return
+            before = player.cursor
+            due = player.due(t)  # trace events first, then the resource manager's container ends
+            traced = player.cursor - before
+            batch = due[:traced] + self.rm_events(due[traced:])
+            if batch:
+                await self.publish(batch)
+            if not self.answered and time.monotonic() - self.started > options.answer_timeout:
+                raise NoAnswer(
+                    f"no core answered {self.published} feed event(s) within {options.answer_timeout:g} s: "
+                    f"start one (sniper core --bootstrap {bootstrap}) or raise --answer-timeout"
+                )
+            if t >= next_sample:
+                self.checker.sample(t)
+                next_sample = t + options.sample
+                if self.progress is not None:
+                    self.progress(t, player.end_hint)
+            if player.cursor >= len(player.trace) and options.until is None and self.answered and self.drained(t):
+                return
+            await anyio.sleep(0.01)  # the replay's pacing timer, not a synchronisation
+
+    def drained(self, t: float) -> bool:
+        """The trace is out and the cores have nothing more to say: nothing pending, or quiet for ``drain``."""
+        options = self.options
+        quiet = time.monotonic() - self.last_decision
+        pending = sum(p.model.pending_containers() for p in self.checker.parts.values())
+        upcoming = self.player.rm.next_time()
+        if upcoming is None and (pending == 0 or quiet > options.drain) and quiet > 0.5:
+            return True
+        return quiet > options.drain and (upcoming is None or upcoming > t + options.drain * options.speed)
+
+    async def mark_ends(self) -> None:
+        """Publish a ``sync`` marker per partition and wait (up to ``drain``) until each is answered."""
+        assert self.bus is not None
+        ends = [(p, f.Sync(partition=p, id=m)) for p, m in self.markers.items()]
+        await self.bus.publish_many(FEED, ends)
+        with anyio.move_on_after(self.options.drain):
+            if self.markers:
+                await self.all_marked.wait()
+
+    def result(self, wall: float, seconds: float) -> PlayResult:
+        unanswered = {p: self.per_partition[p] for p in sorted(self.markers.keys() - self.marked)}
+        self.checker.finish(seconds)
+        report = self.checker.report(
+            seconds=seconds,
+            wall=wall,
+            tick=self.options.sample,
+            lost_work=self.player.rm.lost_work,
+            retries=self.player.rm.retries,
+            extra={"published": self.published},
+        )
+        return PlayResult(report, self.checker, self.published, unanswered)
 
 
 async def record(settings: KafkaSettings, out: Path, *, duration: float | None, from_beginning: bool = False) -> int:
