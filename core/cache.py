@@ -13,7 +13,7 @@ from collections import Counter, OrderedDict
 from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
-from core import gang, node_reservation, opportunistic, overcommit
+from core import constraints, gang, node_reservation, opportunistic, overcommit
 from core import resources as res
 from core.config import AdmissionConfig, ConfigError, PartitionConfig, parse_partition, partition_to_raw
 from core.limits import Limits
@@ -400,6 +400,10 @@ class Cache:
         if why is not None:
             self._reject(f"ask {e.app}/{e.ask} (count {e.count}): {why}", app=e.app, ask=e.ask, event=e.id)
             return
+        why = constraints.malformed(e.constraints, e.execution_type == "opportunistic")
+        if why is not None:
+            self._reject(f"ask {e.app}/{e.ask}: {why}", app=e.app, ask=e.ask, event=e.id)
+            return
         if e.gang_min > e.count:
             self._reject(
                 f"ask {e.app}/{e.ask}: gang_min {e.gang_min} is more than its count {e.count}",
@@ -461,6 +465,8 @@ class Cache:
                 damped_until=self._damped_until((e.app, e.ask)),
                 never_preempts=e.preemption_policy == "never",
                 usage=None if e.usage is None else res.normalized(e.usage),
+                tags=e.tags,
+                constraints=e.constraints,
             )
         )
 
@@ -611,6 +617,10 @@ class Cache:
             free = res.sub(node.capacity, node.allocated)
             if not res.fits(r.resource, free) or not self._within_max(r):
                 continue
+            ask = state.ask((r.app, r.ask))
+            if ask is not None and ask.constraints and not constraints.allows(state, ask, node, own=r):
+                continue  # the scope changed since its victims were chosen: it waits, or expires
+
             # Never at the expense of a reservation due earlier that still waits: each must still find
             # its room once the victims due by its own deadline are gone.
             earlier = [e for e in order[:i] if e.id in state.reservations]
@@ -813,6 +823,10 @@ class Cache:
             return f"ask requires node {ask.required_node}"
         if not ask.accepts(node):
             return f"node {node_name} does not match the ask's node selector"
+        if ask.constraints:
+            broken = constraints.refusal(state, ask, node)
+            if broken is not None:
+                return broken
         if not node.can_hold(ask.resource) and not (
             ask.opportunistic and overcommit.allows(overcommit.config_of(state), node, ask.resource)
         ):
@@ -849,6 +863,7 @@ class Cache:
                 pinned=ask.required_node is not None,
                 usage=ask.usage,
                 overcommit=over,
+                tags=list(ask.tags),
             )
         )
         self.decide(
@@ -912,6 +927,8 @@ def state_changes(state: PartitionState) -> list[p.ChangeMsg]:
                     reserve_after=ask.reserve_after,
                     never_preempts=ask.never_preempts,
                     usage=ask.usage,
+                    tags=list(ask.tags),
+                    constraints=[c.raw() for c in ask.constraints],
                 )
             )
     for alloc in state.allocations.values():
@@ -929,6 +946,7 @@ def state_changes(state: PartitionState) -> list[p.ChangeMsg]:
                 pinned=alloc.pinned,
                 usage=None if alloc.usage is alloc.resource else alloc.usage,
                 overcommit=alloc.overcommit,
+                tags=list(alloc.tags),
             )
         )
     for node in state.nodes.values():

@@ -24,7 +24,7 @@ contract get no notice of their own: their app gets one request per commit
 
 from __future__ import annotations
 
-from core import gang, node_reservation
+from core import constraints, gang, node_reservation
 from core import resources as res
 from core.limits import Limits
 from core.opportunistic import KILL_REASON, evict
@@ -240,6 +240,9 @@ def _check(
     over = over_budget(victims, state.guarded) if state.guarded else None
     if over is not None:
         return budget_refusal(over)
+    broken = constraints.refusal(state, ask, node, victims) if ask.constraints else None
+    if broken is not None:
+        return f"beneficiary's placement constraint, with its victims gone: {broken}"
     # Counted gone for every max: these victims and those already under notice (as placement does).
     leaving = {q.path: res.scale(q.preempting, -1) for q in app.queue.lineage()}
     guaranteed = [v for v in victims if not v.opportunistic]  # opportunistic ones count in no queue
