@@ -709,6 +709,12 @@ class ClusterModel:
     def pending_containers(self) -> int:
         return self.derived().pending_containers
 
+    def constrained_pending(self) -> int:
+        """Containers still asked for by asks with placement constraints (waiting for room or their rule)."""
+        wanted = self.placement.constraints
+        keys = [k for k in self.open if k in wanted and k[0] in self.apps]
+        return sum(max(0, self.asks[k][1] - self.ask_allocated.get(k, 0)) for k in keys)
+
     def capacity(self) -> Resource:
         return self.derived().capacity
 

@@ -590,7 +590,9 @@ def constraints(seed: int = 0) -> Scenario:
     half = {"memory": nodes * 64 * GiB // 2, "vcore": nodes * 16_000 // 2}
     raw = _partition([_queue("prod", half), _queue("batch", half)], dict(PREEMPTION))
     events: list[f.Feed] = [
-        f.NodeAdded(node=f"n{i:03d}", capacity={"memory": 64 * GiB, "vcore": 16_000}, labels={"rack": f"r{i // per_rack}"})
+        f.NodeAdded(
+            node=f"n{i:03d}", capacity={"memory": 64 * GiB, "vcore": 16_000}, labels={"rack": f"r{i // per_rack}"}
+        )
         for i in range(nodes)
     ]
     one_per_rack = [f.PlacementConstraint(scope="rack", op="not_in", tags=["db"])]
