@@ -12,6 +12,7 @@ import msgspec
 import pytest
 
 from core import constraints
+from core.cache import state_changes
 from core.state import PartitionState
 from messages import decisions as d
 from messages import feed as f
@@ -430,3 +431,41 @@ def test_the_constraints_scenario_honours_every_constraint(policy: str) -> None:
     )
     if policy == "sniper":  # its victim sets are chosen where a replica may stand
         assert any(isinstance(x, d.Preempt) and x.for_app == "prod-web" for x in result.decisions)
+
+
+# ---------------------------------------------------------------------- opportunistic evictions, snapshots
+
+
+def test_a_guaranteed_ask_evicts_opportunistic_containers_only_where_its_constraints_hold() -> None:
+    h = cluster(("n1", {}), ("n2", {}))
+    h.feed(
+        tagged("a1", "noisy", 50, execution_type="opportunistic", tags=["x"]),
+        tagged("a1", "plain", 50, count=3, execution_type="opportunistic"),
+    )
+    h.settle()
+    [noisy_node] = nodes_of(h, "noisy")
+    assert noisy_node == "n1"  # the node the eviction would prefer (fewest victims, then name)
+    h.tick(5.0)
+    h.feed(tagged("a1", "g", 50, constraints=[C(op="not_in", tags=["x"])]))
+    for _ in range(5):
+        h.settle()
+        killed = [a.id for a in h.cache.state.allocations.values() if a.killed]
+        h.feed(*(f.AllocationReleased(allocation=x) for x in killed))
+    evicted_on = {x.node for x in h.decisions if isinstance(x, d.Kill)}
+    assert evicted_on and noisy_node not in evicted_on
+    assert nodes_of(h, "g") and noisy_node not in nodes_of(h, "g")
+    assert not h.model.violations
+
+
+def test_a_snapshot_carries_tags_and_constraints_and_rebuilds_the_same_index() -> None:
+    h = cluster(*RACKS)
+    start(h, "a1", "db", "n1", tags=("db",))
+    rule = [C(scope="rack", op="in", tags=["db"]), C(op="cardinality", tags=["web"], max=0, namespace="self")]
+    h.feed(tagged("a1", "web", 10, count=3, tags=["web"], constraints=rule))
+    h.settle()
+    copy = PartitionState("default", h.cache.state.config)
+    copy.apply_all(state_changes(h.cache.state))
+    assert copy.tags.by_node == h.cache.state.tags.by_node and copy.tags.by_group == h.cache.state.tags.by_group
+    ask = copy.ask(("a1", "web"))
+    assert ask is not None and ask.tags == ("web",) and ask.constraints == h.cache.state.ask(("a1", "web")).constraints  # type: ignore[union-attr]
+    assert [c.raw() for c in ask.constraints] == rule
