@@ -465,7 +465,7 @@ class Cache:
                 damped_until=self._damped_until((e.app, e.ask)),
                 never_preempts=e.preemption_policy == "never",
                 usage=None if e.usage is None else res.normalized(e.usage),
-                tags=e.tags,
+                tags=tuple(e.tags),
                 constraints=e.constraints,
             )
         )
@@ -863,7 +863,7 @@ class Cache:
                 pinned=ask.required_node is not None,
                 usage=ask.usage,
                 overcommit=over,
-                tags=list(ask.tags),
+                tags=ask.tags,
             )
         )
         self.decide(
@@ -927,7 +927,7 @@ def state_changes(state: PartitionState) -> list[p.ChangeMsg]:
                     reserve_after=ask.reserve_after,
                     never_preempts=ask.never_preempts,
                     usage=ask.usage,
-                    tags=list(ask.tags),
+                    tags=ask.tags,
                     constraints=[c.raw() for c in ask.constraints],
                 )
             )
@@ -946,7 +946,7 @@ def state_changes(state: PartitionState) -> list[p.ChangeMsg]:
                 pinned=alloc.pinned,
                 usage=None if alloc.usage is alloc.resource else alloc.usage,
                 overcommit=alloc.overcommit,
-                tags=list(alloc.tags),
+                tags=alloc.tags,
             )
         )
     for node in state.nodes.values():

@@ -277,7 +277,7 @@ def apply_logged(core: Cache, log: Sequence[d.DecisionMsg], index: int) -> tuple
                         opportunistic=dec.opportunistic,
                         usage=ask.usage if ask is not None else None,
                         overcommit=over,
-                        tags=list(ask.tags) if ask is not None else [],
+                        tags=ask.tags if ask is not None else (),
                     )
                 )
         case d.Preempt():

@@ -254,7 +254,7 @@ class Ask:
         self.allocating = 0  # allocator only: proposed, result not back yet
         self.sort_key = (-change.priority, change.seq)
         self.usage = change.usage  # what each container really uses (None: its resource)
-        self.tags: tuple[str, ...] = tuple(change.tags)  # allocation tags of its containers
+        self.tags = change.tags  # allocation tags of its containers
         self.constraints = constraints.parse(change.constraints) if change.constraints else ()
 
     def accepts(self, node: Node) -> bool:
@@ -345,7 +345,7 @@ class Allocation:
         self.pinned = change.pinned
         self.usage: Resource = change.resource if change.usage is None else change.usage
         self.overcommit = change.overcommit
-        self.tags: tuple[str, ...] = tuple(change.tags)  # counted per scope by the state's tag index
+        self.tags = change.tags  # counted per scope by the state's tag index
         self.reservation: str | None = None  # set while it is a victim held for this reservation
         self.preempt_deadline: float | None = None  # set while it is a victim
         self.killed = False

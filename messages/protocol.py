@@ -80,7 +80,7 @@ class AskSet(Change, tag="ask", frozen=True, gc=False):
     reserve_after: float = 0.0  # de-reserved by a policy: no node reservation before then
     never_preempts: bool = False  # preemption_policy "never": waits for free room, never a beneficiary
     usage: dict[str, int] | None = None  # what each container really uses (None: its resource)
-    tags: list[str] = []  # allocation tags of its containers (core.constraints)
+    tags: tuple[str, ...] = ()  # allocation tags of its containers (core.constraints)
     constraints: list[PlacementConstraint] = []  # validated by the cache
 
 
@@ -103,7 +103,7 @@ class AllocationSet(Change, tag="alloc", frozen=True, gc=False):
     pinned: bool = False  # placed for a required-node ask: never a victim (ARCHITECTURE 5a)
     usage: dict[str, int] | None = None  # what it really uses (None: its resource), core.overcommit
     overcommit: bool = False  # opportunistic, placed on room only measured utilization left (core.overcommit)
-    tags: list[str] = []  # its ask's allocation tags (core.constraints counts them per scope)
+    tags: tuple[str, ...] = ()  # its ask's allocation tags (core.constraints counts them per scope)
 
 
 class AllocationPromoted(Change, tag="alloc_promoted", frozen=True, gc=False):
