@@ -22,7 +22,7 @@ from simulator.model import ClusterModel
 from simulator.run import SimulationSettings, run_simulation
 from simulator.scenarios import scenario
 from tests.core_support import Harness, config_of, invariant_problems, queue, rejected_reasons
-from tests.preemption_support import PreemptHarness, two_queues
+from tests.preemption_support import PreemptHarness, preemption_raw, two_queues
 
 C = f.PlacementConstraint
 
@@ -469,3 +469,31 @@ def test_a_snapshot_carries_tags_and_constraints_and_rebuilds_the_same_index() -
     ask = copy.ask(("a1", "web"))
     assert ask is not None and ask.tags == ("web",) and ask.constraints == h.cache.state.ask(("a1", "web")).constraints  # type: ignore[union-attr]
     assert [c.raw() for c in ask.constraints] == rule
+
+
+# ---------------------------------------------------------------------- node reservations
+
+
+def test_a_node_reservation_is_made_only_on_a_node_where_the_constraints_hold() -> None:
+    raw = preemption_raw(queue("a", guaranteed={"memory": 100}), queue("b", guaranteed={"memory": 100}))
+    raw["reservation"] = {"enabled": True, "timeout": 60.0}
+    h = PreemptHarness(raw)
+    h.nodes("n1", "n2")
+    h.app("b1", "root.b")
+    h.feed(tagged("b1", "x", 10, tags=["x"]))
+    h.cache.allocate("b1", "x", "n1")
+    h.pump()
+    on_n1 = h.fill("b1", "root.b", "n1", [10] * 9)
+    on_n2 = h.fill("b1", "root.b", "n2", [10] * 10, start=10)
+    h.ask("b1", "more", 10, count=100)
+    h.app("a1", "root.a")
+    h.feed(tagged("a1", "big", 60, constraints=[C(op="not_in", tags=["x"])]))
+    h.settle()
+    for i in range(14):  # containers finish on both nodes in turn; n1 frees first, but holds x
+        h.tick(h.now + 1)
+        h.release((on_n1 if i % 2 == 0 else on_n2).pop(0))
+        h.settle()
+    reserved = [x for x in h.decisions if isinstance(x, d.NodeReserved)]
+    assert [(r.ask, r.node) for r in reserved] == [("big", "n2")]
+    assert nodes_of(h, "big") == ["n2"]
+    assert not h.model.violations
