@@ -400,7 +400,7 @@ class Cache:
         if why is not None:
             self._reject(f"ask {e.app}/{e.ask} (count {e.count}): {why}", app=e.app, ask=e.ask, event=e.id)
             return
-        why = constraints.malformed(e.constraints, e.execution_type == "opportunistic")
+        why = constraints.malformed(e.constraints, e.execution_type == "opportunistic") if e.constraints else None
         if why is not None:
             self._reject(f"ask {e.app}/{e.ask}: {why}", app=e.app, ask=e.ask, event=e.id)
             return
@@ -465,7 +465,7 @@ class Cache:
                 damped_until=self._damped_until((e.app, e.ask)),
                 never_preempts=e.preemption_policy == "never",
                 usage=None if e.usage is None else res.normalized(e.usage),
-                tags=tuple(e.tags),
+                tags=tuple(e.tags) if e.tags else (),
                 constraints=e.constraints,
             )
         )
