@@ -928,7 +928,7 @@ def state_changes(state: PartitionState) -> list[p.ChangeMsg]:
                     never_preempts=ask.never_preempts,
                     usage=ask.usage,
                     tags=ask.tags,
-                    constraints=[c.raw() for c in ask.constraints],
+                    constraints=tuple(c.raw() for c in ask.constraints),
                 )
             )
     for alloc in state.allocations.values():

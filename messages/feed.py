@@ -105,8 +105,9 @@ class AskAdded(FeedEvent, tag="ask_added", frozen=True, gc=False):
     usage: ResourceMap | None = None
     # Allocation tags every container of the ask carries, and the placement constraints each container
     # must satisfy where it is placed (core.constraints, docs/feed.md).
-    tags: list[Tag] = []
-    constraints: list[PlacementConstraint] = []
+    # Tuples: an empty default costs no object per event (a list default is copied for each one).
+    tags: tuple[Tag, ...] = ()
+    constraints: tuple[PlacementConstraint, ...] = ()
 
 
 class AskRemoved(FeedEvent, tag="ask_removed", frozen=True, gc=False):

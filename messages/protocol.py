@@ -81,7 +81,7 @@ class AskSet(Change, tag="ask", frozen=True, gc=False):
     never_preempts: bool = False  # preemption_policy "never": waits for free room, never a beneficiary
     usage: dict[str, int] | None = None  # what each container really uses (None: its resource)
     tags: tuple[str, ...] = ()  # allocation tags of its containers (core.constraints)
-    constraints: list[PlacementConstraint] = []  # validated by the cache
+    constraints: tuple[PlacementConstraint, ...] = ()  # validated by the cache
 
 
 class AskGone(Change, tag="ask_gone", frozen=True, gc=False):

@@ -42,8 +42,8 @@ class AskInfo:
     node_selector: dict[str, list[str]]
     execution_type: str = "guaranteed"
     usage: dict[str, int] | None = None
-    tags: list[str] = dataclasses.field(default_factory=list)
-    constraints: list[f.PlacementConstraint] = dataclasses.field(default_factory=list)
+    tags: tuple[str, ...] = ()
+    constraints: tuple[f.PlacementConstraint, ...] = ()
 
 
 class StandInRM:

@@ -595,7 +595,7 @@ def constraints(seed: int = 0) -> Scenario:
         )
         for i in range(nodes)
     ]
-    one_per_rack = [f.PlacementConstraint(scope="rack", op="not_in", tags=["db"])]
+    one_per_rack = (f.PlacementConstraint(scope="rack", op="not_in", tags=["db"]),)
     events.append(f.AppAdded(t=0.5, app="prod-db", queue="root.prod", priority=10))
     for rack in ("r0", "r1"):
         events.append(
@@ -606,11 +606,11 @@ def constraints(seed: int = 0) -> Scenario:
                 resource={"memory": 16 * GiB, "vcore": 4000},
                 duration=2000.0,
                 node_selector={"rack": [rack]},
-                tags=["db"],
+                tags=("db",),
                 constraints=one_per_rack,
             )
         )
-    etl_cap = [f.PlacementConstraint(scope="node", op="cardinality", tags=["etl"], max=3)]
+    etl_cap = (f.PlacementConstraint(scope="node", op="cardinality", tags=["etl"], max=3),)
     events.append(f.AppAdded(t=1, app="batch-etl", queue="root.batch"))
     events.append(
         f.AskAdded(
@@ -620,7 +620,7 @@ def constraints(seed: int = 0) -> Scenario:
             resource={"memory": 4 * GiB, "vcore": 1000},
             count=nodes * 4,
             duration=rng.uniform(500, 700),
-            tags=["etl"],
+            tags=("etl",),
             constraints=etl_cap,
         )
     )
@@ -634,15 +634,15 @@ def constraints(seed: int = 0) -> Scenario:
             count=4,
             gang_min=4,
             duration=rng.uniform(500, 700),
-            tags=["ml"],
-            constraints=[f.PlacementConstraint(scope="node", op="not_in", tags=["ml"], namespace="self")],
+            tags=("ml",),
+            constraints=(f.PlacementConstraint(scope="node", op="not_in", tags=["ml"], namespace="self"),),
         )
     )
     _job(events, 3, "batch-fill", "root.batch", 200, 8 * GiB, 2000, rng.uniform(500, 700))
-    replicas = [
+    replicas = (
         f.PlacementConstraint(scope="node", op="cardinality", tags=["web"], max=0, namespace="self"),
         f.PlacementConstraint(scope="rack", op="in", tags=["db"]),
-    ]
+    )
     events.append(f.AppAdded(t=60, app="prod-web", queue="root.prod", priority=10))
     events.append(
         f.AskAdded(
@@ -653,7 +653,7 @@ def constraints(seed: int = 0) -> Scenario:
             count=6,
             priority=10,
             duration=1500.0,
-            tags=["web"],
+            tags=("web",),
             constraints=replicas,
         )
     )

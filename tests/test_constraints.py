@@ -6,6 +6,7 @@ checker and the bundled ``constraints`` scenario.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import msgspec
@@ -27,8 +28,25 @@ from tests.preemption_support import PreemptHarness, preemption_raw, two_queues
 C = f.PlacementConstraint
 
 
-def tagged(app: str, ask: str, memory: int, count: int = 1, **kw: Any) -> f.AskAdded:
-    return f.AskAdded(app=app, ask=ask, resource={"memory": memory}, count=count, **kw)
+def tagged(
+    app: str,
+    ask: str,
+    memory: int,
+    count: int = 1,
+    *,
+    tags: Sequence[str] = (),
+    constraints: Sequence[C] = (),
+    **kw: Any,
+) -> f.AskAdded:
+    return f.AskAdded(
+        app=app,
+        ask=ask,
+        resource={"memory": memory},
+        count=count,
+        tags=tuple(tags),
+        constraints=tuple(constraints),
+        **kw,
+    )
 
 
 def cluster(*nodes: tuple[str, dict[str, str]], memory: int = 100, apps: tuple[str, ...] = ("a1",)) -> Harness:
@@ -122,12 +140,12 @@ def test_an_unknown_op_or_namespace_on_the_feed_is_reported_with_its_line_not_ra
     [bad] = list(decode_feed_lines([line.replace(b'"near"', b'"in","namespace":"other"')], source="feed"))
     assert isinstance(bad, BadInput) and "namespace" in bad.reason
     [ok] = list(decode_feed_lines([line.replace(b'"near"', b'"in"')], source="feed"))
-    assert isinstance(ok, f.AskAdded) and ok.constraints == [C(op="in", tags=["x"])]
+    assert isinstance(ok, f.AskAdded) and ok.constraints == (C(op="in", tags=["x"]),)
 
 
 def test_the_fields_are_optional_and_an_old_ask_decodes_without_them() -> None:
     old = msgspec.json.decode(b'{"type":"ask_added","app":"a","ask":"b","resource":{}}', type=f.Feed)
-    assert isinstance(old, f.AskAdded) and old.tags == [] and old.constraints == []
+    assert isinstance(old, f.AskAdded) and old.tags == () and old.constraints == ()
     assert C() == C(scope="node", op="in", tags=[], min=0, max=None, namespace="all")
 
 
