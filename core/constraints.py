@@ -15,8 +15,9 @@ count index (:class:`TagIndex`), kept by :class:`core.state.PartitionState` thro
 (and, in the allocator's replica, through :func:`core.placing.hold_room` for containers in flight, so
 a cycle's or a gang's own containers count each other). Invariant: for every scope group and
 (namespace, tag), the index holds the number of allocations (plus in-flight holds) carrying that tag
-on the group's nodes; a check costs O(constraints x tags), never a scan of nodes or allocations.
-Asks without constraints never reach this module on the placement path.
+on the group's nodes, and apart the preemption reservations' promised containers (they count against
+upper bounds only); a check costs O(constraints x tags), never a scan of nodes or allocations. An ask
+without constraints costs one attribute test on the placement path.
 """
 
 from __future__ import annotations
