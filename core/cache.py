@@ -400,7 +400,8 @@ class Cache:
         if why is not None:
             self._reject(f"ask {e.app}/{e.ask} (count {e.count}): {why}", app=e.app, ask=e.ask, event=e.id)
             return
-        why = constraints.malformed(e.constraints, e.execution_type == "opportunistic") if e.constraints else None
+        opportunistic = e.execution_type == "opportunistic"
+        why = constraints.malformed(e.constraints, e.tags, opportunistic) if e.constraints else None
         if why is not None:
             self._reject(f"ask {e.app}/{e.ask}: {why}", app=e.app, ask=e.ask, event=e.id)
             return

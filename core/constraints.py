@@ -1,13 +1,17 @@
 """Placement constraints and allocation tags (YARN-6592's ``targetIn``, ``targetNotIn``, ``cardinality``).
 
 An ask's containers carry its allocation ``tags``; its ``constraints`` say, for each candidate node,
-how many containers carrying each listed tag the node's *scope* may already hold: the node itself
-(``scope: "node"``) or every node sharing its value of a node label (``scope: "rack"``). As in YARN the
-count is of the containers already there, never the one being placed; each listed tag is counted on
-its own and must be within the bounds: ``in`` at least one, ``not_in`` none, ``cardinality`` between
-``min`` and ``max``. ``namespace: "self"`` counts only the ask's own app's containers. A node without
-the scope's label has no scope: it never satisfies a constraint that needs a tag present (``in``,
-``cardinality`` with ``min`` above 0) and always satisfies one that only bounds from above.
+how many containers carrying each listed tag the node's *scope* may hold: the node itself
+(``scope: "node"``) or every node sharing its value of a node label (``scope: "rack"``). Each listed
+tag is counted on its own and must be within the bounds. ``in`` (at least one) and ``not_in`` (none)
+count the *other* containers in the scope, as YARN's ``targetIn`` and ``targetNotIn``; ``cardinality``
+(between ``min`` and ``max``) counts the scope as it is once the container is placed: the container
+being placed counts when it carries the tag (:attr:`Constraint.placed`), so ``max: 1`` on the ask's
+own tag is one per scope (YARN's ``CARDINALITY`` counts only the containers already there: its
+``max: n`` is ``max: n + 1`` here). ``namespace: "self"`` counts only the ask's own app's containers
+(the one placed is always of it). A node without the scope's label has no scope: it never satisfies a
+constraint that needs a tag present (``in``, ``cardinality`` with ``min`` above 0) and always
+satisfies one that only bounds from above.
 
 This module owns the rule (:func:`refusal`, :func:`allows`), its validation (:func:`malformed`, which
 rejects only what no cluster can ever satisfy: nodes, labels and tags may come later) and the tag
@@ -37,7 +41,8 @@ Counts = dict[TagKey, int]
 @dataclass(frozen=True, slots=True)
 class Constraint:
     """One validated constraint: every tag's count in the scope within ``[low, high]`` (``high`` None:
-    no upper bound)."""
+    no upper bound); ``placed``: the tags the container being placed adds to the count (``cardinality``
+    on tags the ask carries)."""
 
     scope: str
     op: str
@@ -45,6 +50,7 @@ class Constraint:
     low: int
     high: int | None
     own_app: bool
+    placed: frozenset[str] = frozenset()
 
     def raw(self) -> PlacementConstraint:
         """The constraint as the feed states it (snapshots carry it so)."""
@@ -67,7 +73,8 @@ class Constraint:
         if self.low == 0 and self.high == 0:
             bound = "none"
         whose = " of its own app" if self.own_app else ""
-        return f"{bound} of {', '.join(self.tags)}{whose} per {self.scope}"
+        counting = ", counting the one placed" if self.placed else ""
+        return f"{bound} of {', '.join(self.tags)}{whose} per {self.scope}{counting}"
 
 
 def bounds(c: PlacementConstraint) -> tuple[int, int | None]:
@@ -79,14 +86,18 @@ def bounds(c: PlacementConstraint) -> tuple[int, int | None]:
     return c.min, c.max
 
 
-def malformed(raw: Sequence[PlacementConstraint], opportunistic: bool = False) -> str | None:
-    """Why the constraints can never hold on any cluster, or ``None``: a ``min`` above its ``max``, no
-    tags, ``min``/``max`` given to ``in``/``not_in``, or two constraints on the same tags, scope and
-    namespace whose bounds do not meet (``in`` with ``not_in``). Opportunistic asks take no constraints
-    (their placement runs on room no guaranteed ask can use, outside this rule)."""
+def malformed(raw: Sequence[PlacementConstraint], tags: Sequence[str] = (), opportunistic: bool = False) -> str | None:
+    """Why the constraints of an ask carrying ``tags`` can never hold on any cluster, or ``None``: a
+    ``min`` above its ``max``, no tags, ``min``/``max`` given to ``in``/``not_in``, a ``cardinality``
+    ``max`` of 0 on a tag the ask carries (the container placed counts: the scope holds at least one),
+    or two constraints on the same tag, scope and namespace whose bounds do not meet once both are read
+    as counts after placement (``in`` with ``not_in``; ``not_in`` on the ask's own tag with
+    ``cardinality`` ``min`` 2). Opportunistic asks take no constraints (their placement runs on room no
+    guaranteed ask can use, outside this rule)."""
     if raw and opportunistic:
         return "an opportunistic ask takes no placement constraints"
-    seen: dict[tuple[str, frozenset[str], str], tuple[int, int | None]] = {}
+    carried = frozenset(tags)
+    seen: dict[tuple[str, str, str], tuple[int, int | None]] = {}  # (scope, namespace, tag) -> bounds after
     for n, c in enumerate(raw, 1):
         where = f"constraint {n} ({c.op} per {c.scope})"
         if not c.tags:
@@ -96,13 +107,23 @@ def malformed(raw: Sequence[PlacementConstraint], opportunistic: bool = False) -
         low, high = bounds(c)
         if high is not None and low > high:
             return f"{where}: min {low} is above max {high}"
-        key = (c.scope, frozenset(c.tags), c.namespace)
-        other = seen.get(key)
-        if other is not None:
-            low, high = max(low, other[0]), _min_bound(high, other[1])
-            if high is not None and low > high:
-                return f"{where} contradicts an earlier constraint on the same tags, scope and namespace"
-        seen[key] = (low, high)
+        for tag in dict.fromkeys(c.tags):
+            after_low, after_high = low, high
+            if tag in carried:  # the container placed is in the scope: at least one there
+                if c.op != "cardinality":  # in / not_in count the others: shift to the count after
+                    after_low, after_high = low + 1, None if high is None else high + 1
+                elif high == 0:
+                    return (
+                        f"{where}: max 0 on {tag}, a tag the ask's own containers carry: the container "
+                        "placed counts, so its scope always holds one (max 1 is one per scope)"
+                    )
+            key = (c.scope, c.namespace, tag)
+            other = seen.get(key)
+            if other is not None:
+                after_low, after_high = max(after_low, other[0]), _min_bound(after_high, other[1])
+                if after_high is not None and after_low > after_high:
+                    return f"{where} contradicts an earlier one on {tag} in the same scope and namespace"
+            seen[key] = (after_low, after_high)
     return None
 
 
@@ -114,11 +135,14 @@ def _min_bound(a: int | None, b: int | None) -> int | None:
     return min(a, b)
 
 
-def parse(raw: Iterable[PlacementConstraint]) -> tuple[Constraint, ...]:
+def parse(raw: Iterable[PlacementConstraint], tags: Sequence[str] = ()) -> tuple[Constraint, ...]:
+    """The validated constraints of an ask whose containers carry ``tags``."""
     out = []
     for c in raw:
         low, high = bounds(c)
-        out.append(Constraint(c.scope, c.op, tuple(dict.fromkeys(c.tags)), low, high, c.namespace == "self"))
+        listed = tuple(dict.fromkeys(c.tags))
+        placed = frozenset(listed).intersection(tags) if c.op == "cardinality" else frozenset()
+        out.append(Constraint(c.scope, c.op, listed, low, high, c.namespace == "self", placed))
     return tuple(out)
 
 
@@ -225,8 +249,10 @@ def refusal(
 ) -> str | None:
     """Why one more container of ``ask`` breaks one of its constraints on ``node``, or ``None``.
     ``leaving``: containers counted gone (a victim set being chosen or checked); ``own``: the ask's
-    reservation being fulfilled (its promised container is the one placed). A reservation's promised
-    container counts against upper bounds only: a lower bound wants its tags running."""
+    reservation being fulfilled (its promised container is the one placed, counted as such rather than
+    as promised). A reservation's promised container counts against upper bounds only: a lower bound
+    wants its tags running. ``cardinality`` adds the container placed to the count of the tags it
+    carries; ``in`` and ``not_in`` count the others only."""
     index = state.tags
     app = ask.app.name
     gone = [a for a in leaving if a.tags]
@@ -243,6 +269,8 @@ def refusal(
                 n += counts.get((who, tag, True), 0)
                 if own is not None and tag in own.tags and _in_scope(state, own, node, c.scope):
                     n -= 1
+            if tag in c.placed:
+                n += 1  # the container placed: cardinality bounds the scope as it is after placement
             if gone:
                 n -= sum(
                     1
@@ -250,7 +278,8 @@ def refusal(
                     if tag in a.tags and (not c.own_app or a.app == app) and _in_scope(state, a, node, c.scope)
                 )
             if n < c.low or (c.high is not None and n > c.high):
-                return f"node {node.name}'s {c.scope} holds {n} of {tag}: the ask wants {c.describe()}"
+                holds = "would hold" if tag in c.placed else "holds"
+                return f"node {node.name}'s {c.scope} {holds} {n} of {tag}: the ask wants {c.describe()}"
     return None
 
 

@@ -255,7 +255,7 @@ class Ask:
         self.sort_key = (-change.priority, change.seq)
         self.usage = change.usage  # what each container really uses (None: its resource)
         self.tags = change.tags  # allocation tags of its containers
-        self.constraints = constraints.parse(change.constraints) if change.constraints else ()
+        self.constraints = constraints.parse(change.constraints, change.tags) if change.constraints else ()
 
     def accepts(self, node: Node) -> bool:
         """Whether the ask may run on ``node`` at all (its required node, its node selector), room aside:

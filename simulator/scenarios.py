@@ -578,9 +578,9 @@ def constraints(seed: int = 0) -> Scenario:
     """Placement constraints (YARN-6592): 12 nodes of 64 GiB in three racks (node label ``rack``). prod
     runs a database in racks r0 and r1 (one per rack: ``not_in`` rack of its tag ``db``), then a
     replicated service of six 8 GiB replicas (tag ``web``, priority 10): at most one per node
-    (``cardinality`` max 0 of its own ``web`` containers per node, its app's only) and only in a rack
+    (``cardinality`` max 1 of its own ``web`` containers per node, its app's only) and only in a rack
     that runs the database (``in`` rack ``db``). batch fills the idle cluster first with 4 GiB tasks at
-    most four per node (``cardinality`` max 3 of ``etl`` per node) and a gang of four 8 GiB trainers
+    most four per node (``cardinality`` max 4 of ``etl`` per node) and a gang of four 8 GiB trainers
     that never share a node (``not_in`` node ``ml``, the gang's members counting each other). The
     service's replicas preempt batch work only where a replica may stand. At 200 s the node holding
     rack r0's database is lost: the database and the replicas on it are asked again, and a replica
@@ -610,7 +610,7 @@ def constraints(seed: int = 0) -> Scenario:
                 constraints=one_per_rack,
             )
         )
-    etl_cap = (f.PlacementConstraint(scope="node", op="cardinality", tags=["etl"], max=3),)
+    etl_cap = (f.PlacementConstraint(scope="node", op="cardinality", tags=["etl"], max=4),)
     events.append(f.AppAdded(t=1, app="batch-etl", queue="root.batch"))
     events.append(
         f.AskAdded(
@@ -640,7 +640,7 @@ def constraints(seed: int = 0) -> Scenario:
     )
     _job(events, 3, "batch-fill", "root.batch", 200, 8 * GiB, 2000, rng.uniform(500, 700))
     replicas = (
-        f.PlacementConstraint(scope="node", op="cardinality", tags=["web"], max=0, namespace="self"),
+        f.PlacementConstraint(scope="node", op="cardinality", tags=["web"], max=1, namespace="self"),
         f.PlacementConstraint(scope="rack", op="in", tags=["db"]),
     )
     events.append(f.AppAdded(t=60, app="prod-web", queue="root.prod", priority=10))

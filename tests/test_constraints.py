@@ -106,13 +106,17 @@ RACKS = (("n1", {"rack": "r0"}), ("n2", {"rack": "r0"}), ("n3", {"rack": "r1"}),
         ([C(op="cardinality", tags=["x"], min=3, max=1)], "min 3 is above max 1"),
         ([C(op="in", tags=[])], "names no tags"),
         ([C(op="not_in", tags=["x"], max=2)], "min and max belong to cardinality only"),
-        ([C(op="in", tags=["db"]), C(op="not_in", tags=["db"])], "contradicts an earlier constraint"),
+        ([C(op="in", tags=["db"]), C(op="not_in", tags=["db"])], "contradicts an earlier one on db"),
         ([C(op="cardinality", tags=["x"], min=2), C(op="cardinality", tags=["x"], max=1)], "contradicts"),
+        ([C(op="cardinality", tags=["w"], max=0)], "max 0 on w, a tag the ask's own containers carry"),
+        ([C(op="cardinality", tags=["db", "w"], max=0, namespace="self")], "max 0 on w"),
+        ([C(op="not_in", tags=["w"]), C(op="cardinality", tags=["w"], min=2)], "contradicts an earlier one on w"),
+        ([C(op="in", tags=["w"]), C(op="cardinality", tags=["w"], max=1)], "contradicts an earlier one on w"),
     ],
 )
 def test_constraints_no_cluster_can_satisfy_are_rejected_with_the_reason(bad: list[C], why: str) -> None:
     h = cluster(*RACKS)
-    [reason] = rejected_reasons(h.feed(tagged("a1", "w", 10, constraints=bad)))
+    [reason] = rejected_reasons(h.feed(tagged("a1", "w", 10, tags=["w"], constraints=bad)))
     assert reason.startswith("ask a1/w: constraint") and why in reason
     assert h.cache.state.ask(("a1", "w")) is None
 
@@ -122,6 +126,20 @@ def test_in_and_not_in_on_the_same_tags_in_different_scopes_or_namespaces_are_ac
     ok = [C(scope="rack", op="in", tags=["db"]), C(op="not_in", tags=["db"]), C(op="in", tags=["x"], namespace="self")]
     out = h.feed(tagged("a1", "w", 10, constraints=[*ok, C(op="not_in", tags=["x"])]))
     assert not rejected_reasons(out)
+
+
+@pytest.mark.parametrize(
+    "ok",
+    [
+        [C(op="cardinality", tags=["x"], max=0)],  # a tag the ask does not carry: none of it there
+        [C(op="cardinality", tags=["w"], max=1), C(op="not_in", tags=["w"])],  # both: alone with it
+        [C(op="cardinality", tags=["w"], min=2), C(op="in", tags=["w"])],  # both: another one there
+        [C(op="cardinality", tags=["w"], min=1, max=1)],
+    ],
+)
+def test_bounds_that_meet_once_read_as_the_count_after_placement_are_accepted(ok: list[C]) -> None:
+    h = cluster(*RACKS)
+    assert not rejected_reasons(h.feed(tagged("a1", "w", 10, tags=["w"], constraints=ok)))
 
 
 def test_an_opportunistic_ask_with_constraints_is_rejected_but_it_may_carry_tags() -> None:
@@ -164,11 +182,80 @@ def test_anti_affinity_spreads_one_cycles_replicas_over_distinct_nodes() -> None
     assert_index_is_the_recount(h.cache.state)
 
 
-def test_cardinality_counts_the_containers_already_there_never_the_one_placed() -> None:
+def test_cardinality_max_1_on_the_asks_own_tag_places_one_per_node() -> None:
+    h = cluster(("n1", {}), ("n2", {}), ("n3", {}))
+    h.feed(tagged("a1", "svc", 10, count=5, tags=["svc"], constraints=[C(op="cardinality", tags=["svc"], max=1)]))
+    h.settle()
+    assert sorted(nodes_of(h, "svc")) == ["n1", "n2", "n3"]  # the container placed counts: one per node
+    assert h.cache.state.ask(("a1", "svc")).pending == 2  # type: ignore[union-attr]
+    assert not h.model.violations
+    assert_index_is_the_recount(h.cache.state)
+
+
+def test_cardinality_max_2_on_the_asks_own_tag_places_two_per_node() -> None:
     h = cluster(("n1", {}), ("n2", {}))
     h.feed(tagged("a1", "etl", 10, count=7, tags=["etl"], constraints=[C(op="cardinality", tags=["etl"], max=2)]))
+    proposal = h.propose()  # one cycle: its containers in flight count each other and the one placed
+    assert proposal is not None and sorted(pl.node for pl in proposal.placements) == ["n1", "n1", "n2", "n2"]
     h.settle()
-    assert sorted(nodes_of(h, "etl")) == ["n1", "n1", "n1", "n2", "n2", "n2"]  # max 2 already there: 3 each
+    assert sorted(nodes_of(h, "etl")) == ["n1", "n1", "n2", "n2"]
+    assert not h.model.violations
+
+
+def test_cardinality_counts_the_tags_other_asks_run_with_the_one_placed() -> None:
+    h = cluster(("n1", {}), ("n2", {}), apps=("a1", "a2"))
+    start(h, "a2", "other", "n1", tags=("etl",))
+    h.feed(tagged("a1", "etl", 10, count=3, tags=["etl"], constraints=[C(op="cardinality", tags=["etl"], max=2)]))
+    h.settle()
+    assert sorted(nodes_of(h, "etl")) == ["n1", "n2", "n2"]  # n1 already ran a2's etl: room for one more
+    mine = [C(op="cardinality", tags=["etl"], max=2, namespace="self")]
+    h.feed(tagged("a1", "mine", 10, count=2, tags=["etl"], constraints=mine))
+    h.settle()
+    assert nodes_of(h, "mine") == ["n1"]  # a1's own: n1 runs one of them, n2 two
+    assert not h.model.violations
+
+
+def test_a_container_without_the_tags_is_placed_where_the_count_is_already_at_max() -> None:
+    h = cluster(("n1", {}))
+    start(h, "a1", "svc", "n1", tags=("svc",))
+    capped = [C(op="cardinality", tags=["svc"], max=1)]
+    h.feed(tagged("a1", "sidecar", 10, tags=["side"], constraints=capped))
+    h.feed(tagged("a1", "svc2", 10, tags=["svc"], constraints=capped))
+    h.settle()
+    assert nodes_of(h, "sidecar") == ["n1"]  # it adds no svc: the node stays at one
+    assert nodes_of(h, "svc2") == []  # a second svc would make two
+    assert not h.model.violations
+
+
+def test_cardinality_min_counts_the_container_placed() -> None:
+    h = cluster(("n1", {}), ("n2", {}))
+    start(h, "a1", "seed", "n1", tags=("svc",))
+    h.feed(tagged("a1", "one", 10, count=2, tags=["svc"], constraints=[C(op="cardinality", tags=["svc"], min=1)]))
+    h.settle()
+    assert len(nodes_of(h, "one")) == 2  # min 1 on its own tag: the container placed is the one
+    h2 = cluster(("n1", {}), ("n2", {}))
+    start(h2, "a1", "seed", "n1", tags=("svc",))
+    pair = [C(op="cardinality", tags=["svc"], min=2, max=2)]
+    h2.feed(tagged("a1", "pair", 10, count=2, tags=["svc"], constraints=pair))
+    h2.settle()
+    assert nodes_of(h2, "pair") == ["n1"]  # beside the one there (two with it), never alone on n2, never a third
+    h3 = cluster(("n1", {}))
+    h3.feed(tagged("a1", "near", 10, constraints=[C(op="cardinality", tags=["svc"], min=1)]))
+    h3.settle()
+    assert nodes_of(h3, "near") == []  # it carries no svc: the one placed adds nothing, it waits
+    assert not h.model.violations and not h2.model.violations
+
+
+def test_in_and_not_in_on_the_asks_own_tag_count_the_other_containers() -> None:
+    h = cluster(("n1", {}), ("n2", {}))
+    h.feed(tagged("a1", "alone", 10, count=3, tags=["a"], constraints=[C(op="not_in", tags=["a"])]))
+    h.feed(tagged("a1", "follow", 10, count=2, tags=["f"], constraints=[C(op="in", tags=["f"])]))
+    h.settle()
+    assert sorted(nodes_of(h, "alone")) == ["n1", "n2"]  # not_in its own tag: anti-affinity
+    assert nodes_of(h, "follow") == []  # in its own tag: another must be there first, none is
+    start(h, "a1", "seed", "n2", tags=("f",))
+    h.settle()
+    assert nodes_of(h, "follow") == ["n2", "n2"]
     assert not h.model.violations
 
 
@@ -188,8 +275,11 @@ def test_a_node_without_the_scope_label_never_satisfies_in_and_always_an_upper_b
     start(h, "a1", "db", "bare", tags=("db",))
     h.feed(tagged("a1", "near", 10, constraints=[C(scope="rack", op="in", tags=["db"])]))
     h.feed(tagged("a1", "capped", 10, constraints=[C(scope="rack", op="cardinality", tags=["db"], max=0)]))
+    h.feed(tagged("a1", "own", 10, tags=["db"], constraints=[C(scope="rack", op="cardinality", tags=["db"], max=1)]))
+    h.feed(tagged("a1", "least", 10, tags=["db"], constraints=[C(scope="rack", op="cardinality", tags=["db"], min=1)]))
     h.settle()
-    assert nodes_of(h, "near") == [] and nodes_of(h, "capped") == ["bare"]
+    assert nodes_of(h, "near") == [] and nodes_of(h, "capped") == ["bare"] and nodes_of(h, "own") == ["bare"]
+    assert nodes_of(h, "least") == []  # no rack: even the one placed is in no scope that could hold it
 
 
 def test_a_scope_label_no_node_has_yet_keeps_the_ask_pending_until_a_node_brings_it() -> None:
@@ -405,6 +495,36 @@ def test_a_reserved_beneficiary_whose_scope_changed_waits_instead_of_breaking_it
     assert_index_is_the_recount(h.cache.state)
 
 
+def _two_replicas(rule: list[C]) -> PreemptHarness:
+    """n1 and n2 full of b's work (n2's younger, cheaper); a's two replicas of 50 starve."""
+    h = PreemptHarness(two_queues(100, 100))
+    h.feed(*(f.NodeAdded(node=n, capacity={"memory": 100}) for n in ("n1", "n2")))
+    h.app("a1", "root.a")
+    h.app("b1", "root.b")
+    h.fill("b1", "root.b", "n1", [50, 50])
+    h.fill("b1", "root.b", "n2", [50, 50], start=10.0)
+    h.feed(tagged("a1", "web", 50, count=2, tags=["web"], constraints=rule))
+    h.starve(2)
+    return h
+
+
+def test_a_reservations_promised_container_counts_toward_cardinality_with_the_one_placed() -> None:
+    control = _two_replicas([])
+    control.preempt_round(20.0)
+    assert {control.alloc(x.allocation).node for x in control.preempts()} == {"n2"}  # the cheapest pair
+    h = _two_replicas([C(op="cardinality", tags=["web"], max=1, namespace="self")])
+    h.preempt_round(20.0)
+    victims = h.preempts()
+    assert sorted(h.alloc(x.allocation).node for x in victims) == ["n1", "n2"]  # one replica per node
+    assert sorted(r.node for r in h.cache.state.reservations.values()) == ["n1", "n2"]
+    assert_index_is_the_recount(h.cache.state)
+    h.tick(60.0)
+    h.release(*h.kills())
+    assert sorted(x.node for x in h.allocated() if x.app == "a1") == ["n1", "n2"]  # each fulfils its own
+    assert not h.cache.state.reservations and not h.model.violations
+    assert_index_is_the_recount(h.cache.state)
+
+
 # ---------------------------------------------------------------------- the independent checker
 
 
@@ -415,7 +535,7 @@ def test_the_checker_flags_a_placement_beside_a_forbidden_tag_on_its_own_count()
         f.NodeAdded(node="n2", capacity={"memory": 100}, labels={"rack": "r0"}),
         f.AppAdded(app="a1", queue="root.a"),
         tagged(
-            "a1", "web", 10, count=3, tags=["web"], constraints=[C(scope="rack", op="cardinality", tags=["web"], max=1)]
+            "a1", "web", 10, count=3, tags=["web"], constraints=[C(scope="rack", op="cardinality", tags=["web"], max=2)]
         ),
     ):
         model.on_event(event)
@@ -426,8 +546,29 @@ def test_the_checker_flags_a_placement_beside_a_forbidden_tag_on_its_own_count()
             )
         )
     [problem] = placement_violations(model)
-    assert "alloc-3 on n2: its rack held 2 of web" in problem
+    assert "alloc-3 on n2: its rack holds 3 of web with it" in problem  # the state after the placement
     assert model.placement.satisfied == 2
+
+
+def test_the_checker_counts_the_others_for_not_in_and_in_on_the_asks_own_tag() -> None:
+    model = ClusterModel("default", config_of(queue("a")))
+    for event in (
+        f.NodeAdded(node="n1", capacity={"memory": 100}),
+        f.AppAdded(app="a1", queue="root.a"),
+        tagged("a1", "alone", 10, count=2, tags=["a"], constraints=[C(op="not_in", tags=["a"])]),
+        tagged("a1", "follow", 10, count=2, tags=["f"], constraints=[C(op="in", tags=["f"])]),
+    ):
+        model.on_event(event)
+    placed = [("alone", "alloc-1"), ("follow", "alloc-2"), ("alone", "alloc-3")]
+    for n, (ask, aid) in enumerate(placed, 1):
+        model.on_decision(
+            d.Allocated(seq=n, allocation=aid, app="a1", ask=ask, queue="root.a", node="n1", resource={"memory": 10})
+        )
+    problems = placement_violations(model)
+    assert len(problems) == 2
+    assert "alloc-2 on n1: its node holds 0 of f besides it" in problems[0]  # no other f: in breaks
+    assert "alloc-3 on n1: its node holds 1 of a besides it" in problems[1]
+    assert model.placement.satisfied == 1  # alloc-1 alone, its own a not counted
 
 
 # ---------------------------------------------------------------------- the bundled scenario
@@ -478,7 +619,7 @@ def test_a_guaranteed_ask_evicts_opportunistic_containers_only_where_its_constra
 def test_a_snapshot_carries_tags_and_constraints_and_rebuilds_the_same_index() -> None:
     h = cluster(*RACKS)
     start(h, "a1", "db", "n1", tags=("db",))
-    rule = [C(scope="rack", op="in", tags=["db"]), C(op="cardinality", tags=["web"], max=0, namespace="self")]
+    rule = [C(scope="rack", op="in", tags=["db"]), C(op="cardinality", tags=["web"], max=1, namespace="self")]
     h.feed(tagged("a1", "web", 10, count=3, tags=["web"], constraints=rule))
     h.settle()
     copy = PartitionState("default", h.cache.state.config)
