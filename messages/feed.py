@@ -70,7 +70,8 @@ Tag = Annotated[str, msgspec.Meta(min_length=1, max_length=256)]
 
 class PlacementConstraint(msgspec.Struct, kw_only=True, frozen=True, gc=False):
     """One of YARN's placement constraints (YARN-6592: ``targetIn``, ``targetNotIn``, ``cardinality``):
-    how many containers carrying each of ``tags`` the scope around a candidate node may already hold
+    how many containers carrying each of ``tags`` the scope around a candidate node may hold: ``in`` and
+    ``not_in`` count the others already there, ``cardinality`` the scope once the container is placed
     (``core.constraints``; the rule and its validation are there, docs/feed.md gives examples)."""
 
     scope: Name = "node"  # "node", or a node label key ("rack"): the nodes sharing its value
