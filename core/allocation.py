@@ -17,7 +17,7 @@ import math
 from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass, field
 
-from core import gang, node_reservation
+from core import constraints, gang, node_reservation
 from core import resources as res
 from core.limits import Limits
 from core.placing import Placer, hold_room
@@ -307,8 +307,11 @@ class FreeRoomPlacer:
             node = nodes.get(ask.required_node)
             if node is None or not node.schedulable or not ask.accepts(node) or node.name in self.exclude:
                 return None
-            return node if node.can_hold(request) and not node_reservation.blocks(state, ask, node.name) else None
+            if not node.can_hold(request) or node_reservation.blocks(state, ask, node.name):
+                return None
+            return node if constraints.allows(state, ask, node) else None
         reserved = state.node_reservations
+        constrained = bool(ask.constraints)
         for name in state.node_index.candidates(request):
             node = nodes[name]
             if (
@@ -316,6 +319,7 @@ class FreeRoomPlacer:
                 and ask.accepts(node)
                 and name not in self.exclude
                 and (not reserved or not node_reservation.blocks(state, ask, name))
+                and (not constrained or constraints.refusal(state, ask, node) is None)
             ):
                 return node
         return None

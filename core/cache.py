@@ -13,7 +13,7 @@ from collections import Counter, OrderedDict
 from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
-from core import gang, lifecycle, node_reservation, opportunistic, overcommit
+from core import constraints, gang, lifecycle, node_reservation, opportunistic, overcommit
 from core import resources as res
 from core.config import AdmissionConfig, ConfigError, PartitionConfig, parse_partition, partition_to_raw
 from core.limits import Limits
@@ -407,6 +407,11 @@ class Cache:
                 "over_admission", f"ask {e.app}/{e.ask} (count {e.count}): {why}", app=e.app, ask=e.ask, event=e.id
             )
             return
+        opportunistic = e.execution_type == "opportunistic"
+        why = constraints.malformed(e.constraints, e.tags, opportunistic) if e.constraints else None
+        if why is not None:
+            self._reject("bad_constraint", f"ask {e.app}/{e.ask}: {why}", app=e.app, ask=e.ask, event=e.id)
+            return
         if e.gang_min > e.count:
             self._reject(
                 "gang_over_count",
@@ -474,6 +479,8 @@ class Cache:
                 damped_until=self._damped_until((e.app, e.ask)),
                 never_preempts=e.preemption_policy == "never",
                 usage=None if e.usage is None else res.normalized(e.usage),
+                tags=tuple(e.tags) if e.tags else (),
+                constraints=e.constraints,
             )
         )
 
@@ -637,6 +644,9 @@ class Cache:
         free = res.sub(node.capacity, node.allocated)
         if not res.fits(r.resource, free) or not self._within_max(r):
             return False
+        ask = self.state.ask((r.app, r.ask))
+        if ask is not None and ask.constraints and not constraints.allows(self.state, ask, node, own=r):
+            return False  # the scope changed since its victims were chosen: it waits, or expires
         earlier = [e for e in self._reservations_by_deadline(node) if (e.deadline, e.id) < (r.deadline, r.id)]
         return not earlier or self._promises_hold(res.sub(free, r.resource), earlier, self._room_leaving(node))
 
@@ -842,6 +852,10 @@ class Cache:
             return f"ask requires node {ask.required_node}"
         if not ask.accepts(node):
             return f"node {node_name} does not match the ask's node selector"
+        if ask.constraints:
+            broken = constraints.refusal(state, ask, node)
+            if broken is not None:
+                return broken
         if not node.can_hold(ask.resource) and not (
             ask.opportunistic and overcommit.allows(overcommit.config_of(state), node, ask.resource)
         ):
@@ -926,6 +940,7 @@ def allocation_set(
         pinned=ask is not None and ask.required_node is not None,
         usage=None if ask is None else ask.usage,
         overcommit=over,
+        tags=() if ask is None else ask.tags,
     )
 
 
@@ -991,6 +1006,8 @@ def _app_changes(state: PartitionState, app: App) -> list[p.ChangeMsg]:
                 reserve_after=ask.reserve_after,
                 never_preempts=ask.never_preempts,
                 usage=ask.usage,
+                tags=ask.tags,
+                constraints=tuple(c.raw() for c in ask.constraints),
             )
         )
     return out
@@ -1011,6 +1028,7 @@ def _allocation_set_of(alloc: Allocation) -> p.AllocationSet:
         pinned=alloc.pinned,
         usage=None if alloc.usage is alloc.resource else alloc.usage,
         overcommit=alloc.overcommit,
+        tags=alloc.tags,
     )
 
 

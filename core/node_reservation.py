@@ -21,7 +21,7 @@ from __future__ import annotations
 import typing
 from collections.abc import Collection, Iterable, Mapping
 
-from core import gang
+from core import constraints, gang
 from core import resources as res
 from core.resources import Resource
 from core.state import Ask, AskKey, Node, NodeReservation, PartitionState, ask_label
@@ -71,6 +71,7 @@ def best_node(state: PartitionState, ask: Ask, taken: Collection[str] = ()) -> N
             or name in taken
             or not ask.accepts(node)
             or not res.fits(ask.resource, node.capacity)
+            or not constraints.allows(state, ask, node)
         ):
             continue
         free = node.free_of(dom)
@@ -148,7 +149,12 @@ def _overtaken(ask: Ask, shapes: Mapping[tuple[str, tuple[tuple[str, int], ...]]
 def _fits_somewhere(state: PartitionState, ask: Ask) -> bool:
     for name in state.node_index.candidates(ask.resource):
         node = state.nodes[name]
-        if node.can_hold(ask.resource) and ask.accepts(node) and not blocks(state, ask, name):
+        if (
+            node.can_hold(ask.resource)
+            and ask.accepts(node)
+            and not blocks(state, ask, name)
+            and constraints.allows(state, ask, node)
+        ):
             return True
     return False
 
@@ -194,6 +200,9 @@ def _check(state: PartitionState, nr: p.NodeReserve) -> str | None:
         return f"node {nr.node} is already reserved"
     if not ask.accepts(node) or not res.fits(ask.resource, node.capacity):
         return f"ask can never run on node {nr.node}"
+    broken = constraints.refusal(state, ask, node) if ask.constraints else None
+    if broken is not None:
+        return broken
     if not within_max(state, ask):
         return "queue max would be exceeded with its node reservations"
     return None

@@ -20,7 +20,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 
-from core import gang, node_reservation, overcommit
+from core import constraints, gang, node_reservation, overcommit
 from core import resources as res
 from core.allocation import FreeRoomPlacer
 from core.evictable import newest_first, running_on
@@ -132,6 +132,8 @@ class EvictingPlacer:
             chosen = minimal_evictions(room, ask.resource, running_on(state, node, self.taken))
             if not chosen:
                 continue  # none needed is the guaranteed pass's room; None: not enough here
+            if ask.constraints and not constraints.allows(state, ask, node, chosen):
+                continue
             key = (len(chosen), sum(a.resource.get("memory", 0) for a in chosen), node.name)
             if best is None or key < best[0]:
                 best = (key, node, chosen)
@@ -237,6 +239,8 @@ def check_eviction(cache: Writer, ev: p.Victimized, earlier: Sequence[p.Victimiz
         return "the evictions do not free enough room"
     if len(victims) > 1 and any(res.fits(ask.resource, res.sub(room, v.resource)) for v in victims):
         return "the eviction set is not minimal"
+    if ask.constraints:
+        return constraints.refusal(state, ask, node, victims)
     return None
 
 

@@ -30,5 +30,7 @@ def hold_room(state: PartitionState, ask: Ask, node: Node, times: int) -> None:
             for k, v in resource.items():
                 held[k] = held.get(k, 0) + v * times
             q = q.parent
+    if ask.tags:  # its containers in flight count in their scopes (a gang's members count each other)
+        state.tags.add(node, ask.app.name, ask.tags, times)
     if state.nodes.get(node.name) is node:
         state.reindex(node)

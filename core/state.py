@@ -26,7 +26,7 @@ from typing import Any
 
 from sortedcontainers import SortedList
 
-from core import lifecycle
+from core import constraints, lifecycle
 from core import resources as res
 from core.config import PartitionConfig, QueueConfig, parse_partition
 from core.node_index import NodeIndex
@@ -203,6 +203,7 @@ class Ask:
         "allocating",
         "am",
         "app",
+        "constraints",
         "count",
         "created",
         "damped_until",
@@ -222,6 +223,7 @@ class Ask:
         "retry",
         "seq",
         "sort_key",
+        "tags",
         "usage",
     )
 
@@ -254,6 +256,8 @@ class Ask:
         self.allocating = 0  # allocator only: proposed, result not back yet
         self.sort_key = (-change.priority, change.seq)
         self.usage = change.usage  # what each container really uses (None: its resource)
+        self.tags = change.tags  # allocation tags of its containers
+        self.constraints = constraints.parse(change.constraints, change.tags) if change.constraints else ()
 
     def accepts(self, node: Node) -> bool:
         """Whether the ask may run on ``node`` at all (its required node, its node selector), room aside:
@@ -325,6 +329,7 @@ class Allocation:
         "reservation",
         "resource",
         "start",
+        "tags",
         "usage",
     )
 
@@ -342,6 +347,7 @@ class Allocation:
         self.pinned = change.pinned
         self.usage: Resource = change.resource if change.usage is None else change.usage
         self.overcommit = change.overcommit
+        self.tags = change.tags  # counted per scope by the state's tag index
         self.reservation: str | None = None  # set while it is a victim held for this reservation
         self.preempt_deadline: float | None = None  # set while it is a victim
         self.killed = False
@@ -359,9 +365,9 @@ class Allocation:
 
 
 class Reservation:
-    __slots__ = ("app", "ask", "deadline", "expires", "id", "node", "policy", "resource", "victims")
+    __slots__ = ("app", "ask", "deadline", "expires", "id", "node", "policy", "resource", "tags", "victims")
 
-    def __init__(self, change: p.ReservationSet) -> None:
+    def __init__(self, change: p.ReservationSet, tags: tuple[str, ...] = ()) -> None:
         self.id = change.reservation
         self.app = change.app
         self.ask = change.ask
@@ -372,6 +378,7 @@ class Reservation:
         self.deadline = change.deadline
         self.expires = change.expires
         self.policy = change.policy
+        self.tags = tags  # its ask's allocation tags: the promised container counts in its scopes
 
 
 class Contract:
@@ -470,6 +477,7 @@ class PartitionState:
         # contents except ``now`` (what a policy round may reuse its last result on).
         self.version = 0
         self.node_index = NodeIndex(config.node_sort_policy if config else "binpacking")
+        self.tags = constraints.TagIndex()  # allocation tags per scope (core.constraints)
         self.on_allocation_gone: Callable[[Allocation], None] | None = None
         self._handlers: dict[type, Callable[[Any], None]] = {
             p.ConfigSet: self._config,
@@ -580,6 +588,7 @@ class PartitionState:
         self.queues = {}
         self.capacity = {}
         self.node_index = NodeIndex("binpacking")
+        self.tags = constraints.TagIndex()
 
     def _install_config(self, config: PartitionConfig) -> None:
         self.config = config
@@ -662,6 +671,8 @@ class PartitionState:
             self._count_capacity(node, -1)
             node.capacity = res.normalized(c.capacity)
             node.schedulable = c.schedulable
+            if node.labels != c.labels:
+                self.tags.relabel(node, node.labels, c.labels)
             node.labels = dict(c.labels)
         self._count_capacity(node, 1)
         self._index(node)
@@ -674,6 +685,7 @@ class PartitionState:
             raise StateError(f"node {c.node} still holds allocations or reservations")
         del self.nodes[c.node]
         self.node_index.discard(c.node)
+        self.tags.forget(c.node)
         self._count_capacity(node, -1)
 
     def _utilization(self, c: p.NodeUtilizationSet) -> None:
@@ -782,6 +794,8 @@ class PartitionState:
         res.add_into(node.allocated, alloc.resource)
         if node.utilization is not None or alloc.overcommit:
             self._measure(node, alloc, 1)
+        if alloc.tags:
+            self.tags.add(node, alloc.app, alloc.tags, 1)
         if alloc.opportunistic:
             self._alloc_opportunistic(alloc, app, node)
             return
@@ -835,6 +849,8 @@ class PartitionState:
         res.sub_into(node.allocated, alloc.resource)
         if node.unmeasured_ids or alloc.overcommit:
             self._measure(node, alloc, -1)
+        if alloc.tags:
+            self.tags.add(node, alloc.app, alloc.tags, -1)
         if alloc.opportunistic:
             self._opportunistic_gone(alloc, node)
             return
@@ -904,9 +920,11 @@ class PartitionState:
         _require(lifecycle.PREEMPTION_RESERVATION, phase, c, f"reservation {c.reservation} committed twice")
         app = self.apps[c.app]
         ask = app.asks[c.ask]
-        r = Reservation(c)
+        r = Reservation(c, ask.tags)
         self.reservations[r.id] = r
         node = self.nodes[c.node]
+        if r.tags:
+            self.tags.add(node, r.app, r.tags, 1, promised=True)
         node.reservations.add(r.id)
         res.add_into(node.reserved, r.resource)
         ask.reserved += 1
@@ -1050,6 +1068,8 @@ class PartitionState:
     def _end_reservation(self, rid: str) -> None:
         r = self.reservations.pop(rid)
         node = self.nodes[r.node]
+        if r.tags:
+            self.tags.add(node, r.app, r.tags, -1, promised=True)
         node.reservations.discard(rid)
         res.sub_into(node.reserved, r.resource)
         app = self.apps[r.app]

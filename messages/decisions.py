@@ -33,6 +33,7 @@ RejectionCode = Literal[
     "app_elsewhere",  # the app already runs in another queue
     "not_a_leaf",  # apps go to leaf queues
     "empty_ask",  # it asks for nothing
+    "bad_constraint",  # a placement constraint no cluster could ever satisfy (min above max, no tags, ...)
     "opportunistic_am",  # an application master always runs guaranteed
     "over_admission",  # past the admission bounds
     "gang_over_count",  # gang_min above the ask's count

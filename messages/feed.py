@@ -65,6 +65,23 @@ class AppRemoved(FeedEvent, tag="app_removed", frozen=True, gc=False):
     app: Name
 
 
+Tag = Annotated[str, msgspec.Meta(min_length=1, max_length=256)]
+
+
+class PlacementConstraint(msgspec.Struct, kw_only=True, frozen=True, gc=False):
+    """One of YARN's placement constraints (YARN-6592: ``targetIn``, ``targetNotIn``, ``cardinality``):
+    how many containers carrying each of ``tags`` the scope around a candidate node may hold: ``in`` and
+    ``not_in`` count the others already there, ``cardinality`` the scope once the container is placed
+    (``core.constraints``; the rule and its validation are there, docs/feed.md gives examples)."""
+
+    scope: Name = "node"  # "node", or a node label key ("rack"): the nodes sharing its value
+    op: Literal["in", "not_in", "cardinality"] = "in"
+    tags: list[Tag] = []
+    min: Annotated[int, msgspec.Meta(ge=0, le=10**7)] = 0  # cardinality only
+    max: Annotated[int, msgspec.Meta(ge=0, le=10**7)] | None = None  # cardinality only (None: no bound)
+    namespace: Literal["all", "self"] = "all"  # "self": only the ask's own app's containers count
+
+
 class AskAdded(FeedEvent, tag="ask_added", frozen=True, gc=False):
     app: Name
     ask: Name
@@ -87,6 +104,11 @@ class AskAdded(FeedEvent, tag="ask_added", frozen=True, gc=False):
     # What each container really uses (simulation reports node utilization from it; over-commit counts
     # it as what a killed container frees). ``None``: all it asks for.
     usage: ResourceMap | None = None
+    # Allocation tags every container of the ask carries, and the placement constraints each container
+    # must satisfy where it is placed (core.constraints, docs/feed.md).
+    # Tuples: an empty default costs no object per event (a list default is copied for each one).
+    tags: tuple[Tag, ...] = ()
+    constraints: tuple[PlacementConstraint, ...] = ()
 
 
 class AskRemoved(FeedEvent, tag="ask_removed", frozen=True, gc=False):

@@ -11,6 +11,8 @@ from typing import Any
 
 import msgspec
 
+from messages.feed import PlacementConstraint
+
 # ---------------------------------------------------------------- changes (the state's only mutations)
 
 
@@ -78,6 +80,8 @@ class AskSet(Change, tag="ask", frozen=True, gc=False):
     reserve_after: float = 0.0  # de-reserved by a policy: no node reservation before then
     never_preempts: bool = False  # preemption_policy "never": waits for free room, never a beneficiary
     usage: dict[str, int] | None = None  # what each container really uses (None: its resource)
+    tags: tuple[str, ...] = ()  # allocation tags of its containers (core.constraints)
+    constraints: tuple[PlacementConstraint, ...] = ()  # validated by the cache
 
 
 class AskGone(Change, tag="ask_gone", frozen=True, gc=False):
@@ -99,6 +103,7 @@ class AllocationSet(Change, tag="alloc", frozen=True, gc=False):
     pinned: bool = False  # placed for a required-node ask: never a victim (ARCHITECTURE 5a)
     usage: dict[str, int] | None = None  # what it really uses (None: its resource), core.overcommit
     overcommit: bool = False  # opportunistic, placed on room only measured utilization left (core.overcommit)
+    tags: tuple[str, ...] = ()  # its ask's allocation tags (core.constraints counts them per scope)
 
 
 class AllocationPromoted(Change, tag="alloc_promoted", frozen=True, gc=False):

@@ -5,7 +5,8 @@ Each run is an independent simulation of the same events and config; only the po
 actors stay in the worker). The table has a row per resource for utilization, fairness and stranded
 capacity (idle while asks that could use it wait): preempted amounts in human units (``240 GiB``),
 shares of capacity in percent (:mod:`core.units`). Runs with opportunistic containers add their
-allocations, evictions and utilization; runs that over-commit add its kills and the utilization it gained.
+allocations, evictions and utilization; runs that over-commit add its kills and the utilization it gained;
+runs with placement constraints add the placements that held them and the containers still waiting.
 """
 
 from __future__ import annotations
@@ -132,6 +133,13 @@ OVERCOMMIT_ROWS: tuple[tuple[str, Callable[[Report], Any]], ...] = (
 )
 
 
+# Shown only when some run placed a container of an ask with placement constraints.
+CONSTRAINT_ROWS: tuple[tuple[str, Callable[[Report], Any]], ...] = (
+    ("constraint-satisfied placements", lambda r: r.constraint_satisfied_placements),
+    ("pending by constraint at end", lambda r: r.constrained_pending_at_end),
+)
+
+
 # Shown only when some run sent a preemption request (YARN capacity monitor's actions, cheapest first).
 ACTION_ROWS: tuple[tuple[str, Callable[[Report], Any]], ...] = (
     ("action dereservation", lambda r: r.actions.get("dereservation", 0)),
@@ -150,6 +158,8 @@ def table_rows(results: dict[str, PolicyRun]) -> list[list[str]]:
         rows += [[label] + [_fmt(get(r)) for r in reports] for label, get in OPPORTUNISTIC_ROWS]
     if overcommit:
         rows += [[label] + [_fmt(get(r)) for r in reports] for label, get in OVERCOMMIT_ROWS]
+    if any(r.constraint_satisfied_placements or r.constrained_pending_at_end for r in reports):
+        rows += [[label] + [_fmt(get(r)) for r in reports] for label, get in CONSTRAINT_ROWS]
     if any(r.actions.get("preempt_request") for r in reports):
         rows += [[label] + [_fmt(get(r)) for r in reports] for label, get in ACTION_ROWS]
     per_resource = PER_RESOURCE

@@ -28,6 +28,7 @@ from core.config import PartitionConfig, QueueConfig, parse_partition
 from core.resources import Resource
 from messages import decisions as d
 from messages import feed as f
+from simulator.constraint_check import ConstraintChecker
 from simulator.model_allocation import ModelAllocation
 from simulator.overcommit_check import OvercommitChecker
 
@@ -88,6 +89,7 @@ class ClusterModel:
         self.allocations: dict[str, ModelAllocation] = {}
         self.on_node: dict[str, set[str]] = defaultdict(set)  # node -> the allocations on it
         self.overcommit = OvercommitChecker(self)
+        self.placement = ConstraintChecker()  # invariant 13: placement constraints
         self.seen_allocations: set[str] = set()
         self.reservations: dict[str, ModelReservation] = {}
         # node -> (node reservation id, app, ask, preemption reservations already on the node)
@@ -144,6 +146,7 @@ class ClusterModel:
                 self._capacity = None
                 self.nodes[n] = res.normalized(cap)
                 self.removed_nodes.discard(n)
+                self.placement.node_added(n, event.labels)
             case f.NodeUpdated(node=n, capacity=cap):
                 self._requested_node_changed(n)
                 if cap is not None and n in self.nodes:
@@ -155,6 +158,7 @@ class ClusterModel:
                     self._capacity = None
                     del self.nodes[n]
                     self.removed_nodes.add(n)
+                    self.placement.node_removed(n)
                     self.overcommit.node_gone(n)
             case f.NodeUtilization():
                 self.overcommit.report(event)
@@ -185,6 +189,8 @@ class ClusterModel:
                     self.gang_held.pop((a, k), None)
                 if (a, k) not in self.asks and g > 1:
                     self.gangs[(a, k)] = g
+                if (a, k) not in self.asks:
+                    self.placement.ask_added(event)
                 if (a, k) not in self.asks and event.usage is not None:
                     self.ask_usage[(a, k)] = res.normalized(event.usage)
                 self.asks.setdefault((a, k), (res.normalized(r), c))
@@ -208,6 +214,8 @@ class ClusterModel:
                 # ``released`` decisions that follow.
                 self.config, self.queue_cfg, self._capacity = None, {}, None
                 self.removed_nodes.update(self.nodes)
+                for n in self.nodes:
+                    self.placement.node_removed(n)
                 self.nodes.clear()
                 self.apps.clear()
                 self.contract_apps.clear()
@@ -531,6 +539,8 @@ class ClusterModel:
                     self._violate(
                         t, 6, f"allocation {dec.allocation} on {dec.node} takes room reserved for a beneficiary"
                     )
+        for problem in self.placement.allocated(dec.allocation, dec.app, dec.ask, dec.node):
+            self._violate(t, 13, f"placement constraint broken: {problem}")
         overcommitted = self.overcommit.allocated(dec, resource)
         self.allocations[dec.allocation] = ModelAllocation(
             dec.allocation,
@@ -580,6 +590,7 @@ class ClusterModel:
 
     def _gone(self, aid: str) -> None:
         alloc = self.allocations.pop(aid, None)
+        self.placement.gone(aid)
         if alloc is not None:
             self.on_node[alloc.node].discard(aid)
             if alloc.overcommit:
@@ -748,6 +759,12 @@ class ClusterModel:
 
     def pending_containers(self) -> int:
         return self.derived().pending_containers
+
+    def constrained_pending(self) -> int:
+        """Containers still asked for by asks with placement constraints (waiting for room or their rule)."""
+        wanted = self.placement.constraints
+        keys = [k for k in self.open if k in wanted and k[0] in self.apps]
+        return sum(max(0, self.asks[k][1] - self.ask_allocated.get(k, 0)) for k in keys)
 
     def capacity(self) -> Resource:
         return self.derived().capacity

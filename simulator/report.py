@@ -53,6 +53,10 @@ class PartitionReport(msgspec.Struct, kw_only=True):
     fairness_gap: float | None = None  # the same, dominant resource at each moment
     stranded: dict[str, float] = {}  # time-averaged idle capacity waiting asks could use, per resource
     pending_at_end: int = 0
+    # Placement constraints (docs/feed.md#placement-constraints): placements of constrained asks that the
+    # independent checker found within every constraint, and containers of such asks still waiting.
+    constraint_satisfied_placements: int = 0
+    constrained_pending_at_end: int = 0
     rejected: int = 0
     proposals_rejected: int | None = None  # None where the decisions do not tell (sniper feed)
     proposals: int | None = None
@@ -120,6 +124,8 @@ def partition_report(fig: PartitionFigures, cycle: float) -> PartitionReport:
         fairness_gap=m.fairness_gap(),
         stranded=m.stranded(),
         pending_at_end=model.pending_containers(),
+        constraint_satisfied_placements=model.placement.satisfied,
+        constrained_pending_at_end=model.constrained_pending(),
         rejected=fig.counts.get("Rejected", 0),
         proposals_rejected=fig.proposals_rejected,
         proposals=fig.proposals,
@@ -196,6 +202,8 @@ def build_report(
         dereservations=sum(r.dereservations for r in per.values()),
         time_to_guarantee={f"{name}:{q}": v for name, r in per.items() for q, v in r.time_to_guarantee.items()},
         pending_at_end=sum(r.pending_at_end for r in per.values()),
+        constraint_satisfied_placements=sum(r.constraint_satisfied_placements for r in per.values()),
+        constrained_pending_at_end=sum(r.constrained_pending_at_end for r in per.values()),
         rejected=sum(r.rejected for r in per.values()),
         proposals_rejected=None if None in proposals_rejected else sum(x or 0 for x in proposals_rejected),
         budget_refusals=None if None in budget_refusals else sum(x or 0 for x in budget_refusals),

@@ -42,6 +42,8 @@ class AskInfo:
     node_selector: dict[str, list[str]]
     execution_type: str = "guaranteed"
     usage: dict[str, int] | None = None
+    tags: tuple[str, ...] = ()
+    constraints: tuple[f.PlacementConstraint, ...] = ()
 
 
 class StandInRM:
@@ -81,6 +83,8 @@ class StandInRM:
                 event.node_selector,
                 event.execution_type,
                 event.usage,
+                event.tags,
+                event.constraints,
             )
             if event.usage is not None:
                 self.measured.add(event.partition)
@@ -260,5 +264,7 @@ class StandInRM:
                 node_selector=info.node_selector,
                 execution_type="opportunistic" if info.execution_type == "opportunistic" else "guaranteed",
                 usage=info.usage,
+                tags=info.tags,
+                constraints=info.constraints,
             )
         ]

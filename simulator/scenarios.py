@@ -574,6 +574,95 @@ def overcommit(seed: int = 0) -> Scenario:
     return Scenario("overcommit", overcommit.__doc__ or "", raw, events)
 
 
+def constraints(seed: int = 0) -> Scenario:
+    """Placement constraints (YARN-6592): 12 nodes of 64 GiB in three racks (node label ``rack``). prod
+    runs a database in racks r0 and r1 (one per rack: ``not_in`` rack of its tag ``db``), then a
+    replicated service of six 8 GiB replicas (tag ``web``, priority 10): at most one per node
+    (``cardinality`` max 1 of its own ``web`` containers per node, its app's only) and only in a rack
+    that runs the database (``in`` rack ``db``). batch fills the idle cluster first with 4 GiB tasks at
+    most four per node (``cardinality`` max 4 of ``etl`` per node) and a gang of four 8 GiB trainers
+    that never share a node (``not_in`` node ``ml``, the gang's members counting each other). The
+    service's replicas preempt batch work only where a replica may stand. At 200 s the node holding
+    rack r0's database is lost: the database and the replicas on it are asked again, and a replica
+    lands only where a database runs."""
+    rng = random.Random(seed)
+    nodes, per_rack = 12, 4
+    half = {"memory": nodes * 64 * GiB // 2, "vcore": nodes * 16_000 // 2}
+    raw = _partition([_queue("prod", half), _queue("batch", half)], dict(PREEMPTION))
+    events: list[f.Feed] = [
+        f.NodeAdded(
+            node=f"n{i:03d}", capacity={"memory": 64 * GiB, "vcore": 16_000}, labels={"rack": f"r{i // per_rack}"}
+        )
+        for i in range(nodes)
+    ]
+    one_per_rack = (f.PlacementConstraint(scope="rack", op="not_in", tags=["db"]),)
+    events.append(f.AppAdded(t=0.5, app="prod-db", queue="root.prod", priority=10))
+    for rack in ("r0", "r1"):
+        events.append(
+            f.AskAdded(
+                t=0.5,
+                app="prod-db",
+                ask=f"prod-db-{rack}",
+                resource={"memory": 16 * GiB, "vcore": 4000},
+                duration=2000.0,
+                node_selector={"rack": [rack]},
+                tags=("db",),
+                constraints=one_per_rack,
+            )
+        )
+    etl_cap = (f.PlacementConstraint(scope="node", op="cardinality", tags=["etl"], max=4),)
+    events.append(f.AppAdded(t=1, app="batch-etl", queue="root.batch"))
+    events.append(
+        f.AskAdded(
+            t=1,
+            app="batch-etl",
+            ask="batch-etl-task",
+            resource={"memory": 4 * GiB, "vcore": 1000},
+            count=nodes * 4,
+            duration=rng.uniform(500, 700),
+            tags=("etl",),
+            constraints=etl_cap,
+        )
+    )
+    events.append(f.AppAdded(t=2, app="batch-ml", queue="root.batch"))
+    events.append(
+        f.AskAdded(
+            t=2,
+            app="batch-ml",
+            ask="batch-ml-train",
+            resource={"memory": 8 * GiB, "vcore": 2000},
+            count=4,
+            gang_min=4,
+            duration=rng.uniform(500, 700),
+            tags=("ml",),
+            constraints=(f.PlacementConstraint(scope="node", op="not_in", tags=["ml"], namespace="self"),),
+        )
+    )
+    _job(events, 3, "batch-fill", "root.batch", 200, 8 * GiB, 2000, rng.uniform(500, 700))
+    replicas = (
+        f.PlacementConstraint(scope="node", op="cardinality", tags=["web"], max=1, namespace="self"),
+        f.PlacementConstraint(scope="rack", op="in", tags=["db"]),
+    )
+    events.append(f.AppAdded(t=60, app="prod-web", queue="root.prod", priority=10))
+    events.append(
+        f.AskAdded(
+            t=60,
+            app="prod-web",
+            ask="prod-web-replica",
+            resource={"memory": 8 * GiB, "vcore": 2000},
+            count=6,
+            priority=10,
+            duration=1500.0,
+            tags=("web",),
+            constraints=replicas,
+        )
+    )
+    _job(events, 120, "prod-report", "root.prod", 30, 8 * GiB, 2000, rng.uniform(100, 200))
+    events.append(f.NodeRemoved(t=200, node="n000"))
+    events.sort(key=lambda e: e.t)
+    return Scenario("constraints", constraints.__doc__ or "", raw, events)
+
+
 SCENARIOS: dict[str, ScenarioFn] = {
     "demo": demo,
     "large_containers": large_containers,
@@ -588,6 +677,7 @@ SCENARIOS: dict[str, ScenarioFn] = {
     "contract": contract,
     "budgets": budgets,
     "overcommit": overcommit,
+    "constraints": constraints,
 }
 
 

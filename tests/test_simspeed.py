@@ -181,6 +181,8 @@ DECISION_HASHES = {
     ("priority_queues", "sniper"): "65c9960fd03c7f33",
     ("budgets", "sniper"): "86b3be346d8e1de3",
     ("budgets", "proportional"): "03091f5ce941cd6a",
+    ("constraints", "sniper"): "7399b4b4cde6080c",
+    ("constraints", "proportional"): "84f508c376b90624",
 }
 
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from core import gang, node_reservation
+from core import constraints, gang, node_reservation
 from core import resources as res
 from core.limits import Limits
 from core.opportunistic import KILL_REASON, evict
@@ -251,6 +251,9 @@ def _check(
     over = over_budget(victims, state.guarded, disrupted) if state.guarded else None
     if over is not None:
         return budget_refusal(over, disrupted)
+    broken = constraints.refusal(state, ask, node, victims) if ask.constraints else None
+    if broken is not None:
+        return f"beneficiary's placement constraint, with its victims gone: {broken}"
     # Counted gone for every max: these victims and those already under notice (as placement does).
     if taken is None:
         leaving = {q.path: res.scale(q.preempting, -1) for q in app.queue.lineage()}

@@ -26,7 +26,7 @@ import dataclasses
 import heapq
 import math
 
-from core import node_reservation
+from core import constraints, node_reservation
 from core import resources as res
 from core.allocation import CandidateFilter, find_ask_candidates, try_allocate, usage_key
 from core.allocator import Allocator
@@ -295,6 +295,8 @@ class VictimPlacer:
         """Asks of one shape have the same candidate sets on every node (one search heap)."""
         who = (ask.app.name, ask.priority) if self.intra else ()
         selector = tuple(sorted((k, tuple(sorted(v))) for k, v in ask.node_selector.items()))
+        if ask.constraints:  # its own rule per node (and, for namespace self, per app)
+            who = (*who, ask.app.name, ask.constraints)
         return (tuple(sorted(ask.resource.items())), ask.app.queue.path, bool(self.deficits), selector, *who)
 
     def _search(self, state: PartitionState, ask: Ask) -> VictimSet | None:
@@ -417,7 +419,10 @@ class VictimPlacer:
                 chosen = None
         if chosen is None:
             return None
-        return VictimSet(node, [e[3] for e in chosen], sum(e[1] for e in chosen), any(e[0] for e in chosen))
+        victims = [e[3] for e in chosen]
+        if ask.constraints and not constraints.allows(self.state, ask, node, victims):
+            return None  # the ask's constraints would not hold there once these victims are gone
+        return VictimSet(node, victims, sum(e[1] for e in chosen), any(e[0] for e in chosen))
 
     def _required_node_set(self, node: Node, ask: Ask) -> VictimSet | None:
         """YuniKorn's required-node preemptor on the ask's node, whichever queue the victims are in and
@@ -444,6 +449,8 @@ class VictimPlacer:
         if chosen is None:
             return None
         victims = [e[3] for e in chosen]
+        if ask.constraints and not constraints.allows(self.state, ask, node, victims):
+            return None
         cost = sum(0.0 if v.opportunistic else cost_of(v, now) for v in victims)
         return VictimSet(node, victims, cost, any(e[0] for e in chosen))
 
