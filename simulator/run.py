@@ -286,7 +286,8 @@ async def drive(
             while True:
                 active = any(_has_work(models[n], runtimes[n], changed_at[n]) for n in names)
                 waiting = any(m.pending_containers() for m in models.values())
-                now = player.next_step(active=active, waiting=waiting)
+                wake = min((m.slo.next_change(player.now) for m in models.values()), default=None)
+                now = player.next_step(active=active, waiting=waiting, wake=wake)
                 if now is None:
                     break
                 if now > player.next_tick:  # settled time jumped over: as if ticking through it
