@@ -581,8 +581,10 @@ def slo(seed: int = 0) -> Scenario:
     half hour) and a report of two stages (8 containers of 16 GiB for 5 minutes, then 4 for 3 minutes)
     due by t=2000; a backfill reservation that would take more than prod's share beside them and one for
     queue batch (not reservable) are rejected. Batch borrows the idle cluster with waves of 4 GiB
-    containers; each ETL run and the report are submitted against their reservation when their window
-    opens, and win their guarantee back from batch by preemption during their planned intervals."""
+    containers, prod's ad-hoc work runs in prod's ``default`` queue; each ETL run and the report are
+    submitted against their reservation when their window opens, win their room back from batch by
+    preemption (prod is below its guarantee), and hold their plan as a guarantee inside prod during their
+    planned intervals."""
     rng = random.Random(seed)
     nodes = 10
     share = {"memory": nodes * 64 * GiB * 6 // 10, "vcore": nodes * 16_000 * 6 // 10}

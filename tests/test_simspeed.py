@@ -181,6 +181,7 @@ DECISION_HASHES = {
     ("priority_queues", "sniper"): "65c9960fd03c7f33",
     ("budgets", "sniper"): "86b3be346d8e1de3",
     ("budgets", "proportional"): "03091f5ce941cd6a",
+    ("slo", "sniper"): "4064fbf770f2f629",
 }
 
 
