@@ -255,9 +255,15 @@ class Cache:
             leaf = running.leaf(app.queue.path)
             if leaf is None:
                 raise ConfigError(f"queue {app.queue.path} is used by app {app.name} and cannot be removed")
+        reservable = {q.path: q for q in config.queues() if q.reservable}
         for plan in plans.values():
-            if not any(q.path == plan.queue and q.reservable for q in config.queues()):
+            if plan.queue not in reservable:
                 raise ConfigError(f"queue {plan.queue} holds SLO reservation {plan.name} and must stay reservable")
+        for path in sorted({plan.queue for plan in plans.values()}):
+            held = [plan for plan in plans.values() if plan.queue == path]
+            why = slo_plan.over_share(held, slo_plan.share_of(reservable[path]), self.state.now)
+            if why is not None:
+                raise ConfigError(f"queue {path}'s guarantee cannot shrink below its plans: {why}")
         base = self.state.base_config
         if base is not None and partition_to_raw(config) == partition_to_raw(base):
             return

@@ -232,6 +232,16 @@ def place(request: Request, share: Resource, accepted: Sequence[SloReservation],
     return SloReservation(request.name, request.queue, arrival, request.deadline, intervals, period)
 
 
+def over_share(plans: Sequence[SloReservation], share: Resource, now: float) -> str | None:
+    """Why ``plans`` (of one queue) hold more than ``share`` together at some instant from ``now`` on, or
+    ``None``: every plan repeats within :data:`MAX_PERIODICITY` past the last interval that does not recur."""
+    horizon = max([now, *(iv.end for p in plans if not p.period for iv in p.intervals)]) + MAX_PERIODICITY
+    peak = _peak(plans, now, horizon)
+    if res.fits(peak, share):
+        return None
+    return f"its SLO reservations hold up to {res.fmt(peak)} together, more than {res.fmt(share)}"
+
+
 def _how_many(unit: Resource, room: Resource, most: int) -> int:
     n = most
     for k, v in unit.items():

@@ -286,7 +286,8 @@ async def drive(
             while True:
                 active = any(_has_work(models[n], runtimes[n], changed_at[n]) for n in names)
                 waiting = any(m.pending_containers() for m in models.values())
-                wake = min((m.slo.next_change(player.now) for m in models.values()), default=None)
+                wakes = [w for w in (m.slo.next_change(player.now) for m in models.values()) if w is not None]
+                wake = min(wakes, default=None)  # an SLO plan's next boundary: its guarantees change then
                 now = player.next_step(active=active, waiting=waiting, wake=wake)
                 if now is None:
                     break

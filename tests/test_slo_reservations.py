@@ -11,7 +11,7 @@ import pytest
 from core import slo_plan
 from core.cache import Cache
 from core.config import ConfigError, parse_partition
-from core.recovery import DurableCacheCore, restore, take_snapshot
+from core.recovery import DurableCacheCore, replay, restore, take_snapshot
 from core.slo_plan import Interval, Request, SloReservation, Stage, place
 from messages import decisions as d
 from messages import feed as f
@@ -181,6 +181,18 @@ def test_a_config_change_may_not_take_reservable_away_from_a_queue_holding_reser
     assert isinstance(rejected, d.Rejected) and "must stay reservable" in rejected.reason
 
 
+def test_a_config_change_may_not_shrink_a_reservable_queue_below_its_accepted_plans() -> None:
+    cache = _cache()
+    assert isinstance(_answer(cache, _submit("r1", count=40)), d.ReservationAccepted)
+    smaller = {"name": "prod", "reservable": True, "resources": {"guaranteed": {"memory": "30Gi", "vcore": "30"}}}
+    rejected = _answer(cache, f.PartitionConfigEvent(config=_partition(smaller)))
+    assert isinstance(rejected, d.Rejected) and "cannot shrink below its plans" in rejected.reason
+    enough = {"name": "prod", "reservable": True, "resources": {"guaranteed": {"memory": "40Gi", "vcore": "40"}}}
+    cache.handle_event(f.PartitionConfigEvent(config=_partition(enough)))
+    assert cache.drain().decisions == []
+    assert cache.state.queues["root.prod"].guaranteed == {"memory": 40 * GiB, "vcore": 40_000}
+
+
 # ---------------------------------------------------------------------------------------------- the cache
 
 
@@ -294,6 +306,28 @@ def test_a_recurring_reservation_stays() -> None:
 
 
 # ---------------------------------------------------------------------------------------------- recovery
+
+
+def test_replaying_the_feed_and_the_log_rebuilds_the_plans_without_deciding_anything() -> None:
+    old = DurableCacheCore("default")
+    feed: list[tuple[int, f.Feed]] = [
+        (0, f.PartitionConfigEvent(config=_partition())),
+        (1, f.NodeAdded(node="n1", capacity={"memory": 100 * GiB, "vcore": 100_000})),
+        (2, _submit("r1", count=40)),
+        (3, _submit("r2", count=100)),
+        (4, f.AppAdded(app="a1", queue="root.prod", reservation="r1")),
+    ]
+    log: list[d.DecisionMsg] = []
+    for offset, event in feed:
+        old.feed_offset = offset
+        old.handle_event(event)
+        log.extend(old.drain().decisions)
+    assert [type(x) for x in log] == [d.ReservationAccepted, d.ReservationRejected]
+    new = restore(take_snapshot(DurableCacheCore("default")))
+    result = replay(new, feed, log)
+    assert result.fresh == [] and result.divergences == []
+    assert new.state.slo_reservations == old.state.slo_reservations
+    assert new.state.apps["a1"].queue.path == "root.prod.r1"
 
 
 def test_a_restored_core_keeps_the_plans_and_decides_as_the_old_one() -> None:

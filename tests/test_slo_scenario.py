@@ -4,6 +4,8 @@ and apps), and the independent checker's own verdicts (invariant 13, a reservati
 
 from __future__ import annotations
 
+import msgspec
+
 from core.config import parse_partition
 from messages import decisions as d
 from messages import feed as f
@@ -11,6 +13,7 @@ from simulator.compare import compare, table_rows
 from simulator.model import ClusterModel
 from simulator.run import SimulationResult, SimulationSettings, run_simulation
 from simulator.scenarios import GiB, scenario
+from tools.checker import OrderedChecker
 
 
 def _run(events: list[f.Feed], policy: str = "sniper", until: float | None = None) -> SimulationResult:
@@ -208,3 +211,20 @@ def test_the_checker_holds_a_victim_of_a_reservation_queue_to_its_planned_guaran
     # Outside the interval the same notice breaks nothing: the queue is guaranteed nothing then.
     after = _victim_at(500)
     assert not any("below its guarantee" in v.reason for v in after.violations)
+
+
+def test_the_live_checker_flags_a_plan_that_takes_the_queue_over_its_share() -> None:
+    sc = scenario("slo")
+    checker = OrderedChecker(sc.config)
+    for offset, event in enumerate(e for e in sc.events if isinstance(e, f.NodeAdded)):
+        checker.on_feed(offset, event, 0.0)
+    share = 10 * 64 * GiB * 6 // 10
+    checker.on_decision(msgspec.structs.replace(_accepted("a", 100, 400, share, 1), feed_offset=9), 1.0)
+    checker.finish(1.0)
+    assert checker.violations == 0  # the whole share, alone: fine
+    checker.on_decision(msgspec.structs.replace(_accepted("b", 399, 500, GiB, 2), feed_offset=9), 2.0)
+    checker.finish(2.0)
+    assert checker.violations == 1
+    report = checker.report(seconds=2.0, wall=1.0, tick=1.0)
+    assert report.slo_reservations == {"accepted": 2, "rejected": 0, "met": 0, "missed": 0}
+    assert report.violations[0]["invariant"] == 13
