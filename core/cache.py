@@ -363,8 +363,9 @@ class Cache:
     def _app_added(self, e: f.AppAdded) -> None:
         existing = self.state.apps.get(e.app)
         if existing is not None:
-            if existing.queue.path != e.queue and not existing.queue.path.startswith(e.queue + "."):
-                # (a reservable queue's apps run in one of its dynamic leaves)
+            parent = existing.queue.parent
+            in_reservable = parent is not None and parent.path == e.queue and parent.config.reservable
+            if existing.queue.path != e.queue and not in_reservable:  # (apps of a reservable queue run below it)
                 self._reject(f"app {e.app} already runs in {existing.queue.path}", app=e.app, event=e.id)
             return
         queue, why = slo_reservations.app_queue(self, e)

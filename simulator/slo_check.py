@@ -21,18 +21,29 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping
+from typing import Any, Protocol
 
 from core import resources as res
+from core.config import QueueConfig
 from core.resources import Resource
 from messages import decisions as d
 from messages import feed as f
 
-if TYPE_CHECKING:
-    from simulator.model import ClusterModel
-
 DAY = 86_400.0
 _EPS = 1e-6
+
+
+class Model(Protocol):
+    """What the tracker reads of the model (:class:`simulator.model.ClusterModel`), and how it reports."""
+
+    @property
+    def queue_cfg(self) -> Mapping[str, QueueConfig]: ...
+
+    @property
+    def apps(self) -> Mapping[str, str]: ...
+
+    def _violate(self, t: float, invariant: int, reason: str) -> None: ...
 
 
 @dataclasses.dataclass(slots=True)
@@ -81,7 +92,7 @@ class _App:
 
 
 class SloTracker:
-    def __init__(self, model: ClusterModel) -> None:
+    def __init__(self, model: Model) -> None:
         self.model = model
         self.submitted: dict[str, f.ReservationSubmitted] = {}
         self.plans: dict[str, _Plan] = {}
