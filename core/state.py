@@ -426,6 +426,7 @@ class PartitionState:
         self.base_config: PartitionConfig | None = None
         self.slo_reservations: dict[str, slo_plan.SloReservation] = {}
         self.slo_next_change = float("inf")  # when a plan's load changes next: the guarantees follow it
+        self.rebuilds = 0  # times the queue objects were built anew (the allocator re-counts what is in flight)
         self.root: Queue | None = None
         self.queues: dict[str, Queue] = {}
         self.nodes: dict[str, Node] = {}
@@ -603,14 +604,11 @@ class PartitionState:
             for node in self.nodes.values():
                 self._index(node)
         queues: dict[str, Queue] = {}
-        before = self.queues
+        self.rebuilds += 1
 
         def build(qc: QueueConfig, parent: Queue | None) -> Queue:
             q = Queue(qc, parent)
             queues[q.path] = q
-            old = before.get(q.path)
-            if old is not None and old.allocating:  # the allocator's proposals in flight stay counted
-                q.allocating = old.allocating
             q.children = [build(c, q) for c in qc.children]
             return q
 

@@ -15,6 +15,7 @@ from core.recovery import DurableCacheCore, replay, restore, take_snapshot
 from core.slo_plan import Interval, Request, SloReservation, Stage, place
 from messages import decisions as d
 from messages import feed as f
+from tests.core_support import Harness, fingerprint
 
 GiB = 1024
 C = {"memory": GiB, "vcore": 1000}  # one container
@@ -356,3 +357,22 @@ def test_a_restored_core_keeps_the_plans_and_decides_as_the_old_one() -> None:
         assert [getattr(x, "reason", getattr(x, "intervals", None)) for x in mine] == [
             getattr(x, "reason", getattr(x, "intervals", None)) for x in theirs
         ]
+
+
+def test_room_in_flight_stays_counted_when_a_plan_boundary_rebuilds_the_queues() -> None:
+    h = Harness(parse_partition(_partition()))
+    h.feed(f.NodeAdded(node="n1", capacity={"memory": 100 * GiB, "vcore": 100_000}))
+    h.feed(_submit("r1", count=10, duration=30))  # planned [70, 100)
+    h.feed(f.AppAdded(app="a1", queue="root.prod", reservation="r1"))
+    h.feed(f.AskAdded(app="a1", ask="k", resource=C, count=2))
+    assert h.propose() is not None
+    held = {"memory": 2 * GiB, "vcore": 2000}
+    assert h.allocator.state.queues["root.prod.r1"].allocating == held
+    h.tick(75)  # the boundary: the replica builds its queues anew, r1 now guaranteed its plan
+    queues = h.allocator.state.queues
+    assert queues["root.prod.r1"].guaranteed == {"memory": 10 * GiB, "vcore": 10_000}
+    assert queues["root.prod.r1"].allocating == held and queues["root"].allocating == held
+    assert h.deliver().accepted == 2
+    h.settle()
+    assert not any(h.allocator.state.queues["root"].allocating.values())
+    assert fingerprint(h.allocator.state) == fingerprint(h.cache.state)
