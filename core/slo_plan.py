@@ -92,10 +92,6 @@ class SloReservation:
                 res.add_into(out, iv.resource)
         return out
 
-    def peak(self, start: float, end: float) -> Resource:
-        """The largest load, resource by resource, over ``[start, end)``."""
-        return _peak([self], start, end)
-
     def boundaries_after(self, t: float) -> float:
         """The first instant after ``t`` at which the load may change (``inf``: never again)."""
         best = math.inf
@@ -107,13 +103,6 @@ class SloReservation:
                 if edge > t + _EPS:
                     best = min(best, edge)
         return best
-
-    def window_at(self, t: float) -> tuple[float, float]:
-        """The occurrence of the ``[arrival, deadline]`` window that ``t`` falls in, or the next one."""
-        if not self.period or t <= self.deadline:
-            return self.arrival, self.deadline
-        k = math.ceil((t - self.deadline) / self.period)
-        return self.arrival + k * self.period, self.deadline + k * self.period
 
     def over(self, t: float) -> bool:
         """No interval of it covers ``t`` or any later instant."""

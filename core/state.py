@@ -477,7 +477,7 @@ class PartitionState:
         }
         if config is not None:
             self.base_config = config
-            self._install_config(config)
+            self._install_plans()
 
     # ------------------------------------------------------------------ queries
 
