@@ -83,7 +83,7 @@ class _Plan:
 
 @dataclasses.dataclass(slots=True)
 class _App:
-    reservation: str
+    plan: _Plan
     submitted: float
     work: int = 0
     finished: int = 0
@@ -95,7 +95,8 @@ class SloTracker:
     def __init__(self, model: Model) -> None:
         self.model = model
         self.submitted: dict[str, f.ReservationSubmitted] = {}
-        self.plans: dict[str, _Plan] = {}
+        self.plans: dict[str, _Plan] = {}  # the partition's accepted plans (a retired partition has none)
+        self.accepted: list[tuple[str, _Plan]] = []  # every plan accepted in the run, in order
         self.rejections: list[tuple[str, str, str]] = []  # (reservation, queue, reason), in order
         self.apps: dict[str, _App] = {}
         self.alloc_app: dict[str, str] = {}
@@ -110,7 +111,11 @@ class SloTracker:
             case f.ReservationSubmitted():
                 self.submitted[event.reservation] = event
             case f.AppAdded(app=app, reservation=name) if name is not None and app not in self.apps:
-                self.apps[app] = _App(name, event.t)
+                plan = self.plans.get(name)
+                if plan is not None:  # else the cache rejects it
+                    self.apps[app] = _App(plan, event.t)
+            case f.PartitionRemoved():
+                self.plans.clear()
             case f.AskAdded(app=app, count=count) if app in self.apps:
                 self.apps[app].work += count
             case _:
@@ -168,6 +173,7 @@ class SloTracker:
             if any(abs(got.get(k, 0.0) - v) > 1e-6 * max(v, 1.0) for k, v in want.items() if v):
                 self.model._violate(t, 13, f"reservation {name}: planned {got}, its stages ask for {want}")
         self.plans[name] = plan
+        self.accepted.append((name, plan))
         share = cfg.guaranteed
         mine = [p for p in self.plans.values() if p.queue == dec.queue]
         last_once = max([dec.arrival, *(e for p in mine if not p.period for _, e, _ in p.intervals)])
@@ -207,7 +213,7 @@ class SloTracker:
         self.last_t = max(self.last_t, t)
 
     def counts(self) -> dict[str, int]:
-        out = {"accepted": len(self.plans), "rejected": len(self.rejections), "met": 0, "missed": 0}
+        out = {"accepted": len(self.accepted), "rejected": len(self.rejections), "met": 0, "missed": 0}
         for entry in self.log():
             if entry["met"] is True:
                 out["met"] += 1
@@ -219,10 +225,9 @@ class SloTracker:
         """Per reservation accepted: its apps that met and missed their deadline, and whether it met its
         deadlines (``None``: no app ran against it, or a deadline is still ahead); then every rejection."""
         out: list[dict[str, Any]] = []
-        for name in sorted(self.plans):
-            plan = self.plans[name]
+        for name, plan in self.accepted:
             met = missed = ahead = 0
-            for app in (a for a in self.apps.values() if a.reservation == name):
+            for app in (a for a in self.apps.values() if a.plan is plan):
                 due = plan.deadline_for(app.submitted)
                 if app.done_at is not None and app.done_at <= due + _EPS and not app.refused:
                     met += 1

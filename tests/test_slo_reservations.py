@@ -376,3 +376,14 @@ def test_room_in_flight_stays_counted_when_a_plan_boundary_rebuilds_the_queues()
     h.settle()
     assert not any(h.allocator.state.queues["root"].allocating.values())
     assert fingerprint(h.allocator.state) == fingerprint(h.cache.state)
+
+
+def test_retiring_the_partition_drops_its_reservations_and_their_queues() -> None:
+    cache = _cache()
+    _answer(cache, _submit("r1", count=10))
+    cache.handle_event(f.AppAdded(app="a1", queue="root.prod", reservation="r1"))
+    cache.handle_event(f.PartitionRemoved(reason="new trace"))
+    cache.drain()
+    assert not cache.state.slo_reservations and cache.state.config is None
+    cache.handle_event(f.PartitionConfigEvent(config=_partition()))
+    assert isinstance(_answer(cache, _submit("r1", count=10)), d.ReservationAccepted)
