@@ -13,9 +13,10 @@ What it owns:
 - :func:`place`, the planner. As YARN's ``AlignedPlannerWithGreedy``/``StageAllocatorGreedyRLE``: stages are
   placed last first, each as late as possible before the stage after it (the last before the deadline),
   in slots of the stage's ``duration`` walking back from its end; each slot takes as many containers as
-  the queue's share leaves over the accepted plans (and this request's own earlier slots), whole gangs of
-  ``gang_min`` only. A request that cannot be placed whole is rejected with the reason; nothing is
-  partly accepted.
+  the queue's share leaves over the accepted plans (and this request's own slots) all along it, whole
+  gangs of ``gang_min`` only (a last, smaller gang whole too; YARN wants the count a multiple of the gang),
+  and the next slot ends where the tightest stretch of this one begins. A request that cannot be placed
+  whole is rejected with the reason; nothing is partly accepted.
 - The share (YARN's ``CapacityOverTimePolicy`` with its instantaneous maximum at 100%): at no instant
   does the sum of a queue's accepted plans exceed the queue's ``guaranteed``. Recurrences divide
   :data:`MAX_PERIODICITY` (YARN's ``max-periodicity``), so every plan repeats within it and a check over
@@ -203,22 +204,51 @@ def place(request: Request, share: Resource, accepted: Sequence[SloReservation],
             if slots > MAX_SLOTS:
                 return f"planning it takes more than {MAX_SLOTS} slots (its durations are too short for its window)"
             mine = SloReservation(request.name, request.queue, arrival, request.deadline, tuple(own), period)
-            room = res.clamp_min_zero(res.sub(share, _peak([mine], start, t)))
-            for k in range(repeats):
-                shift = k * period
-                used = _peak(accepted, start + shift, t + shift)
-                room = res.component_min(room, res.clamp_min_zero(res.sub(share, used)))
-            fit = _how_many(stage.resource, room, left)
+            rooms = _rooms(share, mine, accepted, start, t, period, repeats)
+            fits = [(_how_many(stage.resource, room, left), at) for at, room in rooms]
+            fit = min(n for n, _ in fits)
             if fit < left:
                 fit -= fit % stage.gang  # whole gangs only; the last, smaller gang goes whole too
             if fit > 0:
                 own.append(Interval(start, t, res.scale(stage.resource, fit)))
                 left -= fit
-                earliest = start
-            t = start
+                earliest = min(earliest, start)
+            # As YARN's StageAllocatorGreedyRLE: the next slot ends where the most constraining stretch of
+            # this one begins (its earliest, on a tie), at most one duration back.
+            tightest = min(at for n, at in fits if n == min(m for m, _ in fits))
+            t = tightest if tightest > start + _EPS else start
         end = earliest
     intervals = tuple(sorted(own, key=lambda iv: (iv.start, iv.end)))
     return SloReservation(request.name, request.queue, arrival, request.deadline, intervals, period)
+
+
+def _rooms(
+    share: Resource,
+    own: SloReservation,
+    accepted: Sequence[SloReservation],
+    start: float,
+    end: float,
+    period: float,
+    repeats: int,
+) -> list[tuple[float, Resource]]:
+    """The room the share leaves over ``[start, end)``, as stretches of constant room (each by its
+    start): what the request's own intervals leave, less the most the accepted plans hold at the same
+    offset of each of its ``repeats`` occurrences."""
+    cuts = {start}
+    for k in range(repeats):
+        shift = k * period
+        for plan in (own, *accepted) if k == 0 else accepted:
+            for iv in plan.intervals:
+                for s, e in _occurrences(iv, plan.period, start + shift, end + shift):
+                    cuts.update(x - shift for x in (s, e) if start < x - shift < end)
+    out: list[tuple[float, Resource]] = []
+    for at in sorted(cuts):
+        used: Resource = {}
+        for k in range(repeats):
+            used = res.component_max(used, res.total(p.load_at(at + k * period) for p in accepted))
+        room = res.sub(res.sub(share, own.load_at(at)), used)
+        out.append((at, res.clamp_min_zero(room)))
+    return out
 
 
 def over_share(plans: Sequence[SloReservation], share: Resource, now: float) -> str | None:

@@ -595,7 +595,7 @@ def slo(seed: int = 0) -> Scenario:
     etl = f.ReservationStage(resource={"memory": 8 * GiB, "vcore": 2000}, count=16, gang_min=4, duration=300)
     big = f.ReservationStage(resource={"memory": 16 * GiB, "vcore": 2000}, count=8, duration=300)
     small = f.ReservationStage(resource={"memory": 16 * GiB, "vcore": 2000}, count=4, duration=180)
-    backfill = f.ReservationStage(resource={"memory": 8 * GiB, "vcore": 1000}, count=40, duration=900)
+    backfill = f.ReservationStage(resource={"memory": 8 * GiB, "vcore": 1000}, count=60, duration=900)
     events += [
         f.ReservationSubmitted(
             reservation="etl", queue="root.prod", arrival=600, deadline=1500, stages=[etl], recurrence=1800

@@ -181,7 +181,7 @@ DECISION_HASHES = {
     ("priority_queues", "sniper"): "65c9960fd03c7f33",
     ("budgets", "sniper"): "86b3be346d8e1de3",
     ("budgets", "proportional"): "03091f5ce941cd6a",
-    ("slo", "sniper"): "4064fbf770f2f629",
+    ("slo", "sniper"): "61f3ca93746ca8c1",
 }
 
 

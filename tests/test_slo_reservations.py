@@ -82,6 +82,16 @@ def test_a_stage_too_big_for_one_slot_spreads_back_over_earlier_slots() -> None:
     assert [(iv.start, iv.end, iv.resource["vcore"]) for iv in plan.intervals] == [(0, 50, 40_000), (50, 100, 60_000)]
 
 
+def test_a_constraint_inside_a_slot_moves_the_next_slot_back_only_to_it() -> None:
+    # 50 of the 60 are taken over [80, 100): the last slot holds 10; the next one ends at 80, not at 50,
+    # so the rest runs as late as the share allows (YARN's greedy right-to-left rule).
+    taken = SloReservation("x", "root.prod", 0, 100, (Interval(80, 100, {"memory": 50 * GiB, "vcore": 50_000}),))
+    plan = place(_request("r", Stage(C, 30, 0, 50)), SHARE, [taken], now=0)
+    assert isinstance(plan, SloReservation)
+    assert [(iv.start, iv.end, iv.resource["vcore"]) for iv in plan.intervals] == [(30, 80, 20_000), (50, 100, 10_000)]
+    assert slo_plan._peak([taken, plan], 0, 100)["vcore"] <= SHARE["vcore"]
+
+
 def test_overlapping_reservations_over_the_queue_share_are_rejected_with_what_would_fit() -> None:
     first = place(_request("a", Stage(C, 40, 0, 50)), SHARE, [], now=0)
     assert isinstance(first, SloReservation)
