@@ -40,7 +40,8 @@ from core.config import PartitionConfig, QueueConfig
 from core.resources import Resource
 
 MAX_PERIODICITY = 86_400.0  # seconds; a recurrence divides it (YARN's default max-periodicity, a day)
-MAX_SLOTS = 100_000  # slots one request may try, over all its stages and recurrences (bounds a plan's cost)
+MAX_SLOTS = 10_000  # slots one request may try, over all its stages and recurrences (bounds a plan's cost)
+MAX_RESERVATIONS = 1_000  # accepted SLO reservations a partition holds at once (bounds its plan)
 DEFAULT_QUEUE = "default"  # the leaf of a reservable queue that runs its apps without a reservation
 _NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")  # a reservation name is also its queue's name
 _EPS = 1e-9
@@ -184,6 +185,12 @@ def place(request: Request, share: Resource, accepted: Sequence[SloReservation],
     # Every plan repeats within MAX_PERIODICITY after the last interval that does not recur.
     horizon = max([arrival, *(iv.end for p in accepted if not p.period for iv in p.intervals)]) + MAX_PERIODICITY
     repeats = 1 if not period else max(1, math.ceil((horizon - arrival) / period))
+    if not period:  # only the plans that hold something inside its window can stand in its way
+        accepted = [
+            p
+            for p in accepted
+            if p.period or any(iv.start < request.deadline and arrival < iv.end for iv in p.intervals)
+        ]
     own: list[Interval] = []
     slots = 0
     end = request.deadline
@@ -203,7 +210,7 @@ def place(request: Request, share: Resource, accepted: Sequence[SloReservation],
             slots += repeats
             if slots > MAX_SLOTS:
                 return f"planning it takes more than {MAX_SLOTS} slots (its durations are too short for its window)"
-            mine = SloReservation(request.name, request.queue, arrival, request.deadline, tuple(own), period)
+            mine = SloReservation(request.name, request.queue, arrival, request.deadline, _overlapping(own, start, t))
             rooms = _rooms(share, mine, accepted, start, t, period, repeats)
             fits = [(_how_many(stage.resource, room, left), at) for at, room in rooms]
             fit = min(n for n, _ in fits)
@@ -220,6 +227,18 @@ def place(request: Request, share: Resource, accepted: Sequence[SloReservation],
         end = earliest
     intervals = tuple(sorted(own, key=lambda iv: (iv.start, iv.end)))
     return SloReservation(request.name, request.queue, arrival, request.deadline, intervals, period)
+
+
+def _overlapping(own: list[Interval], start: float, end: float) -> tuple[Interval, ...]:
+    """The request's own intervals that overlap ``[start, end)``: slots end ever earlier, so they are the
+    latest placed, found from the tail (a request's cost grows with its slots, not their square)."""
+    out: list[Interval] = []
+    for iv in reversed(own):
+        if iv.start >= end:
+            break
+        if iv.end > start:
+            out.append(iv)
+    return tuple(out)
 
 
 def _rooms(

@@ -3,6 +3,8 @@ that name a reservation, and retire reservations that are over.
 
 The planning itself is :mod:`core.slo_plan` (pure). What this module keeps to:
 
+- A partition holds at most :data:`~core.slo_plan.MAX_RESERVATIONS` accepted reservations, and one
+  request is planned in at most :data:`~core.slo_plan.MAX_SLOTS` slots: both bound what a feed can cost.
 - A reservation is decided when it arrives, never later: ``reservation_accepted`` with its planned
   intervals (committed as one :class:`~messages.protocol.SloReservationSet`) or ``reservation_rejected``
   with the reason. A name already accepted in the partition is rejected, never planned twice; the same
@@ -30,6 +32,8 @@ def submit(cache: Writer, e: f.ReservationSubmitted) -> None:
     why = slo_plan.name_refusal(e.reservation)
     if why is None and e.reservation in state.slo_reservations:
         why = f"reservation {e.reservation} is already accepted"
+    if why is None and len(state.slo_reservations) >= slo_plan.MAX_RESERVATIONS:
+        why = f"the partition holds {slo_plan.MAX_RESERVATIONS} SLO reservations already, the most it takes"
     base = state.base_config
     queue = None if base is None else next((q for q in base.queues() if q.path == e.queue), None)
     if why is None and queue is None:

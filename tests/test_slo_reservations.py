@@ -161,6 +161,20 @@ def test_requests_that_cannot_be_planned_are_rejected_with_the_reason(
     assert isinstance(why, str) and words in why
 
 
+def test_the_cost_of_planning_one_request_is_bounded() -> None:
+    why = place(_request("r", Stage(C, 10**7, 0, 1.0), deadline=10**6), SHARE, [], now=0)
+    assert isinstance(why, str) and f"more than {slo_plan.MAX_SLOTS} slots" in why
+
+
+def test_a_partition_holds_a_bounded_number_of_reservations(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(slo_plan, "MAX_RESERVATIONS", 2)
+    cache = _cache()
+    for name in ("a", "b"):
+        assert isinstance(_answer(cache, _submit(name)), d.ReservationAccepted)
+    third = _answer(cache, _submit("c"))
+    assert isinstance(third, d.ReservationRejected) and "the most it takes" in third.reason
+
+
 def test_the_planner_is_deterministic() -> None:
     accepted = [SloReservation("x", "root.prod", 0, 100, (Interval(20, 60, {"memory": 30 * GiB, "vcore": 30_000}),))]
     req = _request("r", Stage(C, 50, 5, 20), Stage({"memory": 2 * GiB, "vcore": 1000}, 7, 0, 10))
