@@ -75,6 +75,12 @@ def test_during_its_interval_a_reservation_takes_its_plan_back_from_its_own_queu
     assert result.report["slo_reservations"]["met"] == 1
     # Without preemption the same reservation misses its deadline: prod's ad-hoc work keeps the room.
     assert _carve_out("none").report["slo_reservations"]["missed"] == 1
+    # YARN's baseline enforces the same guarantee (its victims are prod's ad-hoc work, from t=300 on), but
+    # the 4 GiB room it frees goes back to that work before the 8 GiB gang can use it: missed too.
+    baseline = _carve_out("proportional")
+    taken = [x for x in baseline.decisions if isinstance(x, d.Preempt)]
+    assert taken and {v.queue for v in taken} == {"root.prod.default"} and min(v.t for v in taken) >= 300
+    assert baseline.report["slo_reservations"]["missed"] == 1 and baseline.report["invariant_violations"] == 0
 
 
 def test_node_loss_that_overtakes_a_planned_window_is_a_missed_deadline_not_a_failure() -> None:
