@@ -44,7 +44,7 @@ class Allocator(ViewReplica):
         self.stats = AllocatorStats()
         self.dirty = False  # something changed since the last cycle that may allow an allocation
         self._next_proposal = 0
-        self._reconfigured = False
+        self._rebuilds = 0  # the state's queue rebuilds seen (config changes, SLO plans' boundaries)
         # The state object and version a cycle placed nothing on, while nothing was held or answered since.
         self._fruitless: tuple[PartitionState, int] | None = None
 
@@ -55,14 +55,13 @@ class Allocator(ViewReplica):
         self.stats.resets += 1
         self.inflight.clear()  # the reset state already holds whatever the cache committed
         self.reserving.clear()
+        self._rebuilds = self.state.rebuilds
         self.dirty = True
 
     def on_change(self, change: p.ChangeMsg) -> None:
         kind = type(change)
         if kind in ENABLING:
             self.dirty = True
-            if kind is p.ConfigSet:
-                self._reconfigured = True
         elif kind is p.AskGone:
             self.missed.pop((change.app, change.ask), None)  # type: ignore[union-attr]
 
@@ -80,12 +79,14 @@ class Allocator(ViewReplica):
             self.dirty = True
 
     def after_delta(self, delta: p.ViewDelta) -> None:
-        if self._reconfigured:
-            self._reconfigured = False
+        if self.state.rebuilds != self._rebuilds:
+            self._rebuilds = self.state.rebuilds
+            self.dirty = True
             self._recount_inflight()
 
     def _recount_inflight(self) -> None:
-        """Queues were rebuilt by a config change: re-add what is still in flight to the new ones."""
+        """Queues were rebuilt (a config change, an SLO plan accepted, dropped or at a boundary): re-add
+        what is still in flight to the new ones."""
         for placed in self.inflight.values():
             for ask, _ in placed:
                 if ask.opportunistic:

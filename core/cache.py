@@ -13,7 +13,16 @@ from collections import Counter, OrderedDict
 from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
-from core import constraints, gang, lifecycle, node_reservation, opportunistic, overcommit
+from core import (
+    constraints,
+    gang,
+    lifecycle,
+    node_reservation,
+    opportunistic,
+    overcommit,
+    slo_plan,
+    slo_reservations,
+)
 from core import resources as res
 from core.config import AdmissionConfig, ConfigError, PartitionConfig, parse_partition, partition_to_raw
 from core.limits import Limits
@@ -139,6 +148,8 @@ class Cache:
         self._kill_overdue()
         self._expire_reservations()
         node_reservation.expire(self)
+        if self.state.slo_reservations:
+            slo_reservations.retire(self)
 
     def _kill_overdue(self) -> None:
         now = self.state.now
@@ -222,6 +233,8 @@ class Cache:
                     self._release(alloc)
             case f.AllocationPromoted(allocation=aid):
                 self._promote(aid, event.id)
+            case f.ReservationSubmitted():
+                slo_reservations.submit(self, event)
 
     def _partition_removed(self, reason: str) -> None:
         """Retire the partition through the usual changes: its reservations ended, every app removed as by
@@ -246,11 +259,23 @@ class Cache:
 
     def _configure(self, raw: dict[str, Any]) -> None:
         config = parse_partition(raw, f"partition {self.partition}")
+        plans = self.state.slo_reservations
+        running = slo_plan.expand(config, plans, self.state.now)
         for app in self.state.apps.values():
-            leaf = config.leaf(app.queue.path)
+            leaf = running.leaf(app.queue.path)
             if leaf is None:
                 raise ConfigError(f"queue {app.queue.path} is used by app {app.name} and cannot be removed")
-        if self.state.config is not None and partition_to_raw(config) == partition_to_raw(self.state.config):
+        reservable = {q.path: q for q in config.queues() if q.reservable}
+        for plan in plans.values():
+            if plan.queue not in reservable:
+                raise ConfigError(f"queue {plan.queue} holds SLO reservation {plan.name} and must stay reservable")
+        for path in sorted({plan.queue for plan in plans.values()}):
+            held = [plan for plan in plans.values() if plan.queue == path]
+            why = slo_plan.over_share(held, slo_plan.share_of(reservable[path]), self.state.now)
+            if why is not None:
+                raise ConfigError(f"queue {path}'s guarantee cannot shrink below its plans: {why}")
+        base = self.state.base_config
+        if base is not None and partition_to_raw(config) == partition_to_raw(base):
             return
         self.commit(p.ConfigSet(config=partition_to_raw(config)))
 
@@ -348,22 +373,28 @@ class Cache:
     def _app_added(self, e: f.AppAdded) -> None:
         existing = self.state.apps.get(e.app)
         if existing is not None:
-            if existing.queue.path != e.queue:
+            parent = existing.queue.parent
+            in_reservable = parent is not None and parent.path == e.queue and parent.config.reservable
+            if existing.queue.path != e.queue and not in_reservable:  # (apps of a reservable queue run below it)
                 self._reject(
                     "app_elsewhere", f"app {e.app} already runs in {existing.queue.path}", app=e.app, event=e.id
                 )
             return
-        if self.state.leaf(e.queue) is None:
-            why = "a parent queue" if e.queue in self.state.queues else "an unknown queue"
+        queue, why = slo_reservations.app_queue(self, e)
+        if why is not None:
+            self._reject("unknown_reservation", why, app=e.app, event=e.id)
+            return
+        if self.state.leaf(queue) is None:
+            what = "a parent queue" if queue in self.state.queues else "an unknown queue"
             self._reject(
-                "not_a_leaf", f"app {e.app}: {e.queue} is {why}; apps go to leaf queues", app=e.app, event=e.id
+                "not_a_leaf", f"app {e.app}: {e.queue} is {what}; apps go to leaf queues", app=e.app, event=e.id
             )
             return
         self.counters["app"] += 1
         self.commit(
             p.AppSet(
                 app=e.app,
-                queue=e.queue,
+                queue=queue,
                 user=e.user,
                 groups=tuple(e.groups),
                 priority=e.priority,
@@ -949,8 +980,9 @@ def state_changes(state: PartitionState) -> list[p.ChangeMsg]:
     configuration, nodes, apps with their asks, then every lifecycle object brought to its phase by the
     changes of its table's path from ``absent`` (:mod:`core.lifecycle`)."""
     out: list[p.ChangeMsg] = [p.Clock(now=state.now)]
-    if state.config is not None:
-        out.append(p.ConfigSet(config=partition_to_raw(state.config)))
+    if state.base_config is not None:
+        out.append(p.ConfigSet(config=partition_to_raw(state.base_config)))
+        out.extend(slo_reservations.state_changes(state))
     for node in state.nodes.values():
         out.append(p.NodeSet(node=node.name, capacity=node.capacity, schedulable=node.schedulable, labels=node.labels))
     for app in sorted(state.apps.values(), key=lambda a: a.submit_seq):

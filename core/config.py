@@ -177,6 +177,9 @@ class QueueConfig:
     children: tuple[QueueConfig, ...] = ()
     max_applications: int | None = None  # running apps in this queue's subtree
     limits: tuple[LimitConfig, ...] = ()
+    # Takes SLO reservations (YARN's reservable PlanQueue, core.slo_plan): a leaf in the configuration,
+    # a parent of its dynamic reservation queues in the partition's state.
+    reservable: bool = False
 
     @property
     def is_leaf(self) -> bool:
@@ -273,6 +276,7 @@ class _RawQueue(_Raw):
     submitacl: str | None = None  # warned
     adminacl: str | None = None  # warned
     childtemplate: dict[str, Any] | None = None  # warned: Sniper has no dynamic queues
+    reservable: bool = False  # takes SLO reservations (core.slo_plan)
 
 
 class _RawNodeSort(_Raw):
@@ -589,7 +593,13 @@ def _queue(raw: _RawQueue, parent: QueueConfig | None, warnings: list[str]) -> Q
         preemption_delay=props.preemption_delay,
         max_applications=raw.maxapplications,
         limits=limits,
+        reservable=raw.reservable,
     )
+    if raw.reservable and (parent is None or raw.queues or not guaranteed):
+        why = "the root" if parent is None else "a parent" if raw.queues else "without a guarantee"
+        raise ConfigError(
+            f"{at}: reservable on {why}; a reservable queue is a leaf whose guarantee its SLO reservations share"
+        )
     children = tuple(_queue(c, queue, warnings) for c in raw.queues)
     seen: set[str] = set()
     for child in children:
@@ -854,6 +864,8 @@ def partition_to_raw(cfg: PartitionConfig) -> dict[str, Any]:
             out["properties"][PREEMPTION_DELAY_KEY] = f"{decimal.Decimal(repr(q.preemption_delay)):f}s"
         if q.max_applications is not None:
             out["maxapplications"] = q.max_applications
+        if q.reservable:
+            out["reservable"] = True
         if q.limits:
             out["limits"] = [limit(lim) for lim in q.limits]
         if q.children:

@@ -26,7 +26,7 @@ from typing import Any
 
 from sortedcontainers import SortedList
 
-from core import constraints, lifecycle
+from core import constraints, lifecycle, slo_plan
 from core import resources as res
 from core.config import PartitionConfig, QueueConfig, parse_partition
 from core.node_index import NodeIndex
@@ -455,7 +455,13 @@ class PartitionState:
         self.name = name
         self.indexed = indexed
         self._deferred: set[Node] | None = None  # nodes to re-key at the end of a batch
+        # ``config`` is what the state runs: ``base_config`` (the partition's configuration) with its
+        # reservable queues expanded by the accepted SLO reservations' plans at ``now`` (core.slo_plan).
         self.config: PartitionConfig | None = None
+        self.base_config: PartitionConfig | None = None
+        self.slo_reservations: dict[str, slo_plan.SloReservation] = {}
+        self.slo_next_change = float("inf")  # when a plan's load changes next: the guarantees follow it
+        self.rebuilds = 0  # times the queue objects were built anew (the allocator re-counts what is in flight)
         self.root: Queue | None = None
         self.queues: dict[str, Queue] = {}
         self.nodes: dict[str, Node] = {}
@@ -502,10 +508,13 @@ class PartitionState:
             p.ContractGone: self._contract_gone,
             p.ContractServed: self._contract_served,
             p.PartitionCleared: self._cleared,
+            p.SloReservationSet: self._slo_reservation,
+            p.SloReservationGone: self._slo_reservation_gone,
             p.Clock: self._clock,
         }
         if config is not None:
-            self._install_config(config)
+            self.base_config = config
+            self._install_plans()
 
     # ------------------------------------------------------------------ queries
 
@@ -574,9 +583,42 @@ class PartitionState:
     def _clock(self, c: p.Clock) -> None:
         if c.now > self.now:
             self.now = c.now
+            if self.now >= self.slo_next_change:
+                self._install_plans()
+                self.version += 1  # guarantees changed: not the same contents any more
 
     def _config(self, c: p.ConfigSet) -> None:
-        self._install_config(parse_partition(c.config, f"partition {self.name}"))
+        self.base_config = parse_partition(c.config, f"partition {self.name}")
+        self._install_plans()
+
+    def _install_plans(self) -> None:
+        """Run the base configuration expanded by the SLO reservations' plans at ``now``."""
+        if self.base_config is None:
+            return
+        self._install_config(slo_plan.expand(self.base_config, self.slo_reservations, self.now))
+        self.slo_next_change = slo_plan.next_change(self.slo_reservations.values(), self.now)
+
+    def _slo_reservation(self, c: p.SloReservationSet) -> None:
+        if c.reservation in self.slo_reservations:
+            raise StateError(f"SLO reservation {c.reservation} accepted twice")
+        queue = self.queues.get(c.queue)
+        if queue is None or not queue.config.reservable:
+            raise StateError(f"SLO reservation {c.reservation}: {c.queue} is not a reservable queue")
+        intervals = tuple(slo_plan.Interval(s, e, res.normalized(r)) for s, e, r in c.intervals)
+        self.slo_reservations[c.reservation] = slo_plan.SloReservation(
+            c.reservation, c.queue, c.arrival, c.deadline, intervals, c.period
+        )
+        self._install_plans()
+
+    def _slo_reservation_gone(self, c: p.SloReservationGone) -> None:
+        plan = self.slo_reservations.get(c.reservation)
+        if plan is None:
+            raise StateError(f"SLO reservation {c.reservation} is not known")
+        leaf = self.queues.get(slo_plan.reservation_queue(plan.queue, plan.name))
+        if leaf is not None and leaf.apps:
+            raise StateError(f"SLO reservation {c.reservation} still has apps")
+        del self.slo_reservations[c.reservation]
+        self._install_plans()
 
     def _cleared(self, c: p.PartitionCleared) -> None:
         """The partition retired: everything in it is already gone; its configuration goes too (the
@@ -584,6 +626,9 @@ class PartitionState:
         if self.nodes or self.apps or self.contracts:
             raise StateError(f"partition {self.name} still holds nodes, apps or preemption requests")
         self.config = None
+        self.base_config = None
+        self.slo_reservations = {}
+        self.slo_next_change = float("inf")
         self.root = None
         self.queues = {}
         self.capacity = {}
@@ -597,6 +642,7 @@ class PartitionState:
             for node in self.nodes.values():
                 self._index(node)
         queues: dict[str, Queue] = {}
+        self.rebuilds += 1
 
         def build(qc: QueueConfig, parent: Queue | None) -> Queue:
             q = Queue(qc, parent)

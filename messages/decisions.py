@@ -31,6 +31,7 @@ RejectionCode = Literal[
     "unknown_node",
     "unknown_app",
     "app_elsewhere",  # the app already runs in another queue
+    "unknown_reservation",  # the app names an SLO reservation its queue does not hold
     "not_a_leaf",  # apps go to leaf queues
     "empty_ask",  # it asks for nothing
     "bad_constraint",  # a placement constraint no cluster could ever satisfy (min above max, no tags, ...)
@@ -248,6 +249,38 @@ class PartitionRemoved(Decision, tag="partition_removed", frozen=True, gc=False)
     reason: str = ""
 
 
+class PlannedInterval(msgspec.Struct, frozen=True, gc=False):
+    """``resource`` held for an SLO reservation from ``start`` to ``end`` (seconds, feed time)."""
+
+    start: float
+    end: float
+    resource: dict[str, int]
+
+
+class ReservationAccepted(Decision, tag="reservation_accepted", frozen=True, gc=False):
+    """An SLO reservation the planner placed: during each interval (and each ``recurrence`` later, when
+    set) its apps hold ``resource`` as a guarantee inside ``queue``, in the queue ``reservation_queue``."""
+
+    reservation: str
+    queue: str
+    reservation_queue: str
+    arrival: float
+    deadline: float
+    intervals: list[PlannedInterval]
+    recurrence: float | None = None
+    event: str = ""
+
+
+class ReservationRejected(Decision, tag="reservation_rejected", frozen=True, gc=False):
+    """An SLO reservation refused at once, with the reason (no room in the queue's share, an unknown or
+    non-reservable queue, a deadline in the past, ...)."""
+
+    reservation: str
+    queue: str
+    reason: str
+    event: str = ""
+
+
 class Synced(Decision, tag="synced", frozen=True, gc=False):
     """The answer to a ``sync`` feed event: every event published before it has been handled."""
 
@@ -269,5 +302,7 @@ DecisionMsg = (
     | PreemptRequest
     | PreemptRequestEnded
     | PartitionRemoved
+    | ReservationAccepted
+    | ReservationRejected
     | Synced
 )

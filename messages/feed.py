@@ -59,6 +59,9 @@ class AppAdded(FeedEvent, tag="app_added", frozen=True, gc=False):
     max_disruption: Annotated[int, msgspec.Meta(ge=0, le=10**7)] | None = None
     # YuniKorn's ``allow-preemption``: false makes the app's containers victims of last resort only.
     allow_preemption: bool = True
+    # The accepted SLO reservation (``reservation_submitted``) the app runs against, in its reservable
+    # ``queue`` (None: ordinary work of the queue).
+    reservation: Name | None = None
 
 
 class AppRemoved(FeedEvent, tag="app_removed", frozen=True, gc=False):
@@ -143,6 +146,30 @@ class PartitionRemoved(FeedEvent, tag="partition_removed", frozen=True, gc=False
     reason: Annotated[str, msgspec.Meta(max_length=1000)] = ""  # it travels on into the decision
 
 
+class ReservationStage(msgspec.Struct, kw_only=True, frozen=True, gc=False):
+    """One stage of an SLO reservation (YARN's ReservationRequest): ``count`` containers of
+    ``resource``, each running ``duration`` seconds, in gangs of ``gang_min`` that run together."""
+
+    resource: ResourceMap
+    count: Annotated[int, msgspec.Meta(ge=1, le=10**7)] = 1
+    gang_min: Annotated[int, msgspec.Meta(ge=0, le=10**7)] = 0
+    duration: Annotated[float, msgspec.Meta(gt=0, le=MAX_T)]
+
+
+class ReservationSubmitted(FeedEvent, tag="reservation_submitted", frozen=True, gc=False):
+    """An SLO reservation (YARN's ReservationSystem, not a node or preemption reservation): resources in
+    the reservable ``queue`` between ``arrival`` and ``deadline``, stage after stage, every ``recurrence``
+    seconds when set. Answered at once with ``reservation_accepted`` (the planned intervals) or
+    ``reservation_rejected`` (the reason)."""
+
+    reservation: Name
+    queue: Name
+    arrival: Annotated[float, msgspec.Meta(ge=0, le=MAX_T)]
+    deadline: Annotated[float, msgspec.Meta(ge=0, le=MAX_T)]
+    stages: Annotated[list[ReservationStage], msgspec.Meta(min_length=1, max_length=100)]
+    recurrence: Annotated[float, msgspec.Meta(gt=0, le=MAX_T)] | None = None
+
+
 class Sync(FeedEvent, tag="sync", frozen=True, gc=False):
     """A resource manager's barrier: answered with a ``synced`` decision naming this event's ``id`` once
     the partition handled every event published before it; it changes nothing else."""
@@ -161,5 +188,6 @@ Feed = (
     | AskRemoved
     | AllocationReleased
     | AllocationPromoted
+    | ReservationSubmitted
     | Sync
 )

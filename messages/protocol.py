@@ -204,6 +204,22 @@ class ContractGone(Change, tag="contract_gone", frozen=True, gc=False):
     contract: str
 
 
+class SloReservationSet(Change, tag="slo_reservation", frozen=True, gc=False):
+    """An accepted SLO reservation's plan (core.slo_plan): intervals as (start, end, resource), repeated
+    every ``period`` seconds when it is not 0."""
+
+    reservation: str
+    queue: str
+    arrival: float
+    deadline: float
+    intervals: list[tuple[float, float, dict[str, int]]]
+    period: float = 0.0
+
+
+class SloReservationGone(Change, tag="slo_reservation_gone", frozen=True, gc=False):
+    reservation: str
+
+
 class Clock(Change, tag="clock", frozen=True, gc=False):
     now: float
 
@@ -235,6 +251,8 @@ ChangeMsg = (
     | ContractGone
     | ContractServed
     | PartitionCleared
+    | SloReservationSet
+    | SloReservationGone
     | Clock
 )
 

@@ -149,6 +149,15 @@ ACTION_ROWS: tuple[tuple[str, Callable[[Report], Any]], ...] = (
 )
 
 
+# Shown only when some run saw an SLO reservation submitted.
+SLO_ROWS: tuple[tuple[str, Callable[[Report], Any]], ...] = (
+    ("SLO reservations accepted", lambda r: r.slo_reservations.get("accepted", 0)),
+    ("SLO reservations rejected", lambda r: r.slo_reservations.get("rejected", 0)),
+    ("SLO reservations met", lambda r: r.slo_reservations.get("met", 0)),
+    ("SLO reservations missed", lambda r: r.slo_reservations.get("missed", 0)),
+)
+
+
 def table_rows(results: dict[str, PolicyRun]) -> list[list[str]]:
     reports = [r.summary for r in results.values()]
     opportunistic = any(r.opportunistic.allocations for r in reports)
@@ -162,6 +171,8 @@ def table_rows(results: dict[str, PolicyRun]) -> list[list[str]]:
         rows += [[label] + [_fmt(get(r)) for r in reports] for label, get in CONSTRAINT_ROWS]
     if any(r.actions.get("preempt_request") for r in reports):
         rows += [[label] + [_fmt(get(r)) for r in reports] for label, get in ACTION_ROWS]
+    if any(r.slo_reservations.get("accepted") or r.slo_reservations.get("rejected") for r in reports):
+        rows += [[label] + [_fmt(get(r)) for r in reports] for label, get in SLO_ROWS]
     per_resource = PER_RESOURCE
     if opportunistic:
         per_resource += (("opportunistic utilization", lambda r: dict(r.opportunistic.utilization), False),)

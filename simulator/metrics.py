@@ -159,6 +159,7 @@ class Metrics:
 
     def finish(self, t: float) -> None:
         """Close the run at ``t``: the last state held until then."""
+        self.model.slo.finish(t)
         if self.samples and self.samples[-1].t < t:
             last = self.samples[-1]
             self.samples.append(Sample(t, last.usage, last.pending, last.capacity, last.ideal))

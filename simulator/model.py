@@ -31,6 +31,7 @@ from messages import feed as f
 from simulator.constraint_check import ConstraintChecker
 from simulator.model_allocation import ModelAllocation
 from simulator.overcommit_check import OvercommitChecker
+from simulator.slo_check import SloTracker
 
 
 @dataclasses.dataclass(slots=True)
@@ -90,6 +91,7 @@ class ClusterModel:
         self.on_node: dict[str, set[str]] = defaultdict(set)  # node -> the allocations on it
         self.overcommit = OvercommitChecker(self)
         self.placement = ConstraintChecker()  # invariant 13: placement constraints
+        self.slo = SloTracker(self)  # SLO reservations: their plans (invariant 14) and deadlines
         self.seen_allocations: set[str] = set()
         self.reservations: dict[str, ModelReservation] = {}
         # node -> (node reservation id, app, ask, preemption reservations already on the node)
@@ -138,6 +140,7 @@ class ClusterModel:
             if event.id in self.seen_events:
                 return  # a replayed event (at-least-once delivery) changes nothing, as for the cache
             self.seen_events.add(event.id)
+        self.slo.on_event(event)
         match event:
             case f.PartitionConfigEvent(config=raw):
                 with contextlib.suppress(ValueError):  # the cache rejects it too
@@ -239,6 +242,7 @@ class ClusterModel:
         if dec.seq and dec.seq <= self.last_seq:
             return  # a duplicate delivery of the commit log
         self.last_seq = max(self.last_seq, dec.seq)
+        self.slo.on_decision(dec)
         match dec:
             case d.Allocated():
                 self._allocated(dec)
@@ -451,7 +455,8 @@ class ClusterModel:
             if v_side is not None and b_side is not None and v_side.priority_offset > b_side.priority_offset:
                 self._violate(t, 5, f"{victim.queue} preempted for lower-priority {beneficiary}")
         cfg = self.queue_cfg.get(victim.queue)
-        if cfg is None:
+        guaranteed = cfg.guaranteed if cfg is not None else self.slo.guarantee(victim.queue, t)
+        if guaranteed is None:
             return
         held = res.total(r.resource for r in self.reservations.values() if r.queue == victim.queue)
         before: Resource = dict(held)
@@ -460,7 +465,7 @@ class ClusterModel:
                 res.add_into(before, a.resource)
         after = res.sub(before, victim.resource)
         capacity = self.capacity()
-        if _dominant_level(after, capacity) < _dominant_level(cfg.guaranteed, capacity):
+        if _dominant_level(after, capacity) < _dominant_level(guaranteed, capacity):
             self._violate(t, 5, f"victim {victim.id} takes {victim.queue} below its guarantee")
         ideal = dec.victim_queue_ideal
         # The victims of one placement are chosen together: the queue is judged as it was before the set.
@@ -513,6 +518,8 @@ class ClusterModel:
         if dec.node not in self.nodes:
             self._violate(t, 4, f"allocation {dec.allocation} on missing node {dec.node}")
         queue = self.apps.get(dec.app, dec.queue)
+        if dec.queue.startswith(queue + "."):
+            queue = dec.queue  # a reservable queue's app runs in one of its dynamic leaves (SLO reservations)
         resource = res.normalized(dec.resource)
         # Invariant 2: a new allocation never takes a queue over its max (opportunistic ones are outside it).
         if not dec.reservation and not dec.opportunistic:

@@ -113,14 +113,18 @@ class Player:
 
     # ------------------------------------------------------------------ virtual time
 
-    def next_step(self, *, active: bool, waiting: bool) -> float | None:
+    def next_step(self, *, active: bool, waiting: bool, wake: float | None = None) -> float | None:
         """The next time to step to, or None when the run is over.
 
         ``active``: the scheduler holds work the passing of time can move (pending asks a policy may
         act on, notices and reservations with deadlines), so the next grid tick matters. ``waiting``:
-        asks still wait (the run then ends once nothing happened for ``quiet`` seconds).
+        asks still wait (the run then ends once nothing happened for ``quiet`` seconds). ``wake``: when the
+        scheduler's own state changes with time next (an SLO reservation's planned interval begins or
+        ends), stepped to like an event, never past.
         """
         upcoming: list[float] = []
+        if wake is not None and wake > self.now:
+            upcoming.append(wake)
         if active or not self.skip_idle:
             upcoming.append(self.next_tick)
         if self.cursor < len(self.trace):

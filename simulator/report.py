@@ -62,6 +62,9 @@ class PartitionReport(msgspec.Struct, kw_only=True):
     proposals: int | None = None
     mask: dict[str, int] = {}
     budget_refusals: int | None = None  # containers passed over for their app's disruption budget
+    # SLO reservations (simulator.slo_check): accepted, rejected, met and missed; and one entry each.
+    slo_reservations: dict[str, int] = {}
+    slo_reservation_log: list[dict[str, Any]] = []
     invariant_violations: int = 0
     violations: list[dict[str, Any]] = []
     preemption_log: list[PreemptionLogEntry] = []
@@ -131,6 +134,8 @@ def partition_report(fig: PartitionFigures, cycle: float) -> PartitionReport:
         proposals=fig.proposals,
         mask=dict(fig.mask),
         budget_refusals=fig.budget_refusals,
+        slo_reservations=model.slo.counts(),
+        slo_reservation_log=model.slo.log(),
         invariant_violations=len(model.violations),
         violations=[dataclasses.asdict(v) for v in model.violations[:50]],
         preemption_log=m.preemption_log(),
@@ -207,6 +212,7 @@ def build_report(
         rejected=sum(r.rejected for r in per.values()),
         proposals_rejected=None if None in proposals_rejected else sum(x or 0 for x in proposals_rejected),
         budget_refusals=None if None in budget_refusals else sum(x or 0 for x in budget_refusals),
+        slo_reservations={k: sum(r.slo_reservations.get(k, 0) for r in per.values()) for k in first.slo_reservations},
         invariant_violations=sum(r.invariant_violations for r in per.values()),
         counts=dict(sorted(counts.items())),
         partitions=per,

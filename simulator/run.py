@@ -246,7 +246,9 @@ async def drive(
             await links.ready()
             tg.start_soon(world.consume_decisions)
             await links.idle()
-            while (now := player.next_step(active=world.active(), waiting=world.waiting())) is not None:
+            while (
+                now := player.next_step(active=world.active(), waiting=world.waiting(), wake=world.wake())
+            ) is not None:
                 await world.step(now, settings.tick, links)
                 if progress is not None:
                     progress(now, player.end_hint)
@@ -303,6 +305,11 @@ class _World:
     def waiting(self) -> bool:
         """Whether some container is still asked for."""
         return any(m.pending_containers() for m in self.models.values())
+
+    def wake(self) -> float | None:
+        """The next boundary of an SLO plan (its guarantees change then), if any."""
+        wakes = [w for w in (m.slo.next_change(self.player.now) for m in self.models.values()) if w is not None]
+        return min(wakes, default=None)
 
     async def publish_feed(self, event: f.Feed) -> None:
         """One feed event: to its partition's model, the player, then the feed topic."""

@@ -663,6 +663,61 @@ def constraints(seed: int = 0) -> Scenario:
     return Scenario("constraints", constraints.__doc__ or "", raw, events)
 
 
+def slo(seed: int = 0) -> Scenario:
+    """SLO reservations (YARN's ReservationSystem) beside ad-hoc batch: on 10 nodes of 64 GiB and 16 cores,
+    queue prod (guarantee: 60%) is reservable. At t=0 it takes an ETL reservation that recurs every 30
+    minutes (16 containers of 8 GiB in gangs of 4, 5 minutes each, within minutes 10 to 25 of every
+    half hour) and a report of two stages (8 containers of 16 GiB for 5 minutes, then 4 for 3 minutes)
+    due by t=2000; a backfill reservation that would take more than prod's share beside them and one for
+    queue batch (not reservable) are rejected. Batch borrows the idle cluster with waves of 4 GiB
+    containers, prod's ad-hoc work runs in prod's ``default`` queue; each ETL run and the report are
+    submitted against their reservation when their window opens, win their room back from batch by
+    preemption (prod is below its guarantee), and hold their plan as a guarantee inside prod during their
+    planned intervals."""
+    rng = random.Random(seed)
+    nodes = 10
+    share = {"memory": nodes * 64 * GiB * 6 // 10, "vcore": nodes * 16_000 * 6 // 10}
+    rest = {"memory": nodes * 64 * GiB * 4 // 10, "vcore": nodes * 16_000 * 4 // 10}
+    prod = {**_queue("prod", share), "reservable": True}
+    raw = _partition([prod, _queue("batch", rest)], dict(PREEMPTION))
+    events: list[f.Feed] = list(_nodes(nodes, 64 * GiB, 16_000))
+    etl = f.ReservationStage(resource={"memory": 8 * GiB, "vcore": 2000}, count=16, gang_min=4, duration=300)
+    big = f.ReservationStage(resource={"memory": 16 * GiB, "vcore": 2000}, count=8, duration=300)
+    small = f.ReservationStage(resource={"memory": 16 * GiB, "vcore": 2000}, count=4, duration=180)
+    backfill = f.ReservationStage(resource={"memory": 8 * GiB, "vcore": 1000}, count=60, duration=900)
+    events += [
+        f.ReservationSubmitted(
+            reservation="etl", queue="root.prod", arrival=600, deadline=1500, stages=[etl], recurrence=1800
+        ),
+        f.ReservationSubmitted(
+            reservation="report", queue="root.prod", arrival=200, deadline=2000, stages=[big, small]
+        ),
+        f.ReservationSubmitted(reservation="backfill", queue="root.prod", arrival=0, deadline=1500, stages=[backfill]),
+        f.ReservationSubmitted(reservation="adhoc", queue="root.batch", arrival=0, deadline=1000, stages=[small]),
+    ]
+    for wave in range(4):
+        t = 1 + wave * 600
+        _job(events, t, f"batch-{wave}", "root.batch", 150, 4 * GiB, 1000, rng.uniform(1500, 2400))
+    for run in range(3):
+        t = 600 + run * 1800
+        app = f"etl-{run}"
+        events.append(f.AppAdded(t=t, app=app, queue="root.prod", reservation="etl"))
+        events.append(
+            f.AskAdded(t=t, app=app, ask=f"{app}-task", resource=dict(etl.resource), count=16, gang_min=4, duration=300)
+        )
+    events.append(f.AppAdded(t=200, app="report-1", queue="root.prod", reservation="report"))
+    for stage, (t, spec) in enumerate(((200, big), (1100, small))):
+        ask = f"report-1-stage{stage}"
+        events.append(
+            f.AskAdded(
+                t=t, app="report-1", ask=ask, resource=dict(spec.resource), count=spec.count, duration=spec.duration
+            )
+        )
+    _job(events, 100, "prod-adhoc", "root.prod", 30, 4 * GiB, 1000, rng.uniform(1500, 2400))
+    events.sort(key=lambda e: e.t)
+    return Scenario("slo", slo.__doc__ or "", raw, events)
+
+
 SCENARIOS: dict[str, ScenarioFn] = {
     "demo": demo,
     "large_containers": large_containers,
@@ -678,6 +733,7 @@ SCENARIOS: dict[str, ScenarioFn] = {
     "budgets": budgets,
     "overcommit": overcommit,
     "constraints": constraints,
+    "slo": slo,
 }
 
 

@@ -183,6 +183,7 @@ DECISION_HASHES = {
     ("budgets", "proportional"): "03091f5ce941cd6a",
     ("constraints", "sniper"): "7399b4b4cde6080c",
     ("constraints", "proportional"): "84f508c376b90624",
+    ("slo", "sniper"): "61f3ca93746ca8c1",
 }
 
 
