@@ -82,7 +82,7 @@ from cluster.logread import read_partition
 from cluster.member import GroupMember
 from core.allocator import DEFAULT_BATCH
 from core.config import PartitionConfig, SchedulerConfig
-from core.recovery import DurableCacheCore, RefusedRecord, feed_problem, replay, restore, stamp, take_snapshot
+from core.recovery import DurableCache, RefusedRecord, feed_problem, replay, restore, stamp, take_snapshot
 from messages import decisions as d
 from messages import feed as f
 from messages import protocol as p
@@ -237,9 +237,9 @@ class _Runtime(PartitionRuntime):
 
 
 class HostedPartition:
-    """One scheduler partition this process owns: its cache core, actors, memory bus and clock."""
+    """One scheduler partition this process owns: its durable cache, actors, memory bus and clock."""
 
-    def __init__(self, process: CoreProcess, name: str, kafka_partition: int, core: DurableCacheCore) -> None:
+    def __init__(self, process: CoreProcess, name: str, kafka_partition: int, core: DurableCache) -> None:
         self.process = process
         self.name = name
         self.kafka_partition = kafka_partition
@@ -839,7 +839,7 @@ class CoreProcess(GroupMember[HostedPartition]):
             log_read = await self._read_log(name, kp, None)
             logged = log_read.decisions
         if core is None:
-            core = DurableCacheCore(name, self._configured.get(name), epoch=epoch)
+            core = DurableCache(name, self._configured.get(name), epoch=epoch)
         feed: list[tuple[int, f.Feed]] = []
         bad: list[DeadLetter] = []
         for record in await read_partition(self.settings, FEED, kp, start=core.feed_offset + 1, key=name):
@@ -881,7 +881,7 @@ class CoreProcess(GroupMember[HostedPartition]):
         )
         return host
 
-    def _new_host(self, name: str, kafka_partition: int, core: DurableCacheCore) -> HostedPartition:
+    def _new_host(self, name: str, kafka_partition: int, core: DurableCache) -> HostedPartition:
         """The hosted partition object for a restored ``core`` (split roles host fewer actors)."""
         return HostedPartition(self, name, kafka_partition, core)
 

@@ -56,7 +56,7 @@ from cluster.member import GroupMember
 from cluster.process import CoreOptions, CoreProcess, DurableCacheActor, HostedPartition, _Runtime
 from core.allocator import Allocator
 from core.preemption.policies import REGISTRY
-from core.recovery import DurableCacheCore
+from core.recovery import DurableCache
 from messages import protocol as p
 from transport.bus import DECISIONS, PROPOSALS, VIEW, Bus, Subscription
 from transport.kafka import KafkaBus, KafkaSettings, KafkaSubscription, MessageTooLarge
@@ -125,7 +125,7 @@ class _CacheRuntime(_Runtime):
 class _CacheHost(HostedPartition):
     """A hosted partition of a cache process: view out and proposals in on Kafka."""
 
-    def __init__(self, process: CoreProcess, name: str, kafka_partition: int, core: DurableCacheCore) -> None:
+    def __init__(self, process: CoreProcess, name: str, kafka_partition: int, core: DurableCache) -> None:
         super().__init__(process, name, kafka_partition, core)
         link = _KafkaLink(process.bus, process.group)
         self.router = Router(self.memory, {DECISIONS: process.bus, VIEW: link, PROPOSALS: link})
@@ -137,7 +137,7 @@ class CacheProcess(CoreProcess):
 
     hosts_role = "cache"
 
-    def _new_host(self, name: str, kafka_partition: int, core: DurableCacheCore) -> HostedPartition:
+    def _new_host(self, name: str, kafka_partition: int, core: DurableCache) -> HostedPartition:
         return _CacheHost(self, name, kafka_partition, core)
 
 

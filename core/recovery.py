@@ -5,7 +5,7 @@ What it owns:
 - :func:`feed_problem`, the check a feed record passes at the edge (before any cache sees it, live or in
   replay): resource quantities up to :data:`MAX_QUANTITY`, bounded node labels, a ``partition_config``
   that parses. It depends on the record alone, so a record refused once is refused on every replay;
-- :class:`DurableCacheCore`, a :class:`~core.cache.Cache` that stamps every decision with the
+- :class:`DurableCache`, a :class:`~core.cache.Cache` that stamps every decision with the
   Kafka offset of the last feed record it had handled (``feed_offset``) and refuses what
   :func:`feed_problem` refuses with a ``rejected`` decision (for records that did not pass the edge),
   and a record stamped more than ``admission.max_clock_skew`` ahead of the partition's clock with a
@@ -116,7 +116,7 @@ class RefusedRecord:
     reason: str
 
 
-class DurableCacheCore(Cache):
+class DurableCache(Cache):
     """A cache whose decisions say which feed record they were made after (for replay), and that keeps
     the feed's time within ``admission.max_clock_skew`` of the partition's clock."""
 
@@ -173,7 +173,7 @@ class DurableCacheCore(Cache):
 # ---------------------------------------------------------------------------------------------- snapshots
 
 
-def take_snapshot(core: DurableCacheCore, *, kafka_partition: int = -1, wall_time: float = 0.0) -> Snapshot:
+def take_snapshot(core: DurableCache, *, kafka_partition: int = -1, wall_time: float = 0.0) -> Snapshot:
     """The whole state of ``core`` as a snapshot (take it only when the core has no unpublished output)."""
     flaps = [(app, ask, count, when) for (app, ask), (count, when) in core.flaps.items()]
     codec, body = encode_body(SnapshotBody(changes=state_changes(core.state), seen=list(core.seen), flaps=flaps))
@@ -193,10 +193,10 @@ def take_snapshot(core: DurableCacheCore, *, kafka_partition: int = -1, wall_tim
     )
 
 
-def restore(snapshot: Snapshot, *, epoch: int | None = None) -> DurableCacheCore:
+def restore(snapshot: Snapshot, *, epoch: int | None = None) -> DurableCache:
     """A cache in the state ``snapshot`` recorded (raises ``SnapshotError`` on an unreadable body)."""
     body = decode_body(snapshot)
-    core = DurableCacheCore(snapshot.partition, epoch=snapshot.epoch if epoch is None else epoch)
+    core = DurableCache(snapshot.partition, epoch=snapshot.epoch if epoch is None else epoch)
     core.state.apply_all(body.changes)
     allocations = core.state.allocations  # a snapshot without kills in its changes lists them aside
     core.state.apply(
@@ -513,7 +513,7 @@ def _open_request(core: Cache, dec: d.PreemptRequest) -> list[str]:
 
 
 def replay(
-    core: DurableCacheCore,
+    core: DurableCache,
     feed: Sequence[tuple[int, f.Feed]],
     log: Sequence[d.DecisionMsg],
 ) -> ReplayResult:
@@ -575,7 +575,7 @@ def stamp(decisions: Sequence[d.DecisionMsg], **fields: Any) -> list[d.DecisionM
 __all__ = [
     "CLOCK_REFUSED",
     "MAX_QUANTITY",
-    "DurableCacheCore",
+    "DurableCache",
     "RefusedRecord",
     "ReplayResult",
     "absurd_quantity",

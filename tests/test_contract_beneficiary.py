@@ -559,7 +559,7 @@ def test_snapshot_keeps_what_served_room_credited() -> None:
     import msgspec
 
     from core.cache import state_changes
-    from core.recovery import DurableCacheCore, restore, take_snapshot
+    from core.recovery import DurableCache, restore, take_snapshot
     from messages.snapshot import snapshot_msgpack
     from tests.preemption_support import PARTITION
 
@@ -573,7 +573,7 @@ def test_snapshot_keeps_what_served_room_credited() -> None:
     gives_back(h, *on_node(h, "b1", "n2" if node == "n1" else "n1")[:2])
     [open_request] = h.cache.state.contracts.values()
     assert len(open_request.victims) == 2 and open_request.released == {"memory": 50}
-    durable = DurableCacheCore(PARTITION)
+    durable = DurableCache(PARTITION)
     durable.state.apply_all(state_changes(h.cache.state))
     durable.counters = dict(h.cache.counters)
     core = restore(snapshot_msgpack.decode(msgspec.msgpack.encode(take_snapshot(durable))))

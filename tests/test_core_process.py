@@ -18,7 +18,7 @@ from aiokafka.errors import KafkaError
 
 from cluster.logread import read_partition
 from cluster.process import CoreOptions, CoreProcess, HostedPartition
-from core.recovery import DurableCacheCore
+from core.recovery import DurableCache
 from messages import decisions as d
 from messages import feed as f
 from messages.deadletter import deadletter_msgpack
@@ -231,7 +231,7 @@ async def test_a_large_partition_snapshots_after_at_least_as_many_decisions_as_i
 ) -> None:
     """Snapshots cost time in proportion to the state: their decision trigger grows with it."""
     process = CoreProcess(kafka_settings, CoreOptions(snapshot_every=100))
-    core = DurableCacheCore("p1")
+    core = DurableCache("p1")
     for event in workload("p1", 0):
         core.handle_event(event)
     small = HostedPartition(process, "p1", 0, core)

@@ -13,7 +13,7 @@ import pytest
 from cluster.logread import read_partition
 from cluster.process import CoreProcess
 from core.config import parse_partition
-from core.recovery import CLOCK_REFUSED, DurableCacheCore, refused_for_time, replay, restore, take_snapshot
+from core.recovery import CLOCK_REFUSED, DurableCache, refused_for_time, replay, restore, take_snapshot
 from messages import decisions as d
 from messages import feed as f
 from messages.codec import BadInput, decode_feed_lines
@@ -35,17 +35,17 @@ def test_a_time_that_is_not_finite_or_beyond_any_clock_is_undecodable(t: float) 
         msgspec.msgpack.Decoder(f.Feed).decode(raw)
 
 
-def _owner() -> DurableCacheCore:
+def _owner() -> DurableCache:
     raw = partition_raw(queue("a"), name="p")
     raw["admission"] = {"max_clock_skew": SKEW}
-    core = DurableCacheCore("p", parse_partition(raw))
+    core = DurableCache("p", parse_partition(raw))
     _handle(core, 0, f.NodeAdded(t=1000, partition="p", node="n1", capacity={"memory": 64, "vcore": 64}))
     core.tick(1000)
     core.drain()
     return core
 
 
-def _handle(core: DurableCacheCore, offset: int, event: f.Feed) -> list[d.DecisionMsg]:
+def _handle(core: DurableCache, offset: int, event: f.Feed) -> list[d.DecisionMsg]:
     core.feed_offset = offset
     core.handle_event(event)
     return core.drain().decisions
@@ -72,7 +72,7 @@ def test_the_clock_the_bound_counts_from_is_the_later_of_state_time_and_feed_tim
 
 
 def test_the_first_time_a_partition_sees_sets_its_clock_whatever_it_is() -> None:
-    core = DurableCacheCore("p", parse_partition(partition_raw(queue("a"), name="p")))
+    core = DurableCache("p", parse_partition(partition_raw(queue("a"), name="p")))
     assert _handle(core, 0, f.NodeAdded(t=1.7e9, partition="p", node="n1", capacity={"memory": 8})) == []
     assert core.feed_time == 1.7e9
 

@@ -13,7 +13,7 @@ from core import node_reservation
 from core.cache import Cache, state_changes
 from core.config import parse_partition
 from core.preemption.placement import answer_placement_request
-from core.recovery import DurableCacheCore, apply_logged, restore, take_snapshot
+from core.recovery import DurableCache, apply_logged, restore, take_snapshot
 from core.state import PartitionState
 from messages import decisions as d
 from messages import feed as f
@@ -318,9 +318,9 @@ def test_a_durable_cache_snapshot_restores_it_and_the_restored_cache_ends_it() -
     assert (end.reservation, end.reason) == (r.reservation, "timeout")
 
 
-def restore_from(cache: Cache) -> DurableCacheCore:
+def restore_from(cache: Cache) -> DurableCache:
     """A durable cache holding ``cache``'s state (as a new owner would after replay)."""
-    durable = DurableCacheCore(PARTITION)
+    durable = DurableCache(PARTITION)
     durable.state.apply_all(state_changes(cache.state))
     durable.counters.update(cache.counters)
     durable.drain()

@@ -17,7 +17,7 @@ import pytest
 import cluster.process
 from cluster.obs import CoreMetrics
 from cluster.process import CoreProcess
-from core.recovery import DurableCacheCore, ReplayResult
+from core.recovery import DurableCache, ReplayResult
 from messages import decisions as d
 from messages import feed as f
 from tests.test_core_process import WAIT, Decisions, options, workload
@@ -49,7 +49,7 @@ async def test_a_partition_that_cannot_be_restored_is_loud_and_its_records_are_d
     broken = {"p1"}
     real_replay = cluster.process.replay
 
-    def replay(core: DurableCacheCore, feed: Sequence[tuple[int, f.Feed]], log: Sequence[d.DecisionMsg]) -> Any:
+    def replay(core: DurableCache, feed: Sequence[tuple[int, f.Feed]], log: Sequence[d.DecisionMsg]) -> Any:
         if core.partition in broken:
             raise RuntimeError("replay broke")
         result: ReplayResult = real_replay(core, feed, log)

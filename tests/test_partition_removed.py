@@ -20,7 +20,7 @@ import pytest
 
 from core.allocator import Allocator
 from core.config import parse_partition, partition_to_raw
-from core.recovery import DurableCacheCore, feed_problem, replay, restore, take_snapshot
+from core.recovery import DurableCache, feed_problem, replay, restore, take_snapshot
 from messages import decisions as d
 from messages import feed as f
 from simulator.run import SimulationSettings, run_simulation
@@ -156,7 +156,7 @@ class Owner:
     """A partition's owner on Kafka, sans-IO: feed records get offsets, every decision is logged."""
 
     def __init__(self) -> None:
-        self.core = DurableCacheCore(P)
+        self.core = DurableCache(P)
         self.allocator = Allocator(P)
         self.feed: list[tuple[int, f.Feed]] = []
         self.log: list[d.DecisionMsg] = []
@@ -181,7 +181,7 @@ class Owner:
             self.core.handle_proposal(proposal)
             self.pump()
 
-    def successor(self, snapshot_at: int) -> tuple[DurableCacheCore, Any]:
+    def successor(self, snapshot_at: int) -> tuple[DurableCache, Any]:
         """A new owner from the snapshot the old one took after ``snapshot_at`` feed records."""
         snapshot = self.snapshots[snapshot_at]
         core = restore(snapshot, epoch=snapshot.epoch + 1)
@@ -195,7 +195,7 @@ class Owner:
             self.snapshots[len(self.feed)] = take_snapshot(self.core)
 
 
-def _fp(core: DurableCacheCore) -> dict[str, Any]:
+def _fp(core: DurableCache) -> dict[str, Any]:
     out = fingerprint(core.state)
     out.pop("now")
     return out

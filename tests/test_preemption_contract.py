@@ -15,7 +15,7 @@ from core import resources as res
 from core.cache import state_changes
 from core.config import SchedulerConfig, parse_config
 from core.preemption.contract import newest_covering
-from core.recovery import DurableCacheCore, restore, take_snapshot
+from core.recovery import DurableCache, restore, take_snapshot
 from core.state import PartitionState
 from messages import decisions as d
 from messages import feed as f
@@ -228,7 +228,7 @@ def test_snapshot_keeps_open_requests() -> None:
     h.tick(12.0)
     [req] = requests(h)
     h.release(req.containers[0].allocation)
-    durable = DurableCacheCore(PARTITION)
+    durable = DurableCache(PARTITION)
     durable.state.apply_all(state_changes(h.cache.state))
     durable.counters = dict(h.cache.counters)
     core = restore(snapshot_msgpack.decode(msgspec.msgpack.encode(take_snapshot(durable))))

@@ -1,6 +1,6 @@
 """core/recovery: snapshots round-trip, and a new owner's replay rebuilds exactly the old owner's state.
 
-The "old owner" is a :class:`DurableCacheCore` driven by hand (feed records with Kafka-like offsets,
+The "old owner" is a :class:`DurableCache` driven by hand (feed records with Kafka-like offsets,
 allocator proposals, preemption proposals, ticks); its decisions are the log. A snapshot is taken at
 some point; a second core restored from it replays the feed records after it interleaved with the
 logged decisions, and must end in the same state without re-deciding anything.
@@ -17,7 +17,7 @@ from core.allocator import Allocator
 from core.recovery import (
     MAX_LABELS,
     MAX_QUANTITY,
-    DurableCacheCore,
+    DurableCache,
     apply_logged,
     feed_problem,
     replay,
@@ -34,7 +34,7 @@ from tests.core_support import fingerprint, partition_raw, queue
 P = "default"
 
 
-def _fp(core: DurableCacheCore) -> dict[str, Any]:
+def _fp(core: DurableCache) -> dict[str, Any]:
     out = fingerprint(core.state)
     out.pop("now")
     return out
@@ -45,7 +45,7 @@ class Owner:
 
     def __init__(self, policy: str = "sniper", config: dict[str, Any] | None = None) -> None:
         """``config``: the raw partition (default: queues a and b, 8 MiB guaranteed each)."""
-        self.core = DurableCacheCore(P)
+        self.core = DurableCache(P)
         self.allocator = Allocator(P)
         self.log: list[d.DecisionMsg] = []
         self.feed: list[tuple[int, f.Feed]] = []
@@ -101,7 +101,7 @@ def _busy_owner(count: int = 4, *more: f.Feed) -> Owner:
     return o
 
 
-def _recover(o: Owner, snapshot: Snapshot, log: list[d.DecisionMsg] | None = None) -> tuple[DurableCacheCore, Any]:
+def _recover(o: Owner, snapshot: Snapshot, log: list[d.DecisionMsg] | None = None) -> tuple[DurableCache, Any]:
     log = o.log if log is None else log
     core = restore(snapshot, epoch=snapshot.epoch + 1)
     feed = [(off, e) for off, e in o.feed if off > snapshot.feed_offset]
@@ -144,7 +144,7 @@ def test_an_unreadable_snapshot_body_is_a_clear_error() -> None:
 
 def test_replay_from_the_start_rebuilds_the_state_without_deciding_anything() -> None:
     o = _busy_owner()
-    empty = take_snapshot(DurableCacheCore(P))
+    empty = take_snapshot(DurableCache(P))
     core, result = _recover(o, empty)
     assert _fp(core) == _fp(o.core)
     assert result.fresh == [] and result.divergences == []
@@ -157,7 +157,7 @@ def test_replay_pins_a_container_placed_for_a_required_node_as_the_owner_did() -
     o = _busy_owner(2, f.AskAdded(partition=P, id="b1r", app="b1", ask="r", resource={"memory": 4}, count=1, node="n2"))
     pinned = {a.id: a.pinned for a in o.core.state.allocations.values()}
     assert sorted(pinned.values()) == [False, False, True]
-    core, result = _recover(o, take_snapshot(DurableCacheCore(P)))
+    core, result = _recover(o, take_snapshot(DurableCache(P)))
     assert result.divergences == [] and result.decisions_applied == 3
     assert {a.id: a.pinned for a in core.state.allocations.values()} == pinned
     assert _fp(core) == _fp(o.core)

@@ -11,7 +11,7 @@ import pytest
 from core import slo_plan
 from core.cache import Cache
 from core.config import ConfigError, parse_partition
-from core.recovery import DurableCacheCore, replay, restore, take_snapshot
+from core.recovery import DurableCache, replay, restore, take_snapshot
 from core.slo_plan import Interval, Request, SloReservation, Stage, place
 from messages import decisions as d
 from messages import feed as f
@@ -335,7 +335,7 @@ def test_a_recurring_reservation_stays() -> None:
 
 
 def test_replaying_the_feed_and_the_log_rebuilds_the_plans_without_deciding_anything() -> None:
-    old = DurableCacheCore("default")
+    old = DurableCache("default")
     feed: list[tuple[int, f.Feed]] = [
         (0, f.PartitionConfigEvent(config=_partition())),
         (1, f.NodeAdded(node="n1", capacity={"memory": 100 * GiB, "vcore": 100_000})),
@@ -349,7 +349,7 @@ def test_replaying_the_feed_and_the_log_rebuilds_the_plans_without_deciding_anyt
         old.handle_event(event)
         log.extend(old.drain().decisions)
     assert [type(x) for x in log] == [d.ReservationAccepted, d.ReservationRejected]
-    new = restore(take_snapshot(DurableCacheCore("default")))
+    new = restore(take_snapshot(DurableCache("default")))
     result = replay(new, feed, log)
     assert result.fresh == [] and result.divergences == []
     assert new.state.slo_reservations == old.state.slo_reservations
@@ -357,7 +357,7 @@ def test_replaying_the_feed_and_the_log_rebuilds_the_plans_without_deciding_anyt
 
 
 def test_a_restored_core_keeps_the_plans_and_decides_as_the_old_one() -> None:
-    old = DurableCacheCore("default")
+    old = DurableCache("default")
     old.handle_event(f.PartitionConfigEvent(config=_partition()))
     old.handle_event(f.NodeAdded(node="n1", capacity={"memory": 100 * GiB, "vcore": 100_000}))
     old.handle_event(_submit("r1", count=40))

@@ -13,7 +13,7 @@ import msgspec
 
 from cluster.logread import read_partition
 from cluster.process import CoreProcess
-from core.recovery import DurableCacheCore, restore, take_snapshot
+from core.recovery import DurableCache, restore, take_snapshot
 from messages import decisions as d
 from messages import feed as f
 from messages.codec import decision_msgpack
@@ -42,8 +42,8 @@ def _wide(nodes: int, seed: int = 5) -> list[f.Feed]:
     ]
 
 
-def _core(nodes: int = 40) -> DurableCacheCore:
-    core = DurableCacheCore("wide", epoch=1)
+def _core(nodes: int = 40) -> DurableCache:
+    core = DurableCache("wide", epoch=1)
     core.handle_event(f.PartitionConfigEvent(partition="wide", config=partition_raw(queue("a"), name="wide")))
     for event in _wide(nodes):
         core.handle_event(event)
