@@ -235,6 +235,7 @@ async def play(
         wall=wall,
         tick=options.sample,
         lost_work=player.rm.lost_work,
+        lost_work_by_cause=player.rm.lost_work_by_cause,
         retries=player.rm.retries,
         extra={"published": published},
     )
