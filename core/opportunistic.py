@@ -84,7 +84,8 @@ class OpportunisticPlan:
 
 class EvictingPlacer:
     """Places a starving guaranteed ask's container where the fewest opportunistic containers must go
-    (ties: the least memory, then the node's name), recording each eviction. A gang's members are one
+    (ties: the least work lost, their running time summed, then the least memory, then the node's name),
+    recording each eviction. A gang's members are one
     unit (:class:`core.gang.UnitPlacer`): each takes free room when some node has it, else evictions,
     and a unit that does not complete leaves no eviction and no placement behind."""
 
@@ -137,7 +138,7 @@ class EvictingPlacer:
             if spot is not None:
                 self.on_free_room.append((ask, spot))
                 return spot
-        best: tuple[tuple[int, int, str], Node, list[Allocation]] | None = None
+        best: tuple[tuple[int, float, int, str], Node, list[Allocation]] | None = None
         for node in self._hosts_of(state, ask):
             if not ask.accepts(node) or node_reservation.blocks(state, ask, node.name):
                 continue
@@ -148,7 +149,8 @@ class EvictingPlacer:
             chosen = minimal_evictions(room, ask.resource, running_on(state, node, self.taken))
             if not chosen:
                 continue  # none needed is the guaranteed pass's room; None: not enough here
-            key = (len(chosen), sum(a.resource.get("memory", 0) for a in chosen), node.name)
+            lost = sum(state.now - a.start for a in chosen)  # the work the kills throw away (killed at once)
+            key = (len(chosen), lost, sum(a.resource.get("memory", 0) for a in chosen), node.name)
             if best is None or key < best[0]:
                 best = (key, node, chosen)
         if best is None:

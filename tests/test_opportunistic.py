@@ -183,6 +183,27 @@ def test_eviction_takes_a_minimal_set() -> None:
     assert victims == set(large)
 
 
+def test_eviction_goes_where_the_fewest_lose_the_least_work() -> None:
+    # n1's opportunistic container started at 0, n2's at 8, n3's two halves at 9: a guaranteed ask that
+    # needs one of them gone at 10 evicts n2's (one container that ran 2 s), not n1's (10 s), not n3's two.
+    h = harness(gua("b1", "fill1", 4096), opp("a1", "old", 4096), nodes=1, memory=8192)
+    settle(h)
+    h.tick(8.0)
+    h.feed(f.NodeAdded(node="n2", capacity={"memory": 8192}), gua("b1", "fill2", 4096), opp("a1", "young", 4096))
+    settle(h)
+    h.tick(9.0)
+    h.feed(f.NodeAdded(node="n3", capacity={"memory": 8192}), gua("b1", "fill3", 4096))
+    h.feed(opp("a1", "halves", 2048, count=2))
+    settle(h)
+    where = {x.ask: x.node for x in h.allocated() if x.ask in ("old", "young", "halves")}
+    assert len(set(where.values())) == 3, where
+    h.tick(10.0)
+    h.feed(gua("b1", "g", 4096))
+    settle(h)
+    young = [x.allocation for x in h.allocated() if x.ask == "young"]
+    assert [k.allocation for k in kills(h)] == young
+
+
 def test_no_eviction_when_the_guaranteed_ask_cannot_fit_even_without_them() -> None:
     h = harness(opp("a1", "o", 2048, count=2))
     h.feed(gua("b1", "g", 6144))

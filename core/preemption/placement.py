@@ -87,6 +87,7 @@ class VictimPlacer:
         self.state = state
         self.request = request
         self.now = state.now
+        self.kill_at = state.now + request.grace  # victims are costed as they will be at their kill
         self.cost_of = victim_cost(request.victim_cost)
         self.quota_left: dict[str, Resource] = {k: dict(v) for k, v in request.quotas.items()}
         self.budget_left: Resource = dict(request.budget)
@@ -138,7 +139,7 @@ class VictimPlacer:
             entries = []
             if any(node.opportunistic.values()) or any(path in ok for path in node.by_queue):
                 allocations = self.state.allocations
-                cost_of, now, guarded = self.cost_of, self.now, self.guarded
+                cost_of, now, guarded = self.cost_of, self.kill_at, self.guarded
                 for aid in node.allocations:
                     alloc = allocations[aid]
                     if alloc.preempt_deadline is not None or alloc.pinned:
@@ -438,7 +439,7 @@ class VictimPlacer:
             if alloc.id not in self.taken and refusal(alloc, ask, intra=False, required_node=True) is None
         ]
         eligible.sort(key=required_node_order)
-        cost_of, now = self.cost_of, self.now
+        cost_of, now = self.cost_of, self.kill_at
         ranked = [(a.am and not a.opportunistic, float(i), a.id, a) for i, a in enumerate(eligible)]
         chosen = self._pick(node, ask, needs, within_quota=False, candidates=ranked)
         if chosen is None:
