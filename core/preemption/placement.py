@@ -4,7 +4,8 @@
 allocation; a node's usable room is its free room plus the victims the round allows there, in every
 resource. On each node the victim set is minimal: cheapest victims first (AM containers last) until
 the room and every ancestor ``max`` the ask would break are covered, then every victim no need
-requires is dropped again. Among nodes the cheapest set wins (AM-free sets first, ties by node name),
+requires is dropped again (victims are costed as they will be at their kill, the request's grace after
+the round: :mod:`core.preemption.costs`). Among nodes the cheapest set wins (AM-free sets first, ties by node name),
 exactly: a best-first search over per-node lower bounds (victims needed times the cheapest victim)
 costs only the nodes that could beat the best set; ``max_candidate_nodes`` optionally caps that.
 Invariants: a victim is taken at most once per round; containers placed for a required node are never
