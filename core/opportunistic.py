@@ -85,9 +85,9 @@ class OpportunisticPlan:
 class EvictingPlacer:
     """Places a starving guaranteed ask's container where the fewest opportunistic containers must go
     (ties: the least work lost, their running time summed, then the least memory, then the node's name),
-    recording each eviction. A gang's members are one
-    unit (:class:`core.gang.UnitPlacer`): each takes free room when some node has it, else evictions,
-    and a unit that does not complete leaves no eviction and no placement behind."""
+    recording each eviction. A gang's members are one unit (:class:`core.gang.UnitPlacer`): each takes
+    free room when some node has it, else evictions, and a unit that does not complete leaves no
+    eviction and no placement behind."""
 
     def __init__(self, hosts: list[Node]) -> None:
         self.hosts = hosts
