@@ -351,17 +351,20 @@ def try_allocate(
         raise ValueError("preemption mode needs a placer that knows the victims")
     placer = placer or FreeRoomPlacer()
     result = TryResult()
+    limits = gang.UnitLimits(state)
     for ask in candidates:
         if ask.key in result.failed:
             continue
         members = gang.unit_size(ask)
         if members > 1:
-            unit = gang.place_unit(state, ask, placer, members, preemption=preemption)
+            unit = gang.place_unit(state, ask, placer, members, preemption=preemption, limits=limits.view)
             if unit is None:
                 result.failed.add(ask.key)
                 continue
             result.placed.extend((ask, member) for member in unit)
-            if not hold:
+            if hold:
+                limits.held(ask, members)
+            else:
                 for member in unit:
                     hold_room(state, ask, member, -1)
             continue
@@ -375,4 +378,5 @@ def try_allocate(
         result.placed.append((ask, node))
         if hold:
             hold_room(state, ask, node, 1)
+            limits.held(ask)
     return result

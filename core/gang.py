@@ -52,6 +52,29 @@ def never_fits(
     return f"its gang of {gang_min} can never fit the partition: its nodes hold at most {slots} such containers"
 
 
+class UnitLimits:
+    """One call's view of the limits for the gangs it places: built once, at the call's first gang (a
+    view costs a walk over every app, so not one per unit), then charged with every container the call
+    holds, so it answers as a view built afresh would. ``view`` is ``None`` when the partition has no limit."""
+
+    def __init__(self, state: PartitionState) -> None:
+        self.state = state
+        self._view: Limits | None = None
+        self._built = False
+
+    @property
+    def view(self) -> Limits | None:
+        if not self._built:
+            self._view, self._built = Limits.of(self.state), True
+        return self._view
+
+    def held(self, ask: Ask, containers: int = 1) -> None:
+        """The caller holds ``containers`` more of ``ask`` (counted only once the view exists: a view
+        built later sees the hold in the state)."""
+        if self._view is not None:
+            self._view.charge(ask, containers)
+
+
 @runtime_checkable
 class UnitPlacer(Protocol):
     """A placer with per-call state (preemption's victim placer) that a failed gang must roll back."""
@@ -66,23 +89,28 @@ class UnitPlacer(Protocol):
 
 
 def place_unit(
-    state: PartitionState, ask: Ask, placer: Placer, members: int, *, preemption: bool = False
+    state: PartitionState,
+    ask: Ask,
+    placer: Placer,
+    members: int,
+    *,
+    preemption: bool = False,
+    limits: Limits | None = None,
 ) -> list[Node] | None:
     """Place ``members`` containers of ``ask`` through ``placer``, each held as it is placed, or none.
 
-    The whole unit must stay within the user, group and application limits, and (outside preemption,
-    where the placer counts victims leaving) within every ``max``. Returns the nodes (held in the
-    allocator's ``allocating`` counters), or ``None`` with every hold and the placer's own state undone.
+    The whole unit must stay within the user and group limits, and (outside preemption, where the
+    placer counts victims leaving) within every ``max``. ``limits`` is the caller's view of the limits,
+    charged with everything the caller holds (:class:`UnitLimits`); the unit charges nothing to it.
+    Returns the nodes (held in the allocator's ``allocating`` counters), or ``None`` with every hold and
+    the placer's own state undone.
     """
     if ask.pending < members:
         return None
     if not preemption and not state.headroom_allows(ask.app.queue, res.scale(ask.resource, members)):
         return None
-    limits = Limits.of(state)
-    if limits is not None:
-        limits.charge(ask, members - 1)
-        if not limits.allows(ask):
-            return None
+    if limits is not None and not limits.holds_unit(ask, members):
+        return None
     unit = placer if isinstance(placer, UnitPlacer) else None
     if unit is not None and not unit.open_unit(state, ask, members):
         return None

@@ -239,6 +239,19 @@ class Limits:
     def allows(self, ask: Ask) -> bool:
         return self.refusal(ask) is None
 
+    def holds_unit(self, ask: Ask, members: int) -> bool:
+        """Whether ``members`` more containers of ``ask`` keep its user and group within every
+        ``maxresources`` (a gang placed whole; whether its app may start is the candidate walk's to say).
+        Charges nothing."""
+        for b in self.bounds(ask.app):
+            if b.max_resources is None:
+                continue
+            used = self.used.get(b.scope, {})
+            for k, v in ask.resource.items():
+                if k in b.max_resources and used.get(k, 0) + v * members > b.max_resources[k]:
+                    return False
+        return True
+
     def charge(self, ask: Ask, times: int = 1) -> None:
         """Count one more container of ``ask`` (``times=-1`` un-counts it) in every scope covering its app.
 

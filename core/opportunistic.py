@@ -84,9 +84,10 @@ class OpportunisticPlan:
 
 class EvictingPlacer:
     """Places a starving guaranteed ask's container where the fewest opportunistic containers must go
-    (ties: the least memory, then the node's name), recording each eviction. A gang's members are one
-    unit (:class:`core.gang.UnitPlacer`): each takes free room when some node has it, else evictions,
-    and a unit that does not complete leaves no eviction and no placement behind."""
+    (ties: the least work lost, their running time summed, then the least memory, then the node's name),
+    recording each eviction. A gang's members are one unit (:class:`core.gang.UnitPlacer`): each takes
+    free room when some node has it, else evictions, and a unit that does not complete leaves no
+    eviction and no placement behind."""
 
     def __init__(self, hosts: list[Node]) -> None:
         self.hosts = hosts
@@ -96,6 +97,11 @@ class EvictingPlacer:
         self.freed: dict[str, Resource] = {}  # node -> opportunistic room the plan already evicts there
         self._mark = (0, 0)
         self._gang = False
+        # Per ask shape, the hosts whose room plus every opportunistic container there could hold it,
+        # judged once per plan: the plan's holds only shrink a node's room (a failed gang gives back what
+        # it held), so a host that cannot hold a shape at first never can in the same plan, and an ask no
+        # eviction can help costs one lookup, however many opportunistic containers run.
+        self._hosts_for: dict[tuple[tuple[str, int], ...], list[Node]] = {}
 
     def open_unit(self, state: PartitionState, ask: Ask, members: int) -> bool:
         self._mark = (len(self.evictions), len(self.on_free_room))
@@ -115,14 +121,25 @@ class EvictingPlacer:
             del self.on_free_room[placed:]
         self._gang = False
 
+    def _hosts_of(self, state: PartitionState, ask: Ask) -> list[Node]:
+        shape = tuple(sorted(ask.resource.items()))
+        hosts = self._hosts_for.get(shape)
+        if hosts is None:
+            hosts = self._hosts_for[shape] = [
+                n
+                for n in self.hosts
+                if res.fits(ask.resource, res.add(state.room_once_victims_leave(n), n.opportunistic))
+            ]
+        return hosts
+
     def place(self, state: PartitionState, ask: Ask) -> Node | None:
         if self._gang:
             spot = FreeRoomPlacer().place(state, ask)
             if spot is not None:
                 self.on_free_room.append((ask, spot))
                 return spot
-        best: tuple[tuple[int, int, str], Node, list[Allocation]] | None = None
-        for node in self.hosts:
+        best: tuple[tuple[int, float, int, str], Node, list[Allocation]] | None = None
+        for node in self._hosts_of(state, ask):
             if not ask.accepts(node) or node_reservation.blocks(state, ask, node.name):
                 continue
             room = state.room_once_victims_leave(node)
@@ -134,7 +151,8 @@ class EvictingPlacer:
                 continue  # none needed is the guaranteed pass's room; None: not enough here
             if ask.constraints and not constraints.allows(state, ask, node, chosen):
                 continue
-            key = (len(chosen), sum(a.resource.get("memory", 0) for a in chosen), node.name)
+            lost = sum(state.now - a.start for a in chosen)  # the work the kills throw away (killed at once)
+            key = (len(chosen), lost, sum(a.resource.get("memory", 0) for a in chosen), node.name)
             if best is None or key < best[0]:
                 best = (key, node, chosen)
         if best is None:
@@ -158,12 +176,14 @@ def plan(state: PartitionState, starving: list[Ask], budget: int) -> Opportunist
     out = OpportunisticPlan()
     hosts = [n for n in state.nodes.values() if n.schedulable and res.any_positive(n.opportunistic)]
     evicting = EvictingPlacer(hosts)
+    limits = gang.UnitLimits(state)
     for ask in starving if hosts else ():
         if ask.opportunistic or not may_preempt(ask):
             continue  # an ask that never preempts evicts nothing, a gang's members neither
         members = gang.members_missing(ask)
         if members > 1:
-            gang.place_unit(state, ask, evicting, members)
+            if gang.place_unit(state, ask, evicting, members, limits=limits.view) is not None:
+                limits.held(ask, members)
             continue
         # One container at a time, as many as opportunistic room can make (the hold lowers pending).
         while ask.pending > 0 and state.headroom_allows(ask.app.queue, ask.resource):
@@ -171,6 +191,7 @@ def plan(state: PartitionState, starving: list[Ask], budget: int) -> Opportunist
             if host is None:
                 break
             hold_room(state, ask, host, 1)
+            limits.held(ask)
     out.evictions = evicting.evictions
     out.placed = list(evicting.on_free_room)
     placer = overcommit.placer(state, exclude=evicting.freed.keys())

@@ -345,6 +345,9 @@ class PlacementRequest(Message, tag="placement_request", frozen=True, gc=False):
     victim_cost: str = "running_time"
     max_candidate_nodes: int | None = None  # opt-in cap on the nodes costed per placement
     intra_queue: bool = False
+    # Seconds from a victim's notice to its kill: victims are costed as they will be when killed, so a
+    # running-time cost is the work the kill throws away, each victim's grace included.
+    grace: float = 0.0
     required_node: bool = False  # required-node asks preempt on their node by its own rule (any queue)
 
 

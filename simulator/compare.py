@@ -173,6 +173,11 @@ def table_rows(results: dict[str, PolicyRun]) -> list[list[str]]:
         rows += [[label] + [_fmt(get(r)) for r in reports] for label, get in ACTION_ROWS]
     if any(r.slo_reservations.get("accepted") or r.slo_reservations.get("rejected") for r in reports):
         rows += [[label] + [_fmt(get(r)) for r in reports] for label, get in SLO_ROWS]
+    causes = sorted({k for r in reports for k in r.lost_work_by_cause})
+    rows += [
+        [f"lost work {cause} (container-s)"] + [_fmt(round(r.lost_work_by_cause.get(cause, 0.0))) for r in reports]
+        for cause in causes
+    ]
     per_resource = PER_RESOURCE
     if opportunistic:
         per_resource += (("opportunistic utilization", lambda r: dict(r.opportunistic.utilization), False),)

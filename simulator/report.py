@@ -44,6 +44,7 @@ class PartitionReport(msgspec.Struct, kw_only=True):
     ping_pong: int = 0
     preemptions_undecided: int = 0
     lost_work_seconds: float = 0.0
+    lost_work_by_cause: dict[str, float] = {}  # the same seconds by what ended each container (docs/report.md)
     time_to_guarantee: dict[str, TimeToGuarantee] = {}
     utilization: dict[str, float] = {}  # time-averaged allocated over capacity, per resource (guaranteed only)
     opportunistic: Opportunistic = Opportunistic()
@@ -98,6 +99,7 @@ class PartitionFigures:
     grace: float
     counts: Mapping[str, int]  # decisions by type name
     lost_work: float
+    lost_work_by_cause: Mapping[str, float] = dataclasses.field(default_factory=dict)
     proposals_rejected: int | None = None
     proposals: int | None = None
     mask: Mapping[str, int] = dataclasses.field(default_factory=dict)
@@ -118,6 +120,7 @@ def partition_report(fig: PartitionFigures, cycle: float) -> PartitionReport:
         ping_pong=ping_pong,
         preemptions_undecided=undecided,
         lost_work_seconds=round(fig.lost_work, 3),
+        lost_work_by_cause={k: round(v, 3) for k, v in sorted(fig.lost_work_by_cause.items())},
         time_to_guarantee=m.time_to_guarantee(),
         utilization=m.utilization(),
         opportunistic=m.opportunistic(),
@@ -194,6 +197,10 @@ def build_report(
         ping_pong=sum(r.ping_pong for r in per.values()),
         preemptions_undecided=sum(r.preemptions_undecided for r in per.values()),
         lost_work_seconds=round(sum(r.lost_work_seconds for r in per.values()), 3),
+        lost_work_by_cause={
+            k: round(sum(r.lost_work_by_cause.get(k, 0.0) for r in per.values()), 3)
+            for k in sorted({k for r in per.values() for k in r.lost_work_by_cause})
+        },
         opportunistic=Opportunistic(
             allocations=sum(r.opportunistic.allocations for r in per.values()),
             evictions=sum(r.opportunistic.evictions for r in per.values()),

@@ -13,7 +13,8 @@ utilization as its NodeManager would: :data:`UTILIZATION_INTERVAL` seconds after
 running there change, a ``node_utilization`` with the sum of their usage (declared, else their
 resource), when that sum differs from the node's last report.
 ``lost_work`` sums, per partition, the running time of every killed or lost container (ARCHITECTURE
-section 7, ``lost_work_seconds``), asked again or not.
+section 7, ``lost_work_seconds``), asked again or not; ``lost_work_by_cause`` splits the same sum by
+what ended each container (:func:`loss_cause`), so the causes always add up to ``lost_work``.
 """
 
 from __future__ import annotations
@@ -30,6 +31,25 @@ from messages import decisions as d
 from messages import feed as f
 
 UTILIZATION_INTERVAL = 1.0  # seconds from a change of a node's containers to its report (a heartbeat)
+
+# What ended a container whose work was lost (docs/report.md, ``lost_work_by_cause``); a container killed
+# at the end of its grace is counted under the policy that gave it notice (``sniper``, ``intra_queue``,
+# ``proportional``).
+GIVEN_BACK = "preempt_request_given_back"  # released by its application master under a preemption request
+KILLED_AT_REQUEST_DEADLINE = "preempt_request_killed"  # killed at a preemption request's deadline
+NODE_LOST = "node_lost"  # its node left the partition
+
+
+def loss_cause(kill_reason: str, noticed_by: str | None) -> str:
+    """The cause a ``kill`` is counted under: opportunistic eviction and over-commit by the kill's reason,
+    a request's deadline as :data:`KILLED_AT_REQUEST_DEADLINE`, else the policy whose notice ran out
+    (``noticed_by``, ``"unknown"`` when no notice was seen)."""
+    head = kill_reason.split(":", 1)[0]
+    if head in (d.KILL_OPPORTUNISTIC, d.KILL_OVERCOMMIT):
+        return head
+    if kill_reason.startswith(d.KILL_AT_REQUEST_DEADLINE):
+        return KILLED_AT_REQUEST_DEADLINE
+    return noticed_by or "unknown"
 
 
 @dataclasses.dataclass(slots=True)
@@ -59,6 +79,8 @@ class StandInRM:
         self.started: dict[tuple[str, str], float] = {}  # (partition, allocation) -> start
         self.retries = 0
         self.lost_work: dict[str, float] = {}  # partition -> container-seconds lost to kills and node loss
+        self.lost_work_by_cause: dict[str, dict[str, float]] = {}  # partition -> cause -> the same seconds
+        self.noticed_by: dict[tuple[str, str], str] = {}  # (partition, allocation) -> policy of its notice
         self._seq = 0
         self._retry_names: dict[tuple[str, str, str], int] = {}
         self.alloc_ask: dict[tuple[str, str], str] = {}
@@ -182,10 +204,17 @@ class StandInRM:
             case d.PreemptRequest() if not dec.observe_only:
                 self._give_back(dec, now)
                 return []
+            case d.Preempt() if not dec.observe_only:
+                self.noticed_by[(dec.partition, dec.allocation)] = dec.policy
+                return []
+            case d.PreemptCancelled():
+                self.noticed_by.pop((dec.partition, dec.allocation), None)
+                return []
             case d.Kill():
                 self._stopped(dec.partition, dec.allocation, now)
                 self._forget(dec.partition, dec.app, dec.allocation)
-                self._lost(dec.partition, dec.allocation, now)
+                noticed = self.noticed_by.pop((dec.partition, dec.allocation), None)
+                self._lost(dec.partition, dec.allocation, now, loss_cause(dec.reason, noticed))
                 ask = self.alloc_ask.pop((dec.partition, dec.allocation), "")
                 out: list[f.Feed] = [f.AllocationReleased(t=now, partition=dec.partition, allocation=dec.allocation)]
                 out.extend(self._again(dec.partition, dec.app, ask, now))
@@ -193,7 +222,8 @@ class StandInRM:
             case d.AllocationLost():
                 self._stopped(dec.partition, dec.allocation, now)
                 self._forget(dec.partition, dec.app, dec.allocation)
-                self._lost(dec.partition, dec.allocation, now)
+                self.noticed_by.pop((dec.partition, dec.allocation), None)
+                self._lost(dec.partition, dec.allocation, now, NODE_LOST)
                 self.alloc_ask.pop((dec.partition, dec.allocation), None)
                 return self._again(dec.partition, dec.app, dec.ask, now)
             case d.Released():
@@ -202,12 +232,14 @@ class StandInRM:
                 if (dec.partition, dec.allocation) in self.giving_back:
                     # Given back under a preemption request: its work is lost and asked for again.
                     self.giving_back.discard((dec.partition, dec.allocation))
-                    self._lost(dec.partition, dec.allocation, now)
+                    self.noticed_by.pop((dec.partition, dec.allocation), None)
+                    self._lost(dec.partition, dec.allocation, now, GIVEN_BACK)
                     ask = self.alloc_ask.pop((dec.partition, dec.allocation), "")
                     return self._again(dec.partition, dec.app, ask, now)
                 self.alloc_ask.pop((dec.partition, dec.allocation), None)
                 self.release_at.pop((dec.partition, dec.allocation), None)
                 self.started.pop((dec.partition, dec.allocation), None)
+                self.noticed_by.pop((dec.partition, dec.allocation), None)
                 return []
             case _:
                 return []
@@ -232,11 +264,14 @@ class StandInRM:
             self.giving_back.add((dec.partition, aid))
             self._schedule(at, f.AllocationReleased(t=at, partition=dec.partition, allocation=aid))
 
-    def _lost(self, partition: str, allocation: str, now: float) -> None:
+    def _lost(self, partition: str, allocation: str, now: float, cause: str) -> None:
         self.release_at.pop((partition, allocation), None)
         started = self.started.pop((partition, allocation), None)
         if started is not None:
-            self.lost_work[partition] = self.lost_work.get(partition, 0.0) + max(0.0, now - started)
+            lost = max(0.0, now - started)
+            self.lost_work[partition] = self.lost_work.get(partition, 0.0) + lost
+            by_cause = self.lost_work_by_cause.setdefault(partition, {})
+            by_cause[cause] = by_cause.get(cause, 0.0) + lost
 
     def _again(self, partition: str, app: str, ask: str, now: float) -> list[f.Feed]:
         info = self.asks.get((partition, app, ask))

@@ -388,6 +388,7 @@ def _figures(runtime: PartitionRuntime, model: ClusterModel, metrics: Metrics, p
         grace=cfg.preemption.grace if cfg is not None else 15.0,
         counts=Counter(type(x).__name__ for x in metrics.decisions),
         lost_work=player.rm.lost_work.get(runtime.partition, 0.0),
+        lost_work_by_cause=player.rm.lost_work_by_cause.get(runtime.partition, {}),
         proposals_rejected=core.stats.placements_rejected,
         proposals=core.stats.proposals,
         mask=mask_statistics(runtime),

@@ -262,6 +262,11 @@ def test_bench_opportunistic_prints_its_cycle_cost_as_json() -> None:
     assert result.exit_code == 0, result.output
     data = json.loads(result.output)
     assert data["bench"] == "opportunistic" and data["opportunistic"] == 40 and data["cycle_ms"] > 0
+    args = ("--nodes", "4", "--opportunistic", "40", "--starving", "3", "--gang", "2", "--users", "3", "--json")
+    result = _invoke("bench", "opportunistic", *args)
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    assert data["gang"] == 2 and data["users"] == 3 and data["cycle_ms"] > 0
 
 
 def test_bench_scenarios_prints_one_markdown_row_per_scenario_with_a_cell_per_policy() -> None:

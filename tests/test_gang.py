@@ -172,6 +172,22 @@ def test_a_gang_beyond_its_users_limit_places_no_member() -> None:
     assert not gang_violations(h.model)
 
 
+def test_gangs_placed_in_one_cycle_count_against_the_limit_together_with_what_the_cycle_placed_before() -> None:
+    h = limited_user(100)  # one pair of 40s fits sue's limit, a second pair or a single and a pair does not
+    h.feed(gang_ask("a1", "first", 40, count=2, gang_min=2), gang_ask("a1", "second", 40, count=2, gang_min=2))
+    h.settle()
+    assert sorted(ask for ask, _ in h.placements()) == ["first", "first"]
+    h.feed(f.AppAdded(app="a2", queue="root.a", user="tom"))
+    h.feed(
+        f.AskAdded(app="a2", ask="single", resource={"memory": 40}, priority=5),
+        gang_ask("a2", "pair", 40, count=2, gang_min=2),
+    )
+    h.settle()
+    assert sorted(ask for ask, _ in h.placements() if ask in ("single", "pair")) == ["single"]
+    h.model.check(h.now)
+    assert not gang_violations(h.model)
+
+
 def test_cache_refuses_a_whole_gang_whose_members_together_break_a_user_limit() -> None:
     h = limited_user(100)
     h.feed(gang_ask("a1", "g", 40, count=3, gang_min=3))

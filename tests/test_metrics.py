@@ -12,7 +12,7 @@ import msgspec
 from core.config import parse_partition
 from messages import decisions as d
 from messages import feed as f
-from simulator.compare import compare, table_rows
+from simulator.compare import PolicyRun, compare, table_rows
 from simulator.metrics import Metrics, Sample
 from simulator.model import ClusterModel
 from simulator.plot import scarcest_resource
@@ -166,6 +166,76 @@ def test_lost_work_counts_every_killed_or_lost_container_retried_or_not() -> Non
     lost = d.AllocationLost(allocation="x2", app="a1", ask="k", queue="root.a", node="n1", resource={}, seq=2)
     rm.on_decision(lost, 10.0)
     assert rm.lost_work == {"default": 4.0 + 4.0}
+
+
+def _notice(aid: str, policy: str, seq: int) -> d.Preempt:
+    return d.Preempt(
+        allocation=aid,
+        app="a1",
+        queue="root.a",
+        node="n1",
+        resource={"memory": 1},
+        for_ask="big",
+        for_app="b1",
+        for_queue="root.b",
+        deadline=0.0,
+        reservation="",
+        policy=policy,
+        seq=seq,
+    )
+
+
+def test_lost_work_by_cause_names_what_ended_each_container_and_adds_up_to_the_total() -> None:
+    rm = StandInRM()
+    rm.observe(f.AppAdded(app="a1", queue="root.a"))
+    rm.observe(f.AskAdded(app="a1", ask="k", resource={"memory": 1}, count=9, retry=False))
+    for i in range(1, 10):
+        rm.on_decision(_alloc(f"x{i}", "a1", "k", "root.a", {"memory": 1}, 0.0), float(i))
+
+    def kill(aid: str, reason: str, seq: int) -> d.Kill:
+        return d.Kill(allocation=aid, app="a1", queue="root.a", node="n1", reason=reason, seq=seq)
+
+    # A notice's kill is the noticing policy's; a cancelled notice is forgotten (x3's later kill has none).
+    rm.on_decision(_notice("x1", "sniper", 100), 10.0)
+    rm.on_decision(kill("x1", "grace period expired", 101), 20.0)  # 19 s
+    rm.on_decision(_notice("x2", "proportional", 102), 10.0)
+    rm.on_decision(kill("x2", "grace period expired", 103), 20.0)  # 18 s
+    rm.on_decision(_notice("x3", "intra_queue", 104), 10.0)
+    rm.on_decision(
+        d.PreemptCancelled(allocation="x3", app="a1", queue="root.a", node="n1", reservation="r", reason="", seq=105),
+        11.0,
+    )
+    rm.on_decision(kill("x3", "grace period expired", 106), 20.0)  # 17 s, no notice standing
+    rm.on_decision(kill("x4", f"{d.KILL_OPPORTUNISTIC}: first to go", 107), 20.0)  # 16 s
+    rm.on_decision(kill("x5", d.KILL_OVERCOMMIT, 108), 20.0)  # 15 s
+    rm.on_decision(kill("x6", f"{d.KILL_AT_REQUEST_DEADLINE} pr-1: deadline passed", 109), 20.0)  # 14 s
+    lost = d.AllocationLost(allocation="x7", app="a1", ask="k", queue="root.a", node="n1", resource={}, seq=110)
+    rm.on_decision(lost, 20.0)  # 13 s
+    rm.on_decision(d.Released(allocation="x8", app="a1", queue="root.a", node="n1", resource={}, seq=111), 20.0)
+    assert rm.lost_work_by_cause == {
+        "default": {
+            "sniper": 19.0,
+            "proportional": 18.0,
+            "unknown": 17.0,
+            "opportunistic": 16.0,
+            "overcommit": 15.0,
+            "preempt_request_killed": 14.0,
+            "node_lost": 13.0,
+        }
+    }
+    assert sum(rm.lost_work_by_cause["default"].values()) == rm.lost_work["default"]
+
+
+def test_compare_shows_one_lost_work_row_per_cause_any_run_lost_work_to() -> None:
+    runs = {
+        "sniper": PolicyRun(Report(lost_work_by_cause={"sniper": 12.4, "node_lost": 3.0}), {}, []),
+        "proportional": PolicyRun(Report(lost_work_by_cause={"proportional": 99.6}), {}, []),
+    }
+    rows = {row[0]: row[1:] for row in table_rows(runs)}
+    assert rows["lost work sniper (container-s)"] == ["12", "0"]
+    assert rows["lost work proportional (container-s)"] == ["0", "100"]
+    assert rows["lost work node_lost (container-s)"] == ["3", "0"]
+    assert "lost work opportunistic (container-s)" not in rows
 
 
 def test_compare_runs_policies_in_parallel_processes_with_the_same_reports(tmp_path: Path) -> None:

@@ -4,11 +4,17 @@ and promoted to guaranteed when the queue's max allows."""
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 
 from core import resources as res
+from core.allocator import Allocator
+from core.cache import Cache
+from core.config import parse_partition
+from core.limits import Limits
 from core.opportunistic import minimal_evictions
+from core.state import Node, PartitionState
 from messages import codec
 from messages import decisions as d
 from messages import feed as f
@@ -175,6 +181,27 @@ def test_eviction_takes_a_minimal_set() -> None:
     victims = {x.allocation for x in kills(h)}
     large = [x.allocation for x in h.allocated() if x.ask == "large"]
     assert victims == set(large)
+
+
+def test_eviction_goes_where_the_fewest_lose_the_least_work() -> None:
+    # n1's opportunistic container started at 0, n2's at 8, n3's two halves at 9: a guaranteed ask that
+    # needs one of them gone at 10 evicts n2's (one container that ran 2 s), not n1's (10 s), not n3's two.
+    h = harness(gua("b1", "fill1", 4096), opp("a1", "old", 4096), nodes=1, memory=8192)
+    settle(h)
+    h.tick(8.0)
+    h.feed(f.NodeAdded(node="n2", capacity={"memory": 8192}), gua("b1", "fill2", 4096), opp("a1", "young", 4096))
+    settle(h)
+    h.tick(9.0)
+    h.feed(f.NodeAdded(node="n3", capacity={"memory": 8192}), gua("b1", "fill3", 4096))
+    h.feed(opp("a1", "halves", 2048, count=2))
+    settle(h)
+    where = {x.ask: x.node for x in h.allocated() if x.ask in ("old", "young", "halves")}
+    assert len(set(where.values())) == 3, where
+    h.tick(10.0)
+    h.feed(gua("b1", "g", 4096))
+    settle(h)
+    young = [x.allocation for x in h.allocated() if x.ask == "young"]
+    assert [k.allocation for k in kills(h)] == young
 
 
 def test_no_eviction_when_the_guaranteed_ask_cannot_fit_even_without_them() -> None:
@@ -558,3 +585,80 @@ def test_a_gang_that_evictions_cannot_complete_leaves_the_room_to_opportunistic_
     small = [x for x in h.allocated() if x.ask == "small"]
     assert [x.node for x in small] == ["n0"]
     assert not h.model.violations and not invariant_problems(h.cache.state)
+
+
+# ---------------------------------------------------------------------- cost of a cycle
+
+
+def _starving_beside_opportunistic(gangs: int, per_node: int, nodes: int = 8) -> Allocator:
+    """Queue b fills every node with guaranteed work and ``per_node`` opportunistic containers that no
+    eviction can turn into room for queue a's ``gangs`` gangs of two (each of its own user, under a user
+    limit): every cycle tries them again, none is placed, none evicts."""
+    raw = {
+        "name": "default",
+        "queues": [
+            {
+                "name": "root",
+                "queues": [
+                    {
+                        "name": "a",
+                        "resources": {"guaranteed": {"memory": f"{nodes * 32}Mi"}},
+                        "limits": [{"limit": "each", "users": ["*"], "maxresources": {"memory": "100000Mi"}}],
+                    },
+                    {"name": "b", "resources": {"guaranteed": {"memory": f"{nodes * 32}Mi"}}},
+                ],
+            }
+        ],
+    }
+    cache = Cache("default", parse_partition(raw))
+    names = [f"n{i}" for i in range(nodes)]
+    cache.handle_event(f.AppAdded(app="b1", queue="root.b"))
+    cache.handle_event(f.AskAdded(app="b1", ask="task", resource={"memory": 40}, count=nodes))
+    cache.handle_event(opp("b1", "idle", 24 // per_node, count=per_node * nodes))
+    for name in names:
+        cache.handle_event(f.NodeAdded(node=name, capacity={"memory": 64}))
+        cache.allocate("b1", "task", name)
+        for _ in range(per_node):
+            cache.allocate("b1", "idle", name)
+    for i in range(gangs):
+        cache.handle_event(f.AppAdded(app=f"a{i}", queue="root.a", user=f"u{i}"))
+        cache.handle_event(f.AskAdded(app=f"a{i}", ask="g", resource={"memory": 32}, count=2, gang_min=2))
+    allocator = Allocator("default")
+    out = cache.drain()
+    assert out.view is not None
+    allocator.apply_view(
+        p.ViewDelta(**{**{k: getattr(out.view, k) for k in out.view.__struct_fields__}, "reset": False})
+    )
+    return allocator
+
+
+def test_a_cycle_builds_one_limits_view_and_looks_at_each_host_once_however_many_gangs_starve(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def cycle_work(gangs: int, per_node: int) -> tuple[int, int]:
+        allocator = _starving_beside_opportunistic(gangs, per_node)
+        state = allocator.state
+        counts = {"views": 0, "rooms": 0}
+        build, room = Limits.__init__, PartitionState.room_once_victims_leave
+
+        def counted_build(self: Limits, s: PartitionState) -> None:
+            counts["views"] += 1
+            build(self, s)
+
+        def counted_room(self: PartitionState, node: Node) -> res.Resource:
+            counts["rooms"] += 1
+            return room(self, node)
+
+        with monkeypatch.context() as m:
+            m.setattr(Limits, "__init__", counted_build)
+            m.setattr(PartitionState, "room_once_victims_leave", counted_room)
+            state.version += 1
+            assert allocator.cycle() is None
+        assert all(a.app == "b1" for a in state.allocations.values())
+        return counts["views"], counts["rooms"]
+
+    assert cycle_work(gangs=1, per_node=1)[1] > 0, "the gangs were tried against the opportunistic hosts"
+    few = cycle_work(gangs=2, per_node=1)
+    many = cycle_work(gangs=20, per_node=6)
+    assert few == many, f"2 gangs beside 8 opportunistic containers cost {few}, 20 beside 48 cost {many}"
+    assert many[1] <= 8 * 2, "each host's room looked at a bounded number of times, not once per gang"

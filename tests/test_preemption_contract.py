@@ -440,6 +440,9 @@ def test_the_stand_in_am_gives_back_its_newest_containers_at_half_the_grace() ->
     assert not any(isinstance(x, d.Kill) and x.app == "b1" for x in result.decisions)
     assert result.summary.retries > 0, "the given-back work is asked for again"
     assert result.summary.lost_work_seconds > 0
+    by_cause = result.summary.lost_work_by_cause
+    assert by_cause.get("preempt_request_given_back", 0) > 0 and "preempt_request_killed" not in by_cause
+    assert abs(sum(by_cause.values()) - result.summary.lost_work_seconds) < 0.01
     log = result.summary.preemption_log
     assert {e.action for e in log} >= {"preempt_request"}
     actions = result.summary.actions
@@ -457,6 +460,7 @@ def test_a_slow_am_is_killed_at_the_deadline_never_before() -> None:
     assert all(k.t >= deadlines[0] for k in kills)
     assert any(e.action == "kill" for e in result.summary.preemption_log)
     assert result.summary.actions["kill"] >= len(kills)
+    assert result.summary.lost_work_by_cause.get("preempt_request_killed", 0) > 0
     big = [x for x in result.decisions if isinstance(x, d.Allocated) and x.app == "a1"]
     assert len(big) == 4
 

@@ -204,6 +204,76 @@ def test_the_cheapest_feasible_node_wins(
     assert all(h.alloc(v).node == node for v in pl.victims)
 
 
+# ---------------------------------------------------------------------- least work lost
+
+# One node's worth of each shape: memory only, GPUs with memory and vcore beside them, vcore-heavy.
+SHAPES = {
+    "memory": {"memory": 60},
+    "gpu": {"memory": 40, "vcore": 4000, "gpu": 2},
+    "vcore": {"memory": 10, "vcore": 8000},
+}
+PLENTY = {"memory": 10**6, "vcore": 10**6, "gpu": 10**6}
+
+
+def shaped(shape: dict[str, int], nodes: dict[str, list[tuple[str, float, int]]], cost: str) -> PreemptHarness:
+    """Nodes holding one ``shape`` each, full of b's containers: per node (``whole`` or ``half`` of the
+    shape, start, priority); a asks for a whole ``shape`` and has missed a cycle."""
+    h = PreemptHarness(two_queues(150, 50, victim_cost=cost))
+    h.feed(*(f.NodeAdded(node=name, capacity=shape) for name in nodes))
+    h.app("b1", "root.b")
+    runs = sorted((start, name, part, prio) for name, held in nodes.items() for part, start, prio in held)
+    for i, (start, name, part, prio) in enumerate(runs):
+        resource = shape if part == "whole" else {k: v // 2 for k, v in shape.items()}
+        h.feed(f.AskAdded(app="b1", ask=f"b-{i}", resource=resource, priority=prio))
+        h.tick(start)
+        h.cache.allocate("b1", f"b-{i}", name)
+        h.pump()
+    h.app("a1", "root.a")
+    h.feed(f.AskAdded(app="a1", ask="big", resource=shape))
+    h.starve()
+    return h
+
+
+@pytest.mark.parametrize("shape", sorted(SHAPES))
+@pytest.mark.parametrize(
+    ("cost", "grace", "n1", "n2", "node"),
+    [
+        # Sets of one victim each: the one that ran 10 s, not the one that ran 500 s.
+        ("running_time", 15.0, [("whole", 490, 0)], [("whole", 0, 0)], "n1"),
+        ("running_time", 15.0, [("whole", 0, 0)], [("whole", 490, 0)], "n2"),
+        # Priority dominates under a priority cost: the old low-priority container goes, then the young.
+        ("priority_then_running_time", 15.0, [("whole", 490, 5)], [("whole", 0, 1)], "n2"),
+        ("priority_then_running_time", 15.0, [("whole", 490, 1)], [("whole", 0, 1)], "n1"),
+        # Two young victims (5 s each) against one older (20 s): each victim runs on through its grace, so
+        # the pair loses 2 x (5 + 15) = 40 s against 20 + 15 = 35 s; with no grace the pair loses less.
+        ("running_time", 15.0, [("half", 495, 0), ("half", 495, 0)], [("whole", 480, 0)], "n2"),
+        ("running_time", 0.0, [("half", 495, 0), ("half", 495, 0)], [("whole", 480, 0)], "n1"),
+    ],
+)
+def test_the_victim_set_that_loses_least_work_at_its_kill_wins(
+    shape: str, cost: str, grace: float, n1: list[tuple[str, float, int]], n2: list[tuple[str, float, int]], node: str
+) -> None:
+    h = shaped(SHAPES[shape], {"n1": n1, "n2": n2}, cost)
+    reply = place(h, request({"root.b": PLENTY}, budget=PLENTY, victim_cost=cost, grace=grace), now=500.0)
+    (pl,) = reply.placements
+    assert pl.node == node
+    assert all(h.alloc(v).node == node for v in pl.victims)
+    if cost == "running_time":
+        lost = sum(500.0 + grace - h.alloc(v).start for v in pl.victims)
+        assert pl.cost == pytest.approx(lost), "the set's cost is the work its kills throw away"
+
+
+@pytest.mark.parametrize("shape", sorted(SHAPES))
+def test_on_one_node_the_younger_of_two_equal_victims_goes(shape: str) -> None:
+    h = shaped(SHAPES[shape], {"n1": [("half", 0, 0), ("half", 480, 0)]}, "running_time")
+    h.feed(f.AskRemoved(app="a1", ask="big"))
+    h.feed(f.AskAdded(app="a1", ask="half", resource={k: v // 2 for k, v in SHAPES[shape].items()}))
+    h.starve()
+    reply = place(h, request({"root.b": PLENTY}, budget=PLENTY, grace=15.0), now=500.0)
+    (pl,) = reply.placements
+    assert [h.alloc(v).start for v in pl.victims] == [480.0]
+
+
 def test_a_required_node_is_the_only_candidate() -> None:
     h = PreemptHarness(two_queues(150, 50))
     h.nodes("n1", "n2")

@@ -217,6 +217,7 @@ def test_the_request_carries_the_quotas_and_the_config() -> None:
     assert out.quotas == {"root.b": {"memory": 80}} and "root.c" not in out.quotas
     assert out.beneficiaries == ["root.a"] and out.targets == {"root.a": {"memory": 80}}
     assert out.budget == {"memory": 200} and out.min_missed == 1 and out.victim_cost == "running_time"
+    assert out.grace == 15.0, "victims are costed at their kill, the config's grace after the notice"
 
 
 # ---------------------------------------------------------------------- the proportional baseline

@@ -163,27 +163,26 @@ def test_grid_arithmetic_matches_stepping_tick_by_tick(
     assert last_round_before(next_round, interval, first_tick, before, tick) == last
 
 
-# sha256 (first 16 hex digits) of the bundled scenarios' encoded decisions, one per line, recorded before the
-# speed work of issue 10 item 2: a speed-up must leave every decision byte-identical. Sniper's were re-recorded
-# once resource vectors stopped taking their key order from a set (the string-hash seed leaked into
-# ``victim_queue_ideal``); the decisions themselves did not change. Sniper's gang and opportunistic decisions
-# follow the deadzone as a trigger (a victim queue judged on what it holds, victims under notice included).
+# sha256 (first 16 hex digits) of the bundled scenarios' encoded decisions, one per line. A speed-up must
+# leave every decision byte-identical; a change of rule that moves one says which and why in its commit.
+# Victims are costed at their kill (each victim's grace counted in ``preempt``'s ``cost`` and ``reason``);
+# sniper's gang and opportunistic decisions follow the deadzone as a trigger.
 DECISION_HASHES = {
     ("demo", "proportional"): "881b92b86fed469c",
     ("random_mix", "proportional"): "7d972edc9aed2819",
     ("gang", "proportional"): "d55c6fba588ae416",
     ("opportunistic", "proportional"): "60ccaba99b059246",
-    ("demo", "sniper"): "5e560b4aca926fcf",
-    ("random_mix", "sniper"): "a4419920d73deb80",
-    ("gang", "sniper"): "94d2f313c91f54da",
-    ("opportunistic", "sniper"): "1d7bfd068fe74b52",
-    ("user_limits", "sniper"): "113b3a7fd4688ff8",
-    ("priority_queues", "sniper"): "65c9960fd03c7f33",
-    ("budgets", "sniper"): "86b3be346d8e1de3",
+    ("demo", "sniper"): "0758a660e3013171",
+    ("random_mix", "sniper"): "db40cca11e734c30",
+    ("gang", "sniper"): "d192251cb6f7f00e",
+    ("opportunistic", "sniper"): "2b6d4b81f61d8339",
+    ("user_limits", "sniper"): "dacfc0ba330797a0",
+    ("priority_queues", "sniper"): "e0710f86163f6eb0",
+    ("budgets", "sniper"): "06c32b406fc875ac",
     ("budgets", "proportional"): "03091f5ce941cd6a",
-    ("constraints", "sniper"): "7399b4b4cde6080c",
+    ("constraints", "sniper"): "0a81102c927b09d9",
     ("constraints", "proportional"): "84f508c376b90624",
-    ("slo", "sniper"): "61f3ca93746ca8c1",
+    ("slo", "sniper"): "bf2aa15cc9222c89",
 }
 
 
@@ -192,7 +191,7 @@ def _digest(result: SimulationResult) -> str:
 
 
 @pytest.mark.parametrize(("name", "policy"), sorted(DECISION_HASHES))
-def test_the_bundled_scenarios_decide_byte_for_byte_what_they_decided_before_the_speed_work(
+def test_the_bundled_scenarios_decide_byte_for_byte_what_their_pins_record(
     name: str, policy: str
 ) -> None:
     sc = scenario(name)

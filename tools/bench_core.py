@@ -206,13 +206,17 @@ def bench_preempt(
     }
 
 
-def bench_opportunistic(nodes: int, opportunistic: int, starving: int, cycles: int = 50) -> dict[str, Any]:
+def bench_opportunistic(
+    nodes: int, opportunistic: int, starving: int, cycles: int = 50, *, gang: int = 1, users: int = 0
+) -> dict[str, Any]:
     """Allocator cycles while guaranteed asks starve beside opportunistic containers that cannot help.
 
     Queue ``b`` holds 40 GiB of each 64 GiB node with guaranteed work and fills the other 24 GiB with
     ``opportunistic`` containers spread evenly; queue ``a`` has ``starving`` asks of 32 GiB that no
     node holds even with its opportunistic containers gone. Each cycle tries them again (none is
-    placed, none evicts): its cost must not grow with ``opportunistic``.
+    placed, none evicts): its cost must not grow with ``opportunistic``. ``gang`` > 1 makes each ask a
+    gang of that many; ``users`` > 0 spreads the asks over that many apps of as many users under a
+    user limit on queue ``a`` (every gang unit then checks the limits).
     """
     from core.allocator import Allocator
     from core.cache import Cache
@@ -220,17 +224,13 @@ def bench_opportunistic(nodes: int, opportunistic: int, starving: int, cycles: i
 
     node_mem = 64 * GiB
     half = res.as_quantities({"memory": nodes * node_mem // 2})
+    a_queue: dict[str, Any] = {"name": "a", "resources": {"guaranteed": half}}
+    if users:
+        every = res.as_quantities({"memory": nodes * node_mem})
+        a_queue["limits"] = [{"limit": "each user", "users": ["*"], "maxresources": every}]
     raw = {
         "name": "default",
-        "queues": [
-            {
-                "name": "root",
-                "queues": [
-                    {"name": "a", "resources": {"guaranteed": half}},
-                    {"name": "b", "resources": {"guaranteed": half}},
-                ],
-            }
-        ],
+        "queues": [{"name": "root", "queues": [a_queue, {"name": "b", "resources": {"guaranteed": half}}]}],
     }
     cache = Cache("default", parse_partition(raw))
     names = [f"n{i:05d}" for i in range(nodes)]
@@ -252,8 +252,20 @@ def bench_opportunistic(nodes: int, opportunistic: int, starving: int, cycles: i
         cache.allocate("b-app", "b-task", name)
         for _ in range(per_node):
             cache.allocate("b-app", "b-idle", name)
-    cache.handle_event(f.AppAdded(app="a-app", queue="root.a"))
-    cache.handle_event(f.AskAdded(app="a-app", ask="a-task", resource={"memory": 32 * GiB}, count=starving))
+    apps = [f"a-app{i}" for i in range(max(1, users))]
+    for i, app in enumerate(apps):
+        cache.handle_event(f.AppAdded(app=app, queue="root.a", user=f"user{i}" if users else ""))
+    if gang > 1:
+        for i in range(starving):
+            ask = f.AskAdded(
+                app=apps[i % len(apps)], ask=f"a-gang{i}", resource={"memory": 32 * GiB}, count=gang, gang_min=gang
+            )
+            cache.handle_event(ask)
+    else:
+        for i, app in enumerate(apps):
+            count = starving // len(apps) + (1 if i < starving % len(apps) else 0)
+            if count:
+                cache.handle_event(f.AskAdded(app=app, ask="a-task", resource={"memory": 32 * GiB}, count=count))
     allocator = Allocator("default")
     out = cache.drain()
     assert out.view is not None
@@ -271,6 +283,8 @@ def bench_opportunistic(nodes: int, opportunistic: int, starving: int, cycles: i
         "nodes": nodes,
         "opportunistic": per_node * nodes,
         "starving": starving,
+        "gang": gang,
+        "users": users,
         "cycles": cycles,
         "cycle_ms": round(wall / cycles * 1000, 3),
         "cycle_cpu_ms": round(cpu / cycles * 1000, 3),

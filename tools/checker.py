@@ -144,6 +144,7 @@ class OrderedChecker:
         wall: float,
         tick: float,
         lost_work: Mapping[str, float] | None = None,
+        lost_work_by_cause: Mapping[str, Mapping[str, float]] | None = None,
         retries: int = 0,
         extra: Mapping[str, Any] | None = None,
     ) -> Report:
@@ -155,6 +156,7 @@ class OrderedChecker:
                 grace=part.model.config.preemption.grace if part.model.config is not None else 15.0,
                 counts=Counter(type(x).__name__ for x in part.accepted),
                 lost_work=(lost_work or {}).get(name, 0.0),
+                lost_work_by_cause=(lost_work_by_cause or {}).get(name, {}),
             )
             for name, part in self.parts.items()
         }

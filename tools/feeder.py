@@ -275,6 +275,7 @@ class _Replay:
             wall=wall,
             tick=self.options.sample,
             lost_work=self.player.rm.lost_work,
+            lost_work_by_cause=self.player.rm.lost_work_by_cause,
             retries=self.player.rm.retries,
             extra={"published": self.published},
         )

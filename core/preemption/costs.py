@@ -2,7 +2,10 @@
 
 For large containers: the sum of the victims' running time on a node (less work lost); the cross-queue design: priority,
 running time, container type. AM containers are handled by the placement (last resort), not here.
-Each function is pure: ``(allocation, now) -> float``.
+Each function is pure: ``(allocation, at) -> float``, ``at`` the moment the victim would be killed (the
+round's time plus the grace, :class:`core.preemption.placement.VictimPlacer`): a victim keeps running, and
+its work keeps growing, until then, so a running-time cost is the work its kill throws away and a set of
+more victims pays every victim's grace. A set's cost is the sum of its victims'.
 """
 
 from __future__ import annotations
@@ -14,16 +17,17 @@ from core.state import Allocation
 VictimCost = Callable[[Allocation, float], float]
 
 
-def running_time(alloc: Allocation, now: float) -> float:
-    return max(0.0, now - alloc.start)
+def running_time(alloc: Allocation, at: float) -> float:
+    """The work lost: how long the victim will have run when killed (least first)."""
+    return max(0.0, at - alloc.start)
 
 
-def priority_then_running_time(alloc: Allocation, now: float) -> float:
+def priority_then_running_time(alloc: Allocation, at: float) -> float:
     """Lower-priority containers first, then the ones that ran least (priority dominates)."""
-    return alloc.priority * 1e9 + running_time(alloc, now)
+    return alloc.priority * 1e9 + running_time(alloc, at)
 
 
-def priority(alloc: Allocation, now: float) -> float:
+def priority(alloc: Allocation, at: float) -> float:
     return float(alloc.priority)
 
 

@@ -4,7 +4,8 @@
 allocation; a node's usable room is its free room plus the victims the round allows there, in every
 resource. On each node the victim set is minimal: cheapest victims first (AM containers last) until
 the room and every ancestor ``max`` the ask would break are covered, then every victim no need
-requires is dropped again. Among nodes the cheapest set wins (AM-free sets first, ties by node name),
+requires is dropped again (victims are costed as they will be at their kill, the request's grace after
+the round: :mod:`core.preemption.costs`). Among nodes the cheapest set wins (AM-free sets first, ties by node name),
 exactly: a best-first search over per-node lower bounds (victims needed times the cheapest victim)
 costs only the nodes that could beat the best set; ``max_candidate_nodes`` optionally caps that.
 Invariants: a victim is taken at most once per round; containers placed for a required node are never
@@ -87,6 +88,7 @@ class VictimPlacer:
         self.state = state
         self.request = request
         self.now = state.now
+        self.kill_at = state.now + request.grace  # victims are costed as they will be at their kill
         self.cost_of = victim_cost(request.victim_cost)
         self.quota_left: dict[str, Resource] = {k: dict(v) for k, v in request.quotas.items()}
         self.budget_left: Resource = dict(request.budget)
@@ -138,7 +140,7 @@ class VictimPlacer:
             entries = []
             if any(node.opportunistic.values()) or any(path in ok for path in node.by_queue):
                 allocations = self.state.allocations
-                cost_of, now, guarded = self.cost_of, self.now, self.guarded
+                cost_of, now, guarded = self.cost_of, self.kill_at, self.guarded
                 for aid in node.allocations:
                     alloc = allocations[aid]
                     if alloc.preempt_deadline is not None or alloc.pinned:
@@ -443,7 +445,7 @@ class VictimPlacer:
             if alloc.id not in self.taken and refusal(alloc, ask, intra=False, required_node=True) is None
         ]
         eligible.sort(key=required_node_order)
-        cost_of, now = self.cost_of, self.now
+        cost_of, now = self.cost_of, self.kill_at
         ranked = [(a.am and not a.opportunistic, float(i), a.id, a) for i, a in enumerate(eligible)]
         chosen = self._pick(node, ask, needs, within_quota=False, candidates=ranked)
         if chosen is None:

@@ -120,6 +120,7 @@ class _Placing:
             mask=mask.keys(),
             min_missed=self.config.min_missed_opportunities,
             victim_cost=self.config.victim_cost,
+            grace=self.config.grace,
             max_candidate_nodes=self.config.max_candidate_nodes,
             intra_queue=self.intra,
             required_node=required_node,

@@ -301,13 +301,17 @@ def bench_opportunistic_cmd(
     nodes: Annotated[int, typer.Option(min=1)] = 1000,
     opportunistic: Annotated[int, typer.Option(min=1)] = 20_000,
     starving: Annotated[int, typer.Option(min=1)] = 100,
+    gang: Annotated[int, typer.Option(min=1, help="each starving ask is a gang of this many")] = 1,
+    users: Annotated[
+        int, typer.Option(min=0, help="spread the asks over this many users under a user limit (0: one app, no limit)")
+    ] = 0,
     as_json: Annotated[bool, typer.Option("--json", help="one JSON object on stdout")] = False,
 ) -> None:
     """Allocator cycles with starving guaranteed asks beside opportunistic containers that cannot help."""
     from tools.bench_core import bench_opportunistic
 
     tune_gc()
-    result = bench_opportunistic(nodes, opportunistic, starving)
+    result = bench_opportunistic(nodes, opportunistic, starving, gang=gang, users=users)
     if as_json:
         sys.stdout.write(json.dumps(result) + "\n")
     else:
