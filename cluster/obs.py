@@ -4,8 +4,9 @@ Owns the process's :class:`prometheus_client.CollectorRegistry` (one per :class:
 several in-process cores in tests do not collide) with the ``process_`` and ``python_`` collectors, the
 histograms of :class:`cluster.timings.CoreHistograms` (an ask fetched to its first decision, allocation cycle,
 preemption round, in seconds) and a collector that reads the hosted partitions at scrape time:
-per-queue used, pending, guaranteed and maximum resources in base units (``_bytes`` for memory,
-``_cores`` for vcore; other resources in their own plain units, labelled ``resource``), allocations,
+per-queue used, pending, guaranteed and maximum resources in base units (``_memory_bytes``,
+``_vcore_cores``, ``_gpu_milli_gpus`` for milli-GPUs in GPUs; other resources in their own plain
+units, labelled ``resource``), allocations,
 preemptions, kills and rejections (counters), consumer lag per Kafka partition and actor inbox depths.
 The collector reads plain ints from dicts the event loop mutates, without locks: a scrape may see a
 state a few messages old, and a dict resized during the scrape is retried once, then skipped.
@@ -19,7 +20,7 @@ partition the queues (guaranteed, max, used, pending, ideal), nodes, preemption 
 preemptions in flight and the last preemptions with their reasons. It is built on the event loop (the HTTP thread
 hands the request over and waits), so it never races the actors: it is the state between two messages.
 Resources there are in base units as in the metrics (``units`` in the answer: memory in bytes, vcore
-in cores, other resources as counts; :mod:`core.units`).
+in cores, gpu-milli in GPUs, other resources as counts; :mod:`core.units`).
 
 Logs: :func:`setup_logging` installs one handler writing JSON lines (``--log-format json``) or
 ``key=value`` lines (``kv``); records of actors carry their ``partition`` and ``actor``.
@@ -30,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import re
 import socketserver
 import sys
 import threading
@@ -64,11 +66,21 @@ STATE_UNITS = {**{name: unit for name, (unit, _) in BASE_UNITS.items()}, "other 
 
 
 # Seconds: a feed record's decisions are acknowledged in ms; a preemption round may take a second.
+def _metric_suffix(name: str, unit: str) -> str:
+    """The end of a metric's name for a resource in its base unit: ``_memory_bytes``, ``_vcore_cores``,
+    ``_gpu_milli_gpus`` (Prometheus names are ``[a-zA-Z0-9_]``, lower case by convention)."""
+    return re.sub(r"[^a-z0-9_]", "_", f"_{name}_{unit}".lower())
+
+
+# The metric name suffix of each resource with a base unit of its own.
+METRIC_SUFFIXES = {name: _metric_suffix(name, unit) for name, (unit, _) in BASE_UNITS.items()}
+
+
 def _in_base_units(resource: ResourceLike) -> Iterator[tuple[str, str | None, float]]:
-    """(unit suffix or None, resource label or None, value) of each resource in base units."""
-    for name, unit, value in each_in_base_units(resource):
-        if name in BASE_UNITS:
-            yield f"_{name}_{unit}", None, value
+    """(metric name suffix or "", resource label or None, value) of each resource in base units."""
+    for name, _unit, value in each_in_base_units(resource):
+        if name in METRIC_SUFFIXES:
+            yield METRIC_SUFFIXES[name], None, value
         else:
             yield "", name, value
 
@@ -92,8 +104,9 @@ class _QueueFamilies:
         self.help = help_text
         self.by_unit: dict[str, GaugeMetricFamily] = {}
         for name, (unit, _factor) in BASE_UNITS.items():
-            self.by_unit[f"_{name}_{unit}"] = GaugeMetricFamily(
-                f"sniper_queue_{what}_{name}_{unit}", f"{help_text} ({name}, {unit})", labels=["partition", "queue"]
+            suffix = METRIC_SUFFIXES[name]
+            self.by_unit[suffix] = GaugeMetricFamily(
+                f"sniper_queue_{what}{suffix}", f"{help_text} ({name}, {unit})", labels=["partition", "queue"]
             )
         self.other = GaugeMetricFamily(
             f"sniper_queue_{what}",
@@ -239,8 +252,8 @@ def _preempted_per_queue(process: CoreProcess | ReplicaProcess) -> Iterator[Coun
         labels=labels,
     )
     by_unit = {
-        f"_{name}_{unit}": CounterMetricFamily(
-            f"sniper_queue_preempted_{name}_{unit}",
+        METRIC_SUFFIXES[name]: CounterMetricFamily(
+            f"sniper_queue_preempted{METRIC_SUFFIXES[name]}",
             f"Resources preempted from a queue (role=victim) or for it (role=beneficiary) ({name}, {unit})",
             labels=labels,
         )

@@ -1,4 +1,4 @@
-"""Resource vectors: named non-negative integers (memory MiB, vcore milli-cores, gpu, ...).
+"""Resource vectors: named non-negative integers (memory MiB, vcore milli-cores, gpu-milli milli-GPUs, gpu, ...).
 
 A resource is a plain ``dict[str, int]``; a missing name means zero. All arithmetic is integer.
 Functions here never mutate their arguments unless their name ends in ``_into``. Configs write
@@ -16,6 +16,7 @@ ResourceLike = Mapping[str, int]
 
 MEMORY = "memory"
 VCORE = "vcore"
+GPU_MILLI = "gpu-milli"  # GPUs shared in thousandths (a pod on 0.46 of a GPU asks 460); ``gpu`` stays a count
 
 MiB = 2**20
 # Kubernetes quantity suffixes, as YuniKorn 1.4+ reads them (``K`` is accepted beside ``k``).
@@ -35,8 +36,9 @@ def parse_quantity(name: str, value: object) -> int:
 
     As YuniKorn 1.4+ reads it: memory is bytes when bare (``Ki``..``Ei`` binary and ``k``..``E``
     decimal suffixes), stored as MiB rounded up; vcore is cores when bare, ``m`` for milli-cores,
-    stored as milli-cores; any other resource is a bare count (suffixes scale it). An integer means
-    what the same digits in a string mean. Results above :data:`MAX_QUANTITY` are refused.
+    stored as milli-cores; any other resource (``gpu-milli`` too: a count of milli-GPUs) is a bare
+    count (suffixes scale it). An integer means what the same digits in a string mean. Results above
+    :data:`MAX_QUANTITY` are refused.
     """
     if isinstance(value, bool):
         raise QuantityError(f"{name}: boolean is not a quantity")
@@ -64,7 +66,8 @@ def parse_quantity(name: str, value: object) -> int:
     whole, _, decimals = match.group(1).partition(".")
     suffix = match.group(2) or ""
     if suffix == "m" and name != VCORE:
-        raise QuantityError(f"{name}: the milli suffix 'm' is for vcore only ({value!r})")
+        hint = f"; {name} is a count of milli-GPUs already" if name == GPU_MILLI else ""
+        raise QuantityError(f"{name}: the milli suffix 'm' is for vcore only ({value!r}{hint})")
     numerator, denominator = int(whole + decimals), 10 ** len(decimals)
     if suffix == "m":
         denominator *= 1000

@@ -2,7 +2,8 @@
 and one deterministic path from it to a Sniper trace and its ``queues.yaml``.
 
 A parser turns its format into a :class:`Workload` (times in seconds from the source's own origin,
-resources in feed units: memory MiB, vcore milli-cores, gpu milli-GPUs) and collects malformed rows as
+resources in feed units: memory MiB, vcore milli-cores, gpu-milli milli-GPUs where GPUs are shared,
+gpu and any other resource a count) and collects malformed rows as
 :class:`~messages.codec.BadInput` with their line. :func:`build_trace` then cuts the window
 (``start``/``span``, by job submission), compresses time and durations alike (``time_scale``),
 shrinks the cluster (``nodes_sample``: each kind of node, its label set such as a GPU model, in

@@ -3,11 +3,12 @@
 Pods: ``name, cpu_milli, memory_mib, num_gpu, gpu_milli`` and, where the list has them, ``gpu_spec,
 qos, pod_phase, creation_time, deletion_time, scheduled_time``; nodes: ``sn, cpu_milli, memory_mib,
 gpu, model``. Each pod becomes an app with one one-container ask: memory MiB, vcore milli-cores, and
-``gpu`` milli-GPUs (``num_gpu`` x ``gpu_milli``, so a pod sharing 0.46 of a GPU asks 460, eight whole
-GPUs 8000; a node's GPUs are one aggregate, and :class:`GpuShare` says what a sharing pod asks of
-it). The arrival model (:class:`Arrival`) says when: at ``creation_time`` (``trace``, the default
-when the list has its time columns), all at once (``all``, the default otherwise) or N pods a second
-in list order (``rate:N``).
+``gpu-milli`` milli-GPUs (``num_gpu`` x ``gpu_milli``, so a pod sharing 0.46 of a GPU asks 460, eight
+whole GPUs 8000; never the count ``gpu``, which stays whole GPUs). A node's GPUs are one aggregate of
+``gpu-milli`` (``gpu`` x 1000), and :class:`GpuShare` says what a sharing pod asks of it. The
+arrival model (:class:`Arrival`) says when: at ``creation_time`` (``trace``, the default when the
+list has its time columns), all at once (``all``, the default otherwise) or N pods a second in list
+order (``rate:N``).
 A pod runs ``deletion_time - scheduled_time`` seconds, or the given duration, or (a list without time
 columns) until the end of the replay; a pod the source never scheduled (an empty ``scheduled_time``)
 is withdrawn once it has waited as long as it waited there. ``gpu_spec`` (``V100M16|V100M32``) is the
@@ -25,6 +26,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Literal
 
+from core.resources import GPU_MILLI
 from importers.common import (
     AskSpec,
     ImportError_,
@@ -157,7 +159,7 @@ def read_nodes(path: Path, work: Workload, progress: Progress | None = None) -> 
             capacity = {
                 "memory": _int(row, "memory_mib"),
                 "vcore": _int(row, "cpu_milli"),
-                "gpu": 1000 * _int(row, "gpu"),
+                GPU_MILLI: 1000 * _int(row, "gpu"),
             }
             capacity = {k: v for k, v in capacity.items() if v > 0}
             if not capacity:
@@ -200,7 +202,7 @@ def _resource(row: dict[str, str], share: GpuShare) -> dict[str, int]:
     resource = {
         "memory": _int(row, "memory_mib"),
         "vcore": _int(row, "cpu_milli"),
-        "gpu": num_gpu * share.milli(gpu_milli),
+        GPU_MILLI: num_gpu * share.milli(gpu_milli),
     }
     resource = {k: v for k, v in resource.items() if v > 0}
     if not resource:

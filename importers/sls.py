@@ -5,20 +5,20 @@ format"): jobs with ``job.start.ms``, ``job.end.ms``, ``job.queue.name``, ``job.
 ``job.count``, ``job.label.expression`` and ``job.tasks``; each task with ``count``,
 ``container.host``, ``container.start.ms``/``container.end.ms`` or ``container.duration.ms``/
 ``duration.ms``, ``container.priority`` (default 20), ``container.type`` (default ``map``),
-``container.execution.type`` and resources as ``container.<resource>`` (``memory-mb`` or
-``memory`` in MB, ``vcores``, ``yarn.io/gpu``, any other by name); ``{"num.nodes": N, "num.racks":
-R}`` entries add generated nodes. As in SLS: times are relative to the first job's start; a job gets
-an application master container (1,024 MB and 1 vcore) for its whole run; a task without resources
-gets 1,024 MB and 1 vcore; nodes come from the topology file (``{"rack": ..., "nodes": [{"node": ...,
-"memory-mb": ..., "vcores": ..., "labels": "a(exclusive=true),b"}]}``) or else from ``num.nodes`` and
-the tasks' hosts, 10,240 MB and 10 vcores each unless they say otherwise. Each task entry becomes one
-ask of ``count`` containers, made at its ``container.start.ms`` (the request time the trace observed);
-YARN's priority (a lower number is more important) is negated into Sniper's (higher first).
-``container.host`` is a locality preference in SLS (relaxed to rack and any), so it only names nodes
-here; a YARN node label becomes a node label ``LABEL: "true"`` and ``job.label.expression`` the
-matching node selector. Opportunistic containers keep their execution type and are counted. A
-Rumen job in the stream (``jobID``, ``mapTasks``, ...) is read as the SLS job Hadoop converts it to
-(:mod:`importers.rumen`).
+``container.execution.type`` and resources as ``container.<resource>`` (``memory-mb`` or ``memory`` in
+MB, ``vcores``, ``yarn.io/gpu`` as the count ``gpu`` (YARN's GPUs are whole), any other by name);
+``{"num.nodes": N, "num.racks": R}`` entries add generated nodes. As in SLS: times are relative to the
+first job's start; a job gets an application master container (1,024 MB and 1 vcore) for its whole run;
+a task without resources gets 1,024 MB and 1 vcore; nodes come from the topology file (``{"rack": ...,
+"nodes": [{"node": ..., "memory-mb": ..., "vcores": ..., "labels": "a(exclusive=true),b"}]}``) or else
+from ``num.nodes`` and the tasks' hosts, 10,240 MB and 10 vcores each unless they say otherwise. Each
+task entry becomes one ask of ``count`` containers, made at its ``container.start.ms`` (the request
+time the trace observed); YARN's priority (a lower number is more important) is negated into Sniper's
+(higher first). ``container.host`` is a locality preference in SLS (relaxed to rack and any), so it
+only names nodes here; a YARN node label becomes a node label ``LABEL: "true"`` and
+``job.label.expression`` the matching node selector. Opportunistic containers keep their execution type
+and are counted. A Rumen job in the stream (``jobID``, ``mapTasks``, ...) is read as the SLS job Hadoop
+converts it to (:mod:`importers.rumen`).
 """
 
 from __future__ import annotations
@@ -126,7 +126,7 @@ def _resources(obj: dict[str, Any], prefix: str, defaults: dict[str, int]) -> di
         target = RESOURCE_NAMES.get(name, name)
         if target == "memory":
             out["memory"] = amount  # MB in YARN is MiB
-        elif target in ("vcore", "gpu"):
+        elif target == "vcore":
             out[target] = amount * 1000
         else:
             out[target] = amount

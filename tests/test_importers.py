@@ -75,13 +75,13 @@ def test_every_pod_and_node_column_is_used(tmp_path: Path) -> None:
     work = read_pods_csv(pods, nodes)
     assert work.bad == []
     events = build_trace(work, ImportOptions()).events
-    # nodes: sn, cpu_milli, memory_mib, gpu (whole GPUs -> milli-GPUs), model (-> gpu_model label)
+    # nodes: sn, cpu_milli, memory_mib, gpu (whole GPUs -> gpu-milli), model (-> gpu_model label)
     assert {
         (n.node, tuple(sorted(n.capacity.items())), tuple(n.labels.items())) for n in by_type(events, f.NodeAdded)
     } == {
         ("n-cpu", (("memory", 262144), ("vcore", 32000)), ()),
-        ("n-v100", (("gpu", 8000), ("memory", 786432), ("vcore", 96000)), (("gpu_model", "V100M32"),)),
-        ("n-t4", (("gpu", 2000), ("memory", 131072), ("vcore", 64000)), (("gpu_model", "T4"),)),
+        ("n-v100", (("gpu-milli", 8000), ("memory", 786432), ("vcore", 96000)), (("gpu_model", "V100M32"),)),
+        ("n-t4", (("gpu-milli", 2000), ("memory", 131072), ("vcore", 64000)), (("gpu_model", "T4"),)),
     }
     apps = {a.app: a for a in by_type(events, f.AppAdded)}
     assert {a: x.queue for a, x in apps.items()} == {  # qos is the queue by default
@@ -93,8 +93,8 @@ def test_every_pod_and_node_column_is_used(tmp_path: Path) -> None:
     asks = {a.ask: a for a in by_type(events, f.AskAdded)}
     # creation_time is the arrival (relative to the first), deletion - scheduled the run time
     assert (asks["p-multi"].t, asks["p-multi"].duration) == (0.0, 3800.0)
-    assert asks["p-multi"].resource == {"memory": 327680, "vcore": 88000, "gpu": 8000}  # num_gpu x gpu_milli
-    assert asks["p-share"].resource == {"memory": 15258, "vcore": 4000, "gpu": 220}
+    assert asks["p-multi"].resource == {"memory": 327680, "vcore": 88000, "gpu-milli": 8000}  # num_gpu x gpu_milli
+    assert asks["p-share"].resource == {"memory": 15258, "vcore": 4000, "gpu-milli": 220}
     assert asks["p-share"].node_selector == {"gpu_model": ["V100M16", "V100M32"]}  # gpu_spec, deduplicated
     assert asks["p-cpu"].resource == {"memory": 4096, "vcore": 2000} and asks["p-cpu"].node_selector == {}
     assert (asks["p-cpu"].t, asks["p-cpu"].duration) == (300.0, 40.0)
@@ -126,7 +126,7 @@ def test_the_config_is_written_in_yunikorn_quantities_with_equal_shares_by_defau
     config = yaml.safe_load(out.with_suffix(".yaml").read_text())
     leaves = config["partitions"][0]["queues"][0]["queues"]
     assert [q["name"] for q in leaves] == ["BE", "Burstable", "LS"]
-    totals = {"memory": 0, "vcore": 0, "gpu": 0}
+    totals = {"memory": 0, "vcore": 0, "gpu-milli": 0}
     for node in (e for e in lines(out) if e["type"] == "node_added"):
         for k, v in node["capacity"].items():
             totals[k] += v
@@ -288,10 +288,10 @@ def test_queue_by_and_guarantees(tmp_path: Path) -> None:
     leaves = {
         q["name"]: parse_resource(q["resources"]["guaranteed"]) for q in lines(out)[0]["config"]["queues"][0]["queues"]
     }
-    total_gpu = sum(e["capacity"].get("gpu", 0) for e in lines(out) if e["type"] == "node_added")
-    assert leaves["LS"]["gpu"] == total_gpu // 2
-    assert leaves["BE"]["gpu"] == int(total_gpu * 0.3)
-    assert leaves["Burstable"]["gpu"] == int(total_gpu * 0.2)  # the rest, shared by the unnamed queues
+    total_gpu = sum(e["capacity"].get("gpu-milli", 0) for e in lines(out) if e["type"] == "node_added")
+    assert leaves["LS"]["gpu-milli"] == total_gpu // 2
+    assert leaves["BE"]["gpu-milli"] == int(total_gpu * 0.3)
+    assert leaves["Burstable"]["gpu-milli"] == int(total_gpu * 0.2)  # the rest, shared by the unnamed queues
     assert invoke(*args, "--queue-by", "none").exit_code == 0
     assert {e["queue"] for e in lines(out) if e["type"] == "app_added"} == {"root.default"}
     too_much = invoke(*args, "--guarantee", "LS=0.8", "--guarantee", "BE=0.5")
@@ -309,8 +309,8 @@ def test_a_pod_list_without_time_columns_arrives_all_at_once_and_runs_to_the_end
     assert len(apps) == len(asks) == 16
     assert {e["queue"] for e in apps} == {"root.default"}  # no qos column: one queue
     assert {(e["t"], e.get("duration"), bool(e.get("node_selector"))) for e in asks.values()} == {(0.0, None, False)}
-    assert asks["openb-pod-3129"]["resource"] == {"memory": 327680, "vcore": 88000, "gpu": 8000}
-    assert asks["openb-pod-3127"]["resource"] == {"memory": 5600, "vcore": 3152, "gpu": 810}
+    assert asks["openb-pod-3129"]["resource"] == {"memory": 327680, "vcore": 88000, "gpu-milli": 8000}
+    assert asks["openb-pod-3127"]["resource"] == {"memory": 5600, "vcore": 3152, "gpu-milli": 810}
     assert asks["openb-pod-3136"]["resource"] == {"memory": 51200, "vcore": 15400}
     assert not any(e["type"] == "ask_removed" for e in events)
     assert "pods running to the end" in result.output
@@ -375,7 +375,7 @@ def test_gpu_sharing_pods_ask_their_share_a_device_size_or_a_whole_gpu(tmp_path:
     )
     nodes = write(tmp_path, "nodes.csv", "sn,cpu_milli,memory_mib,gpu,model\nn-2gpu,64000,65536,2,T4\n")
     asked = {
-        share: [j.asks[0].resource["gpu"] for j in read_pods_csv(pods, nodes, gpu_share=share).jobs]
+        share: [j.asks[0].resource["gpu-milli"] for j in read_pods_csv(pods, nodes, gpu_share=share).jobs]
         for share in GpuShare
     }
     assert asked == {
@@ -386,6 +386,47 @@ def test_gpu_sharing_pods_ask_their_share_a_device_size_or_a_whole_gpu(tmp_path:
     note = "GPU-sharing pods rounded up (--gpu-share device)"
     assert read_pods_csv(pods, nodes, gpu_share=GpuShare.DEVICE).notes[note] == 5  # 250 is a device size
     assert note not in read_pods_csv(pods, nodes).notes
+
+
+def test_gpus_import_as_milli_gpus_that_people_read_in_gpus(tmp_path: Path) -> None:
+    """A pod on 0.46 of a GPU asks ``gpu-milli`` 460 and a node of 8 GPUs has 8000 (never the count ``gpu``);
+    what ``sniper compare`` and ``sniper check-config`` print of them is in GPUs: 1.46, not 1460."""
+    pods = write(
+        tmp_path,
+        "pods.csv",
+        POD_HEADER
+        + "\n"
+        + "be-eight,1000,1024,8,1000,,BE,Running,0,100000,0\n"  # fills node n-a or n-b whole
+        + "be-six,1000,1024,6,1000,,BE,Running,1,100000,1\n"
+        + "be-whole,1000,1024,1,1000,,BE,Running,2,100000,2\n"
+        + "be-share,1000,1024,1,460,,BE,Running,3,100000,3\n"  # 540 milli-GPUs left beside it
+        + "ls-two,1000,1024,2,1000,,LS,Running,100,100000,100\n",  # needs be-whole and be-share gone
+    )
+    nodes = write(
+        tmp_path,
+        "nodes.csv",
+        "sn,cpu_milli,memory_mib,gpu,model\nn-a,96000,786432,8,V100M32\nn-b,96000,786432,8,V100M32\n",
+    )
+    work = read_pods_csv(pods, nodes)
+    assert {n.name: n.capacity["gpu-milli"] for n in work.nodes} == {"n-a": 8000, "n-b": 8000}
+    asks = {job.app: job.asks[0].resource for job in work.jobs}
+    assert asks["be-share"] == {"memory": 1024, "vcore": 1000, "gpu-milli": 460}
+    assert asks["ls-two"]["gpu-milli"] == 2000
+    assert not any("gpu" in n.capacity for n in work.nodes) and not any("gpu" in r for r in asks.values())
+    out = tmp_path / "t.jsonl"
+    shares = ("--guarantee", "LS=0.5", "--guarantee", "BE=0.5")
+    imported = invoke("import", "pods-csv", "--pods", str(pods), "--nodes", str(nodes), "--out", str(out), *shares)
+    assert imported.exit_code == 0, imported.output
+    config = out.with_suffix(".yaml")
+    leaves = yaml.safe_load(config.read_text())["partitions"][0]["queues"][0]["queues"]
+    assert [q["resources"]["guaranteed"]["gpu-milli"] for q in leaves] == [8000, 8000]  # a bare count of milli-GPUs
+    checked = invoke("check-config", str(config))
+    assert checked.exit_code == 0 and "LS: guaranteed 768 GiB, 96 cores, 8 GPUs;" in checked.output
+    compared = invoke(
+        "compare", str(out), "--queues", str(config), "--until", "1000", "--policies", "sniper", "--markdown"
+    )
+    assert compared.exit_code == 0, compared.output
+    assert "| preempted gpu-milli | 1.46 GPUs |" in compared.output.splitlines()
 
 
 def test_the_device_gpu_share_never_packs_beyond_single_devices(tmp_path: Path) -> None:
@@ -444,7 +485,7 @@ def test_simulate_runs_an_imported_trace_as_it_is(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     data = json.loads(report.read_text())
     assert data["allocations"] > 0 and data["invariant_violations"] == 0
-    assert "gpu" in data["utilization"]
+    assert "gpu-milli" in data["utilization"] and "gpu" not in data["utilization"]
 
 
 # ---------------------------------------------------------------------- sls
@@ -457,7 +498,7 @@ def test_sls_jobs_and_topology_with_every_key() -> None:
     nodes = {n.node: n for n in by_type(events, f.NodeAdded)}
     assert nodes["node1"].capacity == {"memory": 10_240, "vcore": 10_000}  # SLS's node defaults
     assert nodes["node2"].capacity == {"memory": 8192, "vcore": 4000}
-    assert nodes["gpu1"].capacity == {"memory": 65536, "vcore": 16000, "gpu": 4000}
+    assert nodes["gpu1"].capacity == {"memory": 65536, "vcore": 16000, "gpu": 4}  # yarn.io/gpu: whole GPUs
     assert nodes["gpu1"].labels == {"gpu": "true", "rack": "gpu-rack"}
     assert nodes["node1"].labels == {"rack": "default-rack"}
     apps = {a.app: a for a in by_type(events, f.AppAdded)}
@@ -483,7 +524,7 @@ def test_sls_jobs_and_topology_with_every_key() -> None:
         30.0,
     )
     gpu = asks["sls_job_1_0-map-0"]
-    assert gpu.resource == {"memory": 4096, "vcore": 1000, "gpu": 1000} and gpu.duration == 50.0
+    assert gpu.resource == {"memory": 4096, "vcore": 1000, "gpu": 1} and gpu.duration == 50.0
     assert gpu.node_selector == {"gpu": ["true"]} == asks["sls_job_1_0-am"].node_selector  # job.label.expression
     assert asks["sls_job_1_0-am"].duration == 50.0  # no job.end.ms: until its last container ends
     assert work.notes == {"opportunistic containers": 2}

@@ -250,7 +250,9 @@ def test_compare_runs_policies_in_parallel_processes_with_the_same_reports(tmp_p
             b, wall_seconds=0.0, allocations_per_s=None
         )
     labels = [row[0] for row in table_rows(parallel)]
-    assert {"utilization gpu", "fairness gap gpu", "stranded gpu", "utilization memory"} <= set(labels)
+    assert {"utilization gpu-milli", "fairness gap gpu-milli", "stranded gpu-milli", "utilization memory"} <= set(
+        labels
+    )
 
 
 def test_the_report_is_one_struct_that_encodes_to_the_section_7_keys() -> None:

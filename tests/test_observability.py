@@ -94,7 +94,7 @@ async def test_the_metrics_endpoint_of_a_core(kafka_settings: KafkaSettings) -> 
     assert 'sniper_missed_opportunities{partition="p1"} 0.0' in lines
     assert "sniper_queue_preempted_containers_total{" not in text
     (part,) = state["partitions"]
-    assert state["units"] == {"memory": "bytes", "vcore": "cores", "other resources": "count"}
+    assert state["units"] == {"memory": "bytes", "vcore": "cores", "gpu-milli": "GPUs", "other resources": "count"}
     queues = {q["queue"]: q for q in part["queues"]}
     assert queues["root.a"]["used"] == {"memory": 20 * 2**20} and queues["root.a"]["guaranteed"] == {"memory": 2**26}
     assert set(queues["root.a"]) == {"queue", "guaranteed", "max", "used", "pending", "ideal"}
@@ -320,7 +320,7 @@ def test_status_tables_are_in_human_units_and_keep_long_names_whole() -> None:
         "queue": long_name,
         "used": {"memory": 96 * gib, "vcore": 12.5, "gpu": 4},
         "guaranteed": {"memory": 320 * gib, "vcore": 48, "gpu": 8},
-        "ideal": {"memory": 1536 * 2**20, "vcore": 0.5},
+        "ideal": {"memory": 1536 * 2**20, "vcore": 0.5, "gpu-milli": 1.46},  # GPUs, as served
         "pending": {"gpu": 1},
         "max": None,
     }
@@ -353,9 +353,31 @@ def test_status_tables_are_in_human_units_and_keep_long_names_whole() -> None:
         long_name,
         "96 GiB, 12.5 cores, 4 GPUs",
         "320 GiB, 48 cores, 8 GPUs",
-        "1.5 GiB, 0.5 cores",
+        "1.5 GiB, 0.5 cores, 1.46 GPUs",
         "1 GPU",
         "-",
     ]
     assert next(line for line in text.splitlines() if "│ g1 " in line).split("│")[4].strip() == "0"
     assert "nr-1" in text and "a/k" in text and "40.0" in text
+
+
+def test_milli_gpus_are_exported_in_gpus_under_a_valid_metric_name() -> None:
+    """``gpu-milli`` (a hyphen, no valid Prometheus name) is a gauge in GPUs; the count ``gpu`` keeps its label."""
+    from prometheus_client import CollectorRegistry, generate_latest
+    from prometheus_client.registry import Collector
+
+    from cluster.obs import METRIC_SUFFIXES, _QueueFamilies
+
+    assert METRIC_SUFFIXES == {"memory": "_memory_bytes", "vcore": "_vcore_cores", "gpu-milli": "_gpu_milli_gpus"}
+    used = _QueueFamilies("used", "Committed usage of a queue")
+    used.add("p1", "root.a", {"gpu-milli": 1460, "gpu": 2})
+
+    class Queues(Collector):
+        def collect(self) -> Any:
+            return used.families()
+
+    registry = CollectorRegistry()
+    registry.register(Queues())
+    lines = set(generate_latest(registry).decode().splitlines())
+    assert 'sniper_queue_used_gpu_milli_gpus{partition="p1",queue="root.a"} 1.46' in lines
+    assert 'sniper_queue_used{partition="p1",queue="root.a",resource="gpu"} 2.0' in lines

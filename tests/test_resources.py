@@ -53,6 +53,8 @@ from core.resources import QuantityError, parse_quantity, parse_resource
         ("gpu", 3, 3),
         ("gpu", "1k", 1000),
         ("gpu", "1Ki", 1024),
+        ("gpu-milli", 460, 460),  # milli-GPUs written as a count, as YuniKorn reads any other resource
+        ("gpu-milli", "1.46k", 1460),
     ],
 )
 def test_parse_quantity_reads_yunikorn_quantities(name: str, value: object, expected: int) -> None:
@@ -70,6 +72,7 @@ def test_parse_quantity_reads_yunikorn_quantities(name: str, value: object, expe
         ("memory", "1e3", "cannot parse"),
         ("memory", "500m", "the milli suffix 'm' is for vcore only"),
         ("gpu", "500m", "the milli suffix 'm' is for vcore only"),
+        ("gpu-milli", "500m", "is a count of milli-GPUs already"),  # 500m would be half a milli-GPU
         ("memory", True, "boolean"),
         ("memory", -2.0, "negative"),
         ("memory", math.inf, "is not a quantity"),
@@ -90,7 +93,7 @@ def test_parse_quantity_errors(name: str, value: object, fragment: str) -> None:
     assert len(str(info.value)) < 200
 
 
-@given(st.integers(0, 2**40), st.sampled_from(["memory", "vcore", "gpu"]))
+@given(st.integers(0, 2**40), st.sampled_from(["memory", "vcore", "gpu", "gpu-milli"]))
 def test_as_quantities_reads_back_exactly(amount: int, name: str) -> None:
     assert parse_resource(res.as_quantities({name: amount}), keep_zero=True) == {name: amount}
 

@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from core.resources import parse_quantity
-from core.units import base_unit, each_in_base_units, human, human_resource, in_base_units
+from core.units import base_unit, each_in_base_units, from_base_units, human, human_resource, in_base_units
 
 
 @pytest.mark.parametrize(
@@ -21,6 +21,8 @@ from core.units import base_unit, each_in_base_units, human, human_resource, in_
         ({"memory": 3 * 2**30}, "3 PiB"),
         ({"vcores": 2, "memory": 1000}, "1000 MiB, vcores 2"),  # a misspelt name stays visible
         ({"memory": 0, "nvidia.com/gpu": 4}, "nvidia.com/gpu 4"),  # zero entries are left out
+        ({"memory": 1024, "gpu-milli": 1460}, "1 GiB, 1.46 GPUs"),  # milli-GPUs read as GPUs
+        ({"gpu-milli": 8000, "vcore": 2000}, "2 cores, 8 GPUs"),
         ({}, "none"),
     ],
 )
@@ -47,6 +49,25 @@ def test_base_units_are_what_a_yunikorn_quantity_in_base_units_parses_to(amount:
     assert base_unit(name) == {"memory": "bytes", "vcore": "cores", "gpu": "count"}[name]
 
 
+def test_milli_gpus_read_as_gpus_and_a_count_of_gpus_stays_a_count() -> None:
+    assert [human("gpu-milli", m) for m in (1460, 1000, 460, 1, 0)] == [
+        "1.46 GPUs",
+        "1 GPU",
+        "0.46 GPUs",
+        "0.001 GPUs",
+        "0 GPUs",
+    ]
+    assert [human("gpu", n) for n in (1460, 1, 0)] == ["1460 GPUs", "1 GPU", "0 GPUs"]  # whole GPUs, no factor
+    assert (base_unit("gpu-milli"), in_base_units("gpu-milli", 1460)) == ("GPUs", 1.46)
+    assert (base_unit("gpu"), in_base_units("gpu", 1460)) == ("count", 1460.0)
+
+
+@given(st.integers(0, 2**50))
+def test_milli_gpus_go_to_gpus_and_back_exactly(amount: int) -> None:
+    assert from_base_units("gpu-milli", in_base_units("gpu-milli", amount)) == amount
+    assert parse_quantity("gpu-milli", amount) == amount  # configs write milli-GPUs as the count they are
+
+
 def test_each_in_base_units() -> None:
     assert sorted(each_in_base_units({"memory": 2, "vcore": 1500, "gpu": 3})) == [
         ("gpu", "count", 3.0),
@@ -61,7 +82,8 @@ def test_the_compare_table_shows_preempted_amounts_in_human_units_and_shares_in_
     from simulator.report import Report
 
     def run(memory: int, vcore: int, gpu: int, utilization: float) -> PolicyRun:
-        preempted = Preemptions(victims=3, resources={"memory": memory, "vcore": vcore, "gpu": gpu})
+        resources = {"memory": memory, "vcore": vcore, "gpu": gpu, "gpu-milli": 1460 * gpu // 4}
+        preempted = Preemptions(victims=3, resources=resources)
         report = Report(policy="x", preemptions=preempted, utilization={"memory": utilization})
         return PolicyRun(report, {}, [])
 
@@ -69,4 +91,5 @@ def test_the_compare_table_shows_preempted_amounts_in_human_units_and_shares_in_
     assert rows["preempted memory"] == ["240 GiB", "0 MiB"]
     assert rows["preempted vcore"] == ["60 cores", "0 cores"]
     assert rows["preempted gpu"] == ["4 GPUs", "0 GPUs"]
+    assert rows["preempted gpu-milli"] == ["1.46 GPUs", "0 GPUs"]
     assert rows["utilization memory"] == ["81.2%", "100%"]

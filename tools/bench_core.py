@@ -301,14 +301,14 @@ def gpu_workload(
     start: float = 0.0,
     seed: int = 0,
 ) -> list[f.Feed]:
-    """A generated GPU-cluster trace shaped like the public pod lists: 8-GPU nodes (GPU in milli-GPUs),
+    """A generated GPU-cluster trace shaped like the public pod lists: 8-GPU nodes (``gpu-milli``, milli-GPUs),
     three QoS queues with equal guarantees, pods of 1 to 8 GPUs (half of them a fraction of one)
     arriving in bursts over ``span`` seconds from ``start``, running exponentially long (``mean_duration``,
     at most ``max_duration``, at least 1 s)."""
     import random
 
     rng = random.Random(seed)
-    node_cap = {"memory": 512 * GiB, "vcore": 96_000, "gpu": 8_000}
+    node_cap = {"memory": 512 * GiB, "vcore": 96_000, res.GPU_MILLI: 8_000}
     share = {k: v * nodes // 3 for k, v in node_cap.items()}
     qos = ("ls", "be", "burstable")
     config = {
@@ -338,7 +338,7 @@ def gpu_workload(
                 resource={
                     "memory": rng.choice((8, 16, 32, 64)) * GiB,
                     "vcore": rng.choice((2, 4, 8, 16)) * 1000,
-                    "gpu": gpu,
+                    res.GPU_MILLI: gpu,
                 },
                 duration=duration,
             )

@@ -167,7 +167,7 @@ def import_pods_csv(
     *,
     options: ImportOptions,
 ) -> None:
-    """Import a Kubernetes pod list (GPU as milli-GPUs, gpu_spec as a node selector on gpu_model)."""
+    """Import a Kubernetes pod list (GPUs as gpu-milli, milli-GPUs; gpu_spec as a node selector on gpu_model)."""
     model = None if arrival is None else Arrival.parse(arrival)
     _run(
         [pods, nodes],
