@@ -56,16 +56,7 @@ def submit(cache: Writer, e: f.ReservationSubmitted) -> None:
         reason = f"reservation {e.reservation}: {plan}"
         cache.decide(d.ReservationRejected, reservation=e.reservation, queue=e.queue, reason=reason, event=e.id)
         return
-    cache.commit(
-        p.SloReservationSet(
-            reservation=plan.name,
-            queue=plan.queue,
-            arrival=plan.arrival,
-            deadline=plan.deadline,
-            intervals=[(iv.start, iv.end, iv.resource) for iv in plan.intervals],
-            period=plan.period,
-        )
-    )
+    cache.commit(_set_of(plan))
     cache.decide(
         d.ReservationAccepted,
         reservation=plan.name,
@@ -108,14 +99,16 @@ def retire(cache: Writer) -> None:
 
 def state_changes(state: PartitionState) -> list[p.ChangeMsg]:
     """The changes that rebuild the accepted SLO reservations (after the configuration, before the apps)."""
-    return [
-        p.SloReservationSet(
-            reservation=r.name,
-            queue=r.queue,
-            arrival=r.arrival,
-            deadline=r.deadline,
-            intervals=[(iv.start, iv.end, iv.resource) for iv in r.intervals],
-            period=r.period,
-        )
-        for r in state.slo_reservations.values()
-    ]
+    return [_set_of(r) for r in state.slo_reservations.values()]
+
+
+def _set_of(plan: slo_plan.SloReservation) -> p.SloReservationSet:
+    """The change that holds ``plan`` in the state (on acceptance and when the state is rebuilt)."""
+    return p.SloReservationSet(
+        reservation=plan.name,
+        queue=plan.queue,
+        arrival=plan.arrival,
+        deadline=plan.deadline,
+        intervals=[(iv.start, iv.end, iv.resource) for iv in plan.intervals],
+        period=plan.period,
+    )
