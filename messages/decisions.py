@@ -64,9 +64,10 @@ RejectionCode = Literal[
 def kill_cause(reason: str) -> KillCause:
     """What made a kill whose ``reason`` is ``reason``: the fallback for kills logged without their
     ``cause`` (the one place that reads a kill's reason)."""
-    if reason == KILL_OPPORTUNISTIC:
+    head = reason.split(":", 1)[0]
+    if head == KILL_OPPORTUNISTIC:
         return "opportunistic"
-    if reason == KILL_OVERCOMMIT:
+    if head == KILL_OVERCOMMIT:
         return "overcommit"
     if reason.startswith(KILL_AT_REQUEST_DEADLINE):
         return "request_deadline"
