@@ -1,6 +1,8 @@
 """Typed reasons of decisions (docs/feed.md): every way a preemption reservation ends says so in its
 ``reservation_ended`` ``code``, every kill says what made it in its ``cause``, and a log written
-without either still replays (tests/test_recovery.py) and still counts (tests/test_metrics.py)."""
+without either still replays (tests/test_recovery.py) and still counts (tests/test_metrics.py). The
+kills of opportunistic containers select by their cause in tests/test_overcommit.py (``opportunistic``
+for a guaranteed ask, ``overcommit`` above ``preempt_above``)."""
 
 from __future__ import annotations
 
