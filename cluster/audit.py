@@ -131,7 +131,7 @@ def audit(partition: str, decisions: Iterable[d.DecisionMsg], tally: PreemptionT
                     beneficiary
                     or (
                         "nobody: its node's utilization is above preempt_above"
-                        if x.reason == d.KILL_OVERCOMMIT
+                        if d.cause_of(x) == "overcommit"
                         else "(beneficiary not known to this process)"
                     ),
                     x.reason,

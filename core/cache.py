@@ -162,13 +162,20 @@ class Cache:
             return
         self.commit(p.VictimsKilled(victims=[alloc.id for alloc in overdue]))
         for alloc in overdue:
-            self.decide(d.Kill, allocation=alloc.id, app=alloc.app, queue=alloc.queue.path, node=alloc.node)
+            self.decide(
+                d.Kill,
+                allocation=alloc.id,
+                app=alloc.app,
+                queue=alloc.queue.path,
+                node=alloc.node,
+                cause="grace_expired",
+            )
 
     def _expire_reservations(self) -> None:
         now = self.state.now
         for r in list(self.state.reservations.values()):
             if r.expires <= now:
-                self._end_reservation(r, "reservation timed out before its victims were gone")
+                self._end_reservation("timeout", r, "reservation timed out before its victims were gone")
 
     # ------------------------------------------------------------------ feed
 
@@ -243,7 +250,7 @@ class Cache:
         state = self.state
         held = {"apps": len(state.apps), "allocations": len(state.allocations), "nodes": len(state.nodes)}
         for r in list(state.reservations.values()):  # first: room a release frees is given to nobody
-            self._end_reservation(r, "the partition was removed")
+            self._end_reservation("partition_removed", r, "the partition was removed")
         for app in sorted(state.apps.values(), key=lambda a: a.submit_seq):
             self._app_removed(app.name)
         if state.contracts:
@@ -336,23 +343,26 @@ class Cache:
     def keep_reservations(self, node: Node, cap: Resource, schedulable: bool, reason: str | None = None) -> None:
         """A node changed (or victims on it keep running): its reservations stay while they can still
         be fulfilled, the latest due end first otherwise, each with the true reason (unschedulable,
-        shrunk below its need, or ``reason``)."""
+        shrunk below its need, or ``reason``: victims on it keep running, code ``victims_kept``)."""
         order = self._reservations_by_deadline(node)
         if not schedulable:
             for r in order:
-                self._end_reservation(r, f"node {node.name} became unschedulable")
+                self._end_reservation("node_unschedulable", r, f"node {node.name} became unschedulable")
             return
         free = res.sub(cap, node.allocated)
         while order and not self._promises_hold(free, order, self._room_leaving(node)):
             r = order.pop()
-            self._end_reservation(r, reason or f"node {node.name} shrank below what reservation {r.id} needs")
+            if reason is None:
+                self._end_reservation("node_shrank", r, f"node {node.name} shrank below what reservation {r.id} needs")
+            else:
+                self._end_reservation("victims_kept", r, reason)
 
     def _node_removed(self, name: str) -> None:
         node = self.state.nodes.get(name)
         if node is None:
             return
         for rid in sorted(node.reservations):
-            self._end_reservation(self.state.reservations[rid], f"node {name} was removed")
+            self._end_reservation("node_removed", self.state.reservations[rid], f"node {name} was removed")
         node_reservation.node_changed(self, name, {}, False)
         for aid in sorted(node.allocations):
             self._lose(self.state.allocations[aid], f"node {name} was removed")
@@ -585,7 +595,7 @@ class Cache:
             if len(self.flaps) > SEEN_IDS:  # forget asks whose damping ran out (never asked again)
                 self.flaps = {k: (n, t) for k, (n, t) in self.flaps.items() if t + self._damping(n) > now}
         for r in held:
-            self._end_reservation(r, f"ask {ask_label(key)} was withdrawn")
+            self._end_reservation("ask_withdrawn", r, f"ask {ask_label(key)} was withdrawn")
         node_reservation.end_for_ask(self, key, "ask_removed")
         self.commit(p.AskGone(app=key[0], ask=key[1]))
 
@@ -757,15 +767,15 @@ class Cache:
             return
         self.cancel_notices(released, reason, r.id)
 
-    def _end_reservation(self, r: Reservation, reason: str) -> None:
-        self.decide(d.ReservationEnded, reservation=r.id, app=r.app, ask=r.ask, node=r.node, reason=reason)
+    def _end_reservation(self, code: d.ReservationEndCode, r: Reservation, reason: str) -> None:
+        self.decide(d.ReservationEnded, reservation=r.id, app=r.app, ask=r.ask, node=r.node, reason=reason, code=code)
         self.commit(p.ReservationGone(reservation=r.id))
         self._release_victims(r, f"its reservation ended: {reason}")
 
     def move_beneficiary(self, r: Reservation, node_name: str, reason: str) -> None:
         """End ``r`` and place its beneficiary on ``node_name`` (whose free room :meth:`check_placement`
         found fit for it) instead: its victims that nothing else needs keep running."""
-        self._end_reservation(r, reason)
+        self._end_reservation("given_back", r, reason)
         self.allocate(r.app, r.ask, node_name)
 
     # ------------------------------------------------------------------ proposals
@@ -852,7 +862,7 @@ class Cache:
             return
         held = [r for r in state.reservations.values() if (r.app, r.ask) == (app_name, ask_name)]
         last = max(held, key=lambda r: (r.deadline, r.id))
-        self._end_reservation(last, f"its beneficiary was placed on free room on {node_name}")
+        self._end_reservation("placed_elsewhere", last, f"its beneficiary was placed on free room on {node_name}")
 
     def check_placement(
         self, app_name: str, ask_name: str, node_name: str, ask_seq: int = 0, limits: Limits | None = None

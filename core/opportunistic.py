@@ -216,7 +216,15 @@ def evict(cache: Writer, victims: list[Allocation]) -> None:
     if doomed:
         cache.commit(p.VictimsKilled(victims=[v.id for v in doomed]))
     for v in doomed:
-        cache.decide(d.Kill, allocation=v.id, app=v.app, queue=v.queue.path, node=v.node, reason=KILL_REASON)
+        cache.decide(
+            d.Kill,
+            allocation=v.id,
+            app=v.app,
+            queue=v.queue.path,
+            node=v.node,
+            reason=KILL_REASON,
+            cause="opportunistic",
+        )
 
 
 def check_eviction(cache: Writer, ev: p.Victimized, earlier: Sequence[p.Victimized] = ()) -> str | None:

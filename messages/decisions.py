@@ -19,9 +19,23 @@ DERESERVED: Final = "dereserved"
 KILL_OPPORTUNISTIC: Final = "opportunistic"
 KILL_OVERCOMMIT: Final = "overcommit"  # a node reported above its over-commit preempt_above
 KILL_AT_REQUEST_DEADLINE: Final = "preemption request"
-# What made a kill: the end of its grace, an opportunistic container evicted at once, an over-committed
-# node above ``preempt_above``, or a preemption request's deadline (:func:`kill_cause` reads it).
+# What made a kill (the ``cause`` of a ``kill`` decision): the end of its grace, an opportunistic container
+# evicted at once, an over-committed node above ``preempt_above``, or a preemption request's deadline.
+# :func:`kill_cause` reads it from the reason of a kill logged without its cause.
 KillCause = Literal["grace_expired", "opportunistic", "overcommit", "request_deadline"]
+# Why a preemption reservation ended without an allocation (the ``code`` of a ``reservation_ended``
+# decision; its ``reason`` says it in words).
+ReservationEndCode = Literal[
+    "timeout",  # it timed out before its victims were gone
+    "partition_removed",
+    "node_unschedulable",  # its node became unschedulable
+    "node_shrank",  # its node shrank below what the reservation needs
+    "node_removed",
+    "ask_withdrawn",  # its ask (or app) was withdrawn
+    "placed_elsewhere",  # its beneficiary was placed on free room on another node
+    "given_back",  # its beneficiary was placed on room a preemption request's app gave back
+    "victims_kept",  # a preemption request's named victims keep running, so its room cannot be promised
+]
 # Why an event or ask was rejected (the ``code`` of a ``rejected`` decision; its ``reason`` says it in words).
 RejectionCode = Literal[
     "bad_record",  # the record itself is unusable (absurd quantity, unbounded labels, a config that fails)
@@ -48,10 +62,12 @@ RejectionCode = Literal[
 
 
 def kill_cause(reason: str) -> KillCause:
-    """What made a kill whose ``reason`` is ``reason`` (the one place that reads a kill's reason)."""
-    if reason == KILL_OPPORTUNISTIC:
+    """What made a kill whose ``reason`` is ``reason``: the fallback for kills logged without their
+    ``cause`` (the one place that reads a kill's reason)."""
+    head = reason.split(":", 1)[0]
+    if head == KILL_OPPORTUNISTIC:
         return "opportunistic"
-    if reason == KILL_OVERCOMMIT:
+    if head == KILL_OVERCOMMIT:
         return "overcommit"
     if reason.startswith(KILL_AT_REQUEST_DEADLINE):
         return "request_deadline"
@@ -106,6 +122,12 @@ class Kill(Decision, tag="kill", frozen=True, gc=False):
     queue: str
     node: str
     reason: str = "grace period expired"
+    cause: KillCause | None = None  # what made it, as a code (None: a log without causes, see kill_cause)
+
+
+def cause_of(kill: Kill) -> KillCause:
+    """What made ``kill``: its ``cause``, read from its reason when it was logged without one."""
+    return kill.cause if kill.cause is not None else kill_cause(kill.reason)
 
 
 class Released(Decision, tag="released", frozen=True, gc=False):
@@ -138,13 +160,14 @@ class Rejected(Decision, tag="rejected", frozen=True, gc=False):
 
 
 class ReservationEnded(Decision, tag="reservation_ended", frozen=True, gc=False):
-    """A preemption reservation that ended without an allocation (withdrawn ask or timeout)."""
+    """A preemption reservation that ended without an allocation (withdrawn ask, timeout, node change...)."""
 
     reservation: str
     app: str
     ask: str
     node: str
     reason: str
+    code: ReservationEndCode | None = None  # why, as a code a consumer matches on (None: a log without codes)
 
 
 class NodeReserved(Decision, tag="node_reserved", frozen=True, gc=False):

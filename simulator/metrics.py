@@ -198,12 +198,10 @@ class Metrics:
         decisions = self.decisions
         return Opportunistic(
             allocations=sum(1 for x in decisions if isinstance(x, d.Allocated) and x.opportunistic),
-            evictions=sum(1 for x in decisions if isinstance(x, d.Kill) and d.kill_cause(x.reason) == "opportunistic"),
+            evictions=sum(1 for x in decisions if isinstance(x, d.Kill) and d.cause_of(x) == "opportunistic"),
             promoted=sum(1 for x in decisions if isinstance(x, d.Promoted)),
             utilization={k: round(weighted[k] / c, 4) for k, c in sorted(weighted_cap.items()) if c > 0},
-            overcommit_kills=sum(
-                1 for x in decisions if isinstance(x, d.Kill) and d.kill_cause(x.reason) == "overcommit"
-            ),
+            overcommit_kills=sum(1 for x in decisions if isinstance(x, d.Kill) and d.cause_of(x) == "overcommit"),
             overcommit_utilization={
                 k: round(gained[k] / c, 4) for k, c in sorted(weighted_cap.items()) if c > 0 and gained[k] > 0
             },
@@ -382,7 +380,7 @@ class Metrics:
             if isinstance(x, d.PreemptRequest | d.Preempt) and x.observe_only:
                 continue
             if (isinstance(x, d.Preempt) and x.opportunistic) or (
-                isinstance(x, d.Kill) and d.kill_cause(x.reason) in ("opportunistic", "overcommit")
+                isinstance(x, d.Kill) and d.cause_of(x) in ("opportunistic", "overcommit")
             ):
                 continue
             if isinstance(x, d.NodeUnreserved) and x.reason != d.DERESERVED:
@@ -439,7 +437,7 @@ class Metrics:
                         action="dereservation",
                     )
                 )
-            elif isinstance(x, d.Kill) and d.kill_cause(x.reason) == "request_deadline":
+            elif isinstance(x, d.Kill) and d.cause_of(x) == "request_deadline":
                 out.append(
                     PreemptionLogEntry(
                         t=x.t,

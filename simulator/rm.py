@@ -40,14 +40,14 @@ KILLED_AT_REQUEST_DEADLINE = "preempt_request_killed"  # killed at a preemption 
 NODE_LOST = "node_lost"  # its node left the partition
 
 
-def loss_cause(kill_reason: str, noticed_by: str | None) -> str:
-    """The cause a ``kill`` is counted under: opportunistic eviction and over-commit by the kill's reason,
+def loss_cause(kill: d.Kill, noticed_by: str | None) -> str:
+    """The cause a ``kill`` is counted under: opportunistic eviction and over-commit by the kill's cause,
     a request's deadline as :data:`KILLED_AT_REQUEST_DEADLINE`, else the policy whose notice ran out
     (``noticed_by``, ``"unknown"`` when no notice was seen)."""
-    head = kill_reason.split(":", 1)[0]
-    if head in (d.KILL_OPPORTUNISTIC, d.KILL_OVERCOMMIT):
-        return head
-    if kill_reason.startswith(d.KILL_AT_REQUEST_DEADLINE):
+    cause = d.cause_of(kill)
+    if cause in ("opportunistic", "overcommit"):
+        return cause
+    if cause == "request_deadline":
         return KILLED_AT_REQUEST_DEADLINE
     return noticed_by or "unknown"
 
@@ -214,7 +214,7 @@ class StandInRM:
                 self._stopped(dec.partition, dec.allocation, now)
                 self._forget(dec.partition, dec.app, dec.allocation)
                 noticed = self.noticed_by.pop((dec.partition, dec.allocation), None)
-                self._lost(dec.partition, dec.allocation, now, loss_cause(dec.reason, noticed))
+                self._lost(dec.partition, dec.allocation, now, loss_cause(dec, noticed))
                 ask = self.alloc_ask.pop((dec.partition, dec.allocation), "")
                 out: list[f.Feed] = [f.AllocationReleased(t=now, partition=dec.partition, allocation=dec.allocation)]
                 out.extend(self._again(dec.partition, dec.app, ask, now))

@@ -304,3 +304,25 @@ def test_a_kill_is_classified_by_its_cause_not_by_how_its_reason_reads_elsewhere
     assert d.kill_cause(d.KILL_OVERCOMMIT) == "overcommit"
     assert d.kill_cause(f"{d.KILL_AT_REQUEST_DEADLINE} preq-3: deadline passed") == "request_deadline"
     assert d.kill_cause(d.Kill(allocation="a", app="x", queue="root.a", node="n").reason) == "grace_expired"
+
+
+def test_metrics_count_kills_by_their_cause_and_by_their_reason_in_a_log_without_causes() -> None:
+    """A kill's ``cause`` decides what it counts as, whatever its reason reads; a kill logged without a
+    cause is classified by its reason."""
+    base = d.Kill(allocation="a", app="x", queue="root.a", node="n")
+    metrics = Metrics(ClusterModel("default"))
+    for kill in (
+        msgspec.structs.replace(base, reason="its node ran hot", cause="overcommit"),
+        msgspec.structs.replace(base, reason=d.KILL_OVERCOMMIT, cause="grace_expired"),
+        msgspec.structs.replace(base, reason=d.KILL_OPPORTUNISTIC),
+        base,
+    ):
+        metrics.record(kill)
+    assert (metrics.opportunistic().evictions, metrics.opportunistic().overcommit_kills) == (1, 1)
+    assert metrics.actions()["kill"] == 2  # the grace kill read from its cause and the one without a cause
+    assert [d.cause_of(x) for x in metrics.decisions if isinstance(x, d.Kill)] == [
+        "overcommit",
+        "grace_expired",
+        "opportunistic",
+        "grace_expired",
+    ]

@@ -64,7 +64,7 @@ def over_committed(h: Harness) -> list[d.Allocated]:
 
 
 def overcommit_kills(h: Harness) -> list[d.Kill]:
-    return [x for x in h.decisions if isinstance(x, d.Kill) and x.reason == "overcommit"]
+    return [x for x in h.decisions if isinstance(x, d.Kill) and x.cause == "overcommit"]
 
 
 # ---------------------------------------------------------------------- the config block
@@ -175,7 +175,7 @@ def test_guaranteed_allocation_never_counts_over_committed_room() -> None:
     # over-committed container is killed for it (at once, as any opportunistic one).
     h.feed(f.AllocationReleased(allocation=h.allocated()[0].allocation))
     h.settle()
-    evicted = [x for x in h.decisions if isinstance(x, d.Kill) and x.reason == "opportunistic"]
+    evicted = [x for x in h.decisions if isinstance(x, d.Kill) and x.cause == "opportunistic"]
     assert len(evicted) == 1
     h.feed(f.AllocationReleased(allocation=evicted[0].allocation))
     h.settle()

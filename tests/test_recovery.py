@@ -186,6 +186,33 @@ def test_replay_after_a_snapshot_with_releases_preemption_kill_and_node_loss() -
     }
 
 
+def _without_typed_reasons(decision: d.DecisionMsg) -> d.DecisionMsg:
+    """``decision`` as a log written before kills had a ``cause`` and reservation ends a ``code``."""
+    if not isinstance(decision, d.Kill | d.ReservationEnded):
+        return decision
+    obj = msgspec.json.decode(msgspec.json.encode(decision))
+    obj.pop("cause" if isinstance(decision, d.Kill) else "code")
+    old: d.DecisionMsg = msgspec.json.decode(msgspec.json.encode(obj), type=d.DecisionMsg)
+    return old
+
+
+def test_replay_of_a_log_without_kill_causes_and_reservation_end_codes_rebuilds_the_state() -> None:
+    o = _busy_owner()
+    snap = take_snapshot(o.core)
+    _preempt_on_n1(o)
+    o.tick(100.0)  # past the grace: the kill, and the reservation times out (the victim is not released)
+    o.settle()
+    assert [x.cause for x in o.log if isinstance(x, d.Kill)] == ["grace_expired"]
+    assert [x.code for x in o.log if isinstance(x, d.ReservationEnded)] == ["timeout"]
+    old = [_without_typed_reasons(x) for x in o.log]
+    assert [x.cause for x in old if isinstance(x, d.Kill)] == [None]
+    assert [x.code for x in old if isinstance(x, d.ReservationEnded)] == [None]
+    core, result = _recover(o, snap, old)
+    assert result.divergences == [] and result.fresh == []
+    assert _fp(core) == _fp(o.core)
+    assert core.decision_seq == o.core.decision_seq
+
+
 def test_decisions_never_published_come_back_fresh_and_nothing_is_decided_twice() -> None:
     o = _busy_owner()
     snap = take_snapshot(o.core)

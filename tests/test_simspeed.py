@@ -166,23 +166,24 @@ def test_grid_arithmetic_matches_stepping_tick_by_tick(
 # sha256 (first 16 hex digits) of the bundled scenarios' encoded decisions, one per line. A speed-up must
 # leave every decision byte-identical; a change of rule that moves one says which and why in its commit.
 # Victims are costed at their kill (each victim's grace counted in ``preempt``'s ``cost`` and ``reason``);
-# sniper's gang and opportunistic decisions follow the deadzone as a trigger.
+# sniper's gang and opportunistic decisions follow the deadzone as a trigger. Kills carry their cause and
+# reservation ends their code.
 DECISION_HASHES = {
-    ("demo", "proportional"): "881b92b86fed469c",
-    ("random_mix", "proportional"): "7d972edc9aed2819",
-    ("gang", "proportional"): "d55c6fba588ae416",
-    ("opportunistic", "proportional"): "60ccaba99b059246",
-    ("demo", "sniper"): "0758a660e3013171",
-    ("random_mix", "sniper"): "db40cca11e734c30",
-    ("gang", "sniper"): "d192251cb6f7f00e",
-    ("opportunistic", "sniper"): "2b6d4b81f61d8339",
-    ("user_limits", "sniper"): "dacfc0ba330797a0",
-    ("priority_queues", "sniper"): "e0710f86163f6eb0",
-    ("budgets", "sniper"): "06c32b406fc875ac",
-    ("budgets", "proportional"): "03091f5ce941cd6a",
-    ("constraints", "sniper"): "0a81102c927b09d9",
-    ("constraints", "proportional"): "84f508c376b90624",
-    ("slo", "sniper"): "bf2aa15cc9222c89",
+    ("demo", "proportional"): "0b29980b1265132f",
+    ("random_mix", "proportional"): "c571653ba7c94b83",
+    ("gang", "proportional"): "0fc686e28a1c7ed4",
+    ("opportunistic", "proportional"): "e24a9824ba58fbb6",
+    ("demo", "sniper"): "50c3de3d805a7b7d",
+    ("random_mix", "sniper"): "c64686dd442945ac",
+    ("gang", "sniper"): "4223de4791c4ca17",
+    ("opportunistic", "sniper"): "5036cbd16baacc15",
+    ("user_limits", "sniper"): "66c543c1416aeb38",
+    ("priority_queues", "sniper"): "3895d328ccc1ab51",
+    ("budgets", "sniper"): "90c67c7ed5dc372a",
+    ("budgets", "proportional"): "270a393a080753f7",
+    ("constraints", "sniper"): "39719cf94d9f0513",
+    ("constraints", "proportional"): "e3631820dae87654",
+    ("slo", "sniper"): "07f8876d259c0f66",
 }
 
 

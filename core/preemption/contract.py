@@ -165,7 +165,15 @@ def _enforce(cache: Writer, contract: Contract) -> Resource:
     if chosen:
         cache.commit(p.VictimsKilled(victims=[alloc.id for alloc in chosen]))
     for alloc in chosen:
-        cache.decide(d.Kill, allocation=alloc.id, app=alloc.app, queue=alloc.queue.path, node=alloc.node, reason=reason)
+        cache.decide(
+            d.Kill,
+            allocation=alloc.id,
+            app=alloc.app,
+            queue=alloc.queue.path,
+            node=alloc.node,
+            reason=reason,
+            cause="request_deadline",
+        )
     return covered
 
 
