@@ -192,9 +192,7 @@ def _digest(result: SimulationResult) -> str:
 
 
 @pytest.mark.parametrize(("name", "policy"), sorted(DECISION_HASHES))
-def test_the_bundled_scenarios_decide_byte_for_byte_what_their_pins_record(
-    name: str, policy: str
-) -> None:
+def test_the_bundled_scenarios_decide_byte_for_byte_what_their_pins_record(name: str, policy: str) -> None:
     sc = scenario(name)
     result = run_simulation(sc.events, sc.config, SimulationSettings(policy=policy))
     assert _digest(result) == DECISION_HASHES[(name, policy)]
