@@ -811,10 +811,11 @@ class Cache:
 
                 def check(
                     item: p.Placement | p.Victimized,
+                    held: gang.Held,
                     trial: Limits | None = trial,
                     evicting: list[p.Victimized] = evicting,
                 ) -> str | None:
-                    why = self._check_item(item, trial, evicting)
+                    why = self._check_item(item, trial, evicting, held)
                     if why is None:
                         if trial is not None:
                             trial.charge(self.state.apps[item.app].asks[item.ask])
@@ -845,13 +846,18 @@ class Cache:
         self.outcome(proposal.id, accepted, rejected)
 
     def _check_item(
-        self, item: p.Placement | p.Victimized, limits: Limits | None, evicting: Sequence[p.Victimized] = ()
+        self,
+        item: p.Placement | p.Victimized,
+        limits: Limits | None,
+        evicting: Sequence[p.Victimized] = (),
+        held: gang.Held | None = None,
     ) -> str | None:
         """Why one placement or opportunistic eviction of an allocation proposal cannot be committed now
-        (``evicting``: the evictions already checked for the same gang, their victims counted leaving)."""
+        (``evicting``: the evictions already checked for the same gang, their victims counted leaving;
+        ``held``: the members of the same gang checked before it, counted as taken)."""
         if isinstance(item, p.Victimized):
-            return opportunistic.check_eviction(self, item, evicting)
-        return self.check_placement(item.app, item.ask, item.node, item.ask_seq, limits)
+            return opportunistic.check_eviction(self, item, evicting, held)
+        return self.check_placement(item.app, item.ask, item.node, item.ask_seq, limits, held)
 
     def _end_reservation_placed_elsewhere(self, app_name: str, ask_name: str, node_name: str) -> None:
         """A reserved beneficiary placed on free room: when every container it still wants is reserved,
@@ -865,10 +871,17 @@ class Cache:
         self._end_reservation("placed_elsewhere", last, f"its beneficiary was placed on free room on {node_name}")
 
     def check_placement(
-        self, app_name: str, ask_name: str, node_name: str, ask_seq: int = 0, limits: Limits | None = None
+        self,
+        app_name: str,
+        ask_name: str,
+        node_name: str,
+        ask_seq: int = 0,
+        limits: Limits | None = None,
+        held: gang.Held | None = None,
     ) -> str | None:
         """Why one container of the ask cannot go to the node now, or ``None`` when it can (``limits``:
-        the proposal's view of user and application limits, charged with what it accepted so far)."""
+        the proposal's view of user and application limits, charged with what it accepted so far;
+        ``held``: the members of its gang checked before it, counted as taken; the state is only read)."""
         state = self.state
         app = state.apps.get(app_name)
         if app is None:
@@ -894,16 +907,22 @@ class Cache:
         if not ask.accepts(node):
             return f"node {node_name} does not match the ask's node selector"
         if ask.constraints:
-            broken = constraints.refusal(state, ask, node)
+            broken = constraints.refusal(state, ask, node, arriving=() if held is None else held.placed)
             if broken is not None:
                 return broken
-        if not node.can_hold(ask.resource) and not (
-            ask.opportunistic and overcommit.allows(overcommit.config_of(state), node, ask.resource)
+        fits = node.can_hold(ask.resource) if held is None else held.can_hold(node, ask.resource)
+        if not fits and not (
+            ask.opportunistic
+            and overcommit.allows(
+                overcommit.config_of(state), node, ask.resource, None if held is None else held.on(node)
+            )
         ):
             return "does not fit the node's free room"
         reserved_for = node_reservation.refusal(state, ask, node_name)
         if reserved_for is not None:
             return reserved_for
+        if held is not None:
+            freed = held.with_queues(freed)
         if not ask.opportunistic and not state.headroom_allows(app.queue, ask.resource, freed):
             return "queue max would be exceeded"
         if limits is not None and not ask.opportunistic:

@@ -17,7 +17,8 @@ This module owns the rule (:func:`refusal`, :func:`allows`), its validation (:fu
 rejects only what no cluster can ever satisfy: nodes, labels and tags may come later) and the tag
 count index (:class:`TagIndex`), kept by :class:`core.state.PartitionState` through ``apply`` only
 (and, in the allocator's replica, through :func:`core.placing.hold_room` for containers in flight, so
-a cycle's or a gang's own containers count each other). Invariant: for every scope group and
+a cycle's or a gang's own containers count each other; the cache checks a gang's members with those
+checked before them passed as ``arriving``, the index untouched). Invariant: for every scope group and
 (namespace, tag), the index holds the number of allocations (plus in-flight holds) carrying that tag
 on the group's nodes, and apart the preemption reservations' promised containers (they count against
 upper bounds only); a check costs O(constraints x tags), never a scan of nodes or allocations. An ask
@@ -245,10 +246,16 @@ class TagIndex:
 
 
 def refusal(
-    state: Tagged, ask: Constrained, node: Node, leaving: Iterable[Placed] = (), own: Placed | None = None
+    state: Tagged,
+    ask: Constrained,
+    node: Node,
+    leaving: Iterable[Placed] = (),
+    own: Placed | None = None,
+    arriving: Sequence[Placed] = (),
 ) -> str | None:
     """Why one more container of ``ask`` breaks one of its constraints on ``node``, or ``None``.
-    ``leaving``: containers counted gone (a victim set being chosen or checked); ``own``: the ask's
+    ``leaving``: containers counted gone (a victim set being chosen or checked); ``arriving``: containers
+    counted running that the index does not hold (a gang's members checked before); ``own``: the ask's
     reservation being fulfilled (its promised container is the one placed, counted as such rather than
     as promised). A reservation's promised container counts against upper bounds only: a lower bound
     wants its tags running. ``cardinality`` adds the container placed to the count of the tags it
@@ -271,6 +278,12 @@ def refusal(
                     n -= 1
             if tag in c.placed:
                 n += 1  # the container placed: cardinality bounds the scope as it is after placement
+            if arriving:
+                n += sum(
+                    1
+                    for a in arriving
+                    if tag in a.tags and (not c.own_app or a.app == app) and _in_scope(state, a, node, c.scope)
+                )
             if gone:
                 n -= sum(
                     1

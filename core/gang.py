@@ -5,11 +5,14 @@ ever, reserved, and in the allocator proposed) are fewer than ``gang_min``; its 
 form one unit that normal allocation, preemption placement and the cache's commit treat as a whole.
 Once the gang is held the rest of the ask is ordinary. Invariant: a unit is placed, reserved or
 committed in full or not at all; a failed unit leaves no trace (holds and placer state are undone).
+Checking a unit on the cache's state writes nothing: the members checked so far are tallied in a
+:class:`Held` that each member's check adds to what it reads of the state.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Protocol, TypeVar, runtime_checkable
 
 from core import resources as res
@@ -173,24 +176,79 @@ def units(state: PartitionState, placements: Sequence[_Keyed]) -> list[tuple[lis
     return out
 
 
-def check_unit(state: PartitionState, unit: Sequence[_P], need: int, check: Callable[[_P], str | None]) -> str | None:
+@dataclass(frozen=True, slots=True)
+class HeldMember:
+    """A gang member checked so far, as the constraint rule counts it (:class:`core.constraints.Placed`)."""
+
+    app: str
+    node: str
+    tags: tuple[str, ...]
+
+
+class Held:
+    """What the members of a gang checked so far hold, tallied beside the state (which a check never
+    touches), as the allocator's in-flight counters (:func:`core.placing.hold_room`) would count them:
+    their room on each node (``nodes``, by name), up their queue tree (``queues``, by path; none for an
+    opportunistic ask, which counts on its node only), their containers in their tags' scopes
+    (``placed``, when the ask carries tags) and their number (``count``)."""
+
+    __slots__ = ("ask", "count", "nodes", "placed", "queues")
+
+    def __init__(self, ask: Ask) -> None:
+        self.ask = ask
+        self.count = 0
+        self.nodes: dict[str, res.Resource] = {}
+        self.queues: dict[str, res.Resource] = {}
+        self.placed: list[HeldMember] = []
+
+    def hold(self, node: Node) -> None:
+        """Count one more member of the ask on ``node``."""
+        ask = self.ask
+        self.count += 1
+        res.add_into(self.nodes.setdefault(node.name, {}), ask.resource)
+        if not ask.opportunistic:
+            for q in ask.app.queue.lineage():
+                res.add_into(self.queues.setdefault(q.path, {}), ask.resource)
+        if ask.tags:
+            self.placed.append(HeldMember(ask.app.name, node.name, ask.tags))
+
+    def on(self, node: Node) -> res.Resource:
+        """What the members hold on ``node`` (empty: nothing)."""
+        return self.nodes.get(node.name, {})
+
+    def free(self, node: Node) -> res.Resource:
+        """``node.free()`` with the members' room taken."""
+        return res.sub(node.free(), self.on(node))
+
+    def can_hold(self, node: Node, request: res.Resource) -> bool:
+        """``node.can_hold(request)`` with the members' room taken."""
+        return res.fits(request, self.free(node))
+
+    def with_queues(self, extra: dict[str, res.Resource] | None) -> dict[str, res.Resource] | None:
+        """``extra`` (per queue path, added to each queue's usage by
+        :meth:`core.state.PartitionState.headroom_allows`) with the members' room added."""
+        if not self.queues:
+            return extra
+        out = {path: dict(amount) for path, amount in (extra or {}).items()}
+        for path, amount in self.queues.items():
+            res.add_into(out.setdefault(path, {}), amount)
+        return out
+
+
+def check_unit(
+    state: PartitionState, unit: Sequence[_P], need: int, check: Callable[[_P, Held], str | None]
+) -> str | None:
     """Why a gang's unit cannot be committed whole, or ``None``: every member passes ``check`` with the
-    members before it counted as taken (their room held on the state while checking, then released)."""
+    members before it counted as taken (tallied in the :class:`Held` ``check`` gets; the state is only read)."""
     if len(unit) < need:
         return f"gang of {need} proposed with {len(unit)} members: all or nothing"
     ask = state.ask((unit[0].app, unit[0].ask))
     if ask is None:
         return "ask is gone"
-    held: list[Node] = []
-    try:
-        for n, pl in enumerate(unit, 1):
-            why = check(pl)
-            if why is not None:
-                return f"gang member {n} of {need}: {why}"
-            node = state.nodes[pl.node]
-            hold_room(state, ask, node, 1)
-            held.append(node)
-        return None
-    finally:
-        for node in held:
-            hold_room(state, ask, node, -1)
+    held = Held(ask)
+    for n, pl in enumerate(unit, 1):
+        why = check(pl, held)
+        if why is not None:
+            return f"gang member {n} of {need}: {why}"
+        held.hold(state.nodes[pl.node])
+    return None

@@ -227,9 +227,12 @@ def evict(cache: Writer, victims: list[Allocation]) -> None:
         )
 
 
-def check_eviction(cache: Writer, ev: p.Victimized, earlier: Sequence[p.Victimized] = ()) -> str | None:
+def check_eviction(
+    cache: Writer, ev: p.Victimized, earlier: Sequence[p.Victimized] = (), held: gang.Held | None = None
+) -> str | None:
     """Why this eviction cannot be committed now, or ``None``. ``earlier``: the evictions checked before
-    it for other members of the same gang (held, not yet committed): their victims count as leaving."""
+    it for other members of the same gang (held, not yet committed): their victims count as leaving;
+    ``held``: every member of that gang checked before it, counted as taken (the state is only read)."""
     state = cache.state
     ask = state.ask((ev.app, ev.ask))
     if ask is None:
@@ -238,7 +241,7 @@ def check_eviction(cache: Writer, ev: p.Victimized, earlier: Sequence[p.Victimiz
         return "an opportunistic ask never evicts"
     if not may_preempt(ask):
         return "the ask never preempts (preemption_policy never)"
-    if ask.count - ask.allocated - ask.reserved - ask.allocating <= 0:
+    if ask.count - ask.allocated - ask.reserved - ask.allocating - (0 if held is None else held.count) <= 0:
         return "ask is already fully allocated"
     node = state.nodes.get(ev.node)
     if node is None or not node.schedulable:
@@ -248,7 +251,7 @@ def check_eviction(cache: Writer, ev: p.Victimized, earlier: Sequence[p.Victimiz
     reserved_for = node_reservation.refusal(state, ask, ev.node)
     if reserved_for is not None:
         return reserved_for
-    if not state.headroom_allows(ask.app.queue, ask.resource):
+    if not state.headroom_allows(ask.app.queue, ask.resource, None if held is None else held.with_queues(None)):
         return "queue max would be exceeded"
     victims: list[Allocation] = []
     for vid in ev.victims:
@@ -260,6 +263,8 @@ def check_eviction(cache: Writer, ev: p.Victimized, earlier: Sequence[p.Victimiz
     if len({v.id for v in victims} - set(named)) != len(victims) or not victims:
         return "the eviction set is empty or names a container twice"
     room = state.room_once_victims_leave(node)
+    if held is not None:
+        res.sub_into(room, held.on(node))
     for e in earlier:
         if e.node == ev.node:
             res.add_into(room, res.total(state.allocations[vid].resource for vid in e.victims))
@@ -269,7 +274,7 @@ def check_eviction(cache: Writer, ev: p.Victimized, earlier: Sequence[p.Victimiz
     if len(victims) > 1 and any(res.fits(ask.resource, res.sub(room, v.resource)) for v in victims):
         return "the eviction set is not minimal"
     if ask.constraints:
-        return constraints.refusal(state, ask, node, victims)
+        return constraints.refusal(state, ask, node, victims, arriving=() if held is None else held.placed)
     return None
 
 

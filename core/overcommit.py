@@ -48,20 +48,23 @@ def projected(node: Node) -> Resource:
     return out
 
 
-def allows(config: OvercommitConfig | None, node: Node, request: Resource) -> bool:
+def allows(config: OvercommitConfig | None, node: Node, request: Resource, held: Resource | None = None) -> bool:
     """Whether an opportunistic ``request`` may go beyond ``node``'s allocated room: the node has
     reported its utilization and holds no room reserved for a beneficiary, every resource
     ``allocate_below`` names stays below its threshold with the request, and every other resource of
-    the request fits the free room."""
+    the request fits the free room (``held``: room on the node the state does not show taken, a gang's
+    members checked before, counted as in flight)."""
     if config is None or node.utilization is None or node.reservations:
         return False
     below = config.allocate_below
     use = projected(node)
+    if held:
+        res.add_into(use, held)
     capacity = node.capacity
     for name, amount in request.items():
         fraction = below.get(name)
         if fraction is None:
-            if amount > node.free_of(name):
+            if amount > node.free_of(name) - (held.get(name, 0) if held else 0):
                 return False
         elif use.get(name, 0) + amount >= fraction * capacity.get(name, 0):
             return False

@@ -2,7 +2,8 @@
 goes through ``PartitionState.apply`` (ARCHITECTURE section 2: only the cache writes, and only through
 its one mutation path): no module outside ``core/state.py`` assigns an attribute of one, read from the
 source (an attribute write is caught whatever names the object). Nodes, queues, apps and asks likewise,
-but for the allocator's in-flight ``allocating`` counters (:func:`core.placing.hold_room`)."""
+but for the allocator's in-flight ``allocating`` counters, which only the allocator and
+:func:`core.placing.hold_room` write (the cache's checks, a gang's included, only read them)."""
 
 from __future__ import annotations
 
@@ -58,6 +59,51 @@ def test_no_total_of_a_node_queue_app_or_ask_is_written_outside_apply(path: Path
     module = str(path.relative_to(ROOT))
     writes = [w for w in attribute_writes(path.read_text(), HOLDERS) if (module, w.split(": ", 1)[1]) not in NOT_STATE]
     assert writes == []
+
+
+ALLOCATING_WRITERS = {"core/placing.py", "core/allocator.py"}
+MUTATORS = {"add_into", "sub_into"}  # core.resources' in-place arithmetic: its first argument is written
+
+
+def allocating_writes(source: str) -> list[str]:
+    """Writes of an ``allocating`` counter: assigned (``x.allocating = ...``, ``+=``), one of its items
+    assigned (``x.allocating[k] = ...``), or passed as the target of in-place arithmetic."""
+    found = attribute_writes(source, {"allocating"})
+    for node in ast.walk(ast.parse(source)):
+        written: list[ast.expr] = []
+        if isinstance(node, ast.Assign | ast.AugAssign):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            written = [t.value for t in targets if isinstance(t, ast.Subscript)]
+        elif isinstance(node, ast.Call) and node.args:
+            func = node.func
+            name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
+            if name in MUTATORS:
+                written = [node.args[0]]
+        found.extend(
+            f"{node.lineno}: {ast.unparse(t)}"
+            for t in written
+            if isinstance(t, ast.Attribute)
+            and t.attr == "allocating"
+            and not (isinstance(t.value, ast.Name) and t.value.id == "self")
+        )
+    return found
+
+
+@pytest.mark.parametrize("path", SOURCES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_only_the_allocator_writes_the_allocating_counters(path: Path) -> None:
+    if str(path.relative_to(ROOT)) not in ALLOCATING_WRITERS:
+        assert allocating_writes(path.read_text()) == []
+
+
+def test_the_allocating_scan_catches_each_kind_of_write() -> None:
+    source = (
+        "def f(ask, node, q, out):\n"
+        "    ask.allocating += 1\n"
+        "    res.add_into(node.allocating, r)\n"
+        "    q.allocating['memory'] = 0\n"
+        "    res.add_into(out, node.allocating)\n"
+    )
+    assert allocating_writes(source) == ["2: ask.allocating", "4: q.allocating", "3: node.allocating"]
 
 
 def test_the_scan_catches_a_write_whatever_names_the_object() -> None:

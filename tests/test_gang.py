@@ -12,8 +12,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from core import gang
 from core import resources as res
 from core.config import SchedulerConfig, parse_config
+from core.state import PartitionState
 from messages import decisions as d
 from messages import feed as f
 from messages import protocol as p
@@ -21,8 +23,9 @@ from messages.codec import BadInput, decode_feed_lines
 from simulator.model import ClusterModel
 from simulator.run import SimulationSettings, run_simulation
 from simulator.scenarios import scenario
-from tests.core_support import Harness, config_of, invariant_problems, queue, rejected_reasons
+from tests.core_support import Harness, config_of, fingerprint, invariant_problems, queue, rejected_reasons
 from tests.preemption_support import PARTITION, PreemptHarness, preemption_raw, two_queues
+from tests.test_overcommit import CAP, full_node, report
 
 
 def gang_ask(app: str, ask: str, memory: int, count: int, gang_min: int, **kw: Any) -> f.AskAdded:
@@ -145,6 +148,106 @@ def test_cache_commits_a_gang_atomically_when_one_member_does_not_fit() -> None:
     assert not any(res.any_positive(n.allocating) for n in h.cache.state.nodes.values())
     h.model.check(h.now)
     assert not h.model.violations
+
+
+def tagged_gang(nodes: dict[str, str], maximum: int | None = None) -> Harness:
+    """Nodes of 100 by rack (``nodes``: name to rack), another app's 30 running in the queue, and a gang
+    of three 30s tagged ``g``, at most one per node and two per rack."""
+    h = Harness(config_of(queue("a", maximum=None if maximum is None else {"memory": maximum})))
+    h.feed(
+        *(f.NodeAdded(node=n, capacity={"memory": 100}, labels={"rack": rack}) for n, rack in nodes.items()),
+        f.AppAdded(app="a2", queue="root.a"),
+        f.AskAdded(app="a2", ask="other", resource={"memory": 30}, count=1),
+    )
+    h.settle()
+    assert len(h.cache.state.allocations) == 1
+    h.feed(
+        f.AppAdded(app="a1", queue="root.a"),
+        gang_ask(
+            "a1",
+            "g",
+            30,
+            count=3,
+            gang_min=3,
+            tags=("g",),
+            constraints=(
+                f.PlacementConstraint(scope="node", op="cardinality", tags=["g"], max=1),
+                f.PlacementConstraint(scope="rack", op="cardinality", tags=["g"], max=2),
+            ),
+        ),
+    )
+    return h
+
+
+def held_state(state: PartitionState) -> object:
+    """Everything a gang's hold would write, as stored (a zero left behind counts): every ``allocating``
+    counter, the tag index, the node order."""
+    return (
+        fingerprint(state, allocating=True),
+        [(n.name, dict(n.allocating)) for n in state.nodes.values()],
+        [(q.path, dict(q.allocating)) for q in state.queues.values()],
+        [(k.key, k.allocating) for a in state.apps.values() for k in a.asks.values()],
+        {n: dict(c) for n, c in state.tags.by_node.items()},
+        {g: dict(c) for g, c in state.tags.by_group.items()},
+        state.node_index.ordered() if state.indexed else None,
+    )
+
+
+@pytest.mark.parametrize(
+    ("nodes", "why"),
+    [
+        ({"n0": "r1", "n1": "r2", "n2": "r3"}, None),
+        ({"n0": "r1", "n1": "r1", "n2": "r1"}, "gang member 3 of 3: node n2's rack would hold 3 of g"),
+    ],
+)
+def test_checking_a_gang_unit_only_reads_the_state(nodes: dict[str, str], why: str | None) -> None:
+    h = tagged_gang(nodes)
+    state = h.cache.state
+    seq = state.ask(("a1", "g")).seq  # type: ignore[union-attr]
+    unit = [p.Placement("a1", "g", n, seq) for n in nodes]
+    before = held_state(state)
+    seen: list[object] = []
+
+    def check(pl: p.Placement, held: gang.Held) -> str | None:
+        seen.append(held_state(state))
+        return h.cache.check_placement(pl.app, pl.ask, pl.node, pl.ask_seq, None, held)
+
+    outcome = gang.check_unit(state, unit, 3, check)
+    assert outcome is None if why is None else (outcome or "").startswith(why), outcome
+    assert seen == [before] * 3  # every member checked (the last refused or not) on the untouched state
+    assert held_state(state) == before
+
+
+@pytest.mark.parametrize(
+    ("nodes", "placed", "maximum", "why"),
+    [
+        ({"n0": "r1", "n1": "r2", "n2": "r3"}, ["n0", "n1", "n2"], None, None),
+        ({"n0": "r1", "n1": "r2", "n2": "r3"}, ["n0", "n1", "n0"], None, "gang member 3 of 3: node n0's node would"),
+        ({"n0": "r1", "n1": "r1", "n2": "r1"}, ["n0", "n1", "n2"], None, "gang member 3 of 3: node n2's rack would"),
+        ({"n0": "r1", "n1": "r2", "n2": "r3"}, ["n0", "n1", "n2"], 119, "gang member 3 of 3: queue max would be"),
+        ({"n0": "r1", "n1": "r2", "n2": "r3"}, ["n0", "n1", "n2"], 120, None),
+    ],
+)
+def test_the_cache_counts_a_gangs_earlier_members_in_room_tags_and_max_and_leaves_no_trace(
+    nodes: dict[str, str], placed: list[str], maximum: int | None, why: str | None
+) -> None:
+    # Each member alone fits everywhere: only the members before it, counted, refuse it.
+    h = tagged_gang(nodes, maximum)
+    state = h.cache.state
+    seq = state.ask(("a1", "g")).seq  # type: ignore[union-attr]
+    before = held_state(state)
+    h.cache.handle_proposal(
+        p.AllocationProposal(id="t/g", view_seq=0, placements=[p.Placement("a1", "g", n, seq) for n in placed])
+    )
+    h.pump()
+    outcome = h.outcomes["t/g"]
+    if why is None:
+        assert outcome.accepted == 3
+        assert sorted(a.node for a in state.allocations.values() if a.app == "a1") == sorted(placed)
+        return
+    assert outcome.accepted == 0 and len(outcome.rejected) == 3
+    assert all(reason.startswith(why) for reason in outcome.rejected.values()), outcome.rejected
+    assert held_state(state) == before
 
 
 def limited_user(limit_mib: int) -> Harness:
@@ -336,7 +439,7 @@ def test_checking_a_gang_that_fails_at_its_last_member_counts_its_victims_beside
             [(a.name, a.disrupted) for a in state.apps.values()],
         ]
 
-    before = counters()
+    before, held = counters(), held_state(state)
     second = p.Victimized("a1", "g", "n0", ["alloc-does-not-exist"])
     proposal = p.PreemptionProposal(
         id="t/r", view_seq=0, policy="sniper", placements=[p.Victimized("a1", "g", "n0", victims), second]
@@ -345,6 +448,7 @@ def test_checking_a_gang_that_fails_at_its_last_member_counts_its_victims_beside
     assert outcome.accepted == 0 and not [x for x in decisions if isinstance(x, d.Preempt)]
     assert "gang member 2 of 2: victim alloc-does-not-exist is gone" in outcome.rejected.values()
     assert counters() == before  # not even a zero left behind where a member's victims were counted
+    assert held_state(state) == held  # nor where the first member's room was counted taken
 
 
 # ---------------------------------------------------------------------- the checker
@@ -582,3 +686,26 @@ def test_a_gang_stays_whole_through_node_loss_beside_opportunistic_work_and_a_co
         assert [x.t for x in members] == [40.0] * 3, policy
         lost = [x for x in result.decisions if isinstance(x, d.AllocationLost) and x.app == "a1"]
         assert [(x.t, x.ask) for x in lost] == [(60.0, "g"), (60.0, "g")], policy
+
+
+@pytest.mark.parametrize(("memory", "accepted"), [(1024, 2), (1536, 0)])
+def test_an_opportunistic_gang_over_commits_a_node_counting_its_earlier_members(memory: int, accepted: int) -> None:
+    # n1 is full and reported at half its capacity (threshold 0.8): one member alone always fits the
+    # slack, two of 1536 together reach the threshold.
+    h = full_node()
+    h.feed(report(CAP / 2))
+    h.feed(
+        f.AskAdded(app="b1", ask="og", resource={"memory": memory}, count=2, gang_min=2, execution_type="opportunistic")
+    )
+    state = h.cache.state
+    seq = state.ask(("b1", "og")).seq  # type: ignore[union-attr]
+    before = held_state(state)
+    h.cache.handle_proposal(
+        p.AllocationProposal(id="t/o", view_seq=0, placements=[p.Placement("b1", "og", "n1", seq)] * 2)
+    )
+    h.pump()
+    outcome = h.outcomes["t/o"]
+    assert outcome.accepted == accepted
+    if not accepted:
+        assert all(why.startswith("gang member 2 of 2: does not fit") for why in outcome.rejected.values())
+        assert held_state(state) == before

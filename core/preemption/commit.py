@@ -168,9 +168,9 @@ def _check_gang(
     limits: Limits | None,
 ) -> str | None:
     """:func:`_check` for every member of a gang, each seeing the room, victims, quotas and limits the
-    members before it took (tallied in a :class:`Taken` and a copy of the quotas left, never on the
-    state; ``limits`` is a trial view the caller keeps only when the unit passes): the whole unit or
-    nothing."""
+    members before it took (tallied in a :class:`Taken`, a :class:`core.gang.Held` and a copy of the
+    quotas left, never on the state; ``limits`` is a trial view the caller keeps only when the unit
+    passes): the whole unit or nothing."""
     state = cache.state
     ask = state.ask((unit[0].app, unit[0].ask))
     if ask is None:
@@ -184,10 +184,10 @@ def _check_gang(
     claimed: set[str] = set()
     taken = Taken()
 
-    def check(pl: p.Victimized) -> str | None:
+    def check(pl: p.Victimized, held: gang.Held) -> str | None:
         if claimed.intersection(pl.victims):
             return "a victim is named for two members"
-        why = _check(cache, pl, quotas, lose, intra, limits, taken)
+        why = _check(cache, pl, quotas, lose, intra, limits, taken, held)
         if why is not None:
             return why
         claimed.update(pl.victims)
@@ -214,9 +214,10 @@ def _check(
     intra: bool,
     limits: Limits | None,
     taken: Taken | None = None,
+    held: gang.Held | None = None,
 ) -> str | None:
     """Why placement ``pl`` cannot be committed (``None``: it can), with what earlier members of its gang
-    take (``taken``) counted as leaving."""
+    take (``taken``) counted as leaving and what they hold (``held``) counted as taken."""
     state = cache.state
     app = state.apps.get(pl.app)
     ask: Ask | None = None if app is None else app.asks.get(pl.ask)
@@ -251,7 +252,8 @@ def _check(
     over = over_budget(victims, state.guarded, disrupted) if state.guarded else None
     if over is not None:
         return budget_refusal(over, disrupted)
-    broken = constraints.refusal(state, ask, node, victims) if ask.constraints else None
+    arriving = () if held is None else held.placed
+    broken = constraints.refusal(state, ask, node, victims, arriving=arriving) if ask.constraints else None
     if broken is not None:
         return f"beneficiary's placement constraint, with its victims gone: {broken}"
     # Counted gone for every max: these victims and those already under notice (as placement does).
@@ -265,6 +267,8 @@ def _check(
     for v in guaranteed:
         for q in v.queue.lineage():
             res.sub_into(leaving.setdefault(q.path, {}), v.resource)
+    if held is not None:
+        leaving = held.with_queues(leaving) or {}
     if not state.headroom_allows(app.queue, ask.resource, leaving):
         return "beneficiary's queue max would be exceeded, even with the victims gone"
     required = required_node_rule(state, ask, pl.node, intra)
@@ -282,6 +286,8 @@ def _check(
         if path is not None:
             return f"victims would take {path} below its guarantee or ideal, or it is within the deadzone"
     also = None if taken is None else taken.nodes.get(node.name)
+    if held is not None and held.on(node):
+        also = res.sub(also or {}, held.on(node))
     return _frees_room_minimally(state, app.queue, ask, node, victims, leaving, also)
 
 
