@@ -160,16 +160,17 @@ class Cache:
         ]
         if not overdue:
             return
-        self.commit(p.VictimsKilled(victims=[alloc.id for alloc in overdue]))
-        for alloc in overdue:
-            self.decide(
-                d.Kill,
-                allocation=alloc.id,
-                app=alloc.app,
-                queue=alloc.queue.path,
-                node=alloc.node,
-                cause="grace_expired",
-            )
+        self.kill(overdue, "grace_expired")
+
+    def kill(self, victims: list[Allocation], cause: d.KillCause, reason: str | None = None) -> None:
+        """Kill ``victims`` (already marked leaving): one ``VictimsKilled`` change, then a ``kill`` each,
+        with its ``cause`` and ``reason`` (the decision's default reason when None)."""
+        if not victims:
+            return
+        self.commit(p.VictimsKilled(victims=[v.id for v in victims]))
+        extra = {} if reason is None else {"reason": reason}
+        for v in victims:
+            self.decide(d.Kill, allocation=v.id, app=v.app, queue=v.queue.path, node=v.node, cause=cause, **extra)
 
     def _expire_reservations(self) -> None:
         now = self.state.now

@@ -213,18 +213,7 @@ def evict(cache: Writer, victims: list[Allocation]) -> None:
     """Kill the opportunistic ones among ``victims`` (already marked leaving by the caller's commit) at
     once: no grace, a ``kill`` with reason ``opportunistic`` each."""
     doomed = [v for v in victims if v.opportunistic and not v.killed]
-    if doomed:
-        cache.commit(p.VictimsKilled(victims=[v.id for v in doomed]))
-    for v in doomed:
-        cache.decide(
-            d.Kill,
-            allocation=v.id,
-            app=v.app,
-            queue=v.queue.path,
-            node=v.node,
-            reason=KILL_REASON,
-            cause="opportunistic",
-        )
+    cache.kill(doomed, "opportunistic", KILL_REASON)
 
 
 def check_eviction(

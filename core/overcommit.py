@@ -174,8 +174,4 @@ def kill(cache: Writer, victims: list[Allocation]) -> None:
     if not victims:
         return
     cache.commit(p.VictimsMarked(victims=[v.id for v in victims], deadline=cache.state.now, policy=KILL_REASON))
-    cache.commit(p.VictimsKilled(victims=[v.id for v in victims]))
-    for v in victims:
-        cache.decide(
-            d.Kill, allocation=v.id, app=v.app, queue=v.queue.path, node=v.node, reason=KILL_REASON, cause="overcommit"
-        )
+    cache.kill(victims, "overcommit", KILL_REASON)

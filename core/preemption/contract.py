@@ -162,18 +162,7 @@ def _enforce(cache: Writer, contract: Contract) -> Resource:
     if fresh:
         cache.commit(p.VictimsMarked(victims=fresh, deadline=state.now, policy=contract.policy))
     reason = f"{KILL_REASON} {contract.id}: deadline passed, {res.fmt(missing)} still missing"
-    if chosen:
-        cache.commit(p.VictimsKilled(victims=[alloc.id for alloc in chosen]))
-    for alloc in chosen:
-        cache.decide(
-            d.Kill,
-            allocation=alloc.id,
-            app=alloc.app,
-            queue=alloc.queue.path,
-            node=alloc.node,
-            reason=reason,
-            cause="request_deadline",
-        )
+    cache.kill(chosen, "request_deadline", reason)
     return covered
 
 
