@@ -2,14 +2,18 @@
 property tests draw the same examples on every run (``SNIPER_HYPOTHESIS=explore`` draws new ones).
 
 A uvloop loop's ``close`` runs libuv until every handle and request is gone, which has been seen to block
-for good after a Kafka test under load (the test itself had passed). The tests' uvloop loops close on a
-worker thread and give up after ``CLOSE_LIMIT`` seconds with a warning, so such a hang costs a warning in
-the summary instead of the whole run."""
+for good after a Kafka test under load, with a child process the test started still running. So a test's
+uvloop loop, when it closes, first kills the child processes started while it ran that still run (a
+``ChildLeftRunning`` warning names them; the bundled broker, shared by the session, is never one), then
+closes on a worker thread and gives up after ``CLOSE_LIMIT`` seconds with a warning: such a hang costs a
+warning in the summary instead of the whole run."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
+import signal
 import threading
 import warnings
 from collections.abc import Callable, Mapping
@@ -34,10 +38,43 @@ class LoopCloseHung(ResourceWarning):
     """A test's uvloop loop did not finish closing within ``CLOSE_LIMIT`` seconds and was left behind."""
 
 
+class ChildLeftRunning(ResourceWarning):
+    """A test left a child process running when its loop closed; it was killed."""
+
+
+def _children() -> dict[int, str]:
+    """This process's child processes: pid -> command line (empty where /proc is not there)."""
+    me, found = os.getpid(), {}
+    for entry in os.listdir("/proc") if os.path.isdir("/proc") else ():
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as stat, open(f"/proc/{entry}/cmdline", "rb") as cmdline:
+                fields, command = stat.read().rsplit(")", 1)[1].split(), cmdline.read()
+        except OSError:
+            continue  # gone meanwhile
+        if int(fields[1]) == me and fields[0] != "Z":
+            found[int(entry)] = command.replace(b"\0", b" ").decode(errors="replace").strip()
+    return found
+
+
 class BoundedCloseLoop(uvloop.Loop):
-    """A uvloop loop whose ``close`` waits at most ``CLOSE_LIMIT`` seconds (see the module docstring)."""
+    """A uvloop loop whose ``close`` kills what its test left running and waits at most ``CLOSE_LIMIT``
+    seconds (see the module docstring)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._children_before = set(_children())
 
     def close(self) -> None:
+        left = {pid: cmd for pid, cmd in _children().items() if pid not in self._children_before}
+        left = {pid: cmd for pid, cmd in left.items() if "tansu" not in cmd}
+        for pid in left:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        if left:
+            what = f"killed child processes left running: {sorted(left.values())}"
+            warnings.warn(what, ChildLeftRunning, stacklevel=2)
         closer = threading.Thread(target=super().close, name="uvloop-close", daemon=True)
         closer.start()
         closer.join(CLOSE_LIMIT)

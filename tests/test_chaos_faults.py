@@ -159,8 +159,9 @@ async def test_a_paused_owner_publishes_nothing_under_its_old_epoch_once_it_resu
             tg.start_soon(reader.pump_decisions)
             try:
                 paused = await spawn(kafka_settings, tg, "pause")
+                cores.append(paused)  # recorded as it starts, so the finally stops it
                 other = await spawn(kafka_settings, tg, "pause")
-                cores += [paused, other]
+                cores.append(other)
                 # The second core's join splits the partitions (either core's line may come last).
                 await until_any(cores, lambda: len(paused.assigned) + len(other.assigned) == kafka_settings.partitions)
                 moved = [n for n in names if bus.partition_for(n) in paused.assigned]
@@ -232,8 +233,9 @@ async def test_a_paused_owner_leaves_one_dead_letter_per_bad_record_across_the_p
 
             try:
                 paused = await spawn(kafka_settings, tg, "letters")
+                cores.append(paused)  # recorded as it starts, so the finally stops it
                 other = await spawn(kafka_settings, tg, "letters")
-                cores += [paused, other]
+                cores.append(other)
                 # The second core's join splits the partitions (either core's line may come last).
                 await until_any(cores, lambda: len(paused.assigned) + len(other.assigned) == kafka_settings.partitions)
                 moved = [n for n in names if bus.partition_for(n) in paused.assigned]
@@ -341,7 +343,8 @@ async def test_a_broker_restarted_empty_stops_every_core_loudly_refuses_a_foreig
         with anyio.fail_after(2 * WAIT):
             async with anyio.create_task_group() as tg:
                 try:
-                    cores += [await spawn(settings, tg, "restart"), await spawn(settings, tg, "restart")]
+                    for _ in range(2):  # each core recorded as it starts, so the finally stops it
+                        cores.append(await spawn(settings, tg, "restart"))
                     # A resource manager's reader stays connected through the restart (its client asks
                     # for the topic's metadata again on reconnecting) until it finds the log lost.
                     async with KafkaBus(settings, validators={FEED: feed_problem}) as bus:
@@ -377,7 +380,8 @@ async def test_a_broker_restarted_empty_stops_every_core_loudly_refuses_a_foreig
                     finally:
                         await admin.close()
                     # What a supervisor does: start them again; they create the topics as configured.
-                    cores += [await spawn(settings, tg, "restart"), await spawn(settings, tg, "restart")]
+                    for _ in range(2):  # each core recorded as it starts, so the finally stops it
+                        cores.append(await spawn(settings, tg, "restart"))
                     async with KafkaBus(settings, validators={FEED: feed_problem}) as bus:
                         reader = await reading(bus)
                         tg.start_soon(reader.pump_decisions)
