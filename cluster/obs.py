@@ -53,6 +53,7 @@ from prometheus_client.registry import Collector
 from cluster.member import Host
 from cluster.timings import CoreHistograms
 from core.resources import Resource, ResourceLike
+from core.state import Reservation
 from core.units import BASE_UNITS, COUNT, each_in_base_units, in_base_units
 
 if TYPE_CHECKING:
@@ -326,6 +327,25 @@ def _caches(process: CoreProcess | ReplicaProcess) -> list[HostedPartition]:
     return [host for host in list(process.hosts.values()) if isinstance(host, HostedPartition)]
 
 
+def reservation_document(r: Reservation) -> dict[str, Any]:
+    """One preemption reservation in ``/ws/v1/state``; ``held`` is room a preemption request's app gave
+    back on another node, held for the same beneficiary (``None``: none)."""
+    return {
+        "reservation": r.id,
+        "app": r.app,
+        "ask": r.ask,
+        "node": r.node,
+        "resource": in_base(r.resource),
+        "victims": list(r.victims),
+        "deadline": r.deadline,
+        "expires": r.expires,
+        "policy": r.policy,
+        "held": None
+        if r.hold is None
+        else {"node": r.hold[0], "resource": in_base(r.hold[1]), "request": r.hold_contract},
+    }
+
+
 def state_of(process: CoreProcess | ReplicaProcess) -> dict[str, Any]:
     """The read-only state document of ``/ws/v1/state``; call it on the event loop (between messages)."""
     from core.preemption.quotas import usable_capacity
@@ -365,20 +385,7 @@ def state_of(process: CoreProcess | ReplicaProcess) -> dict[str, Any]:
                     }
                     for n in state.nodes.values()
                 ],
-                "reservations": [
-                    {
-                        "reservation": r.id,
-                        "app": r.app,
-                        "ask": r.ask,
-                        "node": r.node,
-                        "resource": in_base(r.resource),
-                        "victims": list(r.victims),
-                        "deadline": r.deadline,
-                        "expires": r.expires,
-                        "policy": r.policy,
-                    }
-                    for r in state.reservations.values()
-                ],
+                "reservations": [reservation_document(r) for r in state.reservations.values()],
                 "node_reservations": [
                     {
                         "reservation": r.id,

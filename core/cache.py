@@ -350,7 +350,7 @@ class Cache:
             for r in order:
                 self._end_reservation("node_unschedulable", r, f"node {node.name} became unschedulable")
             return
-        free = res.sub(cap, node.allocated)
+        free = node.room_for_reservations(cap)
         while order and not self._promises_hold(free, order, self._room_leaving(node)):
             r = order.pop()
             if reason is None:
@@ -364,6 +364,8 @@ class Cache:
             return
         for rid in sorted(node.reservations):
             self._end_reservation("node_removed", self.state.reservations[rid], f"node {name} was removed")
+        for r in [r for r in self.state.reservations.values() if r.hold is not None and r.hold[0] == name]:
+            self.commit(p.GiveBackHeld(reservation=r.id, contract=r.hold_contract, node=name, resource={}))
         node_reservation.node_changed(self, name, {}, False)
         for aid in sorted(node.allocations):
             self._lose(self.state.allocations[aid], f"node {name} was removed")
@@ -645,7 +647,7 @@ class Cache:
         if given_back:
             from core.preemption.contract import serve  # local: preemption plugs in here
 
-            serve(self, alloc.app, node)
+            serve(self, alloc.app, node, alloc.resource)
         self.fulfil_reservations(node)
         if capped and self.state.reservations:
             self._fulfil_under(capped)
@@ -683,7 +685,7 @@ class Cache:
         node = self.state.nodes.get(r.node)
         if node is None:
             return False
-        free = res.sub(node.capacity, node.allocated)
+        free = node.room_for_reservations()
         if not res.fits(r.resource, free) or not self._within_max(r):
             return False
         ask = self.state.ask((r.app, r.ask))
@@ -753,7 +755,7 @@ class Cache:
             return
         remaining = self._reservations_by_deadline(node)
         named = {vid for other in remaining for vid in other.victims}
-        free = res.sub(node.capacity, node.allocated)
+        free = node.room_for_reservations()
         staying: set[str] = set()
         released: list[Allocation] = []
         for vid in r.victims:
@@ -1134,8 +1136,9 @@ def _path_from_absent(alloc: Allocation) -> list[type[p.ChangeMsg]]:
 
 
 def _contract_changes(state: PartitionState) -> list[p.ChangeMsg]:
-    """The open preemption requests, with what they were given back and what the policy cancelled."""
-    return [
+    """The open preemption requests, with what they were given back and what the policy cancelled, then
+    the given-back room held for their beneficiaries."""
+    out: list[p.ChangeMsg] = [
         p.ContractSet(
             contract=c.id,
             app=c.app,
@@ -1149,3 +1152,9 @@ def _contract_changes(state: PartitionState) -> list[p.ChangeMsg]:
         )
         for c in state.contracts.values()
     ]
+    out.extend(
+        p.GiveBackHeld(reservation=r.id, contract=r.hold_contract, node=r.hold[0], resource=r.hold[1])
+        for r in state.reservations.values()
+        if r.hold is not None
+    )
+    return out

@@ -201,6 +201,14 @@ class Held:
         self.queues: dict[str, res.Resource] = {}
         self.placed: list[HeldMember] = []
 
+    @classmethod
+    def freeing(cls, ask: Ask, node: Node, room: res.Resource) -> Held:
+        """A tally in which ``room`` on ``node`` counts as free: what a check finds fit once the
+        containers holding that room are gone."""
+        tally = cls(ask)
+        tally.nodes[node.name] = res.scale(room, -1)
+        return tally
+
     def hold(self, node: Node) -> None:
         """Count one more member of the ask on ``node``."""
         ask = self.ask

@@ -16,7 +16,8 @@ Allocations: ``running``, then ``preempting`` once under notice (``VictimsMarked
 ``ReservationSet`` of its beneficiary), back to ``running`` when the notice is cancelled
 (``VictimsReleased``), ``killed`` once told to die (``VictimsKilled``, only under notice), and gone
 (``released``: ``AllocationGone``) from any phase. Preemption reservations are ``held`` until they end
-(``ReservationGone``) or their beneficiary is placed (``AllocationSet`` naming them); node reservations
+(``ReservationGone``) or their beneficiary is placed (``AllocationSet`` naming them), whatever room given
+back elsewhere they hold meanwhile (``GiveBackHeld``); node reservations
 are ``held`` until ``NodeReservationGone``; contracts are ``open`` until ``ContractGone``.
 """
 
@@ -56,7 +57,8 @@ ALLOCATION: Final[Table] = {
 
 PREEMPTION_RESERVATION: Final[Table] = {
     "absent": {p.ReservationSet: "held"},
-    "held": {p.ReservationGone: "absent", p.AllocationSet: "absent"},  # ended, or its beneficiary placed
+    # Ended, or its beneficiary placed; room given back elsewhere held for it, or let go, leaves it held.
+    "held": {p.ReservationGone: "absent", p.AllocationSet: "absent", p.GiveBackHeld: "held"},
 }
 
 NODE_RESERVATION: Final[Table] = {

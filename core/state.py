@@ -62,6 +62,7 @@ class Node:
         "allocations",
         "by_queue",
         "capacity",
+        "held",
         "labels",
         "name",
         "opportunistic",
@@ -82,6 +83,9 @@ class Node:
         self.labels = labels
         self.allocated: Resource = {}
         self.reserved: Resource = {}
+        # The part of ``reserved`` that is room given back for a beneficiary placed elsewhere
+        # (:class:`Reservation` ``hold``), not a reservation on this node.
+        self.held: Resource = {}
         self.allocating: Resource = {}
         self.allocations: set[str] = set()
         self.reservations: set[str] = set()
@@ -111,6 +115,14 @@ class Node:
             - self.reserved.get(name, 0)
             - self.allocating.get(name, 0)
         )
+
+    def room_for_reservations(self, capacity: Resource | None = None) -> Resource:
+        """What the node's reservations may count on now: its ``capacity`` (default: the node's) less
+        what is allocated and the room held there for beneficiaries of other nodes' reservations."""
+        out = res.sub(self.capacity if capacity is None else capacity, self.allocated)
+        if self.held:
+            res.sub_into(out, self.held)
+        return out
 
     def can_hold(self, request: Resource) -> bool:
         cap, alloc, resv, ing = self.capacity, self.allocated, self.reserved, self.allocating
@@ -365,7 +377,25 @@ class Allocation:
 
 
 class Reservation:
-    __slots__ = ("app", "ask", "deadline", "expires", "id", "node", "policy", "resource", "tags", "victims")
+    """A preemption reservation: ``resource`` on ``node`` promised to one container of ``ask`` once its
+    ``victims`` are gone. ``hold`` is room given back on another node by the app of an open preemption
+    request (``hold_contract``) held for the same beneficiary while it waits for more of it
+    (:func:`core.preemption.contract.serve`): ``(node, resource)``, or ``None``."""
+
+    __slots__ = (
+        "app",
+        "ask",
+        "deadline",
+        "expires",
+        "hold",
+        "hold_contract",
+        "id",
+        "node",
+        "policy",
+        "resource",
+        "tags",
+        "victims",
+    )
 
     def __init__(self, change: p.ReservationSet, tags: tuple[str, ...] = ()) -> None:
         self.id = change.reservation
@@ -379,6 +409,8 @@ class Reservation:
         self.expires = change.expires
         self.policy = change.policy
         self.tags = tags  # its ask's allocation tags: the promised container counts in its scopes
+        self.hold: tuple[str, Resource] | None = None
+        self.hold_contract = ""
 
 
 class Contract:
@@ -507,6 +539,7 @@ class PartitionState:
             p.ContractSet: self._contract,
             p.ContractGone: self._contract_gone,
             p.ContractServed: self._contract_served,
+            p.GiveBackHeld: self._give_back_held,
             p.PartitionCleared: self._cleared,
             p.SloReservationSet: self._slo_reservation,
             p.SloReservationGone: self._slo_reservation_gone,
@@ -727,7 +760,7 @@ class PartitionState:
         node = self.nodes.get(c.node)
         if node is None:
             raise StateError(f"node {c.node} is not known")
-        if node.allocations or node.reservations or c.node in self.node_reservations:
+        if node.allocations or node.reservations or c.node in self.node_reservations or res.any_positive(node.held):
             raise StateError(f"node {c.node} still holds allocations or reservations")
         del self.nodes[c.node]
         self.node_index.discard(c.node)
@@ -1060,6 +1093,42 @@ class PartitionState:
     def _contract_gone(self, c: p.ContractGone) -> None:
         phase = "open" if self.contracts.pop(c.contract, None) is not None else lifecycle.ABSENT
         _require(lifecycle.CONTRACT, phase, c, f"preemption request {c.contract} is not open")
+        for r in self.reservations.values():
+            if r.hold is not None and r.hold_contract == c.contract:
+                self._let_go(r)
+
+    def _give_back_held(self, c: p.GiveBackHeld) -> None:
+        r = self.reservations.get(c.reservation)
+        _require(
+            lifecycle.PREEMPTION_RESERVATION,
+            lifecycle.ABSENT if r is None else "held",
+            c,
+            f"reservation {c.reservation} is not known",
+        )
+        assert r is not None
+        resource = res.normalized(c.resource)
+        if resource and (c.node not in self.nodes or c.contract not in self.contracts):
+            raise StateError(
+                f"reservation {r.id}: room held on unknown node {c.node} or for closed request {c.contract}"
+            )
+        self._let_go(r)
+        if resource:
+            node = self.nodes[c.node]
+            r.hold, r.hold_contract = (c.node, resource), c.contract
+            res.add_into(node.held, resource)
+            res.add_into(node.reserved, resource)
+            self._index(node)
+
+    def _let_go(self, r: Reservation) -> None:
+        """``r``'s hold of given-back room (if any) is let go: the room is free again."""
+        if r.hold is None:
+            return
+        name, resource = r.hold
+        r.hold, r.hold_contract = None, ""
+        node = self.nodes[name]
+        res.sub_into(node.held, resource)
+        res.sub_into(node.reserved, resource)
+        self._index(node)
 
     def _contract_served(self, c: p.ContractServed) -> None:
         contract = self.contracts.get(c.contract)
@@ -1113,6 +1182,7 @@ class PartitionState:
 
     def _end_reservation(self, rid: str) -> None:
         r = self.reservations.pop(rid)
+        self._let_go(r)
         node = self.nodes[r.node]
         if r.tags:
             self.tags.add(node, r.app, r.tags, -1, promised=True)

@@ -7,12 +7,15 @@ published), preemption notices, a proposal's outcome, fresh ids and the reservat
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from core.resources import Resource
 from core.state import Allocation, Node, PartitionState, Reservation
 from messages import decisions as d
 from messages import protocol as p
+
+if TYPE_CHECKING:
+    from core.gang import Held
 
 
 class Writer(Protocol):
@@ -38,6 +41,14 @@ class Writer(Protocol):
 
     def fulfillable(self, r: Reservation) -> bool: ...
 
-    def check_placement(self, app_name: str, ask_name: str, node_name: str) -> str | None: ...
+    def check_placement(
+        self,
+        app_name: str,
+        ask_name: str,
+        node_name: str,
+        ask_seq: int = 0,
+        limits: None = None,
+        held: Held | None = None,
+    ) -> str | None: ...
 
     def move_beneficiary(self, r: Reservation, node_name: str, reason: str) -> None: ...

@@ -200,6 +200,19 @@ class ContractServed(Change, tag="contract_served", frozen=True, gc=False):
     victims: list[str]
 
 
+class GiveBackHeld(Change, tag="give_back_held", frozen=True, gc=False):
+    """Room the app of open preemption request ``contract`` gave back on ``node`` (containers it was not
+    asked for) that the beneficiary of ``reservation`` does not fit yet but will once more of the app's
+    containers there are released: ``resource`` of the node's free room is held for that beneficiary (no
+    other ask takes it) while the reservation and the request last. It replaces the reservation's hold
+    so far; an empty ``resource`` lets it go."""
+
+    reservation: str
+    contract: str
+    node: str
+    resource: dict[str, int]
+
+
 class ContractGone(Change, tag="contract_gone", frozen=True, gc=False):
     contract: str
 
@@ -250,6 +263,7 @@ ChangeMsg = (
     | ContractSet
     | ContractGone
     | ContractServed
+    | GiveBackHeld
     | PartitionCleared
     | SloReservationSet
     | SloReservationGone

@@ -83,9 +83,11 @@ class Player:
         quiet: float = 60.0,
         skip_idle: bool = True,
         am_response: float | None = None,
+        am_release_gap: float = 0.0,
     ) -> None:
         """``am_response``: how long a contract application master takes to answer a preemption request
-        (None: half the time to its deadline)."""
+        (None: half the time to its deadline); ``am_release_gap``: seconds between the containers of one
+        answer (0: all at once)."""
         if tick <= 0 or quiet < 0:
             raise ValueError("tick must be positive and quiet not negative")
         self.trace = relative(events)
@@ -93,7 +95,7 @@ class Player:
         self.tick = tick
         self.quiet = quiet
         self.skip_idle = skip_idle
-        self.rm = StandInRM(am_response)
+        self.rm = StandInRM(am_response, am_release_gap)
         self.cursor = 0
         self.now = 0.0
         self.next_tick = 0.0

@@ -6,7 +6,8 @@ once; a preempted, killed or lost container's work is asked for again as a new o
 so victims leave at their kill, except the application masters of apps with a preemption contract
 (``app_added`` ``preemption_contract``): on a ``preempt_request`` such an AM releases its newest
 containers covering the resource asked, ``am_response`` seconds later (default: half the time to the
-request's deadline); their work too is asked for again. Deterministic: events come out in (time,
+request's deadline), all at once or, with ``am_release_gap``, one every that many seconds, as tasks
+wind down one by one; their work too is asked for again. Deterministic: events come out in (time,
 sequence) order.
 In a partition where some ask declares ``usage``, the resource manager also reports each node's
 utilization as its NodeManager would: :data:`UTILIZATION_INTERVAL` seconds after the containers
@@ -67,8 +68,9 @@ class AskInfo:
 
 
 class StandInRM:
-    def __init__(self, am_response: float | None = None) -> None:
+    def __init__(self, am_response: float | None = None, am_release_gap: float = 0.0) -> None:
         self.am_response = am_response  # seconds a contract AM takes to answer (None: half the grace)
+        self.am_release_gap = am_release_gap  # seconds between the containers of one answer (0: at once)
         self.contract_apps: set[tuple[str, str]] = set()
         self.app_containers: dict[tuple[str, str], dict[str, dict[str, int]]] = {}  # running, by app
         self.giving_back: set[tuple[str, str]] = set()  # containers an AM chose to release
@@ -251,7 +253,8 @@ class StandInRM:
 
     def _give_back(self, dec: d.PreemptRequest, now: float) -> None:
         """A contract AM's answer: its newest containers (by start, then id) covering the resource,
-        released after the response delay (a container already leaving by then is skipped)."""
+        released after the response delay, newest first, ``am_release_gap`` seconds apart (a container
+        already leaving by then is skipped)."""
         held = self.app_containers.get((dec.partition, dec.app))
         if not held:
             return
@@ -259,10 +262,11 @@ class StandInRM:
         started = self.started
         candidates = [(aid, started.get((dec.partition, aid), 0.0), r) for aid, r in held.items()]
         chosen = newest_covering(candidates, dec.resource)
-        for aid in chosen:
+        for n, aid in enumerate(chosen):
             del held[aid]
             self.giving_back.add((dec.partition, aid))
-            self._schedule(at, f.AllocationReleased(t=at, partition=dec.partition, allocation=aid))
+            when = at + n * self.am_release_gap
+            self._schedule(when, f.AllocationReleased(t=when, partition=dec.partition, allocation=aid))
 
     def _lost(self, partition: str, allocation: str, now: float, cause: str) -> None:
         self.release_at.pop((partition, allocation), None)

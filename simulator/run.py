@@ -58,6 +58,7 @@ class SimulationSettings:
     quiet: float = 60.0  # after the trace, stop once nothing happened for this long
     skip_idle: bool = True  # jump over idle time (False: tick every second, the reference)
     am_response: float | None = None  # a contract AM's answer to a preempt_request (None: half the grace)
+    am_release_gap: float = 0.0  # seconds between the containers of one AM answer (0: all at once)
 
 
 @dataclasses.dataclass(slots=True)
@@ -236,6 +237,7 @@ async def drive(
         quiet=settings.quiet,
         skip_idle=settings.skip_idle,
         am_response=settings.am_response,
+        am_release_gap=settings.am_release_gap,
     )
     try:
         world = _World.of(player, config, settings, links.router, ideal_fn)

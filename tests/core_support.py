@@ -106,6 +106,7 @@ def fingerprint(state: PartitionState, *, allocating: bool = False) -> dict[str,
             "labels": dict(n.labels),
             "allocated": r(n.allocated),
             "reserved": r(n.reserved),
+            "held": r(n.held),
             "preempting": r(n.preempting),
             "opportunistic": r(n.opportunistic),
             "allocations": sorted(n.allocations),
@@ -174,6 +175,9 @@ def fingerprint(state: PartitionState, *, allocating: bool = False) -> dict[str,
         "allocations": allocations,
         "asked": state.asked,
         "reservations": sorted(state.reservations),
+        "holds": {
+            x.id: (x.hold[0], r(x.hold[1]), x.hold_contract) for x in state.reservations.values() if x.hold is not None
+        },
         # The cache keeps no node order (it never searches for a node): compare with a fresh sort.
         "node_order": None if allocating else (state.node_index if state.indexed else _fresh_index(state)).ordered(),
     }
@@ -195,6 +199,15 @@ def consistency_problems(state: PartitionState) -> list[str]:
             problems.append(f"node {node.name}: over-committed {node.overcommitted} != sum {over}")
         if res.normalized(unmeasured) != res.normalized(node.unmeasured):
             problems.append(f"node {node.name}: unmeasured {node.unmeasured} != sum {unmeasured}")
+        holds = [x for x in state.reservations.values() if x.hold is not None and x.hold[0] == node.name]
+        held = res.total(x.hold[1] for x in holds if x.hold is not None)
+        promised = res.add(res.total(state.reservations[x].resource for x in node.reservations), held)
+        if res.normalized(held) != res.normalized(node.held):
+            problems.append(f"node {node.name}: held {node.held} != sum of holds {held}")
+        if res.normalized(promised) != res.normalized(node.reserved):
+            problems.append(f"node {node.name}: reserved {node.reserved} != reservations and holds {promised}")
+        if any(x.hold_contract not in state.contracts for x in holds):
+            problems.append(f"node {node.name}: room held for a closed preemption request")
     for alloc in state.allocations.values():
         if alloc.id not in state.nodes[alloc.node].allocations:
             problems.append(f"allocation {alloc.id} missing from node {alloc.node}")

@@ -191,26 +191,34 @@ def test_opportunistic_containers_of_the_contract_app_count_for_nothing() -> Non
 # ---------------------------------------------------------------------- what would break the rule
 
 
-def test_given_back_where_the_beneficiary_does_not_fit_counts_for_nothing_the_named_are_killed() -> None:
-    """b1 gives back one 25 on each node: a1's 50 fits neither node's free room. The request stays
-    open; at its deadline the named containers are killed and a1 runs on their room. b1's re-ask took
-    the 25 on the other node meanwhile (that room was never a1's); the 25 beside the named ones stays
-    held by a1's reservation."""
-    h = borrowed()
+def test_given_back_where_the_beneficiary_can_never_fit_counts_for_nothing_the_named_are_killed() -> None:
+    """n1 is b1's (four 25s); n2 holds one 25 of b1 and 75 of b2, an app without a contract whose
+    containers are victims of last resort only (``allow_preemption`` false). a1's 50 is reserved on
+    n1. b1 gives back one 25 beside the named ones and its 25 on n2: a1's 50 fits n2 only if b2's
+    containers went, which b1 cannot give, so that room is anyone's (b1's re-ask takes it); the 25
+    beside the named ones stays held by a1's reservation. At the deadline the named containers are
+    killed and a1 runs on their room."""
+    h = PreemptHarness(two_queues(150, 50))
+    h.nodes("n1", "n2")
+    h.feed(f.AppAdded(app="b1", queue="root.b", preemption_contract=True))
+    h.feed(f.AppAdded(app="b2", queue="root.b", allow_preemption=False))
+    h.fill("b1", "root.b", "n1", [25] * 4)
+    [theirs] = h.fill("b1", "root.b", "n2", [25], start=4)
+    h.fill("b2", "root.b", "n2", [75], start=5)
+    h.app("a1", "root.a")
     h.ask("a1", "big", 50)
     h.starve()
     h.preempt_round(10.0)
     [req] = requests(h)
     named = [c.allocation for c in req.containers]
-    [node] = {c.node for c in req.containers}
-    other = "n2" if node == "n1" else "n1"
-    unnamed_here = [a for a in on_node(h, "b1", node) if a not in named]
+    assert {c.node for c in req.containers} == {"n1"}
+    unnamed_here = [a for a in on_node(h, "b1", "n1") if a not in named]
     h.tick(12.0)
-    gives_back(h, unnamed_here[0], on_node(h, "b1", other)[0])
+    gives_back(h, unnamed_here[0], theirs)
     h.tick(13.0)
     assert h.cache.state.contracts[req.request].released == {}
-    # The room given back beside the named ones is held by a1's reservation; the other is anyone's.
-    assert [(x.app, x.node) for x in h.allocated() if x.t == 12.0] == [("b1", other)]
+    assert [(x.app, x.node) for x in h.allocated() if x.t == 12.0] == [("b1", "n2")]
+    assert all(r.hold is None for r in h.cache.state.reservations.values())
     h.tick(10.0 + GRACE - 1)
     assert kills(h) == []
     h.tick(10.0 + GRACE)
@@ -219,8 +227,165 @@ def test_given_back_where_the_beneficiary_does_not_fit_counts_for_nothing_the_na
     assert end.outcome == "enforced" and end.released == {} and end.killed == {"memory": 50}
     h.release(*named)
     h.settle()
-    assert [x.node for x in h.allocated() if x.app == "a1"] == [node]
+    assert [x.node for x in h.allocated() if x.app == "a1"] == ["n1"]
     assert queue_used(h, "root.a") == {"memory": 50}
+    assert_clean(h)
+
+
+# ---------------------------------------------------------------------- room given back in pieces
+
+
+def pieces() -> tuple[PreemptHarness, d.PreemptRequest, str, str]:
+    """``borrowed()`` with a1's 50 reserved on one node (two named 25s); the node and the other one."""
+    h = borrowed()
+    h.ask("a1", "big", 50)
+    h.starve()
+    h.preempt_round(10.0)
+    [req] = requests(h)
+    [node] = {c.node for c in req.containers}
+    return h, req, node, "n2" if node == "n1" else "n1"
+
+
+def test_room_given_back_in_pieces_on_another_node_is_held_until_the_beneficiary_fits() -> None:
+    """The AM gives back two unnamed 25s on the other node one at a time, asking for each one's work
+    again at once, with allocation cycles between. The first 25 is held for a1 (its 50 fits there once
+    one more of b1's 25s goes), so b1's re-ask does not take it; with the second a1 is placed there,
+    its reservation ends, the named containers keep running and count as given back."""
+    h, req, _node, other = pieces()
+    named = {c.allocation for c in req.containers}
+    h.tick(11.0)
+    first, second = on_node(h, "b1", other)[:2]
+    gives_back(h, first)
+    [r] = h.cache.state.reservations.values()
+    assert r.hold == (other, {"memory": 25}) and r.hold_contract == req.request
+    assert h.cache.state.nodes[other].free() == {"memory": 0}, "the held 25 is nobody else's"
+    assert [x.ask for x in h.allocated() if x.t == 11.0] == []
+    h.tick(12.0)
+    h.starve(3)
+    assert [x for x in h.allocated() if x.t == 12.0] == []
+    gives_back(h, second)
+    big = [x for x in h.allocated() if x.app == "a1"]
+    assert [(x.node, x.reservation) for x in big] == [(other, None)]
+    assert named <= set(running(h, "b1")), "the named containers keep running"
+    h.tick(13.0)
+    [end] = ended(h)
+    assert end.outcome == "given_back" and end.released == {"memory": 50}
+    h.tick(10.0 + GRACE + 1)
+    assert kills(h) == []
+    assert queue_used(h, "root.a") == {"memory": 50}
+    assert h.cache.state.nodes[other].held == {"memory": 0} or not res.any_positive(h.cache.state.nodes[other].held)
+    assert_clean(h)
+
+
+def test_room_held_in_pieces_is_let_go_when_the_named_containers_serve_instead() -> None:
+    """The AM gives back one 25 on the other node (held for a1), then the two named ones: a1 is placed
+    on its reservation's node, and the held 25 on the other node is free again for b1's re-ask."""
+    h, req, node, other = pieces()
+    h.tick(11.0)
+    gives_back(h, on_node(h, "b1", other)[0])
+    assert not res.any_positive(h.cache.state.nodes[other].free())
+    h.tick(12.0)
+    gives_back(h, *(c.allocation for c in req.containers))
+    assert [(x.node, bool(x.reservation)) for x in h.allocated() if x.app == "a1"] == [(node, True)]
+    assert not res.any_positive(h.cache.state.nodes[other].held)
+    assert ("b1", other) in [(x.app, x.node) for x in h.allocated() if x.t == 12.0], "the held room is anyone's"
+    h.tick(13.0)
+    assert [x.outcome for x in ended(h)] == ["given_back"]
+    assert_clean(h)
+
+
+def test_room_held_in_pieces_is_let_go_at_the_deadline_and_the_named_are_killed() -> None:
+    """The AM gives back one 25 on the other node and nothing more: at the deadline the named
+    containers are killed, a1 runs on their room, and the 25 held on the other node is free again."""
+    h, req, node, other = pieces()
+    h.tick(11.0)
+    gives_back(h, on_node(h, "b1", other)[0], again=False)
+    assert h.cache.state.nodes[other].free() == {"memory": 0}
+    h.tick(10.0 + GRACE)
+    assert sorted(k.allocation for k in kills(h)) == sorted(c.allocation for c in req.containers)
+    assert h.cache.state.nodes[other].free() == {"memory": 25}
+    h.release(*(k.allocation for k in kills(h)))
+    h.settle()
+    assert [x.node for x in h.allocated() if x.app == "a1"] == [node]
+    assert [x.outcome for x in ended(h)] == ["enforced"]
+    assert_clean(h)
+
+
+def test_room_held_in_pieces_is_let_go_when_its_node_is_lost() -> None:
+    """The other node, where a 25 is held for a1, is lost: the hold goes with it, the reservation on
+    the named containers' node stays, and nothing is killed before the deadline."""
+    h, _req, node, other = pieces()
+    h.tick(11.0)
+    gives_back(h, on_node(h, "b1", other)[0])
+    h.feed(f.NodeRemoved(node=other))
+    h.settle()
+    [r] = h.cache.state.reservations.values()
+    assert r.hold is None and r.node == node
+    h.tick(10.0 + GRACE - 1)
+    assert [k for k in kills(h) if k.node == node] == []
+    assert_clean(h)
+
+
+def test_room_held_in_pieces_is_let_go_when_the_beneficiary_ask_is_withdrawn() -> None:
+    h, _req, _node, other = pieces()
+    h.tick(11.0)
+    gives_back(h, on_node(h, "b1", other)[0], again=False)
+    h.feed(f.AskRemoved(app="a1", ask="big"))
+    h.settle()
+    assert h.cache.state.reservations == {}
+    assert h.cache.state.nodes[other].free() == {"memory": 25}
+    assert not res.any_positive(h.cache.state.nodes[other].reserved)
+    assert_clean(h)
+
+
+def test_room_given_back_in_pieces_never_exceeds_what_the_beneficiary_asks() -> None:
+    """Three resources: a1 asks memory 50 and 2 vcores, b1's containers are 25 memory and 1 vcore on
+    nodes of 100 memory and 8 vcores (4 vcores free). The first piece holds only what a1 lacks there:
+    memory 25 and no vcore, since the node's free vcores already cover it."""
+    h = PreemptHarness(two_queues(150, 50))
+    h.nodes("n1", "n2", vcore=8)
+    h.feed(f.AppAdded(app="b1", queue="root.b", preemption_contract=True))
+    for n, node in enumerate(("n1", "n2")):
+        for i in range(4):
+            h.run("b1", 25, node, at=n * 4 + i, queue_path="root.b", vcore=1)
+    h.app("a1", "root.a")
+    h.feed(f.AskAdded(app="a1", ask="big", resource={"memory": 50, "vcore": 2}))
+    h.starve()
+    h.preempt_round(10.0)
+    [req] = requests(h)
+    [node] = {c.node for c in req.containers}
+    other = "n2" if node == "n1" else "n1"
+    h.tick(11.0)
+    gives_back(h, on_node(h, "b1", other)[0])
+    [r] = h.cache.state.reservations.values()
+    assert r.hold is not None and r.hold[0] == other
+    assert res.fits(r.hold[1], {"memory": 50, "vcore": 2}) and r.hold[1].get("memory") == 25
+    h.tick(12.0)
+    gives_back(h, on_node(h, "b1", other)[0])
+    assert [x.node for x in h.allocated() if x.app == "a1"] == [other]
+    assert_clean(h)
+
+
+def test_pieces_that_each_fit_a_beneficiary_serve_one_each_and_nothing_is_held() -> None:
+    """a1 asks two 25s, each reserved on one node beside one named 25. Each unnamed 25 given back on
+    the other node fits a beneficiary at once: each is placed there as it comes, nothing is held."""
+    h = borrowed()
+    h.ask("a1", "small", 25, count=2)
+    h.starve()
+    h.preempt_round(10.0)
+    [req] = requests(h)
+    assert len(req.containers) == 2
+    nodes = {c.node for c in req.containers}
+    [node] = nodes
+    other = "n2" if node == "n1" else "n1"
+    h.tick(11.0)
+    first, second = on_node(h, "b1", other)[:2]
+    gives_back(h, first)
+    gives_back(h, second)
+    assert sorted(x.node for x in h.allocated() if x.app == "a1") == [other, other]
+    assert all(r.hold is None for r in h.cache.state.reservations.values())
+    h.tick(12.0)
+    assert [x.outcome for x in ended(h)] == ["given_back"]
     assert_clean(h)
 
 
@@ -794,3 +959,78 @@ def test_replay_of_the_log_places_the_beneficiary_on_given_back_room_as_the_old_
     core, result = _recover(o, snap)
     assert result.divergences == [] and result.fresh == []
     assert _fp(core) == _fp(o.core) and core.state.contracts == {}
+
+
+def test_replay_and_snapshots_keep_room_held_in_pieces_as_the_old_owner_did() -> None:
+    """b1 (contract) holds n1 and n2 with 4s; a1's 8 is reserved on n1; b1 gives back n2's two 4s one
+    at a time. A snapshot taken between them restores the 4 held on n2 for a1; a new owner restored
+    from a snapshot taken before the request replays the feed and the log to the same state (a1 on
+    n2, nothing held, nothing decided anew)."""
+    import msgspec
+
+    from core.recovery import restore, take_snapshot
+    from messages import protocol as p
+    from messages.snapshot import snapshot_msgpack
+    from tests.core_support import fingerprint
+    from tests.test_recovery import Owner, P, _fp, _recover
+
+    o = Owner()
+    o.feed_event(
+        f.NodeAdded(partition=P, id="n1", node="n1", capacity={"memory": 8}),
+        f.NodeAdded(partition=P, id="n2", node="n2", capacity={"memory": 8}),
+        f.AppAdded(partition=P, id="b1", app="b1", queue="root.b", preemption_contract=True),
+        f.AskAdded(partition=P, id="b1k", app="b1", ask="k", resource={"memory": 4}, count=4),
+    )
+    o.settle()
+    snap = take_snapshot(o.core)
+    o.feed_event(
+        f.AppAdded(partition=P, id="a1", app="a1", queue="root.a"),
+        f.AskAdded(partition=P, id="a1k", app="a1", ask="k", resource={"memory": 8}, count=1),
+    )
+    o.settle()
+    on = {n: sorted(a.id for a in o.core.state.allocations.values() if a.node == n) for n in ("n1", "n2")}
+    o.propose(
+        p.PreemptionProposal(
+            partition=P,
+            id="pp/1",
+            view_seq=o.allocator.view_seq,
+            policy="sniper",
+            placements=[p.Victimized(app="a1", ask="k", node="n1", victims=on["n1"])],
+        )
+    )
+    first, second = on["n2"]
+    o.feed_event(f.AllocationReleased(partition=P, id=f"rel-{first}", allocation=first))
+    o.feed_event(f.AskAdded(partition=P, id="b1k2", app="b1", ask="k2", resource={"memory": 4}, count=1))
+    o.settle()
+    [r] = o.core.state.reservations.values()
+    assert r.hold == ("n2", {"memory": 4})
+    mid = restore(snapshot_msgpack.decode(msgspec.msgpack.encode(take_snapshot(o.core))))
+    assert fingerprint(mid.state)["holds"] == fingerprint(o.core.state)["holds"] != {}
+    assert consistency_problems(mid.state) == []
+    o.feed_event(f.AllocationReleased(partition=P, id=f"rel-{second}", allocation=second))
+    assert [(x.node, x.reservation) for x in o.log if isinstance(x, d.Allocated) and x.app == "a1"] == [("n2", None)]
+    o.tick(5.0)
+    assert [x.outcome for x in o.log if isinstance(x, d.PreemptRequestEnded)] == ["given_back"]
+    core, result = _recover(o, snap)
+    assert result.divergences == [] and result.fresh == []
+    assert _fp(core) == _fp(o.core) and core.state.contracts == {}
+    assert consistency_problems(core.state) == []
+
+
+def test_the_contract_scenario_with_ams_answering_one_container_at_a_time_serves_its_beneficiaries() -> None:
+    """The bundled ``contract`` scenario with stand-in AMs that give back one container every 2 s
+    (``--am-release-gap 2``): the first request's pieces, given back on nodes other than its
+    reservations', are held for prod-web until each fits, so three of its containers are placed on them,
+    the request closes given back and the containers it named keep running; no invariant breaks."""
+    from simulator.scenarios import scenario
+
+    sc = scenario("contract")
+    result = run_simulation(sc.events, sc.config, SimulationSettings(until=100, policy="sniper", am_release_gap=2.0))
+    assert result.report["invariant_violations"] == 0, result.report["violations"]
+    moved = [x for x in result.decisions if isinstance(x, d.ReservationEnded) and x.code == "given_back"]
+    assert len(moved) >= 3
+    first = min((x for x in result.decisions if isinstance(x, d.PreemptRequestEnded)), key=lambda x: x.t)
+    assert first.outcome == "given_back"
+    placed = [x for x in result.decisions if isinstance(x, d.Allocated) and x.reservation is None]
+    for r in moved:  # placed, at that moment, on the node its reason names
+        assert any(x.app == r.app and x.t == r.t and f"gave back on {x.node} " in r.reason for x in placed), r

@@ -25,6 +25,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from core import resources as res
+from core.gang import Held
 from core.preemption.rules import disruption_room
 from core.resources import Resource
 from core.state import Allocation, Contract, PartitionState, Reservation, allocation_number
@@ -166,15 +167,17 @@ def _enforce(cache: Writer, contract: Contract) -> Resource:
     return covered
 
 
-def serve(cache: Writer, app_name: str, node_name: str) -> None:
-    """``app_name`` released a container on ``node_name`` of its own accord: that room goes to the
-    beneficiaries of the app's open requests, oldest request first, each beneficiary's reservation by
+def serve(cache: Writer, app_name: str, node_name: str, room: Resource) -> None:
+    """``app_name`` released a container of ``room`` on ``node_name`` of its own accord: that room goes to
+    the beneficiaries of the app's open requests, oldest request first, each beneficiary's reservation by
     deadline, while the request still misses something. A reservation on that node whose room is now
     free is fulfilled; one elsewhere ends and its beneficiary is placed here when it fits the room no one
     else holds (the node's free room, within every ``max``, node selector and node reservation). Either
     way the named containers that reservation was waiting for keep running and count as given back
-    (:class:`p.ContractServed`): the app gave their room. Room where no beneficiary fits counts for
-    nothing; the request's deadline still kills what is missing, the named containers first."""
+    (:class:`p.ContractServed`): the app gave their room. A beneficiary that does not fit here yet but
+    will once more of the app's containers here are released gathers the room (:func:`_gather`): it is
+    held for it until it fits, its reservation ends or the request closes. Room no beneficiary can use
+    counts for nothing; the request's deadline still kills what is missing, the named containers first."""
     state = cache.state
     for contract in [c for c in state.contracts.values() if c.app == app_name and c.beneficiaries]:
         for r in _waiting(state, contract):
@@ -188,12 +191,16 @@ def serve(cache: Writer, app_name: str, node_name: str) -> None:
                 here = [x for x in _waiting(state, contract) if x.node == node_name]
                 cache.fulfil_reservations(node_name)  # r, and any other the room now holds
                 served = [x for x in here if x.id not in state.reservations]
-            elif cache.check_placement(r.app, r.ask, node_name) is None:
-                why = f"its beneficiary was placed on room {app_name} gave back on {node_name} ({contract.id})"
-                cache.move_beneficiary(r, node_name, why)
-                served = [r]
             else:
-                continue
+                gathered = _let_go(cache, r, node_name)
+                if cache.check_placement(r.app, r.ask, node_name) is None:
+                    why = f"its beneficiary was placed on room {app_name} gave back on {node_name} ({contract.id})"
+                    cache.move_beneficiary(r, node_name, why)
+                    served = [r]
+                elif _gather(cache, contract, r, node_name, res.add(gathered, room)):
+                    return  # the room is held for r
+                else:
+                    continue
             kept = [
                 v
                 for x in served
@@ -202,6 +209,42 @@ def serve(cache: Writer, app_name: str, node_name: str) -> None:
             ]
             if kept:
                 cache.commit(p.ContractServed(contract=contract.id, victims=kept))
+
+
+def _let_go(cache: Writer, r: Reservation, node_name: str) -> Resource:
+    """Let go the room ``r`` holds on ``node_name`` (so that a placement check sees it free); what it held."""
+    if r.hold is None or r.hold[0] != node_name:
+        return {}
+    held = r.hold[1]
+    cache.commit(p.GiveBackHeld(reservation=r.id, contract=r.hold_contract, node=node_name, resource={}))
+    return held
+
+
+def _gather(cache: Writer, contract: Contract, r: Reservation, node_name: str, room: Resource) -> bool:
+    """Hold ``room`` (given back on ``node_name``, as much of it as is free and ``r`` asks for) for ``r``'s
+    beneficiary when it would fit there once the app's other containers there are released too (its
+    application master's choice: none is put under notice), every placement rule but the room kept.
+    A reservation gathers on one node at a time: the first one where it can."""
+    state = cache.state
+    node = state.nodes.get(node_name)
+    ask = state.ask((r.app, r.ask))
+    if node is None or ask is None or (r.hold is not None and r.hold[0] != node_name):
+        return False
+    app = state.apps[contract.app]
+    theirs = res.total(
+        a.resource
+        for a in (state.allocations[aid] for aid in app.allocations)
+        if a.node == node_name and not a.am and not a.opportunistic and not a.preempting
+    )
+    if not res.any_positive(theirs):
+        return False
+    if cache.check_placement(r.app, r.ask, node_name, held=Held.freeing(ask, node, theirs)) is not None:
+        return False
+    amount = res.component_min(res.component_min(room, r.resource), res.clamp_min_zero(node.free()))
+    if not res.any_positive(amount):
+        return False
+    cache.commit(p.GiveBackHeld(reservation=r.id, contract=contract.id, node=node_name, resource=amount))
+    return True
 
 
 def _waiting(state: PartitionState, contract: Contract) -> list[Reservation]:

@@ -57,6 +57,13 @@ AmResponse = Annotated[
         help="seconds simulated contract AMs take to answer a preempt_request (default: half the grace)",
     ),
 ]
+AmReleaseGap = Annotated[
+    float,
+    typer.Option(
+        min=0.0,
+        help="seconds between the containers a simulated contract AM gives back in one answer (0: all at once)",
+    ),
+]
 
 
 def _print_summary(report: Report, title: str) -> None:
@@ -104,6 +111,7 @@ def simulate(
     bootstrap: Annotated[str | None, typer.Option(help="Kafka bootstrap for --transport kafka")] = None,
     show: ShowRejections = False,
     am_response: AmResponse = None,
+    am_release_gap: AmReleaseGap = 0.0,
     verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
 ) -> None:
     """Replay a trace in virtual time through the real actors and report (exit 1 on an invariant violation)."""
@@ -115,7 +123,11 @@ def simulate(
     tune_gc()
     events, config, source = load_inputs(trace, queues, seed)
     settings = SimulationSettings(
-        until=until, seed=seed, policy=None if policy is None else policy.value, am_response=am_response
+        until=until,
+        seed=seed,
+        policy=None if policy is None else policy.value,
+        am_response=am_response,
+        am_release_gap=am_release_gap,
     )
     console.print(literal(f"simulating {source}: {len(events)} events"))
     with Progress(
@@ -169,6 +181,7 @@ def compare(
     resource: Annotated[str | None, typer.Option(help="resource to plot; default: the scarcest, measured")] = None,
     as_markdown: Annotated[bool, typer.Option("--markdown", help="print the table as Markdown")] = False,
     am_response: AmResponse = None,
+    am_release_gap: AmReleaseGap = 0.0,
 ) -> None:
     """Run the same trace under several policies and print the metrics side by side."""
     from simulator.compare import compare as run_compare
@@ -188,7 +201,7 @@ def compare(
         def progress(policy: str, now: float, end: float | None) -> None:
             bar.update(tasks[policy], completed=min(1.0, now / end) if end else 0.0)
 
-        settings = SimulationSettings(until=until, seed=seed, am_response=am_response)
+        settings = SimulationSettings(until=until, seed=seed, am_response=am_response, am_release_gap=am_release_gap)
         results = run_compare(events, config, names, settings, progress, jobs=jobs)
     rows = table_rows(results)
     if as_markdown:
