@@ -294,6 +294,7 @@ class Cache:
             return
         if node is not None and node.reservations:
             self.keep_reservations(node, cap, schedulable)
+        self._let_go_holds(name)  # the next piece given back there is judged on the node as it is now
         node_reservation.node_changed(self, name, cap, schedulable)
         if node is not None and not res.fits(res.sub(node.allocated, node.overcommitted), cap):
             # The node shrank below what it holds: newest allocations are lost until the rest fits (those
@@ -364,12 +365,20 @@ class Cache:
             return
         for rid in sorted(node.reservations):
             self._end_reservation("node_removed", self.state.reservations[rid], f"node {name} was removed")
-        for r in [r for r in self.state.reservations.values() if r.hold is not None and r.hold[0] == name]:
-            self.commit(p.GiveBackHeld(reservation=r.id, contract=r.hold_contract, node=name, resource={}))
+        self._let_go_holds(name)
         node_reservation.node_changed(self, name, {}, False)
         for aid in sorted(node.allocations):
             self._lose(self.state.allocations[aid], f"node {name} was removed")
         self.commit(p.NodeGone(node=name))
+
+    def _let_go_holds(self, name: str) -> None:
+        """Room given back on node ``name`` and held for beneficiaries of other nodes' reservations is
+        free again (the node changed or left)."""
+        node = self.state.nodes.get(name)
+        if node is None or not res.any_positive(node.held):
+            return
+        for r in [r for r in self.state.reservations.values() if r.hold is not None and r.hold[0] == name]:
+            self.commit(p.GiveBackHeld(reservation=r.id, contract=r.hold_contract, node=name, resource={}))
 
     def _lose(self, alloc: Allocation, reason: str) -> None:
         self.decide(

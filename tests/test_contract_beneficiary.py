@@ -1034,3 +1034,27 @@ def test_the_contract_scenario_with_ams_answering_one_container_at_a_time_serves
     placed = [x for x in result.decisions if isinstance(x, d.Allocated) and x.reservation is None]
     for r in moved:  # placed, at that moment, on the node its reason names
         assert any(x.app == r.app and x.t == r.t and f"gave back on {x.node} " in r.reason for x in placed), r
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"schedulable": False},
+        {"capacity": {"memory": 90}},
+    ],
+    ids=["unschedulable", "shrunk"],
+)
+def test_room_held_in_pieces_is_let_go_when_its_node_changes(change: dict[str, object]) -> None:
+    """The node holding a piece for a1 changes (made unschedulable, or shrunk): the hold is let go; the
+    reservation on the named containers' node stays and the request stays open."""
+    h, req, node, other = pieces()
+    h.tick(11.0)
+    gives_back(h, on_node(h, "b1", other)[0], again=False)
+    assert res.any_positive(h.cache.state.nodes[other].held)
+    h.feed(f.NodeUpdated(node=other, **change))  # type: ignore[arg-type]
+    h.settle()
+    [r] = h.cache.state.reservations.values()
+    assert r.hold is None and r.node == node
+    assert not res.any_positive(h.cache.state.nodes[other].held)
+    assert req.request in h.cache.state.contracts
+    assert_clean(h)
