@@ -484,7 +484,7 @@ NODE = {"memory": 64 * GiB, "vcore": 16_000, "gpu": 4}
 
 
 @st.composite
-def contract_traces(draw: st.DrawFn) -> tuple[SchedulerConfig, list[f.Feed], float | None, str]:
+def contract_traces(draw: st.DrawFn) -> tuple[SchedulerConfig, list[f.Feed], tuple[float | None, float], str]:
     n_nodes = draw(st.integers(2, 3))
     half = {k: v * n_nodes // 2 for k, v in NODE.items()}
     raw = {
@@ -536,18 +536,21 @@ def contract_traces(draw: st.DrawFn) -> tuple[SchedulerConfig, list[f.Feed], flo
         events.append(f.NodeRemoved(t=float(draw(st.integers(10, 60))), node="n0"))
     events.sort(key=lambda e: e.t)
     am_response = draw(st.sampled_from([None, 0.0, 3.0, 100.0]))
+    am_release_gap = draw(st.sampled_from([0.0, 1.0, 2.5]))  # an answer at once, or one container at a time
     policy = draw(st.sampled_from(["sniper", "proportional"]))
-    return parse_config(raw), events, am_response, policy
+    return parse_config(raw), events, (am_response, am_release_gap), policy
 
 
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(trace=contract_traces())
 def test_random_contract_apps_break_no_invariant_and_are_never_killed_early(
-    trace: tuple[SchedulerConfig, list[f.Feed], float | None, str],
+    trace: tuple[SchedulerConfig, list[f.Feed], tuple[float | None, float], str],
 ) -> None:
-    config, events, am_response, policy = trace
-    result = run_simulation(events, config, SimulationSettings(until=100, am_response=am_response, policy=policy))
+    config, events, (am_response, am_release_gap), policy = trace
+    settings = SimulationSettings(until=100, am_response=am_response, am_release_gap=am_release_gap, policy=policy)
+    result = run_simulation(events, config, settings)
     assert result.violations == 0, result.report["violations"]  # invariant 9 included
+    assert consistency_problems(result.runtimes["default"].cache_core.state) == []  # room held in pieces included
     contract_apps = {e.app for e in events if isinstance(e, f.AppAdded) and e.preemption_contract}
     for x in result.decisions:
         if isinstance(x, d.Preempt) and not x.observe_only:
