@@ -173,6 +173,9 @@ async def test_a_paused_owner_publishes_nothing_under_its_old_epoch_once_it_resu
                 await reader.until(lambda: any(allocated(reader, n, "w0")() for n in moved))
                 paused.process.send_signal(signal.SIGSTOP)
                 stopped_at = len(reader.items)
+                # A barrier per moved partition: whoever owns it next answers (``synced``), even if the
+                # paused owner had decided the whole wave before it stopped.
+                await bus.publish_many(FEED, [(n, f.Sync(partition=n, id=f"{n}-after-pause")) for n in moved])
                 try:
                     # The group deposes it: the other core takes its partitions over at a higher epoch.
                     await reader.until(
