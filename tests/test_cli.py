@@ -1,4 +1,5 @@
-"""The ``sniper`` command line through typer's CliRunner: simulate, check-config, scenario."""
+"""The ``sniper`` command line through typer's CliRunner: simulate, check-config, scenario, and the wire
+format ``sniper feed`` plays a trace in (on the bundled broker)."""
 
 from __future__ import annotations
 
