@@ -41,7 +41,10 @@ What it owns:
   the Kafka partition it came on, or that would start a partition beyond ``max_partitions``, is
   dead-lettered with the reason. Events the state refuses become ``rejected`` decisions in the cache;
   those it refuses for their time (too far ahead of the partition's clock) are dead-lettered too, by
-  whoever judged them (the owner live, a new owner in replay), once, and move no clock.
+  whoever judged them (the owner live, a new owner in replay), once, and move no clock. Every dead
+  letter carries the record's value as its producer wrote it (JSON or msgpack, never re-encoded): the
+  subscription hands each record's bytes over with it (:class:`Delivery` ``value``), and they go with
+  the record once it is acknowledged.
 - **Starting without blocking**: a partition's first record starts it in the background (at most
   ``STARTS_AT_ONCE`` at a time); its records wait for it in order while the other partitions go on.
 - **Lease**: decisions, snapshots and dead letters are published only while the group membership is
@@ -66,6 +69,7 @@ import logging
 import random
 import time
 from collections import deque
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import anyio
@@ -155,6 +159,7 @@ class Delivery:
     offset: int
     kafka_partition: int
     key: str  # the scheduler partition the record names (its Kafka key for a bad record)
+    value: bytes = b""  # the record's bytes as produced, for a dead letter (a bad record's letter has them)
     done: bool = False
     fetched: float = 0.0  # time.perf_counter() when the subscription handed it over (for the latency)
 
@@ -206,8 +211,9 @@ class DurableCacheActor(CacheActor):
         self._resets.clear()
         batch, self._batch = self._batch, []
         refused = core.take_refused()
-        if refused:
-            await self.host.process.dead_letter_refused(self.host.kafka_partition, self.host.name, refused)
+        if refused:  # refused while handling this batch, which holds their bytes
+            values = {delivery.offset: delivery.value for delivery in batch}
+            await self.host.process.dead_letter_refused(self.host.kafka_partition, self.host.name, refused, values)
         await self.host.send_decisions(out.decisions, batch)
         if self._dirty and self.host.snapshot_due():
             self.host.snapshot_soon()
@@ -609,7 +615,7 @@ class CoreProcess(GroupMember[HostedPartition]):
     async def _dispatch(self, feed: KafkaSubscription) -> None:
         while True:
             try:
-                kp, offset, event = await feed.receive_record()
+                kp, offset, event, value = await feed.receive_record()
             except (anyio.EndOfStream, anyio.ClosedResourceError):
                 return
             if isinstance(event, DeadLetter):
@@ -617,7 +623,7 @@ class CoreProcess(GroupMember[HostedPartition]):
                 self._inflight.append(delivery)
                 await self._bad_record(delivery, event)
                 continue
-            delivery = Delivery(event, offset, kp, key=event.partition, fetched=time.perf_counter())
+            delivery = Delivery(event, offset, kp, key=event.partition, value=value or b"", fetched=time.perf_counter())
             self._inflight.append(delivery)
             try:
                 await self._deliver(delivery, event)
@@ -629,7 +635,7 @@ class CoreProcess(GroupMember[HostedPartition]):
         name = event.partition
         if self.bus.partition_for(name) != kp:
             reason = f"partition {name!r} belongs on Kafka partition {self.bus.partition_for(name)}, not {kp}"
-            self._dead_letter(delivery, reason, msgspec.msgpack.encode(event))
+            self._dead_letter(delivery, reason)
             return
         if kp not in self.owned:
             delivery.done = True
@@ -647,7 +653,7 @@ class CoreProcess(GroupMember[HostedPartition]):
                 f"partition {name!r} not started: this process hosts its maximum of "
                 f"{self.options.max_partitions} partitions (--max-partitions)"
             )
-            self._dead_letter(delivery, reason, msgspec.msgpack.encode(event))
+            self._dead_letter(delivery, reason)
             return
         assert self._tg is not None
         self._waiting[name] = [delivery]
@@ -667,10 +673,8 @@ class CoreProcess(GroupMember[HostedPartition]):
                 delivery = waiting.pop(0)
                 failing = self.failing.get(name)
                 if host is None and failing is not None:
-                    event = delivery.event
-                    assert event is not None  # only good records wait for a partition
                     reason = f"partition {name!r} cannot be served ({failing}); the record is replayed once it is"
-                    self._dead_letter(delivery, reason, msgspec.msgpack.encode(event))
+                    self._dead_letter(delivery, reason)
                 elif host is None or kp not in self.owned or self.hosts.get(name) is not host:
                     delivery.done = True  # the partition was revoked meanwhile: its next owner reads it
                 else:
@@ -716,9 +720,10 @@ class CoreProcess(GroupMember[HostedPartition]):
                 self._lettered[kp] = written
             return written
 
-    def _dead_letter(self, delivery: Delivery, reason: str, payload: bytes) -> None:
+    def _dead_letter(self, delivery: Delivery, reason: str) -> None:
+        """Dead-letter a good record this process will not apply, with its bytes as produced."""
         self._send_dead_letter(
-            delivery, self._letter(delivery.kafka_partition, delivery.offset, delivery.key, reason, payload)
+            delivery, self._letter(delivery.kafka_partition, delivery.offset, delivery.key, reason, delivery.value)
         )
 
     @staticmethod
@@ -735,9 +740,15 @@ class CoreProcess(GroupMember[HostedPartition]):
                 written.add(letter.offset)
                 await self._write_letter(kp, letter)
 
-    async def dead_letter_refused(self, kp: int, name: str, refused: list[RefusedRecord]) -> None:
-        """Dead-letter the records partition ``name`` refused for their time, once (live or on replay)."""
-        letters = [self._letter(kp, r.offset, name, r.reason, msgspec.msgpack.encode(r.event)) for r in refused]
+    async def dead_letter_refused(
+        self, kp: int, name: str, refused: list[RefusedRecord], values: Mapping[int, bytes]
+    ) -> None:
+        """Dead-letter the records partition ``name`` refused for their time, once (live or on replay).
+
+        ``values``: the bytes of each refused record as produced, by offset (those it handled since the
+        refusals were last taken).
+        """
+        letters = [self._letter(kp, r.offset, name, r.reason, values[r.offset]) for r in refused]
         await self._dead_letter_once(kp, letters)
 
     def _send_dead_letter(self, delivery: Delivery, letter: DeadLetter) -> None:
@@ -842,7 +853,8 @@ class CoreProcess(GroupMember[HostedPartition]):
             core = DurableCache(name, self._configured.get(name), epoch=epoch)
         feed: list[tuple[int, f.Feed]] = []
         bad: list[DeadLetter] = []
-        for record in await read_partition(self.settings, FEED, kp, start=core.feed_offset + 1, key=name):
+        records = await read_partition(self.settings, FEED, kp, start=core.feed_offset + 1, key=name)
+        for record in records:
             event, reason = self.bus.decode(FEED, record.value, record.headers, record.key or b"")
             if event is None:  # skipped as live; its dead letter is written below unless it was already
                 bad.append(self._letter(kp, record.offset, name, reason, record.value or b""))
@@ -852,7 +864,10 @@ class CoreProcess(GroupMember[HostedPartition]):
             await self._dead_letter_once(kp, bad)
         result = replay(core, feed, logged)
         if result.refused:
-            await self.dead_letter_refused(kp, name, result.refused)
+            refused = {r.offset for r in result.refused}
+            values = {r.offset: r.value or b"" for r in records if r.offset in refused}
+            await self.dead_letter_refused(kp, name, result.refused, values)
+        del records  # the bytes are not kept past the replay
         if kp not in self.owned:
             return None
         host = self._new_host(name, kp, core)

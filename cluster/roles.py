@@ -311,7 +311,7 @@ class ReplicaProcess(GroupMember[ReplicaHost]):
     async def _dispatch(self, view: KafkaSubscription) -> None:
         while True:
             try:
-                kp, _offset, message = await view.receive_record()
+                kp, _offset, message, _value = await view.receive_record()
             except (anyio.EndOfStream, anyio.ClosedResourceError):
                 return
             try:

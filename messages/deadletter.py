@@ -1,8 +1,11 @@
-"""Dead letters: input that could not be decoded or validated, with the reason (ARCHITECTURE section 3).
+"""Dead letters: input that could not be decoded, validated or applied, with the reason (ARCHITECTURE section 3).
 
 A transport that receives a record it cannot turn into a message publishes one :class:`DeadLetter` on
-the ``deadletter`` topic and carries on. The original bytes are kept verbatim in ``payload`` so an
-operator can inspect or replay them; ``topic`` is the logical topic name (without any prefix), and
+the ``deadletter`` topic and carries on; so does a core for a feed record it decoded but will not apply
+(on the wrong Kafka partition, beyond its ``--max-partitions``, for a partition it cannot serve, stamped
+too far ahead of the partition's clock). Either way ``payload`` is the record's value verbatim, the bytes
+its producer wrote (JSON or msgpack, never re-encoded), so an operator can inspect or replay them;
+``key`` is the record's key, ``topic`` the logical topic name (without any prefix), and
 ``partition``/``offset`` locate the record in the transport (-1 when it has no such notion).
 """
 

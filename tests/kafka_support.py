@@ -72,7 +72,7 @@ class TopicReader:
     async def pump_feed(self) -> None:
         while True:
             try:
-                _kp, offset, event = await self.feed.receive_record()
+                _kp, offset, event, _value = await self.feed.receive_record()
             except (anyio.EndOfStream, anyio.ClosedResourceError):
                 return
             self.feed.ack()

@@ -1,4 +1,5 @@
-"""The ``sniper`` command line through typer's CliRunner: simulate, check-config, scenario."""
+"""The ``sniper`` command line through typer's CliRunner: simulate, check-config, scenario, and the wire
+format ``sniper feed`` plays a trace in (on the bundled broker)."""
 
 from __future__ import annotations
 
@@ -6,13 +7,20 @@ import json
 import re
 from pathlib import Path
 
+import anyio
+import anyio.to_thread
 import msgspec
 import pytest
 import yaml
 from typer.testing import CliRunner, Result
 
+from cluster.logread import read_partition
+from cluster.process import CoreOptions, CoreProcess
+from messages.wire import CONTENT_TYPE
 from sniper.cli import app
 from tests.core_support import partition_raw, queue
+from transport.bus import FEED
+from transport.kafka import KafkaSettings, kafka_partition
 
 REPORT_KEYS = {
     "policy",
@@ -309,3 +317,30 @@ def test_queues_reads_a_config_map_as_its_queues_yaml(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     assert "ConfigMap yunikorn-configs: data log.level not used by Sniper; ignored" in _text(result)
     assert json.loads(report.read_text())["allocations"] > 0
+
+
+def test_feed_and_bench_e2e_encode_the_feed_in_msgpack_unless_told_otherwise() -> None:
+    for command in (["feed"], ["bench", "e2e"]):
+        result = _invoke(*command, "--help")
+        assert result.exit_code == 0, result.output
+        option = _text(result).split("--format <msgpack|json>", 1)[1].split(" --", 1)[0]
+        assert "content-type header" in option and "[default: msgpack]" in option, (command, option)
+
+
+@pytest.mark.kafka
+async def test_feed_format_json_plays_json_records(kafka_settings: KafkaSettings, tmp_path: Path) -> None:
+    args = ["feed", str(_tiny_trace(tmp_path)), "--bootstrap", kafka_settings.bootstrap, "--format", "json"]
+    args += ["--prefix", kafka_settings.prefix, "--kafka-partitions", str(kafka_settings.partitions)]
+    args += ["--speed", "20", "--drain", "1", "--json"]
+    with anyio.fail_after(120):
+        async with anyio.create_task_group() as tg:
+            await tg.start(CoreProcess(kafka_settings, CoreOptions(group="feed", tick=0.1)).run)
+            result = await anyio.to_thread.run_sync(lambda: _invoke(*args))
+            tg.cancel_scope.cancel()
+        records = await read_partition(kafka_settings, FEED, kafka_partition("default", kafka_settings.partitions))
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["allocations"] == 3  # the core read every record
+    assert records and all(r.headers == ((CONTENT_TYPE, b"application/json"),) for r in records)
+    played = [json.loads(r.value or b"") for r in records]
+    assert [x["type"] for x in played[: len(TINY)]] == [e["type"] for e in TINY]
+    assert played[-1]["type"] == "sync" and all(x["partition"] == "default" for x in played)

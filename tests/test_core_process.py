@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
 from collections.abc import AsyncIterator, Callable, Iterable
 from typing import Any
 
@@ -18,11 +19,12 @@ from aiokafka.errors import KafkaError
 
 from cluster.logread import read_partition
 from cluster.process import CoreOptions, CoreProcess, HostedPartition
-from core.recovery import DurableCache
+from core.recovery import CLOCK_REFUSED, DurableCache
 from messages import decisions as d
 from messages import feed as f
-from messages.deadletter import deadletter_msgpack
+from messages.deadletter import DeadLetter, deadletter_msgpack
 from messages.snapshot import snapshot_msgpack
+from messages.wire import CONTENT_TYPE
 from tests.core_support import partition_raw, queue
 from transport.bus import DEADLETTER, DECISIONS, FEED, SNAPSHOTS
 from transport.kafka import KafkaBus, KafkaSettings, KafkaSubscription
@@ -142,6 +144,63 @@ async def test_a_core_hosts_partitions_and_answers_with_stamped_decisions(
             await letters.aclose()
             tg.cancel_scope.cancel()
     assert deadletter_msgpack is not None
+
+
+async def test_a_dead_letter_carries_the_json_record_as_its_producer_wrote_it(
+    kafka_settings: KafkaSettings, bus: KafkaBus
+) -> None:
+    """Records that decode but are not applied (the wrong Kafka partition, one partition too many, a time
+    too far ahead) are dead-lettered with their bytes, not an encoding of the event they decoded to."""
+    home = bus.partition_for("p1")
+    wrong = next(k for k in (f"w{i}" for i in range(100)) if bus.partition_for(k) != home)
+    extra = next(k for k in (f"x{i}" for i in range(100)) if bus.partition_for(k) != home)
+
+    def app_added(partition: str, app: str, t: float = 0.0) -> bytes:  # as a producer writes it by hand
+        event = {"type": "app_added", "partition": partition, "id": app, "app": app, "queue": "root.a", "t": t}
+        return json.dumps(event, indent=1).encode()
+
+    sent = [
+        (wrong, home, app_added(wrong, "misplaced")),  # on p1's Kafka partition, keyed by its own name
+        (extra, bus.partition_for(extra), app_added(extra, "one-too-many")),  # max_partitions=1 hosts p1 only
+        ("p1", home, app_added("p1", "far", t=1e9)),  # beyond admission.max_clock_skew
+    ]
+    producer = AIOKafkaProducer(bootstrap_servers=kafka_settings.bootstrap, acks="all", enable_idempotence=False)
+    with anyio.fail_after(WAIT):
+        reader = Decisions(await bus.subscribe_ready(DECISIONS, group=bus.settings.prefix + "reader"))
+        letters = await bus.subscribe_ready(DEADLETTER, group=bus.settings.prefix + "letters")
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(reader.pump)
+            process = CoreProcess(kafka_settings, options(max_partitions=1))
+            await tg.start(process.run)
+            await bus.publish_many(FEED, [("p1", e) for e in workload("p1", 1)])
+            await reader.until(lambda _: len(reader.of(d.Allocated)) == 1)
+            await producer.start()
+            try:
+                for key, partition, value in sent:
+                    await producer.send_and_wait(
+                        kafka_settings.topic(FEED),
+                        value,
+                        key=key.encode(),
+                        partition=partition,
+                        headers=[(CONTENT_TYPE, b"application/json")],
+                    )
+            finally:
+                await producer.stop()
+            got: dict[str, DeadLetter] = {}
+            while len(got) < len(sent):
+                letter = await letters.receive()
+                letters.ack()
+                got[letter.key] = letter
+            await letters.aclose()
+            tg.cancel_scope.cancel()
+    assert f"partition {wrong!r} belongs on Kafka partition" in got[wrong].reason
+    assert "hosts its maximum of 1 partitions" in got[extra].reason
+    assert got["p1"].reason.startswith(CLOCK_REFUSED)
+    for key, partition, value in sent:
+        letter = got[key]
+        assert letter.payload == value, key
+        assert (letter.topic, letter.partition) == (FEED, partition)
+    assert [x.reason for x in reader.of(d.Rejected, "p1")] == [got["p1"].reason]
 
 
 async def test_failover_restores_the_state_and_bumps_the_epoch(kafka_settings: KafkaSettings, bus: KafkaBus) -> None:

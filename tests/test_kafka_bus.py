@@ -15,7 +15,7 @@ import msgspec
 import pytest
 from aiokafka import AIOKafkaProducer
 
-from messages.codec import msgpack_encoder
+from messages.codec import json_encoder, msgpack_encoder
 from messages.deadletter import DeadLetter
 from messages.decisions import Allocated, Rejected
 from messages.feed import AppAdded, AskAdded, NodeAdded
@@ -209,6 +209,38 @@ async def test_malformed_records_go_to_the_deadletter_topic(kafka_settings: Kafk
     assert dead[1].reason.startswith("invalid feed message") and "node" in dead[1].reason
     assert dead[2].reason.startswith("invalid feed message") and "no_such_event" in dead[2].reason
     assert feed.dead_lettered == 3
+
+
+async def test_a_subscription_that_delivers_bad_records_hands_over_each_records_bytes_and_keeps_none(
+    kafka_settings: KafkaSettings,
+) -> None:
+    """The owner of the records (``bad="deliver"``) may dead-letter a good record later: it gets the bytes
+    as produced with each record; the subscription holds them only until the record is received."""
+    settings = dataclasses.replace(kafka_settings, feed_format="json")
+    good = AppAdded(partition="p0", id="good", app="a", queue="root.q")
+    garbage = b"\xc1 not a record"
+    raw = AIOKafkaProducer(bootstrap_servers=settings.bootstrap, acks="all", enable_idempotence=False)
+    with anyio.fail_after(WAIT):
+        async with KafkaBus(settings) as bus:
+            owner = bus.subscribe(FEED, group="owner", bad="deliver")
+            observer = bus.subscribe(FEED, group="observer", bad="skip")
+            await all_ready(owner, observer)
+            await bus.publish(FEED, "p0", good)
+            await raw.start()
+            try:
+                await raw.send_and_wait(settings.topic(FEED), garbage, key=b"p0")
+            finally:
+                await raw.stop()
+            first = await owner.receive_record()
+            second = await owner.receive_record()
+            kept = [record.value for record in owner._unacked]  # received, not yet acknowledged
+            seen = await observer.receive_record()
+    assert (first.message, first.value) == (good, json_encoder.encode(good))
+    assert isinstance(second.message, DeadLetter) and second.message.payload == second.value == garbage
+    assert (first.offset, second.offset) == (0, 1)
+    assert first.kafka_partition == second.kafka_partition == kafka_partition("p0", settings.partitions)
+    assert kept == [None, None]
+    assert seen.message == good and seen.value is None
 
 
 async def test_a_record_over_max_message_bytes_is_dead_lettered_not_delivered(kafka_settings: KafkaSettings) -> None:

@@ -4,6 +4,7 @@ the reason instead of dropped; once it is restored all of it clears and the reco
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import urllib.error
@@ -20,6 +21,7 @@ from cluster.process import CoreProcess
 from core.recovery import DurableCache, ReplayResult
 from messages import decisions as d
 from messages import feed as f
+from messages.wire import encode
 from tests.test_core_process import WAIT, Decisions, options, workload
 from transport.bus import DEADLETTER, DECISIONS, FEED
 from transport.kafka import KafkaBus, KafkaSettings
@@ -60,7 +62,9 @@ async def test_a_partition_that_cannot_be_restored_is_loud_and_its_records_are_d
     logging.getLogger("sniper.core").addHandler(lines)
     try:
         with anyio.fail_after(WAIT):
-            async with KafkaBus(kafka_settings) as bus, anyio.create_task_group() as tg:
+            # JSON records: their dead letters carry them as written, not re-encoded.
+            producing = dataclasses.replace(kafka_settings, feed_format="json")
+            async with KafkaBus(producing) as bus, anyio.create_task_group() as tg:
                 reader = Decisions(await bus.subscribe_ready(DECISIONS, group=bus.settings.prefix + "reader"))
                 tg.start_soon(reader.pump)
                 process = CoreProcess(kafka_settings, options())
@@ -98,6 +102,7 @@ async def test_a_partition_that_cannot_be_restored_is_loud_and_its_records_are_d
     assert 'sniper_partition_failed{partition="p1"} 1.0' in metrics_text[1].splitlines()
     assert all(x.key == "p1" and "partition 'p1' cannot be served" in x.reason for x in seen)
     assert len({x.offset for x in seen}) == len(events)  # each record once
+    assert sorted(x.payload for x in seen) == sorted(encode(e, "json") for e in events)
     assert any(line.startswith("ALERT partition p1 could not be restored") for line in lines.alerts)
     assert healed == (200, json.dumps({"healthy": True, "failing": {}}))
     assert "sniper_partition_failed{" not in healed_metrics[1]

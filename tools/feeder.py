@@ -211,7 +211,7 @@ class _Replay:
     async def read_feed(self, sub: KafkaSubscription) -> None:
         while True:
             try:
-                _kp, offset, event = await sub.receive_record()
+                _kp, offset, event, _value = await sub.receive_record()
             except (anyio.EndOfStream, anyio.ClosedResourceError):
                 return
             sub.ack()

@@ -26,10 +26,12 @@ count, checked), the msgpack wire format and the dead-letter path. Invariants:
   ``max_message_bytes``, cannot be decoded, or fails the topic's validator (``validators``: a reason or
   None) is bad. What happens to it is the subscription's ``bad`` choice: ``dead_letter`` (the default)
   publishes it on the ``deadletter`` topic with the reason and skips it; ``deliver`` hands the receiver
-  the :class:`DeadLetter` instead of a message (the owner of the records writes it, once); ``skip``
-  only logs it (observers of a topic that another group owns). The consumer carries on either way
-  (bad records on the deadletter topic itself are only logged, never re-dead-lettered; a dead letter
-  that cannot be published after a few retries is logged instead).
+  the :class:`DeadLetter` instead of a message (the owner of the records writes it, once), and
+  :meth:`KafkaSubscription.receive_record` hands it every record's value bytes as produced, for the
+  dead letters it may write later (kept only until the record is received; the other choices keep
+  none); ``skip`` only logs it (observers of a topic that another group owns). The consumer carries on
+  either way (bad records on the deadletter topic itself are only logged, never re-dead-lettered; a
+  dead letter that cannot be published after a few retries is logged instead).
 - **Lease**: a group member may act for its partitions only while its membership is known to be
   current: until ``session_timeout_ms`` after the send of its last successful heartbeat (or its last
   assignment). :meth:`KafkaSubscription.leased` waits for that; a process paused longer than the
@@ -66,7 +68,7 @@ import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from types import TracebackType
-from typing import Any, Literal, Self, get_args
+from typing import Any, Literal, NamedTuple, Self, get_args
 
 import anyio
 import msgspec
@@ -719,7 +721,17 @@ class _Record:
     part: _Partition
     offset: int
     message: Any
+    value: bytes | None = None  # the record's bytes, kept from its fetch until it is received (``deliver`` only)
     handled: bool = False
+
+
+class Received(NamedTuple):
+    """One record as :meth:`KafkaSubscription.receive_record` hands it over."""
+
+    kafka_partition: int
+    offset: int
+    message: Any  # the decoded message (a :class:`DeadLetter` for a bad record with ``bad="deliver"``)
+    value: bytes | None  # the record's value as produced (``bad="deliver"``; None otherwise)
 
 
 class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]  # aiokafka is untyped
@@ -784,16 +796,11 @@ class KafkaSubscription(Subscription):
 
     # ---- the Subscription interface
     async def receive(self) -> Any:
-        while True:
-            if self._queue:
-                return self._take()
-            self._raise_if_over()
-            self._nonempty.clear()
-            await self._nonempty.wait()
+        return (await self.receive_record()).message
 
     def receive_nowait(self) -> Any:
         if self._queue:
-            return self._take()
+            return self._take().message
         self._raise_if_over()
         raise anyio.WouldBlock
 
@@ -855,13 +862,11 @@ class KafkaSubscription(Subscription):
             self._lease_until = until
             self._lease_renewed.set()
 
-    async def receive_record(self) -> tuple[int, int, Any]:
-        """Like :meth:`receive`, with where the record was: ``(kafka_partition, offset, message)``."""
+    async def receive_record(self) -> Received:
+        """Like :meth:`receive`, with where the record was and, with ``bad="deliver"``, its bytes."""
         while True:
             if self._queue:
-                record = self._queue[0]
-                message = self._take()
-                return record.part.tp.partition, record.offset, message
+                return self._take()
             self._raise_if_over()
             self._nonempty.clear()
             await self._nonempty.wait()
@@ -891,11 +896,12 @@ class KafkaSubscription(Subscription):
         await self._commit(None)
 
     # ---- internals: delivery
-    def _take(self) -> Any:
+    def _take(self) -> Received:
         record = self._queue.popleft()
+        value, record.value = record.value, None  # the receiver holds the bytes from here, if it wants them
         self._unacked.append(record)
         self._space.set()
-        return record.message
+        return Received(record.part.tp.partition, record.offset, record.message, value)
 
     def _raise_if_over(self) -> None:
         if self._error is not None:
@@ -980,7 +986,7 @@ class KafkaSubscription(Subscription):
             return
         value: bytes | None = record.value
         message, reason = self._bus.decode(self.topic, value, record.headers, record.key or b"")
-        entry = _Record(part, record.offset, message)
+        entry = _Record(part, record.offset, message, value if self.bad == "deliver" else None)
         part.pending.append(entry)
         if not reason:
             self._queue.append(entry)
@@ -1299,5 +1305,6 @@ __all__ = [
     "LogLost",
     "MessageTooLarge",
     "RebalanceListener",
+    "Received",
     "kafka_partition",
 ]

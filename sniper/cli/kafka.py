@@ -72,6 +72,14 @@ ConnectTimeout = Annotated[
     float | None, typer.Option(min=0.1, help="give up when no broker answers within this many seconds (default 30)")
 ]
 AsJson = Annotated[bool, typer.Option("--json", help="one JSON object on stdout instead of a table")]
+FeedFormat = Annotated[
+    WireFormat,
+    typer.Option(
+        "--format",
+        case_sensitive=False,
+        help="how the feed's records are encoded (each record's content-type header names it)",
+    ),
+]
 
 
 # The Kafka connection flags every feed-facing command takes (parameter, its option, KafkaSettings field).
@@ -271,6 +279,7 @@ def feed(
         float, typer.Option(min=0.1, help="fail when no core decides anything within this many wall seconds")
     ] = 30.0,
     show: Annotated[bool, typer.Option("--show-rejections", help="list every rejected event with its reason")] = False,
+    feed_format: FeedFormat = WireFormat.msgpack,
     as_json: AsJson = False,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="log details on stderr")] = False,
     *,
@@ -287,7 +296,7 @@ def feed(
     options = PlayOptions(speed=speed, until=until, drain=drain, answer_timeout=answer_timeout)
 
     async def main() -> Any:
-        async with _connect(bootstrap, kafka_flags) as settings:
+        async with _connect(bootstrap, {**kafka_flags, "feed_format": feed_format.value}) as settings:
             console.print(literal(f"feeding {source}: {len(events)} events at x{speed:g} to {settings.bootstrap}"))
             return await play(settings, events, options, config=config, ideal_fn=ideal_for_model)
 
@@ -361,9 +370,7 @@ def bench_e2e(
     core_cpus: Annotated[
         float | None, typer.Option(help="cap each core process at this many CPUs (a cgroup; Linux, root)")
     ] = None,
-    feed_format: Annotated[
-        WireFormat, typer.Option("--format", case_sensitive=False, help="how the feed's records are encoded")
-    ] = WireFormat.msgpack,
+    feed_format: FeedFormat = WireFormat.msgpack,
     decisions_format: Annotated[
         WireFormat, typer.Option(case_sensitive=False, help="how the cores publish their decisions")
     ] = WireFormat.msgpack,
