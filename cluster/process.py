@@ -748,7 +748,11 @@ class CoreProcess(GroupMember[HostedPartition]):
         ``values``: the bytes of each refused record as produced, by offset (those it handled since the
         refusals were last taken).
         """
-        letters = [self._letter(kp, r.offset, name, r.reason, values[r.offset]) for r in refused]
+        # A record whose bytes are not at hand (never expected) is lettered as its event, re-encoded.
+        letters = [
+            self._letter(kp, r.offset, name, r.reason, values.get(r.offset) or msgspec.msgpack.encode(r.event))
+            for r in refused
+        ]
         await self._dead_letter_once(kp, letters)
 
     def _send_dead_letter(self, delivery: Delivery, letter: DeadLetter) -> None:
