@@ -8,6 +8,8 @@ and the allocator runs between every step; the independent model watches every d
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import pytest
 
 from core import resources as res
@@ -17,6 +19,10 @@ from messages import feed as f
 from simulator.run import SimulationResult, SimulationSettings, run_simulation
 from tests.core_support import consistency_problems, queue
 from tests.preemption_support import PreemptHarness, two_queues
+
+if TYPE_CHECKING:
+    from messages.snapshot import Snapshot
+    from tests.test_recovery import Owner
 
 GRACE = 15.0
 GiB = 1024
@@ -919,13 +925,12 @@ def test_the_proportional_baseline_on_the_same_cluster_credits_any_release_and_s
 # ---------------------------------------------------------------------- a new owner's replay
 
 
-def test_replay_of_the_log_places_the_beneficiary_on_given_back_room_as_the_old_owner_did() -> None:
-    """b1 (contract) holds n1 and n2 with 4s; a1's 8 is reserved on n1; b1 gives back both of n2's:
-    a1 runs on n2, n1's named keep running. A new owner restored from a snapshot taken before the
-    request replays the feed and the log to the same state, with nothing decided anew."""
+def _owner_with_a_request() -> tuple[Owner, Snapshot, dict[str, list[str]]]:
+    """An old owner on whose log b1 (contract) holds n1 and n2 (8 each) with 4s and a1's 8 is reserved
+    on n1 (sniper, both of n1's named); a snapshot taken before a1 came; b1's containers per node."""
     from core.recovery import take_snapshot
     from messages import protocol as p
-    from tests.test_recovery import Owner, P, _fp, _recover
+    from tests.test_recovery import Owner, P
 
     o = Owner()
     o.feed_event(
@@ -951,6 +956,16 @@ def test_replay_of_the_log_places_the_beneficiary_on_given_back_room_as_the_old_
             placements=[p.Victimized(app="a1", ask="k", node="n1", victims=on["n1"])],
         )
     )
+    return o, snap, on
+
+
+def test_replay_of_the_log_places_the_beneficiary_on_given_back_room_as_the_old_owner_did() -> None:
+    """b1 (contract) holds n1 and n2 with 4s; a1's 8 is reserved on n1; b1 gives back both of n2's:
+    a1 runs on n2, n1's named keep running. A new owner restored from a snapshot taken before the
+    request replays the feed and the log to the same state, with nothing decided anew."""
+    from tests.test_recovery import P, _fp, _recover
+
+    o, snap, on = _owner_with_a_request()
     o.feed_event(*(f.AllocationReleased(partition=P, id=f"rel-{a}", allocation=a) for a in on["n2"]))
     assert [(x.node, x.reservation) for x in o.log if isinstance(x, d.Allocated) and x.app == "a1"] == [("n2", None)]
     o.tick(5.0)
@@ -969,35 +984,11 @@ def test_replay_and_snapshots_keep_room_held_in_pieces_as_the_old_owner_did() ->
     import msgspec
 
     from core.recovery import restore, take_snapshot
-    from messages import protocol as p
     from messages.snapshot import snapshot_msgpack
     from tests.core_support import fingerprint
-    from tests.test_recovery import Owner, P, _fp, _recover
+    from tests.test_recovery import P, _fp, _recover
 
-    o = Owner()
-    o.feed_event(
-        f.NodeAdded(partition=P, id="n1", node="n1", capacity={"memory": 8}),
-        f.NodeAdded(partition=P, id="n2", node="n2", capacity={"memory": 8}),
-        f.AppAdded(partition=P, id="b1", app="b1", queue="root.b", preemption_contract=True),
-        f.AskAdded(partition=P, id="b1k", app="b1", ask="k", resource={"memory": 4}, count=4),
-    )
-    o.settle()
-    snap = take_snapshot(o.core)
-    o.feed_event(
-        f.AppAdded(partition=P, id="a1", app="a1", queue="root.a"),
-        f.AskAdded(partition=P, id="a1k", app="a1", ask="k", resource={"memory": 8}, count=1),
-    )
-    o.settle()
-    on = {n: sorted(a.id for a in o.core.state.allocations.values() if a.node == n) for n in ("n1", "n2")}
-    o.propose(
-        p.PreemptionProposal(
-            partition=P,
-            id="pp/1",
-            view_seq=o.allocator.view_seq,
-            policy="sniper",
-            placements=[p.Victimized(app="a1", ask="k", node="n1", victims=on["n1"])],
-        )
-    )
+    o, snap, on = _owner_with_a_request()
     first, second = on["n2"]
     o.feed_event(f.AllocationReleased(partition=P, id=f"rel-{first}", allocation=first))
     o.feed_event(f.AskAdded(partition=P, id="b1k2", app="b1", ask="k2", resource={"memory": 4}, count=1))
