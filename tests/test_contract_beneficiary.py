@@ -87,6 +87,18 @@ def borrowed(sizes: int = 25, *, b_guarantee: int = 50, a_guarantee: int = 150) 
     return h
 
 
+def reserved_for_a1() -> tuple[PreemptHarness, d.PreemptRequest, str, str]:
+    """``borrowed()`` with a1's 50 reserved on one node (two of b1's 25s named in one request at 10 s):
+    the harness, the request, that node and the other one."""
+    h = borrowed()
+    h.ask("a1", "big", 50)
+    h.starve()
+    h.preempt_round(10.0)
+    [req] = requests(h)
+    [node] = {c.node for c in req.containers}
+    return h, req, node, "n2" if node == "n1" else "n1"
+
+
 # ---------------------------------------------------------------------- the two shapes of the defect
 
 
@@ -94,14 +106,8 @@ def test_am_gives_back_other_containers_where_the_beneficiary_fits_and_it_gets_t
     """(b): the request names two 25s on one node; the AM gives back two others of the same size on the
     other node, where a1's 50 fits, and asks for their work again at once. a1 gets that room; b1's
     re-asks do not; nothing is killed; the named containers keep running."""
-    h = borrowed()
-    h.ask("a1", "big", 50)
-    h.starve()
-    h.preempt_round(10.0)
-    [req] = requests(h)
+    h, req, _node, other = reserved_for_a1()
     named = {c.allocation for c in req.containers}
-    [node] = {c.node for c in req.containers}
-    other = "n2" if node == "n1" else "n1"
     h.tick(12.0)
     gives_back(h, *on_node(h, "b1", other)[:2])
     for t in (13.0, 14.0, 10.0 + GRACE, 10.0 + GRACE + 1):
@@ -241,23 +247,12 @@ def test_given_back_where_the_beneficiary_can_never_fit_counts_for_nothing_the_n
 # ---------------------------------------------------------------------- room given back in pieces
 
 
-def pieces() -> tuple[PreemptHarness, d.PreemptRequest, str, str]:
-    """``borrowed()`` with a1's 50 reserved on one node (two named 25s); the node and the other one."""
-    h = borrowed()
-    h.ask("a1", "big", 50)
-    h.starve()
-    h.preempt_round(10.0)
-    [req] = requests(h)
-    [node] = {c.node for c in req.containers}
-    return h, req, node, "n2" if node == "n1" else "n1"
-
-
 def test_room_given_back_in_pieces_on_another_node_is_held_until_the_beneficiary_fits() -> None:
     """The AM gives back two unnamed 25s on the other node one at a time, asking for each one's work
     again at once, with allocation cycles between. The first 25 is held for a1 (its 50 fits there once
     one more of b1's 25s goes), so b1's re-ask does not take it; with the second a1 is placed there,
     its reservation ends, the named containers keep running and count as given back."""
-    h, req, _node, other = pieces()
+    h, req, _node, other = reserved_for_a1()
     named = {c.allocation for c in req.containers}
     h.tick(11.0)
     first, second = on_node(h, "b1", other)[:2]
@@ -286,7 +281,7 @@ def test_room_given_back_in_pieces_on_another_node_is_held_until_the_beneficiary
 def test_room_held_in_pieces_is_let_go_when_the_named_containers_serve_instead() -> None:
     """The AM gives back one 25 on the other node (held for a1), then the two named ones: a1 is placed
     on its reservation's node, and the held 25 on the other node is free again for b1's re-ask."""
-    h, req, node, other = pieces()
+    h, req, node, other = reserved_for_a1()
     h.tick(11.0)
     gives_back(h, on_node(h, "b1", other)[0])
     assert not res.any_positive(h.cache.state.nodes[other].free())
@@ -303,7 +298,7 @@ def test_room_held_in_pieces_is_let_go_when_the_named_containers_serve_instead()
 def test_room_held_in_pieces_is_let_go_at_the_deadline_and_the_named_are_killed() -> None:
     """The AM gives back one 25 on the other node and nothing more: at the deadline the named
     containers are killed, a1 runs on their room, and the 25 held on the other node is free again."""
-    h, req, node, other = pieces()
+    h, req, node, other = reserved_for_a1()
     h.tick(11.0)
     gives_back(h, on_node(h, "b1", other)[0], again=False)
     assert h.cache.state.nodes[other].free() == {"memory": 0}
@@ -320,7 +315,7 @@ def test_room_held_in_pieces_is_let_go_at_the_deadline_and_the_named_are_killed(
 def test_room_held_in_pieces_is_let_go_when_its_node_is_lost() -> None:
     """The other node, where a 25 is held for a1, is lost: the hold goes with it, the reservation on
     the named containers' node stays, and nothing is killed before the deadline."""
-    h, _req, node, other = pieces()
+    h, _req, node, other = reserved_for_a1()
     h.tick(11.0)
     gives_back(h, on_node(h, "b1", other)[0])
     h.feed(f.NodeRemoved(node=other))
@@ -333,7 +328,7 @@ def test_room_held_in_pieces_is_let_go_when_its_node_is_lost() -> None:
 
 
 def test_room_held_in_pieces_is_let_go_when_the_beneficiary_ask_is_withdrawn() -> None:
-    h, _req, _node, other = pieces()
+    h, _req, _node, other = reserved_for_a1()
     h.tick(11.0)
     gives_back(h, on_node(h, "b1", other)[0], again=False)
     h.feed(f.AskRemoved(app="a1", ask="big"))
@@ -398,14 +393,8 @@ def test_pieces_that_each_fit_a_beneficiary_serve_one_each_and_nothing_is_held()
 def test_given_back_more_than_named_the_beneficiary_runs_and_the_rest_is_nobodys() -> None:
     """b1 gives back the named 50 and 50 more on the other node: a1 runs on its reserved room, the
     request closes given back with what it asked (50), the extra room goes to whoever asks."""
-    h = borrowed()
-    h.ask("a1", "big", 50)
-    h.starve()
-    h.preempt_round(10.0)
-    [req] = requests(h)
+    h, req, node, other = reserved_for_a1()
     named = [c.allocation for c in req.containers]
-    [node] = {c.node for c in req.containers}
-    other = "n2" if node == "n1" else "n1"
     h.tick(12.0)
     gives_back(h, *named, *on_node(h, "b1", other)[:2])
     h.tick(13.0)
@@ -422,14 +411,8 @@ def test_given_back_more_than_named_the_beneficiary_runs_and_the_rest_is_nobodys
 def test_given_back_less_than_named_the_rest_of_the_named_is_killed_at_the_deadline() -> None:
     """b1 gives back one named 25 of two and one other 25 where a1 does not fit: the other counts for
     nothing; at the deadline the named one still running is killed, and a1 runs on its room."""
-    h = borrowed()
-    h.ask("a1", "big", 50)
-    h.starve()
-    h.preempt_round(10.0)
-    [req] = requests(h)
+    h, req, node, other = reserved_for_a1()
     named = [c.allocation for c in req.containers]
-    [node] = {c.node for c in req.containers}
-    other = "n2" if node == "n1" else "n1"
     h.tick(12.0)
     gives_back(h, named[0], on_node(h, "b1", other)[0])
     h.tick(10.0 + GRACE)
@@ -534,13 +517,7 @@ def test_room_given_back_on_a_node_reserved_for_another_ask_counts_for_nothing()
     there is z1's to wait for, not a1's. The request stays open and its deadline kills the named."""
     from core import node_reservation
 
-    h = borrowed()
-    h.ask("a1", "big", 50)
-    h.starve()
-    h.preempt_round(10.0)
-    [req] = requests(h)
-    [node] = {c.node for c in req.containers}
-    other = "n2" if node == "n1" else "n1"
+    h, req, node, other = reserved_for_a1()
     h.app("z1", "root.b")
     h.ask("z1", "huge", 100)
     node_reservation.reserve(h.cache, "z1", "huge", other)
@@ -582,13 +559,7 @@ def test_given_back_node_lost_after_serving_the_request_is_closed_given_back() -
     """b1 gives back others on the other node, a1 runs there; then that node goes. a1's container is
     lost (its work asked again by its AM, not by the scheduler); the request closed given back and
     kills nothing."""
-    h = borrowed()
-    h.ask("a1", "big", 50)
-    h.starve()
-    h.preempt_round(10.0)
-    [req] = requests(h)
-    [node] = {c.node for c in req.containers}
-    other = "n2" if node == "n1" else "n1"
+    h, _req, _node, other = reserved_for_a1()
     h.tick(12.0)
     gives_back(h, *on_node(h, "b1", other)[:2], again=False)
     h.feed(f.NodeRemoved(node=other))
@@ -603,13 +574,7 @@ def test_given_back_node_lost_after_serving_the_request_is_closed_given_back() -
 def test_beneficiary_ask_withdrawn_mid_grace_the_room_given_back_is_anyones() -> None:
     """a1 withdraws its ask: the reservation ends, the request is withdrawn, the named keep running;
     what b1 gives back afterwards is held for nobody: its re-asks take it."""
-    h = borrowed()
-    h.ask("a1", "big", 50)
-    h.starve()
-    h.preempt_round(10.0)
-    [req] = requests(h)
-    [node] = {c.node for c in req.containers}
-    other = "n2" if node == "n1" else "n1"
+    h, _req, _node, other = reserved_for_a1()
     h.tick(12.0)
     h.feed(f.AskRemoved(app="a1", ask="big"))
     h.tick(13.0)
@@ -627,13 +592,7 @@ def test_beneficiary_ask_withdrawn_mid_grace_the_room_given_back_is_anyones() ->
 def test_beneficiary_ask_withdrawn_after_its_reservation_moved_nothing_stays_held() -> None:
     """a1 was placed on room b1 gave back, then its app withdraws the ask: nothing is reserved anywhere,
     the request closed given back, no kill."""
-    h = borrowed()
-    h.ask("a1", "big", 50)
-    h.starve()
-    h.preempt_round(10.0)
-    [req] = requests(h)
-    [node] = {c.node for c in req.containers}
-    other = "n2" if node == "n1" else "n1"
+    h, _req, _node, other = reserved_for_a1()
     h.tick(12.0)
     gives_back(h, *on_node(h, "b1", other)[:2], again=False)
     h.feed(f.AskRemoved(app="a1", ask="big"))
@@ -1038,7 +997,7 @@ def test_the_contract_scenario_with_ams_answering_one_container_at_a_time_serves
 def test_room_held_in_pieces_is_let_go_when_its_node_changes(change: dict[str, object]) -> None:
     """The node holding a piece for a1 changes (made unschedulable, or shrunk): the hold is let go; the
     reservation on the named containers' node stays and the request stays open."""
-    h, req, node, other = pieces()
+    h, req, node, other = reserved_for_a1()
     h.tick(11.0)
     gives_back(h, on_node(h, "b1", other)[0], again=False)
     assert res.any_positive(h.cache.state.nodes[other].held)
