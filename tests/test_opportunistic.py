@@ -347,6 +347,26 @@ def test_the_proportional_baseline_takes_opportunistic_victims_first() -> None:
     assert h.model.violations == []
 
 
+def test_the_proportional_baseline_covers_a_chosen_container_with_opportunistic_room_once() -> None:
+    """The opportunistic container covers YARN's choice; its work is asked for again and placed on the
+    same room. YARN's selection then chooses the same guaranteed container (b is still over its ideal):
+    it goes itself, rather than the new opportunistic container being killed round after round."""
+    h, oid = preemption_harness("proportional")
+    first = h.preempt_round(10.0)
+    assert isinstance(first.request, p.PreemptionProposal) and first.request.victims == [oid]
+    h.release(oid)
+    h.feed(opp("b1", "idle-again", 50))
+    h.cache.allocate("b1", "idle-again", "n2")
+    h.pump()
+    again_oid = h.allocated()[-1].allocation
+    second = h.preempt_round(11.0)
+    assert isinstance(second.request, p.PreemptionProposal)
+    victims = second.request.victims
+    assert victims and again_oid not in victims, "the re-placed opportunistic container is not covered again"
+    assert all(not h.cache.state.allocations[v].opportunistic for v in victims)
+    assert h.model.violations == []
+
+
 # ---------------------------------------------------------------------- property
 
 

@@ -172,7 +172,7 @@ DECISION_HASHES = {
     ("demo", "proportional"): "0b29980b1265132f",
     ("random_mix", "proportional"): "c571653ba7c94b83",
     ("gang", "proportional"): "0fc686e28a1c7ed4",
-    ("opportunistic", "proportional"): "e24a9824ba58fbb6",
+    ("opportunistic", "proportional"): "bce59a45e0f51653",
     ("demo", "sniper"): "50c3de3d805a7b7d",
     ("random_mix", "sniper"): "c64686dd442945ac",
     ("gang", "sniper"): "4223de4791c4ca17",

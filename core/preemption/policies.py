@@ -221,9 +221,14 @@ class ProportionalBaseline:
         self.idle_view: tuple[PartitionState, int] | None = None  # state and version of a round that chose none
         self.containers: dict[str, ContainerSnapshot] = {}  # the last round's, reused while unchanged
         self.budget_refusals = 0
+        # Guaranteed containers YARN's selection chose whose room opportunistic containers covered once:
+        # chosen again, they go themselves (the opportunistic room did not bring their queue down to its
+        # ideal, and opportunistic work re-placed there would be covered round after round).
+        self.covered: set[str] = set()
 
     def on_change(self, change: p.ChangeMsg) -> None:
-        return
+        if isinstance(change, p.AllocationGone):
+            self.covered.discard(change.allocation)
 
     def on_reply(self, reply: p.PlacementReply, now: float) -> p.PreemptionProposal | None:
         return None
@@ -258,10 +263,16 @@ class ProportionalBaseline:
         chosen = result.candidates if self.config.observe_only else result.marked
         victims = [c.container.id for c in chosen]
         if not self.config.observe_only and victims:
-            # Opportunistic containers go first: they cover what YARN's selection frees before any of it.
+            # Opportunistic containers go first: they cover what YARN's selection frees before any of it,
+            # once per chosen container (one chosen again after that goes itself).
             selected = [state.allocations[v] for v in victims if v in state.allocations]
-            victims = [a.id for a in first_victims(state, selected)]
-            self.policy.forget(set(a.id for a in selected) - set(victims))
+            again = [a for a in selected if a.id in self.covered]
+            fresh = [a for a in selected if a.id not in self.covered]
+            kept = first_victims(state, fresh)
+            victims = [a.id for a in kept] + [a.id for a in again]
+            spared = {a.id for a in fresh} - set(victims)
+            self.covered |= spared
+            self.policy.forget(spared)
         if not victims:
             return None
         self.rounds += 1
