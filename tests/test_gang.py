@@ -663,8 +663,9 @@ def test_a_long_mixed_workload_keeps_every_gang_whole(policy: str) -> None:
 
 
 def test_a_gang_stays_whole_through_node_loss_beside_opportunistic_work_and_a_contract_app() -> None:
-    # b's contract app holds four 35s on two 130 nodes, opportunistic 10s fill the rest; the gang of
-    # three 60s fits once n2 joins (t=40); n2, holding two members, is lost at t=60.
+    # b's contract app holds four 35s on two 130 nodes, b's guarantee (140) and no more, so no policy
+    # preempts it; opportunistic 10s fill the rest. The gang of three 60s fits once n2 joins (t=40); n2,
+    # holding two members, is lost at t=60.
     events: list[f.Feed] = [
         f.NodeAdded(t=0, node="n0", capacity={"memory": 130}),
         f.NodeAdded(t=0, node="n1", capacity={"memory": 130}),
@@ -680,7 +681,7 @@ def test_a_gang_stays_whole_through_node_loss_beside_opportunistic_work_and_a_co
         f.NodeRemoved(t=60, node="n2"),
     ]
     for policy in ("sniper", "proportional", "none"):
-        result = run_simulation(events, two_levels(policy, a=180, b=100), SimulationSettings(until=300, policy=policy))
+        result = run_simulation(events, two_levels(policy, a=120, b=140), SimulationSettings(until=300, policy=policy))
         assert result.report["invariant_violations"] == 0, (policy, result.report["violations"])
         members = [x for x in result.decisions if isinstance(x, d.Allocated) and (x.app, x.ask) == ("a1", "g")]
         assert [x.t for x in members] == [40.0] * 3, policy
