@@ -195,15 +195,31 @@ def plan(state: PartitionState, starving: list[Ask], budget: int) -> Opportunist
     out.evictions = evicting.evictions
     out.placed = list(evicting.on_free_room)
     placer = overcommit.placer(state, exclude=evicting.freed.keys())
+    # Shapes no node took in this pass: room only shrinks as it goes, so an ask of the same shape (and no
+    # rule of its own) would find none either; the pass costs one search per shape, not per ask.
+    unplaceable: set[tuple[tuple[str, int], ...]] = set()
     for ask in list(state.opportunistic_asks.values()):
+        shape = _shape(ask)
+        if shape is not None and shape in unplaceable:
+            continue
         while budget > 0 and ask.pending > 0:
             spot = placer.place(state, ask)
             if spot is None:
+                if shape is not None:
+                    unplaceable.add(shape)
                 break
             hold_room(state, ask, spot, 1)
             out.placed.append((ask, spot))
             budget -= 1
     return out
+
+
+def _shape(ask: Ask) -> tuple[tuple[str, int], ...] | None:
+    """What alone decides where ``ask`` may go, when that is its resource (``None``: a required node, a
+    node selector, constraints or a node reservation of its own make it an ask apart)."""
+    if ask.required_node is not None or ask.node_selector or ask.constraints or ask.node_reserved is not None:
+        return None
+    return tuple(sorted(ask.resource.items()))
 
 
 # ---------------------------------------------------------------------- the cache's side
