@@ -377,8 +377,10 @@ class Cache:
         node = self.state.nodes.get(name)
         if node is None or not res.any_positive(node.held):
             return
+        from core.preemption.contract import let_go  # local: preemption plugs in here
+
         for r in [r for r in self.state.reservations.values() if r.hold is not None and r.hold[0] == name]:
-            self.commit(p.GiveBackHeld(reservation=r.id, contract=r.hold_contract, node=name, resource={}))
+            let_go(self, r)
 
     def _lose(self, alloc: Allocation, reason: str) -> None:
         self.decide(

@@ -192,7 +192,7 @@ def serve(cache: Writer, app_name: str, node_name: str, room: Resource) -> None:
                 cache.fulfil_reservations(node_name)  # r, and any other the room now holds
                 served = [x for x in here if x.id not in state.reservations]
             else:
-                gathered = _let_go(cache, r, node_name)
+                gathered = let_go(cache, r) if r.hold is not None and r.hold[0] == node_name else {}
                 if cache.check_placement(r.app, r.ask, node_name) is None:
                     why = f"its beneficiary was placed on room {app_name} gave back on {node_name} ({contract.id})"
                     cache.move_beneficiary(r, node_name, why)
@@ -211,11 +211,12 @@ def serve(cache: Writer, app_name: str, node_name: str, room: Resource) -> None:
                 cache.commit(p.ContractServed(contract=contract.id, victims=kept))
 
 
-def _let_go(cache: Writer, r: Reservation, node_name: str) -> Resource:
-    """Let go the room ``r`` holds on ``node_name`` (so that a placement check sees it free); what it held."""
-    if r.hold is None or r.hold[0] != node_name:
+def let_go(cache: Writer, r: Reservation) -> Resource:
+    """Let go the given-back room ``r`` holds (free again: for a placement check on its node, or because
+    the node changed); what it held."""
+    if r.hold is None:
         return {}
-    held = r.hold[1]
+    node_name, held = r.hold
     cache.commit(p.GiveBackHeld(reservation=r.id, contract=r.hold_contract, node=node_name, resource={}))
     return held
 
