@@ -267,6 +267,7 @@ async def test_librdkafkas_default_partitioner_misplaces_a_partition_and_the_cor
                     break
             assert misplaced is not None, "CRC32 and murmur2 agreed on 50 keys"
             letter: DeadLetter = await letters.receive()
+            await letters.aclose()
             hosted = set(core.hosts)
     right = kafka_partition(misplaced, kafka_settings.partitions)
     assert letter.key == misplaced
