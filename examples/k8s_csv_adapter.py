@@ -35,8 +35,8 @@ import confluent_kafka
 import msgspec
 import yaml
 
-from core.resources import parse_quantity  # Kubernetes quantities ("4Gi", "500m") in Sniper's units
-from transport.kafka import kafka_partition
+from sniper.core.resources import parse_quantity  # Kubernetes quantities ("4Gi", "500m") in Sniper's units
+from sniper.transport.kafka import kafka_partition
 
 CONTENT_TYPE = ("content-type", b"application/json")
 

@@ -16,10 +16,10 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
-from core.config import ConfigError, SchedulerConfig, load_config, parse_config
-from messages import feed as f
-from messages.codec import read_trace
-from simulator.report import Report
+from sniper.core.config import ConfigError, SchedulerConfig, load_config, parse_config
+from sniper.messages import feed as f
+from sniper.messages.codec import read_trace
+from sniper.simulator.report import Report
 
 __all__ = ["ConfigError", "Report", "SchedulerConfig", "__version__", "compare", "simulate"]
 
@@ -34,7 +34,7 @@ Queues = str | Path | Mapping[str, Any] | SchedulerConfig | None
 
 def _inputs(trace: Trace, queues: Queues, seed: int) -> tuple[list[f.Feed], SchedulerConfig | None]:
     """The events and the configuration in force (``queues``, else the bundled scenario's)."""
-    from simulator.scenarios import scenario
+    from sniper.simulator.scenarios import scenario
 
     if isinstance(queues, SchedulerConfig) or queues is None:
         config = queues
@@ -72,8 +72,8 @@ def simulate(
     preemption policy; ``until`` stops at that simulated second. The report is the struct ``sniper
     simulate --report`` writes (``msgspec.json.encode(report)`` gives the same JSON).
     """
-    from simulator.ideal_view import ideal_for_model
-    from simulator.run import SimulationSettings, run_simulation
+    from sniper.simulator.ideal_view import ideal_for_model
+    from sniper.simulator.run import SimulationSettings, run_simulation
 
     events, config = _inputs(trace, queues, seed)
     settings = SimulationSettings(until=until, seed=seed, policy=policy)
@@ -90,8 +90,8 @@ def compare(
 ) -> dict[str, Report]:
     """Run ``trace`` once per policy (the same events and configuration) and return ``{policy: report}``
     in the order of ``policies``, as ``sniper compare --report`` writes it."""
-    from simulator.compare import compare as run_compare
-    from simulator.run import SimulationSettings
+    from sniper.simulator.compare import compare as run_compare
+    from sniper.simulator.run import SimulationSettings
 
     known = ("sniper", "proportional", "none")
     unknown = [p for p in policies if p not in known]

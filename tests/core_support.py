@@ -11,17 +11,17 @@ import dataclasses
 from collections import Counter
 from typing import Any
 
-from core import resources as res
-from core.allocator import Allocator
-from core.cache import Cache
-from core.config import PartitionConfig, parse_partition
-from core.node_index import NodeIndex
-from core.resources import Resource
-from core.state import PartitionState
-from messages import decisions as d
-from messages import feed as f
-from messages import protocol as p
-from simulator.model import ClusterModel
+from sniper.core import resources as res
+from sniper.core.allocator import Allocator
+from sniper.core.cache import Cache
+from sniper.core.config import PartitionConfig, parse_partition
+from sniper.core.node_index import NodeIndex
+from sniper.core.resources import Resource
+from sniper.core.state import PartitionState
+from sniper.messages import decisions as d
+from sniper.messages import feed as f
+from sniper.messages import protocol as p
+from sniper.simulator.model import ClusterModel
 
 PARTITION = "default"
 

@@ -1,7 +1,7 @@
 """Kafka test fixtures: one broker per test session, and settings with a topic prefix per test.
 
 ``kafka_bootstrap`` is ``$SNIPER_KAFKA_BOOTSTRAP`` when set (an external broker), else the address of
-an :class:`~transport.broker.EmbeddedBroker` started once for the session and stopped at its end.
+an :class:`~sniper.transport.broker.EmbeddedBroker` started once for the session and stopped at its end.
 ``kafka_settings`` gives every test its own topic prefix, so tests never see each other's records,
 and short group timeouts (the bundled broker holds a join for about half the session timeout).
 """
@@ -16,11 +16,11 @@ import anyio
 import pytest
 from anyio.abc import Process, TaskGroup
 
-from messages import decisions as d
-from tools.bench_e2e import ASSIGNED, start_core
-from tools.checker import OrderedChecker
-from transport.broker import EmbeddedBroker, resolve_bootstrap
-from transport.kafka import KafkaSettings, KafkaSubscription
+from sniper.bench.e2e import ASSIGNED, start_core
+from sniper.messages import decisions as d
+from sniper.resource_manager.checker import OrderedChecker
+from sniper.transport.broker import EmbeddedBroker, resolve_bootstrap
+from sniper.transport.kafka import KafkaSettings, KafkaSubscription
 
 
 @pytest.fixture(scope="session")

@@ -12,13 +12,13 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from core.config import parse_partition
-from core.preemption.placement import answer_placement_request
-from core.preemption.policies import Policy, make_policy
-from core.state import Allocation
-from messages import decisions as d
-from messages import feed as f
-from messages import protocol as p
+from sniper.core.config import parse_partition
+from sniper.core.preemption.placement import answer_placement_request
+from sniper.core.preemption.policies import Policy, make_policy
+from sniper.core.state import Allocation
+from sniper.messages import decisions as d
+from sniper.messages import feed as f
+from sniper.messages import protocol as p
 from tests.core_support import Harness, queue
 
 PARTITION = "default"

@@ -16,17 +16,17 @@ from typing import Any
 import anyio
 import pytest
 
-from actors.base import Actor, MergedInbox, supervise
-from actors.partition import PartitionRuntime
-from actors.router import Router
-from core.cache import Cache
-from core.config import PartitionConfig
-from messages import decisions as d
-from messages import feed as f
-from messages import protocol as p
+from sniper.actors.base import Actor, MergedInbox, supervise
+from sniper.actors.partition import PartitionRuntime
+from sniper.actors.router import Router
+from sniper.core.cache import Cache
+from sniper.core.config import PartitionConfig
+from sniper.messages import decisions as d
+from sniper.messages import feed as f
+from sniper.messages import protocol as p
+from sniper.transport.bus import DECISIONS, FEED, VIEW, Subscription
+from sniper.transport.memory import MemoryBus
 from tests.core_support import config_of, fingerprint, queue
-from transport.bus import DECISIONS, FEED, VIEW, Subscription
-from transport.memory import MemoryBus
 
 GUARD = 30.0  # seconds before a hang becomes a failure
 CONFIG = config_of(queue("a", maximum={"memory": 16384}), queue("b"))

@@ -11,16 +11,16 @@ from typing import Any
 import anyio
 import pytest
 
-from cluster.process import CoreProcess
-from core.cache import Cache
-from core.config import AdmissionConfig, ConfigError, parse_partition
-from messages import decisions as d
-from messages import feed as f
-from simulator.run import run_simulation
+from sniper.cluster.process import CoreProcess
+from sniper.core.cache import Cache
+from sniper.core.config import AdmissionConfig, ConfigError, parse_partition
+from sniper.messages import decisions as d
+from sniper.messages import feed as f
+from sniper.simulator.run import run_simulation
+from sniper.transport.bus import DECISIONS, FEED
+from sniper.transport.kafka import KafkaBus, KafkaSettings
 from tests.core_support import consistency_problems, partition_raw, queue
 from tests.test_core_process import WAIT, Decisions, bus, options
-from transport.bus import DECISIONS, FEED
-from transport.kafka import KafkaBus, KafkaSettings
 
 __all__ = ["bus"]  # the fixture, used by name
 

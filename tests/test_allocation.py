@@ -6,11 +6,11 @@ from typing import Any
 
 import pytest
 
-from core.allocation import CandidateFilter, FreeRoomPlacer, find_ask_candidates, try_allocate
-from core.config import partition_to_raw
-from core.node_index import NodeIndex
-from core.state import PartitionState
-from messages import protocol as p
+from sniper.core.allocation import CandidateFilter, FreeRoomPlacer, find_ask_candidates, try_allocate
+from sniper.core.config import partition_to_raw
+from sniper.core.node_index import NodeIndex
+from sniper.core.state import PartitionState
+from sniper.messages import protocol as p
 from tests.core_support import config_of, consistency_problems, queue
 
 CAPACITY = {"memory": 100_000, "vcore": 100_000}

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from core.allocator import Allocator
-from core.config import partition_to_raw
-from messages import feed as f
-from messages import protocol as p
+from sniper.core.allocator import Allocator
+from sniper.core.config import partition_to_raw
+from sniper.messages import feed as f
+from sniper.messages import protocol as p
 from tests.core_support import Harness, config_of, fingerprint, invariant_problems, queue
 
 CONFIG = config_of(queue("a", maximum={"memory": 32768}), queue("b"))
@@ -60,7 +60,7 @@ def test_missed_opportunities_grow_per_cycle_and_reset_on_allocation() -> None:
 def test_a_fruitless_cycle_is_only_counted_until_something_but_the_clock_changes(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from core import allocator
+    from sniper.core import allocator
 
     searches: list[int] = []
     find = allocator.find_ask_candidates

@@ -3,7 +3,7 @@ goes through ``PartitionState.apply`` (ARCHITECTURE section 2: only the cache wr
 its one mutation path): no module outside ``core/state.py`` assigns an attribute of one, read from the
 source (an attribute write is caught whatever names the object). Nodes, queues, apps and asks likewise,
 but for the allocator's in-flight ``allocating`` counters, which only the allocator and
-:func:`core.placing.hold_room` write (the cache's checks, a gang's included, only read them)."""
+:func:`sniper.core.placing.hold_room` write (the cache's checks, a gang's included, only read them)."""
 
 from __future__ import annotations
 
@@ -12,22 +12,21 @@ from pathlib import Path
 
 import pytest
 
-from core.state import Allocation, App, Ask, Contract, Node, NodeReservation, Queue, Reservation
+from sniper.core.state import Allocation, App, Ask, Contract, Node, NodeReservation, Queue, Reservation
 
 ROOT = Path(__file__).resolve().parent.parent
 FIELDS = {name for cls in (Allocation, Reservation, NodeReservation, Contract) for name in cls.__slots__}
 HOLDERS = {name for cls in (Node, Queue, App, Ask) for name in cls.__slots__} - {"allocating"}
 # Writes of those names to objects that are not the state's (checked by hand: the module, the target).
 NOT_STATE = {
-    ("cluster/process.py", "c.allocations"),  # a partition host's counters
-    ("core/preemption/ideal.py", "q.pending"),  # the ideal assignment's own working queues
+    ("sniper/cluster/process.py", "c.allocations"),  # a partition host's counters
+    ("sniper/core/preemption/ideal.py", "q.pending"),  # the ideal assignment's own working queues
 }
 SOURCES = sorted(
     path
-    for package in ("core", "actors", "cluster", "simulator", "tools", "sniper")
-    for path in (ROOT / package).rglob("*.py")
+    for path in (ROOT / "sniper").rglob("*.py")
     # the state itself, and the simulator's independent model (its allocations are its own, not the state's)
-    if path not in (ROOT / "core" / "state.py", ROOT / "simulator" / "model.py")
+    if path not in (ROOT / "sniper" / "core" / "state.py", ROOT / "sniper" / "simulator" / "model.py")
 )
 
 
@@ -61,7 +60,7 @@ def test_no_total_of_a_node_queue_app_or_ask_is_written_outside_apply(path: Path
     assert writes == []
 
 
-ALLOCATING_WRITERS = {"core/placing.py", "core/allocator.py"}
+ALLOCATING_WRITERS = {"sniper/core/placing.py", "sniper/core/allocator.py"}
 MUTATORS = {"add_into", "sub_into"}  # core.resources' in-place arithmetic: its first argument is written
 
 

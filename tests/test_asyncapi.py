@@ -8,10 +8,10 @@ from typing import Any
 import msgspec
 import yaml
 
-from messages.deadletter import DeadLetter
-from messages.wire import CONTENT_TYPE, MEDIA_TYPES
-from transport.bus import TOPICS
-from transport.kafka import KafkaSettings
+from sniper.messages.deadletter import DeadLetter
+from sniper.messages.wire import CONTENT_TYPE, MEDIA_TYPES
+from sniper.transport.bus import TOPICS
+from sniper.transport.kafka import KafkaSettings
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
 DOCUMENT: dict[str, Any] = yaml.safe_load((DOCS / "asyncapi.yaml").read_text())

@@ -7,9 +7,9 @@ import logging
 
 import pytest
 
-from cluster.audit import BENEFICIARY, VICTIM, PreemptionTally, audit
-from cluster.obs import StructuredFormatter
-from messages import decisions as d
+from sniper.cluster.audit import BENEFICIARY, VICTIM, PreemptionTally, audit
+from sniper.cluster.obs import StructuredFormatter
+from sniper.messages import decisions as d
 
 GPU_VICTIM = d.Preempt(
     t=10.0,

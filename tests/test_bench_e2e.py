@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from tools.bench_e2e import bench_e2e, spread_partition_names
-from tools.cpulimit import CpuLimit, CpuLimitUnavailable
-from transport.kafka import KafkaSettings, kafka_partition
+from sniper.bench.cpulimit import CpuLimit, CpuLimitUnavailable
+from sniper.bench.e2e import bench_e2e, spread_partition_names
+from sniper.transport.kafka import KafkaSettings, kafka_partition
 
 
 @pytest.mark.parametrize(("count", "kafka_partitions"), [(8, 8), (12, 8), (3, 4), (16, 16)])
@@ -72,6 +72,6 @@ def test_a_cpu_limit_rejects_a_nonsense_budget() -> None:
 def test_without_a_cgroup_cpu_controller_a_cpu_limit_is_a_clear_error(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("tools.cpulimit.CGROUP_ROOT", tmp_path)
+    monkeypatch.setattr("sniper.bench.cpulimit.CGROUP_ROOT", tmp_path)
     with CpuLimit(0.5) as limit, pytest.raises(CpuLimitUnavailable, match="no cgroup cpu controller"):
         limit.apply(1)

@@ -8,7 +8,7 @@ import anyio
 import pytest
 from aiokafka.admin import AIOKafkaAdminClient
 
-from transport.broker import (
+from sniper.transport.broker import (
     BOOTSTRAP_ENV,
     BrokerStartError,
     EmbeddedBroker,

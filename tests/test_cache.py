@@ -11,12 +11,12 @@ from typing import Any
 import msgspec
 import pytest
 
-from core.allocator import Allocator
-from core.cache import Cache
-from core.config import partition_to_raw
-from messages import decisions as d
-from messages import feed as f
-from messages import protocol as p
+from sniper.core.allocator import Allocator
+from sniper.core.cache import Cache
+from sniper.core.config import partition_to_raw
+from sniper.messages import decisions as d
+from sniper.messages import feed as f
+from sniper.messages import protocol as p
 from tests.core_support import (
     config_of,
     consistency_problems,

@@ -1,8 +1,9 @@
 """Chaos on the real broker: node churn, a core process killed with SIGKILL (and a third joining), and a
 feed with duplicated, reordered and malformed events.
 
-An independent checker (:class:`tools.checker.OrderedChecker`, built on ``simulator.model``) reads the
-feed and the decisions topics and checks ARCHITECTURE section 6 on the order the caches committed.
+An independent checker (:class:`sniper.resource_manager.checker.OrderedChecker`, built on
+``sniper.simulator.model``) reads the feed and the decisions topics and checks ARCHITECTURE section 6 on
+the order the caches committed.
 Every wait is on a condition (decisions seen, a marker's decision, a snapshot), bounded by
 ``anyio.fail_after``; nothing asserts on timing.
 
@@ -24,16 +25,16 @@ import pytest
 from aiokafka import AIOKafkaProducer
 from anyio.abc import TaskGroup
 
-from cluster.process import CoreOptions, CoreProcess
-from messages import decisions as d
-from messages import feed as f
-from messages import protocol as p
-from messages.snapshot import Snapshot, decode_body
+from sniper.bench.e2e import stop_core
+from sniper.cluster.process import CoreOptions, CoreProcess
+from sniper.messages import decisions as d
+from sniper.messages import feed as f
+from sniper.messages import protocol as p
+from sniper.messages.snapshot import Snapshot, decode_body
+from sniper.transport.bus import DEADLETTER, DECISIONS, FEED, SNAPSHOTS
+from sniper.transport.kafka import KafkaBus, KafkaSettings
 from tests.core_support import partition_raw, queue
 from tests.kafka_support import CoreSubprocess, TopicReader
-from tools.bench_e2e import stop_core
-from transport.bus import DEADLETTER, DECISIONS, FEED, SNAPSHOTS
-from transport.kafka import KafkaBus, KafkaSettings
 
 pytestmark = pytest.mark.kafka
 

@@ -21,17 +21,17 @@ from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from anyio.abc import TaskGroup
 
-from cluster.logread import read_partition
-from core.recovery import feed_problem
-from messages import decisions as d
-from messages import feed as f
-from messages.deadletter import DeadLetter, deadletter_msgpack
+from sniper.bench.e2e import spread_partition_names, stop_core
+from sniper.cluster.logread import read_partition
+from sniper.core.recovery import feed_problem
+from sniper.messages import decisions as d
+from sniper.messages import feed as f
+from sniper.messages.deadletter import DeadLetter, deadletter_msgpack
+from sniper.transport.broker import EmbeddedBroker, free_port
+from sniper.transport.bus import DEADLETTER, DECISIONS, FEED, SNAPSHOTS
+from sniper.transport.kafka import KafkaBus, KafkaSettings, KafkaTransportError
 from tests.core_support import partition_raw, queue
 from tests.kafka_support import CoreSubprocess, TopicReader, until_any
-from tools.bench_e2e import spread_partition_names, stop_core
-from transport.broker import EmbeddedBroker, free_port
-from transport.bus import DEADLETTER, DECISIONS, FEED, SNAPSHOTS
-from transport.kafka import KafkaBus, KafkaSettings, KafkaTransportError
 
 pytestmark = pytest.mark.kafka
 

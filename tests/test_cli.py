@@ -14,13 +14,13 @@ import pytest
 import yaml
 from typer.testing import CliRunner, Result
 
-from cluster.logread import read_partition
-from cluster.process import CoreOptions, CoreProcess
-from messages.wire import CONTENT_TYPE
 from sniper.cli import app
+from sniper.cluster.logread import read_partition
+from sniper.cluster.process import CoreOptions, CoreProcess
+from sniper.messages.wire import CONTENT_TYPE
+from sniper.transport.bus import FEED
+from sniper.transport.kafka import KafkaSettings, kafka_partition
 from tests.core_support import partition_raw, queue
-from transport.bus import FEED
-from transport.kafka import KafkaSettings, kafka_partition
 
 REPORT_KEYS = {
     "policy",

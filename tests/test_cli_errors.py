@@ -13,12 +13,12 @@ import msgspec
 import pytest
 from typer.testing import CliRunner, Result
 
-from core.config import ConfigError
 from sniper.cli import app
 from sniper.cli.app import EXIT_INPUT, EXIT_RUNTIME, explain
+from sniper.core.config import ConfigError
+from sniper.transport.kafka import KafkaSettings
 from tests.core_support import partition_raw, queue
 from tests.test_cli import TINY
-from transport.kafka import KafkaSettings
 
 
 def _invoke(*args: str) -> Result:
@@ -323,10 +323,10 @@ class _Lines:
 @pytest.mark.kafka
 async def test_record_keeps_one_time_base(kafka_settings: KafkaSettings) -> None:
     """A feed played ten times faster is recorded in trace seconds: times and durations agree."""
-    from messages import feed as f
-    from tools.feeder import _copy
-    from transport.bus import FEED
-    from transport.kafka import KafkaBus
+    from sniper.messages import feed as f
+    from sniper.resource_manager.feed import _copy
+    from sniper.transport.bus import FEED
+    from sniper.transport.kafka import KafkaBus
 
     events = [
         f.AppAdded(t=100.0, partition="p", app="a1", queue="root.a"),
@@ -347,7 +347,7 @@ async def test_record_keeps_one_time_base(kafka_settings: KafkaSettings) -> None
 
 
 def test_preview_tables_print_names_literally() -> None:
-    from tools.preview import render_table
+    from sniper.preview import render_table
 
     assert "[/] order: a [bold]" in " ".join(render_table([{"id": "[/]", "order": ["a", "[bold]"]}]).split())
 
@@ -363,7 +363,7 @@ def test_bench_prints_a_table_or_json() -> None:
 
 @pytest.mark.kafka
 async def test_feed_prints_a_table_or_json_with_the_rejections(kafka_settings: KafkaSettings, tmp_path: Path) -> None:
-    from cluster.process import CoreOptions, CoreProcess
+    from sniper.cluster.process import CoreOptions, CoreProcess
 
     bad_app = {"t": 1, "type": "app_added", "app": "x[/]", "queue": "root.nowhere"}
     trace = _trace(tmp_path, [*TINY, bad_app])
@@ -402,7 +402,7 @@ def test_an_internal_error_names_a_verbose_flag_that_shows_its_traceback(
     async def broken(*args: object, **kwargs: object) -> None:
         raise ZeroDivisionError("boom")
 
-    monkeypatch.setattr("tools.feeder.play", broken)
+    monkeypatch.setattr("sniper.resource_manager.feed.play", broken)
     trace = str(_trace(tmp_path, TINY))
     for args in (["-v", "feed", trace], ["feed", trace, "-v"]):
         caplog.clear()

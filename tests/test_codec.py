@@ -8,11 +8,11 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from messages import codec
-from messages import decisions as d
-from messages import feed as f
-from messages import protocol as p
-from messages.codec import BadInput, decode_feed_lines, encode_json_line, read_trace
+from sniper.messages import codec
+from sniper.messages import decisions as d
+from sniper.messages import feed as f
+from sniper.messages import protocol as p
+from sniper.messages.codec import BadInput, decode_feed_lines, encode_json_line, read_trace
 
 FEED_EVENTS: list[f.Feed] = [
     f.PartitionConfigEvent(t=0, config={"name": "default", "queues": [{"name": "root"}]}),

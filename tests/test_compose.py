@@ -23,7 +23,7 @@ import yaml
 from typer.testing import CliRunner
 
 from sniper.cli import app
-from transport.kafka import ENV_PREFIX, KafkaSettings
+from sniper.transport.kafka import ENV_PREFIX, KafkaSettings
 
 COMPOSE = Path(__file__).resolve().parent.parent / "compose"
 ROOT = COMPOSE.parent
@@ -94,8 +94,8 @@ def test_environment_is_what_the_settings_read() -> None:
 
 
 def test_the_bundled_trace_is_a_valid_feed() -> None:
-    from messages.codec import read_trace
-    from messages.feed import PartitionConfigEvent
+    from sniper.messages.codec import read_trace
+    from sniper.messages.feed import PartitionConfigEvent
 
     events, bad = read_trace(COMPOSE / "demo.jsonl")
     assert not bad and len(events) > 100

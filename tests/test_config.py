@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 import yaml
 
-from core import config as config_module
-from core.config import (
+from sniper.core import config as config_module
+from sniper.core.config import (
     AdmissionConfig,
     ConfigError,
     PreemptionConfig,

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 import yaml
 
-from core.config import MAX_NESTING, ConfigError, load_config, parse_config, parse_partition, partition_to_raw
-from messages.codec import BadInput, decode_feed_lines
+from sniper.core.config import MAX_NESTING, ConfigError, load_config, parse_config, parse_partition, partition_to_raw
+from sniper.messages.codec import BadInput, decode_feed_lines
 from tests.core_support import partition_raw, queue
 
 DATA = Path(__file__).parent / "data" / "yunikorn"

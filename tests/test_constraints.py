@@ -12,16 +12,16 @@ from typing import Any
 import msgspec
 import pytest
 
-from core import constraints
-from core.cache import state_changes
-from core.state import PartitionState
-from messages import decisions as d
-from messages import feed as f
-from messages import protocol as p
-from messages.codec import BadInput, decode_feed_lines
-from simulator.model import ClusterModel
-from simulator.run import SimulationSettings, run_simulation
-from simulator.scenarios import scenario
+from sniper.core import constraints
+from sniper.core.cache import state_changes
+from sniper.core.state import PartitionState
+from sniper.messages import decisions as d
+from sniper.messages import feed as f
+from sniper.messages import protocol as p
+from sniper.messages.codec import BadInput, decode_feed_lines
+from sniper.simulator.model import ClusterModel
+from sniper.simulator.run import SimulationSettings, run_simulation
+from sniper.simulator.scenarios import scenario
 from tests.core_support import Harness, config_of, invariant_problems, queue, rejected_reasons
 from tests.preemption_support import PreemptHarness, preemption_raw, two_queues
 

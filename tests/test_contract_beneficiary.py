@@ -12,16 +12,16 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from core import resources as res
-from core.config import SchedulerConfig, parse_config
-from messages import decisions as d
-from messages import feed as f
-from simulator.run import SimulationResult, SimulationSettings, run_simulation
+from sniper.core import resources as res
+from sniper.core.config import SchedulerConfig, parse_config
+from sniper.messages import decisions as d
+from sniper.messages import feed as f
+from sniper.simulator.run import SimulationResult, SimulationSettings, run_simulation
 from tests.core_support import consistency_problems, queue
 from tests.preemption_support import PreemptHarness, two_queues
 
 if TYPE_CHECKING:
-    from messages.snapshot import Snapshot
+    from sniper.messages.snapshot import Snapshot
     from tests.test_recovery import Owner
 
 GRACE = 15.0
@@ -515,7 +515,7 @@ def test_a_gang_member_served_by_room_given_back_keeps_the_gang_whole() -> None:
 def test_room_given_back_on_a_node_reserved_for_another_ask_counts_for_nothing() -> None:
     """The other node is node-reserved for z1's 100 (YARN's reserved container): the room b1 gives back
     there is z1's to wait for, not a1's. The request stays open and its deadline kills the named."""
-    from core import node_reservation
+    from sniper.core import node_reservation
 
     h, req, node, other = reserved_for_a1()
     h.app("z1", "root.b")
@@ -688,9 +688,9 @@ def test_snapshot_keeps_what_served_room_credited() -> None:
     the same open request (what it named less the served ones, what was released)."""
     import msgspec
 
-    from core.cache import state_changes
-    from core.recovery import DurableCache, restore, take_snapshot
-    from messages.snapshot import snapshot_msgpack
+    from sniper.core.cache import state_changes
+    from sniper.core.recovery import DurableCache, restore, take_snapshot
+    from sniper.messages.snapshot import snapshot_msgpack
     from tests.preemption_support import PARTITION
 
     h = borrowed()
@@ -721,7 +721,7 @@ def test_snapshot_keeps_what_served_room_credited() -> None:
 
 def _request_closing_on(model_events: list[d.DecisionMsg | f.Feed]) -> list[str]:
     """Feed ``model_events`` to a fresh independent model; the reasons of its invariant 9 violations."""
-    from simulator.model import ClusterModel
+    from sniper.simulator.model import ClusterModel
     from tests.preemption_support import PARTITION
 
     model = ClusterModel(PARTITION)
@@ -887,8 +887,8 @@ def test_the_proportional_baseline_on_the_same_cluster_credits_any_release_and_s
 def _owner_with_a_request() -> tuple[Owner, Snapshot, dict[str, list[str]]]:
     """An old owner on whose log b1 (contract) holds n1 and n2 (8 each) with 4s and a1's 8 is reserved
     on n1 (sniper, both of n1's named); a snapshot taken before a1 came; b1's containers per node."""
-    from core.recovery import take_snapshot
-    from messages import protocol as p
+    from sniper.core.recovery import take_snapshot
+    from sniper.messages import protocol as p
     from tests.test_recovery import Owner, P
 
     o = Owner()
@@ -942,8 +942,8 @@ def test_replay_and_snapshots_keep_room_held_in_pieces_as_the_old_owner_did() ->
     n2, nothing held, nothing decided anew)."""
     import msgspec
 
-    from core.recovery import restore, take_snapshot
-    from messages.snapshot import snapshot_msgpack
+    from sniper.core.recovery import restore, take_snapshot
+    from sniper.messages.snapshot import snapshot_msgpack
     from tests.core_support import fingerprint
     from tests.test_recovery import P, _fp, _recover
 
@@ -972,7 +972,7 @@ def test_the_contract_scenario_with_ams_answering_one_container_at_a_time_serves
     (``--am-release-gap 2``): the first request's pieces, given back on nodes other than its
     reservations', are held for prod-web until each fits, so three of its containers are placed on them,
     the request closes given back and the containers it named keep running; no invariant breaks."""
-    from simulator.scenarios import scenario
+    from sniper.simulator.scenarios import scenario
 
     sc = scenario("contract")
     result = run_simulation(sc.events, sc.config, SimulationSettings(until=100, policy="sniper", am_release_gap=2.0))

@@ -17,17 +17,17 @@ import pytest
 from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaError
 
-from cluster.logread import read_partition
-from cluster.process import CoreOptions, CoreProcess, HostedPartition
-from core.recovery import CLOCK_REFUSED, DurableCache
-from messages import decisions as d
-from messages import feed as f
-from messages.deadletter import DeadLetter, deadletter_msgpack
-from messages.snapshot import snapshot_msgpack
-from messages.wire import CONTENT_TYPE
+from sniper.cluster.logread import read_partition
+from sniper.cluster.process import CoreOptions, CoreProcess, HostedPartition
+from sniper.core.recovery import CLOCK_REFUSED, DurableCache
+from sniper.messages import decisions as d
+from sniper.messages import feed as f
+from sniper.messages.deadletter import DeadLetter, deadletter_msgpack
+from sniper.messages.snapshot import snapshot_msgpack
+from sniper.messages.wire import CONTENT_TYPE
+from sniper.transport.bus import DEADLETTER, DECISIONS, FEED, SNAPSHOTS
+from sniper.transport.kafka import KafkaBus, KafkaSettings, KafkaSubscription
 from tests.core_support import partition_raw, queue
-from transport.bus import DEADLETTER, DECISIONS, FEED, SNAPSHOTS
-from transport.kafka import KafkaBus, KafkaSettings, KafkaSubscription
 
 pytestmark = pytest.mark.kafka
 

@@ -11,11 +11,11 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from core import config
-from messages import decisions as d
-from messages import feed as f
-from simulator.run import SimulationSettings, run_simulation
-from simulator.scenarios import scenario
+from sniper.core import config
+from sniper.messages import decisions as d
+from sniper.messages import feed as f
+from sniper.simulator.run import SimulationSettings, run_simulation
+from sniper.simulator.scenarios import scenario
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"

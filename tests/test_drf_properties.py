@@ -16,13 +16,13 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from core import resources as res
-from core.config import SchedulerConfig, parse_config
-from core.preemption.view import ideal_of, snapshot_from_figures
-from messages import decisions as d
-from messages import feed as f
-from simulator.model import ClusterModel
-from simulator.run import SimulationResult, SimulationSettings, run_simulation
+from sniper.core import resources as res
+from sniper.core.config import SchedulerConfig, parse_config
+from sniper.core.preemption.view import ideal_of, snapshot_from_figures
+from sniper.messages import decisions as d
+from sniper.messages import feed as f
+from sniper.simulator.model import ClusterModel
+from sniper.simulator.run import SimulationResult, SimulationSettings, run_simulation
 
 GiB = 1024
 UNTIL = 120.0

@@ -11,12 +11,12 @@ from typing import Any
 
 import pytest
 
-from core.config import parse_config
-from messages import decisions as d
-from messages import feed as f
-from simulator.compare import compare
-from simulator.run import SimulationResult, SimulationSettings
-from simulator.scenarios import PREEMPTION, GiB, _job, _partition, _queue, scenario
+from sniper.core.config import parse_config
+from sniper.messages import decisions as d
+from sniper.messages import feed as f
+from sniper.simulator.compare import compare
+from sniper.simulator.run import SimulationResult, SimulationSettings
+from sniper.simulator.scenarios import PREEMPTION, GiB, _job, _partition, _queue, scenario
 
 UNTIL = 300.0
 

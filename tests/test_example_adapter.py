@@ -9,8 +9,8 @@ from pathlib import Path
 import anyio
 import pytest
 
-from cluster.process import CoreOptions, CoreProcess
-from transport.kafka import KafkaSettings
+from sniper.cluster.process import CoreOptions, CoreProcess
+from sniper.transport.kafka import KafkaSettings
 
 pytestmark = pytest.mark.kafka
 

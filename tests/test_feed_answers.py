@@ -8,14 +8,14 @@ import itertools
 import anyio
 import pytest
 
-from cluster.process import CoreOptions, CoreProcess
-from messages import decisions as d
-from messages import feed as f
+from sniper.cluster.process import CoreOptions, CoreProcess
+from sniper.messages import decisions as d
+from sniper.messages import feed as f
+from sniper.resource_manager.feed import PlayOptions, play
+from sniper.transport.bus import DECISIONS, FEED
+from sniper.transport.kafka import KafkaBus, KafkaSettings
 from tests.core_support import partition_raw, queue
 from tests.test_core_process import Decisions
-from tools.feeder import PlayOptions, play
-from transport.bus import DECISIONS, FEED
-from transport.kafka import KafkaBus, KafkaSettings
 
 pytestmark = pytest.mark.kafka
 

@@ -10,18 +10,18 @@ import anyio
 import msgspec
 import pytest
 
-from cluster.logread import read_partition
-from cluster.process import CoreProcess
-from core.config import parse_partition
-from core.recovery import CLOCK_REFUSED, DurableCache, refused_for_time, replay, restore, take_snapshot
-from messages import decisions as d
-from messages import feed as f
-from messages.codec import BadInput, decode_feed_lines
-from messages.deadletter import deadletter_msgpack
+from sniper.cluster.logread import read_partition
+from sniper.cluster.process import CoreProcess
+from sniper.core.config import parse_partition
+from sniper.core.recovery import CLOCK_REFUSED, DurableCache, refused_for_time, replay, restore, take_snapshot
+from sniper.messages import decisions as d
+from sniper.messages import feed as f
+from sniper.messages.codec import BadInput, decode_feed_lines
+from sniper.messages.deadletter import deadletter_msgpack
+from sniper.transport.bus import DEADLETTER, DECISIONS, FEED
+from sniper.transport.kafka import KafkaBus, KafkaSettings
 from tests.core_support import partition_raw, queue
 from tests.test_core_process import WAIT, Decisions, bus, options, workload
-from transport.bus import DEADLETTER, DECISIONS, FEED
-from transport.kafka import KafkaBus, KafkaSettings
 
 __all__ = ["bus"]  # the fixture, used by name
 

@@ -12,17 +12,17 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from core import gang
-from core import resources as res
-from core.config import SchedulerConfig, parse_config
-from core.state import PartitionState
-from messages import decisions as d
-from messages import feed as f
-from messages import protocol as p
-from messages.codec import BadInput, decode_feed_lines
-from simulator.model import ClusterModel
-from simulator.run import SimulationSettings, run_simulation
-from simulator.scenarios import scenario
+from sniper.core import gang
+from sniper.core import resources as res
+from sniper.core.config import SchedulerConfig, parse_config
+from sniper.core.state import PartitionState
+from sniper.messages import decisions as d
+from sniper.messages import feed as f
+from sniper.messages import protocol as p
+from sniper.messages.codec import BadInput, decode_feed_lines
+from sniper.simulator.model import ClusterModel
+from sniper.simulator.run import SimulationSettings, run_simulation
+from sniper.simulator.scenarios import scenario
 from tests.core_support import Harness, config_of, fingerprint, invariant_problems, queue, rejected_reasons
 from tests.preemption_support import PARTITION, PreemptHarness, preemption_raw, two_queues
 from tests.test_overcommit import CAP, full_node, report

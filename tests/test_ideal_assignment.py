@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from core.preemption.calculator import (
+from sniper.core.preemption.calculator import (
     DefaultCalculator,
     DominantCalculator,
     double_compare,
@@ -19,9 +19,9 @@ from core.preemption.calculator import (
     java_float_div,
     make_calculator,
 )
-from core.preemption.ideal import IdealAssignment, compute_ideal, priority_utilization_compare
-from core.preemption.model import ClusterSnapshot, QueueSnapshot, SnapshotError
-from core.resources import Resource
+from sniper.core.preemption.ideal import IdealAssignment, compute_ideal, priority_utilization_compare
+from sniper.core.preemption.model import ClusterSnapshot, QueueSnapshot, SnapshotError
+from sniper.core.resources import Resource
 
 MEM = ("memory",)
 MV = ("memory", "vcore")

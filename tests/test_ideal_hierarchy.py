@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
-from core.config import parse_partition
-from core.preemption.view import composed_guarantees, ideal_of, snapshot_from_figures
-from core.resources import Resource
+from sniper.core.config import parse_partition
+from sniper.core.preemption.view import composed_guarantees, ideal_of, snapshot_from_figures
+from sniper.core.resources import Resource
 from tests.core_support import queue
 from tests.preemption_support import preemption_raw
 

@@ -15,13 +15,13 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 from typer.testing import CliRunner, Result
 
-from core.config import parse_partition
-from core.resources import parse_resource
-from importers.common import AskSpec, ImportError_, ImportOptions, JobSpec, NodeSpec, Workload, build_trace
-from importers.pods_csv import Arrival, GpuShare, read_pods_csv
-from importers.sls import read_sls
-from messages import feed as f
 from sniper.cli import app
+from sniper.core.config import parse_partition
+from sniper.core.resources import parse_resource
+from sniper.importers.common import AskSpec, ImportError_, ImportOptions, JobSpec, NodeSpec, Workload, build_trace
+from sniper.importers.pods_csv import Arrival, GpuShare, read_pods_csv
+from sniper.importers.sls import read_sls
+from sniper.messages import feed as f
 
 DATA = Path(__file__).parent / "data"
 PODS = DATA / "gpu_v2023" / "pods.csv"

@@ -15,14 +15,14 @@ import msgspec
 import pytest
 from aiokafka import AIOKafkaProducer
 
-from messages.codec import json_encoder, msgpack_encoder
-from messages.deadletter import DeadLetter
-from messages.decisions import Allocated, Rejected
-from messages.feed import AppAdded, AskAdded, NodeAdded
-from messages.protocol import AllocationProposal, Placement, ResyncRequest, ViewDelta
-from transport.broker import EmbeddedBroker, free_port
-from transport.bus import DEADLETTER, DECISIONS, FEED, PROPOSALS, SNAPSHOTS, VIEW
-from transport.kafka import (
+from sniper.messages.codec import json_encoder, msgpack_encoder
+from sniper.messages.deadletter import DeadLetter
+from sniper.messages.decisions import Allocated, Rejected
+from sniper.messages.feed import AppAdded, AskAdded, NodeAdded
+from sniper.messages.protocol import AllocationProposal, Placement, ResyncRequest, ViewDelta
+from sniper.transport.broker import EmbeddedBroker, free_port
+from sniper.transport.bus import DEADLETTER, DECISIONS, FEED, PROPOSALS, SNAPSHOTS, VIEW
+from sniper.transport.kafka import (
     KafkaBus,
     KafkaSettings,
     KafkaSubscription,

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from simulator.kafka_run import run_simulation_kafka
-from simulator.run import SimulationSettings, run_simulation
-from simulator.scenarios import scenario
+from sniper.simulator.kafka_run import run_simulation_kafka
+from sniper.simulator.run import SimulationSettings, run_simulation
+from sniper.simulator.scenarios import scenario
 
 pytestmark = pytest.mark.kafka
 

@@ -1,20 +1,20 @@
-"""The source layout: one path per file, and the layers' import rules.
+"""The source layout: one import package, ``sniper``, whose first level holds the design's parts.
 
-Every top-level folder with an ``__init__.py`` is an import package of its own name, so tracebacks, mypy,
-ruff, grep and editors name a file the same way. The sans-IO ``core`` imports only ``messages``, the
-standard library and pure data libraries: never an actor, a transport or the command line.
+The wheel installs that one top-level name and nothing else, so a folder named ``core/`` or ``tools/`` in
+a user's working directory cannot shadow a part of Sniper, and every file has one path for tracebacks,
+mypy, ruff, grep and editors alike. The import rules between the parts are in ``test_import_graph``.
 """
 
 from __future__ import annotations
 
-import ast
+import shutil
 import subprocess
 import sys
 import tomllib
+import zipfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-PURE_LIBRARIES = {"msgspec", "sortedcontainers", "yaml"}
 
 
 def _tracked() -> list[Path]:
@@ -22,42 +22,54 @@ def _tracked() -> list[Path]:
     return [ROOT / name for name in out.split()]
 
 
-def _packages() -> list[str]:
-    return sorted(p.parent.name for p in ROOT.glob("*/__init__.py") if p.parent.name != "tests")
-
-
-def _imports(path: Path) -> set[str]:
-    """Top-level names a module imports, at run time or for typing, anywhere in its body."""
-    names: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-        if isinstance(node, ast.Import):
-            names.update(alias.name.split(".")[0] for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            names.add(node.module.split(".")[0])
-    return names
-
-
 def test_no_tracked_file_is_a_symbolic_link() -> None:
     assert [str(p.relative_to(ROOT)) for p in _tracked() if p.is_symlink()] == []
 
 
-def test_every_top_level_package_is_installed_and_type_checked_under_its_own_name() -> None:
+def test_the_repository_holds_one_import_package_and_it_is_the_one_installed_and_type_checked() -> None:
+    top = sorted(p.parent.name for p in ROOT.glob("*/__init__.py"))
+    assert top == ["sniper", "tests"]
     config = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
-    found = config["tool"]["setuptools"]["packages"]["find"]["include"]
-    assert sorted(name.rstrip("*") for name in found) == _packages()
-    assert sorted(config["tool"]["mypy"]["packages"]) == _packages()
-
-
-def test_the_sans_io_core_imports_only_messages_the_standard_library_and_pure_data_libraries() -> None:
-    allowed = {"core", "messages", "__future__"} | PURE_LIBRARIES | set(sys.stdlib_module_names)
-    offenders = {
-        str(path.relative_to(ROOT)): sorted(_imports(path) - allowed) for path in sorted((ROOT / "core").rglob("*.py"))
+    assert config["tool"]["setuptools"]["packages"]["find"]["include"] == ["sniper", "sniper.*"]
+    assert config["tool"]["mypy"]["packages"] == ["sniper"]
+    assert {"actors", "messages", "core", "transport", "cluster"} <= {
+        p.parent.name for p in (ROOT / "sniper").glob("*/__init__.py")
     }
-    assert {name: bad for name, bad in offenders.items() if bad} == {}
 
 
-def test_messages_import_nothing_of_the_project_but_messages() -> None:
-    project = set(_packages()) - {"messages"}
-    modules = sorted((ROOT / "messages").rglob("*.py"))
-    offenders = {str(path.relative_to(ROOT)): sorted(_imports(path) & project) for path in modules}
-    assert {name: bad for name, bad in offenders.items() if bad} == {}
+def test_the_wheel_installs_exactly_one_top_level_package(tmp_path: Path) -> None:
+    source = tmp_path / "source"  # a copy, so the build leaves nothing in the checkout
+    shutil.copytree(ROOT / "sniper", source / "sniper", ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("pyproject.toml", "README.md", "LICENSE"):
+        shutil.copy(ROOT / name, source / name)
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", tmp_path, source],
+        check=True,
+        capture_output=True,
+    )
+    (wheel,) = tmp_path.glob("sniper_scheduler-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    tops = {name.split("/")[0] for name in names if not name.split("/")[0].endswith((".dist-info", ".data"))}
+    assert tops == {"sniper"}
+    assert "sniper/py.typed" in names and "sniper/core/cache.py" in names
+
+
+def test_sniper_imports_from_a_working_directory_with_folders_named_like_its_parts(tmp_path: Path) -> None:
+    for name in ("core", "tools", "messages", "actors", "cluster"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "__init__.py").write_text("raise ImportError('the working directory, not Sniper')\n")
+    (tmp_path / "core" / "config.py").write_text("raise ImportError('the working directory, not Sniper')\n")
+    run = subprocess.run(
+        [sys.executable, "-m", "sniper", "--version"], cwd=tmp_path, capture_output=True, text=True, check=False
+    )
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.startswith("sniper ")
+    api = subprocess.run(
+        [sys.executable, "-c", "import sniper, sniper.core.config; print(sniper.simulate.__module__)"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert api.returncode == 0, api.stderr
+    assert api.stdout.strip() == "sniper"

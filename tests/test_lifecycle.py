@@ -1,5 +1,5 @@
-"""Lifecycles as transition tables (:mod:`core.lifecycle`): the state refuses a change its table has no
-move for, a state rebuilt from :func:`core.cache.state_changes` puts every allocation back in its phase
+"""Lifecycles as transition tables (:mod:`sniper.core.lifecycle`): the state refuses a change its table has no
+move for, a state rebuilt from :func:`sniper.core.cache.state_changes` puts every allocation back in its phase
 (a killed one stays killed), and replay turns a logged decision into the table's path from the phase the
 object is in, so a duplicate changes nothing."""
 
@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import pytest
 
-from core import lifecycle
-from core.cache import Cache, state_changes
-from core.config import partition_to_raw
-from core.recovery import apply_logged
-from core.state import PartitionState, StateError
-from messages import decisions as d
-from messages import protocol as p
+from sniper.core import lifecycle
+from sniper.core.cache import Cache, state_changes
+from sniper.core.config import partition_to_raw
+from sniper.core.recovery import apply_logged
+from sniper.core.state import PartitionState, StateError
+from sniper.messages import decisions as d
+from sniper.messages import protocol as p
 from tests.core_support import config_of, fingerprint, queue
 
 CONFIG = config_of(queue("a"), queue("b"))

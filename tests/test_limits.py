@@ -14,19 +14,19 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from core import resources as res
-from core.cache import state_changes
-from core.config import ConfigError, LimitConfig, parse_partition, partition_to_raw
-from core.limits import Limits, pending_demand, tracked_group
-from core.preemption.policies import make_policy
-from core.preemption.quotas import compute_quotas
-from core.preemption.view import ideal_of, snapshot_from_state
-from core.state import PartitionState
-from messages import decisions as d
-from messages import feed as f
-from messages import protocol as p
-from simulator.run import SimulationSettings, run_simulation
-from simulator.scenarios import scenario
+from sniper.core import resources as res
+from sniper.core.cache import state_changes
+from sniper.core.config import ConfigError, LimitConfig, parse_partition, partition_to_raw
+from sniper.core.limits import Limits, pending_demand, tracked_group
+from sniper.core.preemption.policies import make_policy
+from sniper.core.preemption.quotas import compute_quotas
+from sniper.core.preemption.view import ideal_of, snapshot_from_state
+from sniper.core.state import PartitionState
+from sniper.messages import decisions as d
+from sniper.messages import feed as f
+from sniper.messages import protocol as p
+from sniper.simulator.run import SimulationSettings, run_simulation
+from sniper.simulator.scenarios import scenario
 from tests.core_support import Harness, invariant_problems, partition_raw, queue
 from tests.preemption_support import PreemptHarness, preemption_raw
 

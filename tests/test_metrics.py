@@ -9,16 +9,16 @@ from pathlib import Path
 
 import msgspec
 
-from core.config import parse_partition
-from messages import decisions as d
-from messages import feed as f
-from simulator.compare import PolicyRun, compare, table_rows
-from simulator.metrics import Metrics, Sample
-from simulator.model import ClusterModel
-from simulator.plot import scarcest_resource
-from simulator.report import Report
-from simulator.rm import StandInRM
-from simulator.run import SimulationSettings
+from sniper.core.config import parse_partition
+from sniper.messages import decisions as d
+from sniper.messages import feed as f
+from sniper.simulator.compare import PolicyRun, compare, table_rows
+from sniper.simulator.metrics import Metrics, Sample
+from sniper.simulator.model import ClusterModel
+from sniper.simulator.plot import scarcest_resource
+from sniper.simulator.report import Report
+from sniper.simulator.rm import StandInRM
+from sniper.simulator.run import SimulationSettings
 from tests.core_support import partition_raw, queue
 from tests.test_simspeed import gappy_trace
 

@@ -8,10 +8,10 @@ import itertools
 
 import pytest
 
-from core.config import parse_partition
-from messages import decisions as d
-from messages import feed as f
-from simulator.model import ClusterModel
+from sniper.core.config import parse_partition
+from sniper.messages import decisions as d
+from sniper.messages import feed as f
+from sniper.simulator.model import ClusterModel
 from tests.core_support import queue
 from tests.preemption_support import preemption_raw
 

@@ -9,16 +9,16 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from core import node_reservation
-from core.cache import Cache, state_changes
-from core.config import parse_partition
-from core.preemption.placement import answer_placement_request
-from core.recovery import DurableCache, apply_logged, restore, take_snapshot
-from core.state import PartitionState
-from messages import decisions as d
-from messages import feed as f
-from messages import protocol as p
-from simulator.model import ClusterModel
+from sniper.core import node_reservation
+from sniper.core.cache import Cache, state_changes
+from sniper.core.config import parse_partition
+from sniper.core.preemption.placement import answer_placement_request
+from sniper.core.recovery import DurableCache, apply_logged, restore, take_snapshot
+from sniper.core.state import PartitionState
+from sniper.messages import decisions as d
+from sniper.messages import feed as f
+from sniper.messages import protocol as p
+from sniper.simulator.model import ClusterModel
 from tests.core_support import queue
 from tests.preemption_support import PARTITION, PreemptHarness, preemption_raw
 

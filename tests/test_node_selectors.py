@@ -5,10 +5,10 @@ from __future__ import annotations
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from core.cache import state_changes
-from core.state import PartitionState, selector_matches
-from messages import decisions as d
-from messages import feed as f
+from sniper.core.cache import state_changes
+from sniper.core.state import PartitionState, selector_matches
+from sniper.messages import decisions as d
+from sniper.messages import feed as f
 from tests.core_support import PARTITION, Harness, config_of, queue
 from tests.preemption_support import PreemptHarness, preemption_raw
 

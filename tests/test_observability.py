@@ -15,13 +15,13 @@ import anyio
 import pytest
 from typer.testing import CliRunner
 
-from cluster.obs import CoreMetrics, MetricsServeError, StructuredFormatter
-from cluster.process import CoreOptions, CoreProcess
-from messages import decisions as d
 from sniper.cli import app
+from sniper.cluster.obs import CoreMetrics, MetricsServeError, StructuredFormatter
+from sniper.cluster.process import CoreOptions, CoreProcess
+from sniper.messages import decisions as d
+from sniper.transport.bus import DECISIONS, FEED
+from sniper.transport.kafka import KafkaBus, KafkaSettings
 from tests.test_core_process import Decisions, workload
-from transport.bus import DECISIONS, FEED
-from transport.kafka import KafkaBus, KafkaSettings
 
 
 def scrape(port: int, path: str = "/metrics") -> str:
@@ -136,8 +136,8 @@ async def test_a_sped_up_feed_kills_victims_after_their_grace(
     so victims that ignore the preempt signal are killed, and the kills are counted. Every preemption
     and kill is on the audit trail with its victim, beneficiary, node and reason, and the per-queue
     preemption metrics add up to the decisions published."""
-    from simulator.scenarios import scenario
-    from tools.feeder import PlayOptions, play
+    from sniper.resource_manager.feed import PlayOptions, play
+    from sniper.simulator.scenarios import scenario
 
     sc = scenario("demo", 0)
     caplog.set_level(logging.INFO, logger="sniper.audit")
@@ -229,7 +229,7 @@ def _free_port() -> int:
 async def _core_log(settings: KafkaSettings, port: int, *options: str) -> str:
     """Run ``sniper core`` (with ``options``) until its metrics endpoint answers on ``port``, stop it, and
     return its log."""
-    from tools.bench_e2e import start_core
+    from sniper.bench.e2e import start_core
 
     process = await start_core(settings, "levels", "--metrics-port", str(port), *options)
     stderr = process.stderr
@@ -366,7 +366,7 @@ def test_milli_gpus_are_exported_in_gpus_under_a_valid_metric_name() -> None:
     from prometheus_client import CollectorRegistry, generate_latest
     from prometheus_client.registry import Collector
 
-    from cluster.obs import METRIC_SUFFIXES, _QueueFamilies
+    from sniper.cluster.obs import METRIC_SUFFIXES, _QueueFamilies
 
     assert METRIC_SUFFIXES == {"memory": "_memory_bytes", "vcore": "_vcore_cores", "gpu-milli": "_gpu_milli_gpus"}
     used = _QueueFamilies("used", "Committed usage of a queue")

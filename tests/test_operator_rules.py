@@ -21,10 +21,10 @@ from typing import Any
 
 import pytest
 
-from core.config import parse_config
-from messages import decisions as d
-from messages import feed as f
-from simulator.run import SimulationResult, SimulationSettings, run_simulation
+from sniper.core.config import parse_config
+from sniper.messages import decisions as d
+from sniper.messages import feed as f
+from sniper.simulator.run import SimulationResult, SimulationSettings, run_simulation
 from tests.core_support import queue
 from tests.preemption_support import PreemptHarness, preemption_raw, proposal
 

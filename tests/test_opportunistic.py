@@ -8,17 +8,17 @@ import pytest
 from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 
-from core import resources as res
-from core.allocator import Allocator
-from core.cache import Cache
-from core.config import parse_partition
-from core.limits import Limits
-from core.opportunistic import minimal_evictions
-from core.state import Node, PartitionState
-from messages import codec
-from messages import decisions as d
-from messages import feed as f
-from messages import protocol as p
+from sniper.core import resources as res
+from sniper.core.allocator import Allocator
+from sniper.core.cache import Cache
+from sniper.core.config import parse_partition
+from sniper.core.limits import Limits
+from sniper.core.opportunistic import minimal_evictions
+from sniper.core.state import Node, PartitionState
+from sniper.messages import codec
+from sniper.messages import decisions as d
+from sniper.messages import feed as f
+from sniper.messages import protocol as p
 from tests.core_support import Harness, config_of, fingerprint, invariant_problems, queue
 from tests.preemption_support import PreemptHarness, preemption_raw, two_queues
 
@@ -273,8 +273,8 @@ def test_promotion_over_max_is_rejected_with_the_reason() -> None:
 
 
 def test_recovery_rebuilds_opportunistic_and_promoted_allocations() -> None:
-    from core.cache import Cache
-    from core.recovery import apply_logged
+    from sniper.core.cache import Cache
+    from sniper.core.recovery import apply_logged
 
     h = harness(opp("a1", "o", 2048, count=2))
     settle(h)
@@ -488,8 +488,8 @@ def test_random_opportunistic_and_guaranteed_asks(script: list[OpOp], policy: st
 
 
 def test_ideal_and_the_baseline_snapshot_ignore_opportunistic_usage() -> None:
-    from core.preemption.quotas import compute_quotas
-    from core.preemption.view import snapshot_from_state
+    from sniper.core.preemption.quotas import compute_quotas
+    from sniper.core.preemption.view import snapshot_from_state
 
     h = PreemptHarness(two_queues(100, 100, policy="sniper"))
     h.nodes("n1", "n2")
@@ -506,8 +506,8 @@ def test_ideal_and_the_baseline_snapshot_ignore_opportunistic_usage() -> None:
 
 
 def test_a_snapshot_rebuilds_opportunistic_state() -> None:
-    from core.cache import state_changes
-    from core.state import PartitionState
+    from sniper.core.cache import state_changes
+    from sniper.core.state import PartitionState
 
     h = harness(opp("a1", "o", 2048, count=3), gua("b1", "g", 2048))
     settle(h)
@@ -520,8 +520,8 @@ def test_a_snapshot_rebuilds_opportunistic_state() -> None:
 
 
 def test_the_bundled_scenario_reports_opportunistic_work_apart() -> None:
-    from simulator.run import SimulationSettings, run_simulation
-    from simulator.scenarios import scenario
+    from sniper.simulator.run import SimulationSettings, run_simulation
+    from sniper.simulator.scenarios import scenario
 
     sc = scenario("opportunistic")
     report = run_simulation(sc.events, sc.config, SimulationSettings(until=60)).report
@@ -551,8 +551,8 @@ def test_the_intra_queue_policy_takes_opportunistic_victims_first() -> None:
 
 
 def test_the_models_invariant_5_counts_no_opportunistic_container_as_the_victim_queues() -> None:
-    from core.config import parse_partition
-    from simulator.model import ClusterModel
+    from sniper.core.config import parse_partition
+    from sniper.simulator.model import ClusterModel
     from tests.core_support import partition_raw
 
     model = ClusterModel("default", parse_partition(partition_raw(queue("a", guaranteed={"memory": 4096}), queue("b"))))

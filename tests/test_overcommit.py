@@ -10,15 +10,15 @@ from typing import Any
 import msgspec
 import pytest
 
-from core.cache import state_changes
-from core.config import ConfigError, parse_partition, partition_to_raw
-from core.recovery import restore, take_snapshot
-from core.state import PartitionState
-from messages import decisions as d
-from messages import feed as f
-from simulator.model import ClusterModel
-from simulator.run import SimulationSettings, run_simulation
-from simulator.scenarios import scenario
+from sniper.core.cache import state_changes
+from sniper.core.config import ConfigError, parse_partition, partition_to_raw
+from sniper.core.recovery import restore, take_snapshot
+from sniper.core.state import PartitionState
+from sniper.messages import decisions as d
+from sniper.messages import feed as f
+from sniper.simulator.model import ClusterModel
+from sniper.simulator.run import SimulationSettings, run_simulation
+from sniper.simulator.scenarios import scenario
 from tests.core_support import Harness, fingerprint, invariant_problems, partition_raw, queue, rejected_reasons
 from tests.test_recovery import Owner, _recover
 

@@ -1,5 +1,5 @@
 """What the package ships: its version on the command line, the Apache-2.0 licence, and PEP 561
-``py.typed`` markers in every import package of the wheel."""
+``py.typed`` marker of its one import package."""
 
 from __future__ import annotations
 
@@ -29,9 +29,6 @@ def test_the_licence_is_apache_2_in_full_and_declared() -> None:
     assert PYPROJECT["project"]["license-files"] == ["LICENSE"]
 
 
-def test_every_package_of_the_wheel_ships_py_typed() -> None:
-    packages = [p.rstrip("*") for p in PYPROJECT["tool"]["setuptools"]["packages"]["find"]["include"]]
-    assert packages
-    for package in packages:
-        assert (ROOT / package / "py.typed").is_file(), package
-    assert "py.typed" in PYPROJECT["tool"]["setuptools"]["package-data"]["*"]
+def test_the_package_ships_py_typed() -> None:
+    assert (ROOT / "sniper" / "py.typed").is_file()
+    assert PYPROJECT["tool"]["setuptools"]["package-data"]["sniper"] == ["py.typed"]

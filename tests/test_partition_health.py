@@ -15,16 +15,16 @@ from typing import Any
 import anyio
 import pytest
 
-import cluster.process
-from cluster.obs import CoreMetrics
-from cluster.process import CoreProcess
-from core.recovery import DurableCache, ReplayResult
-from messages import decisions as d
-from messages import feed as f
-from messages.wire import encode
+import sniper.cluster.process
+from sniper.cluster.obs import CoreMetrics
+from sniper.cluster.process import CoreProcess
+from sniper.core.recovery import DurableCache, ReplayResult
+from sniper.messages import decisions as d
+from sniper.messages import feed as f
+from sniper.messages.wire import encode
+from sniper.transport.bus import DEADLETTER, DECISIONS, FEED
+from sniper.transport.kafka import KafkaBus, KafkaSettings
 from tests.test_core_process import WAIT, Decisions, options, workload
-from transport.bus import DEADLETTER, DECISIONS, FEED
-from transport.kafka import KafkaBus, KafkaSettings
 
 
 def _get(port: int, path: str) -> tuple[int, str]:
@@ -49,7 +49,7 @@ async def test_a_partition_that_cannot_be_restored_is_loud_and_its_records_are_d
     kafka_settings: KafkaSettings, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     broken = {"p1"}
-    real_replay = cluster.process.replay
+    real_replay = sniper.cluster.process.replay
 
     def replay(core: DurableCache, feed: Sequence[tuple[int, f.Feed]], log: Sequence[d.DecisionMsg]) -> Any:
         if core.partition in broken:
@@ -57,7 +57,7 @@ async def test_a_partition_that_cannot_be_restored_is_loud_and_its_records_are_d
         result: ReplayResult = real_replay(core, feed, log)
         return result
 
-    monkeypatch.setattr(cluster.process, "replay", replay)
+    monkeypatch.setattr(sniper.cluster.process, "replay", replay)
     lines = _Lines()
     logging.getLogger("sniper.core").addHandler(lines)
     try:

@@ -18,19 +18,19 @@ import anyio
 import msgspec
 import pytest
 
-from core.allocator import Allocator
-from core.config import parse_partition, partition_to_raw
-from core.recovery import DurableCache, feed_problem, replay, restore, take_snapshot
-from messages import decisions as d
-from messages import feed as f
-from simulator.run import SimulationSettings, run_simulation
-from simulator.scenarios import scenario
+from sniper.bench.e2e import stop_core
+from sniper.core.allocator import Allocator
+from sniper.core.config import parse_partition, partition_to_raw
+from sniper.core.recovery import DurableCache, feed_problem, replay, restore, take_snapshot
+from sniper.messages import decisions as d
+from sniper.messages import feed as f
+from sniper.simulator.run import SimulationSettings, run_simulation
+from sniper.simulator.scenarios import scenario
+from sniper.transport.bus import DECISIONS, FEED
+from sniper.transport.kafka import KafkaBus, KafkaSettings
 from tests.core_support import Harness, consistency_problems, fingerprint, partition_raw, queue, rejected_reasons
 from tests.kafka_support import CoreSubprocess, TopicReader
 from tests.preemption_support import proposal
-from tools.bench_e2e import stop_core
-from transport.bus import DECISIONS, FEED
-from transport.kafka import KafkaBus, KafkaSettings
 
 P = "default"
 

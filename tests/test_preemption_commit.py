@@ -9,10 +9,10 @@ from collections.abc import Callable
 
 import pytest
 
-from core import resources as res
-from messages import decisions as d
-from messages import feed as f
-from messages import protocol as p
+from sniper.core import resources as res
+from sniper.messages import decisions as d
+from sniper.messages import feed as f
+from sniper.messages import protocol as p
 from tests.core_support import fingerprint, queue
 from tests.preemption_support import PreemptHarness, preemption_raw, proposal, two_queues
 

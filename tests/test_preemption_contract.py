@@ -11,17 +11,17 @@ import msgspec
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from core import resources as res
-from core.cache import state_changes
-from core.config import SchedulerConfig, parse_config
-from core.preemption.contract import newest_covering
-from core.recovery import DurableCache, restore, take_snapshot
-from core.state import PartitionState
-from messages import decisions as d
-from messages import feed as f
-from messages import protocol as p
-from messages.snapshot import snapshot_msgpack
-from simulator.run import SimulationResult, SimulationSettings, run_simulation
+from sniper.core import resources as res
+from sniper.core.cache import state_changes
+from sniper.core.config import SchedulerConfig, parse_config
+from sniper.core.preemption.contract import newest_covering
+from sniper.core.recovery import DurableCache, restore, take_snapshot
+from sniper.core.state import PartitionState
+from sniper.messages import decisions as d
+from sniper.messages import feed as f
+from sniper.messages import protocol as p
+from sniper.messages.snapshot import snapshot_msgpack
+from sniper.simulator.run import SimulationResult, SimulationSettings, run_simulation
 from tests.core_support import consistency_problems, queue
 from tests.preemption_support import PARTITION, PreemptHarness, two_queues
 from tests.test_recovery import Owner, _fp, _recover

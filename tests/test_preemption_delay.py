@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
-from messages import decisions as d
-from messages import feed as f
-from simulator.compare import compare
-from simulator.run import SimulationSettings
+from sniper.messages import decisions as d
+from sniper.messages import feed as f
+from sniper.simulator.compare import compare
+from sniper.simulator.run import SimulationSettings
 from tests.core_support import partition_raw, queue
 from tests.preemption_support import PreemptHarness, preemption_raw, two_queues
 

@@ -14,10 +14,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from core import resources as res
-from core.preemption.placement import answer_placement_request
-from messages import feed as f
-from messages import protocol as p
+from sniper.core import resources as res
+from sniper.core.preemption.placement import answer_placement_request
+from sniper.messages import feed as f
+from sniper.messages import protocol as p
 from tests.core_support import queue
 from tests.preemption_support import PreemptHarness, preemption_raw, two_queues
 

@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import pytest
 
-from actors.policy import _PolicyReplica
-from core.config import PreemptionConfig, parse_partition, partition_to_raw
-from core.preemption.mask import PreemptionMask
-from core.preemption.model import ContainerSnapshot
-from core.preemption.policies import (
+from sniper.actors.policy import _PolicyReplica
+from sniper.core.config import PreemptionConfig, parse_partition, partition_to_raw
+from sniper.core.preemption.mask import PreemptionMask
+from sniper.core.preemption.model import ContainerSnapshot
+from sniper.core.preemption.policies import (
     REGISTRY,
     IntraQueuePolicy,
     ProportionalBaseline,
@@ -19,9 +19,9 @@ from core.preemption.policies import (
     enabled_policies,
     make_policy,
 )
-from messages import decisions as d
-from messages import feed as f
-from messages import protocol as p
+from sniper.messages import decisions as d
+from sniper.messages import feed as f
+from sniper.messages import protocol as p
 from tests.core_support import queue
 from tests.preemption_support import PreemptHarness, preemption_raw, two_queues
 
@@ -360,7 +360,7 @@ def test_the_state_version_counts_every_change_but_the_clock() -> None:
 
 
 def test_the_baseline_snapshot_reuses_unchanged_containers_and_renews_changed_ones() -> None:
-    from core.preemption.view import snapshot_from_state
+    from sniper.core.preemption.view import snapshot_from_state
 
     h = proportional()
     state = h.cache.state

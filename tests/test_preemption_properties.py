@@ -14,10 +14,10 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from core.config import SchedulerConfig, parse_config
-from messages import decisions as d
-from messages import feed as f
-from simulator.run import SimulationResult, SimulationSettings, run_simulation
+from sniper.core.config import SchedulerConfig, parse_config
+from sniper.messages import decisions as d
+from sniper.messages import feed as f
+from sniper.simulator.run import SimulationResult, SimulationSettings, run_simulation
 from tests.core_support import quantities
 
 GiB = 1024

@@ -14,10 +14,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from core import resources as res
-from core.config import parse_partition
-from core.preemption.eligibility import may_take
-from core.preemption.quotas import (
+from sniper.core import resources as res
+from sniper.core.config import parse_partition
+from sniper.core.preemption.eligibility import may_take
+from sniper.core.preemption.quotas import (
     below_ideal,
     compute_quotas,
     floor_of,
@@ -26,8 +26,8 @@ from core.preemption.quotas import (
     over_deadzone,
     usable_capacity,
 )
-from core.resources import Resource
-from core.state import PartitionState, Queue
+from sniper.core.resources import Resource
+from sniper.core.state import PartitionState, Queue
 from tests.core_support import queue
 from tests.preemption_support import PreemptHarness, preemption_raw, two_queues
 

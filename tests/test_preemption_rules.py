@@ -11,10 +11,10 @@ import itertools
 
 import pytest
 
-from core.config import parse_partition
-from core.preemption.rules import may_preempt_for, preemption_disabled
-from core.state import PartitionState, Queue
-from simulator.model import _lineage, _parting, _within
+from sniper.core.config import parse_partition
+from sniper.core.preemption.rules import may_preempt_for, preemption_disabled
+from sniper.core.state import PartitionState, Queue
+from sniper.simulator.model import _lineage, _parting, _within
 from tests.core_support import queue
 from tests.preemption_support import PreemptHarness, preemption_raw, proposal
 

@@ -11,13 +11,13 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from core.config import parse_config
-from messages import decisions as d
-from messages import feed as f
-from simulator.compare import compare
-from simulator.run import SimulationResult, SimulationSettings, run_simulation
-from simulator.scenarios import scenario
 from sniper.cli import app
+from sniper.core.config import parse_config
+from sniper.messages import decisions as d
+from sniper.messages import feed as f
+from sniper.simulator.compare import compare
+from sniper.simulator.run import SimulationResult, SimulationSettings, run_simulation
+from sniper.simulator.scenarios import scenario
 from tests.core_support import queue
 from tests.preemption_support import preemption_raw
 

@@ -19,12 +19,12 @@ import msgspec
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from core import node_reservation
-from core import resources as res
-from core.config import PartitionConfig, partition_to_raw
-from core.state import AskKey, PartitionState
-from messages import decisions as d
-from messages import feed as f
+from sniper.core import node_reservation
+from sniper.core import resources as res
+from sniper.core.config import PartitionConfig, partition_to_raw
+from sniper.core.state import AskKey, PartitionState
+from sniper.messages import decisions as d
+from sniper.messages import feed as f
 from tests.core_support import Harness, config_of, consistency_problems, fingerprint, invariant_problems, queue
 
 NODES = [f"n{i}" for i in range(5)]

@@ -3,7 +3,7 @@
 
 Every expectation of a case is asserted: per-app mark counts (``"*"`` = no event of any kind), queue-state
 figures, and the cumulative expectations of multi-round cases. The results come from
-:func:`tools.preview.preview_case` (the JSON the README fixes); events the JSON does not show (dropped
+:func:`sniper.preview.preview_case` (the JSON the README fixes); events the JSON does not show (dropped
 reservations) are checked on a direct run of the policy.
 """
 
@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 
-from core.yarn.conformance import ConformanceCase, parse_case
-from core.yarn.proportional import ProportionalPolicy
-from tools.preview import QUEUE_FIELDS, preview, preview_case, render_table
+from sniper.core.yarn.conformance import ConformanceCase, parse_case
+from sniper.core.yarn.proportional import ProportionalPolicy
+from sniper.preview import QUEUE_FIELDS, preview, preview_case, render_table
 
 CASES_PATH = Path(__file__).resolve().parent / "data" / "yarn_proportional" / "cases.json"
 

@@ -6,17 +6,17 @@ from typing import Any
 
 import pytest
 
-from core.config import PreemptionConfig
-from core.preemption.model import AppSnapshot, ClusterSnapshot, ContainerSnapshot, QueueSnapshot
-from core.resources import Resource
-from core.yarn.conformance import parse_case
-from core.yarn.proportional import (
+from sniper.core.config import PreemptionConfig
+from sniper.core.preemption.model import AppSnapshot, ClusterSnapshot, ContainerSnapshot, QueueSnapshot
+from sniper.core.resources import Resource
+from sniper.core.yarn.conformance import parse_case
+from sniper.core.yarn.proportional import (
     ProportionalConfig,
     ProportionalPolicy,
     app_order,
     preemption_order,
 )
-from tools.preview import preview_case
+from sniper.preview import preview_case
 
 
 def _mem(n: int) -> Resource:

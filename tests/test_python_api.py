@@ -13,9 +13,9 @@ import pytest
 import yaml
 
 import sniper
-from core.config import ConfigError
-from messages.codec import encode_json_line
-from simulator.scenarios import scenario
+from sniper.core.config import ConfigError
+from sniper.messages.codec import encode_json_line
+from sniper.simulator.scenarios import scenario
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "python-api.md"
 

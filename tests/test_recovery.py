@@ -13,8 +13,8 @@ from typing import Any
 import msgspec
 import pytest
 
-from core.allocator import Allocator
-from core.recovery import (
+from sniper.core.allocator import Allocator
+from sniper.core.recovery import (
     MAX_LABELS,
     MAX_QUANTITY,
     DurableCache,
@@ -24,11 +24,11 @@ from core.recovery import (
     restore,
     take_snapshot,
 )
-from core.state import Allocation
-from messages import decisions as d
-from messages import feed as f
-from messages import protocol as p
-from messages.snapshot import Snapshot, SnapshotError, decode_body, encode_body, snapshot_msgpack
+from sniper.core.state import Allocation
+from sniper.messages import decisions as d
+from sniper.messages import feed as f
+from sniper.messages import protocol as p
+from sniper.messages.snapshot import Snapshot, SnapshotError, decode_body, encode_body, snapshot_msgpack
 from tests.core_support import fingerprint, partition_raw, queue
 
 P = "default"

@@ -6,8 +6,8 @@ victims), and a flapping ask (damped)."""
 
 from __future__ import annotations
 
-from messages import decisions as d
-from messages import feed as f
+from sniper.messages import decisions as d
+from sniper.messages import feed as f
 from tests.core_support import queue
 from tests.preemption_support import PreemptHarness, preemption_raw, proposal
 

@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from core import resources as res
-from core.resources import QuantityError, parse_quantity, parse_resource
+from sniper.core import resources as res
+from sniper.core.resources import QuantityError, parse_quantity, parse_resource
 
 
 @pytest.mark.parametrize(

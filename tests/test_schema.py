@@ -10,8 +10,8 @@ import msgspec
 import pytest
 from typer.testing import CliRunner
 
-from messages.schema import SCHEMA_KINDS, SchemaKind, breaking_changes, schema, schema_text
 from sniper.cli import app
+from sniper.messages.schema import SCHEMA_KINDS, SchemaKind, breaking_changes, schema, schema_text
 
 DOCS = Path(__file__).resolve().parent.parent / "docs" / "schema"
 

@@ -13,12 +13,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from core import resources as res
-from messages import feed as f
-from simulator.player import Player, last_round_before, relative, ticks_between
-from simulator.run import SimulationResult, SimulationSettings, run_simulation
-from simulator.scenarios import scenario
-from tools.bench_core import gpu_workload
+from sniper.bench.inprocess import gpu_workload
+from sniper.core import resources as res
+from sniper.messages import feed as f
+from sniper.simulator.player import Player, last_round_before, relative, ticks_between
+from sniper.simulator.run import SimulationResult, SimulationSettings, run_simulation
+from sniper.simulator.scenarios import scenario
 
 
 def gappy_trace(policy: str, start: float = 0.0) -> list[f.Feed]:
@@ -200,8 +200,8 @@ def test_the_bundled_scenarios_decide_byte_for_byte_what_their_pins_record(name:
 
 _DIGEST = """
 import hashlib, sys, msgspec
-from simulator.run import SimulationSettings, run_simulation
-from simulator.scenarios import scenario
+from sniper.simulator.run import SimulationSettings, run_simulation
+from sniper.simulator.scenarios import scenario
 for name in sys.argv[1:]:
     sc = scenario(name)
     result = run_simulation(sc.events, sc.config, SimulationSettings(policy="sniper"))

@@ -9,14 +9,14 @@ from typing import Any
 import msgspec
 import pytest
 
-from core.config import parse_partition
-from messages import decisions as d
-from messages import feed as f
-from messages.codec import read_trace
-from simulator.model import ClusterModel
-from simulator.rm import StandInRM
-from simulator.run import SimulationResult, SimulationSettings, run_simulation, simulate
-from simulator.scenarios import scenario
+from sniper.core.config import parse_partition
+from sniper.messages import decisions as d
+from sniper.messages import feed as f
+from sniper.messages.codec import read_trace
+from sniper.simulator.model import ClusterModel
+from sniper.simulator.rm import StandInRM
+from sniper.simulator.run import SimulationResult, SimulationSettings, run_simulation, simulate
+from sniper.simulator.scenarios import scenario
 from tests.core_support import partition_raw, queue
 
 QUEUES: dict[str, Any] = {
@@ -195,7 +195,7 @@ def test_until_stops_the_clock(tmp_path: Path) -> None:
 def test_a_config_given_apart_from_the_trace_is_used(tmp_path: Path) -> None:
     events = [e for e in _events(tmp_path) if not isinstance(e, f.PartitionConfigEvent)]
     fair = parse_partition({**QUEUES, "nodesortpolicy": {"type": "fair"}})
-    from core.config import SchedulerConfig
+    from sniper.core.config import SchedulerConfig
 
     result = run_simulation(events, SchedulerConfig(partitions=(fair,)))
     first = next(x for x in result.decisions if isinstance(x, d.Allocated))

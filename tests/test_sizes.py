@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from core.allocation import find_ask_candidates, try_allocate
+from sniper.core.allocation import find_ask_candidates, try_allocate
 from tests.core_support import queue
 from tests.test_allocation import Build, _state
 

@@ -8,13 +8,13 @@ from typing import Any
 
 import pytest
 
-from core import slo_plan
-from core.cache import Cache
-from core.config import ConfigError, parse_partition
-from core.recovery import DurableCache, replay, restore, take_snapshot
-from core.slo_plan import Interval, Request, SloReservation, Stage, place
-from messages import decisions as d
-from messages import feed as f
+from sniper.core import slo_plan
+from sniper.core.cache import Cache
+from sniper.core.config import ConfigError, parse_partition
+from sniper.core.recovery import DurableCache, replay, restore, take_snapshot
+from sniper.core.slo_plan import Interval, Request, SloReservation, Stage, place
+from sniper.messages import decisions as d
+from sniper.messages import feed as f
 from tests.core_support import Harness, fingerprint
 
 GiB = 1024

@@ -6,14 +6,14 @@ from __future__ import annotations
 
 import msgspec
 
-from core.config import parse_partition
-from messages import decisions as d
-from messages import feed as f
-from simulator.compare import compare, table_rows
-from simulator.model import ClusterModel
-from simulator.run import SimulationResult, SimulationSettings, run_simulation
-from simulator.scenarios import GiB, scenario
-from tools.checker import OrderedChecker
+from sniper.core.config import parse_partition
+from sniper.messages import decisions as d
+from sniper.messages import feed as f
+from sniper.resource_manager.checker import OrderedChecker
+from sniper.simulator.compare import compare, table_rows
+from sniper.simulator.model import ClusterModel
+from sniper.simulator.run import SimulationResult, SimulationSettings, run_simulation
+from sniper.simulator.scenarios import GiB, scenario
 
 
 def _run(events: list[f.Feed], policy: str = "sniper", until: float | None = None) -> SimulationResult:

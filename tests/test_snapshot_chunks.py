@@ -11,17 +11,17 @@ import string
 import anyio
 import msgspec
 
-from cluster.logread import read_partition
-from cluster.process import CoreProcess
-from core.recovery import DurableCache, restore, take_snapshot
-from messages import decisions as d
-from messages import feed as f
-from messages.codec import decision_msgpack
-from messages.snapshot import Snapshot, SnapshotChunk, chunk_key, is_chunk_key, latest, snapshot_msgpack, split
+from sniper.cluster.logread import read_partition
+from sniper.cluster.process import CoreProcess
+from sniper.core.recovery import DurableCache, restore, take_snapshot
+from sniper.messages import decisions as d
+from sniper.messages import feed as f
+from sniper.messages.codec import decision_msgpack
+from sniper.messages.snapshot import Snapshot, SnapshotChunk, chunk_key, is_chunk_key, latest, snapshot_msgpack, split
+from sniper.transport.bus import DECISIONS, FEED, SNAPSHOTS
+from sniper.transport.kafka import KafkaBus, KafkaSettings
 from tests.core_support import fingerprint, partition_raw, queue
 from tests.test_core_process import WAIT, Decisions, options, workload
-from transport.bus import DECISIONS, FEED, SNAPSHOTS
-from transport.kafka import KafkaBus, KafkaSettings
 
 Record = tuple[bytes | None, bytes | None]
 

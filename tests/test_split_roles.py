@@ -6,8 +6,8 @@ placement requests cross between them on Kafka only. The trace is the ``large_co
 small: queue b borrows both nodes with small containers, then queue a (guaranteed half) asks for one
 container of almost a node. The allocator role must place b's containers, the policy role must preempt
 with a reservation for a, and the reservation must end in a's allocation once the victims released
-(the test plays the resource manager). An independent checker (:class:`~tools.checker.OrderedChecker`
-over :class:`~simulator.model.ClusterModel`), fed from the feed and decisions topics, must see no
+(the test plays the resource manager). An independent checker (:class:`~sniper.resource_manager.checker.OrderedChecker`
+over :class:`~sniper.simulator.model.ClusterModel`), fed from the feed and decisions topics, must see no
 violation. Every wait is on a condition, bounded by ``anyio.fail_after``.
 """
 
@@ -22,17 +22,17 @@ import anyio
 import pytest
 from anyio.abc import TaskStatus
 
-from actors.replica import ReplicaActor
-from cluster.process import CoreOptions, CoreProcess
-from cluster.roles import CacheProcess, ReplicaProcess, core_process
-from core.preemption.policies import REGISTRY
-from messages import decisions as d
-from messages import feed as f
+from sniper.actors.replica import ReplicaActor
+from sniper.bench.e2e import stop_core
+from sniper.cluster.process import CoreOptions, CoreProcess
+from sniper.cluster.roles import CacheProcess, ReplicaProcess, core_process
+from sniper.core.preemption.policies import REGISTRY
+from sniper.messages import decisions as d
+from sniper.messages import feed as f
+from sniper.transport.bus import DECISIONS, FEED
+from sniper.transport.kafka import KafkaBus, KafkaSettings
 from tests.kafka_support import CoreSubprocess, TopicReader
 from tests.preemption_support import two_queues
-from tools.bench_e2e import stop_core
-from transport.bus import DECISIONS, FEED
-from transport.kafka import KafkaBus, KafkaSettings
 
 pytestmark = pytest.mark.kafka
 

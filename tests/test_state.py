@@ -6,10 +6,10 @@ from typing import Any
 
 import pytest
 
-from core.cache import state_changes
-from core.config import partition_to_raw
-from core.state import PartitionState, StateError
-from messages import protocol as p
+from sniper.core.cache import state_changes
+from sniper.core.config import partition_to_raw
+from sniper.core.state import PartitionState, StateError
+from sniper.messages import protocol as p
 from tests.core_support import config_of, consistency_problems, fingerprint, queue
 
 CONFIG = config_of(

@@ -15,14 +15,14 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import UnknownTopicOrPartitionError
 from anyio.abc import TaskStatus
 
-from cluster.process import CoreOptions, CoreProcess
-from messages import decisions as d
 from sniper.cli.app import EXIT_RUNTIME, explain
+from sniper.cluster.process import CoreOptions, CoreProcess
+from sniper.messages import decisions as d
+from sniper.transport.broker import EmbeddedBroker, free_port
+from sniper.transport.bus import DECISIONS, FEED, SNAPSHOTS
+from sniper.transport.kafka import KafkaBus, KafkaSettings
+from sniper.transport.layout import TopicLayoutError, TopicLost
 from tests.test_core_process import Decisions, workload
-from transport.broker import EmbeddedBroker, free_port
-from transport.bus import DECISIONS, FEED, SNAPSHOTS
-from transport.kafka import KafkaBus, KafkaSettings
-from transport.layout import TopicLayoutError, TopicLost
 
 pytestmark = pytest.mark.kafka
 

@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from core.resources import parse_quantity
-from core.units import base_unit, each_in_base_units, from_base_units, human, human_resource, in_base_units
+from sniper.core.resources import parse_quantity
+from sniper.core.units import base_unit, each_in_base_units, from_base_units, human, human_resource, in_base_units
 
 
 @pytest.mark.parametrize(
@@ -77,9 +77,9 @@ def test_each_in_base_units() -> None:
 
 
 def test_the_compare_table_shows_preempted_amounts_in_human_units_and_shares_in_percent() -> None:
-    from simulator.compare import PolicyRun, table_rows
-    from simulator.metrics import Preemptions
-    from simulator.report import Report
+    from sniper.simulator.compare import PolicyRun, table_rows
+    from sniper.simulator.metrics import Preemptions
+    from sniper.simulator.report import Report
 
     def run(memory: int, vcore: int, gpu: int, utilization: float) -> PolicyRun:
         resources = {"memory": memory, "vcore": vcore, "gpu": gpu, "gpu-milli": 1460 * gpu // 4}

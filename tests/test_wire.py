@@ -22,16 +22,16 @@ import msgspec
 import pytest
 from aiokafka import AIOKafkaProducer
 
-from cluster.process import CoreOptions, CoreProcess
-from messages import decisions as d
-from messages import feed as f
-from messages.codec import feed_json, feed_msgpack, json_encoder, msgpack_encoder
-from messages.deadletter import DeadLetter
-from messages.wire import CONTENT_TYPE, WireDecoder, sniff
+from sniper.bench.e2e import stop_core
+from sniper.cluster.process import CoreOptions, CoreProcess
+from sniper.messages import decisions as d
+from sniper.messages import feed as f
+from sniper.messages.codec import feed_json, feed_msgpack, json_encoder, msgpack_encoder
+from sniper.messages.deadletter import DeadLetter
+from sniper.messages.wire import CONTENT_TYPE, WireDecoder, sniff
+from sniper.transport.bus import DEADLETTER, DECISIONS, FEED
+from sniper.transport.kafka import KafkaBus, KafkaSettings, KafkaSubscription, kafka_partition
 from tests.kafka_support import CoreSubprocess
-from tools.bench_e2e import stop_core
-from transport.bus import DEADLETTER, DECISIONS, FEED
-from transport.kafka import KafkaBus, KafkaSettings, KafkaSubscription, kafka_partition
 
 WAIT = 60.0
 feed_decoder = WireDecoder(feed_msgpack, feed_json)

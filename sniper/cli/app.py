@@ -32,10 +32,10 @@ from rich.table import Table
 from rich.text import Text
 from typer.core import TyperGroup
 
-from core.config import ConfigError, SchedulerConfig, load_config, parse_partition
-from messages import decisions as d
-from messages import feed as f
-from messages.codec import BadInput, read_trace
+from sniper.core.config import ConfigError, SchedulerConfig, load_config, parse_partition
+from sniper.messages import decisions as d
+from sniper.messages import feed as f
+from sniper.messages.codec import BadInput, read_trace
 
 EXIT_INVARIANT = 1
 EXIT_INPUT = 2
@@ -65,12 +65,12 @@ def explain(err: BaseException) -> tuple[int, str]:
     """The exit code and the one line an operator sees for ``err``."""
     from aiokafka.errors import KafkaConnectionError
 
-    from cluster.obs import MetricsServeError
-    from tools.cpulimit import CpuLimitUnavailable
-    from tools.feeder import NoAnswer
-    from transport.broker import BrokerStartError
-    from transport.kafka import KafkaConnectTimeout, KafkaTransportError
-    from transport.layout import TopicLayoutError
+    from sniper.bench.cpulimit import CpuLimitUnavailable
+    from sniper.cluster.obs import MetricsServeError
+    from sniper.resource_manager.feed import NoAnswer
+    from sniper.transport.broker import BrokerStartError
+    from sniper.transport.kafka import KafkaConnectTimeout, KafkaTransportError
+    from sniper.transport.layout import TopicLayoutError
 
     err = _leaf(err)
     if isinstance(err, CliError):
@@ -321,7 +321,7 @@ def load_inputs(trace: Path | None, queues: Path | None, seed: int) -> tuple[lis
     decided. The configuration's warnings (YuniKorn keys Sniper does not implement, misspelt resource
     names) are printed, whether it comes from ``--queues`` or from the trace's ``partition_config``.
     """
-    from simulator.scenarios import scenario
+    from sniper.simulator.scenarios import scenario
 
     if trace is None:
         trace = Path("demo")

@@ -1,4 +1,4 @@
-"""``sniper import``: other trace formats into a Sniper trace plus its queues.yaml (:mod:`importers`).
+"""``sniper import``: other trace formats into a Sniper trace plus its queues.yaml (:mod:`sniper.importers`).
 
 Every importer shares the window, time-scale, node-sample and guarantee options, a progress bar over
 the input bytes, the malformed-row report and the summary table. Exit code 2 on input that cannot be
@@ -16,10 +16,10 @@ import yaml
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from importers.common import ImportError_, ImportOptions, Workload, build_trace, queue_name, write_trace
-from importers.pods_csv import Arrival, GpuShare, read_pods_csv
-from importers.sls import read_sls
 from sniper.cli.app import app, console, out, print_bad, shared_options
+from sniper.importers.common import ImportError_, ImportOptions, Workload, build_trace, queue_name, write_trace
+from sniper.importers.pods_csv import Arrival, GpuShare, read_pods_csv
+from sniper.importers.sls import read_sls
 
 import_app = typer.Typer(no_args_is_help=True, help="Turn other trace formats into a Sniper trace and a queues.yaml.")
 app.add_typer(import_app, name="import")

@@ -1,7 +1,7 @@
 """The Kafka commands of the ``sniper`` CLI: broker, core, feed, record and ``bench e2e``.
 
 They register on the main typer app of :mod:`sniper.cli.app`. A thin shell like the rest of the
-CLI: it parses flags, builds :class:`~transport.kafka.KafkaSettings` (flags, then ``SNIPER_KAFKA_*``),
+CLI: it parses flags, builds :class:`~sniper.transport.kafka.KafkaSettings` (flags, then ``SNIPER_KAFKA_*``),
 starts the embedded broker when no bootstrap is given and runs the asyncio program on uvloop. Errors
 become exit codes in :mod:`sniper.cli.app` (1 invariant violated, 2 bad input, 3 a runtime failure:
 no broker within ``--connect-timeout``, a port in use, no core answering the feed).
@@ -45,7 +45,7 @@ from sniper.cli.app import (
 )
 
 if TYPE_CHECKING:
-    from transport.kafka import KafkaSettings
+    from sniper.transport.kafka import KafkaSettings
 
 T = TypeVar("T")
 _UNWRAPPED = 100_000  # columns of a table printed to a pipe or a file: as wide as its rows
@@ -112,7 +112,7 @@ with_kafka_flags = shared_options("kafka_flags", [(n, option, None) for n, optio
 async def _connect(bootstrap: str | None, flags: Mapping[str, Any]) -> AsyncIterator[KafkaSettings]:
     """The command's settings: flags, then ``SNIPER_KAFKA_*``; an embedded broker for the duration if no
     bootstrap is given or set."""
-    from cluster.kafka_env import bootstrap_or_embedded, build_settings
+    from sniper.cluster.kafka_env import bootstrap_or_embedded, build_settings
 
     async with bootstrap_or_embedded(bootstrap, announce=lambda text: console.print(literal(text))) as (
         address,
@@ -159,7 +159,7 @@ def broker(
     host: Annotated[str, typer.Option(help="address to listen on and advertise")] = "127.0.0.1",
 ) -> None:
     """Run the embedded Kafka-compatible broker (tansu, in-memory) in the foreground until Ctrl-C."""
-    from transport.broker import EmbeddedBroker
+    from sniper.transport.broker import EmbeddedBroker
 
     async def main() -> None:
         async with EmbeddedBroker(host=host, port=port) as embedded:
@@ -221,10 +221,10 @@ def core(
     kafka_flags: Mapping[str, Any],
 ) -> None:
     """Run one scheduler-core process: it joins the group and hosts the partitions Kafka assigns it."""
-    from cluster.obs import CoreMetrics, setup_logging
-    from cluster.process import CoreOptions
-    from cluster.roles import core_process
-    from core.config import load_config
+    from sniper.cluster.obs import CoreMetrics, setup_logging
+    from sniper.cluster.process import CoreOptions
+    from sniper.cluster.roles import core_process
+    from sniper.core.config import load_config
 
     setup_logging(log_format.value, logging.DEBUG if verbose else log_level.level)
     config = load_config(queues) if queues is not None else None
@@ -286,8 +286,8 @@ def feed(
     kafka_flags: Mapping[str, Any],
 ) -> None:
     """Replay a trace onto the feed in scaled real time and play the resource manager (exit 1 on a violation)."""
-    from simulator.ideal_view import ideal_for_model
-    from tools.feeder import PlayOptions, play
+    from sniper.resource_manager.feed import PlayOptions, play
+    from sniper.simulator.ideal_view import ideal_for_model
 
     if verbose:
         setup_logging(True)
@@ -346,7 +346,7 @@ def record(
     kafka_flags: Mapping[str, Any],
 ) -> None:
     """Write the feed as it passes to a JSON Lines trace (trace seconds from the first event's ``t``)."""
-    from tools.feeder import record as run_record
+    from sniper.resource_manager.feed import record as run_record
 
     async def main() -> int:
         async with _connect(bootstrap, kafka_flags) as settings:
@@ -383,7 +383,7 @@ def bench_e2e(
         kafka_flags["connect_timeout"] = connect_timeout
     import json
 
-    from tools.bench_e2e import bench_e2e as run_bench
+    from sniper.bench.e2e import bench_e2e as run_bench
 
     if events < 1 or partitions < 1 or cores < 1 or rate < 0:
         fail("events, partitions and cores must be at least 1, rate at least 0")
@@ -405,7 +405,7 @@ def bench_e2e(
 
 def _human(value: Mapping[str, float] | None) -> str:
     """A resource of the state document (base units) in human units."""
-    from core.units import from_base_units, human_resource
+    from sniper.core.units import from_base_units, human_resource
 
     if value is None:
         return "-"
@@ -491,8 +491,8 @@ def status(
 
     from rich.console import Console
 
-    from cluster.obs import STATE_PATH
     from sniper.cli.app import EXIT_RUNTIME, out
+    from sniper.cluster.obs import STATE_PATH
 
     target = url if urllib.parse.urlsplit(url).path not in ("", "/") else url.rstrip("/") + STATE_PATH
     if urllib.parse.urlsplit(target).scheme not in ("http", "https"):

@@ -20,11 +20,6 @@ from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from core.config import ConfigError, LimitConfig, PartitionConfig, load_config
-from core.units import human_resource, percent
-from messages import feed as f
-from messages.codec import encode_json_line
-from simulator.report import Report
 from sniper.cli.app import (
     EXIT_INVARIANT,
     Policy,
@@ -44,6 +39,11 @@ from sniper.cli.app import (
     show_rejections,
     tune_gc,
 )
+from sniper.core.config import ConfigError, LimitConfig, PartitionConfig, load_config
+from sniper.core.units import human_resource, percent
+from sniper.messages import feed as f
+from sniper.messages.codec import encode_json_line
+from sniper.simulator.report import Report
 
 ShowRejections = Annotated[
     bool, typer.Option("--show-rejections", help="list every rejected event and ask with its reason")
@@ -115,9 +115,9 @@ def simulate(
     verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
 ) -> None:
     """Replay a trace in virtual time through the real actors and report (exit 1 on an invariant violation)."""
-    from simulator.ideal_view import ideal_for_model
-    from simulator.plot import plot_usage
-    from simulator.run import SimulationSettings, run_simulation
+    from sniper.simulator.ideal_view import ideal_for_model
+    from sniper.simulator.plot import plot_usage
+    from sniper.simulator.run import SimulationSettings, run_simulation
 
     setup_logging(verbose)
     tune_gc()
@@ -143,7 +143,7 @@ def simulate(
             bar.update(task, completed=min(1.0, now / end) if end else 0.0, now=now)
 
         if transport is Transport.kafka:
-            from simulator.kafka_run import run_simulation_kafka
+            from sniper.simulator.kafka_run import run_simulation_kafka
 
             result = run_simulation_kafka(
                 events, config, settings, progress=progress, ideal_fn=ideal_for_model, bootstrap=bootstrap
@@ -184,9 +184,9 @@ def compare(
     am_release_gap: AmReleaseGap = 0.0,
 ) -> None:
     """Run the same trace under several policies and print the metrics side by side."""
-    from simulator.compare import compare as run_compare
-    from simulator.compare import plot_compare, table_rows
-    from simulator.run import SimulationSettings
+    from sniper.simulator.compare import compare as run_compare
+    from sniper.simulator.compare import plot_compare, table_rows
+    from sniper.simulator.run import SimulationSettings
 
     names = [x.strip() for x in policies.split(",") if x.strip()]
     known = [p.value for p in Policy]
@@ -235,7 +235,7 @@ def write_scenario(
     seed: Seed = 0,
 ) -> None:
     """Write a bundled scenario as a trace file and a queues.yaml."""
-    from simulator.scenarios import scenario
+    from sniper.simulator.scenarios import scenario
 
     sc = scenario(name, seed)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -256,8 +256,8 @@ def preview(
     as_json: Annotated[bool, typer.Option("--json", help="JSON Lines, one object per case")] = False,
 ) -> None:
     """What would preemption do to this cluster state right now? (observe-only, one round per case)."""
-    from tools.preview import preview as run_preview
-    from tools.preview import render_table
+    from sniper.preview import preview as run_preview
+    from sniper.preview import render_table
 
     try:
         results = run_preview(snapshot, policy.value)
@@ -278,7 +278,7 @@ def bench_allocate_cmd(
     as_json: Annotated[bool, typer.Option("--json", help="one JSON object on stdout")] = False,
 ) -> None:
     """Committed allocations per second through the actors on the memory transport."""
-    from tools.bench_core import bench_allocate
+    from sniper.bench.inprocess import bench_allocate
 
     tune_gc()
     result = bench_allocate(nodes, queues, asks)
@@ -299,7 +299,7 @@ def bench_preempt_cmd(
     as_json: Annotated[bool, typer.Option("--json", help="one JSON object on stdout")] = False,
 ) -> None:
     """One full sniper preemption round on a packed cluster: round time and targeted victims per second."""
-    from tools.bench_core import bench_preempt
+    from sniper.bench.inprocess import bench_preempt
 
     tune_gc()
     result = bench_preempt(nodes, running, starving, candidates=candidates)
@@ -321,7 +321,7 @@ def bench_opportunistic_cmd(
     as_json: Annotated[bool, typer.Option("--json", help="one JSON object on stdout")] = False,
 ) -> None:
     """Allocator cycles with starving guaranteed asks beside opportunistic containers that cannot help."""
-    from tools.bench_core import bench_opportunistic
+    from sniper.bench.inprocess import bench_opportunistic
 
     tune_gc()
     result = bench_opportunistic(nodes, opportunistic, starving, gang=gang, users=users)
@@ -339,10 +339,10 @@ def bench_scenarios_cmd(
     jobs: Annotated[int, typer.Option(min=1, help="run the policies in this many parallel processes")] = 1,
 ) -> None:
     """Every bundled scenario under each policy: the Markdown table of docs/benchmarks.md."""
-    from simulator.compare import SCENARIO_COLUMNS, scenario_row
-    from simulator.compare import compare as run_compare
-    from simulator.run import SimulationSettings
-    from simulator.scenarios import SCENARIOS
+    from sniper.simulator.compare import SCENARIO_COLUMNS, scenario_row
+    from sniper.simulator.compare import compare as run_compare
+    from sniper.simulator.run import SimulationSettings
+    from sniper.simulator.scenarios import SCENARIOS
 
     chosen = [x.strip() for x in names.split(",")] if names else list(SCENARIOS)
     unknown = [x for x in chosen if x not in SCENARIOS]
@@ -366,7 +366,7 @@ def bench_scenarios_cmd(
 @app.command("schema")
 def print_schema(kind: Annotated[SchemaKind, typer.Argument(help="feed or decisions")]) -> None:
     """Print the JSON Schema of every feed event or every decision (docs/schema/ holds them)."""
-    from messages.schema import schema_text
+    from sniper.messages.schema import schema_text
 
     sys.stdout.write(schema_text(kind.value))
 
@@ -439,7 +439,7 @@ def bench_simulate_cmd(
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
     """The simulator on a generated month-long GPU trace: simulated seconds and events per wall second."""
-    from tools.bench_core import bench_simulate
+    from sniper.bench.inprocess import bench_simulate
 
     tune_gc()
     result = bench_simulate(nodes, days, pods, policy=policy.value, until=until, skip_idle=not tick_every_second)

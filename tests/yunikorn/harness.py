@@ -21,9 +21,9 @@ import dataclasses
 from collections import Counter
 from typing import Any
 
-from messages import decisions as d
-from messages import feed as f
-from simulator.run import SimulationResult, SimulationSettings, run_simulation
+from sniper.messages import decisions as d
+from sniper.messages import feed as f
+from sniper.simulator.run import SimulationResult, SimulationSettings, run_simulation
 
 PARTITION = "default"
 GRACE = 1.0  # YuniKorn has no grace period: the victims' release is immediate there

@@ -1,0 +1,382 @@
+"""The allocation cycle of the cross-queue design: ``find_ask_candidates`` and ``try_allocate``, sans-IO.
+
+``find_ask_candidates`` walks the queue tree most-under-served first (below guarantee in the DRF
+comparison, then business priority, then dominant share of usage against guarantee, then more pending),
+apps by their queue's sort policy, asks by priority then age, within every ``max`` up the tree and every
+user, group and application limit (:mod:`sniper.core.limits`). It keeps one heap per
+parent queue and re-keys only the path it just served, so a cycle of n picks costs O(n log q).
+``try_allocate`` places candidates one container at a time through a :class:`Placer`: the node
+index in normal mode, a victim index in preemption mode (same loop, same accounting).
+Nothing here mutates committed state; placements only add to the allocator's ``allocating`` counters.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Callable, Collection, Iterator
+from dataclasses import dataclass, field
+
+from sniper.core import constraints, gang, node_reservation
+from sniper.core import resources as res
+from sniper.core.limits import Limits
+from sniper.core.placing import Placer, hold_room
+from sniper.core.resources import Resource
+from sniper.core.state import App, Ask, AskKey, Node, PartitionState, Queue
+
+QueueKey = Callable[[Queue, Resource], tuple[object, ...]]
+
+
+def usage_key(
+    queue: Queue,
+    usage: Resource,
+    capacity: Resource,
+    pending_share: float | None = None,
+    guaranteed_vector: tuple[float, ...] | None = None,
+) -> tuple[object, ...]:
+    """Normal-mode queue order, the ideal assignment's: queues below their guarantee (DRF) first,
+    so each keeps its elastic minimum min(used + pending, guaranteed) whatever its business priority; then
+    higher priority, lower share (of the guarantee, or of the cluster without one), more pending.
+    ``pending_share`` and ``guaranteed_vector`` (the guarantee's ``share_vector``) are what a caller
+    keying the same queue many times computes once."""
+    guaranteed = queue.guaranteed
+    if not capacity:
+        below = 1
+    else:
+        if guaranteed_vector is None:
+            guaranteed_vector = res.share_vector(guaranteed, capacity)
+        below = 0 if res.share_vector(usage, capacity) < guaranteed_vector else 1
+    if res.any_positive(guaranteed):
+        share = res.dominant_share({k: v for k, v in usage.items() if k in guaranteed}, guaranteed)
+    else:
+        share = res.dominant_share(usage, capacity) if capacity else (math.inf if res.any_positive(usage) else 0.0)
+    if pending_share is None:
+        pending_share = res.dominant_share(queue.pending, capacity) if capacity else 0.0
+    return (below, -queue.priority, share, -pending_share, queue.path)
+
+
+def app_key(policy: str, app: App, selected: Resource | None, capacity: Resource) -> tuple[object, ...]:
+    if policy == "priority":
+        return (-app.priority, app.submit_seq)
+    if policy == "fair":
+        used = app.allocated if not selected else res.add(app.allocated, selected)
+        return (res.dominant_share(used, capacity) if capacity else 0.0, app.submit_seq)
+    return (app.submit_seq,)
+
+
+class _AppCursor:
+    """Walks one app's pending asks lazily (the sorted list does not change during a call)."""
+
+    __slots__ = ("app", "current", "rest", "selected")
+
+    def __init__(self, app: App) -> None:
+        self.app = app
+        self.rest: Iterator[Ask] = iter(app.pending_asks)
+        self.current: Ask | None = next(self.rest, None)
+        self.selected: Resource = {}
+
+
+class _LeafCursor:
+    """Per-call iteration over one leaf queue's pending asks in app-policy order."""
+
+    __slots__ = ("apps", "policy")
+
+    def __init__(self, leaf: Queue, capacity: Resource, eligible: Callable[[App], bool] | None) -> None:
+        self.policy = leaf.config.sort_policy
+        heap: list[tuple[tuple[object, ...], int, _AppCursor]] = []
+        for app in leaf.waiting.values():
+            if eligible is None or eligible(app):
+                heap.append((app_key(self.policy, app, None, capacity), app.submit_seq, _AppCursor(app)))
+        heapq.heapify(heap)
+        self.apps = heap
+
+
+@dataclass(slots=True)
+class CandidateFilter:
+    """Which asks are eligible in one call (preemption mode narrows it); ``None`` admits everything."""
+
+    skip: set[AskKey] = field(default_factory=set)
+    blocked: set[AskKey] | None = None  # when set, collects the asks an ancestor's ``max`` kept out
+    queue: Callable[[Queue], bool] | None = None
+    app: Callable[[App], bool] | None = None
+    ask: Callable[[Ask], bool] | None = None
+
+
+def find_ask_candidates(
+    state: PartitionState,
+    n: int,
+    *,
+    preemption: bool = False,
+    filters: CandidateFilter | None = None,
+    queue_key: QueueKey | None = None,
+    headroom_extra: dict[str, Resource] | None = None,
+    limits: Limits | None = None,
+) -> list[Ask]:
+    """Up to ``n`` containers to try, one list entry per container, most deserving first.
+
+    ``preemption`` marks the mode: preemption narrows ``filters`` (starving asks of queues below their
+    ideal, not masked) and orders queues with ``queue_key``; the walk is the same, but ``max`` is left to
+    the placer, which counts the victims leaving the same subtree.
+    ``headroom_extra`` adds per-queue usage that the caller holds but the state does not show yet;
+    ``limits`` is the caller's view of user and application limits (a fresh one when not given), charged
+    with every pick.
+    Outside preemption an ask is listed at most as many times as its container fits in the free room
+    of all schedulable nodes (at least once, so a miss is still tried and counted): a pending count
+    of millions costs no more than the room it could take.
+    """
+    root = state.root
+    if root is None or n <= 0:
+        return []
+    walk = _CandidateWalk(state, preemption, filters or CandidateFilter(), queue_key, headroom_extra, limits)
+    out: list[Ask] = []
+    picked = walk.picked
+    extra = walk.extra
+    while len(out) < n:
+        ask = walk.pick(root)
+        if ask is None:
+            break
+        res.add_into(extra.setdefault(root.path, {}), ask.resource)
+        picked[ask.key] = picked.get(ask.key, 0) + 1
+        out.append(ask)
+    return out
+
+
+class _CandidateWalk:
+    """One :func:`find_ask_candidates` call's walk down the queue tree: a heap of children per parent
+    queue keyed on their usage plus what this call picked, a cursor per leaf over its apps' asks, and
+    the tallies of the call (usage picked per queue, containers picked per ask)."""
+
+    __slots__ = (
+        "capacity",
+        "constants",
+        "cursors",
+        "extra",
+        "filters",
+        "heaps",
+        "key_of",
+        "limits",
+        "picked",
+        "preemption",
+        "room",
+        "state",
+    )
+
+    def __init__(
+        self,
+        state: PartitionState,
+        preemption: bool,
+        filters: CandidateFilter,
+        queue_key: QueueKey | None,
+        headroom_extra: dict[str, Resource] | None,
+        limits: Limits | None,
+    ) -> None:
+        self.state = state
+        self.preemption = preemption
+        self.filters = filters
+        self.capacity = state.capacity
+        # Per queue, what does not change during a call: pending's dominant share, the guarantee's share vector.
+        self.constants: dict[str, tuple[float, tuple[float, ...]]] = {}
+        self.key_of: QueueKey = queue_key or self.default_key
+        self.limits = Limits.of(state) if limits is None else limits
+        # Usage picked in this call (plus what the caller holds), per queue path, all levels.
+        self.extra: dict[str, Resource] = {k: dict(v) for k, v in headroom_extra.items()} if headroom_extra else {}
+        self.picked: dict[AskKey, int] = {}
+        self.heaps: dict[str, list[tuple[tuple[object, ...], Queue]]] = {}
+        self.cursors: dict[str, _LeafCursor] = {}
+        self.room: list[Resource] = []  # free room of the schedulable nodes, summed once when first needed
+
+    def default_key(self, q: Queue, u: Resource) -> tuple[object, ...]:
+        """:func:`usage_key` with the queue's constants computed once per call."""
+        capacity = self.capacity
+        known = self.constants.get(q.path)
+        if known is None:
+            share = res.dominant_share(q.pending, capacity) if capacity else 0.0
+            known = self.constants[q.path] = (share, res.share_vector(q.guaranteed, capacity))
+        return usage_key(q, u, capacity, known[0], known[1])
+
+    def fits_again(self, ask: Ask, times: int) -> bool:
+        """Whether the free room holds ``times + 1`` containers of ``ask`` (``times`` already picked)."""
+        room = self.room
+        if not room:
+            room.append(_free_room(self.state))
+        free = room[0]
+        return all(free.get(name, 0) >= (times + 1) * amount for name, amount in ask.resource.items() if amount > 0)
+
+    def usage(self, q: Queue) -> Resource:
+        """The queue's usage plus what this call picked below it."""
+        u = q.usage()
+        more = self.extra.get(q.path)
+        if more:
+            res.add_into(u, more)
+        return u
+
+    def heap_of(self, parent: Queue) -> list[tuple[tuple[object, ...], Queue]]:
+        """The heap of ``parent``'s children with pending asks (that the filter admits), made on first use."""
+        h = self.heaps.get(parent.path)
+        if h is None:
+            queue_filter = self.filters.queue
+            h = [
+                (self.key_of(c, self.usage(c)), c)
+                for c in parent.children
+                if res.any_positive(c.pending) and (queue_filter is None or queue_filter(c))
+            ]
+            heapq.heapify(h)
+            self.heaps[parent.path] = h
+        return h
+
+    def next_from_leaf(self, leaf: Queue) -> Ask | None:
+        """The next container to try in ``leaf``: its apps in the leaf's sort order, each app's asks by
+        priority then age, past the asks the filters, the picks so far, the free room, every ``max`` (outside
+        preemption) or a limit rule out; ``None`` when none is left."""
+        state, filters, limits, preemption, picked = self.state, self.filters, self.limits, self.preemption, self.picked
+        cur = self.cursors.get(leaf.path)
+        if cur is None:
+            cur = self.cursors[leaf.path] = _LeafCursor(leaf, self.capacity, filters.app)
+        apps = cur.apps
+        extra = self.extra
+        while apps:
+            _, seq, app_cur = apps[0]
+            while (ask := app_cur.current) is not None:
+                if (
+                    ask.key in filters.skip
+                    or (filters.ask is not None and not filters.ask(ask))
+                    or ask.pending - (times := picked.get(ask.key, 0)) <= 0
+                    or (times and not preemption and not self.fits_again(ask, times))
+                    or (limits is not None and not limits.allows(ask))
+                ):
+                    app_cur.current = next(app_cur.rest, None)
+                    continue
+                if not preemption and not state.headroom_allows(leaf, ask.resource, extra):
+                    # Only an ancestor's max makes it a miss: victims leaving that subtree free it.
+                    blocked = filters.blocked
+                    if blocked is not None and state.headroom_allows(leaf, ask.resource, extra, ancestors=False):
+                        blocked.add(ask.key)
+                    app_cur.current = next(app_cur.rest, None)
+                    continue
+                if limits is not None:
+                    limits.charge(ask)
+                if cur.policy == "fair":
+                    res.add_into(app_cur.selected, ask.resource)
+                    new_key = app_key("fair", app_cur.app, app_cur.selected, self.capacity)
+                    heapq.heapreplace(apps, (new_key, seq, app_cur))
+                return ask
+            heapq.heappop(apps)
+        return None
+
+    def pick(self, parent: Queue) -> Ask | None:
+        """The next container below ``parent``: from its most under-served child, which is charged with it
+        and re-keyed in ``parent``'s heap."""
+        h = self.heap_of(parent)
+        while h:
+            _, child = h[0]
+            ask = self.next_from_leaf(child) if child.is_leaf else self.pick(child)
+            if ask is None:
+                heapq.heappop(h)
+                continue
+            res.add_into(self.extra.setdefault(child.path, {}), ask.resource)
+            heapq.heapreplace(h, (self.key_of(child, self.usage(child)), child))
+            return ask
+        return None
+
+
+def _free_room(state: PartitionState) -> Resource:
+    """Free room summed over the schedulable nodes: no ask places more containers than fit in it."""
+    total: Resource = {}
+    for node in state.nodes.values():
+        if node.schedulable:
+            for name, amount in node.free().items():
+                if amount > 0:
+                    total[name] = total.get(name, 0) + amount
+    return total
+
+
+# ---------------------------------------------------------------------- placement
+
+
+class FreeRoomPlacer:
+    """Normal mode: the first node in the partition's node order with free room for the ask, never a
+    node reserved for another ask (:mod:`sniper.core.node_reservation`)."""
+
+    def __init__(self, exclude: Collection[str] = ()) -> None:
+        self.exclude = exclude  # nodes not to use (opportunistic placement skips nodes it evicts on)
+
+    def place(self, state: PartitionState, ask: Ask) -> Node | None:
+        nodes = state.nodes
+        request = ask.resource
+        if ask.required_node is not None:
+            node = nodes.get(ask.required_node)
+            if node is None or not node.schedulable or not ask.accepts(node) or node.name in self.exclude:
+                return None
+            if not node.can_hold(request) or node_reservation.blocks(state, ask, node.name):
+                return None
+            return node if constraints.allows(state, ask, node) else None
+        reserved = state.node_reservations
+        constrained = bool(ask.constraints)
+        for name in state.node_index.candidates(request):
+            node = nodes[name]
+            if (
+                node.can_hold(request)
+                and ask.accepts(node)
+                and name not in self.exclude
+                and (not reserved or not node_reservation.blocks(state, ask, name))
+                and (not constrained or constraints.refusal(state, ask, node) is None)
+            ):
+                return node
+        return None
+
+
+@dataclass(slots=True)
+class TryResult:
+    placed: list[tuple[Ask, Node]] = field(default_factory=list)
+    failed: set[AskKey] = field(default_factory=set)
+
+
+def try_allocate(
+    state: PartitionState,
+    candidates: list[Ask],
+    *,
+    preemption: bool = False,
+    placer: Placer | None = None,
+    hold: bool = True,
+) -> TryResult:
+    """Place each candidate container; an ask that fails once is not tried again in this call.
+
+    With ``hold`` the placed room is added to the allocator's ``allocating`` counters (node, queue,
+    ask) so it is never proposed twice before the cache answers. ``preemption=True`` requires a
+    ``placer`` that counts victims' room and checks every ``max`` with the victims gone (see
+    :mod:`sniper.core.preemption.placement`). A gang that still misses members is placed as one unit
+    of them all, or not at all (:mod:`sniper.core.gang`).
+    """
+    if preemption and placer is None:
+        raise ValueError("preemption mode needs a placer that knows the victims")
+    placer = placer or FreeRoomPlacer()
+    result = TryResult()
+    limits = gang.UnitLimits(state)
+    for ask in candidates:
+        if ask.key in result.failed:
+            continue
+        members = gang.unit_size(ask)
+        if members > 1:
+            unit = gang.place_unit(state, ask, placer, members, preemption=preemption, limits=limits.view)
+            if unit is None:
+                result.failed.add(ask.key)
+                continue
+            result.placed.extend((ask, member) for member in unit)
+            if hold:
+                limits.held(ask, members)
+            else:
+                for member in unit:
+                    hold_room(state, ask, member, -1)
+            continue
+        if ask.pending <= 0 or (not preemption and not state.headroom_allows(ask.app.queue, ask.resource)):
+            result.failed.add(ask.key)
+            continue
+        node = placer.place(state, ask)
+        if node is None:
+            result.failed.add(ask.key)
+            continue
+        result.placed.append((ask, node))
+        if hold:
+            hold_room(state, ask, node, 1)
+            limits.held(ask)
+    return result

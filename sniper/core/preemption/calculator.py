@@ -1,0 +1,251 @@
+"""YARN's resource calculators for Sniper resources: how the proportional arithmetic compares, divides, rounds.
+
+Owns: :class:`ResourceCalculator` with :class:`DefaultCalculator` (YARN's ``DefaultResourceCalculator``: every
+comparison and ratio looks at memory only) and :class:`DominantCalculator` (YARN's
+``DominantResourceCalculator``: DRF; shares against a total, compared from the largest share down), the
+factory :func:`make_calculator`, and the Java number semantics the policy's exact figures depend on
+(``float`` weights and ratios, truncating ``(long)`` casts). Products are rounded to integers as each YARN
+calculator does: the default one half up (``(long)(x + 0.5)``), the dominant one up
+(``(long) Math.ceil((float) x)``; YARN's DRF tests, e.g. the natural termination factor one, depend on it).
+Under the default calculator only the memory component of a result is meaningful (as in YARN).
+
+Invariants: every function is pure (inputs are never mutated, results are fresh dicts); a missing resource
+name counts as zero; ``compare`` returns -1, 0 or 1; ``rmin``/``rmax`` return one of their two arguments
+whole (as YARN's ``Resources.min/max``), never a component-wise mix.
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+from abc import ABC, abstractmethod
+from collections.abc import Iterable, Mapping, Sequence
+
+from sniper.core.resources import MEMORY, Resource, ResourceLike
+
+CALCULATORS: tuple[str, ...] = ("default", "dominant")
+
+
+def java_float(x: float) -> float:
+    """``x`` rounded to the nearest IEEE single (Java ``(float) x``)."""
+    if math.isnan(x) or math.isinf(x):
+        return x
+    try:
+        return float(struct.unpack("f", struct.pack("f", x))[0])
+    except OverflowError:
+        return math.copysign(math.inf, x)
+
+
+def java_div(numerator: float, denominator: float) -> float:
+    """IEEE division without exceptions: ``x / 0`` is ``±inf`` and ``0 / 0`` is NaN, as in Java."""
+    if denominator == 0:
+        if numerator == 0 or math.isnan(numerator):
+            return math.nan
+        return math.copysign(math.inf, numerator) * math.copysign(1.0, denominator)
+    return numerator / denominator
+
+
+def java_float_div(numerator: float, denominator: float) -> float:
+    """Java ``(float) n / d`` on two float operands: single-precision division (exact via double rounding)."""
+    return java_float(java_div(java_float(numerator), java_float(denominator)))
+
+
+def java_long(x: float) -> int:
+    """Java ``(long) x``: truncation toward zero; NaN is 0, infinities saturate."""
+    if math.isnan(x):
+        return 0
+    if math.isinf(x):
+        return 2**63 - 1 if x > 0 else -(2**63)
+    return int(x)
+
+
+def double_compare(a: float, b: float) -> int:
+    """Java ``Double.compare``: NaN is above everything and equal to itself; -0.0 is below 0.0."""
+    if a < b:
+        return -1
+    if a > b:
+        return 1
+    a_nan, b_nan = math.isnan(a), math.isnan(b)
+    if a_nan or b_nan:
+        return int(a_nan) - int(b_nan)
+    sign_a, sign_b = math.copysign(1.0, a), math.copysign(1.0, b)
+    return 0 if sign_a == sign_b else (-1 if sign_a < sign_b else 1)
+
+
+def multiply_trunc(r: ResourceLike, factor: float) -> Resource:
+    """YARN's ``Resources.multiply``: every component times ``factor``, truncated toward zero."""
+    return {k: java_long(v * factor) for k, v in r.items()}
+
+
+class ResourceCalculator(ABC):
+    """Comparison, division and rounding of resources, relative to a ``total`` (YARN's ``clusterResource``)."""
+
+    name: str
+
+    def __init__(self, names: Sequence[str]) -> None:
+        self.names: tuple[str, ...] = tuple(names)
+
+    @abstractmethod
+    def compare(self, total: ResourceLike, a: ResourceLike, b: ResourceLike) -> int:
+        """-1, 0 or 1 as ``a`` is smaller than, as large as or larger than ``b`` (relative to ``total``)."""
+
+    @abstractmethod
+    def divide(self, total: ResourceLike, numerator: ResourceLike, denominator: ResourceLike) -> float:
+        """The ratio of two resources as a Java ``float``."""
+
+    @abstractmethod
+    def fits_in(self, smaller: ResourceLike, bigger: ResourceLike) -> bool:
+        """Whether ``smaller`` fits in ``bigger`` in the components this calculator looks at."""
+
+    @abstractmethod
+    def any_major_above_zero(self, r: ResourceLike) -> bool:
+        """Whether a component this calculator looks at is positive."""
+
+    def gt(self, total: ResourceLike, a: ResourceLike, b: ResourceLike) -> bool:
+        return self.compare(total, a, b) > 0
+
+    def lt(self, total: ResourceLike, a: ResourceLike, b: ResourceLike) -> bool:
+        return self.compare(total, a, b) < 0
+
+    def ge(self, total: ResourceLike, a: ResourceLike, b: ResourceLike) -> bool:
+        return self.compare(total, a, b) >= 0
+
+    def le(self, total: ResourceLike, a: ResourceLike, b: ResourceLike) -> bool:
+        return self.compare(total, a, b) <= 0
+
+    def positive(self, total: ResourceLike, r: ResourceLike) -> bool:
+        """``r > none`` in this calculator's order."""
+        return self.compare(total, r, {}) > 0
+
+    def rmin(self, total: ResourceLike, a: ResourceLike, b: ResourceLike) -> Resource:
+        """YARN's ``Resources.min``: ``a`` when ``a <= b``, else ``b`` (whole, not component-wise)."""
+        return dict(a) if self.compare(total, a, b) <= 0 else dict(b)
+
+    def rmax(self, total: ResourceLike, a: ResourceLike, b: ResourceLike) -> Resource:
+        """YARN's ``Resources.max``: ``a`` when ``a >= b``, else ``b`` (whole, not component-wise)."""
+        return dict(a) if self.compare(total, a, b) >= 0 else dict(b)
+
+    def _keys(self, *rs: ResourceLike) -> list[str]:
+        keys = list(self.names)
+        seen = set(keys)
+        for r in rs:
+            for k in r:
+                if k not in seen:
+                    seen.add(k)
+                    keys.append(k)
+        return keys
+
+    def multiply_round(self, r: ResourceLike, by: Mapping[str, float]) -> Resource:
+        """Each component times its own factor, rounded up to an integer (YARN's ``multiplyAndNormalizeUp``).
+
+        This is the offer of the fix-point; names missing from ``by`` get a factor of 0. The rounding is the
+        calculator's (:meth:`round_up`).
+        """
+        return {k: self.round_up(r.get(k, 0) * by.get(k, 0.0)) for k in self._keys(r)}
+
+    def multiply_round_scalar(self, r: ResourceLike, factor: float) -> Resource:
+        """Every component times ``factor``, rounded as :meth:`multiply_round` (the natural termination)."""
+        return {k: self.round_up(v * factor) for k, v in r.items()}
+
+    @staticmethod
+    def round_up(x: float) -> int:
+        """The calculator's rounding of a product to an integer (step 1)."""
+        return java_long(x + 0.5)
+
+
+class DefaultCalculator(ResourceCalculator):
+    """YARN's ``DefaultResourceCalculator``: only memory is compared, divided and checked for fit."""
+
+    name = "default"
+
+    def __init__(self, names: Sequence[str] = (MEMORY,), memory: str = MEMORY) -> None:
+        super().__init__(names)
+        self.memory = memory
+
+    def compare(self, total: ResourceLike, a: ResourceLike, b: ResourceLike) -> int:
+        x, y = a.get(self.memory, 0), b.get(self.memory, 0)
+        return (x > y) - (x < y)
+
+    def divide(self, total: ResourceLike, numerator: ResourceLike, denominator: ResourceLike) -> float:
+        return java_float_div(numerator.get(self.memory, 0), denominator.get(self.memory, 0))
+
+    def fits_in(self, smaller: ResourceLike, bigger: ResourceLike) -> bool:
+        return smaller.get(self.memory, 0) <= bigger.get(self.memory, 0)
+
+    def any_major_above_zero(self, r: ResourceLike) -> bool:
+        return r.get(self.memory, 0) > 0
+
+
+class DominantCalculator(ResourceCalculator):
+    """YARN's ``DominantResourceCalculator`` (DRF) over the resource types in ``names``.
+
+    Two resources compare by their shares of ``total``, largest share first, then the next largest, and so on.
+    When ``total`` lacks one of the types (a zero divisor) the comparison is component-wise: larger only when
+    larger in some type and smaller in none. ``divide`` is the ratio of the two largest shares.
+    """
+
+    name = "dominant"
+
+    def __init__(self, names: Sequence[str]) -> None:
+        if not names:
+            raise ValueError("the dominant calculator needs at least one resource type")
+        super().__init__(names)
+
+    def _shares(self, total: ResourceLike, r: ResourceLike) -> list[float]:
+        return [java_div(float(r.get(n, 0)), float(total.get(n, 0))) for n in self.names]
+
+    def compare(self, total: ResourceLike, a: ResourceLike, b: ResourceLike) -> int:
+        if all(a.get(n, 0) == b.get(n, 0) for n in self._keys(a, b)):
+            return 0
+        if any(total.get(n, 0) == 0 for n in self.names):
+            a_greater = b_greater = False
+            for n in self.names:
+                x, y = a.get(n, 0), b.get(n, 0)
+                if x > y:
+                    a_greater = True
+                elif x < y:
+                    b_greater = True
+            if a_greater == b_greater:
+                return 0
+            return 1 if a_greater else -1
+        sa = sorted(self._shares(total, a), reverse=True)
+        sb = sorted(self._shares(total, b), reverse=True)
+        for share_a, share_b in zip(sa, sb, strict=True):
+            diff = share_a - share_b
+            if diff != 0.0:
+                return 1 if diff > 0 else -1
+        return 0
+
+    def divide(self, total: ResourceLike, numerator: ResourceLike, denominator: ResourceLike) -> float:
+        top = _max_share(self._shares(total, numerator))
+        bottom = _max_share(self._shares(total, denominator))
+        return java_float(java_div(top, bottom))
+
+    def fits_in(self, smaller: ResourceLike, bigger: ResourceLike) -> bool:
+        return all(smaller.get(n, 0) <= bigger.get(n, 0) for n in self.names)
+
+    def any_major_above_zero(self, r: ResourceLike) -> bool:
+        return any(r.get(n, 0) > 0 for n in self.names)
+
+    @staticmethod
+    def round_up(x: float) -> int:
+        """YARN's DRC rounds products up: ``(long) Math.ceil((float) x)``."""
+        f = java_float(x)
+        return java_long(math.ceil(f)) if math.isfinite(f) else java_long(f)
+
+
+def _max_share(shares: Iterable[float]) -> float:
+    best: float = 0.0
+    for s in shares:
+        if s > best:
+            best = s
+    return best
+
+
+def make_calculator(name: str, names: Sequence[str]) -> ResourceCalculator:
+    """The calculator called ``name`` (``default`` or ``dominant``) over the resource types ``names``."""
+    if name == "default":
+        return DefaultCalculator(names)
+    if name == "dominant":
+        return DominantCalculator(names)
+    raise ValueError(f"unknown resource calculator {name!r}; expected one of {', '.join(CALCULATORS)}")

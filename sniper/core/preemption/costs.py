@@ -1,0 +1,45 @@
+"""Victim cost functions, registered by name (``preemption.victim_cost``); lower cost is preempted first.
+
+For large containers: the sum of the victims' running time on a node (less work lost); the cross-queue design: priority,
+running time, container type. AM containers are handled by the placement (last resort), not here.
+Each function is pure: ``(allocation, at) -> float``, ``at`` the moment the victim would be killed (the
+round's time plus the grace, :class:`sniper.core.preemption.placement.VictimPlacer`): a victim keeps running, and
+its work keeps growing, until then, so a running-time cost is the work its kill throws away and a set of
+more victims pays every victim's grace. A set's cost is the sum of its victims'.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from sniper.core.state import Allocation
+
+VictimCost = Callable[[Allocation, float], float]
+
+
+def running_time(alloc: Allocation, at: float) -> float:
+    """The work lost: how long the victim will have run when killed (least first)."""
+    return max(0.0, at - alloc.start)
+
+
+def priority_then_running_time(alloc: Allocation, at: float) -> float:
+    """Lower-priority containers first, then the ones that ran least (priority dominates)."""
+    return alloc.priority * 1e9 + running_time(alloc, at)
+
+
+def priority(alloc: Allocation, at: float) -> float:
+    return float(alloc.priority)
+
+
+VICTIM_COSTS: dict[str, VictimCost] = {
+    "running_time": running_time,
+    "priority": priority,
+    "priority_then_running_time": priority_then_running_time,
+}
+
+
+def victim_cost(name: str) -> VictimCost:
+    try:
+        return VICTIM_COSTS[name]
+    except KeyError:
+        raise ValueError(f"unknown victim cost {name!r}; registered: {', '.join(sorted(VICTIM_COSTS))}") from None

@@ -1,0 +1,153 @@
+"""Victim eligibility: the one home of "may this container be a victim for this ask in this round?"
+(:func:`refusal`, its checks in order, as yunikorn-core's ``findEligiblePreemptionVictims`` lists its
+skips) and of "how far may its queue go?" (:func:`may_take`, :func:`quota_allows`, :func:`spend`: the
+quota, one whole container beyond it, never below the guarantee). The placer
+(:mod:`sniper.core.preemption.placement`) and the cache's commit check (:mod:`sniper.core.preemption.commit`) both call
+them, so what is placed is what is committed; the simulator's checker keeps its own, independent copy.
+Pure functions of the state they are given.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Literal
+
+from sniper.core import resources as res
+from sniper.core.limits import Limits
+from sniper.core.preemption.quotas import guarantee_floor, net_usage
+from sniper.core.preemption.rules import may_preempt_for
+from sniper.core.resources import Resource
+from sniper.core.state import Allocation, Ask, Queue
+
+# Why a container may not be a victim for an ask (checked in this order).
+Refusal = Literal["pinned", "preempting", "higher_priority", "not_lower_in_queue", "queue_relation"]
+
+
+def refusal(
+    alloc: Allocation,
+    ask: Ask,
+    *,
+    intra: bool,
+    required_node: bool,
+    limits: Limits | None = None,
+    chosen: Sequence[Allocation] = (),
+    related: Callable[[Queue, Queue], bool] = may_preempt_for,
+) -> Refusal | None:
+    """Why ``alloc`` may not be a victim for ``ask`` this round, or ``None`` when it may:
+
+    1. a container placed for a required-node ask is never a victim;
+    2. one already under notice is leaving;
+    3. an opportunistic container may go for any guaranteed ask (it counts in no queue);
+    4. ``required_node`` (the ask requires the container's node, and the partition lets it preempt
+       there): any queue, priority at most the ask's (YuniKorn's required-node preemptor);
+    5. ``intra`` (intra-queue policy): a lower-priority task of another app in the ask's queue
+       (:func:`lower_in_queue`), or a container of a user above its limit (``limits``; ``chosen``: the
+       victims already in the set);
+    6. otherwise the queue relations (``related``, :func:`sniper.core.preemption.rules.may_preempt_for`).
+
+    How much its queue may lose is the quota's to say (:func:`may_take`), not this."""
+    if alloc.pinned:
+        return "pinned"
+    if alloc.preempt_deadline is not None:
+        return "preempting"
+    if alloc.opportunistic:
+        return None
+    if required_node:
+        return None if alloc.priority <= ask.priority else "higher_priority"
+    if intra:
+        if lower_in_queue(alloc, ask) or (limits is not None and limits.may_take(alloc, ask, chosen)):
+            return None
+        return "not_lower_in_queue"
+    return None if related(alloc.queue, ask.app.queue) else "queue_relation"
+
+
+def explain(why: Refusal, alloc: Allocation, ask: Ask) -> str:
+    """A refusal as the cache's outcome states it."""
+    queue = ask.app.queue.path
+    match why:
+        case "pinned":
+            return "a victim was placed for a required-node ask (never a victim)"
+        case "preempting":
+            return f"victim {alloc.id} is already preempting"
+        case "higher_priority":
+            prio = f"({alloc.priority}) than the required-node ask ({ask.priority})"
+            return f"victim {alloc.id} has a higher priority {prio}"
+        case "not_lower_in_queue":
+            return (
+                f"victim {alloc.id} is not a lower-priority container of another app in {queue}, "
+                "nor of another user above its limit"
+            )
+        case "queue_relation":
+            return f"victim {alloc.id}'s queue {alloc.queue.path} may not be preempted for {queue}"
+
+
+def lower_in_queue(alloc: Allocation, ask: Ask) -> bool:
+    """The intra-queue rule: a task (not an application master) of another app in the ask's own queue, of
+    lower priority than the ask."""
+    return alloc.queue is ask.app.queue and alloc.app != ask.app.name and alloc.priority < ask.priority and not alloc.am
+
+
+def required_node_order(alloc: Allocation) -> tuple[object, ...]:
+    """The required-node preemptor's order: opportunistic containers first, then tasks before application
+    masters; lower priority first, then younger, then smaller (by the sum of its components), then id."""
+    return (not alloc.opportunistic, alloc.am, alloc.priority, -alloc.start, sum(alloc.resource.values()), alloc.id)
+
+
+def spend(left: Resource, granted: Resource, taken: Resource) -> None:
+    """Charge ``taken`` to a victim queue's quota ``left`` (``granted`` at the round's start). A resource
+    whose granted quota is used up is where the queue is back at its ideal (the one it was over): from
+    then on it may lose nothing, though the quota on the resources it was not over has room left (that
+    room only lets one victim set take them along)."""
+    res.sub_into(left, taken)
+    if any(left.get(k, 0) <= 0 for k, g in granted.items() if g > 0):
+        for k, v in left.items():
+            left[k] = min(v, 0)
+
+
+def quota_allows(
+    victims: list[Allocation], left: dict[str, Resource], capacity: Resource, gone: dict[str, Resource] | None = None
+) -> str | None:
+    """The victim queue whose quota ``victims`` break (``None``: none), each queue's victims taken in
+    order, cheapest overshoot last: at most one victim per queue beyond its quota (see :func:`may_take`)."""
+    by_queue: dict[str, list[Allocation]] = {}
+    for v in victims:
+        by_queue.setdefault(v.queue.path, []).append(v)
+    for path, mine in by_queue.items():
+        quota = left.get(path, {})
+        total = res.total(v.resource for v in mine)
+        if res.fits(total, quota):
+            continue
+        # The one victim allowed beyond the quota: any whose removal leaves the rest within it.
+        if not any(
+            may_take(v.queue, res.sub(total, v.resource), v.resource, quota, capacity, (gone or {}).get(path))
+            for v in mine
+        ):
+            return path
+    return None
+
+
+def may_take(
+    queue: Queue, before: Resource, victim: Resource, left: Resource, capacity: Resource, gone: Resource | None = None
+) -> bool:
+    """Whether ``queue``, having lost ``before`` to this set, may lose ``victim`` too with ``left`` its
+    remaining quota (ARCHITECTURE invariant 5a). Within the quota, yes. Containers are whole, so one
+    victim may overshoot it, as YARN's selector does, while the queue was still over its floor (quota
+    left on every resource the victim holds, nothing overdrawn) and stays, without it, at or above its
+    guarantee: in the DRF comparison, and on each resource the guarantee names. ``gone``: what the queue already lost
+    that its usage does not show yet (victims taken earlier in the same placement round)."""
+    after = res.add(before, victim)
+    if res.fits(after, left):
+        return True
+    rest = res.sub(left, before)
+    if any(v < 0 for v in rest.values()) or not all(rest.get(k, 0) > 0 for k in victim):
+        return False  # overdrawn already (one whole container beyond the quota at most), or at its floor
+    usage = net_usage(queue) if gone is None else res.sub(net_usage(queue), gone)
+    remaining = res.sub(usage, after)
+    guaranteed = queue.guaranteed
+    # The overshoot is beyond what the quota granted: it keeps the guarantee in the DRF comparison and,
+    # conservatively, on every resource the guarantee names (what the queue held of it, if less).
+    if any(remaining.get(k, 0) < min(g, usage.get(k, 0)) for k, g in guaranteed.items()):
+        return False
+    # In the DRF comparison as the quotas read it (:func:`guarantee_floor`): at its guarantee's dominant level
+    # it is not below it, though it holds none of a resource the guarantee names and it never used.
+    return not res.drf_below(remaining, guarantee_floor(remaining, guaranteed, capacity), capacity)

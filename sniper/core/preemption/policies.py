@@ -1,0 +1,297 @@
+"""Preemption policies as sans-IO classes registered by name; each runs in its own actor.
+
+A policy sees the partition through a view replica. ``round`` (every ``interval``) returns either a
+placement request for the allocator (sniper and intra-queue: the allocator places starving asks in
+preemption mode with the same placement code) or a preemption proposal for the cache (the YARN
+proportional baseline, which frees resources without a beneficiary). ``on_reply`` turns the
+allocator's placements into a proposal. No clock, no I/O: ``now`` is an argument.
+Before preempting anything, the inter-queue policies cancel node reservations held by queues above
+their ideal that block a queue below it (:func:`sniper.core.node_reservation.to_dereserve`): such a
+round proposes only those de-reservations, and later rounds preempt for what they did not solve.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Protocol
+
+from sniper.core import node_reservation
+from sniper.core import resources as res
+from sniper.core.config import PreemptionConfig
+from sniper.core.limits import Limits
+from sniper.core.opportunistic import first_victims
+from sniper.core.preemption.mask import PreemptionMask
+from sniper.core.preemption.model import ContainerSnapshot
+from sniper.core.preemption.quotas import Quotas, compute_quotas, net_usage
+from sniper.core.preemption.rules import required_node_leaves
+from sniper.core.preemption.view import snapshot_from_state
+from sniper.core.state import PartitionState
+from sniper.core.yarn.proportional import ProportionalConfig, ProportionalPolicy
+from sniper.messages import protocol as p
+
+Output = p.PlacementRequest | p.PreemptionProposal | None
+
+# Changes after which a masked ask may have become placeable: room appeared somewhere.
+ROOM_CHANGES = frozenset({p.NodeSet, p.AllocationGone, p.ReservationGone, p.NodeReservationGone, p.ConfigSet})
+
+
+class Policy(Protocol):
+    name: str
+    config: PreemptionConfig
+    mask: PreemptionMask | None
+    budget_refusals: int  # containers passed over for their app's disruption budget, summed over rounds
+
+    def round(self, state: PartitionState, view_seq: int, now: float) -> Output: ...
+
+    def on_reply(self, reply: p.PlacementReply, now: float) -> p.PreemptionProposal | None: ...
+
+    def on_change(self, change: p.ChangeMsg) -> None: ...
+
+
+PolicyType = Callable[[str, PreemptionConfig], Policy]
+REGISTRY: dict[str, PolicyType] = {}
+
+
+def register_policy(name: str) -> Callable[[PolicyType], PolicyType]:
+    def wrap(cls: PolicyType) -> PolicyType:
+        REGISTRY[name] = cls
+        return cls
+
+    return wrap
+
+
+def make_policy(name: str, partition: str, config: PreemptionConfig) -> Policy:
+    try:
+        return REGISTRY[name](partition, config)
+    except KeyError:
+        raise ValueError(f"unknown preemption policy {name!r}; registered: {', '.join(sorted(REGISTRY))}") from None
+
+
+def enabled_policies(config: PreemptionConfig) -> list[str]:
+    """The policies a partition's ``preemption`` section turns on; ``policy: none`` turns every one off,
+    intra-queue preemption included."""
+    if config.policy == "none":
+        return []
+    return [config.policy, "intra_queue"] if config.intra_queue else [config.policy]
+
+
+class _Placing:
+    """Shared by the policies that ask the allocator to place in preemption mode."""
+
+    name = "placing"
+    intra = False
+
+    def __init__(self, partition: str, config: PreemptionConfig) -> None:
+        self.partition = partition
+        self.config = config
+        self.mask: PreemptionMask | None = PreemptionMask(config.mask_ttl)
+        self.rounds = 0
+        self.waiting: str | None = None  # the request whose reply has not come back
+        self.waiting_since = 0.0
+        self.budget_refusals = 0  # containers the rounds passed over for their app's disruption budget
+
+    def on_change(self, change: p.ChangeMsg) -> None:
+        if type(change) in ROOM_CHANGES and self.mask is not None:
+            self.mask.clear()
+
+    def _request(self, state: PartitionState, view_seq: int, now: float, quotas: Quotas) -> p.PlacementRequest | None:
+        mask = self.mask
+        assert mask is not None
+        mask.expire(now)
+        if self.waiting is not None and now - self.waiting_since < 2 * self.config.interval:
+            return None  # one request in flight at a time (a lost reply expires)
+        required_node = self.config.required_node and not self.intra  # the inter-queue policy's to serve
+        if (not quotas.beneficiaries or (not self.intra and not quotas.may_lose)) and not (
+            required_node and required_node_leaves(state)
+        ):
+            return None
+        self.rounds += 1
+        self.waiting = f"{self.partition}/{self.name}-{self.rounds}"
+        self.waiting_since = now
+        return p.PlacementRequest(
+            partition=self.partition,
+            id=self.waiting,
+            policy=self.name,
+            view_seq=view_seq,
+            budget=quotas.budget,
+            quotas=quotas.may_lose,
+            beneficiaries=list(quotas.beneficiaries),
+            targets={b: quotas.ideal[b] for b in quotas.beneficiaries if b in quotas.ideal},
+            mask=mask.keys(),
+            min_missed=self.config.min_missed_opportunities,
+            victim_cost=self.config.victim_cost,
+            grace=self.config.grace,
+            max_candidate_nodes=self.config.max_candidate_nodes,
+            intra_queue=self.intra,
+            required_node=required_node,
+        )
+
+    def on_reply(self, reply: p.PlacementReply, now: float) -> p.PreemptionProposal | None:
+        if reply.id != self.waiting:
+            return None
+        self.waiting = None
+        if self.mask is not None:
+            self.mask.add(reply.unplaceable, now)
+            self.mask.hits += reply.mask_hits
+        self.budget_refusals += reply.budget_refusals
+        if not reply.placements:
+            return None
+        return p.PreemptionProposal(
+            partition=self.partition,
+            id=reply.id,
+            view_seq=reply.view_seq,
+            policy=self.name,
+            placements=reply.placements,
+            observe_only=self.config.observe_only,
+        )
+
+
+@register_policy("sniper")
+class SniperPolicy(_Placing):
+    """Inter-queue sniper preemption: quotas from the ideal, targeted placement by the allocator."""
+
+    name = "sniper"
+
+    def __init__(self, partition: str, config: PreemptionConfig) -> None:
+        super().__init__(partition, config)
+        self.last_quotas: Quotas | None = None
+        self.last_view: tuple[PartitionState, int] | None = None  # state and version ``last_quotas`` came from
+
+    def round(self, state: PartitionState, view_seq: int, now: float) -> Output:
+        # Quotas are a function of the view alone, the clock aside: on the same state object at the same
+        # version (no change but the clock's applied, no reset) the last round's are reused.
+        last = self.last_view
+        if last is not None and last[0] is state and last[1] == state.version and self.last_quotas is not None:
+            quotas = self.last_quotas
+        else:
+            quotas = compute_quotas(state, self.config)
+            self.last_view = (state, state.version)
+        if not quotas.same_as(self.last_quotas) and self.mask is not None:
+            self.mask.clear()
+        self.last_quotas = quotas
+        usage = {path: net_usage(q) for path, q in state.queues.items()}
+        nodes = node_reservation.to_dereserve(state, usage, quotas.ideal)
+        if nodes and not self.config.observe_only:
+            return dereservation(self.partition, self.name, nodes, view_seq, now)
+        return self._request(state, view_seq, now, quotas)
+
+
+@register_policy("intra_queue")
+class IntraQueuePolicy(_Placing):
+    """Inside one leaf queue, asks of higher priority preempt lower-priority containers of other apps, and
+    users within their limits preempt users above theirs (:mod:`sniper.core.limits`)."""
+
+    name = "intra_queue"
+    intra = True
+
+    def round(self, state: PartitionState, view_seq: int, now: float) -> Output:
+        beneficiaries: list[str] = []
+        for path, queue in state.queues.items():
+            if not queue.is_leaf or not res.any_positive(queue.pending):
+                continue
+            running = [state.allocations[a] for app in queue.apps.values() for a in app.allocations]
+            lowest = min((a.priority for a in running if not a.am and not a.preempting), default=None)
+            if lowest is None:
+                continue
+            top = max((ask.priority for app in queue.waiting.values() for ask in app.pending_asks), default=None)
+            if top is not None and top > lowest:
+                beneficiaries.append(path)
+        limits = Limits.of(state)
+        if limits is not None:
+            beneficiaries += [q.path for q in limits.over_limit_queues() if q.path not in beneficiaries]
+        budget = {k: int(v * self.config.total_preemption_per_round) for k, v in state.capacity.items()}
+        quotas = Quotas({}, {}, tuple(beneficiaries), budget)
+        return self._request(state, view_seq, now, quotas)
+
+
+@register_policy("proportional")
+class ProportionalBaseline:
+    """YARN's ProportionalCapacityPreemptionPolicy (YARN-569): frees resources, targets nobody."""
+
+    name = "proportional"
+
+    def __init__(self, partition: str, config: PreemptionConfig) -> None:
+        self.partition = partition
+        self.config = config
+        self.mask: PreemptionMask | None = None
+        self.policy = ProportionalPolicy(
+            ProportionalConfig.from_preemption_config(config, resource_calculator="dominant")
+        )
+        self.rounds = 0
+        self.idle_view: tuple[PartitionState, int] | None = None  # state and version of a round that chose none
+        self.containers: dict[str, ContainerSnapshot] = {}  # the last round's, reused while unchanged
+        self.budget_refusals = 0
+        # Guaranteed containers YARN's selection chose whose room opportunistic containers covered once:
+        # chosen again, they go themselves (the opportunistic room did not bring their queue down to its
+        # ideal, and opportunistic work re-placed there would be covered round after round).
+        self.covered: set[str] = set()
+
+    def on_change(self, change: p.ChangeMsg) -> None:
+        if isinstance(change, p.AllocationGone):
+            self.covered.discard(change.allocation)
+
+    def on_reply(self, reply: p.PlacementReply, now: float) -> p.PreemptionProposal | None:
+        return None
+
+    def settled(self, state: PartitionState) -> bool:
+        """Whether the last round ran on ``state`` as it is (the clock aside) and chose no container."""
+        idle = self.idle_view
+        return idle is not None and idle[0] is state and idle[1] == state.version
+
+    def round(self, state: PartitionState, view_seq: int, now: float) -> Output:
+        if state.config is None or not state.capacity:
+            return None
+        now_ms = round(now * 1000)
+        # A round selects from the view alone but for the marks it tracks: on the view of a round that chose
+        # no container, and with no tracked mark to expire now, it would choose none again (nor de-reserve:
+        # that too reads the view alone).
+        if self.settled(state) and not self.policy.forgets_at(now_ms):
+            return None
+        snapshot = snapshot_from_state(state, with_containers=True, containers=self.containers)
+        result = self.policy.round(snapshot, now_ms)
+        self.budget_refusals += len(result.budget_refused)
+        self.idle_view = None if result.candidates else (state, state.version)
+        usage = {path: res.add(q.allocated, q.reserved) for path, q in state.queues.items()}
+        nodes = node_reservation.to_dereserve(
+            state, usage, {path: figures.ideal_assigned for path, figures in result.queues.items()}
+        )
+        if nodes and not self.config.observe_only:
+            # YARN's preemptFrom drops reservations first; the running containers wait a round.
+            self.policy.forget(c.container.id for c in result.marked)
+            return dereservation(self.partition, self.name, nodes, view_seq, now)
+        # Observe-only: YARN's policy marks nothing; publish what it selected (flagged by the cache).
+        chosen = result.candidates if self.config.observe_only else result.marked
+        victims = [c.container.id for c in chosen]
+        if not self.config.observe_only and victims:
+            # Opportunistic containers go first: they cover what YARN's selection frees before any of it,
+            # once per chosen container (one chosen again after that goes itself).
+            selected = [state.allocations[v] for v in victims if v in state.allocations]
+            again = [a for a in selected if a.id in self.covered]
+            fresh = [a for a in selected if a.id not in self.covered]
+            kept = first_victims(state, fresh)
+            victims = [a.id for a in kept] + [a.id for a in again]
+            spared = {a.id for a in fresh} - set(victims)
+            self.covered |= spared
+            self.policy.forget(spared)
+        if not victims:
+            return None
+        self.rounds += 1
+        return p.PreemptionProposal(
+            partition=self.partition,
+            id=f"{self.partition}/proportional-{self.rounds}",
+            view_seq=view_seq,
+            policy=self.name,
+            victims=victims,
+            observe_only=self.config.observe_only,
+        )
+
+
+def dereservation(partition: str, policy: str, nodes: list[str], view_seq: int, now: float) -> p.PreemptionProposal:
+    """A round that only cancels node reservations (YARN capacity monitor's cheapest action)."""
+    return p.PreemptionProposal(
+        partition=partition,
+        id=f"{partition}/{policy}-dereserve-{round(now * 1000)}",
+        view_seq=view_seq,
+        policy=policy,
+        dereserve=nodes,
+    )

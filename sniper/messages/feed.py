@@ -1,0 +1,193 @@
+"""Feed events: what resource managers publish (ARCHITECTURE section 4), one tagged union.
+
+Every event names its partition and may carry an ``id`` for at-least-once de-duplication; ``t`` is
+seconds since the trace start (trace files) or the producer's clock (Kafka), finite and at most
+:data:`MAX_T`. Resource values are
+non-negative integers. New fields must come with defaults (msgspec schema evolution).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+import msgspec
+
+MAX_T = 1e11  # seconds: about the year 5100 in epoch seconds; a later ``t`` (or infinity) is a corrupt clock
+Quantity = Annotated[int, msgspec.Meta(ge=0, le=2**53)]
+ResourceMap = dict[str, Quantity]
+Name = Annotated[str, msgspec.Meta(min_length=1, max_length=512)]
+
+
+class FeedEvent(msgspec.Struct, tag_field="type", kw_only=True, frozen=True, gc=False):
+    t: Annotated[float, msgspec.Meta(ge=0, le=MAX_T)] = 0.0  # finite: NaN and infinity are refused
+    partition: Name = "default"
+    id: str = ""
+
+
+class PartitionConfigEvent(FeedEvent, tag="partition_config", frozen=True, gc=False):
+    config: dict[str, Any]
+
+
+class NodeAdded(FeedEvent, tag="node_added", frozen=True, gc=False):
+    node: Name
+    capacity: ResourceMap
+    labels: dict[str, str] = {}
+    schedulable: bool = True
+
+
+class NodeUpdated(FeedEvent, tag="node_updated", frozen=True, gc=False):
+    node: Name
+    capacity: ResourceMap | None = None
+    schedulable: bool | None = None
+
+
+class NodeRemoved(FeedEvent, tag="node_removed", frozen=True, gc=False):
+    node: Name
+
+
+class AppAdded(FeedEvent, tag="app_added", frozen=True, gc=False):
+    app: Name
+    queue: Name
+    user: str = ""
+    priority: int = 0
+    groups: list[str] = []  # the user's groups, for group limits (YuniKorn's UserGroup)
+    # YARN-45: the application master honours preemption contracts; the policies send it a
+    # ``preempt_request`` and kill only what is still missing at the deadline (docs/feed.md).
+    preemption_contract: bool = False
+    # A disruption budget (Kubernetes' PodDisruptionBudget ``maxUnavailable``): at most this many of the
+    # app's containers preempting at once (None: no budget).
+    max_disruption: Annotated[int, msgspec.Meta(ge=0, le=10**7)] | None = None
+    # YuniKorn's ``allow-preemption``: false makes the app's containers victims of last resort only.
+    allow_preemption: bool = True
+    # The accepted SLO reservation (``reservation_submitted``) the app runs against, in its reservable
+    # ``queue`` (None: ordinary work of the queue).
+    reservation: Name | None = None
+
+
+class AppRemoved(FeedEvent, tag="app_removed", frozen=True, gc=False):
+    app: Name
+
+
+Tag = Annotated[str, msgspec.Meta(min_length=1, max_length=256)]
+
+
+class PlacementConstraint(msgspec.Struct, kw_only=True, frozen=True, gc=False):
+    """One of YARN's placement constraints (YARN-6592: ``targetIn``, ``targetNotIn``, ``cardinality``):
+    how many containers carrying each of ``tags`` the scope around a candidate node may hold: ``in`` and
+    ``not_in`` count the others already there, ``cardinality`` the scope once the container is placed
+    (``sniper.core.constraints``; the rule and its validation are there, docs/feed.md gives examples)."""
+
+    scope: Name = "node"  # "node", or a node label key ("rack"): the nodes sharing its value
+    op: Literal["in", "not_in", "cardinality"] = "in"
+    tags: list[Tag] = []
+    min: Annotated[int, msgspec.Meta(ge=0, le=10**7)] = 0  # cardinality only
+    max: Annotated[int, msgspec.Meta(ge=0, le=10**7)] | None = None  # cardinality only (None: no bound)
+    namespace: Literal["all", "self"] = "all"  # "self": only the ask's own app's containers count
+
+
+class AskAdded(FeedEvent, tag="ask_added", frozen=True, gc=False):
+    app: Name
+    ask: Name
+    resource: ResourceMap
+    count: Annotated[int, msgspec.Meta(ge=0, le=10**7)] = 1
+    priority: int = 0
+    am: bool = False
+    duration: Annotated[float, msgspec.Meta(ge=0)] | None = None
+    retry: bool = True
+    node: str | None = None  # a required node, if any
+    # Node label key -> accepted values: the ask runs only on nodes whose labels match every key.
+    node_selector: dict[str, list[str]] = {}
+    # All or nothing: the first ``gang_min`` containers are placed together or not at all (0: no gang).
+    gang_min: Annotated[int, msgspec.Meta(ge=0, le=10**7)] = 0
+    # YARN's ExecutionType: "opportunistic" containers run only on room no guaranteed ask can use now,
+    # count against no queue's guarantee, ideal or max, and are killed first (docs/feed.md).
+    execution_type: Literal["guaranteed", "opportunistic"] = "guaranteed"
+    # Kubernetes' ``preemptionPolicy``: "never" waits for free room and never preempts anything.
+    preemption_policy: Literal["preempt_lower_priority", "never"] = "preempt_lower_priority"
+    # What each container really uses (simulation reports node utilization from it; over-commit counts
+    # it as what a killed container frees). ``None``: all it asks for.
+    usage: ResourceMap | None = None
+    # Allocation tags every container of the ask carries, and the placement constraints each container
+    # must satisfy where it is placed (core.constraints, docs/feed.md).
+    # Tuples: an empty default costs no object per event (a list default is copied for each one).
+    tags: tuple[Tag, ...] = ()
+    constraints: tuple[PlacementConstraint, ...] = ()
+
+
+class AskRemoved(FeedEvent, tag="ask_removed", frozen=True, gc=False):
+    app: Name
+    ask: Name
+
+
+class AllocationReleased(FeedEvent, tag="allocation_released", frozen=True, gc=False):
+    allocation: Name
+
+
+class AllocationPromoted(FeedEvent, tag="allocation_promoted", frozen=True, gc=False):
+    """Turn a running opportunistic allocation into a guaranteed one (YARN's container update
+    ``PROMOTE_EXECUTION_TYPE``); committed when its queue's ``max`` allows, else ``rejected``."""
+
+    allocation: Name
+
+
+class NodeUtilization(FeedEvent, tag="node_utilization", frozen=True, gc=False):
+    """What the containers on a node really use (YARN-1011's node utilization), for over-commit. The
+    amounts are checked by the cache (finite, not negative, resources the node has) and refused with
+    the reason, never dropped."""
+
+    node: Name
+    used: dict[str, float]
+
+
+class PartitionRemoved(FeedEvent, tag="partition_removed", frozen=True, gc=False):
+    """Retire the partition: its apps, asks and allocations are released, its nodes and configuration
+    dropped; it starts again at its next ``partition_config`` (docs/feed.md)."""
+
+    reason: Annotated[str, msgspec.Meta(max_length=1000)] = ""  # it travels on into the decision
+
+
+class ReservationStage(msgspec.Struct, kw_only=True, frozen=True, gc=False):
+    """One stage of an SLO reservation (YARN's ReservationRequest): ``count`` containers of
+    ``resource``, each running ``duration`` seconds, in gangs of ``gang_min`` that run together."""
+
+    resource: ResourceMap
+    count: Annotated[int, msgspec.Meta(ge=1, le=10**7)] = 1
+    gang_min: Annotated[int, msgspec.Meta(ge=0, le=10**7)] = 0
+    duration: Annotated[float, msgspec.Meta(gt=0, le=MAX_T)]
+
+
+class ReservationSubmitted(FeedEvent, tag="reservation_submitted", frozen=True, gc=False):
+    """An SLO reservation (YARN's ReservationSystem, not a node or preemption reservation): resources in
+    the reservable ``queue`` between ``arrival`` and ``deadline``, stage after stage, every ``recurrence``
+    seconds when set. Answered at once with ``reservation_accepted`` (the planned intervals) or
+    ``reservation_rejected`` (the reason)."""
+
+    reservation: Name
+    queue: Name
+    arrival: Annotated[float, msgspec.Meta(ge=0, le=MAX_T)]
+    deadline: Annotated[float, msgspec.Meta(ge=0, le=MAX_T)]
+    stages: Annotated[list[ReservationStage], msgspec.Meta(min_length=1, max_length=100)]
+    recurrence: Annotated[float, msgspec.Meta(gt=0, le=MAX_T)] | None = None
+
+
+class Sync(FeedEvent, tag="sync", frozen=True, gc=False):
+    """A resource manager's barrier: answered with a ``synced`` decision naming this event's ``id`` once
+    the partition handled every event published before it; it changes nothing else."""
+
+
+Feed = (
+    PartitionConfigEvent
+    | PartitionRemoved
+    | NodeAdded
+    | NodeUpdated
+    | NodeRemoved
+    | NodeUtilization
+    | AppAdded
+    | AppRemoved
+    | AskAdded
+    | AskRemoved
+    | AllocationReleased
+    | AllocationPromoted
+    | ReservationSubmitted
+    | Sync
+)
