@@ -265,7 +265,7 @@ def consistency_problems(state: PartitionState) -> list[str]:
 
 
 def invariant_problems(state: PartitionState) -> list[str]:
-    """ARCHITECTURE section 6, invariants 1-4, on a committed state (queue max: for a static config)."""
+    """Invariants 1-4 (architecture: Invariants) on a committed state (queue max: for a static config)."""
     problems: list[str] = []
     for node in state.nodes.values():  # 1
         held = res.sub(res.add(node.allocated, node.reserved), node.overcommitted)  # over-commit aside

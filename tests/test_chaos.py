@@ -2,8 +2,8 @@
 feed with duplicated, reordered and malformed events.
 
 An independent checker (:class:`sniper.resource_manager.checker.OrderedChecker`, built on
-``sniper.simulator.model``) reads the feed and the decisions topics and checks ARCHITECTURE section 6 on
-the order the caches committed.
+``sniper.simulator.model``) reads the feed and the decisions topics and checks the invariants
+(architecture: Invariants) on the order the caches committed.
 Every wait is on a condition (decisions seen, a marker's decision, a snapshot), bounded by
 ``anyio.fail_after``; nothing asserts on timing.
 

@@ -1,6 +1,6 @@
-"""The section-7 metrics on hand-fed histories (no actors): DRF time to guarantee, stranded capacity per
-resource, wasted and ping-pong victims (reserved ones included), lost work, samples only on change,
-the scarcest resource, and the report as one struct."""
+"""The metrics (architecture: Metrics) on hand-fed histories (no actors): DRF time to guarantee,
+stranded capacity per resource, wasted and ping-pong victims (reserved ones included), lost work,
+samples only on change, the scarcest resource, and the report as one struct."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """The simulator: a hand-written trace replayed in virtual time, checked allocation by allocation;
-determinism (ARCHITECTURE invariant 7); malformed traces; the independent model and the stand-in RM."""
+determinism (architecture: invariant 7); malformed traces; the independent model and the stand-in RM."""
 
 from __future__ import annotations
 
