@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import random
 import signal
-from collections.abc import AsyncIterator
 from typing import Any
 
 import anyio
@@ -66,12 +65,6 @@ class Watch(TopicReader):
             )
 
         await self.until(done)
-
-
-@pytest.fixture
-async def bus(kafka_settings: KafkaSettings) -> AsyncIterator[KafkaBus]:
-    async with KafkaBus(kafka_settings) as b:
-        yield b
 
 
 async def watching(bus: KafkaBus) -> Watch:
