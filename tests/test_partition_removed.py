@@ -31,6 +31,7 @@ from sniper.transport.kafka import KafkaBus, KafkaSettings
 from tests.core_support import Harness, consistency_problems, fingerprint, partition_raw, queue, rejected_reasons
 from tests.kafka_support import CoreSubprocess, TopicReader
 from tests.preemption_support import proposal
+from tests.recovery_support import durable_fingerprint
 
 P = "default"
 
@@ -195,12 +196,6 @@ class Owner:
             self.snapshots[len(self.feed)] = take_snapshot(self.core)
 
 
-def _fp(core: DurableCache) -> dict[str, Any]:
-    out = fingerprint(core.state)
-    out.pop("now")
-    return out
-
-
 def test_a_successor_replaying_the_feed_across_the_removal_reaches_the_same_state() -> None:
     events = [*trace(ids=True), f.PartitionRemoved(partition=P, id="retire"), *trace(ids=True)]
     old = Owner()
@@ -210,7 +205,7 @@ def test_a_successor_replaying_the_feed_across_the_removal_reaches_the_same_stat
     for at in (0, removal - 1, removal, removal + 3, len(events)):
         core, result = old.successor(at)
         assert result.divergences == [] and result.fresh == [], at
-        assert _fp(core) == _fp(old.core), at
+        assert durable_fingerprint(core) == durable_fingerprint(old.core), at
         assert (core.decision_seq, core.counters, list(core.seen)) == (
             old.core.decision_seq,
             old.core.counters,
