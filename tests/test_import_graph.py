@@ -124,6 +124,22 @@ def test_core_imports_only_messages_the_standard_library_and_its_declared_librar
     assert stray == {}
 
 
+# What would let a decision depend on something but its inputs: a clock, a random draw, the process's
+# environment, other threads or tasks, the network.
+NONDETERMINISTIC = {"time", "datetime", "random", "secrets", "uuid", "os", "threading", "asyncio", "socket", "select"}
+
+
+def test_core_reads_no_clock_draws_no_random_number_and_runs_nothing_concurrently() -> None:
+    """Time is a message: the core's clock is the feed's and the ticks' time, so the same inputs give
+    the same decisions, in the simulator, on replay and in a new owner."""
+    stray = {
+        module: sorted(tops & NONDETERMINISTIC)
+        for module, tops in _outside("sniper.core").items()
+        if tops & NONDETERMINISTIC
+    }
+    assert stray == {}
+
+
 def test_the_libraries_core_uses_are_declared_dependencies() -> None:
     declared = (ROOT / "pyproject.toml").read_text().lower()
     distributions = {"msgspec": "msgspec", "yaml": "pyyaml", "sortedcontainers": "sortedcontainers"}
