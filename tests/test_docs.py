@@ -113,3 +113,17 @@ def test_every_citation_of_the_architecture_names_one_of_its_headings_or_invaria
             else:
                 assert any(rest.startswith(h) for h in headings), f"{source.name}: no heading begins {rest!r}"
     assert cited
+
+
+def test_every_test_and_source_file_the_docs_name_exists() -> None:
+    """The pages say where a rule is enforced and tested (docs/design.md): each test they name by its
+    function and each ``sniper/`` or ``tests/`` path they name is there."""
+    tests = {name for path in (ROOT / "tests").glob("*.py") for name in re.findall(r"def (test_\w+)", path.read_text())}
+    for page in [ROOT / "README.md", *sorted(DOCS.glob("*.md"))]:
+        text = page.read_text(encoding="utf-8")
+        named = set(re.findall(r"`(test_\w+)`", text))
+        assert named <= tests, f"{page.name} names tests that do not exist: {sorted(named - tests)}"
+        paths = set(re.findall(r"`((?:sniper|tests)/[\w./-]+)`", text))
+        missing = sorted(path for path in paths if not (ROOT / path).exists())
+        assert not missing, f"{page.name} names files that do not exist: {missing}"
+    assert "test_stale_placements_are_rejected_with_the_reason" in _text("design.md")
