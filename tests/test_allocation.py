@@ -23,7 +23,7 @@ def _first_queue(state: PartitionState) -> str:
 
 QUEUE_ORDER: list[tuple[str, list[dict[str, Any]], Build, str]] = [
     (
-        "below its guarantee before a higher priority above its own (issue 9, item 2)",
+        "below its guarantee before a higher priority above its own",
         [queue("a", guaranteed={"memory": 1000}, priority_offset="10"), queue("b", guaranteed={"memory": 50_000})],
         Build().app("A", "root.a").app("B", "root.b").used("A", 40_000).ask("A", "x", 100).ask("B", "y", 100),
         "root.b",
