@@ -40,7 +40,7 @@ def preemption_raw(*leaves: dict[str, Any], **preemption: Any) -> dict[str, Any]
 
 
 def two_queues(
-    a: int = 100, b: int = 100, *, a_props: dict[str, str] | None = None, **preemption: Any
+    a: int = 100, b: int = 100, *, a_props: dict[str, Any] | None = None, **preemption: Any
 ) -> dict[str, Any]:
     """root.a and root.b with memory guarantees ``a`` and ``b``."""
     return preemption_raw(

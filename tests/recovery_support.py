@@ -36,6 +36,7 @@ class Owner:
         self.log: list[d.DecisionMsg] = []
         self.feed: list[tuple[int, f.Feed]] = []
         self.offset = 100  # Kafka offsets need not start at 0
+        self.proposals = 0
         raw = config or partition_raw(
             queue("a", guaranteed={"memory": 8}), queue("b", guaranteed={"memory": 8}), policy=policy
         )
@@ -68,7 +69,16 @@ class Owner:
         self.core.tick(now)
         self.pump()
 
-    def propose(self, proposal: p.PreemptionProposal) -> None:
+    def preempt(self, node: str, victims: list[str], app: str = "a1", ask: str = "k") -> None:
+        """Proposes what a sniper policy round would: ``victims`` on ``node`` for ``app``'s ``ask``."""
+        self.proposals += 1
+        proposal = p.PreemptionProposal(
+            partition=PARTITION,
+            id=f"pp/{self.proposals}",
+            view_seq=self.allocator.view_seq,
+            policy="sniper",
+            placements=[p.Victimized(app=app, ask=ask, node=node, victims=victims)],
+        )
         self.core.handle_proposal(proposal)
         self.pump()
 
@@ -100,15 +110,7 @@ def owner_with_a_contract_request() -> tuple[Owner, Snapshot, dict[str, list[str
     )
     o.settle()
     on = {n: sorted(a.id for a in o.core.state.allocations.values() if a.node == n) for n in ("n1", "n2")}
-    o.propose(
-        p.PreemptionProposal(
-            partition=PARTITION,
-            id="pp/1",
-            view_seq=o.allocator.view_seq,
-            policy="sniper",
-            placements=[p.Victimized(app="a1", ask="k", node="n1", victims=on["n1"])],
-        )
-    )
+    o.preempt("n1", on["n1"])
     assert [type(x) for x in o.log[-1:]] == [d.PreemptRequest]
     return o, snap, on
 

@@ -183,15 +183,7 @@ def test_replay_regenerates_a_preemption_cancelled_when_its_reservation_was_fulf
         f.AskAdded(partition=PARTITION, id="a1k", app="a1", ask="k", resource={"memory": 4}, count=1),
     )
     victim, other = sorted(a.id for a in o.core.state.allocations.values() if a.node == "n1")
-    o.propose(
-        p.PreemptionProposal(
-            partition=PARTITION,
-            id="pp/1",
-            view_seq=o.allocator.view_seq,
-            policy="sniper",
-            placements=[p.Victimized(app="a1", ask="k", node="n1", victims=[victim])],
-        )
-    )
+    o.preempt("n1", [victim])
     snap = take_snapshot(o.core)
     assert o.core.state.allocations[victim].preempting
     o.feed_event(f.AllocationReleased(partition=PARTITION, id="rel", allocation=other))  # room before the victim goes
@@ -248,15 +240,7 @@ def _preempt_on_n1(o: Owner) -> Allocation:
     )
     o.settle()
     victim = next(a for a in o.core.state.allocations.values() if a.node == "n1")
-    o.propose(
-        p.PreemptionProposal(
-            partition=PARTITION,
-            id="pp/1",
-            view_seq=o.allocator.view_seq,
-            policy="sniper",
-            placements=[p.Victimized(app="a1", ask="k", node="n1", victims=[victim.id])],
-        )
-    )
+    o.preempt("n1", [victim.id])
     return victim
 
 
