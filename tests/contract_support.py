@@ -7,6 +7,8 @@ resource manager does (it releases containers and asks for their work again at o
 
 from __future__ import annotations
 
+from typing import Any
+
 from sniper.core import resources as res
 from sniper.messages import decisions as d
 from sniper.messages import feed as f
@@ -61,17 +63,13 @@ def assert_clean(h: PreemptHarness) -> None:
 
 
 def borrowed(
-    sizes: int = 25,
-    *,
-    b_guarantee: int = 50,
-    a_guarantee: int = 150,
-    policy: str = "sniper",
-    contract: bool = True,
+    sizes: int = 25, *, b_guarantee: int = 50, a_guarantee: int = 150, contract: bool = True, **preemption: Any
 ) -> PreemptHarness:
     """a (guarantee 150) and b (50) on n1, n2 (100 each); b's app b1 (with a preemption contract unless
     ``contract`` is false) holds both nodes in containers of ``sizes``, n1's started first; a's app a1
-    asks nothing yet."""
-    h = PreemptHarness(two_queues(a_guarantee, b_guarantee, policy=policy))
+    asks for nothing yet. ``preemption``: the partition's preemption settings (the sniper policy by
+    default)."""
+    h = PreemptHarness(two_queues(a_guarantee, b_guarantee, **preemption))
     h.nodes("n1", "n2")
     h.feed(f.AppAdded(app="b1", queue="root.b", preemption_contract=contract))
     per_node = 100 // sizes
@@ -81,9 +79,9 @@ def borrowed(
     return h
 
 
-def asked(policy: str = "sniper", *, contract: bool = True, sizes: int = 25) -> PreemptHarness:
+def asked(*, contract: bool = True, sizes: int = 25, **preemption: Any) -> PreemptHarness:
     """:func:`borrowed`, and a1 asks for one 50 container and starves (a preemption round would serve it)."""
-    h = borrowed(sizes, policy=policy, contract=contract)
+    h = borrowed(sizes, contract=contract, **preemption)
     h.ask("a1", "big", 50)
     h.starve()
     return h

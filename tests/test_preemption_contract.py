@@ -176,7 +176,7 @@ def test_need_vanishes_request_withdrawn() -> None:
 
 
 def test_proportional_sends_requests_too() -> None:
-    h = asked("proportional")
+    h = asked(policy="proportional")
     result = h.preempt_round(10.0)
     assert result.preempts() == []
     [req] = requests(h)
@@ -304,14 +304,7 @@ def test_a_second_round_request_is_not_covered_by_the_first_rounds_kills() -> No
 
 
 def test_observe_only_publishes_the_request_and_opens_nothing() -> None:
-    h = PreemptHarness(two_queues(150, 50, observe_only=True))
-    h.nodes("n1", "n2")
-    h.feed(f.AppAdded(app="b1", queue="root.b", preemption_contract=True))
-    h.fill("b1", "root.b", "n1", [25] * 4)
-    h.fill("b1", "root.b", "n2", [25] * 4, start=4)
-    h.app("a1", "root.a")
-    h.ask("a1", "big", 50)
-    h.starve()
+    h = asked(observe_only=True)
     h.preempt_round(10.0)
     [req] = requests(h)
     assert req.observe_only
