@@ -14,7 +14,7 @@ from typing import Any
 from sniper.core import resources as res
 from sniper.core.allocator import Allocator
 from sniper.core.cache import Cache
-from sniper.core.config import PartitionConfig, parse_partition
+from sniper.core.config import PartitionConfig, parse_partition, partition_to_raw
 from sniper.core.node_index import NodeIndex
 from sniper.core.resources import Resource
 from sniper.core.state import PartitionState
@@ -80,6 +80,53 @@ def mem(memory: int, vcore: int | None = None) -> Resource:
 
 
 # ---------------------------------------------------------------------- state inspection
+
+
+BIG_NODE = {"memory": 100_000, "vcore": 100_000}  # the capacity of the one node a :class:`Build` adds
+
+
+def state_of(leaves: list[dict[str, Any]], changes: list[p.ChangeMsg], node_sort: str = "binpacking") -> PartitionState:
+    """A state configured with ``leaves`` (top-level queues) and ``changes`` applied."""
+    state = PartitionState(PARTITION)
+    state.apply(p.ConfigSet(config=partition_to_raw(config_of(*leaves, node_sort=node_sort))))
+    state.apply_all(changes)
+    return state
+
+
+class Build:
+    """Changes for a state: one app per queue (or more), asks, and committed usage."""
+
+    def __init__(self, *, node_capacity: dict[str, int] | None = None) -> None:
+        self.changes: list[p.ChangeMsg] = [p.NodeSet(node="big", capacity=node_capacity or BIG_NODE)]
+        self.seq = 0
+        self.alloc = 0
+
+    def app(self, name: str, queue_path: str, priority: int = 0) -> Build:
+        self.seq += 1
+        self.changes.append(p.AppSet(app=name, queue=queue_path, priority=priority, submit_seq=self.seq))
+        return self
+
+    def ask(
+        self, app: str, ask: str, memory: int, count: int = 1, priority: int = 0, vcore: int = 0, gpu: int = 0
+    ) -> Build:
+        self.seq += 1
+        resource = {"memory": memory, **({"vcore": vcore} if vcore else {}), **({"gpu": gpu} if gpu else {})}
+        self.changes.append(p.AskSet(app=app, ask=ask, resource=resource, count=count, priority=priority, seq=self.seq))
+        return self
+
+    def used(self, app: str, memory: int, vcore: int = 0, node: str = "big") -> Build:
+        """Committed usage for ``app`` (an allocation of an ask that is not pending any more)."""
+        self.alloc += 1
+        self.changes.append(
+            p.AllocationSet(
+                allocation=f"u{self.alloc}",
+                app=app,
+                ask="done",
+                node=node,
+                resource={"memory": memory, **({"vcore": vcore} if vcore else {})},
+            )
+        )
+        return self
 
 
 def _fresh_index(state: PartitionState) -> NodeIndex:
@@ -265,7 +312,7 @@ def consistency_problems(state: PartitionState) -> list[str]:
 
 
 def invariant_problems(state: PartitionState) -> list[str]:
-    """ARCHITECTURE section 6, invariants 1-4, on a committed state (queue max: for a static config)."""
+    """Invariants 1-4 (architecture: Invariants) on a committed state (queue max: for a static config)."""
     problems: list[str] = []
     for node in state.nodes.values():  # 1
         held = res.sub(res.add(node.allocated, node.reserved), node.overcommitted)  # over-commit aside

@@ -1,4 +1,4 @@
-"""Kafka test fixtures: one broker per test session, and settings with a topic prefix per test.
+"""Kafka test fixtures: one broker per test session, settings with a topic prefix per test, and a bus on them.
 
 ``kafka_bootstrap`` is ``$SNIPER_KAFKA_BOOTSTRAP`` when set (an external broker), else the address of
 an :class:`~sniper.transport.broker.EmbeddedBroker` started once for the session and stopped at its end.
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 
 import anyio
 import pytest
@@ -20,7 +20,7 @@ from sniper.bench.e2e import ASSIGNED, start_core
 from sniper.messages import decisions as d
 from sniper.resource_manager.checker import OrderedChecker
 from sniper.transport.broker import EmbeddedBroker, resolve_bootstrap
-from sniper.transport.kafka import KafkaSettings, KafkaSubscription
+from sniper.transport.kafka import KafkaBus, KafkaSettings, KafkaSubscription
 
 
 @pytest.fixture(scope="session")
@@ -52,6 +52,14 @@ def kafka_settings(kafka_bootstrap: str, request: pytest.FixtureRequest) -> Kafk
         # The embedded broker accepts short sessions (a real Kafka's minimum is 6 s by default).
         settings = dataclasses.replace(settings, session_timeout_ms=2_000, heartbeat_interval_ms=500)
     return settings
+
+
+@pytest.fixture
+async def bus(kafka_settings: KafkaSettings) -> AsyncIterator[KafkaBus]:
+    """A :class:`KafkaBus` on the test's own topics (a test module that needs validators at the edge
+    defines its own ``bus``)."""
+    async with KafkaBus(kafka_settings) as b:
+        yield b
 
 
 class TopicReader:

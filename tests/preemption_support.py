@@ -22,6 +22,7 @@ from sniper.messages import protocol as p
 from tests.core_support import Harness, queue
 
 PARTITION = "default"
+GRACE = 15.0  # seconds a victim has between its notice and its kill, unless a test says otherwise
 
 
 def preemption_raw(*leaves: dict[str, Any], **preemption: Any) -> dict[str, Any]:
@@ -31,7 +32,7 @@ def preemption_raw(*leaves: dict[str, Any], **preemption: Any) -> dict[str, Any]
         "policy": "sniper",
         "interval": 1.0,
         "total_preemption_per_round": 1.0,
-        "grace": 15.0,
+        "grace": GRACE,
         "min_missed_opportunities": 1,
         **preemption,
     }
@@ -39,7 +40,7 @@ def preemption_raw(*leaves: dict[str, Any], **preemption: Any) -> dict[str, Any]
 
 
 def two_queues(
-    a: int = 100, b: int = 100, *, a_props: dict[str, str] | None = None, **preemption: Any
+    a: int = 100, b: int = 100, *, a_props: dict[str, Any] | None = None, **preemption: Any
 ) -> dict[str, Any]:
     """root.a and root.b with memory guarantees ``a`` and ``b``."""
     return preemption_raw(
@@ -209,3 +210,25 @@ def proposal(
         policy=policy,
         placements=[p.Victimized(app=app, ask=ask, node=node, victims=victims, cost=1.0, reason=f"{app}/{ask} test")],
     )
+
+
+def b_in_fifties() -> PreemptHarness:
+    """a and b (guarantee 100 each) on n1 and n2 (100 each); b's app b1 holds both nodes in 50s (n1's
+    started at 0 and 1, n2's at 2 and 3); a's app a1 asks for nothing yet."""
+    h = PreemptHarness(preemption_raw(queue("a", guaranteed={"memory": 100}), queue("b", guaranteed={"memory": 100})))
+    h.nodes("n1", "n2")
+    h.fill("b1", "root.b", "n1", [50, 50])
+    h.fill("b1", "root.b", "n2", [50, 50], start=2)
+    h.app("a1", "root.a")
+    return h
+
+
+def one_reservation() -> tuple[PreemptHarness, str, list[str]]:
+    """:func:`b_in_fifties`, a1 asks for 50 and starves, and a round at 10 s reserves it a node: the
+    harness, the reservation's node and its victims."""
+    h = b_in_fifties()
+    h.ask("a1", "big", 50)
+    h.starve()
+    result = h.preempt_round(10.0)
+    (pl,) = result.placements
+    return h, pl.node, list(pl.victims)

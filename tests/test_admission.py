@@ -19,10 +19,8 @@ from sniper.messages import feed as f
 from sniper.simulator.run import run_simulation
 from sniper.transport.bus import DECISIONS, FEED
 from sniper.transport.kafka import KafkaBus, KafkaSettings
+from tests.core_process_support import WAIT, Decisions, options
 from tests.core_support import consistency_problems, partition_raw, queue
-from tests.test_core_process import WAIT, Decisions, bus, options
-
-__all__ = ["bus"]  # the fixture, used by name
 
 TIB = 2**40
 

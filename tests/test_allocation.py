@@ -7,56 +7,10 @@ from typing import Any
 import pytest
 
 from sniper.core.allocation import CandidateFilter, FreeRoomPlacer, find_ask_candidates, try_allocate
-from sniper.core.config import partition_to_raw
 from sniper.core.node_index import NodeIndex
 from sniper.core.state import PartitionState
 from sniper.messages import protocol as p
-from tests.core_support import config_of, consistency_problems, queue
-
-CAPACITY = {"memory": 100_000, "vcore": 100_000}
-
-
-def _state(leaves: list[dict[str, Any]], changes: list[p.ChangeMsg], node_sort: str = "binpacking") -> PartitionState:
-    state = PartitionState("default")
-    state.apply(p.ConfigSet(config=partition_to_raw(config_of(*leaves, node_sort=node_sort))))
-    state.apply_all(changes)
-    return state
-
-
-class Build:
-    """Changes for a state: one app per queue (or more), asks, and committed usage."""
-
-    def __init__(self, *, node_capacity: dict[str, int] | None = None) -> None:
-        self.changes: list[p.ChangeMsg] = [p.NodeSet(node="big", capacity=node_capacity or CAPACITY)]
-        self.seq = 0
-        self.alloc = 0
-
-    def app(self, name: str, queue_path: str, priority: int = 0) -> Build:
-        self.seq += 1
-        self.changes.append(p.AppSet(app=name, queue=queue_path, priority=priority, submit_seq=self.seq))
-        return self
-
-    def ask(
-        self, app: str, ask: str, memory: int, count: int = 1, priority: int = 0, vcore: int = 0, gpu: int = 0
-    ) -> Build:
-        self.seq += 1
-        resource = {"memory": memory, **({"vcore": vcore} if vcore else {}), **({"gpu": gpu} if gpu else {})}
-        self.changes.append(p.AskSet(app=app, ask=ask, resource=resource, count=count, priority=priority, seq=self.seq))
-        return self
-
-    def used(self, app: str, memory: int, vcore: int = 0, node: str = "big") -> Build:
-        """Committed usage for ``app`` (an allocation of an ask that is not pending any more)."""
-        self.alloc += 1
-        self.changes.append(
-            p.AllocationSet(
-                allocation=f"u{self.alloc}",
-                app=app,
-                ask="done",
-                node=node,
-                resource={"memory": memory, **({"vcore": vcore} if vcore else {})},
-            )
-        )
-        return self
+from tests.core_support import Build, consistency_problems, queue, state_of
 
 
 def _first_queue(state: PartitionState) -> str:
@@ -69,7 +23,7 @@ def _first_queue(state: PartitionState) -> str:
 
 QUEUE_ORDER: list[tuple[str, list[dict[str, Any]], Build, str]] = [
     (
-        "below its guarantee before a higher priority above its own (issue 9, item 2)",
+        "below its guarantee before a higher priority above its own",
         [queue("a", guaranteed={"memory": 1000}, priority_offset="10"), queue("b", guaranteed={"memory": 50_000})],
         Build().app("A", "root.a").app("B", "root.b").used("A", 40_000).ask("A", "x", 100).ask("B", "y", 100),
         "root.b",
@@ -179,12 +133,12 @@ QUEUE_ORDER: list[tuple[str, list[dict[str, Any]], Build, str]] = [
 
 @pytest.mark.parametrize(("leaves", "build", "expected"), [c[1:] for c in QUEUE_ORDER], ids=[c[0] for c in QUEUE_ORDER])
 def test_queue_order(leaves: list[dict[str, Any]], build: Build, expected: str) -> None:
-    assert _first_queue(_state(leaves, build.changes)) == expected
+    assert _first_queue(state_of(leaves, build.changes)) == expected
 
 
 def test_picks_are_charged_so_queues_take_turns() -> None:
     """Within one call every pick counts as usage: two equal queues alternate."""
-    state = _state(
+    state = state_of(
         [queue("a"), queue("b")],
         Build().app("A", "root.a").app("B", "root.b").ask("A", "x", 1000, count=3).ask("B", "y", 1000, count=3).changes,
     )
@@ -236,7 +190,7 @@ def test_picks_are_charged_so_queues_take_turns() -> None:
     ],
 )
 def test_app_sort_policies(policy: str, build: Build, expected: list[str]) -> None:
-    state = _state([queue("a", application_sort_policy=policy)], build.changes)
+    state = state_of([queue("a", application_sort_policy=policy)], build.changes)
     assert [ask.name for ask in find_ask_candidates(state, 10)] == expected
 
 
@@ -249,7 +203,7 @@ def test_asks_by_priority_then_age() -> None:
         .ask("A", "new-high", 10, priority=5, count=2)
         .ask("A", "negative", 10, priority=-3)
     )
-    state = _state([queue("a")], build.changes)
+    state = state_of([queue("a")], build.changes)
     assert [ask.name for ask in find_ask_candidates(state, 10)] == [
         "old-high",
         "new-high",
@@ -260,7 +214,7 @@ def test_asks_by_priority_then_age() -> None:
 
 
 def test_one_entry_per_container_and_at_most_n() -> None:
-    state = _state([queue("a")], Build().app("A", "root.a").ask("A", "x", 10, count=5).changes)
+    state = state_of([queue("a")], Build().app("A", "root.a").ask("A", "x", 10, count=5).changes)
     assert [a.name for a in find_ask_candidates(state, 3)] == ["x"] * 3
     assert len(find_ask_candidates(state, 100)) == 5
     assert find_ask_candidates(state, 0) == []
@@ -269,7 +223,7 @@ def test_one_entry_per_container_and_at_most_n() -> None:
 
 def test_filters_skip_asks_apps_and_queues() -> None:
     build = Build().app("A", "root.a").app("B", "root.b").ask("A", "x", 10).ask("A", "z", 10).ask("B", "y", 10)
-    state = _state([queue("a"), queue("b")], build.changes)
+    state = state_of([queue("a"), queue("b")], build.changes)
     names = lambda flt: sorted(a.name for a in find_ask_candidates(state, 10, filters=flt))  # noqa: E731
     assert names(CandidateFilter(skip={("A", "x")})) == ["y", "z"]
     assert names(CandidateFilter(queue=lambda q: q.path != "root.b")) == ["x", "z"]
@@ -312,7 +266,7 @@ def test_filters_skip_asks_apps_and_queues() -> None:
     ],
 )
 def test_headroom_limits_candidates(leaves: list[dict[str, Any]], build: Build, expected: list[str]) -> None:
-    state = _state(leaves, build.changes)
+    state = state_of(leaves, build.changes)
     assert sorted(a.name for a in find_ask_candidates(state, 10)) == sorted(expected)
 
 
@@ -330,7 +284,7 @@ NODES = [("n1", 8192, 8000), ("n2", 4096, 8000), ("n3", 16384, 8000), ("n4", 614
 
 
 def _placement_state(node_sort: str, asks: list[p.AskSet], unschedulable: tuple[str, ...] = ()) -> PartitionState:
-    return _state(
+    return state_of(
         [queue("a")],
         [*_nodes(*NODES, schedulable=unschedulable), p.AppSet(app="A", queue="root.a", submit_seq=1), *asks],
         node_sort=node_sort,

@@ -1,5 +1,5 @@
 """Every change to an allocation, a preemption reservation, a node reservation or a preemption contract
-goes through ``PartitionState.apply`` (ARCHITECTURE section 2: only the cache writes, and only through
+goes through ``PartitionState.apply`` (architecture: Actors; only the cache writes, and only through
 its one mutation path): no module outside ``core/state.py`` assigns an attribute of one, read from the
 source (an attribute write is caught whatever names the object). Nodes, queues, apps and asks likewise,
 but for the allocator's in-flight ``allocating`` counters, which only the allocator and

@@ -1,4 +1,4 @@
-"""Properties of apps' own limits on preemption (ARCHITECTURE invariant 11) on random small clusters,
+"""Properties of apps' own limits on preemption (architecture: invariant 11) on random small clusters,
 through the real actors in virtual time: disruption budgets, preemption opt-outs and never-preempting
 asks mixed with gangs, preemption contracts, opportunistic containers, priorities and intra-queue
 preemption, under sniper and the proportional baseline. The independent checker finds no violation,

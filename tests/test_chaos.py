@@ -2,8 +2,8 @@
 feed with duplicated, reordered and malformed events.
 
 An independent checker (:class:`sniper.resource_manager.checker.OrderedChecker`, built on
-``sniper.simulator.model``) reads the feed and the decisions topics and checks ARCHITECTURE section 6 on
-the order the caches committed.
+``sniper.simulator.model``) reads the feed and the decisions topics and checks the invariants
+(architecture: Invariants) on the order the caches committed.
 Every wait is on a condition (decisions seen, a marker's decision, a snapshot), bounded by
 ``anyio.fail_after``; nothing asserts on timing.
 
@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import random
 import signal
-from collections.abc import AsyncIterator
 from typing import Any
 
 import anyio
@@ -66,12 +65,6 @@ class Watch(TopicReader):
             )
 
         await self.until(done)
-
-
-@pytest.fixture
-async def bus(kafka_settings: KafkaSettings) -> AsyncIterator[KafkaBus]:
-    async with KafkaBus(kafka_settings) as b:
-        yield b
 
 
 async def watching(bus: KafkaBus) -> Watch:

@@ -21,31 +21,7 @@ from sniper.messages.wire import CONTENT_TYPE
 from sniper.transport.bus import FEED
 from sniper.transport.kafka import KafkaSettings, kafka_partition
 from tests.core_support import partition_raw, queue
-
-REPORT_KEYS = {
-    "policy",
-    "sim_seconds",
-    "allocations",
-    "allocations_per_s",
-    "preemptions",
-    "wasted_preemptions",
-    "ping_pong",
-    "time_to_guarantee",
-    "utilization",
-    "fairness_gap",
-    "pending_at_end",
-    "rejected",
-    "proposals_rejected",
-    "invariant_violations",
-    "preemption_log",
-}
-
-TINY = [
-    {"t": 0, "type": "partition_config", "config": partition_raw(queue("a", guaranteed={"memory": 4096}))},
-    {"t": 0, "type": "node_added", "node": "n1", "capacity": {"memory": 8192, "vcore": 8000}},
-    {"t": 1, "type": "app_added", "app": "a1", "queue": "root.a"},
-    {"t": 1, "type": "ask_added", "app": "a1", "ask": "k", "resource": {"memory": 2048}, "count": 3, "duration": 4},
-]
+from tests.simulation_support import REPORT_KEYS, TINY
 
 
 def _invoke(*args: str) -> Result:

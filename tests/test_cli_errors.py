@@ -18,7 +18,7 @@ from sniper.cli.app import EXIT_INPUT, EXIT_RUNTIME, explain
 from sniper.core.config import ConfigError
 from sniper.transport.kafka import KafkaSettings
 from tests.core_support import partition_raw, queue
-from tests.test_cli import TINY
+from tests.simulation_support import TINY
 
 
 def _invoke(*args: str) -> Result:

@@ -25,7 +25,7 @@ from tests.core_support import partition_raw, queue
 
 
 def _full() -> dict[str, Any]:
-    """The example of ARCHITECTURE section 5."""
+    """The example in architecture: Configuration."""
     return {
         "partitions": [
             {

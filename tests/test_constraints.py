@@ -1,4 +1,4 @@
-"""Placement constraints (ARCHITECTURE invariant 13, docs/feed.md#placement-constraints): allocation tags,
+"""Placement constraints (architecture: invariant 13, docs/feed.md#placement-constraints): allocation tags,
 ``in``, ``not_in`` and ``cardinality`` per node or node-label scope, through normal allocation, gangs,
 the cache's checks, preemption's victim sets and reservations, a node lost mid-run, the independent
 checker and the bundled ``constraints`` scenario.

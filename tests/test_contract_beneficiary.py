@@ -8,8 +8,6 @@ and the allocator runs between every step; the independent model watches every d
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import pytest
 
 from sniper.core import resources as res
@@ -17,86 +15,25 @@ from sniper.core.config import SchedulerConfig, parse_config
 from sniper.messages import decisions as d
 from sniper.messages import feed as f
 from sniper.simulator.run import SimulationResult, SimulationSettings, run_simulation
-from tests.core_support import consistency_problems, queue
-from tests.preemption_support import PreemptHarness, two_queues
+from tests.contract_support import (
+    asked,
+    assert_clean,
+    borrowed,
+    ended,
+    gives_back,
+    kills,
+    on_node,
+    queue_used,
+    requests,
+    reserved_for_a1,
+    running,
+)
+from tests.core_support import PARTITION, consistency_problems, queue
+from tests.preemption_support import GRACE, PreemptHarness, two_queues
+from tests.recovery_support import durable_fingerprint, owner_with_a_contract_request, recover
 
-if TYPE_CHECKING:
-    from sniper.messages.snapshot import Snapshot
-    from tests.test_recovery import Owner
-
-GRACE = 15.0
 GiB = 1024
 QUARTER = {"memory": 25}  # the size of b1's containers
-
-
-def kills(h: PreemptHarness) -> list[d.Kill]:
-    return [x for x in h.decisions if isinstance(x, d.Kill)]
-
-
-def requests(h: PreemptHarness) -> list[d.PreemptRequest]:
-    return [x for x in h.decisions if isinstance(x, d.PreemptRequest)]
-
-
-def ended(h: PreemptHarness) -> list[d.PreemptRequestEnded]:
-    return [x for x in h.decisions if isinstance(x, d.PreemptRequestEnded)]
-
-
-def running(h: PreemptHarness, app: str) -> list[str]:
-    state = h.cache.state
-    return sorted(a for a in state.apps[app].allocations if not state.allocations[a].killed)
-
-
-def on_node(h: PreemptHarness, app: str, node: str) -> list[str]:
-    """``app``'s running containers on ``node``, newest first."""
-    state = h.cache.state
-    held = [state.allocations[a] for a in running(h, app) if state.allocations[a].node == node]
-    return [a.id for a in sorted(held, key=lambda a: (-a.start, -int(a.id.split("-")[1])))]
-
-
-def queue_used(h: PreemptHarness, path: str) -> res.Resource:
-    return res.normalized(h.cache.state.queues[path].allocated)
-
-
-def gives_back(h: PreemptHarness, *aids: str, again: bool = True) -> None:
-    """The application master releases ``aids``; their work is asked for again at once (one ask of one
-    container each, as the stand-in resource manager does), then the allocator runs."""
-    state = h.cache.state
-    shapes = [(state.allocations[a].app, dict(state.allocations[a].resource)) for a in aids]
-    h.release(*aids)
-    if again:
-        for n, (app, resource) in enumerate(shapes):
-            h.feed(f.AskAdded(app=app, ask=f"again-{h.cache.state.now}-{n}-{aids[n]}", resource=resource))
-    h.settle()
-
-
-def assert_clean(h: PreemptHarness) -> None:
-    assert h.model.violations == [], h.model.violations
-    assert consistency_problems(h.cache.state) == []
-
-
-def borrowed(sizes: int = 25, *, b_guarantee: int = 50, a_guarantee: int = 150) -> PreemptHarness:
-    """a (guarantee 150) and b (50) on n1, n2 (100 each); b's contract app b1 holds both nodes in
-    containers of ``sizes``, n1's started first."""
-    h = PreemptHarness(two_queues(a_guarantee, b_guarantee))
-    h.nodes("n1", "n2")
-    h.feed(f.AppAdded(app="b1", queue="root.b", preemption_contract=True))
-    per_node = 100 // sizes
-    h.fill("b1", "root.b", "n1", [sizes] * per_node)
-    h.fill("b1", "root.b", "n2", [sizes] * per_node, start=per_node)
-    h.app("a1", "root.a")
-    return h
-
-
-def reserved_for_a1() -> tuple[PreemptHarness, d.PreemptRequest, str, str]:
-    """``borrowed()`` with a1's 50 reserved on one node (two of b1's 25s named in one request at 10 s):
-    the harness, the request, that node and the other one."""
-    h = borrowed()
-    h.ask("a1", "big", 50)
-    h.starve()
-    h.preempt_round(10.0)
-    [req] = requests(h)
-    [node] = {c.node for c in req.containers}
-    return h, req, node, "n2" if node == "n1" else "n1"
 
 
 # ---------------------------------------------------------------------- the two shapes of the defect
@@ -429,9 +366,7 @@ def test_given_back_less_than_named_the_rest_of_the_named_is_killed_at_the_deadl
 def test_given_back_beside_the_named_on_the_reservations_node_fulfils_it() -> None:
     """b1 gives back one named 25 and, instead of the other named one, another 25 on the same node: the
     reservation is fulfilled there, the named one left keeps running and counts as given back."""
-    h = borrowed()
-    h.ask("a1", "big", 50)
-    h.starve()
+    h = asked()
     h.preempt_round(10.0)
     [req] = requests(h)
     named = [c.allocation for c in req.containers]
@@ -539,9 +474,7 @@ def test_reservation_node_lost_mid_grace_nothing_is_killed_and_nothing_lost_coun
     """The node of the reservation goes while the request is open: its containers are lost, not given
     back; the request is withdrawn with nothing released and nothing killed; a1 waits for the next
     round (the other node's room is b1's)."""
-    h = borrowed()
-    h.ask("a1", "big", 50)
-    h.starve()
+    h = asked()
     h.preempt_round(10.0)
     [req] = requests(h)
     [node] = {c.node for c in req.containers}
@@ -691,7 +624,6 @@ def test_snapshot_keeps_what_served_room_credited() -> None:
     from sniper.core.cache import state_changes
     from sniper.core.recovery import DurableCache, restore, take_snapshot
     from sniper.messages.snapshot import snapshot_msgpack
-    from tests.preemption_support import PARTITION
 
     h = borrowed()
     h.ask("a1", "big", 50, count=2)
@@ -722,7 +654,6 @@ def test_snapshot_keeps_what_served_room_credited() -> None:
 def _request_closing_on(model_events: list[d.DecisionMsg | f.Feed]) -> list[str]:
     """Feed ``model_events`` to a fresh independent model; the reasons of its invariant 9 violations."""
     from sniper.simulator.model import ClusterModel
-    from tests.preemption_support import PARTITION
 
     model = ClusterModel(PARTITION)
     for x in model_events:
@@ -884,55 +815,19 @@ def test_the_proportional_baseline_on_the_same_cluster_credits_any_release_and_s
 # ---------------------------------------------------------------------- a new owner's replay
 
 
-def _owner_with_a_request() -> tuple[Owner, Snapshot, dict[str, list[str]]]:
-    """An old owner on whose log b1 (contract) holds n1 and n2 (8 each) with 4s and a1's 8 is reserved
-    on n1 (sniper, both of n1's named); a snapshot taken before a1 came; b1's containers per node."""
-    from sniper.core.recovery import take_snapshot
-    from sniper.messages import protocol as p
-    from tests.test_recovery import Owner, P
-
-    o = Owner()
-    o.feed_event(
-        f.NodeAdded(partition=P, id="n1", node="n1", capacity={"memory": 8}),
-        f.NodeAdded(partition=P, id="n2", node="n2", capacity={"memory": 8}),
-        f.AppAdded(partition=P, id="b1", app="b1", queue="root.b", preemption_contract=True),
-        f.AskAdded(partition=P, id="b1k", app="b1", ask="k", resource={"memory": 4}, count=4),
-    )
-    o.settle()
-    snap = take_snapshot(o.core)
-    o.feed_event(
-        f.AppAdded(partition=P, id="a1", app="a1", queue="root.a"),
-        f.AskAdded(partition=P, id="a1k", app="a1", ask="k", resource={"memory": 8}, count=1),
-    )
-    o.settle()
-    on = {n: sorted(a.id for a in o.core.state.allocations.values() if a.node == n) for n in ("n1", "n2")}
-    o.propose(
-        p.PreemptionProposal(
-            partition=P,
-            id="pp/1",
-            view_seq=o.allocator.view_seq,
-            policy="sniper",
-            placements=[p.Victimized(app="a1", ask="k", node="n1", victims=on["n1"])],
-        )
-    )
-    return o, snap, on
-
-
 def test_replay_of_the_log_places_the_beneficiary_on_given_back_room_as_the_old_owner_did() -> None:
     """b1 (contract) holds n1 and n2 with 4s; a1's 8 is reserved on n1; b1 gives back both of n2's:
     a1 runs on n2, n1's named keep running. A new owner restored from a snapshot taken before the
     request replays the feed and the log to the same state, with nothing decided anew."""
-    from tests.test_recovery import P, _fp, _recover
-
-    o, snap, on = _owner_with_a_request()
-    o.feed_event(*(f.AllocationReleased(partition=P, id=f"rel-{a}", allocation=a) for a in on["n2"]))
+    o, snap, on = owner_with_a_contract_request()
+    o.feed_event(*(f.AllocationReleased(partition=PARTITION, id=f"rel-{a}", allocation=a) for a in on["n2"]))
     assert [(x.node, x.reservation) for x in o.log if isinstance(x, d.Allocated) and x.app == "a1"] == [("n2", None)]
     o.tick(5.0)
     assert [x.outcome for x in o.log if isinstance(x, d.PreemptRequestEnded)] == ["given_back"]
     assert not any(a.preempting for a in o.core.state.allocations.values())
-    core, result = _recover(o, snap)
+    core, result = recover(o, snap)
     assert result.divergences == [] and result.fresh == []
-    assert _fp(core) == _fp(o.core) and core.state.contracts == {}
+    assert durable_fingerprint(core) == durable_fingerprint(o.core) and core.state.contracts == {}
 
 
 def test_replay_and_snapshots_keep_room_held_in_pieces_as_the_old_owner_did() -> None:
@@ -945,25 +840,24 @@ def test_replay_and_snapshots_keep_room_held_in_pieces_as_the_old_owner_did() ->
     from sniper.core.recovery import restore, take_snapshot
     from sniper.messages.snapshot import snapshot_msgpack
     from tests.core_support import fingerprint
-    from tests.test_recovery import P, _fp, _recover
 
-    o, snap, on = _owner_with_a_request()
+    o, snap, on = owner_with_a_contract_request()
     first, second = on["n2"]
-    o.feed_event(f.AllocationReleased(partition=P, id=f"rel-{first}", allocation=first))
-    o.feed_event(f.AskAdded(partition=P, id="b1k2", app="b1", ask="k2", resource={"memory": 4}, count=1))
+    o.feed_event(f.AllocationReleased(partition=PARTITION, id=f"rel-{first}", allocation=first))
+    o.feed_event(f.AskAdded(partition=PARTITION, id="b1k2", app="b1", ask="k2", resource={"memory": 4}, count=1))
     o.settle()
     [r] = o.core.state.reservations.values()
     assert r.hold == ("n2", {"memory": 4})
     mid = restore(snapshot_msgpack.decode(msgspec.msgpack.encode(take_snapshot(o.core))))
     assert fingerprint(mid.state)["holds"] == fingerprint(o.core.state)["holds"] != {}
     assert consistency_problems(mid.state) == []
-    o.feed_event(f.AllocationReleased(partition=P, id=f"rel-{second}", allocation=second))
+    o.feed_event(f.AllocationReleased(partition=PARTITION, id=f"rel-{second}", allocation=second))
     assert [(x.node, x.reservation) for x in o.log if isinstance(x, d.Allocated) and x.app == "a1"] == [("n2", None)]
     o.tick(5.0)
     assert [x.outcome for x in o.log if isinstance(x, d.PreemptRequestEnded)] == ["given_back"]
-    core, result = _recover(o, snap)
+    core, result = recover(o, snap)
     assert result.divergences == [] and result.fresh == []
-    assert _fp(core) == _fp(o.core) and core.state.contracts == {}
+    assert durable_fingerprint(core) == durable_fingerprint(o.core) and core.state.contracts == {}
     assert consistency_problems(core.state) == []
 
 

@@ -7,9 +7,8 @@ wait is on a condition (decisions received, an assignment) bounded by ``anyio.fa
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import json
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import Iterable
 from typing import Any
 
 import anyio
@@ -26,72 +25,10 @@ from sniper.messages.deadletter import DeadLetter, deadletter_msgpack
 from sniper.messages.snapshot import snapshot_msgpack
 from sniper.messages.wire import CONTENT_TYPE
 from sniper.transport.bus import DEADLETTER, DECISIONS, FEED, SNAPSHOTS
-from sniper.transport.kafka import KafkaBus, KafkaSettings, KafkaSubscription
-from tests.core_support import partition_raw, queue
+from sniper.transport.kafka import KafkaBus, KafkaSettings
+from tests.core_process_support import WAIT, Decisions, options, workload
 
 pytestmark = pytest.mark.kafka
-
-WAIT = 60.0
-
-
-def config_event(name: str) -> f.PartitionConfigEvent:
-    return f.PartitionConfigEvent(
-        partition=name,
-        id=f"{name}-config",
-        config=partition_raw(queue("a", guaranteed={"memory": 64}), queue("b"), name=name),
-    )
-
-
-def workload(name: str, asks: int, tag: str = "") -> list[f.Feed]:
-    return [
-        config_event(name),
-        f.NodeAdded(partition=name, id=f"{name}-n1", node="n1", capacity={"memory": 64}),
-        f.NodeAdded(partition=name, id=f"{name}-n2", node="n2", capacity={"memory": 64}),
-        f.AppAdded(partition=name, id=f"{name}-app", app="app", queue="root.a"),
-        *(
-            f.AskAdded(partition=name, id=f"{name}-ask{tag}{i}", app="app", ask=f"k{tag}{i}", resource={"memory": 4})
-            for i in range(asks)
-        ),
-    ]
-
-
-class Decisions:
-    """A reader of the decisions topic that keeps everything it saw."""
-
-    def __init__(self, sub: KafkaSubscription) -> None:
-        self.sub = sub
-        self.items: list[d.DecisionMsg] = []
-        self.changed = anyio.Event()
-
-    async def pump(self) -> None:
-        while True:
-            try:
-                dec = await self.sub.receive()
-            except (anyio.EndOfStream, anyio.ClosedResourceError):
-                return
-            self.sub.ack()
-            self.items.append(dec)
-            self.changed.set()
-            self.changed = anyio.Event()
-
-    async def until(self, condition: Callable[[list[d.DecisionMsg]], bool]) -> None:
-        while not condition(self.items):
-            await self.changed.wait()
-
-    def of(self, kind: type[Any], partition: str | None = None) -> list[Any]:
-        return [x for x in self.items if isinstance(x, kind) and (partition is None or x.partition == partition)]
-
-
-@pytest.fixture
-async def bus(kafka_settings: KafkaSettings) -> AsyncIterator[KafkaBus]:
-    async with KafkaBus(kafka_settings) as b:
-        yield b
-
-
-def options(**overrides: Any) -> CoreOptions:
-    return dataclasses.replace(
-        CoreOptions(group="cores", tick=0.1, snapshot_interval=0.5, stop_timeout=3.0), **overrides
-    )
 
 
 async def test_a_core_hosts_partitions_and_answers_with_stamped_decisions(

@@ -8,26 +8,8 @@ from __future__ import annotations
 
 from sniper.messages import decisions as d
 from sniper.messages import feed as f
-from tests.core_support import queue
-from tests.preemption_support import PreemptHarness, preemption_raw
-from tests.test_contract_beneficiary import borrowed, gives_back, on_node, requests
-
-GRACE = 15.0
-
-
-def reserved() -> tuple[PreemptHarness, str, list[str]]:
-    """b holds n1 and n2 (100 each, in 50s); a (guarantee 100) asks for 50 and gets a reservation."""
-    raw = preemption_raw(queue("a", guaranteed={"memory": 100}), queue("b", guaranteed={"memory": 100}))
-    h = PreemptHarness(raw)
-    h.nodes("n1", "n2")
-    h.fill("b1", "root.b", "n1", [50, 50])
-    h.fill("b1", "root.b", "n2", [50, 50], start=2)
-    h.app("a1", "root.a")
-    h.ask("a1", "big", 50)
-    h.starve()
-    result = h.preempt_round(10.0)
-    (pl,) = result.placements
-    return h, pl.node, list(pl.victims)
+from tests.contract_support import gives_back, on_node, reserved_for_a1
+from tests.preemption_support import GRACE, one_reservation
 
 
 def codes(decisions: list[d.DecisionMsg]) -> list[d.ReservationEndCode | None]:
@@ -42,48 +24,48 @@ def kill_causes(decisions: list[d.DecisionMsg]) -> list[d.KillCause | None]:
 
 
 def test_a_reservation_whose_victims_outlive_it_ends_coded_timeout() -> None:
-    h, _, _ = reserved()
+    h, _, _ = one_reservation()
     (r,) = h.cache.state.reservations.values()
     assert codes(h.tick(r.expires)) == ["timeout"]
 
 
 def test_a_removed_partition_ends_its_reservation_coded_partition_removed() -> None:
-    h, _, _ = reserved()
+    h, _, _ = one_reservation()
     assert codes(h.feed(f.PartitionRemoved())) == ["partition_removed"]
 
 
 def test_an_unschedulable_node_ends_its_reservation_coded_node_unschedulable() -> None:
-    h, node, _ = reserved()
+    h, node, _ = one_reservation()
     assert codes(h.feed(f.NodeUpdated(node=node, schedulable=False))) == ["node_unschedulable"]
 
 
 def test_a_node_shrunk_below_the_need_ends_its_reservation_coded_node_shrank() -> None:
-    h, node, _ = reserved()
+    h, node, _ = one_reservation()
     assert codes(h.feed(f.NodeUpdated(node=node, capacity={"memory": 90}))) == ["node_shrank"]
 
 
 def test_a_node_that_shrinks_but_still_holds_the_need_ends_nothing() -> None:
-    h, node, _ = reserved()
+    h, node, _ = one_reservation()
     assert codes(h.feed(f.NodeUpdated(node=node, capacity={"memory": 100}))) == []
 
 
 def test_a_removed_node_ends_its_reservation_coded_node_removed() -> None:
-    h, node, _ = reserved()
+    h, node, _ = one_reservation()
     assert codes(h.feed(f.NodeRemoved(node=node))) == ["node_removed"]
 
 
 def test_a_withdrawn_ask_ends_its_reservation_coded_ask_withdrawn() -> None:
-    h, _, _ = reserved()
+    h, _, _ = one_reservation()
     assert codes(h.feed(f.AskRemoved(app="a1", ask="big"))) == ["ask_withdrawn"]
 
 
 def test_a_removed_app_ends_its_reservation_coded_ask_withdrawn() -> None:
-    h, _, _ = reserved()
+    h, _, _ = one_reservation()
     assert codes(h.feed(f.AppRemoved(app="a1"))) == ["ask_withdrawn"]
 
 
 def test_a_beneficiary_placed_on_free_room_ends_its_reservation_coded_placed_elsewhere() -> None:
-    h, _, _ = reserved()
+    h, _, _ = one_reservation()
     h.tick(12.0)
     h.nodes("n3")
     h.settle()
@@ -91,13 +73,7 @@ def test_a_beneficiary_placed_on_free_room_ends_its_reservation_coded_placed_els
 
 
 def test_a_beneficiary_moved_to_room_given_back_ends_its_reservation_coded_given_back() -> None:
-    h = borrowed()
-    h.ask("a1", "big", 50)
-    h.starve()
-    h.preempt_round(10.0)
-    [req] = requests(h)
-    [node] = {c.node for c in req.containers}
-    other = "n2" if node == "n1" else "n1"
+    h, _req, _node, other = reserved_for_a1()
     h.tick(12.0)
     gives_back(h, *on_node(h, "b1", other)[:2])
     assert codes(h.decisions) == ["given_back"]
@@ -106,7 +82,7 @@ def test_a_beneficiary_moved_to_room_given_back_ends_its_reservation_coded_given
 def test_victims_that_keep_running_end_a_reservation_that_counted_on_them_coded_victims_kept() -> None:
     """The reservation's node keeps its capacity, but its victims keep running (what a settled preemption
     request does to the containers it named): the room it counted on cannot be promised."""
-    h, node, victims = reserved()
+    h, node, victims = one_reservation()
     n = h.cache.state.nodes[node]
     h.cache.cancel_notices([h.alloc(v) for v in victims], "preemption request preq-1: covered")
     h.cache.keep_reservations(
@@ -123,18 +99,14 @@ def test_victims_that_keep_running_end_a_reservation_that_counted_on_them_coded_
 
 
 def test_a_victim_that_outlives_its_grace_is_killed_with_cause_grace_expired() -> None:
-    h, _, victims = reserved()
+    h, _, victims = one_reservation()
     decisions = h.tick(10.0 + GRACE)
     assert sorted(x.allocation for x in decisions if isinstance(x, d.Kill)) == sorted(victims)
     assert kill_causes(decisions) == ["grace_expired"] * len(victims)
 
 
 def test_a_contract_container_killed_at_its_request_deadline_has_cause_request_deadline() -> None:
-    h = borrowed()
-    h.ask("a1", "big", 50)
-    h.starve()
-    h.preempt_round(10.0)
-    [req] = requests(h)
+    h, req, _node, _other = reserved_for_a1()
     decisions = h.tick(req.deadline)
     assert kill_causes(decisions) and set(kill_causes(decisions)) == {"request_deadline"}
     assert all(d.kill_cause(x.reason) == "request_deadline" for x in decisions if isinstance(x, d.Kill))

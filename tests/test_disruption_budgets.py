@@ -1,4 +1,4 @@
-"""Apps' own limits on preemption (ARCHITECTURE invariant 11): disruption budgets (``max_disruption``),
+"""Apps' own limits on preemption (architecture: invariant 11): disruption budgets (``max_disruption``),
 preemption opt-outs (``allow_preemption: false``) and asks that never preempt (``preemption_policy:
 never``), under sniper, intra-queue, the proportional baseline, opportunistic eviction, preemption
 contracts and gangs; the cache's refusals; the independent checker's; and the bundled scenario.

@@ -73,3 +73,57 @@ def test_report_page_defines_every_key_of_a_report() -> None:
     keys |= {k for ttg in report["time_to_guarantee"].values() for k in ttg}
     missing = sorted(k for k in keys if f"`{k}`" not in text)
     assert not missing
+
+
+def _anchor(heading: str) -> str:
+    """A heading's anchor as GitHub and most renderers make it: lower case, punctuation dropped, spaces to hyphens."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def _anchors(page: Path) -> set[str]:
+    return {_anchor(h) for h in re.findall(r"^#+ (.+)$", page.read_text(encoding="utf-8"), re.M)}
+
+
+def test_every_link_to_a_heading_names_a_heading_that_exists() -> None:
+    for source in [ROOT / "README.md", *sorted(DOCS.glob("*.md"))]:
+        for target, anchor in re.findall(r"\]\(([^)#\s]*)#([^)\s]+)\)", source.read_text(encoding="utf-8")):
+            page = source.parent / target if target else source
+            if "://" not in target and page.suffix == ".md":
+                assert anchor in _anchors(page), f"{source.name} links to {target}#{anchor}, no such heading"
+
+
+def test_every_citation_of_the_architecture_names_one_of_its_headings_or_invariants() -> None:
+    """Code, tests and docs cite a heading of docs/architecture.md, or an invariant by its number there,
+    never a section by its number: reordering the page breaks no citation unseen."""
+    page = _text("architecture.md")
+    headings = re.findall(r"^## (.+)$", page, re.M)
+    invariants = page.split("\n## Invariants\n", 1)[1].split("\n## ", 1)[0]
+    numbers = set(re.findall(r"^(\d+)\. ", invariants, re.M)) | set(re.findall(r"\((\d+[a-z])\b", invariants))
+    sources = [*(ROOT / "sniper").rglob("*.py"), *(ROOT / "tests").glob("*.py"), *DOCS.glob("*.md"), ROOT / "README.md"]
+    by_number = re.compile(r"ARCHITECTURE,? (?:sections?|invariant|\d)|[Ss]ections? ?-?\d")
+    cited = 0
+    for source in sources:
+        text = " ".join(source.read_text(encoding="utf-8").split())
+        assert not by_number.search(text), f"{source.name} cites a section by its number"
+        for rest in re.findall(r"[Aa]rchitecture: ([^)]{0,60})", text):
+            cited += 1
+            invariant = re.match(r"invariants? (\d+[a-z]?)", rest)
+            if invariant:
+                assert invariant[1] in numbers, f"{source.name}: no invariant {invariant[1]}"
+            else:
+                assert any(rest.startswith(h) for h in headings), f"{source.name}: no heading begins {rest!r}"
+    assert cited
+
+
+def test_every_test_and_source_file_the_docs_name_exists() -> None:
+    """The pages say where a rule is enforced and tested (docs/design.md): each test they name by its
+    function and each ``sniper/`` or ``tests/`` path they name is there."""
+    tests = {name for path in (ROOT / "tests").glob("*.py") for name in re.findall(r"def (test_\w+)", path.read_text())}
+    for page in [ROOT / "README.md", *sorted(DOCS.glob("*.md"))]:
+        text = page.read_text(encoding="utf-8")
+        named = set(re.findall(r"`(test_\w+)`", text))
+        assert named <= tests, f"{page.name} names tests that do not exist: {sorted(named - tests)}"
+        paths = set(re.findall(r"`((?:sniper|tests)/[\w./-]+)`", text))
+        missing = sorted(path for path in paths if not (ROOT / path).exists())
+        assert not missing, f"{page.name} names files that do not exist: {missing}"
+    assert "test_stale_placements_are_rejected_with_the_reason" in _text("design.md")

@@ -1,4 +1,4 @@
-"""Properties of preemption on random multi-resource clusters (issue 9: DRF shapes and priorities), through
+"""Properties of preemption on random multi-resource clusters (DRF shapes and priorities), through
 the real actors in virtual time.
 
 Queues with business priorities and guarantees (GPUs named or not), a queue that borrows the whole cluster

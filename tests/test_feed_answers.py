@@ -14,8 +14,8 @@ from sniper.messages import feed as f
 from sniper.resource_manager.feed import PlayOptions, play
 from sniper.transport.bus import DECISIONS, FEED
 from sniper.transport.kafka import KafkaBus, KafkaSettings
+from tests.core_process_support import Decisions
 from tests.core_support import partition_raw, queue
-from tests.test_core_process import Decisions
 
 pytestmark = pytest.mark.kafka
 

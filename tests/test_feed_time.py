@@ -20,10 +20,8 @@ from sniper.messages.codec import BadInput, decode_feed_lines
 from sniper.messages.deadletter import deadletter_msgpack
 from sniper.transport.bus import DEADLETTER, DECISIONS, FEED
 from sniper.transport.kafka import KafkaBus, KafkaSettings
+from tests.core_process_support import WAIT, Decisions, options, workload
 from tests.core_support import partition_raw, queue
-from tests.test_core_process import WAIT, Decisions, bus, options, workload
-
-__all__ = ["bus"]  # the fixture, used by name
 
 SKEW = 60.0
 

@@ -24,8 +24,8 @@ from sniper.simulator.model import ClusterModel
 from sniper.simulator.run import SimulationSettings, run_simulation
 from sniper.simulator.scenarios import scenario
 from tests.core_support import Harness, config_of, fingerprint, invariant_problems, queue, rejected_reasons
+from tests.overcommit_support import CAP, full_node, report
 from tests.preemption_support import PARTITION, PreemptHarness, preemption_raw, two_queues
-from tests.test_overcommit import CAP, full_node, report
 
 
 def gang_ask(app: str, ask: str, memory: int, count: int, gang_min: int, **kw: Any) -> f.AskAdded:

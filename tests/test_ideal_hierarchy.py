@@ -1,5 +1,5 @@
-"""Sniper's ideal assignment on hierarchies and mixed resources (issue 9, items 15 and 16; ARCHITECTURE
-section 1 "Ideal assignment"): absolute guarantees compose as YuniKorn's, a leaf without a guarantee under
+"""Sniper's ideal assignment on hierarchies and mixed resources (architecture:
+Vocabulary, "Ideal assignment"): absolute guarantees compose as YuniKorn's, a leaf without a guarantee under
 a guaranteed parent shares what the parent's guarantee leaves over, a leaf's guarantee counts when its
 ancestors have none, and a resource a guarantee or an ask names that the queue or the cluster lacks never
 empties an ideal. Also: the ideal never exceeds demand on any resource. YARN's baseline keeps its own

@@ -2,7 +2,7 @@
 inside a function or under ``TYPE_CHECKING``): the decision logic in ``sniper.core`` imports only ``sniper.messages``,
 the standard library and the third-party libraries the project declares for it (msgspec, PyYAML,
 sortedcontainers); ``sniper.messages`` imports only the standard library and msgspec; and no two modules of a
-package import each other, directly or around a circle.
+package import each other, directly or around a circle. Of the tests: no module imports a test module.
 """
 
 from __future__ import annotations
@@ -124,6 +124,22 @@ def test_core_imports_only_messages_the_standard_library_and_its_declared_librar
     assert stray == {}
 
 
+# What would let a decision depend on something but its inputs: a clock, a random draw, the process's
+# environment, other threads or tasks, the network.
+NONDETERMINISTIC = {"time", "datetime", "random", "secrets", "uuid", "os", "threading", "asyncio", "socket", "select"}
+
+
+def test_core_reads_no_clock_draws_no_random_number_and_runs_nothing_concurrently() -> None:
+    """Time is a message: the core's clock is the feed's and the ticks' time, so the same inputs give
+    the same decisions, in the simulator, on replay and in a new owner."""
+    stray = {
+        module: sorted(tops & NONDETERMINISTIC)
+        for module, tops in _outside("sniper.core").items()
+        if tops & NONDETERMINISTIC
+    }
+    assert stray == {}
+
+
 def test_the_libraries_core_uses_are_declared_dependencies() -> None:
     declared = (ROOT / "pyproject.toml").read_text().lower()
     distributions = {"msgspec": "msgspec", "yaml": "pyyaml", "sortedcontainers": "sortedcontainers"}
@@ -139,9 +155,7 @@ def test_messages_import_only_the_standard_library_and_msgspec() -> None:
 @pytest.mark.parametrize("package", PACKAGES)
 def test_no_modules_of_a_package_import_each_other_around_a_circle(package: str) -> None:
     inside = {
-        module: {m for m in deps if _part(m) == package}
-        for module, deps in GRAPH.items()
-        if _part(module) == package
+        module: {m for m in deps if _part(m) == package} for module, deps in GRAPH.items() if _part(module) == package
     }
     assert _circles(inside) == []
 
@@ -154,3 +168,45 @@ def test_every_module_is_in_a_part_and_the_core_is_seen() -> None:
 def test_the_circle_finder_finds_a_circle_through_three_modules() -> None:
     assert _circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
     assert _circles({"a": {"b"}, "b": set()}) == []
+
+
+TESTS = ROOT / "tests"
+TEST_MODULES = {path.stem for path in TESTS.glob("test_*.py")}
+
+
+def _test_modules_named(source: str, test_modules: set[str]) -> set[str]:
+    """The test modules the imports of ``source`` name, absolute or relative, at any depth of a function."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            dotted = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            dotted = [node.module or "", *(f"{node.module or ''}.{alias.name}" for alias in node.names)]
+        else:
+            continue
+        found.update(part for name in dotted for part in name.split(".") if part in test_modules)
+    return found
+
+
+def test_no_test_module_imports_another_the_shared_set_ups_live_in_support_modules() -> None:
+    """A test module imported by another ties the two files' set-ups together (a change made for one
+    file's tests changes the other's): what tests share lives in ``tests/*_support.py``."""
+    importing = {
+        path.relative_to(ROOT).as_posix(): sorted(names)
+        for path in sorted(TESTS.rglob("*.py"))
+        if (names := _test_modules_named(path.read_text(encoding="utf-8"), TEST_MODULES - {path.stem}))
+    }
+    assert importing == {}, "move what they share into a tests/*_support.py module"
+
+
+def test_the_test_import_finder_sees_every_spelling_of_an_import() -> None:
+    spellings = [
+        "from tests.test_cli import TINY",
+        "import tests.test_cli",
+        "from tests import test_cli",
+        "from . import test_cli",
+        "from .test_cli import TINY",
+        "def f() -> None:\n    from tests.test_cli import TINY",
+    ]
+    assert all(_test_modules_named(source, {"test_cli"}) == {"test_cli"} for source in spellings)
+    assert _test_modules_named("from tests.simulation_support import TINY", {"test_cli"}) == set()

@@ -1,9 +1,13 @@
 """Lifecycles as transition tables (:mod:`sniper.core.lifecycle`): the state refuses a change its table has no
 move for, a state rebuilt from :func:`sniper.core.cache.state_changes` puts every allocation back in its phase
 (a killed one stays killed), and replay turns a logged decision into the table's path from the phase the
-object is in, so a duplicate changes nothing."""
+object is in, so a duplicate changes nothing. docs/architecture.md draws the tables as they are."""
 
 from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from types import ModuleType
 
 import pytest
 
@@ -16,6 +20,7 @@ from sniper.messages import decisions as d
 from sniper.messages import protocol as p
 from tests.core_support import config_of, fingerprint, queue
 
+ROOT = Path(__file__).resolve().parent.parent
 CONFIG = config_of(queue("a"), queue("b"))
 A = p.AllocationSet(allocation="alloc-1", app="a1", ask="k", node="n1", resource={"memory": 10})
 BASE: list[p.ChangeMsg] = [
@@ -130,3 +135,29 @@ def test_replay_follows_the_table_from_the_phase_the_allocation_is_in(
     again = cache.state.version
     apply_logged(cache, [decision], 0)  # a duplicate in the log changes nothing
     assert cache.state.version == again
+
+
+def _diagrams() -> ModuleType:
+    """docs/lifecycle_diagrams.py, the script that draws the tables into docs/architecture.md."""
+    spec = importlib.util.spec_from_file_location("lifecycle_diagrams", ROOT / "docs" / "lifecycle_diagrams.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_architecture_page_draws_every_lifecycle_table_as_it_is() -> None:
+    diagrams = _diagrams()
+    page = diagrams.PAGE.read_text(encoding="utf-8")
+    assert set(diagrams.tables()) == {"ALLOCATION", "PREEMPTION_RESERVATION", "NODE_RESERVATION", "CONTRACT"}
+    assert diagrams.refreshed(page, diagrams.tables()) == page, f"stale lifecycle diagrams: run {diagrams.COMMAND}"
+
+
+def test_a_move_added_to_a_table_is_a_new_arrow_and_makes_the_drawing_stale() -> None:
+    diagrams = _diagrams()
+    page = diagrams.PAGE.read_text(encoding="utf-8")
+    changed = {**lifecycle.ALLOCATION, "killed": {**lifecycle.ALLOCATION["killed"], p.VictimsReleased: "running"}}
+    redrawn = diagrams.refreshed(page, {**diagrams.tables(), "ALLOCATION": changed})
+    assert redrawn != page
+    assert "    killed --> running: VictimsReleased\n" in redrawn
+    assert "    [*] --> running: AllocationSet\n" in page and "    killed --> [*]: AllocationGone\n" in page

@@ -1,4 +1,4 @@
-"""The independent checker's invariant 5 (ARCHITECTURE section 6): 5a across queues judged by dominant
+"""The independent checker's invariant 5 (architecture: Invariants): 5a across queues judged by dominant
 share (DRF), 5b inside one queue by priority, the reservation recorded before the victim is judged, and
 the fence in YuniKorn's direction. Fed by hand: feed events, then decisions."""
 

@@ -21,7 +21,7 @@ from sniper.cluster.process import CoreOptions, CoreProcess
 from sniper.messages import decisions as d
 from sniper.transport.bus import DECISIONS, FEED
 from sniper.transport.kafka import KafkaBus, KafkaSettings
-from tests.test_core_process import Decisions, workload
+from tests.core_process_support import Decisions, workload
 
 
 def scrape(port: int, path: str = "/metrics") -> str:

@@ -19,18 +19,9 @@ from sniper.messages import feed as f
 from sniper.simulator.model import ClusterModel
 from sniper.simulator.run import SimulationSettings, run_simulation
 from sniper.simulator.scenarios import scenario
-from tests.core_support import Harness, fingerprint, invariant_problems, partition_raw, queue, rejected_reasons
-from tests.test_recovery import Owner, _recover
-
-CAP = 8192  # one node's memory, MiB
-THRESHOLDS = {"allocate_below": {"memory": 0.8}, "preempt_above": {"memory": 0.9}}
-
-
-def raw_config(overcommit: dict[str, Any] | None = THRESHOLDS) -> dict[str, Any]:
-    raw = partition_raw(queue("a", guaranteed={"memory": CAP}), queue("b", guaranteed={"memory": CAP}))
-    if overcommit is not None:
-        raw["overcommit"] = overcommit
-    return raw
+from tests.core_support import Harness, fingerprint, invariant_problems, rejected_reasons
+from tests.overcommit_support import CAP, full_node, raw_config, report
+from tests.recovery_support import Owner, recover
 
 
 def opp(ask: str, memory: int, count: int = 1, usage: int | None = None) -> f.AskAdded:
@@ -42,21 +33,6 @@ def opp(ask: str, memory: int, count: int = 1, usage: int | None = None) -> f.As
         execution_type="opportunistic",
         usage=None if usage is None else {"memory": usage},
     )
-
-
-def report(used: float, node: str = "n1") -> f.NodeUtilization:
-    return f.NodeUtilization(node=node, used={"memory": used})
-
-
-def full_node(overcommit: dict[str, Any] | None = THRESHOLDS) -> Harness:
-    """n1 full of a's guaranteed containers (4 of 2048 MiB) that use half of what they hold."""
-    h = Harness(parse_partition(raw_config(overcommit)))
-    h.feed(f.NodeAdded(node="n1", capacity={"memory": CAP}))
-    h.feed(f.AppAdded(app="a1", queue="root.a"), f.AppAdded(app="b1", queue="root.b"))
-    h.feed(f.AskAdded(app="a1", ask="g", resource={"memory": 2048}, count=4, usage={"memory": 1024}))
-    h.settle()
-    assert len(h.allocated()) == 4
-    return h
 
 
 def over_committed(h: Harness) -> list[d.Allocated]:
@@ -258,7 +234,7 @@ def test_a_new_owner_replays_over_commit_placements_and_kills_as_the_old_one_dec
     o.settle()
     o.feed_event(report(8000.0))
     assert [x for x in o.log if isinstance(x, d.Kill) and x.reason == "overcommit"]
-    core, result = _recover(o, snapshot)
+    core, result = recover(o, snapshot)
     assert result.divergences == [] and result.fresh == []
     old, new = o.core.state, core.state
     assert fingerprint(new) == fingerprint(old) | {"now": new.now}

@@ -24,7 +24,7 @@ from sniper.messages import feed as f
 from sniper.messages.wire import encode
 from sniper.transport.bus import DEADLETTER, DECISIONS, FEED
 from sniper.transport.kafka import KafkaBus, KafkaSettings
-from tests.test_core_process import WAIT, Decisions, options, workload
+from tests.core_process_support import WAIT, Decisions, options, workload
 
 
 def _get(port: int, path: str) -> tuple[int, str]:

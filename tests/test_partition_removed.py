@@ -19,11 +19,11 @@ import msgspec
 import pytest
 
 from sniper.bench.e2e import stop_core
-from sniper.core.allocator import Allocator
 from sniper.core.config import parse_partition, partition_to_raw
-from sniper.core.recovery import DurableCache, feed_problem, replay, restore, take_snapshot
+from sniper.core.recovery import feed_problem, take_snapshot
 from sniper.messages import decisions as d
 from sniper.messages import feed as f
+from sniper.messages.snapshot import Snapshot
 from sniper.simulator.run import SimulationSettings, run_simulation
 from sniper.simulator.scenarios import scenario
 from sniper.transport.bus import DECISIONS, FEED
@@ -31,6 +31,7 @@ from sniper.transport.kafka import KafkaBus, KafkaSettings
 from tests.core_support import Harness, consistency_problems, fingerprint, partition_raw, queue, rejected_reasons
 from tests.kafka_support import CoreSubprocess, TopicReader
 from tests.preemption_support import proposal
+from tests.recovery_support import Owner, durable_fingerprint, recover
 
 P = "default"
 
@@ -152,65 +153,27 @@ def test_a_preemption_in_flight_ends_with_the_partition() -> None:
 # --- a new owner: snapshot, restore, replay across the removal -------------------------------------------
 
 
-class Owner:
-    """A partition's owner on Kafka, sans-IO: feed records get offsets, every decision is logged."""
-
-    def __init__(self) -> None:
-        self.core = DurableCache(P)
-        self.allocator = Allocator(P)
-        self.feed: list[tuple[int, f.Feed]] = []
-        self.log: list[d.DecisionMsg] = []
-
-    def pump(self) -> None:
-        out = self.core.drain()
-        if out.view is not None:
-            assert self.allocator.apply_view(out.view)
-        self.log.extend(out.decisions)
-
-    def send(self, *events: f.Feed) -> None:
-        for event in events:
-            offset = len(self.feed) * 2 + 5
-            self.feed.append((offset, event))
-            self.core.feed_offset = offset
-            self.core.handle_event(event)
-            self.pump()
-        for _ in range(50):
-            proposal = self.allocator.cycle()
-            if proposal is None:
-                return
-            self.core.handle_proposal(proposal)
-            self.pump()
-
-    def successor(self, snapshot_at: int) -> tuple[DurableCache, Any]:
-        """A new owner from the snapshot the old one took after ``snapshot_at`` feed records."""
-        snapshot = self.snapshots[snapshot_at]
-        core = restore(snapshot, epoch=snapshot.epoch + 1)
-        feed = [(o, e) for o, e in self.feed if o > snapshot.feed_offset]
-        return core, replay(core, feed, [x for x in self.log if x.seq > snapshot.decision_seq])
-
-    def run(self, events: list[f.Feed]) -> None:
-        self.snapshots = {0: take_snapshot(self.core)}
-        for event in events:
-            self.send(event)
-            self.snapshots[len(self.feed)] = take_snapshot(self.core)
-
-
-def _fp(core: DurableCache) -> dict[str, Any]:
-    out = fingerprint(core.state)
-    out.pop("now")
-    return out
+def snapshots_along(owner: Owner, events: list[f.Feed]) -> dict[int, Snapshot]:
+    """Feeds ``events`` to ``owner`` one at a time, the allocator settling after each: its snapshot
+    before the first and after each, by how many it had taken."""
+    snapshots = {0: take_snapshot(owner.core)}
+    for taken, event in enumerate(events, 1):
+        owner.feed_event(event)
+        owner.settle()
+        snapshots[taken] = take_snapshot(owner.core)
+    return snapshots
 
 
 def test_a_successor_replaying_the_feed_across_the_removal_reaches_the_same_state() -> None:
     events = [*trace(ids=True), f.PartitionRemoved(partition=P, id="retire"), *trace(ids=True)]
     old = Owner()
-    old.run(events)
+    snapshots = snapshots_along(old, events)
     removal = len(trace()) + 1
     assert [x for x in old.log if isinstance(x, d.Rejected)] == []
     for at in (0, removal - 1, removal, removal + 3, len(events)):
-        core, result = old.successor(at)
+        core, result = recover(old, snapshots[at])
         assert result.divergences == [] and result.fresh == [], at
-        assert _fp(core) == _fp(old.core), at
+        assert durable_fingerprint(core) == durable_fingerprint(old.core), at
         assert (core.decision_seq, core.counters, list(core.seen)) == (
             old.core.decision_seq,
             old.core.counters,

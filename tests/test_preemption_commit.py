@@ -14,9 +14,7 @@ from sniper.messages import decisions as d
 from sniper.messages import feed as f
 from sniper.messages import protocol as p
 from tests.core_support import fingerprint, queue
-from tests.preemption_support import PreemptHarness, preemption_raw, proposal, two_queues
-
-GRACE = 15.0
+from tests.preemption_support import GRACE, PreemptHarness, preemption_raw, proposal, two_queues
 
 
 def packed(*, a_asks: tuple[tuple[str, int, int], ...] = (("big", 50, 1),), **preemption: object) -> PreemptHarness:

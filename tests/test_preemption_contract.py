@@ -22,38 +22,10 @@ from sniper.messages import feed as f
 from sniper.messages import protocol as p
 from sniper.messages.snapshot import snapshot_msgpack
 from sniper.simulator.run import SimulationResult, SimulationSettings, run_simulation
+from tests.contract_support import asked, assert_clean, ended, kills, requests
 from tests.core_support import consistency_problems, queue
-from tests.preemption_support import PARTITION, PreemptHarness, two_queues
-from tests.test_recovery import Owner, _fp, _recover
-
-GRACE = 15.0
-
-
-def contract_harness(policy: str = "sniper", *, contract: bool = True, sizes: int = 25) -> PreemptHarness:
-    """a (guarantee 150) and b (50) on n1, n2 (100 each); b's app b1 holds everything in containers of
-    ``sizes`` started one second apart (n1's first); then a1 asks for one 50 container."""
-    h = PreemptHarness(two_queues(150, 50, policy=policy))
-    h.nodes("n1", "n2")
-    h.feed(f.AppAdded(app="b1", queue="root.b", preemption_contract=contract))
-    per_node = 100 // sizes
-    h.fill("b1", "root.b", "n1", [sizes] * per_node)
-    h.fill("b1", "root.b", "n2", [sizes] * per_node, start=per_node)
-    h.app("a1", "root.a")
-    h.ask("a1", "big", 50)
-    h.starve()
-    return h
-
-
-def requests(h: PreemptHarness) -> list[d.PreemptRequest]:
-    return [x for x in h.decisions if isinstance(x, d.PreemptRequest)]
-
-
-def ended(h: PreemptHarness) -> list[d.PreemptRequestEnded]:
-    return [x for x in h.decisions if isinstance(x, d.PreemptRequestEnded)]
-
-
-def kills(h: PreemptHarness) -> list[d.Kill]:
-    return [x for x in h.decisions if isinstance(x, d.Kill)]
+from tests.preemption_support import GRACE, PARTITION, PreemptHarness, two_queues
+from tests.recovery_support import durable_fingerprint, owner_with_a_contract_request, recover
 
 
 def newest(h: PreemptHarness, app: str, n: int) -> list[str]:
@@ -66,13 +38,8 @@ def newest(h: PreemptHarness, app: str, n: int) -> list[str]:
     return [a.id for a in held[-n:]]
 
 
-def assert_clean(h: PreemptHarness) -> None:
-    assert h.model.violations == []
-    assert consistency_problems(h.cache.state) == []
-
-
 def test_a_contract_app_gets_one_request_instead_of_notices() -> None:
-    h = contract_harness()
+    h = asked()
     result = h.preempt_round(10.0)
     assert result.outcome is not None and result.outcome.accepted == 1
     assert result.preempts() == [], "no container-based notice for a contract app"
@@ -91,14 +58,14 @@ def test_a_contract_app_gets_one_request_instead_of_notices() -> None:
 
 
 def test_without_a_contract_nothing_changes() -> None:
-    h = contract_harness(contract=False)
+    h = asked(contract=False)
     result = h.preempt_round(10.0)
     assert len(result.preempts()) == 2
     assert requests(h) == []
 
 
 def test_am_releases_what_was_named_no_kill_and_the_beneficiary_runs_there() -> None:
-    h = contract_harness()
+    h = asked()
     h.preempt_round(10.0)
     [req] = requests(h)
     h.tick(12.0)
@@ -116,7 +83,7 @@ def test_am_releases_what_was_named_no_kill_and_the_beneficiary_runs_there() -> 
 
 
 def test_am_releases_others_of_the_same_size_no_kill() -> None:
-    h = contract_harness()
+    h = asked()
     h.preempt_round(10.0)
     [req] = requests(h)
     named = {c.allocation for c in req.containers}
@@ -137,7 +104,7 @@ def test_am_releases_others_of_the_same_size_no_kill() -> None:
 
 
 def test_am_releases_part_the_remaining_named_one_is_killed_at_the_deadline() -> None:
-    h = contract_harness()
+    h = asked()
     h.preempt_round(10.0)
     [req] = requests(h)
     named = [c.allocation for c in req.containers]
@@ -155,7 +122,7 @@ def test_am_releases_part_the_remaining_named_one_is_killed_at_the_deadline() ->
 
 
 def test_am_releases_nothing_kill_exactly_covers_the_missing_part() -> None:
-    h = contract_harness()
+    h = asked()
     h.preempt_round(10.0)
     [req] = requests(h)
     h.tick(10.0 + GRACE)
@@ -171,7 +138,7 @@ def test_what_the_named_ones_cannot_cover_is_taken_from_the_newest_others() -> N
     """A request whose named containers cover only part of it (opened by hand: the policies always name
     enough): at the deadline the named one goes first, then the app's newest others (ties by the later
     id), just enough."""
-    h = contract_harness()
+    h = asked()
     oldest = sorted(h.cache.state.apps["b1"].allocations, key=lambda a: int(a.split("-")[1]))[0]
     h.cache.commit(p.VictimsMarked(victims=[oldest], deadline=20.0))
     h.cache.commit(p.ContractSet(contract="preq-9", app="b1", resource={"memory": 75}, deadline=20.0, victims=[oldest]))
@@ -195,7 +162,7 @@ def test_newest_covering_orders_by_start_then_id_and_skips_what_frees_nothing_mi
 
 
 def test_need_vanishes_request_withdrawn() -> None:
-    h = contract_harness()
+    h = asked()
     h.preempt_round(10.0)
     h.tick(12.0)
     h.feed(f.AskRemoved(app="a1", ask="big"))
@@ -209,7 +176,7 @@ def test_need_vanishes_request_withdrawn() -> None:
 
 
 def test_proportional_sends_requests_too() -> None:
-    h = contract_harness("proportional")
+    h = asked(policy="proportional")
     result = h.preempt_round(10.0)
     assert result.preempts() == []
     [req] = requests(h)
@@ -223,7 +190,7 @@ def test_proportional_sends_requests_too() -> None:
 
 
 def test_snapshot_keeps_open_requests() -> None:
-    h = contract_harness()
+    h = asked()
     h.preempt_round(10.0)
     h.tick(12.0)
     [req] = requests(h)
@@ -247,36 +214,12 @@ def test_snapshot_keeps_open_requests() -> None:
 
 
 def test_replay_of_the_log_keeps_open_requests_and_their_end() -> None:
-    o = Owner()
-    o.feed_event(
-        f.NodeAdded(partition=PARTITION, id="n1", node="n1", capacity={"memory": 8}),
-        f.NodeAdded(partition=PARTITION, id="n2", node="n2", capacity={"memory": 8}),
-        f.AppAdded(partition=PARTITION, id="b1", app="b1", queue="root.b", preemption_contract=True),
-        f.AskAdded(partition=PARTITION, id="b1k", app="b1", ask="k", resource={"memory": 4}, count=4),
-    )
-    o.settle()
-    snap = take_snapshot(o.core)
-    o.feed_event(
-        f.AppAdded(partition=PARTITION, id="a1", app="a1", queue="root.a"),
-        f.AskAdded(partition=PARTITION, id="a1k", app="a1", ask="k", resource={"memory": 8}, count=1),
-    )
-    o.settle()
-    on_n1 = sorted(a.id for a in o.core.state.allocations.values() if a.node == "n1")
-    o.propose(
-        p.PreemptionProposal(
-            partition=PARTITION,
-            id="pp/1",
-            view_seq=o.allocator.view_seq,
-            policy="sniper",
-            placements=[p.Victimized(app="a1", ask="k", node="n1", victims=on_n1)],
-        )
-    )
-    assert [type(x) for x in o.log[-1:]] == [d.PreemptRequest]
-    o.feed_event(f.AllocationReleased(partition=PARTITION, id="rel", allocation=on_n1[0]))
+    o, snap, on = owner_with_a_contract_request()
+    o.feed_event(f.AllocationReleased(partition=PARTITION, id="rel", allocation=on["n1"][0]))
     # Recovered while the request is open: the same state, the request included.
-    core, result = _recover(o, snap)
+    core, result = recover(o, snap)
     assert result.divergences == [] and result.fresh == []
-    assert _fp(core) == _fp(o.core)
+    assert durable_fingerprint(core) == durable_fingerprint(o.core)
     assert list(core.state.contracts) == list(o.core.state.contracts)
     assert core.state.contracts["preq-1"].released == {"memory": 4}
     # The deadline: the named container still running covers what is missing, the request ends; a
@@ -286,10 +229,10 @@ def test_replay_of_the_log_keeps_open_requests_and_their_end() -> None:
         d.Kill,
         d.PreemptRequestEnded,
     ]
-    core, result = _recover(o, snap)
+    core, result = recover(o, snap)
     assert result.divergences == [] and result.fresh == []
-    assert _fp(core) == _fp(o.core) and core.state.contracts == {}
-    assert {a.id for a in core.state.allocations.values() if a.killed} == {on_n1[1]}
+    assert durable_fingerprint(core) == durable_fingerprint(o.core) and core.state.contracts == {}
+    assert {a.id for a in core.state.allocations.values() if a.killed} == {on["n1"][1]}
 
 
 def test_mixed_apps_in_one_round_request_for_one_notices_for_the_other() -> None:
@@ -325,7 +268,7 @@ def test_mixed_apps_in_one_round_request_for_one_notices_for_the_other() -> None
 
 
 def test_node_removed_mid_grace_no_kill_and_the_request_ends() -> None:
-    h = contract_harness()
+    h = asked()
     h.preempt_round(10.0)
     [req] = requests(h)
     node = req.containers[0].node
@@ -342,7 +285,7 @@ def test_node_removed_mid_grace_no_kill_and_the_request_ends() -> None:
 def test_a_second_round_request_is_not_covered_by_the_first_rounds_kills() -> None:
     """Two open requests of one app: containers killed at the first deadline never count as given back
     to the second (only what the AM releases of its own accord, or what that request named)."""
-    h = contract_harness()
+    h = asked()
     h.ask("a1", "big2", 50)
     h.preempt_round(10.0)
     h.starve()
@@ -361,14 +304,7 @@ def test_a_second_round_request_is_not_covered_by_the_first_rounds_kills() -> No
 
 
 def test_observe_only_publishes_the_request_and_opens_nothing() -> None:
-    h = PreemptHarness(two_queues(150, 50, observe_only=True))
-    h.nodes("n1", "n2")
-    h.feed(f.AppAdded(app="b1", queue="root.b", preemption_contract=True))
-    h.fill("b1", "root.b", "n1", [25] * 4)
-    h.fill("b1", "root.b", "n2", [25] * 4, start=4)
-    h.app("a1", "root.a")
-    h.ask("a1", "big", 50)
-    h.starve()
+    h = asked(observe_only=True)
     h.preempt_round(10.0)
     [req] = requests(h)
     assert req.observe_only

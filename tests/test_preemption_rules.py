@@ -1,4 +1,4 @@
-"""Who may be preempted for whom (ARCHITECTURE sections 1 and 6, invariant 5): disabled, fence, priority.
+"""Who may be preempted for whom (architecture: Vocabulary, invariant 5): disabled, fence, priority.
 
 The rules are pure functions of the queue tree; they are checked on a tree that has every case, against
 a table and against an independent re-derivation from the config (the simulator's checker's helpers),

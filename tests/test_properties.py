@@ -4,7 +4,7 @@ Each example draws a queue tree's limits and a list of operations: nodes added, 
 re-added; apps and asks added (some invalid) and withdrawn; releases; re-deliveries of earlier events
 (at-least-once, same id); allocator cycles whose proposals reach the cache late and out of order;
 ticks; the partition retired (``partition_removed``) and configured again. After every operation the
-cache's state satisfies ARCHITECTURE section 6 (1-4) and its own derived totals, the independent
+cache's state satisfies invariants 1-4 (architecture: Invariants) and its own derived totals, the independent
 :class:`ClusterModel` fed with the same events and decisions sees no violation, and what is in flight
 never exceeds what is pending. At the end the allocator's replica equals the cache's state and nothing
 placeable is left waiting.
@@ -297,7 +297,8 @@ def test_replaying_the_whole_feed_changes_nothing(config: PartitionConfig, scrip
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(config=configs(), script=st.lists(ops_and_retire, min_size=10, max_size=40))
 def test_the_same_feed_gives_the_same_decisions(config: PartitionConfig, script: list[Op]) -> None:
-    """ARCHITECTURE invariant 7, sans-IO: nothing in the core depends on anything but its inputs."""
+    """Same feed, same decisions (architecture: invariant 7), sans-IO: nothing in the core depends on
+    anything but its inputs."""
     runs = [Run(config), Run(config)]
     for run in runs:
         for op in script:

@@ -8,12 +8,9 @@ logged decisions, and must end in the same state without re-deciding anything.
 
 from __future__ import annotations
 
-from typing import Any
-
 import msgspec
 import pytest
 
-from sniper.core.allocator import Allocator
 from sniper.core.recovery import (
     MAX_LABELS,
     MAX_QUANTITY,
@@ -28,90 +25,14 @@ from sniper.core.state import Allocation
 from sniper.messages import decisions as d
 from sniper.messages import feed as f
 from sniper.messages import protocol as p
-from sniper.messages.snapshot import Snapshot, SnapshotError, decode_body, encode_body, snapshot_msgpack
-from tests.core_support import fingerprint, partition_raw, queue
-
-P = "default"
-
-
-def _fp(core: DurableCache) -> dict[str, Any]:
-    out = fingerprint(core.state)
-    out.pop("now")
-    return out
-
-
-class Owner:
-    """An old owner: feed records get offsets, every decision goes to ``log``."""
-
-    def __init__(self, policy: str = "sniper", config: dict[str, Any] | None = None) -> None:
-        """``config``: the raw partition (default: queues a and b, 8 MiB guaranteed each)."""
-        self.core = DurableCache(P)
-        self.allocator = Allocator(P)
-        self.log: list[d.DecisionMsg] = []
-        self.feed: list[tuple[int, f.Feed]] = []
-        self.offset = 100  # Kafka offsets need not start at 0
-        raw = config or partition_raw(
-            queue("a", guaranteed={"memory": 8}), queue("b", guaranteed={"memory": 8}), policy=policy
-        )
-        self.feed_event(f.PartitionConfigEvent(partition=P, config=raw))
-
-    def pump(self) -> None:
-        out = self.core.drain()
-        if out.view is not None:
-            assert self.allocator.apply_view(out.view)
-        self.log.extend(out.decisions)
-
-    def feed_event(self, *events: f.Feed) -> None:
-        for event in events:
-            self.offset += 1 + (self.offset % 3 == 0)  # gaps, like other keys' records in between
-            self.feed.append((self.offset, event))
-            self.core.feed_offset = self.offset
-            self.core.handle_event(event)
-        self.pump()
-
-    def settle(self) -> None:
-        for _ in range(50):
-            proposal = self.allocator.cycle()
-            if proposal is None:
-                return
-            self.core.handle_proposal(proposal)
-            self.pump()
-        raise AssertionError("never settled")
-
-    def tick(self, now: float) -> None:
-        self.core.tick(now)
-        self.pump()
-
-    def propose(self, proposal: p.PreemptionProposal) -> None:
-        self.core.handle_proposal(proposal)
-        self.pump()
-
-
-def _busy_owner(count: int = 4, *more: f.Feed) -> Owner:
-    """Two nodes of 8, filled by ``count`` containers of 4 of b1/k (and what ``more`` asks for)."""
-    o = Owner()
-    o.feed_event(
-        f.NodeAdded(partition=P, id="n1", node="n1", capacity={"memory": 8}),
-        f.NodeAdded(partition=P, id="n2", node="n2", capacity={"memory": 8}),
-        f.AppAdded(partition=P, id="b1", app="b1", queue="root.b"),
-        f.AskAdded(partition=P, id="b1k", app="b1", ask="k", resource={"memory": 4}, count=count),
-        *more,
-    )
-    o.settle()
-    return o
-
-
-def _recover(o: Owner, snapshot: Snapshot, log: list[d.DecisionMsg] | None = None) -> tuple[DurableCache, Any]:
-    log = o.log if log is None else log
-    core = restore(snapshot, epoch=snapshot.epoch + 1)
-    feed = [(off, e) for off, e in o.feed if off > snapshot.feed_offset]
-    after = [x for x in log if x.seq > snapshot.decision_seq]
-    return core, replay(core, feed, after)
+from sniper.messages.snapshot import SnapshotError, decode_body, encode_body, snapshot_msgpack
+from tests.core_support import PARTITION, partition_raw, queue
+from tests.recovery_support import Owner, busy_owner, durable_fingerprint, recover
 
 
 def test_the_memory_of_flapping_asks_survives_a_snapshot() -> None:
     """A new owner damps a flapping ask as the old one would have: its withdrawals travel in the body."""
-    o = _busy_owner()
+    o = busy_owner()
     o.tick(3.0)
     o.core.flaps[("b1", "k")] = (3, 2.0)
     core = restore(snapshot_msgpack.decode(msgspec.msgpack.encode(take_snapshot(o.core))))
@@ -120,13 +41,13 @@ def test_the_memory_of_flapping_asks_survives_a_snapshot() -> None:
 
 
 def test_snapshot_round_trips_through_msgpack() -> None:
-    o = _busy_owner()
+    o = busy_owner()
     o.tick(3.0)
     snap = take_snapshot(o.core, kafka_partition=2, wall_time=1.5)
     decoded = snapshot_msgpack.decode(msgspec.msgpack.encode(snap))
     assert decoded == snap
     core = restore(decoded)
-    assert _fp(core) == _fp(o.core)
+    assert durable_fingerprint(core) == durable_fingerprint(o.core)
     assert (core.decision_seq, core.feed_offset, core.counters) == (
         o.core.decision_seq,
         o.core.feed_offset,
@@ -137,16 +58,16 @@ def test_snapshot_round_trips_through_msgpack() -> None:
 
 
 def test_an_unreadable_snapshot_body_is_a_clear_error() -> None:
-    snap = msgspec.structs.replace(take_snapshot(_busy_owner().core), body=b"garbage")
+    snap = msgspec.structs.replace(take_snapshot(busy_owner().core), body=b"garbage")
     with pytest.raises(SnapshotError, match="unreadable"):
         restore(snap)
 
 
 def test_replay_from_the_start_rebuilds_the_state_without_deciding_anything() -> None:
-    o = _busy_owner()
-    empty = take_snapshot(DurableCache(P))
-    core, result = _recover(o, empty)
-    assert _fp(core) == _fp(o.core)
+    o = busy_owner()
+    empty = take_snapshot(DurableCache(PARTITION))
+    core, result = recover(o, empty)
+    assert durable_fingerprint(core) == durable_fingerprint(o.core)
     assert result.fresh == [] and result.divergences == []
     assert result.decisions_applied == 4  # the four allocations came from proposals
     assert core.decision_seq == o.core.decision_seq
@@ -154,31 +75,33 @@ def test_replay_from_the_start_rebuilds_the_state_without_deciding_anything() ->
 
 
 def test_replay_pins_a_container_placed_for_a_required_node_as_the_owner_did() -> None:
-    o = _busy_owner(2, f.AskAdded(partition=P, id="b1r", app="b1", ask="r", resource={"memory": 4}, count=1, node="n2"))
+    o = busy_owner(
+        2, f.AskAdded(partition=PARTITION, id="b1r", app="b1", ask="r", resource={"memory": 4}, count=1, node="n2")
+    )
     pinned = {a.id: a.pinned for a in o.core.state.allocations.values()}
     assert sorted(pinned.values()) == [False, False, True]
-    core, result = _recover(o, take_snapshot(DurableCache(P)))
+    core, result = recover(o, take_snapshot(DurableCache(PARTITION)))
     assert result.divergences == [] and result.decisions_applied == 3
     assert {a.id: a.pinned for a in core.state.allocations.values()} == pinned
-    assert _fp(core) == _fp(o.core)
+    assert durable_fingerprint(core) == durable_fingerprint(o.core)
 
 
 def test_replay_after_a_snapshot_with_releases_preemption_kill_and_node_loss() -> None:
-    o = _busy_owner()
+    o = busy_owner()
     snap = take_snapshot(o.core)
     # After the snapshot: a beneficiary arrives, the sniper preempts for it, a kill, a release, node loss.
     victim = _preempt_on_n1(o)
     assert any(isinstance(x, d.Preempt) for x in o.log), o.log[-3:]
     o.tick(100.0)  # past the grace: kill
     assert any(isinstance(x, d.Kill) for x in o.log)
-    o.feed_event(f.AllocationReleased(partition=P, id="rel", allocation=victim.id))  # fulfils the reservation
+    o.feed_event(f.AllocationReleased(partition=PARTITION, id="rel", allocation=victim.id))  # fulfils the reservation
     o.settle()
-    o.feed_event(f.NodeRemoved(partition=P, id="gone", node="n2"))
-    o.feed_event(f.AppAdded(partition=P, id="a1", app="a1", queue="root.a"))  # a duplicate: no effect
-    core, result = _recover(o, snap)
+    o.feed_event(f.NodeRemoved(partition=PARTITION, id="gone", node="n2"))
+    o.feed_event(f.AppAdded(partition=PARTITION, id="a1", app="a1", queue="root.a"))  # a duplicate: no effect
+    core, result = recover(o, snap)
     assert result.divergences == []
     assert result.fresh == []
-    assert _fp(core) == _fp(o.core)
+    assert durable_fingerprint(core) == durable_fingerprint(o.core)
     assert core.decision_seq == o.core.decision_seq
     assert core.counters == o.core.counters
     assert {a.id for a in core.state.allocations.values() if a.killed} == {
@@ -197,7 +120,7 @@ def _without_typed_reasons(decision: d.DecisionMsg) -> d.DecisionMsg:
 
 
 def test_replay_of_a_log_without_kill_causes_and_reservation_end_codes_rebuilds_the_state() -> None:
-    o = _busy_owner()
+    o = busy_owner()
     snap = take_snapshot(o.core)
     _preempt_on_n1(o)
     o.tick(100.0)  # past the grace: the kill, and the reservation times out (the victim is not released)
@@ -207,34 +130,34 @@ def test_replay_of_a_log_without_kill_causes_and_reservation_end_codes_rebuilds_
     old = [_without_typed_reasons(x) for x in o.log]
     assert [x.cause for x in old if isinstance(x, d.Kill)] == [None]
     assert [x.code for x in old if isinstance(x, d.ReservationEnded)] == [None]
-    core, result = _recover(o, snap, old)
+    core, result = recover(o, snap, old)
     assert result.divergences == [] and result.fresh == []
-    assert _fp(core) == _fp(o.core)
+    assert durable_fingerprint(core) == durable_fingerprint(o.core)
     assert core.decision_seq == o.core.decision_seq
 
 
 def test_decisions_never_published_come_back_fresh_and_nothing_is_decided_twice() -> None:
-    o = _busy_owner()
+    o = busy_owner()
     snap = take_snapshot(o.core)
-    o.feed_event(f.NodeRemoved(partition=P, id="gone", node="n1"))  # two allocation_lost decisions
+    o.feed_event(f.NodeRemoved(partition=PARTITION, id="gone", node="n1"))  # two allocation_lost decisions
     lost = [x for x in o.log if isinstance(x, d.AllocationLost)]
     assert len(lost) == 2
     # The old owner died after publishing only the first of them.
     published = [x for x in o.log if x.seq <= lost[0].seq]
-    core, result = _recover(o, snap, published)
+    core, result = recover(o, snap, published)
     assert [(type(x), x.allocation) for x in result.fresh] == [(d.AllocationLost, lost[1].allocation)]
     assert result.fresh[0].seq == lost[1].seq
-    assert _fp(core) == _fp(o.core)
+    assert durable_fingerprint(core) == durable_fingerprint(o.core)
 
 
 def test_apply_logged_groups_the_victims_of_one_reservation() -> None:
-    o = _busy_owner()
+    o = busy_owner()
     snap = take_snapshot(o.core)
-    base = {"partition": P, "app": "b1", "queue": "root.b", "node": "n1", "resource": {"memory": 4}}
+    base = {"partition": PARTITION, "app": "b1", "queue": "root.b", "node": "n1", "resource": {"memory": 4}}
     extra = {"for_app": "a1", "for_queue": "root.a", "deadline": 20.0, "for_resource": {"memory": 8}}
     o.feed_event(
-        f.AppAdded(partition=P, id="a1", app="a1", queue="root.a"),
-        f.AskAdded(partition=P, id="a1k", app="a1", ask="big", resource={"memory": 8}, count=1),
+        f.AppAdded(partition=PARTITION, id="a1", app="a1", queue="root.a"),
+        f.AskAdded(partition=PARTITION, id="a1k", app="a1", ask="big", resource={"memory": 8}, count=1),
     )
     core = restore(snap)
     replay(core, [(off, e) for off, e in o.feed if off > snap.feed_offset], [])
@@ -254,30 +177,22 @@ def test_apply_logged_groups_the_victims_of_one_reservation() -> None:
 
 
 def test_replay_regenerates_a_preemption_cancelled_when_its_reservation_was_fulfilled_early() -> None:
-    o = _busy_owner()
+    o = busy_owner()
     o.feed_event(
-        f.AppAdded(partition=P, id="a1", app="a1", queue="root.a"),
-        f.AskAdded(partition=P, id="a1k", app="a1", ask="k", resource={"memory": 4}, count=1),
+        f.AppAdded(partition=PARTITION, id="a1", app="a1", queue="root.a"),
+        f.AskAdded(partition=PARTITION, id="a1k", app="a1", ask="k", resource={"memory": 4}, count=1),
     )
     victim, other = sorted(a.id for a in o.core.state.allocations.values() if a.node == "n1")
-    o.propose(
-        p.PreemptionProposal(
-            partition=P,
-            id="pp/1",
-            view_seq=o.allocator.view_seq,
-            policy="sniper",
-            placements=[p.Victimized(app="a1", ask="k", node="n1", victims=[victim])],
-        )
-    )
+    o.preempt("n1", [victim])
     snap = take_snapshot(o.core)
     assert o.core.state.allocations[victim].preempting
-    o.feed_event(f.AllocationReleased(partition=P, id="rel", allocation=other))  # room before the victim goes
+    o.feed_event(f.AllocationReleased(partition=PARTITION, id="rel", allocation=other))  # room before the victim goes
     (cancelled,) = [x for x in o.log if isinstance(x, d.PreemptCancelled)]
     assert cancelled.allocation == victim and not o.core.state.allocations[victim].preempting
-    core, result = _recover(o, snap)
+    core, result = recover(o, snap)
     assert result.divergences == [] and result.fresh == []
     assert result.decisions_regenerated >= 2  # the allocation and the cancellation, from the release record
-    assert _fp(core) == _fp(o.core)
+    assert durable_fingerprint(core) == durable_fingerprint(o.core)
     # a logged cancellation is applied as the change it recorded
     again = restore(snap)
     nxt, problems = apply_logged(again, [cancelled], 0)
@@ -287,8 +202,8 @@ def test_replay_regenerates_a_preemption_cancelled_when_its_reservation_was_fulf
 
 
 def test_absurd_quantities_are_rejected_with_the_reason() -> None:
-    o = _busy_owner()
-    o.feed_event(f.NodeAdded(partition=P, id="huge", node="huge", capacity={"memory": MAX_QUANTITY + 1}))
+    o = busy_owner()
+    o.feed_event(f.NodeAdded(partition=PARTITION, id="huge", node="huge", capacity={"memory": MAX_QUANTITY + 1}))
     rejected = [x for x in o.log if isinstance(x, d.Rejected)]
     assert rejected and "sanity cap" in rejected[-1].reason
     assert "huge" not in o.core.state.nodes
@@ -296,20 +211,22 @@ def test_absurd_quantities_are_rejected_with_the_reason() -> None:
 
 
 def test_feed_problem_refuses_what_would_poison_a_partition_and_nothing_else() -> None:
-    raw = partition_raw(queue("a", guaranteed={"memory": "9" * 400 + "Gi"}), name=P)
-    poison = f.PartitionConfigEvent(partition=P, id="poison", config=raw)
+    raw = partition_raw(queue("a", guaranteed={"memory": "9" * 400 + "Gi"}), name=PARTITION)
+    poison = f.PartitionConfigEvent(partition=PARTITION, id="poison", config=raw)
     assert "partition_config" in (feed_problem(poison) or "")
     many = {f"k{i}": "v" for i in range(MAX_LABELS + 1)}
-    assert "labels" in (feed_problem(f.NodeAdded(partition=P, node="n", capacity={}, labels=many)) or "")
+    assert "labels" in (feed_problem(f.NodeAdded(partition=PARTITION, node="n", capacity={}, labels=many)) or "")
     huge = {"zone": "x" * 400_000}
-    assert "over 256 characters" in (feed_problem(f.NodeAdded(partition=P, node="n", capacity={}, labels=huge)) or "")
-    fine = f.NodeAdded(partition=P, node="n", capacity={"memory": 1}, labels={"zone": "a"})
-    good = f.PartitionConfigEvent(partition=P, id="ok", config=partition_raw(queue("a"), name=P))
+    assert "over 256 characters" in (
+        feed_problem(f.NodeAdded(partition=PARTITION, node="n", capacity={}, labels=huge)) or ""
+    )
+    fine = f.NodeAdded(partition=PARTITION, node="n", capacity={"memory": 1}, labels={"zone": "a"})
+    good = f.PartitionConfigEvent(partition=PARTITION, id="ok", config=partition_raw(queue("a"), name=PARTITION))
     assert feed_problem(fine) is None and feed_problem(good) is None
 
 
 def test_decisions_carry_the_feed_offset_they_were_made_after() -> None:
-    o = _busy_owner()
+    o = busy_owner()
     allocated = [x for x in o.log if isinstance(x, d.Allocated)]
     last_feed = o.feed[-1][0]
     assert allocated and all(x.feed_offset == last_feed for x in allocated)
@@ -318,25 +235,17 @@ def test_decisions_carry_the_feed_offset_they_were_made_after() -> None:
 def _preempt_on_n1(o: Owner) -> Allocation:
     """A beneficiary arrives and the sniper preempts one container on n1 for it (returned)."""
     o.feed_event(
-        f.AppAdded(partition=P, id="a1", app="a1", queue="root.a"),
-        f.AskAdded(partition=P, id="a1k", app="a1", ask="k", resource={"memory": 4}, count=1),
+        f.AppAdded(partition=PARTITION, id="a1", app="a1", queue="root.a"),
+        f.AskAdded(partition=PARTITION, id="a1k", app="a1", ask="k", resource={"memory": 4}, count=1),
     )
     o.settle()
     victim = next(a for a in o.core.state.allocations.values() if a.node == "n1")
-    o.propose(
-        p.PreemptionProposal(
-            partition=P,
-            id="pp/1",
-            view_seq=o.allocator.view_seq,
-            policy="sniper",
-            placements=[p.Victimized(app="a1", ask="k", node="n1", victims=[victim.id])],
-        )
-    )
+    o.preempt("n1", [victim.id])
     return victim
 
 
 def _owner_with_a_killed_victim() -> Owner:
-    o = _busy_owner()
+    o = busy_owner()
     victim = _preempt_on_n1(o)
     o.tick(100.0)  # past the grace: kill
     assert [x.allocation for x in o.log if isinstance(x, d.Kill)] == [victim.id]
@@ -356,6 +265,6 @@ def test_a_snapshot_kills_in_its_changes_and_one_that_lists_kills_aside_restores
     older = msgspec.structs.replace(snapshot, codec=codec, body=raw)
     for restored in (restore(snapshot), restore(older)):
         assert {a.id for a in restored.state.allocations.values() if a.killed} == killed
-        assert _fp(restored) == _fp(o.core)
+        assert durable_fingerprint(restored) == durable_fingerprint(o.core)
         restored.tick(200.0)
         assert not [x for x in restored.drain().decisions if isinstance(x, d.Kill)]  # never killed twice

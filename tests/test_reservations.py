@@ -9,24 +9,7 @@ from __future__ import annotations
 from sniper.messages import decisions as d
 from sniper.messages import feed as f
 from tests.core_support import queue
-from tests.preemption_support import PreemptHarness, preemption_raw, proposal
-
-GRACE = 15.0
-
-
-def reserved() -> tuple[PreemptHarness, str, list[str]]:
-    """b holds n1 and n2 (100 each, in 50s); a (guarantee 100) asks for 50 and gets a reservation."""
-    raw = preemption_raw(queue("a", guaranteed={"memory": 100}), queue("b", guaranteed={"memory": 100}))
-    h = PreemptHarness(raw)
-    h.nodes("n1", "n2")
-    h.fill("b1", "root.b", "n1", [50, 50])
-    h.fill("b1", "root.b", "n2", [50, 50], start=2)
-    h.app("a1", "root.a")
-    h.ask("a1", "big", 50)
-    h.starve()
-    result = h.preempt_round(10.0)
-    (pl,) = result.placements
-    return h, pl.node, list(pl.victims)
+from tests.preemption_support import GRACE, PreemptHarness, b_in_fifties, one_reservation, preemption_raw, proposal
 
 
 def ended(decisions: list[d.DecisionMsg]) -> list[str]:
@@ -38,7 +21,7 @@ def cancelled(decisions: list[d.DecisionMsg]) -> list[str]:
 
 
 def test_a_node_that_grows_keeps_its_reservation() -> None:
-    h, node, victims = reserved()
+    h, node, victims = one_reservation()
     decisions = h.feed(f.NodeUpdated(node=node, capacity={"memory": 120}))
     assert ended(decisions) == [] and cancelled(decisions) == []
     assert len(h.cache.state.reservations) == 1 and all(h.alloc(v).preempting for v in victims)
@@ -49,14 +32,14 @@ def test_a_node_that_grows_keeps_its_reservation() -> None:
 
 
 def test_a_node_that_shrinks_but_still_holds_the_need_keeps_its_reservation() -> None:
-    h, node, _ = reserved()
+    h, node, _ = one_reservation()
     decisions = h.feed(f.NodeUpdated(node=node, capacity={"memory": 100}, schedulable=True))
     assert ended(decisions) == []
     assert len(h.cache.state.reservations) == 1
 
 
 def test_a_node_that_shrinks_below_the_need_ends_it_with_that_reason() -> None:
-    h, node, _ = reserved()
+    h, node, _ = one_reservation()
     decisions = h.feed(f.NodeUpdated(node=node, capacity={"memory": 90}))
     (reason,) = ended(decisions)
     assert "shrank below" in reason
@@ -65,7 +48,7 @@ def test_a_node_that_shrinks_below_the_need_ends_it_with_that_reason() -> None:
 
 
 def test_an_unschedulable_node_ends_it_with_that_reason() -> None:
-    h, node, victims = reserved()
+    h, node, victims = one_reservation()
     decisions = h.feed(f.NodeUpdated(node=node, schedulable=False))
     (reason,) = ended(decisions)
     assert "unschedulable" in reason
@@ -73,14 +56,14 @@ def test_an_unschedulable_node_ends_it_with_that_reason() -> None:
 
 
 def test_a_removed_node_ends_it_with_that_reason() -> None:
-    h, node, _ = reserved()
+    h, node, _ = one_reservation()
     decisions = h.feed(f.NodeRemoved(node=node))
     (reason,) = ended(decisions)
     assert "removed" in reason
 
 
 def test_a_node_joining_during_the_grace_takes_the_beneficiary_and_its_victims_live() -> None:
-    h, _, victims = reserved()
+    h, _, victims = one_reservation()
     (rid,) = h.cache.state.reservations
     h.tick(12.0)
     h.nodes("n3")
@@ -134,12 +117,7 @@ def test_asks_no_node_can_ever_hold_are_rejected_with_the_reason() -> None:
 
 
 def test_a_rejected_ask_does_not_stop_preemption_for_the_rest_of_its_queue() -> None:
-    raw = preemption_raw(queue("a", guaranteed={"memory": 100}), queue("b", guaranteed={"memory": 100}))
-    h = PreemptHarness(raw)
-    h.nodes("n1", "n2")
-    h.fill("b1", "root.b", "n1", [50, 50])
-    h.fill("b1", "root.b", "n2", [50, 50], start=2)
-    h.app("a1", "root.a")
+    h = b_in_fifties()
     h.feed(f.AskAdded(app="a1", ask="odd", resource={"memory": 10, "fpga": 1}, count=1), allow_rejected=True)
     h.ask("a1", "big", 50, count=2)
     h.starve()
@@ -192,12 +170,7 @@ def test_containers_placed_for_a_required_node_are_never_victims() -> None:
 def test_an_ask_withdrawn_and_asked_again_every_few_seconds_is_damped() -> None:
     """Withdrawn every 4 s and asked again 2 s later, for ten minutes: each withdrawal that ends a
     reservation doubles the wait before the ask may preempt again (grace, 2x, 4x, then 8x at most)."""
-    raw = preemption_raw(queue("a", guaranteed={"memory": 100}), queue("b", guaranteed={"memory": 100}))
-    h = PreemptHarness(raw)
-    h.nodes("n1", "n2")
-    h.fill("b1", "root.b", "n1", [50, 50])
-    h.fill("b1", "root.b", "n2", [50, 50], start=2)
-    h.app("a1", "root.a")
+    h = b_in_fifties()
     h.ask("a1", "big", 50)
     for t in range(10, 610):
         h.tick(float(t))

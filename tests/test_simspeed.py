@@ -19,19 +19,7 @@ from sniper.messages import feed as f
 from sniper.simulator.player import Player, last_round_before, relative, ticks_between
 from sniper.simulator.run import SimulationResult, SimulationSettings, run_simulation
 from sniper.simulator.scenarios import scenario
-
-
-def gappy_trace(policy: str, start: float = 0.0) -> list[f.Feed]:
-    """Three bursts of contention on 3 GPU nodes (a generated GPU workload, pods at fractional times)
-    separated by long idle gaps: every pod of a burst has ended long before the next one starts."""
-    out: list[f.Feed] = []
-    for i, e in enumerate(gpu_workload(3, 90, 300.0, mean_duration=120.0, max_duration=400.0, seed=3)):
-        if isinstance(e, f.PartitionConfigEvent):
-            config = {**e.config, "preemption": {"policy": policy, "total_preemption_per_round": 0.5}}
-            e = msgspec.structs.replace(e, config=config)
-        shift = 2000.25 * (i % 3) if isinstance(e, f.AskAdded) else 0.0
-        out.append(msgspec.structs.replace(e, t=e.t + shift + start))
-    return out
+from tests.simulation_support import gappy_trace
 
 
 def _decisions(result: SimulationResult) -> list[bytes]:
@@ -202,6 +190,7 @@ _DIGEST = """
 import hashlib, sys, msgspec
 from sniper.simulator.run import SimulationSettings, run_simulation
 from sniper.simulator.scenarios import scenario
+from tests.simulation_support import gappy_trace
 for name in sys.argv[1:]:
     sc = scenario(name)
     result = run_simulation(sc.events, sc.config, SimulationSettings(policy="sniper"))

@@ -1,5 +1,5 @@
 """The simulator: a hand-written trace replayed in virtual time, checked allocation by allocation;
-determinism (ARCHITECTURE invariant 7); malformed traces; the independent model and the stand-in RM."""
+determinism (architecture: invariant 7); malformed traces; the independent model and the stand-in RM."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from sniper.simulator.rm import StandInRM
 from sniper.simulator.run import SimulationResult, SimulationSettings, run_simulation, simulate
 from sniper.simulator.scenarios import scenario
 from tests.core_support import partition_raw, queue
+from tests.simulation_support import REPORT_KEYS
 
 QUEUES: dict[str, Any] = {
     "name": "default",
@@ -69,24 +70,6 @@ EXPECTED: list[tuple[str, float, str, str, str]] = [
     ("Released", 11.0, "alloc-2", "n1", ""),
     ("Released", 11.0, "alloc-6", "n2", ""),
 ]
-
-REPORT_KEYS = {
-    "policy",
-    "sim_seconds",
-    "allocations",
-    "allocations_per_s",
-    "preemptions",
-    "wasted_preemptions",
-    "ping_pong",
-    "time_to_guarantee",
-    "utilization",
-    "fairness_gap",
-    "pending_at_end",
-    "rejected",
-    "proposals_rejected",
-    "invariant_violations",
-    "preemption_log",
-}
 
 
 def _trace(tmp_path: Path, lines: list[str], name: str = "trace.jsonl") -> Path:

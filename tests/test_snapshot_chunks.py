@@ -20,8 +20,8 @@ from sniper.messages.codec import decision_msgpack
 from sniper.messages.snapshot import Snapshot, SnapshotChunk, chunk_key, is_chunk_key, latest, snapshot_msgpack, split
 from sniper.transport.bus import DECISIONS, FEED, SNAPSHOTS
 from sniper.transport.kafka import KafkaBus, KafkaSettings
+from tests.core_process_support import WAIT, Decisions, options, workload
 from tests.core_support import fingerprint, partition_raw, queue
-from tests.test_core_process import WAIT, Decisions, options, workload
 
 Record = tuple[bytes | None, bytes | None]
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import dataclasses
 import signal
-from collections.abc import AsyncIterator
 from typing import Any
 
 import anyio
@@ -102,12 +101,6 @@ class Stoppable:
     async def stop(self) -> None:
         self.scope.cancel()
         await self.done.wait()
-
-
-@pytest.fixture
-async def bus(kafka_settings: KafkaSettings) -> AsyncIterator[KafkaBus]:
-    async with KafkaBus(kafka_settings) as b:
-        yield b
 
 
 def options(role: str) -> CoreOptions:

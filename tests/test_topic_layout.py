@@ -22,7 +22,7 @@ from sniper.transport.broker import EmbeddedBroker, free_port
 from sniper.transport.bus import DECISIONS, FEED, SNAPSHOTS
 from sniper.transport.kafka import KafkaBus, KafkaSettings
 from sniper.transport.layout import TopicLayoutError, TopicLost
-from tests.test_core_process import Decisions, workload
+from tests.core_process_support import Decisions, workload
 
 pytestmark = pytest.mark.kafka
 

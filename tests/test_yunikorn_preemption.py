@@ -1,4 +1,4 @@
-"""Apache YuniKorn's own preemption tests, translated into Sniper traces (issue 9, "What it must show").
+"""Apache YuniKorn's own preemption tests, translated into Sniper traces.
 
 Each test names the YuniKorn test it comes from: yunikorn-core ``pkg/scheduler/objects/
 preemption_test.go`` and ``required_node_preemptor_test.go``, and the examples of yunikorn-site

@@ -11,7 +11,7 @@ What it owns:
   partition's cache in-process; decisions and snapshots go to Kafka. With ``role="all"`` the view,
   proposal and tick links stay on a per-partition :class:`~sniper.transport.memory.MemoryBus`; the split
   roles (``cache``, ``allocator``, ``policy``) are built on this in :mod:`sniper.cluster.roles`.
-- **Recovery** (ARCHITECTURE section 3). Starting a partition loads its last snapshot, reads the feed
+- **Recovery** (architecture: Transports). Starting a partition loads its last snapshot, reads the feed
   records after the snapshot's ``feed_offset`` and the decisions logged after its ``decision_seq`` (from
   the snapshot's ``decisions_offset`` on: no decision after it lies before), and
   replays them (:func:`sniper.core.recovery.replay`): nothing committed is decided again, lost or doubled. It

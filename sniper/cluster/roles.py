@@ -1,6 +1,6 @@
 """Split roles of ``sniper core`` (``--role cache|allocator|policy``): each actor kind in its own process.
 
-ARCHITECTURE sections 2-3: a partition's cache, allocator and policies may live in different processes,
+A partition's cache, allocator and policies may live in different processes (architecture: Actors, Transports),
 like YARN's capacity monitor running as a separate service. Kafka then carries the actor links the
 memory bus carries inside one ``--role all`` process: view deltas, resets and the policies' placement
 requests and the allocator's replies on the ``view`` topic; allocation and preemption proposals and

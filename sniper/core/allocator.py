@@ -230,7 +230,7 @@ def _place_guaranteed(state: PartitionState, budget: int) -> _Walk:
 
 
 def place_reserved(state: PartitionState, budget: int) -> list[tuple[Ask, Node]]:
-    """Reserved beneficiaries keep competing for free room (ARCHITECTURE section 2): one container per
+    """Reserved beneficiaries keep competing for free room (architecture: Actors): one container per
     reservation whose ask still wants one, on free room anywhere, until its victims are killed; the
     cache then ends that reservation and cancels its victims' notices. Served after the other asks, so
     the ideal assignment's order stands (serving them first cost random_mix 16 s of time to guarantee)."""

@@ -284,7 +284,7 @@ class Limits:
         return out
 
     def may_take(self, victim: Allocation, for_ask: Ask, also: Iterable[Allocation] = ()) -> bool:
-        """Intra-queue rule for limits (ARCHITECTURE invariant 5b): a container of a user (or group)
+        """Intra-queue rule for limits (architecture: invariant 5b): a container of a user (or group)
         above its limit may go for another user of the same queue who is within its limits; never the
         reverse. ``also`` are victims already chosen with it. The victim's scope is still above the
         limit without them, so a user is never taken below its limit by more than one container."""

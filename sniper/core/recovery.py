@@ -17,7 +17,7 @@ What it owns:
   ``allocation_lost``, ``reservation_ended``);
 - :func:`replay`: the feed records after a snapshot interleaved with the decisions logged after it.
 
-Invariants of :func:`replay` (ARCHITECTURE section 3, "the decisions topic is the commit log"):
+Invariants of :func:`replay` (architecture: Transports, "the decisions topic is the commit log"):
 
 - it never re-decides the past: a feed record is re-applied with its decisions suppressed when the
   log already holds them (their ``seq`` is at most the last logged one), and a logged decision that

@@ -1,4 +1,5 @@
-"""Dead letters: input that could not be decoded, validated or applied, with the reason (ARCHITECTURE section 3).
+"""Dead letters: input that could not be decoded, validated or applied, with the reason
+(architecture: Transports).
 
 A transport that receives a record it cannot turn into a message publishes one :class:`DeadLetter` on
 the ``deadletter`` topic and carries on; so does a core for a feed record it decoded but will not apply

@@ -1,4 +1,4 @@
-"""Decisions: what the cache committed, published to resource managers (ARCHITECTURE section 4).
+"""Decisions: what the cache committed, published to resource managers (architecture: The feed).
 
 The decisions stream is the commit log: ``seq`` increases by one per decision within a partition
 and ``epoch`` names the owner that committed it, so a consumer can drop a deposed owner's output.

@@ -1,4 +1,4 @@
-"""Feed events: what resource managers publish (ARCHITECTURE section 4), one tagged union.
+"""Feed events: what resource managers publish (architecture: The feed), one tagged union.
 
 Every event names its partition and may carry an ``id`` for at-least-once de-duplication; ``t`` is
 seconds since the trace start (trace files) or the producer's clock (Kafka), finite and at most

@@ -100,7 +100,7 @@ class AllocationSet(Change, tag="alloc", frozen=True, gc=False):
     reservation: str | None = None
     priority: int = 0  # the ask's priority (intra-queue preemption compares it)
     opportunistic: bool = False  # outside every queue's accounting, counted on its node only
-    pinned: bool = False  # placed for a required-node ask: never a victim (ARCHITECTURE 5a)
+    pinned: bool = False  # placed for a required-node ask: never a victim (architecture: invariant 5a)
     usage: dict[str, int] | None = None  # what it really uses (None: its resource), core.overcommit
     overcommit: bool = False  # opportunistic, placed on room only measured utilization left (core.overcommit)
     tags: tuple[str, ...] = ()  # its ask's allocation tags (core.constraints counts them per scope)

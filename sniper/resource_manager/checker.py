@@ -4,8 +4,8 @@ Owns one :class:`~sniper.simulator.model.ClusterModel` (and :class:`~sniper.simu
 scheduler partition, fed from outside the scheduler: feed records with their Kafka offsets and the
 decisions from the decisions topic. A decision says after which feed record it was made
 (``feed_offset``), so the checker applies the feed records of that partition up to that offset before
-the decision, and checks ARCHITECTURE section 6 on exactly the sequence the cache committed, however
-the two topics interleave on the wire.
+the decision, and checks the invariants (architecture: Invariants) on exactly the sequence the cache
+committed, however the two topics interleave on the wire.
 
 Invariants:
 
@@ -148,7 +148,7 @@ class OrderedChecker:
         retries: int = 0,
         extra: Mapping[str, Any] | None = None,
     ) -> Report:
-        """The ARCHITECTURE section-7 report, as far as the decisions allow (``proposals_rejected``: None)."""
+        """The report (architecture: Metrics), as far as the decisions allow (``proposals_rejected``: None)."""
         parts = {
             name: PartitionFigures(
                 model=part.model,

@@ -6,7 +6,7 @@ unless it has one) through the simulator's sans-IO :class:`~sniper.simulator.pla
 cursor and the stand-in resource manager the virtual-time driver uses): it consumes the decisions,
 releases containers after their duration, answers kills and asks again for lost work. An
 :class:`~sniper.resource_manager.checker.OrderedChecker` reads the feed and the decisions from Kafka and produces the
-ARCHITECTURE section-7 report (one :class:`~sniper.simulator.report.Report`) as far as the decisions
+report of architecture: Metrics (one :class:`~sniper.simulator.report.Report`) as far as the decisions
 allow, over the partitions the trace drives only (another feed's partitions on the same topics are
 not this report's). Decisions of a deposed owner (a lower epoch than the highest seen for the
 partition) are dropped, as a real resource manager would. The checker reads only the feed records the cores accept

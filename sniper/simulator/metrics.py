@@ -1,4 +1,4 @@
-"""The simulator's metrics (ARCHITECTURE section 7), from samples of the independent cluster model and
+"""The simulator's metrics (architecture: Metrics), from samples of the independent cluster model and
 from the decision log. Every time here is simulated seconds, except ``allocations_per_s`` (wall clock,
 measured by the caller).
 

@@ -1,5 +1,5 @@
 """An independent model of the cluster built only from the feed and the decisions, and the invariant
-checks of ARCHITECTURE section 6 over it.
+checks over it (architecture: Invariants).
 
 It shares no code with the cache's state on purpose: it is the outside observer the simulator, the
 chaos tests and ``sniper feed --report`` trust. Violations are recorded with the time and the reason;

@@ -1,4 +1,4 @@
-"""The independent checker's view of over-commit (ARCHITECTURE section 6, invariant 12), from the feed's
+"""The independent checker's view of over-commit (architecture: invariant 12), from the feed's
 ``node_utilization`` reports and the decisions alone; it shares no code with :mod:`sniper.core.overcommit`.
 
 Per node it keeps the last two reports, each with the containers placed since (taken to use all they

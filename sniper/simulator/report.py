@@ -1,4 +1,4 @@
-"""The ARCHITECTURE section 7 report as one msgspec struct, built once by :func:`build_report` for the
+"""The report (architecture: Metrics) as one msgspec struct, built once by :func:`build_report` for the
 simulator (memory and Kafka), ``sniper compare`` and ``sniper feed``; JSON is its encoding.
 
 A run's :class:`Report` carries every :class:`PartitionReport` field: one partition's figures as they

@@ -13,8 +13,8 @@ In a partition where some ask declares ``usage``, the resource manager also repo
 utilization as its NodeManager would: :data:`UTILIZATION_INTERVAL` seconds after the containers
 running there change, a ``node_utilization`` with the sum of their usage (declared, else their
 resource), when that sum differs from the node's last report.
-``lost_work`` sums, per partition, the running time of every killed or lost container (ARCHITECTURE
-section 7, ``lost_work_seconds``), asked again or not; ``lost_work_by_cause`` splits the same sum by
+``lost_work`` sums, per partition, the running time of every killed or lost container (architecture:
+Metrics, ``lost_work_seconds``), asked again or not; ``lost_work_by_cause`` splits the same sum by
 what ended each container (:func:`loss_cause`), so the causes always add up to ``lost_work``.
 """
 

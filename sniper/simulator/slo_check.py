@@ -1,4 +1,4 @@
-"""SLO reservations as an outside observer sees them (ARCHITECTURE invariant 13), and whether each met its
+"""SLO reservations as an outside observer sees them (architecture: invariant 14), and whether each met its
 deadline (docs/report.md ``slo_reservations``, ``slo_reservation_log``).
 
 Part of :class:`~sniper.simulator.model.ClusterModel`; it reads only the feed and the decisions, never the

@@ -1,4 +1,4 @@
-"""The bus interface every transport implements, and the topic names of ARCHITECTURE section 3.
+"""The bus interface every transport implements, and the topic names (architecture: Transports).
 
 A bus carries msgspec messages on named topics. Messages published with the same key (the
 scheduler partition) reach every subscriber group in publish order. Each group sees every message

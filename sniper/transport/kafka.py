@@ -14,7 +14,7 @@ count, checked), the msgpack wire format and the dead-letter path. Invariants:
   -> any msgpack). A feed record whose key is not the partition its event names is bad (a reader of
   one key would miss it). Topic names are ``settings.prefix + name``.
 - **Producer**: ``acks="all"``, never idempotent, never transactional (the bundled broker supports
-  neither, and ARCHITECTURE section 3 forbids relying on them). :meth:`KafkaBus.publish` returns once the
+  neither, and architecture: Transports forbids relying on them). :meth:`KafkaBus.publish` returns once the
   broker acknowledged the record; :meth:`KafkaBus.send_many` only hands records to the producer and
   returns a future of their acknowledgement. Messages larger than ``max_message_bytes`` are refused
   before sending.

@@ -130,7 +130,7 @@ def may_take(
     queue: Queue, before: Resource, victim: Resource, left: Resource, capacity: Resource, gone: Resource | None = None
 ) -> bool:
     """Whether ``queue``, having lost ``before`` to this set, may lose ``victim`` too with ``left`` its
-    remaining quota (ARCHITECTURE invariant 5a). Within the quota, yes. Containers are whole, so one
+    remaining quota (architecture: invariant 5a). Within the quota, yes. Containers are whole, so one
     victim may overshoot it, as YARN's selector does, while the queue was still over its floor (quota
     left on every resource the victim holds, nothing overdrawn) and stays, without it, at or above its
     guarantee: in the DRF comparison, and on each resource the guarantee names. ``gone``: what the queue already lost

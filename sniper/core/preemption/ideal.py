@@ -14,7 +14,7 @@ itself (both off for the YARN baseline):
  . One queue (the one with the largest useless increment) is dropped per recomputation. A
   parent's increment is judged with what its other children hold above their guarantees: a parent at its
   max still serves a child's ask by preemption inside its own subtree.
-- ``cap_by_demand``: an ideal never exceeds ``used + pending`` on any resource (ARCHITECTURE section 1).
+- ``cap_by_demand``: an ideal never exceeds ``used + pending`` on any resource (architecture: Vocabulary).
   YARN's dominant calculator takes the DRF-smaller of two vectors whole, so an offer or a protected
   guarantee can hand a memory-heavy queue vcores it neither holds nor asks for, lifting its dominant share
   (a queue at twice its memory guarantee would look "below its ideal"); Sniper clamps each resource to
@@ -405,9 +405,9 @@ class _Solver:
             return _ZERO_GUARANTEE_RATIO
         if self.cap_by_demand:
             # How far a queue is towards its guarantee: dominant shares of the partition's capacity, of the
-            # resources its guarantee names only (the others are not guaranteed, section 1). An unnamed one
-            # scarce in the cluster or the parent (pods) would otherwise rank the queue at its guarantee
-            # long before it holds its share of the resources it is guaranteed.
+            # resources its guarantee names only (the others are not guaranteed, architecture: Vocabulary).
+            # An unnamed one scarce in the cluster or the parent (pods) would otherwise rank the queue at its
+            # guarantee long before it holds its share of the resources it is guaranteed.
             named = {n: v for n, v in q.ideal.items() if q.guaranteed.get(n, 0)}
             return self.calc.divide(self.cluster, named, q.guaranteed)
         return self.calc.divide(tot, q.ideal, q.guaranteed)

@@ -1,4 +1,4 @@
-"""Who may be preempted for whom: the queue relations of ARCHITECTURE sections 1 and 6 (invariant 5a).
+"""Who may be preempted for whom: the queue relations (architecture: Vocabulary, invariant 5a).
 
 - a ``disabled`` queue (or any queue under one) is never a victim;
 - an ask in a ``fence`` queue (or any queue under one) never preempts outside the fence's subtree; asks

@@ -83,7 +83,7 @@ def snapshot_from_figures(
 def composed_guarantees(
     config: PartitionConfig, capacity: Resource, used: Mapping[str, Resource], pending: Mapping[str, Resource]
 ) -> dict[str, Resource]:
-    """Every queue's guarantee as absolute guarantees compose (YuniKorn's; ARCHITECTURE section 1).
+    """Every queue's guarantee as absolute guarantees compose (YuniKorn's; architecture: Vocabulary).
 
     A queue without ``guaranteed`` whose subtree names some guarantees guarantees their sum (so a leaf's
     guarantee counts when its ancestors have none), and limits nothing. A queue whose subtree names none
