@@ -303,6 +303,38 @@ def test_feed_with_no_core_answering_fails(kafka_settings: KafkaSettings, tmp_pa
     assert "no core answered" in _one_error_line(result)
 
 
+@pytest.mark.kafka
+async def test_feed_reports_the_unanswered_partition_before_the_violations_a_dead_core_left(
+    kafka_settings: KafkaSettings, tmp_path: Path
+) -> None:
+    """A core answers the first record with a wrong decision and dies: the run has violations, but what
+    went unanswered is the cause, so it is what the command reports (exit 3)."""
+    from sniper.messages import decisions as dm
+    from sniper.transport.bus import DECISIONS, FEED
+    from sniper.transport.kafka import KafkaBus, KafkaSubscription
+
+    trace = _trace(tmp_path, TINY)
+    args = ["feed", str(trace), "--bootstrap", kafka_settings.bootstrap, "--prefix", kafka_settings.prefix]
+    args += ["--kafka-partitions", str(kafka_settings.partitions), "--speed", "50", "--drain", "1"]
+
+    async def answer_once_then_die(bus: KafkaBus, feed: KafkaSubscription) -> None:
+        _kp, offset, _event, _value = await feed.receive_record()
+        wrong = dm.PreemptCancelled(
+            allocation="never-placed", app="a1", queue="root.a", node="n1", reservation="r", reason="x"
+        )
+        await bus.publish(DECISIONS, "default", msgspec.structs.replace(wrong, seq=1, epoch=1, feed_offset=offset))
+        await feed.aclose()
+
+    with anyio.fail_after(120):
+        async with KafkaBus(kafka_settings) as bus, anyio.create_task_group() as tg:
+            feed = await bus.subscribe_ready(FEED, group="dead-core")
+            tg.start_soon(answer_once_then_die, bus, feed)
+            result = await anyio.to_thread.run_sync(lambda: _invoke(*args))
+    assert result.exit_code == EXIT_RUNTIME, result.output
+    assert "invariant violation" not in result.output
+    assert "no core answered partition(s) default" in _one_error_line(result)
+
+
 class _Lines:
     """A file handle for ``record``'s copy loop that says when it holds ``want`` lines."""
 
