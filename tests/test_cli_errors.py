@@ -158,6 +158,30 @@ def test_a_run_that_decides_nothing_at_all_is_a_runtime_failure(tmp_path: Path) 
     assert "nothing was decided for 2 events" in _one_error_line(result)
 
 
+@pytest.mark.parametrize("command", ["simulate", "compare"])
+def test_a_trace_whose_events_all_repeat_one_id_is_bad_input(tmp_path: Path, command: str) -> None:
+    events = [{**e, "id": "same"} for e in [*TINY, *TINY[1:], *TINY[1:]]]
+    result = _invoke(command, str(_trace(tmp_path, events)))
+    assert result.exit_code == EXIT_INPUT, result.output
+    assert "9 events ignored as repeats of an earlier id" in _one_error_line(result)
+
+
+def test_repeats_are_counted_per_partition_and_forgotten_at_partition_removed() -> None:
+    from sniper.cli.app import repeated_ids
+    from sniper.messages import feed as fe
+
+    events = [
+        fe.NodeAdded(id="x", node="n", capacity={}),
+        fe.NodeAdded(id="x", partition="other", node="n", capacity={}),  # another partition's ids
+        fe.NodeAdded(id="x", node="n", capacity={}),  # a repeat
+        fe.PartitionRemoved(id="r"),
+        fe.NodeAdded(id="x", node="n", capacity={}),  # x named nothing once the partition was removed
+        fe.NodeAdded(node="n", capacity={}),  # no id: never a repeat
+        fe.NodeAdded(node="n", capacity={}),
+    ]
+    assert repeated_ids(events) == 1
+
+
 def test_the_simulate_summary_goes_to_stdout(tmp_path: Path) -> None:
     result = _invoke("simulate", str(_trace(tmp_path, TINY)))
     assert result.exit_code == 0, result.output

@@ -332,7 +332,7 @@ def feed(
     if result.violations:
         console.print(literal(f"{result.violations} invariant violation(s)", "red"))
         raise typer.Exit(EXIT_INVARIANT)
-    decided_nothing(decisions, len(events), rejected, show)
+    decided_nothing(decisions, events, rejected, show)
 
 
 @app.command("record")
