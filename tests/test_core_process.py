@@ -203,6 +203,36 @@ async def test_a_dead_letter_carries_the_json_record_as_its_producer_wrote_it(
     assert [x.reason for x in reader.of(d.Rejected, "p1")] == [got["p1"].reason]
 
 
+async def test_a_retired_partition_gives_its_place_under_max_partitions_to_a_new_one(
+    kafka_settings: KafkaSettings, bus: KafkaBus
+) -> None:
+    """With ``max_partitions=2``: two partitions run; one is retired (``partition_removed``), so a third is
+    served; the retired one, configured again, holds nothing while the other two run, so its records
+    are dead-lettered (a partition that holds something is never stopped to make room)."""
+    first, second, third = "r1", "r2", "r3"
+    with anyio.fail_after(WAIT):
+        reader = Decisions(await bus.subscribe_ready(DECISIONS, group=bus.settings.prefix + "reader"))
+        letters = await bus.subscribe_ready(DEADLETTER, group=bus.settings.prefix + "letters")
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(reader.pump)
+            process = CoreProcess(kafka_settings, options(max_partitions=2))
+            await tg.start(process.run)
+            await bus.publish_many(FEED, [(e.partition, e) for e in workload(first, 1) + workload(second, 1)])
+            await reader.until(lambda _: len(reader.of(d.Allocated)) == 2)
+            await bus.publish(FEED, first, f.PartitionRemoved(partition=first, id="retire"))
+            await reader.until(lambda _: len(reader.of(d.PartitionRemoved, first)) == 1)
+            await bus.publish_many(FEED, [(third, e) for e in workload(third, 2)])
+            await reader.until(lambda _: len(reader.of(d.Allocated, third)) == 2)
+            assert set(process.hosts) == {second, third}
+            await bus.publish(FEED, first, config_event(first))
+            letter = await letters.receive()
+            await letters.aclose()
+            tg.cancel_scope.cancel()
+    assert (letter.key, letter.offset >= 0) == (first, True)
+    assert "hosts its maximum of 2 partitions" in letter.reason
+    assert reader.of(d.Rejected) == []
+
+
 async def test_failover_restores_the_state_and_bumps_the_epoch(kafka_settings: KafkaSettings, bus: KafkaBus) -> None:
     with anyio.fail_after(WAIT):
         reader = Decisions(await bus.subscribe_ready(DECISIONS, group=bus.settings.prefix + "reader"))

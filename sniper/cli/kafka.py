@@ -196,7 +196,11 @@ def core(
     snapshot_interval: Annotated[float, typer.Option(help="seconds between snapshots of a busy partition")] = 5.0,
     snapshot_every: Annotated[int, typer.Option(help="decisions between snapshots (at least the state's size)")] = 1000,
     max_partitions: Annotated[
-        int, typer.Option(help="scheduler partitions this process hosts at most (records of more are dead-lettered)")
+        int,
+        typer.Option(
+            help="scheduler partitions this process hosts at most (records of more are dead-lettered; one that "
+            "holds nothing, retired or never configured, gives its place)"
+        ),
     ] = 256,
     decisions_format: Annotated[
         WireFormat,

@@ -39,12 +39,13 @@ What it owns:
   and this process writes their dead letter; recovery skips them too, and writes the dead letters the
   previous owner had not written yet (it reads which it did). A record whose partition does not hash to
   the Kafka partition it came on, or that would start a partition beyond ``max_partitions``, is
-  dead-lettered with the reason. Events the state refuses become ``rejected`` decisions in the cache;
-  those it refuses for their time (too far ahead of the partition's clock) are dead-lettered too, by
-  whoever judged them (the owner live, a new owner in replay), once, and move no clock. Every dead
-  letter carries the record's value as its producer wrote it (JSON or msgpack, never re-encoded): the
-  subscription hands each record's bytes over with it (:class:`Delivery` ``value``), and they go with
-  the record once it is acknowledged.
+  dead-lettered with the reason (a hosted partition that holds nothing, retired or never configured,
+  is stopped first to make room: only partitions holding something count). Events the state refuses
+  become ``rejected`` decisions in the cache; those it refuses for their time (too far ahead of the
+  partition's clock) are dead-lettered too, by whoever judged them (the owner live, a new owner in
+  replay), once, and move no clock. Every dead letter carries the record's value as its producer wrote
+  it (JSON or msgpack, never re-encoded): the subscription hands each record's bytes over with it
+  (:class:`Delivery` ``value``), and they go with the record once it is acknowledged.
 - **Starting without blocking**: a partition's first record starts it in the background (at most
   ``STARTS_AT_ONCE`` at a time); its records wait for it in order while the other partitions go on.
 - **Lease**: decisions, snapshots and dead letters are published only while the group membership is
@@ -215,6 +216,14 @@ class HostedPartition:
             if isinstance(actor, DurableCacheActor):
                 return actor
         return None
+
+    def holds_nothing(self) -> bool:
+        """The partition has no configuration, node or app (retired by ``partition_removed``, or never
+        configured) and no work under way: stopping it loses nothing."""
+        state = self.core.state
+        actor = self.cache_actor
+        idle = actor is None or not actor.busy
+        return state.config is None and not state.nodes and not state.apps and idle and not self._unconfirmed
 
     def now(self) -> float:
         now = self.time.now()
@@ -586,7 +595,7 @@ class CoreProcess(GroupMember[HostedPartition]):
         if host is not None:
             await self._hand(host, delivery)
             return
-        if not self._room_for(name):
+        if not self._room_for(name) and not await self._make_room():
             reason = (
                 f"partition {name!r} not started: this process hosts its maximum of "
                 f"{self.options.max_partitions} partitions (--max-partitions)"
@@ -601,6 +610,24 @@ class CoreProcess(GroupMember[HostedPartition]):
         """``name`` runs or starts here already, or one more partition stays within ``max_partitions``."""
         known = self.hosts.keys() | self._waiting.keys() | self._starting.keys()
         return name in known or len(known) < self.options.max_partitions
+
+    async def _make_room(self) -> bool:
+        """Stop one hosted partition that holds nothing (retired, or never configured) and is idle, to
+        make room for another; False if every one holds something. The stopped partition starts again
+        at its next record, from the snapshot it published on stopping."""
+        idle = next((h for h in self.hosts.values() if h.holds_nothing() and h.name not in self._waiting), None)
+        if idle is None:
+            return False
+        log.info(
+            "partition %s holds nothing: stopped to make room for another", idle.name, extra={"partition": idle.name}
+        )
+        self._forget(idle)
+        await idle.stop()
+        for delivery in self._inflight:
+            if delivery.key == idle.name:
+                delivery.done = True  # in its final snapshot, or replayed from the feed when it starts again
+        self.advance_acks()
+        return True
 
     async def _start_then_deliver(self, name: str, kp: int) -> None:
         """Start partition ``name``, then hand it the records that came meanwhile, in order."""
