@@ -233,6 +233,97 @@ async def test_a_retired_partition_gives_its_place_under_max_partitions_to_a_new
     assert reader.of(d.Rejected) == []
 
 
+async def test_integers_ids_and_names_out_of_their_bounds_are_dead_lettered_with_the_field_path(
+    kafka_settings: KafkaSettings, bus: KafkaBus
+) -> None:
+    """A priority of 10^400, a 600-character event id (a ``sync``'s too), a 900 KB app name: each record is
+    refused at the edge with its field's path, and the partition goes on with the records around them."""
+    home = bus.partition_for("p1")
+    base = {"partition": "p1", "queue": "root.a"}
+    sent = {
+        "priority": {"type": "app_added", "id": "big-priority", "app": "x", **base, "priority": 10**400},
+        "sync-id": {"type": "sync", "partition": "p1", "id": "s" * 600},
+        "app-name": {"type": "app_added", "id": "long-name", "app": "a" * 900_000, **base},
+        "group": {"type": "app_added", "id": "long-group", "app": "g", **base, "groups": ["g" * 513]},
+    }
+    producer = AIOKafkaProducer(
+        bootstrap_servers=kafka_settings.bootstrap, acks="all", enable_idempotence=False, max_request_size=2 << 20
+    )
+    with anyio.fail_after(WAIT):
+        reader = Decisions(await bus.subscribe_ready(DECISIONS, group=bus.settings.prefix + "reader"))
+        letters = await bus.subscribe_ready(DEADLETTER, group=bus.settings.prefix + "letters")
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(reader.pump)
+            await tg.start(CoreProcess(kafka_settings, options()).run)
+            await bus.publish_many(FEED, [("p1", e) for e in workload("p1", 1)])
+            await reader.until(lambda _: len(reader.of(d.Allocated)) == 1)
+            await producer.start()
+            try:
+                for value in sent.values():
+                    await producer.send_and_wait(
+                        kafka_settings.topic(FEED), json.dumps(value).encode(), key=b"p1", partition=home
+                    )
+            finally:
+                await producer.stop()
+            await bus.publish(FEED, "p1", f.Sync(partition="p1", id="after"))
+            await reader.until(lambda _: any(isinstance(x, d.Synced) for x in reader.items))
+            got = []
+            while len(got) < len(sent):
+                got.append(await letters.receive())
+                letters.ack()
+            await letters.aclose()
+            tg.cancel_scope.cancel()
+    reasons = [letter.reason for letter in sorted(got, key=lambda letter: letter.offset)]
+    assert "<= 2147483647 - at `$.priority`" in reasons[0], reasons[0]
+    assert "length <= 512 - at `$.id`" in reasons[1], reasons[1]
+    assert "length <= 512 - at `$.app`" in reasons[2], reasons[2][:200]
+    assert "length <= 512 - at `$.groups[0]`" in reasons[3], reasons[3]
+    assert [x.event for x in reader.of(d.Synced)] == ["after"] and reader.of(d.Rejected) == []
+
+
+async def test_a_state_that_cannot_be_snapshot_is_counted_alerted_once_and_fails_health_until_it_can(
+    kafka_settings: KafkaSettings, bus: KafkaBus, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A state no snapshot can encode (an integer past 64 bits, which the wire refuses but a state could
+    still come to hold): every snapshot fails, each is counted, one ERROR alerts the streak, and the
+    health check names the partition until a snapshot is published again."""
+    from sniper.cluster.obs import health_of
+
+    caplog.set_level("DEBUG", logger="sniper.core")
+    asks = iter(range(1_000))
+
+    async def one_more_decision(reader: Decisions) -> None:  # a handled record: the cache snapshots when due
+        i = next(asks)
+        await bus.publish(
+            FEED, "p1", f.AskAdded(partition="p1", id=f"more{i}", app="app", ask=f"more{i}", resource={"memory": 1})
+        )
+        await reader.until(lambda items: any(getattr(x, "ask", "") == f"more{i}" for x in items))
+
+    with anyio.fail_after(WAIT):
+        reader = Decisions(await bus.subscribe_ready(DECISIONS, group=bus.settings.prefix + "reader"))
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(reader.pump)
+            process = CoreProcess(kafka_settings, options(snapshot_interval=0.01))
+            await tg.start(process.run)
+            await bus.publish_many(FEED, [("p1", e) for e in workload("p1", 1)])
+            await reader.until(lambda _: len(reader.of(d.Allocated)) == 1)
+            host = process.hosts["p1"]
+            host.core.handle_event(f.AppAdded(partition="p1", app="huge", queue="root.a", priority=10**400))
+            while host.counters.snapshots_failed < 3:
+                await one_more_decision(reader)
+            failing = health_of(process)
+            published = host.counters.snapshots
+            host.core.handle_event(f.AppRemoved(partition="p1", app="huge"))
+            while host.counters.snapshots == published:
+                await one_more_decision(reader)
+            healthy = health_of(process)
+            tg.cancel_scope.cancel()
+    assert "snapshots fail" in failing["p1"] and "OverflowError" in failing["p1"]
+    assert healthy == {}
+    alerts = [r for r in caplog.records if r.levelname == "ERROR" and "snapshot not published" in r.getMessage()]
+    assert len(alerts) == 1
+
+
 async def test_failover_restores_the_state_and_bumps_the_epoch(kafka_settings: KafkaSettings, bus: KafkaBus) -> None:
     with anyio.fail_after(WAIT):
         reader = Decisions(await bus.subscribe_ready(DECISIONS, group=bus.settings.prefix + "reader"))

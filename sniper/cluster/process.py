@@ -193,6 +193,7 @@ class HostedPartition:
         self._decisions_since_snapshot = 0
         self._next_snapshot = self._snapshot_point()
         self._snapshotting = False  # a snapshot taken waits for its decisions to be acknowledged
+        self._snapshots_failing = 0  # snapshots not published since the last one that was
         self._serial = 0  # snapshots published in this epoch (their chunks' keys alternate on its parity)
         # Where the decisions log stands: every decision of this partition acknowledged so far lies before
         # offset ``log_end`` of its Kafka partition, and ``log_epoch`` is the highest epoch among them.
@@ -394,11 +395,13 @@ class HostedPartition:
         tg = self._tg
         if tg is None:
             return
-        snapshot = self._take_snapshot()
-        self._snapshotting = True
         self._decisions_since_snapshot = 0
         self._last_snapshot = time.monotonic()
         self._next_snapshot = self._snapshot_point()
+        snapshot = self._take_snapshot()
+        if snapshot is None:
+            return
+        self._snapshotting = True
         tg.start_soon(self._publish_when_confirmed, snapshot, list(self._unconfirmed))
 
     async def _publish_when_confirmed(self, snapshot: Snapshot, before: list[asyncio.Future[Any]]) -> None:
@@ -412,21 +415,51 @@ class HostedPartition:
                 snapshot = msgspec.structs.replace(snapshot, decisions_offset=end, decisions_epoch=self.core.epoch)
             await self._publish(snapshot)
         except Exception as err:  # a missed snapshot only makes the next recovery replay more
-            log.warning("snapshot not published: %r", err, extra={"partition": self.name})
+            self._snapshot_failed(err)
         finally:
             self._snapshotting = False
 
     async def publish_snapshot(self) -> None:
         """Publish the core's state now (call only at an idle point: every decision published)."""
-        snapshot = self._take_snapshot()
         self._decisions_since_snapshot = 0
         self._next_snapshot = self._snapshot_point()
-        await self._publish(snapshot)
+        snapshot = self._take_snapshot()
+        if snapshot is not None:
+            await self._publish(snapshot)
 
-    def _take_snapshot(self) -> Snapshot:
-        """The core's state, with where a restore from it starts reading the decisions log."""
-        snapshot = take_snapshot(self.core, kafka_partition=self.kafka_partition, wall_time=time.time())
+    def _take_snapshot(self) -> Snapshot | None:
+        """The core's state, with where a restore from it starts reading the decisions log (None, counted
+        and alerted, when the state cannot be encoded)."""
+        try:
+            snapshot = take_snapshot(self.core, kafka_partition=self.kafka_partition, wall_time=time.time())
+        except (TypeError, ValueError, OverflowError) as err:  # what msgspec raises on a value it cannot encode
+            self._snapshot_failed(err)
+            return None
         return msgspec.structs.replace(snapshot, decisions_offset=self.log_end, decisions_epoch=self.log_epoch)
+
+    def _snapshot_failed(self, err: BaseException) -> None:
+        """A snapshot was not published: count it, alert once per streak, and fail the health check
+        until one is (a successor would restore from an older snapshot, replaying ever more)."""
+        self.counters.snapshots_failed += 1
+        self._snapshots_failing += 1
+        if self._snapshots_failing == 1:
+            log.error(
+                "ALERT snapshot not published (recovery replays from the previous one): %r",
+                err,
+                extra={"partition": self.name},
+            )
+        else:
+            log.debug("snapshot not published again: %r", err, extra={"partition": self.name})
+        why = f"snapshots fail ({self._snapshots_failing} in a row): {err!r}"
+        self.process.failing[self.name] = why[:1000]
+
+    def _snapshot_published(self) -> None:
+        self._last_snapshot = time.monotonic()
+        self.counters.snapshots += 1
+        if self._snapshots_failing:
+            self._snapshots_failing = 0
+            self.process.failing.pop(self.name, None)
+            log.info("snapshots are published again", extra={"partition": self.name})
 
     async def _publish(self, snapshot: Snapshot) -> None:
         if self.send_error is not None:
@@ -444,15 +477,9 @@ class HostedPartition:
             log.warning("snapshot not published: %s", err, extra={"partition": self.name})
             return
         except MessageTooLarge as err:
-            self.counters.snapshots_failed += 1
-            log.error(
-                "ALERT snapshot not published (recovery replays from the previous one): %s",
-                err,
-                extra={"partition": self.name},
-            )
+            self._snapshot_failed(err)
             return
-        self._last_snapshot = time.monotonic()
-        self.counters.snapshots += 1
+        self._snapshot_published()
 
     async def stop(self, *, final_snapshot: bool = True) -> None:
         """Stop the actors (bounded by ``stop_timeout``) and, at a clean idle point, publish a snapshot."""
