@@ -324,6 +324,69 @@ async def test_a_state_that_cannot_be_snapshot_is_counted_alerted_once_and_fails
     assert len(alerts) == 1
 
 
+async def test_an_ask_with_a_huge_node_selector_is_rejected_in_a_decision_that_fits_and_nothing_is_lost(
+    kafka_settings: KafkaSettings, bus: KafkaBus
+) -> None:
+    """An 850 KB ``ask_added`` whose selector no node matches (quoted whole, its rejection would be over
+    1 MB): the rejection quotes the selector cut short, so it is published with the ``synced`` after
+    it, and the log's seqs have no gap."""
+    selector = {f"key{k}": [f"v{v:011d}" for v in range(1024)] for k in range(64)}
+    huge = f.AskAdded(partition="p1", id="huge", app="app", ask="huge", resource={"memory": 1}, node_selector=selector)
+    with anyio.fail_after(WAIT):
+        reader = Decisions(await bus.subscribe_ready(DECISIONS, group=bus.settings.prefix + "reader"))
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(reader.pump)
+            process = CoreProcess(kafka_settings, options())
+            await tg.start(process.run)
+            await bus.publish_many(FEED, [("p1", e) for e in workload("p1", 1)])
+            await reader.until(lambda _: len(reader.of(d.Allocated)) == 1)
+            await bus.publish_many(FEED, [("p1", huge), ("p1", f.Sync(partition="p1", id="after"))])
+            await reader.until(lambda _: bool(reader.of(d.Synced)))
+            tg.cancel_scope.cancel()
+    [rejected] = reader.of(d.Rejected)
+    assert rejected.code == "no_matching_node" and "characters left out)" in rejected.reason
+    assert len(rejected.reason) <= d.MAX_REASON
+    assert [x.seq for x in reader.items] == list(range(1, len(reader.items) + 1))
+    assert process.counters["p1"].decisions_unpublishable == 0
+
+
+async def test_a_decision_too_large_to_publish_stops_the_partition_loudly_and_leaves_no_gap(
+    kafka_settings: KafkaSettings, bus: KafkaBus, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Records of 8 KB at most: a rejection that names a 512-character app and ask twice over (8.8 KB) cannot
+    be published. The partition stops, its restore decides the same again and fails: an ERROR, the
+    counter, the health check naming it, its later records dead-lettered; no decision after it is
+    published, so the log's seqs stay whole."""
+    from sniper.cluster.obs import health_of
+
+    small = dataclasses.replace(kafka_settings, max_message_bytes=8192)
+    wide = "\N{GRINNING FACE}" * 512  # 512 characters, 2 KB
+    unknown = f.AskAdded(partition="p1", id="wide", app=wide, ask=wide, resource={"memory": 1})
+    with anyio.fail_after(WAIT):
+        reader = Decisions(await bus.subscribe_ready(DECISIONS, group=bus.settings.prefix + "reader"))
+        letters = await bus.subscribe_ready(DEADLETTER, group=bus.settings.prefix + "letters")
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(reader.pump)
+            process = CoreProcess(small, options())
+            await tg.start(process.run)
+            await bus.publish_many(FEED, [("p1", e) for e in workload("p1", 1)])
+            await reader.until(lambda _: len(reader.of(d.Allocated)) == 1)
+            logged = len(reader.items)
+            first = process.hosts["p1"]
+            await bus.publish(FEED, "p1", unknown)
+            await first.stopped.wait()
+            await bus.publish(FEED, "p1", f.Sync(partition="p1", id="after"))
+            letter = await letters.receive()
+            health = health_of(process)
+            await letters.aclose()
+            tg.cancel_scope.cancel()
+    assert "cannot be served" in letter.reason and "MessageTooLarge" in letter.reason
+    assert "MessageTooLarge" in health["p1"]
+    assert process.counters["p1"].decisions_unpublishable >= 2  # live, then again in the restore
+    assert any(r.levelname == "ERROR" and "cannot be published" in r.getMessage() for r in caplog.records)
+    assert len(reader.items) == logged and [x.seq for x in reader.items] == list(range(1, logged + 1))
+
+
 async def test_failover_restores_the_state_and_bumps_the_epoch(kafka_settings: KafkaSettings, bus: KafkaBus) -> None:
     with anyio.fail_after(WAIT):
         reader = Decisions(await bus.subscribe_ready(DECISIONS, group=bus.settings.prefix + "reader"))

@@ -52,6 +52,7 @@ class PartitionCounters:
     decisions: int = 0
     snapshots: int = 0
     snapshots_failed: int = 0  # snapshots that could not be published (an alert: recovery replays more)
+    decisions_unpublishable: int = 0  # batches with a decision too large for a record (an alert: it stops)
     recovered_feed: int = 0
     recovered_decisions: int = 0
     recovery_divergences: int = 0

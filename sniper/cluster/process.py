@@ -20,7 +20,9 @@ What it owns:
   only after the cache handled it and the broker acknowledged the decisions it caused; records are
   acknowledged in fetch order. The cache hands decisions to the producer and goes on without waiting
   for the broker (the producer batches what comes meanwhile); decisions the broker never acknowledges
-  stop the partition (:class:`DecisionsLost`), which is then restored from the log. Recovery never
+  stop the partition (:class:`DecisionsLost`), which is then restored from the log; so do decisions
+  too large for a record (none of their batch is sent, so the log never has a gap in ``seq``; a
+  restore that decides them again fails, and the health check says so). Recovery never
   depends on the committed offset: it re-reads the feed from the snapshot's own ``feed_offset``, so
   records committed but not yet in a snapshot are replayed (a stopped partition's records are
   acknowledged at once for this reason).
@@ -328,7 +330,20 @@ class HostedPartition:
         if not decisions:
             return None
         await self.process.leased()  # a deposed owner waits here until the group revokes it
-        sent = await self.process.bus.send_many(DECISIONS, [(self.name, x) for x in decisions])
+        if self.send_error is not None:  # decisions before these are lost: none after them may be logged
+            raise DecisionsLost(f"decisions of partition {self.name} were not published") from self.send_error
+        sent: asyncio.Future[Any] | None
+        try:
+            sent = await self.process.bus.send_many(DECISIONS, [(self.name, x) for x in decisions])
+        except MessageTooLarge as err:  # none of them was handed over: lost like those the broker refuses
+            self.counters.decisions_unpublishable += 1
+            log.error(
+                "ALERT a decision cannot be published, the partition stops (%s)", err, extra={"partition": self.name}
+            )
+            self.send_error = err
+            self._send_failed.set()
+            sent = asyncio.get_running_loop().create_future()
+            sent.set_exception(err)
         if sent is not None:
             sent.add_done_callback(self._logged)  # first: it runs before anyone waiting for ``sent`` wakes
         asked = self.asked

@@ -21,9 +21,11 @@ MAX_LABEL_CHARS = 256  # characters of a label's key or value, a tag, a resource
 MAX_LABELS = 64  # labels of a node, keys of a node selector
 MAX_SELECTOR_VALUES = 1024  # accepted values of one node selector key
 MAX_GROUPS = 256  # groups of one user
+MAX_RESOURCES = 64  # resource names in one resource map
+MAX_TAGS = 64  # allocation tags of an ask, tags a constraint names, constraints of an ask
 Quantity = Annotated[int, msgspec.Meta(ge=0, le=2**53)]
 ResourceName = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_LABEL_CHARS)]
-ResourceMap = dict[ResourceName, Quantity]
+ResourceMap = Annotated[dict[ResourceName, Quantity], msgspec.Meta(max_length=MAX_RESOURCES)]
 Name = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_NAME)]
 EventId = Annotated[str, msgspec.Meta(max_length=MAX_NAME)]  # "" for none
 UserName = Annotated[str, msgspec.Meta(max_length=MAX_NAME)]  # a user or group name ("" for none)
@@ -94,7 +96,7 @@ class PlacementConstraint(msgspec.Struct, kw_only=True, frozen=True, gc=False):
 
     scope: Name = "node"  # "node", or a node label key ("rack"): the nodes sharing its value
     op: Literal["in", "not_in", "cardinality"] = "in"
-    tags: list[Tag] = []
+    tags: Annotated[list[Tag], msgspec.Meta(max_length=MAX_TAGS)] = []
     min: Annotated[int, msgspec.Meta(ge=0, le=10**7)] = 0  # cardinality only
     max: Annotated[int, msgspec.Meta(ge=0, le=10**7)] | None = None  # cardinality only (None: no bound)
     namespace: Literal["all", "self"] = "all"  # "self": only the ask's own app's containers count
@@ -128,8 +130,8 @@ class AskAdded(FeedEvent, tag="ask_added", frozen=True, gc=False):
     # Allocation tags every container of the ask carries, and the placement constraints each container
     # must satisfy where it is placed (core.constraints, docs/feed.md).
     # Tuples: an empty default costs no object per event (a list default is copied for each one).
-    tags: tuple[Tag, ...] = ()
-    constraints: tuple[PlacementConstraint, ...] = ()
+    tags: Annotated[tuple[Tag, ...], msgspec.Meta(max_length=MAX_TAGS)] = ()
+    constraints: Annotated[tuple[PlacementConstraint, ...], msgspec.Meta(max_length=MAX_TAGS)] = ()
 
 
 class AskRemoved(FeedEvent, tag="ask_removed", frozen=True, gc=False):
@@ -154,7 +156,7 @@ class NodeUtilization(FeedEvent, tag="node_utilization", frozen=True, gc=False):
     the reason, never dropped."""
 
     node: Name
-    used: dict[ResourceName, float]
+    used: Annotated[dict[ResourceName, float], msgspec.Meta(max_length=MAX_RESOURCES)]
 
 
 class PartitionRemoved(FeedEvent, tag="partition_removed", frozen=True, gc=False):
