@@ -6,7 +6,8 @@ What it owns:
   the group assigns to it decide which scheduler partitions it hosts (scheduler partition ``P`` lives
   on Kafka partition ``bus.partition_for(P)`` of every topic). A hosted partition is started lazily on
   its first feed record, or at assignment when the ``snapshots`` topic (or ``--queues``) names it; it is
-  stopped, bounded in time, when its Kafka partition is revoked.
+  stopped, bounded in time, when its Kafka partition is revoked (a rebalance that keeps the Kafka
+  partition here leaves it running: :mod:`sniper.cluster.member`).
 - **The links.** Feed records are read once per process (one group member) and handed to the
   partition's cache in-process; decisions and snapshots go to Kafka. With ``role="all"`` the view,
   proposal and tick links stay on a per-partition :class:`~sniper.transport.memory.MemoryBus`; the split
@@ -329,7 +330,7 @@ class HostedPartition:
     async def _hand_over(self, decisions: list[d.DecisionMsg]) -> asyncio.Future[Any] | None:
         if not decisions:
             return None
-        await self.process.leased()  # a deposed owner waits here until the group revokes it
+        await self.process.leased(self.kafka_partition)  # a deposed owner waits here until it is stopped
         if self.send_error is not None:  # decisions before these are lost: none after them may be logged
             raise DecisionsLost(f"decisions of partition {self.name} were not published") from self.send_error
         sent: asyncio.Future[Any] | None
@@ -486,7 +487,7 @@ class HostedPartition:
         )
         records: list[tuple[str, Any]] = [(chunk_key(self.name, c.serial, c.index), c) for c in chunks]
         try:
-            await self.process.leased()
+            await self.process.leased(self.kafka_partition)
             await bus.publish_many(SNAPSHOTS, [*records, (self.name, header)], partition=self.kafka_partition)
         except KafkaTransportError as err:  # the log is lost: this process is on its way out
             log.warning("snapshot not published: %s", err, extra={"partition": self.name})
@@ -499,7 +500,8 @@ class HostedPartition:
     async def stop(self, *, final_snapshot: bool = True) -> None:
         """Stop the actors (bounded by ``stop_timeout``) and, at a clean idle point, publish a snapshot."""
         limit = self.process.options.stop_timeout
-        if not self.stopped.is_set():
+        moved = self.kafka_partition in self.process.moved  # its output may not reach the log any more
+        if not self.stopped.is_set() and not moved:
             with anyio.move_on_after(limit / 2):
                 await self.memory.wait_idle()
         self.scope.cancel()
@@ -511,7 +513,7 @@ class HostedPartition:
             await self.process.bus.flush()
         actor = self.cache_actor
         clean = actor is not None and not actor.busy and not self.core.has_output() and self.confirmed()
-        if final_snapshot and self.failed is None and clean:
+        if final_snapshot and self.failed is None and clean and not moved:
             with anyio.move_on_after(limit / 2):
                 await self.publish_snapshot()
         await self.close_inboxes()
