@@ -1170,13 +1170,13 @@ class KafkaSubscription(Subscription):
         numbers = frozenset(tp.partition for tp in revoked if tp.topic == self.kafka_topic)
         if not numbers:
             return
-        log.debug("%s group %s rebalancing %s", self.kafka_topic, self.group, sorted(numbers))
-        # Before the commit: offsets must not reach a new log.
-        if await self._check_log([self._parts[n].tp for n in numbers if n in self._parts]):
-            return
         generation = _generation(self._consumer)
         if generation < 0 or not self.lease_valid():  # this member may have been deposed meanwhile
             await self._revoke(numbers)
+            return
+        log.debug("%s group %s rebalancing %s", self.kafka_topic, self.group, sorted(numbers))
+        # Before the commit: offsets must not reach a new log.
+        if await self._check_log([self._parts[n].tp for n in numbers if n in self._parts]):
             return
         if self._listener is not None:
             try:
@@ -1192,9 +1192,7 @@ class KafkaSubscription(Subscription):
         if not numbers:
             return
         log.debug("%s group %s revoked %s", self.kafka_topic, self.group, sorted(numbers))
-        if (
-            not committed
-        ):  # before the listener's last words (final snapshots) and the commit: neither may reach a new log
+        if not committed:  # checked before the listener's last words (final snapshots) and the commit
             await self._check_log([self._parts[n].tp for n in numbers if n in self._parts])
         if self._listener is not None:
             try:
