@@ -147,6 +147,50 @@ def stale_decisions(items: list[d.DecisionMsg]) -> dict[str, int]:
     return stale
 
 
+async def test_a_core_joining_takes_only_its_share_and_the_partitions_that_stay_keep_their_epoch(
+    kafka_settings: KafkaSettings, bus: KafkaBus
+) -> None:
+    """Two cores share four Kafka partitions (one scheduler partition each); a third joins. The sticky
+    rebalance moves only what the newcomer takes: those partitions restart there at epoch 2, and every
+    other one keeps running where it was, at epoch 1, deciding the next asks without a restart."""
+    names = spread_partition_names(kafka_settings.partitions, kafka_settings.partitions)
+    cores: list[CoreSubprocess] = []
+    with anyio.fail_after(WAIT):
+        reader = await reading(bus)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(reader.pump_feed)
+            tg.start_soon(reader.pump_decisions)
+            try:
+                first = await spawn(kafka_settings, tg, "join")
+                cores.append(first)
+                second = await spawn(kafka_settings, tg, "join")
+                cores.append(second)
+                await until_any(cores, lambda: len(first.assigned) + len(second.assigned) == kafka_settings.partitions)
+                await bus.publish_many(FEED, [e for n in names for e in [*setup(n), ask(n, "before")]])
+                await reader.until(lambda: all(allocated(reader, n, "before")() for n in names))
+                third = await spawn(kafka_settings, tg, "join")
+                cores.append(third)
+                everything = list(range(kafka_settings.partitions))
+                await until_any(cores, lambda: sorted(kp for core in cores for kp in core.assigned) == everything)
+                joined = set(third.assigned)
+                await bus.publish_many(FEED, [ask(n, "after") for n in names])
+                await reader.until(lambda: all(allocated(reader, n, "after")() for n in names))
+            finally:
+                with anyio.CancelScope(shield=True):
+                    for core in cores:
+                        await stop_core(core.process)
+            tg.cancel_scope.cancel()
+
+    def epoch(name: str, tag: str) -> int:
+        return next(x.epoch for x in reader.items if isinstance(x, d.Allocated) and (x.partition, x.ask) == (name, tag))
+
+    taken = {n for n in names if bus.partition_for(n) in joined}
+    assert 0 < len(taken) < len(names), joined
+    assert {n: epoch(n, "before") for n in names} == dict.fromkeys(names, 1)
+    assert {n: epoch(n, "after") for n in names} == {n: 2 if n in taken else 1 for n in names}
+    assert [v for part in reader.checker.parts.values() for v in part.model.violations] == []
+
+
 async def test_a_paused_owner_publishes_nothing_under_its_old_epoch_once_it_resumes(
     kafka_settings: KafkaSettings, bus: KafkaBus
 ) -> None:

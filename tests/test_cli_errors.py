@@ -158,6 +158,30 @@ def test_a_run_that_decides_nothing_at_all_is_a_runtime_failure(tmp_path: Path) 
     assert "nothing was decided for 2 events" in _one_error_line(result)
 
 
+@pytest.mark.parametrize("command", ["simulate", "compare"])
+def test_a_trace_whose_events_all_repeat_one_id_is_bad_input(tmp_path: Path, command: str) -> None:
+    events = [{**e, "id": "same"} for e in [*TINY, *TINY[1:], *TINY[1:]]]
+    result = _invoke(command, str(_trace(tmp_path, events)))
+    assert result.exit_code == EXIT_INPUT, result.output
+    assert "9 events ignored as repeats of an earlier id" in _one_error_line(result)
+
+
+def test_repeats_are_counted_per_partition_and_forgotten_at_partition_removed() -> None:
+    from sniper.cli.app import repeated_ids
+    from sniper.messages import feed as fe
+
+    events = [
+        fe.NodeAdded(id="x", node="n", capacity={}),
+        fe.NodeAdded(id="x", partition="other", node="n", capacity={}),  # another partition's ids
+        fe.NodeAdded(id="x", node="n", capacity={}),  # a repeat
+        fe.PartitionRemoved(id="r"),
+        fe.NodeAdded(id="x", node="n", capacity={}),  # x named nothing once the partition was removed
+        fe.NodeAdded(node="n", capacity={}),  # no id: never a repeat
+        fe.NodeAdded(node="n", capacity={}),
+    ]
+    assert repeated_ids(events) == 1
+
+
 def test_the_simulate_summary_goes_to_stdout(tmp_path: Path) -> None:
     result = _invoke("simulate", str(_trace(tmp_path, TINY)))
     assert result.exit_code == 0, result.output
@@ -301,6 +325,38 @@ def test_feed_with_no_core_answering_fails(kafka_settings: KafkaSettings, tmp_pa
     result = _invoke(*args, "--answer-timeout", "1", "--speed", "100")
     assert result.exit_code == EXIT_RUNTIME, result.output
     assert "no core answered" in _one_error_line(result)
+
+
+@pytest.mark.kafka
+async def test_feed_reports_the_unanswered_partition_before_the_violations_a_dead_core_left(
+    kafka_settings: KafkaSettings, tmp_path: Path
+) -> None:
+    """A core answers the first record with a wrong decision and dies: the run has violations, but what
+    went unanswered is the cause, so it is what the command reports (exit 3)."""
+    from sniper.messages import decisions as dm
+    from sniper.transport.bus import DECISIONS, FEED
+    from sniper.transport.kafka import KafkaBus, KafkaSubscription
+
+    trace = _trace(tmp_path, TINY)
+    args = ["feed", str(trace), "--bootstrap", kafka_settings.bootstrap, "--prefix", kafka_settings.prefix]
+    args += ["--kafka-partitions", str(kafka_settings.partitions), "--speed", "50", "--drain", "1"]
+
+    async def answer_once_then_die(bus: KafkaBus, feed: KafkaSubscription) -> None:
+        _kp, offset, _event, _value = await feed.receive_record()
+        wrong = dm.PreemptCancelled(
+            allocation="never-placed", app="a1", queue="root.a", node="n1", reservation="r", reason="x"
+        )
+        await bus.publish(DECISIONS, "default", msgspec.structs.replace(wrong, seq=1, epoch=1, feed_offset=offset))
+        await feed.aclose()
+
+    with anyio.fail_after(120):
+        async with KafkaBus(kafka_settings) as bus, anyio.create_task_group() as tg:
+            feed = await bus.subscribe_ready(FEED, group="dead-core")
+            tg.start_soon(answer_once_then_die, bus, feed)
+            result = await anyio.to_thread.run_sync(lambda: _invoke(*args))
+    assert result.exit_code == EXIT_RUNTIME, result.output
+    assert "invariant violation" not in result.output
+    assert "no core answered partition(s) default" in _one_error_line(result)
 
 
 class _Lines:

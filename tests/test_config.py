@@ -235,6 +235,21 @@ BAD_PARTITIONS: list[tuple[str, dict[str, Any], str]] = [
         "queue root.a.priority.offset: inf is not an integer",
     ),
     (
+        "priority offset past 32 bits",
+        partition_raw(queue("a", priority_offset=10**400)),
+        "queue root.a.priority.offset: 1000000000000000000000000000000000000000 is outside -2^31..2^31-1",
+    ),
+    (
+        "priority offset below 32 bits",
+        partition_raw(queue("a", priority_offset=-(2**31) - 1)),
+        "queue root.a.priority.offset: -2147483649 is outside -2^31..2^31-1",
+    ),
+    (
+        "admission bound past 2^53",
+        {**partition_raw(queue("a")), "admission": {"max_containers": 10**400}},
+        "partition default.admission.max_containers: expected `int` <= 9007199254740992",
+    ),
+    (
         "priority offset boolean",
         partition_raw(queue("a", priority_offset=True)),
         "queue root.a.priority.offset: True is not an integer",

@@ -140,6 +140,190 @@ async def test_a_dead_letter_carries_the_json_record_as_its_producer_wrote_it(
     assert [x.reason for x in reader.of(d.Rejected, "p1")] == [got["p1"].reason]
 
 
+async def test_a_retired_partition_gives_its_place_under_max_partitions_to_a_new_one(
+    kafka_settings: KafkaSettings, bus: KafkaBus
+) -> None:
+    """With ``max_partitions=2``: two partitions run; one is retired (``partition_removed``), so a third is
+    served; the retired one, configured again, holds nothing while the other two run, so its records
+    are dead-lettered (a partition that holds something is never stopped to make room)."""
+    first, second, third = "r1", "r2", "r3"
+    with anyio.fail_after(WAIT):
+        reader = Decisions(await bus.subscribe_ready(DECISIONS, group=bus.settings.prefix + "reader"))
+        letters = await bus.subscribe_ready(DEADLETTER, group=bus.settings.prefix + "letters")
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(reader.pump)
+            process = CoreProcess(kafka_settings, options(max_partitions=2))
+            await tg.start(process.run)
+            await bus.publish_many(FEED, [(e.partition, e) for e in workload(first, 1) + workload(second, 1)])
+            await reader.until(lambda _: len(reader.of(d.Allocated)) == 2)
+            await bus.publish(FEED, first, f.PartitionRemoved(partition=first, id="retire"))
+            await reader.until(lambda _: len(reader.of(d.PartitionRemoved, first)) == 1)
+            await bus.publish_many(FEED, [(third, e) for e in workload(third, 2)])
+            await reader.until(lambda _: len(reader.of(d.Allocated, third)) == 2)
+            assert set(process.hosts) == {second, third}
+            await bus.publish(FEED, first, config_event(first))
+            letter = await letters.receive()
+            await letters.aclose()
+            tg.cancel_scope.cancel()
+    assert (letter.key, letter.offset >= 0) == (first, True)
+    assert "hosts its maximum of 2 partitions" in letter.reason
+    assert reader.of(d.Rejected) == []
+
+
+async def test_integers_ids_and_names_out_of_their_bounds_are_dead_lettered_with_the_field_path(
+    kafka_settings: KafkaSettings, bus: KafkaBus
+) -> None:
+    """A priority of 10^400, a 600-character event id (a ``sync``'s too), a 900 KB app name: each record is
+    refused at the edge with its field's path, and the partition goes on with the records around them."""
+    home = bus.partition_for("p1")
+    base = {"partition": "p1", "queue": "root.a"}
+    sent = {
+        "priority": {"type": "app_added", "id": "big-priority", "app": "x", **base, "priority": 10**400},
+        "sync-id": {"type": "sync", "partition": "p1", "id": "s" * 600},
+        "app-name": {"type": "app_added", "id": "long-name", "app": "a" * 900_000, **base},
+        "group": {"type": "app_added", "id": "long-group", "app": "g", **base, "groups": ["g" * 513]},
+    }
+    producer = AIOKafkaProducer(
+        bootstrap_servers=kafka_settings.bootstrap, acks="all", enable_idempotence=False, max_request_size=2 << 20
+    )
+    with anyio.fail_after(WAIT):
+        reader = Decisions(await bus.subscribe_ready(DECISIONS, group=bus.settings.prefix + "reader"))
+        letters = await bus.subscribe_ready(DEADLETTER, group=bus.settings.prefix + "letters")
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(reader.pump)
+            await tg.start(CoreProcess(kafka_settings, options()).run)
+            await bus.publish_many(FEED, [("p1", e) for e in workload("p1", 1)])
+            await reader.until(lambda _: len(reader.of(d.Allocated)) == 1)
+            await producer.start()
+            try:
+                for value in sent.values():
+                    await producer.send_and_wait(
+                        kafka_settings.topic(FEED), json.dumps(value).encode(), key=b"p1", partition=home
+                    )
+            finally:
+                await producer.stop()
+            await bus.publish(FEED, "p1", f.Sync(partition="p1", id="after"))
+            await reader.until(lambda _: any(isinstance(x, d.Synced) for x in reader.items))
+            got = []
+            while len(got) < len(sent):
+                got.append(await letters.receive())
+                letters.ack()
+            await letters.aclose()
+            tg.cancel_scope.cancel()
+    reasons = [letter.reason for letter in sorted(got, key=lambda letter: letter.offset)]
+    assert "<= 2147483647 - at `$.priority`" in reasons[0], reasons[0]
+    assert "length <= 512 - at `$.id`" in reasons[1], reasons[1]
+    assert "length <= 512 - at `$.app`" in reasons[2], reasons[2][:200]
+    assert "length <= 512 - at `$.groups[0]`" in reasons[3], reasons[3]
+    assert [x.event for x in reader.of(d.Synced)] == ["after"] and reader.of(d.Rejected) == []
+
+
+async def test_a_state_that_cannot_be_snapshot_is_counted_alerted_once_and_fails_health_until_it_can(
+    kafka_settings: KafkaSettings, bus: KafkaBus, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A state no snapshot can encode (an integer past 64 bits, which the wire refuses but a state could
+    still come to hold): every snapshot fails, each is counted, one ERROR alerts the streak, and the
+    health check names the partition until a snapshot is published again."""
+    from sniper.cluster.obs import health_of
+
+    caplog.set_level("DEBUG", logger="sniper.core")
+    asks = iter(range(1_000))
+
+    async def one_more_decision(reader: Decisions) -> None:  # a handled record: the cache snapshots when due
+        i = next(asks)
+        await bus.publish(
+            FEED, "p1", f.AskAdded(partition="p1", id=f"more{i}", app="app", ask=f"more{i}", resource={"memory": 1})
+        )
+        await reader.until(lambda items: any(getattr(x, "ask", "") == f"more{i}" for x in items))
+
+    with anyio.fail_after(WAIT):
+        reader = Decisions(await bus.subscribe_ready(DECISIONS, group=bus.settings.prefix + "reader"))
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(reader.pump)
+            process = CoreProcess(kafka_settings, options(snapshot_interval=0.01))
+            await tg.start(process.run)
+            await bus.publish_many(FEED, [("p1", e) for e in workload("p1", 1)])
+            await reader.until(lambda _: len(reader.of(d.Allocated)) == 1)
+            host = process.hosts["p1"]
+            host.core.handle_event(f.AppAdded(partition="p1", app="huge", queue="root.a", priority=10**400))
+            while host.counters.snapshots_failed < 3:
+                await one_more_decision(reader)
+            failing = health_of(process)
+            published = host.counters.snapshots
+            host.core.handle_event(f.AppRemoved(partition="p1", app="huge"))
+            while host.counters.snapshots == published:
+                await one_more_decision(reader)
+            healthy = health_of(process)
+            tg.cancel_scope.cancel()
+    assert "snapshots fail" in failing["p1"] and "OverflowError" in failing["p1"]
+    assert healthy == {}
+    alerts = [r for r in caplog.records if r.levelname == "ERROR" and "snapshot not published" in r.getMessage()]
+    assert len(alerts) == 1
+
+
+async def test_an_ask_with_a_huge_node_selector_is_rejected_in_a_decision_that_fits_and_nothing_is_lost(
+    kafka_settings: KafkaSettings, bus: KafkaBus
+) -> None:
+    """An 850 KB ``ask_added`` whose selector no node matches (quoted whole, its rejection would be over
+    1 MB): the rejection quotes the selector cut short, so it is published with the ``synced`` after
+    it, and the log's seqs have no gap."""
+    selector = {f"key{k}": [f"v{v:011d}" for v in range(1024)] for k in range(64)}
+    huge = f.AskAdded(partition="p1", id="huge", app="app", ask="huge", resource={"memory": 1}, node_selector=selector)
+    with anyio.fail_after(WAIT):
+        reader = Decisions(await bus.subscribe_ready(DECISIONS, group=bus.settings.prefix + "reader"))
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(reader.pump)
+            process = CoreProcess(kafka_settings, options())
+            await tg.start(process.run)
+            await bus.publish_many(FEED, [("p1", e) for e in workload("p1", 1)])
+            await reader.until(lambda _: len(reader.of(d.Allocated)) == 1)
+            await bus.publish_many(FEED, [("p1", huge), ("p1", f.Sync(partition="p1", id="after"))])
+            await reader.until(lambda _: bool(reader.of(d.Synced)))
+            tg.cancel_scope.cancel()
+    [rejected] = reader.of(d.Rejected)
+    assert rejected.code == "no_matching_node" and "characters left out)" in rejected.reason
+    assert len(rejected.reason) <= d.MAX_REASON
+    assert [x.seq for x in reader.items] == list(range(1, len(reader.items) + 1))
+    assert process.counters["p1"].decisions_unpublishable == 0
+
+
+async def test_a_decision_too_large_to_publish_stops_the_partition_loudly_and_leaves_no_gap(
+    kafka_settings: KafkaSettings, bus: KafkaBus, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Records of 8 KB at most: a rejection that names a 512-character app and ask twice over (8.8 KB) cannot
+    be published. The partition stops, its restore decides the same again and fails: an ERROR, the
+    counter, the health check naming it, its later records dead-lettered; no decision after it is
+    published, so the log's seqs stay whole."""
+    from sniper.cluster.obs import health_of
+
+    small = dataclasses.replace(kafka_settings, max_message_bytes=8192)
+    wide = "\N{GRINNING FACE}" * 512  # 512 characters, 2 KB
+    unknown = f.AskAdded(partition="p1", id="wide", app=wide, ask=wide, resource={"memory": 1})
+    with anyio.fail_after(WAIT):
+        reader = Decisions(await bus.subscribe_ready(DECISIONS, group=bus.settings.prefix + "reader"))
+        letters = await bus.subscribe_ready(DEADLETTER, group=bus.settings.prefix + "letters")
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(reader.pump)
+            process = CoreProcess(small, options())
+            await tg.start(process.run)
+            await bus.publish_many(FEED, [("p1", e) for e in workload("p1", 1)])
+            await reader.until(lambda _: len(reader.of(d.Allocated)) == 1)
+            logged = len(reader.items)
+            first = process.hosts["p1"]
+            await bus.publish(FEED, "p1", unknown)
+            await first.stopped.wait()
+            await bus.publish(FEED, "p1", f.Sync(partition="p1", id="after"))
+            letter = await letters.receive()
+            health = health_of(process)
+            await letters.aclose()
+            tg.cancel_scope.cancel()
+    assert "cannot be served" in letter.reason and "MessageTooLarge" in letter.reason
+    assert "MessageTooLarge" in health["p1"]
+    assert process.counters["p1"].decisions_unpublishable >= 2  # live, then again in the restore
+    assert any(r.levelname == "ERROR" and "cannot be published" in r.getMessage() for r in caplog.records)
+    assert len(reader.items) == logged and [x.seq for x in reader.items] == list(range(1, logged + 1))
+
+
 async def test_failover_restores_the_state_and_bumps_the_epoch(kafka_settings: KafkaSettings, bus: KafkaBus) -> None:
     with anyio.fail_after(WAIT):
         reader = Decisions(await bus.subscribe_ready(DECISIONS, group=bus.settings.prefix + "reader"))

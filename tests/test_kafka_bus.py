@@ -316,7 +316,9 @@ async def test_slow_reader_never_buffers_more_than_capacity(kafka_settings: Kafk
     assert got == events
 
 
-async def test_rebalance_listener_sees_assignments_and_revocations(kafka_settings: KafkaSettings) -> None:
+async def test_rebalance_listener_sees_what_a_sticky_rebalance_moves_and_nothing_it_keeps(
+    kafka_settings: KafkaSettings,
+) -> None:
     class Recorder(RebalanceListener):
         def __init__(self) -> None:
             self.owned: set[int] = set()
@@ -332,6 +334,9 @@ async def test_rebalance_listener_sees_assignments_and_revocations(kafka_setting
             self.owned -= partitions
             self.log.append(("revoked", partitions))
             self.changed.set()
+
+        async def on_rebalance(self, partitions: frozenset[int]) -> None:
+            self.log.append(("rebalance", partitions))
 
     everything = set(range(kafka_settings.partitions))
     one, two = Recorder(), Recorder()
@@ -353,7 +358,13 @@ async def test_rebalance_listener_sees_assignments_and_revocations(kafka_setting
                     tg.start_soon(wait_any, two.changed)
             assert not one.owned & two.owned
             assert first.assigned == one.owned and second.assigned == two.owned
-            assert ("revoked", frozenset(everything)) in one.log
+            # Sticky: the first member gives up only what the second now owns, and keeps the rest running.
+            assert one.log == [
+                ("assigned", frozenset(everything)),
+                ("rebalance", frozenset(everything)),
+                ("revoked", frozenset(two.owned)),
+                ("assigned", frozenset()),
+            ]
             owned_by_two = set(two.owned)
             await second.aclose()
             assert two.log[-1] == ("revoked", frozenset(owned_by_two))

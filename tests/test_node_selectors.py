@@ -55,6 +55,30 @@ def test_an_ask_no_node_can_match_is_rejected_with_the_reason() -> None:
     assert "a100" not in h.cache.state.apps["x"].asks
 
 
+def test_a_rejection_quotes_a_huge_selector_cut_short_with_what_it_left_out() -> None:
+    selector = {f"key{k}": [f"value{v:05d}" for v in range(1000)] for k in range(64)}
+    h = Harness(config_of(queue("a")))
+    h.feed(f.NodeAdded(node="t4", capacity={"memory": 50}, labels={"gpu_model": "T4"}))
+    out = h.feed(
+        f.AppAdded(app="x", queue="root.a"),
+        f.AskAdded(app="x", ask="many", resource={"memory": 10}, node_selector=selector),
+    )
+    [reason] = [x.reason for x in out if isinstance(x, d.Rejected)]
+    left_out = len(str(selector)) - (d.MAX_QUOTE - 40)
+    assert reason.startswith("ask x/many: no node matches its node selector {'key0': ['value00000', ")
+    assert reason.endswith(f"… ({left_out} characters left out)") and len(reason) < 2 * d.MAX_QUOTE
+
+
+def test_every_decided_reason_is_cut_to_its_bound_and_a_short_one_is_kept_whole() -> None:
+    h = Harness(config_of(queue("a")))
+    long = "x" * (d.MAX_REASON * 3)
+    h.cache.decide(d.Rejected, reason=long, code="invalid")
+    h.cache.decide(d.Rejected, reason="short", code="invalid")
+    cut, short = (x.reason for x in h.pump() if isinstance(x, d.Rejected))
+    assert len(cut) <= d.MAX_REASON and cut.endswith(f"… ({len(long) - d.MAX_REASON + 40} characters left out)")
+    assert short == "short"
+
+
 def test_preemption_takes_victims_only_where_the_beneficiary_may_run() -> None:
     h = PreemptHarness(preemption_raw(queue("a", guaranteed={"memory": 100}), queue("b", guaranteed={"memory": 100})))
     h.feed(

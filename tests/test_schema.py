@@ -107,6 +107,7 @@ def test_a_field_of_the_real_feed_removed_is_caught() -> None:
     del edited["$defs"]["AskAdded"]["properties"]["gang_min"]
     edited["$defs"]["AppAdded"]["properties"]["priority"] = {"type": "string"}
     assert breaking_changes(current, edited) == [
-        'AppAdded.priority: schema changed from {"type": "integer"} to {"type": "string"}',
+        'AppAdded.priority: schema changed from {"maximum": 2147483647, "minimum": -2147483648, "type": "integer"} '
+        'to {"type": "string"}',
         "AskAdded.gang_min: removed",
     ]

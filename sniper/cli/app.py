@@ -299,19 +299,44 @@ def show_rejections(items: list[dict[str, str]], show: bool) -> None:
         console.print(literal(f"rejected {what}: {item['reason']}", "yellow"))
 
 
+def repeated_ids(events: Iterable[f.Feed]) -> int:
+    """How many of ``events`` a partition ignores as repeats of an earlier event's ``id`` (de-duplication:
+    ids are per partition, and a ``partition_removed`` forgets those before it, as the cache does)."""
+    seen: dict[str, set[str]] = {}
+    repeats = 0
+    for event in events:
+        if not event.id:
+            continue
+        ids = seen.setdefault(event.partition, set())
+        if event.id in ids:
+            repeats += 1
+        elif isinstance(event, f.PartitionRemoved):
+            seen[event.partition] = {event.id}
+        else:
+            ids.add(event.id)
+    return repeats
+
+
 def decided_nothing(
-    decisions: Iterable[d.DecisionMsg], events: int, rejected: list[dict[str, str]], shown: bool
+    decisions: Iterable[d.DecisionMsg], events: Sequence[f.Feed], rejected: list[dict[str, str]], shown: bool
 ) -> None:
-    """Fail when a run of ``events`` events decided nothing but rejections: bad input (exit 2) when Sniper
-    rejected what it was given, the rejections listed (``shown``: already listed); a runtime failure
-    (exit 3) when nothing at all was decided."""
+    """Fail when a run of ``events`` decided nothing but rejections: bad input (exit 2) when Sniper
+    rejected what it was given, the rejections listed (``shown``: already listed), or ignored it as
+    repeats of an earlier ``id``; a runtime failure (exit 3) when nothing at all was decided."""
     if any(not isinstance(x, d.Rejected) for x in decisions):
         return
+    repeats = repeated_ids(events)
+    ignored = f"; {repeats} events ignored as repeats of an earlier id" if repeats else ""
     if rejected:
         if not shown:
             show_rejections(rejected, True)
-        fail(f"every decision for {events} events was a rejection (listed above): nothing could be scheduled")
-    fail(f"nothing was decided for {events} events", EXIT_RUNTIME)
+        fail(
+            f"every decision for {len(events)} events was a rejection (listed above){ignored}: "
+            "nothing could be scheduled"
+        )
+    if repeats:
+        fail(f"nothing was decided for {len(events)} events: {repeats} events ignored as repeats of an earlier id")
+    fail(f"nothing was decided for {len(events)} events", EXIT_RUNTIME)
 
 
 def load_inputs(trace: Path | None, queues: Path | None, seed: int) -> tuple[list[f.Feed], SchedulerConfig | None, str]:

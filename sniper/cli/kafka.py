@@ -196,7 +196,11 @@ def core(
     snapshot_interval: Annotated[float, typer.Option(help="seconds between snapshots of a busy partition")] = 5.0,
     snapshot_every: Annotated[int, typer.Option(help="decisions between snapshots (at least the state's size)")] = 1000,
     max_partitions: Annotated[
-        int, typer.Option(help="scheduler partitions this process hosts at most (records of more are dead-lettered)")
+        int,
+        typer.Option(
+            help="scheduler partitions this process hosts at most (records of more are dead-lettered; one that "
+            "holds nothing, retired or never configured, gives its place)"
+        ),
     ] = 256,
     decisions_format: Annotated[
         WireFormat,
@@ -322,17 +326,17 @@ def feed(
     if report is not None:
         report.write_bytes(msgspec.json.format(msgspec.json.encode(summary), indent=2) + b"\n")
         console.print(literal(f"report written to {report}"))
-    if result.violations:
-        console.print(literal(f"{result.violations} invariant violation(s)", "red"))
-        raise typer.Exit(EXIT_INVARIANT)
-    decided_nothing(decisions, len(events), rejected, show)
-    if result.unanswered:
+    if result.unanswered:  # first: what went unanswered explains the violations it leaves behind
         lost = sum(result.unanswered.values())
         parts = ", ".join(sorted(result.unanswered))
         fail(
             f"no core answered partition(s) {parts} within --drain {drain:g}s ({lost} event(s) published to them)",
             EXIT_RUNTIME,
         )
+    if result.violations:
+        console.print(literal(f"{result.violations} invariant violation(s)", "red"))
+        raise typer.Exit(EXIT_INVARIANT)
+    decided_nothing(decisions, events, rejected, show)
 
 
 @app.command("record")

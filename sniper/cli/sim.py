@@ -165,7 +165,7 @@ def simulate(
     if result.violations:
         console.print(literal(f"{result.violations} invariant violation(s)", "red"))
         raise typer.Exit(EXIT_INVARIANT)
-    decided_nothing(result.decisions, len(events), rejected, show)
+    decided_nothing(result.decisions, events, rejected, show)
 
 
 @app.command()
@@ -226,6 +226,8 @@ def compare(
         console.print(literal(f"plot written to {plot}"))
     if any(r.violations for r in results.values()):
         raise typer.Exit(EXIT_INVARIANT)
+    first = results[names[0]].decisions  # every policy was given the same events
+    decided_nothing(first, events, rejections(first), False)
 
 
 @app.command("scenario")

@@ -4,9 +4,12 @@
 partitions the group gave it (``owned``) and the hosted scheduler partitions (``hosts``, by name).
 Invariant: a host lives on an owned Kafka partition; when the group revokes one, its hosts are
 forgotten and stopped (each host bounds its own stop), and shutdown stops every host before the bus
-closes. Hosts publish their output (decisions, snapshots and dead letters) only under the membership's
-lease (:meth:`GroupMember.leased`; records still buffered when it lapses are failed, not sent:
-``KafkaBus.fence``), and only for Kafka partitions still owned (:meth:`GroupMember.may_write`).
+closes. A rebalance stops only the hosts of the partitions it moves elsewhere: while it is under way
+every output waits, and the hosts of moved partitions publish nothing more (their new owner may
+already read the log), so those kept run on without a restart. Hosts publish their output
+(decisions, snapshots and dead letters) only under the membership's lease (:meth:`GroupMember.leased`;
+records still buffered when it lapses are failed, not sent: ``KafkaBus.fence``), and only for Kafka
+partitions still owned (:meth:`GroupMember.may_write`).
 A member also watches its topics (:mod:`sniper.transport.layout`): one that is gone or has another partition
 count, seen on two checks in a row, stops it (the error leaves :meth:`GroupMember.run`).
 What a record does and how a host starts belongs to the subclasses (:mod:`sniper.cluster.process` on
@@ -52,6 +55,7 @@ class PartitionCounters:
     decisions: int = 0
     snapshots: int = 0
     snapshots_failed: int = 0  # snapshots that could not be published (an alert: recovery replays more)
+    decisions_unpublishable: int = 0  # batches with a decision too large for a record (an alert: it stops)
     recovered_feed: int = 0
     recovered_decisions: int = 0
     recovery_divergences: int = 0
@@ -90,6 +94,11 @@ class GroupMember(RebalanceListener, Generic[H]):
         # Partitions this member owns but cannot serve now, with why: /healthz answers 503 while any is.
         self.failing: dict[str, str] = {}
         self.owned: frozenset[int] = frozenset()
+        # A rebalance under way holds back every output until the assignment says which partitions stay;
+        # those it took away (``moved``) publish nothing more: their new owner may be reading the log.
+        self.rebalancing = False
+        self.moved: frozenset[int] = frozenset()
+        self._ownership_changed = anyio.Event()
         self.subscription: KafkaSubscription | None = None
         self.ready = anyio.Event()
         self._hosting_changed = anyio.Event()
@@ -150,26 +159,60 @@ class GroupMember(RebalanceListener, Generic[H]):
                 raise problem
             seen = "" if problem is None else str(problem)
 
-    async def leased(self) -> None:
-        """Return once this member's group membership is known current (at once while its lease holds)."""
+    async def leased(self, kafka_partition: int | None = None) -> None:
+        """Return once this member's group membership is known current (at once while its lease holds)
+        and no rebalance is under way; for ``kafka_partition``, never if a rebalance took it away (its
+        host is being stopped, and its output must not reach the log its new owner reads)."""
+        await self._settled(kafka_partition)
+        if kafka_partition is not None and kafka_partition in self.moved:
+            await anyio.sleep_forever()
         if self.subscription is not None:
             await self.subscription.leased()
 
     async def may_write(self, kafka_partition: int) -> bool:
         """Wait for the lease; True if this member still owns ``kafka_partition`` (and may write for it)."""
         try:
+            await self._settled(kafka_partition)
             await self.leased()
         except Exception:  # the subscription failed or closed: this member writes nothing more
             return False
-        return kafka_partition in self.owned
+        return kafka_partition in self.owned and kafka_partition not in self.moved
+
+    async def _settled(self, kafka_partition: int | None) -> None:
+        """Wait while a rebalance is under way, unless it already took ``kafka_partition`` away."""
+        while self.rebalancing and (kafka_partition is None or kafka_partition not in self.moved):
+            await self._ownership_changed.wait()
+
+    def _ownership_moved(self) -> None:
+        self._ownership_changed.set()
+        self._ownership_changed = anyio.Event()
 
     # ---- the group's decisions
+    async def on_rebalance(self, partitions: frozenset[int]) -> None:
+        """Hold back every output until the assignment is known; what the producer holds goes out first."""
+        self.rebalancing = True
+        self._ownership_moved()
+        log.info("rebalancing Kafka partitions %s", sorted(partitions), extra={"actor": self.log_actor})
+        with anyio.move_on_after(self.settings.close_timeout):
+            await self.bus.flush()
+
     async def on_assigned(self, partitions: frozenset[int]) -> None:
         self.owned = self.owned | partitions
-        log.info("assigned Kafka partitions %s", sorted(partitions), extra={"actor": self.log_actor})
+        self.moved = self.moved - partitions
+        self.rebalancing = False
+        self._ownership_moved()
+        log.info(
+            "assigned Kafka partitions %s (new: %s)",
+            sorted(self.owned),
+            sorted(partitions),
+            extra={"actor": self.log_actor},
+        )
 
     async def on_revoked(self, partitions: frozenset[int]) -> None:
         self.owned = self.owned - partitions
+        if self.rebalancing:  # taken away by a rebalance: nothing of theirs is published from now on
+            self.moved = self.moved | partitions
+            self._ownership_moved()
         for name in [n for n in self.failing if self.bus.partition_for(n) in partitions]:
             del self.failing[name]  # its next owner serves it (or says it cannot)
         log.info("revoked Kafka partitions %s", sorted(partitions), extra={"actor": self.log_actor})

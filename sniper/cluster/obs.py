@@ -168,6 +168,7 @@ class _CoreCollector(Collector):
             "lost": "Allocations lost with their node",
             "snapshots": "Snapshots published",
             "snapshots_failed": "Snapshots that could not be published (alert: too large or refused)",
+            "decisions_unpublishable": "Decision batches too large to publish (alert: the partition stops)",
         }
         for name, help_text in counters.items():
             family = CounterMetricFamily(f"sniper_{name}", help_text, labels=["partition"])

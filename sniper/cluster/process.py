@@ -6,7 +6,8 @@ What it owns:
   the group assigns to it decide which scheduler partitions it hosts (scheduler partition ``P`` lives
   on Kafka partition ``bus.partition_for(P)`` of every topic). A hosted partition is started lazily on
   its first feed record, or at assignment when the ``snapshots`` topic (or ``--queues``) names it; it is
-  stopped, bounded in time, when its Kafka partition is revoked.
+  stopped, bounded in time, when its Kafka partition is revoked (a rebalance that keeps the Kafka
+  partition here leaves it running: :mod:`sniper.cluster.member`).
 - **The links.** Feed records are read once per process (one group member) and handed to the
   partition's cache in-process; decisions and snapshots go to Kafka. With ``role="all"`` the view,
   proposal and tick links stay on a per-partition :class:`~sniper.transport.memory.MemoryBus`; the split
@@ -20,7 +21,9 @@ What it owns:
   only after the cache handled it and the broker acknowledged the decisions it caused; records are
   acknowledged in fetch order. The cache hands decisions to the producer and goes on without waiting
   for the broker (the producer batches what comes meanwhile); decisions the broker never acknowledges
-  stop the partition (:class:`DecisionsLost`), which is then restored from the log. Recovery never
+  stop the partition (:class:`DecisionsLost`), which is then restored from the log; so do decisions
+  too large for a record (none of their batch is sent, so the log never has a gap in ``seq``; a
+  restore that decides them again fails, and the health check says so). Recovery never
   depends on the committed offset: it re-reads the feed from the snapshot's own ``feed_offset``, so
   records committed but not yet in a snapshot are replayed (a stopped partition's records are
   acknowledged at once for this reason).
@@ -39,12 +42,13 @@ What it owns:
   and this process writes their dead letter; recovery skips them too, and writes the dead letters the
   previous owner had not written yet (it reads which it did). A record whose partition does not hash to
   the Kafka partition it came on, or that would start a partition beyond ``max_partitions``, is
-  dead-lettered with the reason. Events the state refuses become ``rejected`` decisions in the cache;
-  those it refuses for their time (too far ahead of the partition's clock) are dead-lettered too, by
-  whoever judged them (the owner live, a new owner in replay), once, and move no clock. Every dead
-  letter carries the record's value as its producer wrote it (JSON or msgpack, never re-encoded): the
-  subscription hands each record's bytes over with it (:class:`Delivery` ``value``), and they go with
-  the record once it is acknowledged.
+  dead-lettered with the reason (a hosted partition that holds nothing, retired or never configured,
+  is stopped first to make room: only partitions holding something count). Events the state refuses
+  become ``rejected`` decisions in the cache; those it refuses for their time (too far ahead of the
+  partition's clock) are dead-lettered too, by whoever judged them (the owner live, a new owner in
+  replay), once, and move no clock. Every dead letter carries the record's value as its producer wrote
+  it (JSON or msgpack, never re-encoded): the subscription hands each record's bytes over with it
+  (:class:`Delivery` ``value``), and they go with the record once it is acknowledged.
 - **Starting without blocking**: a partition's first record starts it in the background (at most
   ``STARTS_AT_ONCE`` at a time); its records wait for it in order while the other partitions go on.
 - **Lease**: decisions, snapshots and dead letters are published only while the group membership is
@@ -192,6 +196,7 @@ class HostedPartition:
         self._decisions_since_snapshot = 0
         self._next_snapshot = self._snapshot_point()
         self._snapshotting = False  # a snapshot taken waits for its decisions to be acknowledged
+        self._snapshots_failing = 0  # snapshots not published since the last one that was
         self._serial = 0  # snapshots published in this epoch (their chunks' keys alternate on its parity)
         # Where the decisions log stands: every decision of this partition acknowledged so far lies before
         # offset ``log_end`` of its Kafka partition, and ``log_epoch`` is the highest epoch among them.
@@ -215,6 +220,14 @@ class HostedPartition:
             if isinstance(actor, DurableCacheActor):
                 return actor
         return None
+
+    def holds_nothing(self) -> bool:
+        """The partition has no configuration, node or app (retired by ``partition_removed``, or never
+        configured) and no work under way: stopping it loses nothing."""
+        state = self.core.state
+        actor = self.cache_actor
+        idle = actor is None or not actor.busy
+        return state.config is None and not state.nodes and not state.apps and idle and not self._unconfirmed
 
     def now(self) -> float:
         now = self.time.now()
@@ -317,8 +330,21 @@ class HostedPartition:
     async def _hand_over(self, decisions: list[d.DecisionMsg]) -> asyncio.Future[Any] | None:
         if not decisions:
             return None
-        await self.process.leased()  # a deposed owner waits here until the group revokes it
-        sent = await self.process.bus.send_many(DECISIONS, [(self.name, x) for x in decisions])
+        await self.process.leased(self.kafka_partition)  # a deposed owner waits here until it is stopped
+        if self.send_error is not None:  # decisions before these are lost: none after them may be logged
+            raise DecisionsLost(f"decisions of partition {self.name} were not published") from self.send_error
+        sent: asyncio.Future[Any] | None
+        try:
+            sent = await self.process.bus.send_many(DECISIONS, [(self.name, x) for x in decisions])
+        except MessageTooLarge as err:  # none of them was handed over: lost like those the broker refuses
+            self.counters.decisions_unpublishable += 1
+            log.error(
+                "ALERT a decision cannot be published, the partition stops (%s)", err, extra={"partition": self.name}
+            )
+            self.send_error = err
+            self._send_failed.set()
+            sent = asyncio.get_running_loop().create_future()
+            sent.set_exception(err)
         if sent is not None:
             sent.add_done_callback(self._logged)  # first: it runs before anyone waiting for ``sent`` wakes
         asked = self.asked
@@ -385,11 +411,13 @@ class HostedPartition:
         tg = self._tg
         if tg is None:
             return
-        snapshot = self._take_snapshot()
-        self._snapshotting = True
         self._decisions_since_snapshot = 0
         self._last_snapshot = time.monotonic()
         self._next_snapshot = self._snapshot_point()
+        snapshot = self._take_snapshot()
+        if snapshot is None:
+            return
+        self._snapshotting = True
         tg.start_soon(self._publish_when_confirmed, snapshot, list(self._unconfirmed))
 
     async def _publish_when_confirmed(self, snapshot: Snapshot, before: list[asyncio.Future[Any]]) -> None:
@@ -403,21 +431,51 @@ class HostedPartition:
                 snapshot = msgspec.structs.replace(snapshot, decisions_offset=end, decisions_epoch=self.core.epoch)
             await self._publish(snapshot)
         except Exception as err:  # a missed snapshot only makes the next recovery replay more
-            log.warning("snapshot not published: %r", err, extra={"partition": self.name})
+            self._snapshot_failed(err)
         finally:
             self._snapshotting = False
 
     async def publish_snapshot(self) -> None:
         """Publish the core's state now (call only at an idle point: every decision published)."""
-        snapshot = self._take_snapshot()
         self._decisions_since_snapshot = 0
         self._next_snapshot = self._snapshot_point()
-        await self._publish(snapshot)
+        snapshot = self._take_snapshot()
+        if snapshot is not None:
+            await self._publish(snapshot)
 
-    def _take_snapshot(self) -> Snapshot:
-        """The core's state, with where a restore from it starts reading the decisions log."""
-        snapshot = take_snapshot(self.core, kafka_partition=self.kafka_partition, wall_time=time.time())
+    def _take_snapshot(self) -> Snapshot | None:
+        """The core's state, with where a restore from it starts reading the decisions log (None, counted
+        and alerted, when the state cannot be encoded)."""
+        try:
+            snapshot = take_snapshot(self.core, kafka_partition=self.kafka_partition, wall_time=time.time())
+        except (TypeError, ValueError, OverflowError) as err:  # what msgspec raises on a value it cannot encode
+            self._snapshot_failed(err)
+            return None
         return msgspec.structs.replace(snapshot, decisions_offset=self.log_end, decisions_epoch=self.log_epoch)
+
+    def _snapshot_failed(self, err: BaseException) -> None:
+        """A snapshot was not published: count it, alert once per streak, and fail the health check
+        until one is (a successor would restore from an older snapshot, replaying ever more)."""
+        self.counters.snapshots_failed += 1
+        self._snapshots_failing += 1
+        if self._snapshots_failing == 1:
+            log.error(
+                "ALERT snapshot not published (recovery replays from the previous one): %r",
+                err,
+                extra={"partition": self.name},
+            )
+        else:
+            log.debug("snapshot not published again: %r", err, extra={"partition": self.name})
+        why = f"snapshots fail ({self._snapshots_failing} in a row): {err!r}"
+        self.process.failing[self.name] = why[:1000]
+
+    def _snapshot_published(self) -> None:
+        self._last_snapshot = time.monotonic()
+        self.counters.snapshots += 1
+        if self._snapshots_failing:
+            self._snapshots_failing = 0
+            self.process.failing.pop(self.name, None)
+            log.info("snapshots are published again", extra={"partition": self.name})
 
     async def _publish(self, snapshot: Snapshot) -> None:
         if self.send_error is not None:
@@ -429,26 +487,21 @@ class HostedPartition:
         )
         records: list[tuple[str, Any]] = [(chunk_key(self.name, c.serial, c.index), c) for c in chunks]
         try:
-            await self.process.leased()
+            await self.process.leased(self.kafka_partition)
             await bus.publish_many(SNAPSHOTS, [*records, (self.name, header)], partition=self.kafka_partition)
         except KafkaTransportError as err:  # the log is lost: this process is on its way out
             log.warning("snapshot not published: %s", err, extra={"partition": self.name})
             return
         except MessageTooLarge as err:
-            self.counters.snapshots_failed += 1
-            log.error(
-                "ALERT snapshot not published (recovery replays from the previous one): %s",
-                err,
-                extra={"partition": self.name},
-            )
+            self._snapshot_failed(err)
             return
-        self._last_snapshot = time.monotonic()
-        self.counters.snapshots += 1
+        self._snapshot_published()
 
     async def stop(self, *, final_snapshot: bool = True) -> None:
         """Stop the actors (bounded by ``stop_timeout``) and, at a clean idle point, publish a snapshot."""
         limit = self.process.options.stop_timeout
-        if not self.stopped.is_set():
+        moved = self.kafka_partition in self.process.moved  # its output may not reach the log any more
+        if not self.stopped.is_set() and not moved:
             with anyio.move_on_after(limit / 2):
                 await self.memory.wait_idle()
         self.scope.cancel()
@@ -460,7 +513,7 @@ class HostedPartition:
             await self.process.bus.flush()
         actor = self.cache_actor
         clean = actor is not None and not actor.busy and not self.core.has_output() and self.confirmed()
-        if final_snapshot and self.failed is None and clean:
+        if final_snapshot and self.failed is None and clean and not moved:
             with anyio.move_on_after(limit / 2):
                 await self.publish_snapshot()
         await self.close_inboxes()
@@ -586,7 +639,7 @@ class CoreProcess(GroupMember[HostedPartition]):
         if host is not None:
             await self._hand(host, delivery)
             return
-        if not self._room_for(name):
+        if not self._room_for(name) and not await self._make_room():
             reason = (
                 f"partition {name!r} not started: this process hosts its maximum of "
                 f"{self.options.max_partitions} partitions (--max-partitions)"
@@ -601,6 +654,24 @@ class CoreProcess(GroupMember[HostedPartition]):
         """``name`` runs or starts here already, or one more partition stays within ``max_partitions``."""
         known = self.hosts.keys() | self._waiting.keys() | self._starting.keys()
         return name in known or len(known) < self.options.max_partitions
+
+    async def _make_room(self) -> bool:
+        """Stop one hosted partition that holds nothing (retired, or never configured) and is idle, to
+        make room for another; False if every one holds something. The stopped partition starts again
+        at its next record, from the snapshot it published on stopping."""
+        idle = next((h for h in self.hosts.values() if h.holds_nothing() and h.name not in self._waiting), None)
+        if idle is None:
+            return False
+        log.info(
+            "partition %s holds nothing: stopped to make room for another", idle.name, extra={"partition": idle.name}
+        )
+        self._forget(idle)
+        await idle.stop()
+        for delivery in self._inflight:
+            if delivery.key == idle.name:
+                delivery.done = True  # in its final snapshot, or replayed from the feed when it starts again
+        self.advance_acks()
+        return True
 
     async def _start_then_deliver(self, name: str, kp: int) -> None:
         """Start partition ``name``, then hand it the records that came meanwhile, in order."""

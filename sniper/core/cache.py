@@ -90,6 +90,9 @@ class Cache:
         self._changes.append(change)
 
     def decide(self, decision_type: type[d.DecisionMsg], **fields: Any) -> None:
+        reason = fields.get("reason")
+        if isinstance(reason, str) and len(reason) > d.MAX_REASON:
+            fields["reason"] = d.clipped(reason)
         self.decision_seq += 1
         self._decisions.append(
             decision_type(partition=self.partition, seq=self.decision_seq, epoch=self.epoch, t=self.state.now, **fields)
@@ -494,9 +497,10 @@ class Cache:
             and self.state.nodes
             and not any(selector_matches(e.node_selector, n.labels) for n in self.state.nodes.values())
         ):
+            selector = d.clipped(str(e.node_selector), d.MAX_QUOTE)
             self._reject(
                 "no_matching_node",
-                f"ask {e.app}/{e.ask}: no node matches its node selector {e.node_selector}",
+                f"ask {e.app}/{e.ask}: no node matches its node selector {selector}",
                 app=e.app,
                 ask=e.ask,
                 event=e.id,

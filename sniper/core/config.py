@@ -82,6 +82,9 @@ MAX_NESTING = 100  # containers (mappings and lists) inside one partition: about
 MAX_NODES = 200_000  # values inside one config, counting every use of a YAML alias
 SECONDS_MAX = 1e9  # about 31 years: a longer time is a typo
 
+PRIORITY_OFFSET_MAX = 2**31 - 1  # a queue's priority offset is a 32-bit integer, as the feed's priorities
+COUNT_MAX = 2**53  # any count a configuration sets (past it a count no longer survives a JSON reader)
+
 Seconds = Annotated[float, Meta(ge=0, le=SECONDS_MAX)]
 Share = Annotated[float, Meta(ge=0, le=1)]
 
@@ -102,11 +105,12 @@ class PreemptionConfig:
     grace: Seconds = 15.0  # YARN's max_wait_before_kill (15000 ms)
     observe_only: bool = False
     mask_ttl: Seconds = 30.0
-    min_missed_opportunities: Annotated[int, Meta(ge=0)] = 1
+    min_missed_opportunities: Annotated[int, Meta(ge=0, le=COUNT_MAX)] = 1
     victim_cost: str = "running_time"  # one of VICTIM_COSTS
     intra_queue: bool = False
     required_node: bool = True  # asks that require a node preempt on it (YuniKorn's required-node preemptor)
-    max_candidate_nodes: Annotated[int, Meta(ge=1)] | None = None  # opt-in cap on nodes costed per placement
+    # an opt-in cap on nodes costed per placement
+    max_candidate_nodes: Annotated[int, Meta(ge=1, le=COUNT_MAX)] | None = None
     reservation_timeout: Seconds = 60.0
 
 
@@ -124,9 +128,10 @@ class AdmissionConfig:
     (containers pending plus running), and how far ahead of the partition's clock a feed event may be
     stamped. Events over a bound are refused with the reason, so no input grows a partition without end."""
 
-    max_pending_per_ask: Annotated[int, Meta(ge=1)] = 100_000  # an ask's count
-    max_containers_per_app: Annotated[int, Meta(ge=1)] = 500_000  # running plus still asked for, per app
-    max_containers: Annotated[int, Meta(ge=1)] = 1_000_000  # running plus still asked for, per partition
+    max_pending_per_ask: Annotated[int, Meta(ge=1, le=COUNT_MAX)] = 100_000  # an ask's count
+    # running plus still asked for, per app, then per partition
+    max_containers_per_app: Annotated[int, Meta(ge=1, le=COUNT_MAX)] = 500_000
+    max_containers: Annotated[int, Meta(ge=1, le=COUNT_MAX)] = 1_000_000
     max_clock_skew: Seconds = 86_400.0  # a feed event stamped further ahead of the clock is refused
 
 
@@ -262,7 +267,7 @@ class _RawLimit(_Raw):
     users: list[Principal] = []
     groups: list[Principal] = []
     maxresources: dict[ResourceName, Quantity] | None = None
-    maxapplications: Annotated[int, Meta(ge=1)] | None = None
+    maxapplications: Annotated[int, Meta(ge=1, le=COUNT_MAX)] | None = None
 
 
 class _RawQueue(_Raw):
@@ -271,7 +276,7 @@ class _RawQueue(_Raw):
     queues: list[_RawQueue] = []
     resources: _RawResources | None = None
     properties: dict[str, PropertyValue] | None = None
-    maxapplications: Annotated[int, Meta(ge=1)] | None = None
+    maxapplications: Annotated[int, Meta(ge=1, le=COUNT_MAX)] | None = None
     limits: list[_RawLimit] | None = None
     submitacl: str | None = None  # warned
     adminacl: str | None = None  # warned
@@ -553,7 +558,11 @@ def _properties(raw: Mapping[str, PropertyValue], at: str, inherited_delay: floa
             raise ValueError
         priority_offset = int(offset_raw)
     except (TypeError, ValueError, OverflowError):
-        raise ConfigError(f"{at}.{PRIORITY_OFFSET_KEY}: {offset_raw!r} is not an integer") from None
+        raise ConfigError(f"{at}.{PRIORITY_OFFSET_KEY}: {offset_raw!r:.40} is not an integer") from None
+    if not -PRIORITY_OFFSET_MAX - 1 <= priority_offset <= PRIORITY_OFFSET_MAX:
+        raise ConfigError(
+            f"{at}.{PRIORITY_OFFSET_KEY}: {str(priority_offset)[:40]} is outside -2^31..2^31-1 (a 32-bit integer)"
+        )
     delay = inherited_delay
     if PREEMPTION_DELAY_KEY in raw:
         delay_raw = raw[PREEMPTION_DELAY_KEY]

@@ -48,11 +48,10 @@ from sniper.core.state import PartitionState
 from sniper.messages import decisions as d
 from sniper.messages import feed as f
 from sniper.messages import protocol as p
+from sniper.messages.feed import MAX_LABEL_CHARS, MAX_LABELS
 from sniper.messages.snapshot import Snapshot, SnapshotBody, decode_body, encode_body
 
 MAX_QUANTITY = 2**40  # a sanity cap on one resource value (2**40 MiB is an exbibyte of memory)
-MAX_LABELS = 64  # node labels per node
-MAX_LABEL_CHARS = 256  # characters of one label's key or value (Kubernetes allows 253 and 63)
 
 _ID_NUMBER = re.compile(r"^(?:alloc|n?resv|preq)-(\d+)$")
 

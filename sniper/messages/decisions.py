@@ -61,6 +61,19 @@ RejectionCode = Literal[
 ]
 
 
+MAX_REASON = 4096  # characters of a decision's reason (every decision fits a Kafka record with room to spare)
+MAX_QUOTE = 256  # characters of input (a node selector, a list) a reason quotes
+
+
+def clipped(text: str, limit: int = MAX_REASON) -> str:
+    """``text`` whole when it has at most ``limit`` characters, else its start, an ellipsis and how many
+    characters were left out: what a reason quotes of its input stays bounded whatever the input."""
+    if len(text) <= limit:
+        return text
+    kept = max(0, limit - 40)  # room for the note
+    return f"{text[:kept]}… ({len(text) - kept} characters left out)"
+
+
 def kill_cause(reason: str) -> KillCause:
     """What made a kill whose ``reason`` is ``reason``: the fallback for kills logged without their
     ``cause`` (the one place that reads a kill's reason)."""

@@ -2,8 +2,11 @@
 
 Every event names its partition and may carry an ``id`` for at-least-once de-duplication; ``t`` is
 seconds since the trace start (trace files) or the producer's clock (Kafka), finite and at most
-:data:`MAX_T`. Resource values are
-non-negative integers. New fields must come with defaults (msgspec schema evolution).
+:data:`MAX_T`. Every field is bounded in the schema, so that what the wire carries is refused at
+decoding (with its field path) rather than grown without bound or failing later: resource values are
+integers from 0 to 2^53, priorities 32-bit, names and ids at most :data:`MAX_NAME` characters, label
+text, tags and resource names at most :data:`MAX_LABEL_CHARS`. New fields must come with defaults
+(msgspec schema evolution).
 """
 
 from __future__ import annotations
@@ -13,15 +16,28 @@ from typing import Annotated, Any, Literal
 import msgspec
 
 MAX_T = 1e11  # seconds: about the year 5100 in epoch seconds; a later ``t`` (or infinity) is a corrupt clock
+MAX_NAME = 512  # characters of a name, an id, a user or a group
+MAX_LABEL_CHARS = 256  # characters of a label's key or value, a tag, a resource name (Kubernetes: 253 and 63)
+MAX_LABELS = 64  # labels of a node, keys of a node selector
+MAX_SELECTOR_VALUES = 1024  # accepted values of one node selector key
+MAX_GROUPS = 256  # groups of one user
+MAX_RESOURCES = 64  # resource names in one resource map
+MAX_TAGS = 64  # allocation tags of an ask, tags a constraint names, constraints of an ask
 Quantity = Annotated[int, msgspec.Meta(ge=0, le=2**53)]
-ResourceMap = dict[str, Quantity]
-Name = Annotated[str, msgspec.Meta(min_length=1, max_length=512)]
+ResourceName = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_LABEL_CHARS)]
+ResourceMap = Annotated[dict[ResourceName, Quantity], msgspec.Meta(max_length=MAX_RESOURCES)]
+Name = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_NAME)]
+EventId = Annotated[str, msgspec.Meta(max_length=MAX_NAME)]  # "" for none
+UserName = Annotated[str, msgspec.Meta(max_length=MAX_NAME)]  # a user or group name ("" for none)
+# Kubernetes' PriorityClass value and YARN's priority are 32-bit signed integers.
+Priority = Annotated[int, msgspec.Meta(ge=-(2**31), le=2**31 - 1)]
+LabelText = Annotated[str, msgspec.Meta(max_length=MAX_LABEL_CHARS)]
 
 
 class FeedEvent(msgspec.Struct, tag_field="type", kw_only=True, frozen=True, gc=False):
     t: Annotated[float, msgspec.Meta(ge=0, le=MAX_T)] = 0.0  # finite: NaN and infinity are refused
     partition: Name = "default"
-    id: str = ""
+    id: EventId = ""
 
 
 class PartitionConfigEvent(FeedEvent, tag="partition_config", frozen=True, gc=False):
@@ -48,9 +64,10 @@ class NodeRemoved(FeedEvent, tag="node_removed", frozen=True, gc=False):
 class AppAdded(FeedEvent, tag="app_added", frozen=True, gc=False):
     app: Name
     queue: Name
-    user: str = ""
-    priority: int = 0
-    groups: list[str] = []  # the user's groups, for group limits (YuniKorn's UserGroup)
+    user: UserName = ""
+    priority: Priority = 0
+    # the user's groups, for group limits (YuniKorn's UserGroup)
+    groups: Annotated[list[UserName], msgspec.Meta(max_length=MAX_GROUPS)] = []
     # YARN-45: the application master honours preemption contracts; the policies send it a
     # ``preempt_request`` and kill only what is still missing at the deadline (docs/feed.md).
     preemption_contract: bool = False
@@ -68,7 +85,7 @@ class AppRemoved(FeedEvent, tag="app_removed", frozen=True, gc=False):
     app: Name
 
 
-Tag = Annotated[str, msgspec.Meta(min_length=1, max_length=256)]
+Tag = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_LABEL_CHARS)]
 
 
 class PlacementConstraint(msgspec.Struct, kw_only=True, frozen=True, gc=False):
@@ -79,7 +96,7 @@ class PlacementConstraint(msgspec.Struct, kw_only=True, frozen=True, gc=False):
 
     scope: Name = "node"  # "node", or a node label key ("rack"): the nodes sharing its value
     op: Literal["in", "not_in", "cardinality"] = "in"
-    tags: list[Tag] = []
+    tags: Annotated[list[Tag], msgspec.Meta(max_length=MAX_TAGS)] = []
     min: Annotated[int, msgspec.Meta(ge=0, le=10**7)] = 0  # cardinality only
     max: Annotated[int, msgspec.Meta(ge=0, le=10**7)] | None = None  # cardinality only (None: no bound)
     namespace: Literal["all", "self"] = "all"  # "self": only the ask's own app's containers count
@@ -90,13 +107,16 @@ class AskAdded(FeedEvent, tag="ask_added", frozen=True, gc=False):
     ask: Name
     resource: ResourceMap
     count: Annotated[int, msgspec.Meta(ge=0, le=10**7)] = 1
-    priority: int = 0
+    priority: Priority = 0
     am: bool = False
     duration: Annotated[float, msgspec.Meta(ge=0)] | None = None
     retry: bool = True
-    node: str | None = None  # a required node, if any
+    node: Name | None = None  # a required node, if any
     # Node label key -> accepted values: the ask runs only on nodes whose labels match every key.
-    node_selector: dict[str, list[str]] = {}
+    node_selector: Annotated[
+        dict[LabelText, Annotated[list[LabelText], msgspec.Meta(max_length=MAX_SELECTOR_VALUES)]],
+        msgspec.Meta(max_length=MAX_LABELS),
+    ] = {}
     # All or nothing: the first ``gang_min`` containers are placed together or not at all (0: no gang).
     gang_min: Annotated[int, msgspec.Meta(ge=0, le=10**7)] = 0
     # YARN's ExecutionType: "opportunistic" containers run only on room no guaranteed ask can use now,
@@ -110,8 +130,8 @@ class AskAdded(FeedEvent, tag="ask_added", frozen=True, gc=False):
     # Allocation tags every container of the ask carries, and the placement constraints each container
     # must satisfy where it is placed (core.constraints, docs/feed.md).
     # Tuples: an empty default costs no object per event (a list default is copied for each one).
-    tags: tuple[Tag, ...] = ()
-    constraints: tuple[PlacementConstraint, ...] = ()
+    tags: Annotated[tuple[Tag, ...], msgspec.Meta(max_length=MAX_TAGS)] = ()
+    constraints: Annotated[tuple[PlacementConstraint, ...], msgspec.Meta(max_length=MAX_TAGS)] = ()
 
 
 class AskRemoved(FeedEvent, tag="ask_removed", frozen=True, gc=False):
@@ -136,7 +156,7 @@ class NodeUtilization(FeedEvent, tag="node_utilization", frozen=True, gc=False):
     the reason, never dropped."""
 
     node: Name
-    used: dict[str, float]
+    used: Annotated[dict[ResourceName, float], msgspec.Meta(max_length=MAX_RESOURCES)]
 
 
 class PartitionRemoved(FeedEvent, tag="partition_removed", frozen=True, gc=False):

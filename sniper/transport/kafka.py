@@ -42,10 +42,17 @@ count, checked), the msgpack wire format and the dead-letter path. Invariants:
   only up to the first record that is not handled yet (a record is handled once acknowledged, skipped
   or dead-lettered). A record is never committed before it was handled; after a crash or a
   rebalance the records after the last commit are delivered again (handlers are idempotent).
-- **Rebalancing**: on revocation the subscription calls the listener's ``on_revoked``, commits what was
-  handled and drops the buffered records of the revoked partitions (their new owner re-reads them);
-  acknowledgements of records of a revoked partition are ignored. On assignment it calls
-  ``on_assigned``. Closing a subscription reports its partitions as revoked.
+- **Rebalancing**: the group assigns partitions stickily (aiokafka's sticky assignor, round robin for
+  members that lack it): a partition stays with its member unless the balance needs it elsewhere. When a
+  rebalance begins the subscription commits what was handled and calls the listener's
+  ``on_rebalance``; once the new assignment is known it calls ``on_revoked`` with the partitions that
+  went elsewhere, drops their buffered records (their new owner re-reads them), then ``on_assigned``
+  with the new ones. A partition kept keeps its records and its place: the records the consumer fetches
+  again from the committed offset are skipped. Only a member known current when the rebalance began
+  (its lease held, in a generation) keeps partitions, and only into the very next generation: one
+  deposed meanwhile, or a rebalance that took more than one generation, revokes them all (another
+  member may have held them in between). Acknowledgements of records of a revoked partition are
+  ignored. Closing a subscription reports its partitions as revoked.
 - **A lost log is fatal**: at each assignment the subscription compares what the broker holds with
   what it read and committed before (kept across rebalances). A partition now empty that had records,
   or a group that lost offsets it had committed, means the broker lost its
@@ -75,6 +82,8 @@ import msgspec
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.abc import ConsumerRebalanceListener
 from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.coordinator.assignors.roundrobin import RoundRobinPartitionAssignor
+from aiokafka.coordinator.assignors.sticky.sticky_assignor import StickyPartitionAssignor
 from aiokafka.errors import KafkaError, UnknownTopicOrPartitionError
 from aiokafka.helpers import create_ssl_context
 from aiokafka.partitioner import murmur2
@@ -290,12 +299,19 @@ DEFAULT_DECODERS: Mapping[str, WireDecoder[Any]] = {
 class RebalanceListener:
     """Hooks a subscription calls with its Kafka partition numbers when the group assigns or revokes them.
 
-    ``on_revoked`` runs before the subscription commits and drops the revoked partitions' records, so
-    per-partition actors can finish and acknowledge; exceptions are logged and ignored.
+    A rebalance is reported by what it changes: ``on_rebalance`` when it begins (the partitions held
+    then may move: a listener holds back what it would publish for them), then, once the new assignment
+    is known, ``on_revoked`` with the partitions that went elsewhere (before the subscription drops
+    their records, so per-partition actors can finish) and ``on_assigned`` with the ones that are new
+    here (possibly none: it always ends the rebalance). A partition kept through a rebalance is never
+    revoked. Closing reports every partition revoked. Exceptions are logged and ignored.
     """
 
+    async def on_rebalance(self, partitions: frozenset[int]) -> None:
+        """A rebalance began: these partitions, held until now, may be taken away."""
+
     async def on_assigned(self, partitions: frozenset[int]) -> None:
-        """The group gave these Kafka partitions to this subscription."""
+        """The group gave these Kafka partitions to this subscription (empty: the rebalance ended, none new)."""
 
     async def on_revoked(self, partitions: frozenset[int]) -> None:
         """These Kafka partitions are no longer this subscription's (rebalance or close)."""
@@ -781,6 +797,8 @@ class KafkaSubscription(Subscription):
         self._unacked: deque[_Record] = deque()
         self._parts: dict[int, _Partition] = {}
         self._assigned: frozenset[int] = frozenset()
+        self._unsettled: frozenset[int] = frozenset()  # held while a rebalance decides whether they stay
+        self._held_generation = -1  # the group generation they were held in
         self._nonempty = asyncio.Event()
         self._space = asyncio.Event()
         self._ready = asyncio.Event()
@@ -928,6 +946,7 @@ class KafkaSubscription(Subscription):
                 fetch_max_bytes=max(settings.max_message_bytes, 50 << 20),
                 session_timeout_ms=settings.session_timeout_ms,
                 heartbeat_interval_ms=settings.heartbeat_interval_ms,
+                partition_assignment_strategy=(_sticky_assignor(), RoundRobinPartitionAssignor),
             )
             self._consumer = consumer
             await consumer.start()
@@ -980,6 +999,8 @@ class KafkaSubscription(Subscription):
         part = self._parts.get(tp.partition)
         if part is None or not part.live or tp.topic != self.kafka_topic:
             return  # a record of a partition revoked meanwhile: its new owner reads it
+        if part.fetched is not None and record.offset < part.fetched:
+            return  # fetched again after a rebalance that kept the partition here: taken already
         part.fetched = record.offset + 1
         self._read_to[tp.partition] = max(self._read_to.get(tp.partition, 0), record.offset + 1)
         if self._key_bytes is not None and record.key != self._key_bytes:
@@ -1055,18 +1076,24 @@ class KafkaSubscription(Subscription):
 
     async def _on_assigned(self, assigned: Iterable[Any]) -> None:
         mine = [tp for tp in assigned if tp.topic == self.kafka_topic]
-        for tp in mine:
-            if tp.partition not in self._parts:
-                self._parts[tp.partition] = _Partition(TopicPartition(tp.topic, tp.partition))
+        numbers = frozenset(tp.partition for tp in mine)
+        held, self._unsettled = self._unsettled, frozenset()
+        # Kept only through one generation: after more, another member may have held them meanwhile.
+        kept = numbers if _generation(self._consumer) == self._held_generation + 1 else frozenset()
+        if held - kept:
+            await self._revoke(held - kept, committed=True)
+        gained = [tp for tp in mine if tp.partition not in self._parts]
+        for tp in gained:
+            self._parts[tp.partition] = _Partition(TopicPartition(tp.topic, tp.partition))
         self._assigned = frozenset(self._parts)
         self._renew_lease(time.monotonic())  # the group has just taken this member in
         log.debug("%s group %s assigned %s", self.kafka_topic, self.group, sorted(self._assigned))
         if await self._check_log(mine):
             return
-        await self._fix_positions(mine)
+        await self._fix_positions(gained)
         if self._listener is not None:
             try:
-                await self._listener.on_assigned(frozenset(tp.partition for tp in mine))
+                await self._listener.on_assigned(frozenset(tp.partition for tp in gained))
             except Exception:
                 log.exception("rebalance listener on_assigned failed")
         self._ready.set()
@@ -1138,21 +1165,42 @@ class KafkaSubscription(Subscription):
         return ""
 
     async def _on_revoked(self, revoked: Iterable[Any]) -> None:
+        """A rebalance begins: commit, tell the listener, and keep the partitions until the assignment
+        says which of them went elsewhere (:meth:`_on_assigned` revokes only those)."""
         numbers = frozenset(tp.partition for tp in revoked if tp.topic == self.kafka_topic)
-        await self._revoke(numbers)
+        if not numbers:
+            return
+        generation = _generation(self._consumer)
+        if generation < 0 or not self.lease_valid():  # this member may have been deposed meanwhile
+            await self._revoke(numbers)
+            return
+        log.debug("%s group %s rebalancing %s", self.kafka_topic, self.group, sorted(numbers))
+        # Before the commit: offsets must not reach a new log.
+        if await self._check_log([self._parts[n].tp for n in numbers if n in self._parts]):
+            return
+        if self._listener is not None:
+            try:
+                await self._listener.on_rebalance(numbers)
+            except Exception:
+                log.exception("rebalance listener on_rebalance failed")
+        await self._commit(numbers)
+        self._unsettled, self._held_generation = numbers, generation
 
-    async def _revoke(self, numbers: frozenset[int]) -> None:
+    async def _revoke(self, numbers: frozenset[int], *, committed: bool = False) -> None:
+        """Revoke ``numbers`` for good: the listener's ``on_revoked``, a commit (unless the rebalance that
+        took them ``committed`` already), and their buffered records dropped."""
         if not numbers:
             return
         log.debug("%s group %s revoked %s", self.kafka_topic, self.group, sorted(numbers))
-        # Before the listener's last words (final snapshots) and the commit: neither may reach a new log.
-        await self._check_log([self._parts[n].tp for n in numbers if n in self._parts])
+        if not committed:  # checked before the listener's last words (final snapshots) and the commit
+            await self._check_log([self._parts[n].tp for n in numbers if n in self._parts])
         if self._listener is not None:
             try:
                 await self._listener.on_revoked(numbers)
             except Exception:
                 log.exception("rebalance listener on_revoked failed")
-        await self._commit(numbers)
+        if not committed:
+            await self._commit(numbers)
         for number in numbers:
             part = self._parts.pop(number, None)
             if part is not None:
@@ -1202,6 +1250,18 @@ class KafkaSubscription(Subscription):
             self._space.set()
             self._lease_renewed.set()
             bus._forget(self)
+
+
+def _generation(consumer: Any) -> int:
+    """The consumer's group generation (-1: none, or not known): aiokafka keeps it on its coordinator."""
+    generation = getattr(getattr(consumer, "_coordinator", None), "generation", -1)
+    return generation if isinstance(generation, int) else -1
+
+
+def _sticky_assignor() -> type[StickyPartitionAssignor]:
+    """aiokafka's sticky assignor, a class of its own per consumer: the assignor keeps the member's last
+    assignment on its class, which consumers of one process must not share."""
+    return type("StickyPartitionAssignor", (StickyPartitionAssignor,), {"member_assignment": None})
 
 
 def _hold_back_unleased(producer: Any, unleased: Callable[[], frozenset[str]]) -> None:
