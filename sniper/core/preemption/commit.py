@@ -32,7 +32,7 @@ from sniper.core.opportunistic import KILL_REASON, evict
 from sniper.core.preemption.contract import Requests
 from sniper.core.preemption.eligibility import explain, quota_allows, refusal, spend
 from sniper.core.preemption.quotas import Quotas, compute_quotas, net_usage, within_share
-from sniper.core.preemption.rules import budget_refusal, may_preempt, over_budget, preemption_disabled
+from sniper.core.preemption.rules import budget_refusal, may_preempt, over_budget
 from sniper.core.resources import Resource
 from sniper.core.state import Allocation, Ask, Node, PartitionState, Queue
 from sniper.core.writer import Writer
@@ -61,10 +61,8 @@ def _commit_shotgun(cache: Writer, proposal: p.PreemptionProposal) -> None:
         alloc = state.allocations.get(vid)
         if alloc is None:
             rejected[vid] = "victim is gone"
-        elif alloc.preempting:
-            rejected[vid] = "victim is already preempting"
-        elif preemption_disabled(alloc.queue) and not alloc.opportunistic:
-            rejected[vid] = "victim's queue has preemption disabled"
+        elif (why := refusal(alloc, None)) is not None:
+            rejected[vid] = explain(why, alloc, None)
         elif alloc.app in state.guarded and (app := over_budget([*taking.get(alloc.app, []), alloc], state.guarded)):
             rejected[vid] = budget_refusal(app)
         else:
