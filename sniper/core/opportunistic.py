@@ -282,26 +282,10 @@ def commit_eviction(cache: Writer, ev: p.Victimized) -> None:
     ``preempt`` then ``kill`` for each victim, the room reserved for the guaranteed ask
     (:func:`sniper.core.preemption_reservation.preempt`)."""
     state = cache.state
-    app = state.apps[ev.app]
-    ask = app.asks[ev.ask]
+    ask = state.apps[ev.app].asks[ev.ask]
     victims = [state.allocations[v] for v in ev.victims]
-    now = state.now
-
-    def notify(v: Allocation, reservation: str) -> bool:
-        cache.notice(
-            v,
-            for_ask=ev.ask,
-            for_app=ev.app,
-            for_queue=app.queue.path,
-            deadline=now,
-            reservation=reservation,
-            policy=POLICY,
-            reason=f"{KILL_REASON}: {ev.reason}",
-            for_resource=ask.resource,
-        )
-        return True
-
-    preempt(cache, ask, ev.node, victims, deadline=now, policy=POLICY, notify=notify)
+    reason = f"{KILL_REASON}: {ev.reason}"
+    preempt(cache, ask, ev.node, victims, deadline=state.now, policy=POLICY, notice=lambda _, __: {"reason": reason})
 
 
 def as_victimized(evictions: list[tuple[Ask, Node, list[Allocation]]]) -> list[p.Victimized]:

@@ -10,6 +10,7 @@ the same change (:func:`reservation_set`). Sans-IO: everything goes through the 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from sniper.core.config import PreemptionConfig
 from sniper.core.resources import Resource
@@ -27,23 +28,42 @@ def preempt(
     *,
     deadline: float,
     policy: str,
-    notify: Callable[[Allocation, str], bool],
+    notice: Callable[[Allocation, str], dict[str, Any] | None],
     observe_only: bool = False,
 ) -> bool:
-    """Commit ``victims`` on ``node`` for ``ask``: ``notify(victim, reservation)`` gives each its notice
-    naming the reservation (``""`` when ``observe_only``) and says whether it did (``False``: the victim
-    waits on its app's preemption request instead); then, unless ``observe_only``, the reservation until
-    ``deadline`` under ``policy``, the opportunistic victims killed (:func:`evict`) and the reservation
-    fulfilled when its room is free. Returns whether it was given that chance: not when a victim waits on
-    a request (the caller fulfils it once the request is open) nor when only observing."""
+    """Commit ``victims`` on ``node`` for ``ask``: each gets its ``preempt`` naming the beneficiary, the
+    ``deadline``, ``policy`` and the reservation (``""`` when ``observe_only``), with the fields
+    ``notice(victim, reservation)`` adds (its reason, ...; ``None``: the victim waits on its app's
+    preemption request instead, which ``notice`` joined it to); then, unless ``observe_only``, the
+    reservation, the opportunistic victims killed (:func:`evict`) and the reservation fulfilled when its
+    room is free. Returns whether it was given that chance: not when a victim waits on a request (the
+    caller fulfils it once the request is open) nor when only observing."""
     rid = f"resv-{cache.next_id('reservation')}"
-    noticed = [notify(v, "" if observe_only else rid) for v in victims]
+    reservation = "" if observe_only else rid
+    waits = False
+    for v in victims:
+        fields = notice(v, reservation)
+        if fields is None:
+            waits = True
+            continue
+        cache.notice(
+            v,
+            for_ask=ask.name,
+            for_app=ask.app.name,
+            for_queue=ask.app.queue.path,
+            for_resource=ask.resource,
+            deadline=deadline,
+            reservation=reservation,
+            policy=policy,
+            observe_only=observe_only,
+            **fields,
+        )
     if observe_only:
         return False
     victim_ids = [v.id for v in victims]
     cache.commit(reservation_set(cache.state, rid, ask, node, ask.resource, victim_ids, deadline, policy))
     evict(cache, victims)
-    if not all(noticed):
+    if waits:
         return False
     cache.fulfil_reservations(node)
     return True

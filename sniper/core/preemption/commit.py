@@ -27,6 +27,7 @@ Victims of apps with a preemption contract get no notice of their own: their app
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 from sniper.core import constraints, gang, node_reservation
 from sniper.core import resources as res
@@ -351,7 +352,7 @@ def _commit_one(
     ask = app.asks[pl.ask]
     victims = [state.allocations[v] for v in pl.victims]
 
-    def notify(v: Allocation, reservation: str) -> bool:
+    def notice(v: Allocation, reservation: str) -> dict[str, Any] | None:
         ideal = quotas.ideal.get(v.queue.path, {}) if quotas is not None else {}
         if v.opportunistic:
             why = f"{d.KILL_OPPORTUNISTIC}: first to go"
@@ -378,32 +379,21 @@ def _commit_one(
                 for_queue=app.queue.path,
                 for_resource=ask.resource,
             )
-            return False
-        cache.notice(
-            v,
-            for_ask=pl.ask,
-            for_app=pl.app,
-            for_queue=app.queue.path,
-            deadline=deadline,
-            reservation=reservation,
-            policy=proposal.policy,
-            cost=pl.cost,
-            reason=f"{why}; {pl.reason}; node {pl.node} cost {pl.cost}",
-            observe_only=proposal.observe_only,
-            victim_queue_ideal=ideal,
-            for_resource=ask.resource,
-        )
-        return True
+            return None
+        return {
+            "cost": pl.cost,
+            "reason": f"{why}; {pl.reason}; node {pl.node} cost {pl.cost}",
+            "victim_queue_ideal": ideal,
+        }
 
-    deadline = state.now + config.preemption.grace
     fulfilled = preempt(
         cache,
         ask,
         pl.node,
         victims,
-        deadline=deadline,
+        deadline=state.now + config.preemption.grace,
         policy=proposal.policy,
-        notify=notify,
+        notice=notice,
         observe_only=proposal.observe_only,
     )
     if not fulfilled and not proposal.observe_only:
