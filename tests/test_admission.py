@@ -16,6 +16,7 @@ from msgspec.structs import replace
 
 from sniper.cluster.process import CoreProcess
 from sniper.core import admission
+from sniper.core import resources as res
 from sniper.core.cache import Cache
 from sniper.core.config import AdmissionConfig, ConfigError, parse_partition
 from sniper.messages import decisions as d
@@ -193,7 +194,7 @@ def _judged(event: f.AskAdded) -> tuple[str | None, str]:
     cache.handle_event(f.AppAdded(app="a1", queue="root.a"))
     cache.handle_event(f.AppAdded(app="c1", queue="root.c"))
     cache.drain()
-    said = admission.refusal(cache.state, event, cache.shapes)
+    said = admission.refusal(cache.state, event, res.normalized(event.resource), cache.shapes)
     cache.handle_event(event)
     rejected = [x for x in cache.drain().decisions if isinstance(x, d.Rejected)]
     assert [(x.code, x.reason) for x in rejected] == ([] if said is None else [said])

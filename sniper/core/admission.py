@@ -40,43 +40,41 @@ class NodeShapes:
             self.names.update(capacity)
 
 
-def refusal(state: PartitionState, e: f.AskAdded, shapes: NodeShapes) -> Rejection | None:
+def refusal(state: PartitionState, e: f.AskAdded, resource: Resource, shapes: NodeShapes) -> Rejection | None:
     """Why ask ``e`` may not be admitted to ``state`` (its code and reason), or ``None`` when it may,
-    checked in the order the module lists them."""
+    checked in the order the module lists them; ``resource``: what it asks for, as the state would hold
+    it (:func:`sniper.core.resources.normalized`)."""
     app = state.apps.get(e.app)
     if app is None:
         return "unknown_app", f"ask {e.ask}: unknown app {e.app}"
-    name = f"ask {e.app}/{e.ask}"
-    resource = res.normalized(e.resource)
     if not resource:
-        return "empty_ask", f"{name} asks for nothing"
+        return "empty_ask", f"ask {e.app}/{e.ask} asks for nothing"
     opportunistic = e.execution_type == "opportunistic"
     if e.am and opportunistic:  # as YARN: an AM always runs guaranteed
-        return "opportunistic_am", f"{name}: an application master cannot be opportunistic"
+        return "opportunistic_am", f"ask {e.app}/{e.ask}: an application master cannot be opportunistic"
     why = over_admission(state, app, e.count)
     if why is not None:
-        return "over_admission", f"{name} (count {e.count}): {why}"
+        return "over_admission", f"ask {e.app}/{e.ask} (count {e.count}): {why}"
     why = constraints.malformed(e.constraints, e.tags, opportunistic) if e.constraints else None
     if why is not None:
-        return "bad_constraint", f"{name}: {why}"
+        return "bad_constraint", f"ask {e.app}/{e.ask}: {why}"
     if e.gang_min > e.count:
-        return "gang_over_count", f"{name}: gang_min {e.gang_min} is more than its count {e.count}"
+        return "gang_over_count", f"ask {e.app}/{e.ask}: gang_min {e.gang_min} is more than its count {e.count}"
     whole = res.scale(resource, e.gang_min) if e.gang_min > 1 else resource  # a gang's members fit together
     for q in () if opportunistic else app.queue.lineage():  # no max for those
         if q.max is not None and not res.fits({k: v for k, v in whole.items() if k in q.max}, q.max):
-            what = f": its gang of {e.gang_min}" if e.gang_min > 1 else ""
-            reason = f"{name} ({res.fmt(resource)}){what} can never fit queue {q.path}'s max ({res.fmt(q.max)})"
-            return "over_queue_max", reason
+            what = f"({res.fmt(resource)}): its gang of {e.gang_min}" if e.gang_min > 1 else f"({res.fmt(resource)})"
+            return "over_queue_max", f"ask {e.app}/{e.ask} {what} can never fit queue {q.path}'s max ({res.fmt(q.max)})"
     nodes = state.nodes
     if e.node_selector and nodes and not any(selector_matches(e.node_selector, n.labels) for n in nodes.values()):
-        return "no_matching_node", f"{name}: no node matches its node selector {e.node_selector}"
+        return "no_matching_node", f"ask {e.app}/{e.ask}: no node matches its node selector {e.node_selector}"
     why = never_fits(state, resource, e.node, shapes)
     if why is not None:
-        return "never_fits", f"{name} ({res.fmt(resource)}) {why}"
+        return "never_fits", f"ask {e.app}/{e.ask} ({res.fmt(resource)}) {why}"
     if e.gang_min > 1 and nodes:
         why = gang.never_fits(state, resource, e.gang_min, e.node, e.node_selector)
         if why:
-            return "gang_never_fits", f"{name} ({res.fmt(resource)}): {why}"
+            return "gang_never_fits", f"ask {e.app}/{e.ask} ({res.fmt(resource)}): {why}"
     return None
 
 

@@ -442,7 +442,8 @@ class Cache:
         app = self.state.apps.get(e.app)
         if app is not None and e.ask in app.asks:
             return  # asked already
-        refused = admission.refusal(self.state, e, self.shapes)
+        resource = res.normalized(e.resource)
+        refused = admission.refusal(self.state, e, resource, self.shapes)
         if refused is not None:
             code, reason = refused
             self._reject(code, reason, app=e.app, ask=e.ask, event=e.id)
@@ -452,7 +453,7 @@ class Cache:
             p.AskSet(
                 app=e.app,
                 ask=e.ask,
-                resource=res.normalized(e.resource),
+                resource=resource,
                 count=e.count,
                 priority=e.priority,
                 am=e.am,

@@ -148,10 +148,10 @@ class VictimPlacer:
             entries = []
             if any(node.opportunistic.values()) or any(path in ok for path in node.by_queue):
                 allocations = self.state.allocations
-                cost_of, now, guarded = self.cost_of, self.kill_at, self.guarded
+                cost_of, now, guarded, refused = self.cost_of, self.kill_at, self.guarded, standing
                 for aid in node.allocations:
                     alloc = allocations[aid]
-                    if standing(alloc) is not None:
+                    if refused(alloc) is not None:
                         continue  # refused whatever the ask
                     if alloc.opportunistic:
                         entries.append((False, 0.0, aid, alloc))  # free: no queue loses anything
