@@ -56,11 +56,13 @@ def refusal(
     why = standing(alloc, placing=ask is not None)
     if why is not None or alloc.opportunistic:
         return why
-    if ask is not None and required_node:
+    if ask is None:
+        return queue_refusal(alloc.queue)
+    if required_node:
         return None if alloc.priority <= ask.priority else "higher_priority"
-    if ask is None or intra:
+    if intra:
         why = queue_refusal(alloc.queue)
-        if why is not None or ask is None:
+        if why is not None:
             return why
         if lower_in_queue(alloc, ask) or (limits is not None and limits.may_take(alloc, ask, chosen)):
             return None
