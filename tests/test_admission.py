@@ -301,3 +301,27 @@ def test_an_ask_that_breaks_none_is_admitted_and_the_same_ask_again_changes_noth
     out = cache.drain()
     assert out.decisions == [] and out.view is None
     assert cache.state.apps["a1"].asks["x"] is before and before.count == 5
+
+
+def test_an_ask_is_judged_by_every_node_shape_seen_even_after_its_nodes_left() -> None:
+    cache = _cache()
+    cache.handle_event(f.NodeAdded(node="small", capacity={"memory": 100, "fpga": 1}))
+    cache.handle_event(f.NodeRemoved(node="small"))
+    cache.handle_event(f.NodeRemoved(node="big"))
+    cache.drain()
+    assert cache.state.nodes == {}
+    assert _ask(cache, "a1", "fpga", 1, {"memory": 100, "fpga": 1}) == []  # small may come back
+    assert _ask(cache, "a1", "gpus", 1, {"gpu": 1025}) == [
+        "ask a1/gpus (gpu=1025) is larger than every node in some resource"
+    ]
+    assert _ask(cache, "a1", "tpu", 1, {"tpu": 1}) == ["ask a1/tpu (tpu=1) names resources no node has: tpu"]
+
+
+def test_a_node_shape_another_covers_is_dropped_and_its_resources_are_still_known() -> None:
+    shapes = admission.NodeShapes()
+    shapes.see({"memory": 100, "fpga": 1})
+    shapes.see({"memory": 50})  # covered: nothing changes
+    assert shapes.shapes == [{"memory": 100, "fpga": 1}]
+    shapes.see({"memory": 200, "fpga": 2, "vcore": 8})
+    assert shapes.shapes == [{"memory": 200, "fpga": 2, "vcore": 8}]
+    assert shapes.names == {"memory", "fpga", "vcore"}

@@ -18,6 +18,7 @@ from sniper.core.config import parse_partition
 from sniper.core.preemption.eligibility import Refusal, explain, queue_refusal, refusal, standing
 from sniper.core.preemption.placement import VictimPlacer
 from sniper.core.state import Allocation, Ask
+from sniper.messages import decisions as d
 from sniper.messages import feed as f
 from sniper.messages import protocol as p
 from tests.core_support import queue
@@ -85,7 +86,7 @@ def _world() -> tuple[Cache, dict[str, Allocation], dict[str, Ask]]:
     for name, (app, priority, node) in ASKS.items():
         cache.handle_event(f.AskAdded(app=app, ask=name, resource={"memory": 10}, priority=priority, node=node))
         asks[name] = cache.state.apps[app].asks[name]
-    assert not [x for x in cache.drain().decisions if type(x).__name__ == "Rejected"]
+    assert not [x for x in cache.drain().decisions if isinstance(x, d.Rejected)]
     return cache, allocations, asks
 
 
@@ -139,7 +140,7 @@ def world() -> tuple[Cache, dict[str, Allocation], dict[str, Ask]]:
 
 
 @pytest.mark.parametrize("row", TABLE, ids=[row.situation for row in TABLE])
-def test_refusal(row: Row, world: tuple[Cache, dict[str, Allocation], dict[str, Ask]]) -> None:
+def test_each_situation_gets_its_refusal(row: Row, world: tuple[Cache, dict[str, Allocation], dict[str, Ask]]) -> None:
     _, allocations, asks = world
     alloc = allocations[row.victim]
     ask = None if row.ask is None else asks[row.ask]
