@@ -1,17 +1,22 @@
-"""Admission bounds: what one ask, one app and one partition may hold (``admission`` in queues.yaml).
+"""Admission: what one ask, one app and one partition may hold (``admission`` in queues.yaml), and every
+other reason an ask is refused, one row per check in the order they run.
 
 An ask over a bound is refused with the reason and changes nothing; the bounds count running
-containers plus those still asked for, whatever their shape (memory-heavy, vcore-heavy, GPU).
+containers plus those still asked for, whatever their shape (memory-heavy, vcore-heavy, GPU). An ask
+that breaks two checks is refused for the first.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, get_args
 
 import anyio
 import pytest
+from msgspec.structs import replace
 
 from sniper.cluster.process import CoreProcess
+from sniper.core import admission
+from sniper.core import resources as res
 from sniper.core.cache import Cache
 from sniper.core.config import AdmissionConfig, ConfigError, parse_partition
 from sniper.messages import decisions as d
@@ -172,3 +177,149 @@ async def test_on_kafka_the_ten_million_ask_is_refused_with_the_reason_and_the_p
         ("huge", "ask a1/huge (count 10000000): over admission.max_pending_per_ask (100000)")
     ]
     assert {x.ask for x in reader.of(d.Allocated)} == {"small"}
+
+
+# ---------------------------------------------------------------------- every refusal, in the order they run
+
+
+def _judged(event: f.AskAdded) -> tuple[str | None, str]:
+    """The code and reason the cache rejects ``event`` with (``None``, ``""``: admitted), checked against
+    what :func:`sniper.core.admission.refusal` says on the state before it."""
+    raw = partition_raw(queue("a"), queue("c", maximum={"memory": 2048}))
+    raw["admission"] = {"max_pending_per_ask": 5}
+    cache = Cache("default", parse_partition(raw))
+    cache.handle_event(f.NodeAdded(node="big", capacity={"memory": TIB, "vcore": TIB, "gpu": 1024}))
+    cache.handle_event(f.AppAdded(app="a1", queue="root.a"))
+    cache.handle_event(f.AppAdded(app="c1", queue="root.c"))
+    cache.drain()
+    said = admission.refusal(cache.state, event, res.normalized(event.resource), cache.shapes)
+    cache.handle_event(event)
+    rejected = [x for x in cache.drain().decisions if isinstance(x, d.Rejected)]
+    assert [(x.code, x.reason) for x in rejected] == ([] if said is None else [said])
+    app = cache.state.apps.get(event.app)
+    assert (app is not None and event.ask in app.asks) is (said is None)
+    return (None, "") if said is None else said
+
+
+HALF = TIB // 2 + 1  # two of them never fit the one node
+ASK = f.AskAdded(app="a1", ask="x", resource={"memory": 1024})
+NO_TAGS = (f.PlacementConstraint(tags=[]),)
+# One row per check, in the order they run: the ask that breaks it and the code it gets.
+REFUSALS: list[tuple[str, f.AskAdded, str, str]] = [
+    ("an ask of an unknown app", replace(ASK, app="ghost"), "unknown_app", "ask x: unknown app ghost"),
+    ("an ask for nothing", replace(ASK, resource={"memory": 0}), "empty_ask", "ask a1/x asks for nothing"),
+    (
+        "an opportunistic application master",
+        replace(ASK, am=True, execution_type="opportunistic"),
+        "opportunistic_am",
+        "ask a1/x: an application master cannot be opportunistic",
+    ),
+    (
+        "a count past the admission bound",
+        replace(ASK, count=6),
+        "over_admission",
+        "ask a1/x (count 6): over admission.max_pending_per_ask (5)",
+    ),
+    (
+        "a constraint that names no tags",
+        replace(ASK, constraints=NO_TAGS),
+        "bad_constraint",
+        "ask a1/x: constraint 1 (in per node) names no tags",
+    ),
+    (
+        "a gang larger than its count",
+        replace(ASK, count=2, gang_min=3),
+        "gang_over_count",
+        "ask a1/x: gang_min 3 is more than its count 2",
+    ),
+    (
+        "an ask larger than its queue's max",
+        replace(ASK, app="c1", resource={"memory": 4096}),
+        "over_queue_max",
+        "ask c1/x (memory=4096) can never fit queue root.c's max (memory=2048)",
+    ),
+    (
+        "a node selector no node matches",
+        replace(ASK, node_selector={"zone": ["mars"]}),
+        "no_matching_node",
+        "ask a1/x: no node matches its node selector {'zone': ['mars']}",
+    ),
+    (
+        "a resource no node has",
+        replace(ASK, resource={"memory": 1, "fpga": 1}),
+        "never_fits",
+        "ask a1/x (fpga=1,memory=1) names resources no node has: fpga",
+    ),
+    (
+        "a gang no set of nodes holds together",
+        replace(ASK, resource={"memory": HALF}, count=2, gang_min=2),
+        "gang_never_fits",
+        f"ask a1/x (memory={HALF}): ",
+    ),
+]
+# Asks that break a check and the one after it: the first is the one they are refused for.
+BOTH = [
+    replace(ASK, app="ghost", resource={"memory": 0}),
+    replace(ASK, resource={"memory": 0}, am=True, execution_type="opportunistic"),
+    replace(ASK, am=True, execution_type="opportunistic", count=6),
+    replace(ASK, count=6, constraints=NO_TAGS),
+    replace(ASK, count=2, gang_min=7, constraints=NO_TAGS),
+    replace(ASK, app="c1", resource={"memory": 4096}, count=2, gang_min=3),
+    replace(ASK, app="c1", resource={"memory": 4096}, node_selector={"zone": ["mars"]}),
+    replace(ASK, resource={"memory": 1, "fpga": 1}, node_selector={"zone": ["mars"]}),
+    replace(ASK, resource={"memory": HALF, "fpga": 1}, count=2, gang_min=2),
+]
+
+
+def test_every_rejection_code_of_admission_has_a_row_in_the_order_the_checks_run() -> None:
+    codes = [code for _, _, code, _ in REFUSALS]
+    assert codes == list(dict.fromkeys(codes)) and len(codes) == 10
+    assert set(codes) <= set(get_args(d.RejectionCode))
+
+
+@pytest.mark.parametrize(("event", "code", "reason"), [r[1:] for r in REFUSALS], ids=[r[0] for r in REFUSALS])
+def test_an_ask_that_breaks_one_check_is_refused_for_it(event: f.AskAdded, code: str, reason: str) -> None:
+    got_code, got_reason = _judged(event)
+    assert got_code == code
+    assert got_reason.startswith(reason)
+
+
+@pytest.mark.parametrize("index", range(len(BOTH)), ids=[r[0] for r in REFUSALS[:-1]])
+def test_an_ask_that_breaks_two_checks_is_refused_for_the_first(index: int) -> None:
+    assert _judged(BOTH[index])[0] == REFUSALS[index][2]
+    assert _judged(REFUSALS[index + 1][1])[0] == REFUSALS[index + 1][2]  # the second alone is refused for it
+
+
+def test_an_ask_that_breaks_none_is_admitted_and_the_same_ask_again_changes_nothing() -> None:
+    assert _judged(replace(ASK, app="c1", resource={"memory": 2048}, count=5)) == (None, "")
+    cache = _cache(max_pending_per_ask=5)
+    assert _ask(cache, "a1", "x", 5) == []
+    before = cache.state.apps["a1"].asks["x"]
+    cache.handle_event(replace(ASK, count=50))  # over the bound, but asked already: not judged again
+    out = cache.drain()
+    assert out.decisions == [] and out.view is None
+    assert cache.state.apps["a1"].asks["x"] is before and before.count == 5
+
+
+def test_an_ask_is_judged_by_every_node_shape_seen_even_after_its_nodes_left() -> None:
+    cache = _cache()
+    cache.handle_event(f.NodeAdded(node="small", capacity={"memory": 100, "fpga": 1}))
+    cache.handle_event(f.NodeRemoved(node="small"))
+    cache.handle_event(f.NodeRemoved(node="big"))
+    cache.drain()
+    assert cache.state.nodes == {}
+    assert _ask(cache, "a1", "fpga", 1, {"memory": 100, "fpga": 1}) == []  # small may come back
+    assert _ask(cache, "a1", "gpus", 1, {"gpu": 1025}) == [
+        "ask a1/gpus (gpu=1025) is larger than every node in some resource"
+    ]
+    assert _ask(cache, "a1", "tpu", 1, {"tpu": 1}) == ["ask a1/tpu (tpu=1) names resources no node has: tpu"]
+
+
+def test_a_node_shape_another_covers_is_dropped_and_its_resources_are_still_known() -> None:
+    shapes = admission.NodeShapes()
+    shapes.see({"memory": 100, "fpga": 1})
+    shapes.see({"memory": 50})  # covered: nothing changes
+    assert shapes.shapes == [{"memory": 100, "fpga": 1}]
+    shapes.see({"memory": 200, "fpga": 2, "vcore": 8})
+    assert shapes.shapes == [{"memory": 200, "fpga": 2, "vcore": 8}]
+    assert shapes.names == {"memory", "fpga", "vcore"}

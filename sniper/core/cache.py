@@ -3,7 +3,8 @@
 Feed events and proposals go in; committed changes (for replicas), decisions (for resource managers)
 and proposal outcomes come out, collected until :meth:`Cache.drain`. Every input is validated
 against the current state first: a duplicate event changes nothing, an invalid one becomes a
-``rejected`` decision, a stale proposal is rejected with its reason. Time only moves with ticks.
+``rejected`` decision (an ask is judged by :func:`sniper.core.admission.refusal`), a stale proposal is
+rejected with its reason. Time only moves with ticks.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
 from sniper.core import (
+    admission,
     constraints,
     gang,
     lifecycle,
@@ -24,7 +26,7 @@ from sniper.core import (
     slo_reservations,
 )
 from sniper.core import resources as res
-from sniper.core.config import AdmissionConfig, ConfigError, PartitionConfig, parse_partition, partition_to_raw
+from sniper.core.config import ConfigError, PartitionConfig, parse_partition, partition_to_raw
 from sniper.core.limits import Limits
 from sniper.core.resources import Resource
 from sniper.core.state import (
@@ -39,7 +41,6 @@ from sniper.core.state import (
     StateError,
     allocation_number,
     ask_label,
-    selector_matches,
 )
 from sniper.messages import decisions as d
 from sniper.messages import feed as f
@@ -74,8 +75,7 @@ class Cache:
         self.counters = {"alloc": 0, "app": 0, "ask": 0, "reservation": 0, "contract": 0, "node_reservation": 0}
         self.seen: OrderedDict[str, None] = OrderedDict()
         self.flaps: dict[AskKey, tuple[int, float]] = {}  # asks withdrawn holding a reservation: (times, last)
-        self.shapes: list[Resource] = []  # node capacities seen, none covered by another (asks' fit)
-        self.shape_names: set[str] = set()  # the resources those shapes name (a dropped shape's are kept ones')
+        self.shapes = admission.NodeShapes()  # node capacities seen: what admission judges an ask's fit by
         self.stats = CacheStats()
         self._changes: list[p.ChangeMsg] = []
         self._decisions: list[d.DecisionMsg] = []
@@ -265,7 +265,7 @@ class Cache:
             self._node_removed(name)
         if state.config is not None:
             self.commit(p.PartitionCleared())
-        self.flaps, self.shapes, self.shape_names = {}, [], set()
+        self.flaps, self.shapes = {}, admission.NodeShapes()
         self.decide(d.PartitionRemoved, reason=reason, **held)
 
     def _configure(self, raw: dict[str, Any]) -> None:
@@ -311,10 +311,7 @@ class Cache:
                     continue
                 self._lose(alloc, f"node {name} shrank")
         self.commit(p.NodeSet(node=name, capacity=cap, schedulable=schedulable, labels=dict(labels)))
-        if not any(res.fits(cap, shape) for shape in self.shapes):
-            # Only shapes no other shape covers are kept (a handful: node types, not nodes).
-            self.shapes = [shape for shape in self.shapes if not res.fits(shape, cap)] + [cap]
-            self.shape_names.update(cap)
+        self.shapes.see(cap)
 
     def notice(self, victim: Allocation, **fields: Any) -> None:
         """Publish ``preempt`` for ``victim``: its own fields filled in, the rest (beneficiary, deadline,
@@ -446,78 +443,14 @@ class Cache:
 
     def _ask_added(self, e: f.AskAdded) -> None:
         app = self.state.apps.get(e.app)
-        if app is None:
-            self._reject("unknown_app", f"ask {e.ask}: unknown app {e.app}", app=e.app, ask=e.ask, event=e.id)
-            return
-        if e.ask in app.asks:
-            return
+        if app is not None and e.ask in app.asks:
+            return  # asked already
         resource = res.normalized(e.resource)
-        if not resource:
-            self._reject("empty_ask", f"ask {e.app}/{e.ask} asks for nothing", app=e.app, ask=e.ask, event=e.id)
+        refused = admission.refusal(self.state, e, resource, self.shapes)
+        if refused is not None:
+            code, reason = refused
+            self._reject(code, reason, app=e.app, ask=e.ask, event=e.id)
             return
-        if e.am and e.execution_type == "opportunistic":  # as YARN: an AM always runs guaranteed
-            reason = f"ask {e.app}/{e.ask}: an application master cannot be opportunistic"
-            self._reject("opportunistic_am", reason, app=e.app, ask=e.ask, event=e.id)
-            return
-        why = self._over_admission(app, e.count)
-        if why is not None:
-            self._reject(
-                "over_admission", f"ask {e.app}/{e.ask} (count {e.count}): {why}", app=e.app, ask=e.ask, event=e.id
-            )
-            return
-        opportunistic = e.execution_type == "opportunistic"
-        why = constraints.malformed(e.constraints, e.tags, opportunistic) if e.constraints else None
-        if why is not None:
-            self._reject("bad_constraint", f"ask {e.app}/{e.ask}: {why}", app=e.app, ask=e.ask, event=e.id)
-            return
-        if e.gang_min > e.count:
-            self._reject(
-                "gang_over_count",
-                f"ask {e.app}/{e.ask}: gang_min {e.gang_min} is more than its count {e.count}",
-                app=e.app,
-                ask=e.ask,
-                event=e.id,
-            )
-            return
-        whole = res.scale(resource, e.gang_min) if e.gang_min > 1 else resource  # a gang's members fit together
-        for q in () if e.execution_type == "opportunistic" else app.queue.lineage():  # no max for those
-            if q.max is not None and not res.fits({k: v for k, v in whole.items() if k in q.max}, q.max):
-                what = f": its gang of {e.gang_min}" if e.gang_min > 1 else ""
-                self._reject(
-                    "over_queue_max",
-                    f"ask {e.app}/{e.ask} ({res.fmt(resource)}){what} can never fit queue {q.path}'s max"
-                    f" ({res.fmt(q.max)})",
-                    app=e.app,
-                    ask=e.ask,
-                    event=e.id,
-                )
-                return
-        if (
-            e.node_selector
-            and self.state.nodes
-            and not any(selector_matches(e.node_selector, n.labels) for n in self.state.nodes.values())
-        ):
-            selector = d.clipped(str(e.node_selector), d.MAX_QUOTE)
-            self._reject(
-                "no_matching_node",
-                f"ask {e.app}/{e.ask}: no node matches its node selector {selector}",
-                app=e.app,
-                ask=e.ask,
-                event=e.id,
-            )
-            return
-        why = self._never_fits(resource, e.node)
-        if why is not None:
-            self._reject(
-                "never_fits", f"ask {e.app}/{e.ask} ({res.fmt(resource)}) {why}", app=e.app, ask=e.ask, event=e.id
-            )
-            return
-        if e.gang_min > 1 and self.state.nodes:
-            why = gang.never_fits(self.state, resource, e.gang_min, e.node, e.node_selector)
-            if why:
-                reason = f"ask {e.app}/{e.ask} ({res.fmt(resource)}): {why}"
-                self._reject("gang_never_fits", reason, app=e.app, ask=e.ask, event=e.id)
-                return
         self.counters["ask"] += 1
         self.commit(
             p.AskSet(
@@ -542,45 +475,6 @@ class Cache:
                 constraints=e.constraints,
             )
         )
-
-    def _over_admission(self, app: App, count: int) -> str | None:
-        """Why an ask of ``count`` containers goes past the partition's ``admission`` bounds (one ask's
-        count; running plus still-asked-for containers of its app, then of the partition), or ``None``."""
-        config = self.state.config
-        bounds = config.admission if config is not None else AdmissionConfig()
-        if count > bounds.max_pending_per_ask:
-            return f"over admission.max_pending_per_ask ({bounds.max_pending_per_ask})"
-        held = self.state.held(app)
-        if held + count > bounds.max_containers_per_app:
-            limit = bounds.max_containers_per_app
-            return f"app {app.name} would hold {held + count}, over admission.max_containers_per_app ({limit})"
-        held = self.state.held()
-        if held + count > bounds.max_containers:
-            return f"the partition would hold {held + count}, over admission.max_containers ({bounds.max_containers})"
-        return None
-
-    def _never_fits(self, resource: Resource, required_node: str | None) -> str | None:
-        """Why no node can ever hold ``resource`` (``None`` when one may): it names a resource no node
-        has, or is larger than every node shape seen in this partition (nodes that left included: they
-        may come back), or its required node is unknown or too small. Before any node registered,
-        nothing is judged."""
-        if required_node is not None:
-            node = self.state.nodes.get(required_node)
-            if node is None:
-                return f"requires node {required_node}, which is unknown"
-            if not res.fits(resource, node.capacity):
-                return f"can never fit its required node {required_node} ({res.fmt(node.capacity)})"
-            return None
-        shapes = self.shapes or [n.capacity for n in self.state.nodes.values()]  # (restored from a snapshot)
-        if not shapes:
-            return None
-        known = self.shape_names if self.shapes else {k for shape in shapes for k in shape}
-        if not known.issuperset(resource):
-            return f"names resources no node has: {', '.join(sorted(k for k in resource if k not in known))}"
-        for shape in shapes:
-            if res.fits(resource, shape):
-                return None
-        return "is larger than every node in some resource"
 
     def _damped_until(self, key: AskKey) -> float:
         """Flapping damper: an ask withdrawn while it held a reservation, and asked again, may not

@@ -9,8 +9,8 @@ guaranteed ask that fits a node once the opportunistic containers there are gone
 once (no grace, reason ``opportunistic``), most recently started first as YARN's NodeManager does,
 trimmed to a minimal set, and the room is reserved for that ask in the same commit; a gang's missing
 members get their room (free or evicted) in one proposal, or none is evicted for them. Every preemption
-policy takes them before any guaranteed victim (:func:`evict` is the one way preemption kills them;
-over-commit kills them by measured utilization, :mod:`sniper.core.overcommit`).
+policy takes them before any guaranteed victim (:func:`sniper.core.preemption_reservation.evict` is the one
+way preemption kills them; over-commit kills them by measured utilization, :mod:`sniper.core.overcommit`).
 An ask with ``preemption_policy: never`` evicts nothing; apps' disruption budgets and opt-outs do not
 cover opportunistic containers (as Kubernetes' node-pressure eviction passes over budgets).
 """
@@ -26,6 +26,7 @@ from sniper.core.allocation import FreeRoomPlacer
 from sniper.core.evictable import newest_first, running_on
 from sniper.core.placing import hold_room
 from sniper.core.preemption.rules import may_preempt
+from sniper.core.preemption_reservation import preempt
 from sniper.core.resources import Resource
 from sniper.core.state import Allocation, Ask, Node, PartitionState, ask_label
 from sniper.core.writer import Writer
@@ -225,13 +226,6 @@ def _shape(ask: Ask) -> tuple[tuple[str, int], ...] | None:
 # ---------------------------------------------------------------------- the cache's side
 
 
-def evict(cache: Writer, victims: list[Allocation]) -> None:
-    """Kill the opportunistic ones among ``victims`` (already marked leaving by the caller's commit) at
-    once: no grace, a ``kill`` with reason ``opportunistic`` each."""
-    doomed = [v for v in victims if v.opportunistic and not v.killed]
-    cache.kill(doomed, "opportunistic", KILL_REASON)
-
-
 def check_eviction(
     cache: Writer, ev: p.Victimized, earlier: Sequence[p.Victimized] = (), held: gang.Held | None = None
 ) -> str | None:
@@ -285,42 +279,13 @@ def check_eviction(
 
 def commit_eviction(cache: Writer, ev: p.Victimized) -> None:
     """One committed record as a preemption's (victims, beneficiary, node, reservation), with no grace:
-    ``preempt`` then ``kill`` for each victim, the room reserved for the guaranteed ask."""
+    ``preempt`` then ``kill`` for each victim, the room reserved for the guaranteed ask
+    (:func:`sniper.core.preemption_reservation.preempt`)."""
     state = cache.state
-    config = state.config
-    assert config is not None
-    app = state.apps[ev.app]
-    ask = app.asks[ev.ask]
+    ask = state.apps[ev.app].asks[ev.ask]
     victims = [state.allocations[v] for v in ev.victims]
-    now = state.now
-    rid = f"resv-{cache.next_id('reservation')}"
-    for v in victims:
-        cache.notice(
-            v,
-            for_ask=ev.ask,
-            for_app=ev.app,
-            for_queue=app.queue.path,
-            deadline=now,
-            reservation=rid,
-            policy=POLICY,
-            reason=f"{KILL_REASON}: {ev.reason}",
-            for_resource=ask.resource,
-        )
-    cache.commit(
-        p.ReservationSet(
-            reservation=rid,
-            app=ev.app,
-            ask=ev.ask,
-            node=ev.node,
-            resource=ask.resource,
-            victims=[v.id for v in victims],
-            deadline=now,
-            expires=now + config.preemption.reservation_timeout,
-            policy=POLICY,
-        )
-    )
-    evict(cache, victims)
-    cache.fulfil_reservations(ev.node)
+    reason = f"{KILL_REASON}: {ev.reason}"
+    preempt(cache, ask, ev.node, victims, deadline=state.now, policy=POLICY, notice=lambda _, __: {"reason": reason})
 
 
 def as_victimized(evictions: list[tuple[Ask, Node, list[Allocation]]]) -> list[p.Victimized]:

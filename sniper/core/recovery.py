@@ -44,6 +44,7 @@ from typing import Any
 from sniper.core import lifecycle, node_reservation
 from sniper.core.cache import SEEN_IDS, Cache, allocation_set, state_changes
 from sniper.core.config import PartitionConfig, parse_partition
+from sniper.core.preemption_reservation import reservation_set
 from sniper.core.state import PartitionState
 from sniper.messages import decisions as d
 from sniper.messages import feed as f
@@ -455,21 +456,8 @@ def _reserve(
     ask = None if app is None else app.asks.get(named.for_ask)
     if ask is None or named.node not in state.nodes:
         return f"reservation {rid}: ask {named.for_app}/{named.for_ask} or node is gone"
-    config = state.config
-    timeout = config.preemption.reservation_timeout if config is not None else 60.0
-    core.commit(
-        p.ReservationSet(
-            reservation=rid,
-            app=named.for_app,
-            ask=named.for_ask,
-            node=named.node,
-            resource=dict(named.for_resource) if named.for_resource else dict(ask.resource),
-            victims=victims,
-            deadline=deadline,
-            expires=deadline + timeout,
-            policy=policy,
-        )
-    )
+    resource = dict(named.for_resource) if named.for_resource else dict(ask.resource)
+    core.commit(reservation_set(state, rid, ask, named.node, resource, victims, deadline, policy))
     return None
 
 

@@ -16,7 +16,10 @@ never`` (:mod:`sniper.core.preemption.rules`). A gang's missing members are one 
 (:mod:`sniper.core.gang`): all validated, each counting the members before it, then all committed in the same
 view delta, or none; never one whose whole gang would take its queue above its ideal. Observe-only proposals
 publish what would be preempted and change nothing. Opportunistic victims stand outside those queue rules,
-quotas and ``max`` (they count in no queue) and are killed at once (:func:`sniper.core.opportunistic.evict`).
+quotas and ``max`` (they count in no queue) and are killed at once. A placement is committed as
+:func:`sniper.core.preemption_reservation.preempt` commits every preemption for an ask (notices, reservation,
+kills, fulfilment); YARN's baseline marks its victims and kills the opportunistic ones
+(:func:`sniper.core.preemption_reservation.evict`).
 Victims of apps with a preemption contract get no notice of their own: their app gets one request per commit
 (:mod:`sniper.core.preemption.contract`).
 """
@@ -24,18 +27,20 @@ Victims of apps with a preemption contract get no notice of their own: their app
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 from sniper.core import constraints, gang, node_reservation
 from sniper.core import resources as res
 from sniper.core.limits import Limits
-from sniper.core.opportunistic import KILL_REASON, evict
 from sniper.core.preemption.contract import Requests
 from sniper.core.preemption.eligibility import explain, quota_allows, refusal, spend
 from sniper.core.preemption.quotas import Quotas, compute_quotas, net_usage, within_share
-from sniper.core.preemption.rules import budget_refusal, may_preempt, over_budget, preemption_disabled
+from sniper.core.preemption.rules import budget_refusal, may_preempt, over_budget
+from sniper.core.preemption_reservation import evict, preempt
 from sniper.core.resources import Resource
 from sniper.core.state import Allocation, Ask, Node, PartitionState, Queue
 from sniper.core.writer import Writer
+from sniper.messages import decisions as d
 from sniper.messages import protocol as p
 
 
@@ -61,10 +66,8 @@ def _commit_shotgun(cache: Writer, proposal: p.PreemptionProposal) -> None:
         alloc = state.allocations.get(vid)
         if alloc is None:
             rejected[vid] = "victim is gone"
-        elif alloc.preempting:
-            rejected[vid] = "victim is already preempting"
-        elif preemption_disabled(alloc.queue) and not alloc.opportunistic:
-            rejected[vid] = "victim's queue has preemption disabled"
+        elif (why := refusal(alloc, None)) is not None:
+            rejected[vid] = explain(why, alloc, None)
         elif alloc.app in state.guarded and (app := over_budget([*taking.get(alloc.app, []), alloc], state.guarded)):
             rejected[vid] = budget_refusal(app)
         else:
@@ -345,18 +348,14 @@ def _commit_one(
     state = cache.state
     config = state.config
     assert config is not None
-    pre = config.preemption
     app = state.apps[pl.app]
     ask = app.asks[pl.ask]
     victims = [state.allocations[v] for v in pl.victims]
-    now = state.now
-    deadline = now + pre.grace
-    rid = f"resv-{cache.next_id('reservation')}"
-    contract_victims = False
-    for v in victims:
+
+    def notice(v: Allocation, reservation: str) -> dict[str, Any] | None:
         ideal = quotas.ideal.get(v.queue.path, {}) if quotas is not None else {}
         if v.opportunistic:
-            why = f"{KILL_REASON}: first to go"
+            why = f"{d.KILL_OPPORTUNISTIC}: first to go"
         elif required_node_rule(state, ask, pl.node, quotas is None):
             why = f"{v.queue.path}: priority {v.priority} on {pl.node}, required by an ask of priority {ask.priority}"
             if quotas is not None and v.queue.path in lose_left:
@@ -374,45 +373,28 @@ def _commit_one(
             requests.add(
                 v,
                 f"{why}; {pl.reason}",
-                reservation="" if proposal.observe_only else rid,
+                reservation=reservation,
                 for_ask=pl.ask,
                 for_app=pl.app,
                 for_queue=app.queue.path,
                 for_resource=ask.resource,
             )
-            contract_victims = True
-            continue
-        cache.notice(
-            v,
-            for_ask=pl.ask,
-            for_app=pl.app,
-            for_queue=app.queue.path,
-            deadline=deadline,
-            reservation="" if proposal.observe_only else rid,
-            policy=proposal.policy,
-            cost=pl.cost,
-            reason=f"{why}; {pl.reason}; node {pl.node} cost {pl.cost}",
-            observe_only=proposal.observe_only,
-            victim_queue_ideal=ideal,
-            for_resource=ask.resource,
-        )
-    if proposal.observe_only:
-        return
-    cache.commit(
-        p.ReservationSet(
-            reservation=rid,
-            app=pl.app,
-            ask=pl.ask,
-            node=pl.node,
-            resource=ask.resource,
-            victims=[v.id for v in victims],
-            deadline=deadline,
-            expires=deadline + pre.reservation_timeout,
-            policy=proposal.policy,
-        )
+            return None
+        return {
+            "cost": pl.cost,
+            "reason": f"{why}; {pl.reason}; node {pl.node} cost {pl.cost}",
+            "victim_queue_ideal": ideal,
+        }
+
+    fulfilled = preempt(
+        cache,
+        ask,
+        pl.node,
+        victims,
+        deadline=state.now + config.preemption.grace,
+        policy=proposal.policy,
+        notice=notice,
+        observe_only=proposal.observe_only,
     )
-    evict(cache, victims)
-    if contract_victims:
-        waiting.append(pl.node)
-    else:
-        cache.fulfil_reservations(pl.node)
+    if not fulfilled and not proposal.observe_only:
+        waiting.append(pl.node)  # a victim waits on its app's request: fulfilled once the requests are open

@@ -2,9 +2,11 @@
 (:func:`refusal`, its checks in order, as yunikorn-core's ``findEligiblePreemptionVictims`` lists its
 skips) and of "how far may its queue go?" (:func:`may_take`, :func:`quota_allows`, :func:`spend`: the
 quota, one whole container beyond it, never below the guarantee). The placer
-(:mod:`sniper.core.preemption.placement`) and the cache's commit check (:mod:`sniper.core.preemption.commit`) both call
-them, so what is placed is what is committed; the simulator's checker keeps its own, independent copy.
-Pure functions of the state they are given.
+(:mod:`sniper.core.preemption.placement`) and the cache's commit checks (:mod:`sniper.core.preemption.commit`,
+placements and YARN's baseline alike) call them, so what is placed is what is committed; the placer's
+candidate index is built from the parts of :func:`refusal` that read the container or its queue alone
+(:func:`standing`, :func:`queue_refusal`), never from a copy of them. The simulator's checker keeps its own,
+independent copy. Pure functions of the state they are given.
 """
 
 from __future__ import annotations
@@ -15,60 +17,86 @@ from typing import Literal
 from sniper.core import resources as res
 from sniper.core.limits import Limits
 from sniper.core.preemption.quotas import guarantee_floor, net_usage
-from sniper.core.preemption.rules import may_preempt_for
+from sniper.core.preemption.rules import may_preempt_for, preemption_disabled
 from sniper.core.resources import Resource
 from sniper.core.state import Allocation, Ask, Queue
 
-# Why a container may not be a victim for an ask (checked in this order).
-Refusal = Literal["pinned", "preempting", "higher_priority", "not_lower_in_queue", "queue_relation"]
+# Why a container may not be a victim (checked in this order).
+Refusal = Literal["pinned", "preempting", "disabled", "higher_priority", "not_lower_in_queue", "queue_relation"]
 
 
 def refusal(
     alloc: Allocation,
-    ask: Ask,
+    ask: Ask | None,
     *,
-    intra: bool,
-    required_node: bool,
+    intra: bool = False,
+    required_node: bool = False,
     limits: Limits | None = None,
     chosen: Sequence[Allocation] = (),
     related: Callable[[Queue, Queue], bool] = may_preempt_for,
 ) -> Refusal | None:
-    """Why ``alloc`` may not be a victim for ``ask`` this round, or ``None`` when it may:
+    """Why ``alloc`` may not be a victim for ``ask`` this round, or ``None`` when it may (``ask`` ``None``:
+    for no ask, as YARN's proportional baseline frees room):
 
-    1. a container placed for a required-node ask is never a victim;
-    2. one already under notice is leaving;
-    3. an opportunistic container may go for any guaranteed ask (it counts in no queue);
+    1. a container placed for a required-node ask is never a victim of a placement (the baseline reads
+       no required nodes: it is not asked);
+    2. one already under notice is leaving (1 and 2 read the container alone: :func:`standing`);
+    3. an opportunistic container may go for any guaranteed ask, and to the baseline (it counts in no queue);
     4. ``required_node`` (the ask requires the container's node, and the partition lets it preempt
        there): any queue, priority at most the ask's (YuniKorn's required-node preemptor);
-    5. ``intra`` (intra-queue policy): a lower-priority task of another app in the ask's queue
+    5. where no queue relation judges the victim (the baseline, and ``intra``), a container of a queue
+       with preemption disabled stays (:func:`queue_refusal`, which reads the queue alone);
+    6. ``intra`` (intra-queue policy): a lower-priority task of another app in the ask's queue
        (:func:`lower_in_queue`), or a container of a user above its limit (``limits``; ``chosen``: the
        victims already in the set);
-    6. otherwise the queue relations (``related``, :func:`sniper.core.preemption.rules.may_preempt_for`).
+    7. otherwise the queue relations (``related``, :func:`sniper.core.preemption.rules.may_preempt_for`,
+       which a disabled queue fails too).
 
     How much its queue may lose is the quota's to say (:func:`may_take`), not this."""
-    if alloc.pinned:
-        return "pinned"
-    if alloc.preempt_deadline is not None:
-        return "preempting"
-    if alloc.opportunistic:
-        return None
+    why = standing(alloc, placing=ask is not None)
+    if why is not None or alloc.opportunistic:
+        return why
+    if ask is None:
+        return queue_refusal(alloc.queue)
     if required_node:
         return None if alloc.priority <= ask.priority else "higher_priority"
     if intra:
+        why = queue_refusal(alloc.queue)
+        if why is not None:
+            return why
         if lower_in_queue(alloc, ask) or (limits is not None and limits.may_take(alloc, ask, chosen)):
             return None
         return "not_lower_in_queue"
     return None if related(alloc.queue, ask.app.queue) else "queue_relation"
 
 
-def explain(why: Refusal, alloc: Allocation, ask: Ask) -> str:
-    """A refusal as the cache's outcome states it."""
-    queue = ask.app.queue.path
+def standing(alloc: Allocation, *, placing: bool = True) -> Refusal | None:
+    """Steps 1 and 2 of :func:`refusal`, which read the container alone (``placing``: for an ask): what
+    they refuse is refused whatever the ask, so a placer may leave it out of its candidates."""
+    if placing and alloc.pinned:
+        return "pinned"
+    return "preempting" if alloc.preempt_deadline is not None else None
+
+
+def queue_refusal(queue: Queue) -> Refusal | None:
+    """Step 5 of :func:`refusal`, which reads the victim's queue alone: ``"disabled"`` when preemption is
+    disabled in ``queue`` or above it."""
+    return "disabled" if preemption_disabled(queue) else None
+
+
+def explain(why: Refusal, alloc: Allocation, ask: Ask | None) -> str:
+    """A refusal as the cache's outcome states it (for no ask, the outcome names the victim itself)."""
+    victim = "victim" if ask is None else f"victim {alloc.id}"
     match why:
         case "pinned":
             return "a victim was placed for a required-node ask (never a victim)"
         case "preempting":
-            return f"victim {alloc.id} is already preempting"
+            return f"{victim} is already preempting"
+        case "disabled":
+            return f"{victim}'s queue has preemption disabled"
+    assert ask is not None  # the rest judge a victim for an ask
+    queue = ask.app.queue.path
+    match why:
         case "higher_priority":
             prio = f"({alloc.priority}) than the required-node ask ({ask.priority})"
             return f"victim {alloc.id} has a higher priority {prio}"

@@ -33,13 +33,20 @@ from sniper.core.allocation import CandidateFilter, find_ask_candidates, try_all
 from sniper.core.allocator import Allocator
 from sniper.core.limits import Limits
 from sniper.core.preemption.costs import victim_cost
-from sniper.core.preemption.eligibility import may_take, quota_allows, refusal, required_node_order, spend
+from sniper.core.preemption.eligibility import (
+    may_take,
+    queue_refusal,
+    quota_allows,
+    refusal,
+    required_node_order,
+    spend,
+    standing,
+)
 from sniper.core.preemption.quotas import below_ideal, within_share
 from sniper.core.preemption.rules import (
     disruption_room,
     last_resort,
     may_preempt,
-    preemption_disabled,
     required_node_leaves,
 )
 from sniper.core.resources import Resource
@@ -114,11 +121,12 @@ class VictimPlacer:
         self.held: dict[str, Resource] = {}
         self.largest: dict[str, Resource] = {}
         self.cheapest: dict[str, float] = {}
-        # Leaf queues whose containers may be victims: with a quota, or (intra-queue) not disabled.
+        # Leaf queues whose containers may be victims: with a quota, or (intra-queue) those whose containers
+        # the eligibility rule does not refuse for their queue alone.
         self.victim_paths = {
             path
             for path, q in state.queues.items()
-            if q.is_leaf and (not preemption_disabled(q) if self.intra else path in self.quota_left)
+            if q.is_leaf and (queue_refusal(q) is None if self.intra else path in self.quota_left)
         }
         for name, node in state.nodes.items():
             if node.schedulable:
@@ -140,11 +148,11 @@ class VictimPlacer:
             entries = []
             if any(node.opportunistic.values()) or any(path in ok for path in node.by_queue):
                 allocations = self.state.allocations
-                cost_of, now, guarded = self.cost_of, self.kill_at, self.guarded
+                cost_of, now, guarded, refused = self.cost_of, self.kill_at, self.guarded, standing
                 for aid in node.allocations:
                     alloc = allocations[aid]
-                    if alloc.preempt_deadline is not None or alloc.pinned:
-                        continue
+                    if refused(alloc) is not None:
+                        continue  # refused whatever the ask
                     if alloc.opportunistic:
                         entries.append((False, 0.0, aid, alloc))  # free: no queue loses anything
                     elif alloc.queue.path in ok:
