@@ -26,7 +26,7 @@ from sniper.messages.snapshot import snapshot_msgpack
 from sniper.messages.wire import CONTENT_TYPE
 from sniper.transport.bus import DEADLETTER, DECISIONS, FEED, SNAPSHOTS
 from sniper.transport.kafka import KafkaBus, KafkaSettings
-from tests.core_process_support import WAIT, Decisions, options, workload
+from tests.core_process_support import WAIT, Decisions, config_event, options, workload
 
 pytestmark = pytest.mark.kafka
 
