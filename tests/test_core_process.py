@@ -7,6 +7,7 @@ wait is on a condition (decisions received, an assignment) bounded by ``anyio.fa
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 from collections.abc import Iterable
 from typing import Any
