@@ -122,3 +122,30 @@ def test_a_partition_removed_is_one_line_with_what_it_held(caplog: pytest.LogCap
     audit("p", [removed], tally)
     (line,) = _lines(caplog)
     assert "action=partition_removed" in line and "allocations=12" in line and 'reason="next trace"' in line
+
+
+def test_names_with_terminal_control_characters_reach_the_audit_log_escaped(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """An allocation, app and node named with ESC and BEL (feed data) are written escaped in both log
+    formats: the line holds no control character and still names them."""
+    caplog.set_level(logging.INFO, logger="sniper.audit")
+    hostile = d.Preempt(
+        t=1.0,
+        allocation="a\x1b[2J",
+        app="app\x07",
+        queue="root.a",
+        node="n\x1b]0;pwned\x07",
+        resource={"memory": 1024},
+        for_ask="k",
+        for_app="b",
+        for_queue="root.b",
+        deadline=2.0,
+        reservation="r",
+        reason="over its ideal",
+    )
+    audit("p", [hostile], PreemptionTally())
+    for style in ("kv", "json"):
+        (line,) = _lines(caplog, style)
+        assert line.isprintable(), line
+        assert "\\u001b[2J" in line and "\\u0007" in line

@@ -183,6 +183,27 @@ def test_names_that_look_like_markup_print_literally(tmp_path: Path) -> None:
     assert "[bold].jsonl" in " ".join(result.stdout.split())  # the summary's title
 
 
+def test_names_with_terminal_control_characters_print_escaped_in_rejections_and_errors(tmp_path: Path) -> None:
+    """An app in an unknown queue, both named with ESC and BEL, is listed escaped among the rejections;
+    a missing trace whose name holds ESC is named escaped in the one error line."""
+    config = partition_raw(queue("q", guaranteed={"memory": 4096}))
+    events = [
+        {"t": 0, "type": "partition_config", "config": config},
+        {"t": 0, "type": "node_added", "node": "n1", "capacity": {"memory": 8192, "vcore": 8000}},
+        {"t": 1, "type": "app_added", "app": "a\x1b[2J", "queue": "root.q\x07"},
+        {"t": 1, "type": "app_added", "app": "ok", "queue": "root.q"},
+        {"t": 1, "type": "ask_added", "app": "ok", "ask": "k", "resource": {"memory": 2048}},
+    ]
+    result = _invoke("simulate", str(_trace(tmp_path, events)), "--show-rejections")
+    assert result.exit_code == 0, result.output
+    assert "\x1b" not in result.output and "\x07" not in result.output
+    assert "app=a\\x1b[2J" in result.stderr and "root.q\\x07" in result.stderr
+    missing = _invoke("simulate", str(tmp_path / "gone\x1b]0;title\x07.jsonl"))
+    assert missing.exit_code == EXIT_INPUT
+    line = _one_error_line(missing)
+    assert line.isprintable() and "gone\\x1b]0;title\\x07.jsonl" in line
+
+
 def test_a_huge_pending_count_is_refused_with_the_admission_bound_and_simulate_goes_on(tmp_path: Path) -> None:
     events = [*TINY, {**TINY[3], "ask": "huge", "count": 10_000_000, "duration": None}]
     report = tmp_path / "report.json"

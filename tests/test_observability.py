@@ -381,3 +381,50 @@ def test_milli_gpus_are_exported_in_gpus_under_a_valid_metric_name() -> None:
     lines = set(generate_latest(registry).decode().splitlines())
     assert 'sniper_queue_used_gpu_milli_gpus{partition="p1",queue="root.a"} 1.46' in lines
     assert 'sniper_queue_used{partition="p1",queue="root.a",resource="gpu"} 2.0' in lines
+
+
+def test_status_prints_names_with_control_characters_escaped() -> None:
+    """A queue, node and reason holding ESC, BEL and a right-to-left override reach the status screen as
+    escapes: not one control character is printed, and the names are still readable."""
+    from rich.console import Console
+
+    from sniper.cli.kafka import render_state
+
+    document = {
+        "partitions": [
+            {
+                "name": "p\x1b[2J",
+                "epoch": 1,
+                "now": 1.0,
+                "capacity": {"memory": 2**30},
+                "queues": [
+                    {"queue": "root.\x1b[31mred", "used": {}, "guaranteed": {}, "ideal": {}, "pending": {}, "max": None}
+                ],
+                "nodes": [{"node": "n\x07", "schedulable": True, "capacity": {}, "allocated": {}}],
+                "reservations": [],
+                "preemptions_in_flight": [],
+                "recent_preemptions": [
+                    {
+                        "t": 1.0,
+                        "allocation": "a\u202e",
+                        "queue": "root.q",
+                        "node": "n",
+                        "for_app": "b",
+                        "for_queue": "root.b",
+                        "reason": "x\x1bc",
+                    }
+                ],
+            }
+        ]
+    }
+    screen = Console(width=400, file=io.StringIO(), highlight=False, color_system=None)
+    for table in render_state(document, 50):
+        screen.print(table)
+    text = screen.file.getvalue()  # type: ignore[attr-defined]
+    assert "\x1b" not in text and "\x07" not in text and "\u202e" not in text
+    assert "root.\\x1b[31mred" in text and "n\\x07" in text and "a\\u202e" in text and "x\\x1bc" in text
+
+
+def test_a_log_value_with_control_characters_is_quoted_and_escaped() -> None:
+    line = StructuredFormatter("kv").format(_record(partition="p\x1b[2J", actor="cache"))
+    assert line.isprintable() and 'partition="p\\u001b[2J"' in line

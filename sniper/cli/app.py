@@ -7,8 +7,8 @@ an exit code. Commands live in :mod:`sniper.cli.sim`, :mod:`sniper.cli.kafka` an
 
 Invariants: an operational error prints one line on stderr (what is wrong, what to do) and exits 2
 (usage or input) or 3 (a runtime failure), never a traceback; exit 1 means an invariant was violated.
-Names are data and may look like rich markup (``[/]``): text that holds names is printed through
-:func:`literal` (or escaped), never parsed as markup.
+Names are data and may look like rich markup (``[/]``) or hold terminal control characters: text that
+holds names is printed through :func:`literal`, never parsed as markup, its control characters escaped.
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ from rich.text import Text
 from typer.core import TyperGroup
 
 from sniper.core.config import ConfigError, SchedulerConfig, load_config, parse_partition
+from sniper.core.printable import printable
 from sniper.messages import decisions as d
 from sniper.messages import feed as f
 from sniper.messages.codec import BadInput, read_trace
@@ -159,8 +160,9 @@ out = Console(highlight=False)
 
 
 def literal(text: object, style: str = "") -> Text:
-    """``text`` as rich prints it, character for character: queue, node, app and event names are data."""
-    return Text(str(text), style=style)
+    """``text`` as rich prints it, character for character, control characters escaped
+    (:func:`~sniper.core.printable.printable`): queue, node, app and event names are data."""
+    return Text(printable(str(text)), style=style)
 
 
 class Policy(enum.StrEnum):

@@ -23,7 +23,9 @@ Resources there are in base units as in the metrics (``units`` in the answer: me
 in cores, gpu-milli in GPUs, other resources as counts; :mod:`sniper.core.units`).
 
 Logs: :func:`setup_logging` installs one handler writing JSON lines (``--log-format json``) or
-``key=value`` lines (``kv``); records of actors carry their ``partition`` and ``actor``.
+``key=value`` lines (``kv``); records of actors carry their ``partition`` and ``actor``. A value holding
+a space, a quote or a character that is not printable (a name with ESC in it) is written as a JSON
+string, its control characters escaped: no feed name reaches a log raw.
 """
 
 from __future__ import annotations
@@ -561,8 +563,10 @@ class StructuredFormatter(logging.Formatter):
 
 
 def _kv(value: Any) -> str:
+    """One value of a ``kv`` line: quoted (JSON, control characters escaped) when it is empty or holds a
+    space, ``=``, ``"`` or anything not printable, so that no name reaches the log raw."""
     text = str(value)
-    if not text or any(c.isspace() or c in '="' for c in text):
+    if not text or not text.isprintable() or any(c.isspace() or c in '="' for c in text):
         return json.dumps(text)
     return text
 
