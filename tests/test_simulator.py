@@ -179,7 +179,7 @@ def test_a_malformed_trace_is_read_with_bad_lines_reported_and_skipped(tmp_path:
     assert [b.where.rsplit(":", 1)[1] for b in bad] == ["4", "7", "10", "17"]
     assert "missing required field `queue`" in bad[0].reason
     assert "malformed" in bad[1].reason
-    assert ">= 0" in bad[2].reason
+    assert "resource: memory: -5 is outside 0 to 2**53" in bad[2].reason
     assert "teleport" in bad[3].reason
     assert len(events) == len(TRACE_LINES)
     assert _summary(run_simulation(events).decisions) == EXPECTED
