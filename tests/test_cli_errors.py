@@ -311,6 +311,51 @@ def test_a_tls_file_flag_reaches_the_settings_as_text(silent_port: int, tmp_path
     assert "missing.pem" in _one_error_line(result)
 
 
+@pytest.mark.kafka
+@pytest.mark.parametrize(
+    ("flags", "named"),
+    [
+        (["--security-protocol", "SSL"], "completed no TLS handshake"),
+        (
+            [
+                "--security-protocol",
+                "SASL_PLAINTEXT",
+                "--sasl-mechanism",
+                "PLAIN",
+                "--username",
+                "u",
+                "--password",
+                "p",
+            ],
+            "SASL PLAIN authentication of 'u'",
+        ),
+    ],
+    ids=["tls-to-a-plaintext-listener", "sasl-to-a-broker-without-sasl"],
+)
+def test_a_tls_or_sasl_failure_is_named_in_one_line(
+    kafka_bootstrap: str, tmp_path: Path, flags: list[str], named: str
+) -> None:
+    """The bundled broker listens in plaintext without SASL: a TLS client and a SASL client fail there, and
+    the error names the TLS or SASL failure, not an unreachable broker."""
+    result = _invoke(
+        "record", "--bootstrap", kafka_bootstrap, "--connect-timeout", "1", *flags, "--out", str(tmp_path / "o.jsonl")
+    )
+    assert result.exit_code == EXIT_RUNTIME, result.output
+    line = _one_error_line(result)
+    assert named in line and "no Kafka broker answered" not in line and "Unable to bootstrap" not in line
+
+
+@pytest.mark.parametrize(
+    "flags", [["--username", "u", "--password", "p"], ["--security-protocol", "SSL", "--username", "u"]]
+)
+def test_credentials_without_a_sasl_protocol_are_refused(flags: list[str], tmp_path: Path) -> None:
+    """A username or password with PLAINTEXT or SSL would be silently ignored: refused before connecting."""
+    result = _invoke("record", "--bootstrap", "127.0.0.1:9", *flags, "--out", str(tmp_path / "o.jsonl"))
+    assert result.exit_code == EXIT_INPUT, result.output
+    line = _one_error_line(result)
+    assert "does not authenticate" in line and "SASL_SSL" in line
+
+
 def test_connect_timeout_defaults_to_30_seconds() -> None:
     assert KafkaSettings(bootstrap="h:1").connect_timeout == 30.0
 

@@ -70,7 +70,7 @@ def explain(err: BaseException) -> tuple[int, str]:
     from sniper.cluster.obs import MetricsServeError
     from sniper.resource_manager.feed import NoAnswer
     from sniper.transport.broker import BrokerStartError
-    from sniper.transport.kafka import KafkaConnectTimeout, KafkaTransportError
+    from sniper.transport.kafka import KafkaConnectTimeout, KafkaSecurityFailure, KafkaTransportError
     from sniper.transport.layout import TopicLayoutError
 
     err = _leaf(err)
@@ -84,6 +84,8 @@ def explain(err: BaseException) -> tuple[int, str]:
         return EXIT_INPUT, str(err)
     if isinstance(err, ConfigError | msgspec.DecodeError | msgspec.ValidationError | yaml.YAMLError):
         return EXIT_INPUT, f"invalid input: {err}"
+    if isinstance(err, KafkaSecurityFailure):
+        return EXIT_RUNTIME, f"{err}; check --security-protocol, the TLS files and the SASL credentials"
     if isinstance(err, BrokerStartError | MetricsServeError | KafkaConnectTimeout | NoAnswer | TopicLayoutError):
         return EXIT_RUNTIME, str(err)
     if isinstance(err, KafkaTransportError):  # e.g. the broker lost its log (LogLost)

@@ -94,6 +94,7 @@ from sniper.messages.deadletter import DeadLetter, deadletter_msgpack
 from sniper.messages.wire import HEADERS, WireDecoder, WireFormat, content_type, encode
 from sniper.transport.broker import BOOTSTRAP_ENV, resolve_bootstrap
 from sniper.transport.bus import DEADLETTER, DECISIONS, FEED, PROPOSALS, SNAPSHOTS, VIEW, Bus, Subscription
+from sniper.transport.handshake import security_failure
 from sniper.transport.layout import Layout, TopicLayoutError, ensure_layout, layout_problem
 
 log = logging.getLogger(__name__)
@@ -110,6 +111,7 @@ _DEADLETTER_RETRIES = (0.2, 1.0, 3.0)  # backoff after each failed attempt to pu
 _ABANDON_GRACE = 0.5  # seconds a cancelled shutdown step gets before it is abandoned
 _PARTITION_MEMO = 65_536  # keys whose Kafka partition is remembered
 _LOG_CHECK_TIMEOUT = 5.0  # seconds a check that the broker still holds a log may take
+_PROBE_SECONDS = 2.0  # a failed TLS or SASL first contact is probed this long to name what failed
 
 
 class KafkaTransportError(RuntimeError):
@@ -118,6 +120,10 @@ class KafkaTransportError(RuntimeError):
 
 class KafkaConnectTimeout(KafkaTransportError):
     """No broker answered at the bootstrap address within ``KafkaSettings.connect_timeout``."""
+
+
+class KafkaSecurityFailure(KafkaTransportError):
+    """The first contact failed in its TLS handshake or SASL authentication (the message says which)."""
 
 
 class MessageTooLarge(ValueError):
@@ -173,8 +179,13 @@ class KafkaSettings:
                 raise ValueError(f"{self.security_protocol} needs sasl_mechanism in {get_args(SaslMechanism)}")
             if not self.username or self.password is None:
                 raise ValueError(f"{self.security_protocol} needs a username and a password")
-        elif self.sasl_mechanism is not None and self.sasl_mechanism not in get_args(SaslMechanism):
-            raise ValueError(f"sasl_mechanism must be one of {get_args(SaslMechanism)}")
+        else:
+            given = [name for name in ("username", "password", "sasl_mechanism") if getattr(self, name) is not None]
+            if given:  # they would be ignored: the connection would be made without authentication
+                raise ValueError(
+                    f"{' and '.join(given)} given with security_protocol {self.security_protocol}, which does "
+                    "not authenticate: use SASL_SSL (or SASL_PLAINTEXT), or drop them"
+                )
         if self.auto_offset_reset not in get_args(OffsetReset):
             raise ValueError(f"auto_offset_reset must be one of {get_args(OffsetReset)}")
         if self.partitions < 1 or self.replication < 1:
@@ -350,6 +361,11 @@ class KafkaBus(Bus):
                     await producer.start()
             except BaseException as err:
                 await self._bounded(producer.stop(), "producer stop after a failed start")
+                if isinstance(err, TimeoutError | KafkaError):
+                    options = self.settings.client_options()
+                    failure = await security_failure(self.settings.bootstrap, options, min(limit, _PROBE_SECONDS))
+                    if failure is not None:
+                        raise KafkaSecurityFailure(failure) from None
                 if isinstance(err, TimeoutError):
                     raise KafkaConnectTimeout(
                         f"no Kafka broker answered at {self.settings.bootstrap} within {limit:g} s: "
