@@ -242,6 +242,21 @@ def test_compare_runs_policies_in_parallel_and_plots_the_resource_asked(tmp_path
     assert plot.stat().st_size > 0
 
 
+def test_compare_reports_each_policys_rejections_as_simulate_does(tmp_path: Path) -> None:
+    """An app in an unknown queue is rejected under every policy: each policy's report lists it in
+    ``rejections``, with the fields and reason ``simulate --report`` gives."""
+    unknown = '{"t": 1, "type": "app_added", "app": "lost", "queue": "root.nowhere"}'
+    trace = str(_tiny_trace(tmp_path, [unknown]))
+    compared, simulated = tmp_path / "compare.json", tmp_path / "simulate.json"
+    result = _invoke("compare", trace, "--policies", "sniper,none", "--report", str(compared))
+    assert result.exit_code == 0, result.output
+    assert _invoke("simulate", trace, "--report", str(simulated)).exit_code == 0
+    expected = json.loads(simulated.read_text())["rejections"]
+    assert [r["app"] for r in expected] == ["lost"]
+    data = json.loads(compared.read_text())
+    assert data["sniper"]["rejections"] == data["none"]["rejections"] == expected
+
+
 def test_compare_refuses_fewer_than_one_job(tmp_path: Path) -> None:
     result = _invoke("compare", str(_tiny_trace(tmp_path)), "--jobs", "0")
     assert result.exit_code == 2

@@ -202,6 +202,8 @@ def compare(
 
         settings = SimulationSettings(until=until, seed=seed, am_response=am_response, am_release_gap=am_release_gap)
         results = run_compare(events, config, names, settings, progress, jobs=jobs)
+    for run in results.values():
+        run.summary.rejections = rejections(run.decisions)
     rows = table_rows(results)
     if as_markdown:
         out.print(literal("| metric | " + " | ".join(names) + " |"), soft_wrap=True)
