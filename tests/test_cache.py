@@ -75,7 +75,7 @@ def _running() -> Cache:
 # ---------------------------------------------------------------------- bad events become decisions
 
 BAD_EVENTS: list[tuple[str, f.Feed, str, d.RejectionCode]] = [
-    ("unknown queue", f.AppAdded(app="a9", queue="root.nope"), "root.nope is an unknown queue", "not_a_leaf"),
+    ("unknown queue", f.AppAdded(app="a9", queue="root.nope"), "root.nope is an unknown queue", "unknown_queue"),
     (
         "parent queue",
         f.AppAdded(app="a9", queue="root.p"),

@@ -409,10 +409,15 @@ class Cache:
             self._reject("unknown_reservation", why, app=e.app, event=e.id)
             return
         if self.state.leaf(queue) is None:
-            what = "a parent queue" if queue in self.state.queues else "an unknown queue"
-            self._reject(
-                "not_a_leaf", f"app {e.app}: {e.queue} is {what}; apps go to leaf queues", app=e.app, event=e.id
-            )
+            if queue in self.state.queues:
+                self._reject(
+                    "not_a_leaf",
+                    f"app {e.app}: {e.queue} is a parent queue; apps go to leaf queues",
+                    app=e.app,
+                    event=e.id,
+                )
+            else:
+                self._reject("unknown_queue", f"app {e.app}: {e.queue} is an unknown queue", app=e.app, event=e.id)
             return
         self.counters["app"] += 1
         self.commit(

@@ -46,7 +46,8 @@ RejectionCode = Literal[
     "unknown_app",
     "app_elsewhere",  # the app already runs in another queue
     "unknown_reservation",  # the app names an SLO reservation its queue does not hold
-    "not_a_leaf",  # apps go to leaf queues
+    "unknown_queue",  # the app names a queue the partition's configuration does not have
+    "not_a_leaf",  # apps go to leaf queues, never to a parent
     "empty_ask",  # it asks for nothing
     "bad_constraint",  # a placement constraint no cluster could ever satisfy (min above max, no tags, ...)
     "opportunistic_am",  # an application master always runs guaranteed
