@@ -97,7 +97,7 @@ async def test_the_metrics_endpoint_of_a_core(kafka_settings: KafkaSettings) -> 
     assert state["units"] == {"memory": "bytes", "vcore": "cores", "gpu-milli": "GPUs", "other resources": "count"}
     queues = {q["queue"]: q for q in part["queues"]}
     assert queues["root.a"]["used"] == {"memory": 20 * 2**20} and queues["root.a"]["guaranteed"] == {"memory": 2**26}
-    assert set(queues["root.a"]) == {"queue", "guaranteed", "max", "used", "pending", "ideal"}
+    assert set(queues["root.a"]) == {"queue", "guaranteed", "max", "used", "pending", "reserved", "ideal"}
     assert sorted(n["node"] for n in part["nodes"]) == ["n1", "n2"]
     assert part["reservations"] == [] and part["preemptions_in_flight"] == [] and part["recent_preemptions"] == []
     assert table.exit_code == 0, table.output
@@ -310,7 +310,8 @@ def test_the_metrics_port_is_checked_from_the_flag_and_the_variable() -> None:
 
 def test_status_tables_are_in_human_units_and_keep_long_names_whole() -> None:
     """A GPU partition's state (base units, as the endpoint serves it) on a wide screen: every figure in
-    human units, long names whole on their row whatever the width."""
+    human units, long names whole on their row whatever the width; a queue whose containers wait on a
+    preemption reservation shows them pending, and on reservations."""
     from rich.console import Console
 
     from sniper.cli.kafka import render_state
@@ -322,6 +323,7 @@ def test_status_tables_are_in_human_units_and_keep_long_names_whole() -> None:
         "guaranteed": {"memory": 320 * gib, "vcore": 48, "gpu": 8},
         "ideal": {"memory": 1536 * 2**20, "vcore": 0.5, "gpu-milli": 1.46},  # GPUs, as served
         "pending": {"gpu": 1},
+        "reserved": {"memory": 4 * gib},  # containers waiting on a preemption reservation
         "max": None,
     }
     document = {
@@ -354,7 +356,8 @@ def test_status_tables_are_in_human_units_and_keep_long_names_whole() -> None:
         "96 GiB, 12.5 cores, 4 GPUs",
         "320 GiB, 48 cores, 8 GPUs",
         "1.5 GiB, 0.5 cores, 1.46 GPUs",
-        "1 GPU",
+        "4 GiB, 1 GPU",  # pending counts what waits on a reservation too
+        "4 GiB",
         "-",
     ]
     assert next(line for line in text.splitlines() if "│ g1 " in line).split("│")[4].strip() == "0"

@@ -412,6 +412,14 @@ def _human(value: Mapping[str, float] | None) -> str:
     return human_resource({name: from_base_units(name, amount) for name, amount in value.items()}, empty="0")
 
 
+def _waiting(queue: Mapping[str, Any]) -> dict[str, float]:
+    """What a queue's asks wait for: pending, and the containers waiting on a preemption reservation."""
+    waiting = dict(queue["pending"] or {})
+    for name, amount in (queue.get("reserved") or {}).items():
+        waiting[name] = waiting.get(name, 0) + amount
+    return waiting
+
+
 def _rows_table(title: str, columns: list[str], rows: list[list[str]], limit: int) -> Any:
     from rich.table import Table
 
@@ -430,7 +438,13 @@ def render_state(document: Mapping[str, Any], limit: int) -> list[Any]:
         name = f"partition {part['name']} (epoch {part['epoch']}, time {part['now']:.1f} s)"
         name += f", capacity {_human(part['capacity'])}"
         queue_rows = [
-            [q["queue"], *(_human(q[k]) for k in ("used", "guaranteed", "ideal", "pending", "max"))]
+            [
+                q["queue"],
+                *(_human(q[k]) for k in ("used", "guaranteed", "ideal")),
+                _human(_waiting(q)),
+                _human(q.get("reserved")),
+                _human(q["max"]),
+            ]
             for q in part["queues"]
         ]
         node_rows = [
@@ -455,7 +469,10 @@ def render_state(document: Mapping[str, Any], limit: int) -> list[Any]:
         ]
         tables += [
             _rows_table(
-                f"{name}: queues", ["queue", "used", "guaranteed", "ideal", "pending", "max"], queue_rows, limit
+                f"{name}: queues",
+                ["queue", "used", "guaranteed", "ideal", "pending", "on reservations", "max"],
+                queue_rows,
+                limit,
             ),
             _rows_table("nodes", ["node", "schedulable", "capacity", "allocated"], node_rows, limit),
             _rows_table("reservations", ["reservation", "for", "node", "resource", "victims"], reservation_rows, limit),

@@ -373,6 +373,7 @@ def state_of(process: CoreProcess | ReplicaProcess) -> dict[str, Any]:
                         "max": in_base(q.max),
                         "used": in_base(q.allocated),
                         "pending": in_base(q.pending),
+                        "reserved": in_base(q.reserved),  # containers waiting on a preemption reservation
                         "ideal": in_base(ideal.get(q.path)),
                     }
                     for q in state.queues.values()
