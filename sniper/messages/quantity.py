@@ -57,7 +57,7 @@ def parse_quantity(name: str, value: object) -> int:
     if text.lstrip().startswith("-"):
         raise QuantityError(f"{name}: negative quantity {value!r}")
     if len(text) > _MAX_TEXT:
-        raise QuantityError(f"{name}: quantity {_short(text)} is too large")
+        raise QuantityError(f"{name}: quantity {shortened(text)} is too large")
     match = _QUANTITY.match(text)
     if match is None:
         raise QuantityError(f"{name}: cannot parse quantity {value!r}")
@@ -82,9 +82,12 @@ def _in_unit(name: str, numerator: int, denominator: int, written: object) -> in
         numerator *= 1000  # cores to milli-cores
     result = -(-numerator // denominator)
     if result > MAX_QUANTITY:
-        raise QuantityError(f"{name}: quantity {_short(str(written))} is too large (more than 2**62 in Sniper's unit)")
+        raise QuantityError(
+            f"{name}: quantity {shortened(str(written))} is too large (more than 2**62 in Sniper's unit)"
+        )
     return result
 
 
-def _short(text: str) -> str:
+def shortened(text: str) -> str:
+    """``text`` as an error quotes it: whole when short, else its two ends (a 200 MB field stays a line)."""
     return repr(text) if len(text) <= 40 else repr(f"{text[:20]}...{text[-12:]}")
