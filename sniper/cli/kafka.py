@@ -157,17 +157,32 @@ async def _until_signal_or(work: Callable[[], Awaitable[T]]) -> T | None:
 def broker(
     port: Annotated[int | None, typer.Option(help="port to listen on (default: a free one)")] = None,
     host: Annotated[str, typer.Option(help="address to listen on and advertise")] = "127.0.0.1",
+    prefix: Prefix = None,
+    kafka_partitions: Partitions = None,
 ) -> None:
-    """Run the embedded Kafka-compatible broker (tansu, in-memory) in the foreground until Ctrl-C."""
+    """Run the embedded Kafka-compatible broker (tansu, in-memory) in the foreground until Ctrl-C.
+
+    Sniper's topics are created (``--prefix``, ``--kafka-partitions`` or ``SNIPER_KAFKA_*``, as the cores
+    read them) before the address is printed: a producer that would auto-create the feed with the
+    broker's own partition count finds it made already.
+    """
+    from sniper.cluster.kafka_env import build_settings
     from sniper.transport.broker import EmbeddedBroker
+    from sniper.transport.kafka import KafkaBus
 
     async def main() -> None:
         async with EmbeddedBroker(host=host, port=port) as embedded:
+            settings = build_settings(embedded.bootstrap, embedded=True, prefix=prefix, partitions=kafka_partitions)
+            async with KafkaBus(settings) as bus:
+                await bus.ensure_topics()
             sys.stdout.write(f"{embedded.bootstrap}\n")
             sys.stdout.flush()
             console.print(
-                f"embedded broker listening on {embedded.bootstrap} (storage in memory); Ctrl-C stops it\n"
-                f"  export SNIPER_KAFKA_BOOTSTRAP={embedded.bootstrap}"
+                literal(
+                    f"embedded broker listening on {embedded.bootstrap} (storage in memory), topics "
+                    f"{settings.prefix}* created with {settings.partitions} partitions; Ctrl-C stops it\n"
+                    f"  export SNIPER_KAFKA_BOOTSTRAP={embedded.bootstrap}"
+                )
             )
             await _until_signal()
 
