@@ -4,6 +4,7 @@ failure, never a traceback; names print literally; a run that decides nothing sa
 from __future__ import annotations
 
 import json
+import logging
 import socket
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,6 +17,7 @@ from typer.testing import CliRunner, Result
 from sniper.cli import app
 from sniper.cli.app import EXIT_INPUT, EXIT_RUNTIME, explain
 from sniper.core.config import ConfigError
+from sniper.transport.broker import free_port
 from sniper.transport.kafka import KafkaSettings
 from tests.core_support import partition_raw, queue
 from tests.test_cli import TINY
@@ -263,6 +265,25 @@ def test_an_unanswering_bootstrap_gives_up_within_the_connect_timeout(silent_por
     assert result.exit_code == EXIT_RUNTIME, result.output
     line = _one_error_line(result)
     assert f"no Kafka broker answered at 127.0.0.1:{silent_port} within 0.5 s" in line
+
+
+def test_a_core_with_no_broker_listening_keeps_trying_for_the_connect_timeout_then_exits_3_without_a_traceback() -> (
+    None
+):
+    """A refused connection is no reason to give up before ``--connect-timeout`` (a broker may be starting
+    after the core); past it, one error line, exit 3, and no traceback in the core's INFO log."""
+    port = free_port()  # bound and released: nothing listens there
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    try:
+        result = _invoke("core", "--bootstrap", f"127.0.0.1:{port}", "--connect-timeout", "1.5", "--metrics-port", "0")
+    finally:  # the core installed its log handler on this runner's stderr: later tests log elsewhere
+        root.handlers[:] = handlers
+        root.setLevel(level)
+    assert result.exit_code == EXIT_RUNTIME, result.output
+    assert "Traceback" not in result.output
+    assert "no Kafka broker answered" in result.output and "yet; trying again" in result.output
+    assert f"no Kafka broker answered at 127.0.0.1:{port} within 1.5 s" in _one_error_line(result)
 
 
 def test_a_broker_port_in_use_is_named(silent_port: int) -> None:

@@ -116,7 +116,8 @@ class SniperGroup(TyperGroup):
             raise typer.Exit(130) from None
         except Exception as err:  # the one place an exception becomes an exit code
             code, message = explain(err)
-            logging.getLogger("sniper.cli").info("command failed", exc_info=err)  # the details, with -v
+            # The details at DEBUG: shown with -v, never by a command that logs at INFO (a core).
+            logging.getLogger("sniper.cli").debug("command failed", exc_info=err)
             console.print(literal(f"error: {message}", "red"))
             raise typer.Exit(code) from None
 
@@ -226,10 +227,12 @@ def tune_gc() -> None:
 
 
 def setup_logging(verbose: bool) -> None:
-    """Log records on stderr: from INFO with ``verbose`` (a failed command's traceback among them), else WARNING."""
+    """Log records on stderr: from INFO with ``verbose``, and a failed command's traceback (DEBUG on
+    ``sniper.cli``); else from WARNING."""
     level = logging.INFO if verbose else logging.WARNING
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s %(message)s", stream=sys.stderr)
     logging.getLogger().setLevel(level)  # also when something configured logging already
+    logging.getLogger("sniper.cli").setLevel(logging.DEBUG if verbose else logging.NOTSET)
 
 
 T = TypeVar("T")

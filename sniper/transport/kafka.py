@@ -75,7 +75,7 @@ import msgspec
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.abc import ConsumerRebalanceListener
 from aiokafka.admin import AIOKafkaAdminClient
-from aiokafka.errors import KafkaError, UnknownTopicOrPartitionError
+from aiokafka.errors import KafkaConnectionError, KafkaError, UnknownTopicOrPartitionError
 from aiokafka.helpers import create_ssl_context
 from aiokafka.partitioner import murmur2
 from aiokafka.protocol.group import LeaveGroupRequest
@@ -112,6 +112,7 @@ _ABANDON_GRACE = 0.5  # seconds a cancelled shutdown step gets before it is aban
 _PARTITION_MEMO = 65_536  # keys whose Kafka partition is remembered
 _LOG_CHECK_TIMEOUT = 5.0  # seconds a check that the broker still holds a log may take
 _PROBE_SECONDS = 2.0  # a failed TLS or SASL first contact is probed this long to name what failed
+_CONNECT_RETRY = 0.5  # seconds between first-contact attempts while no broker answers
 
 
 class KafkaTransportError(RuntimeError):
@@ -357,7 +358,7 @@ class KafkaBus(Bus):
             )
             try:
                 async with asyncio.timeout(limit):
-                    await self.ensure_topics()
+                    await self._first_contact()
                     await producer.start()
             except BaseException as err:
                 await self._bounded(producer.stop(), "producer stop after a failed start")
@@ -377,6 +378,21 @@ class KafkaBus(Bus):
                 raise anyio.ClosedResourceError("the Kafka bus is closed")
             _hold_back_unleased(producer, self._unleased_topics)
             self._producer = producer
+
+    async def _first_contact(self) -> None:
+        """Create the topics, trying again while no broker answers (one starting after this process):
+        the caller's ``connect_timeout`` bounds it. A TLS or SASL failure is named at once."""
+        while True:
+            try:
+                await self.ensure_topics()
+                return
+            except KafkaConnectionError:
+                options = self.settings.client_options()
+                failure = await security_failure(self.settings.bootstrap, options, _PROBE_SECONDS)
+                if failure is not None:
+                    raise KafkaSecurityFailure(failure) from None
+                log.info("no Kafka broker answered at %s yet; trying again", self.settings.bootstrap)
+                await asyncio.sleep(_CONNECT_RETRY)  # a pause between attempts, not a synchronisation
 
     def fence(self, subscription: KafkaSubscription, topics: Iterable[str]) -> None:
         """Send records of ``topics`` only while ``subscription``'s lease holds (see the module invariants)."""
