@@ -115,6 +115,27 @@ def test_check_config_accepts_a_good_file(tmp_path: Path) -> None:
     assert "    b: guaranteed 1 MiB; no max;" in result.output
 
 
+def test_check_config_speaks_of_every_amount_in_human_units_output_and_errors_alike(tmp_path: Path) -> None:
+    """Ephemeral storage (bytes) prints in binary units like memory; an error about children's
+    guarantees quotes both amounts the same way."""
+    path = tmp_path / "queues.yaml"
+    path.write_text(
+        "partitions:\n  - queues:\n"
+        "      - {name: a, resources: {guaranteed: {memory: 16Gi, ephemeral-storage: 100Gi}}}\n"
+    )
+    result = _invoke("check-config", str(path))
+    assert result.exit_code == 0, result.output
+    assert "a: guaranteed 16 GiB, ephemeral-storage 100 GiB;" in result.output
+    path.write_text(
+        "partitions:\n  - queues:\n      - name: p\n        resources: {guaranteed: {memory: 10Gi}}\n"
+        "        queues: [{name: a, resources: {guaranteed: {memory: 6Gi}}},\n"
+        "                 {name: b, resources: {guaranteed: {memory: 6Gi}}}]\n"
+    )
+    refused = _invoke("check-config", str(path))
+    assert refused.exit_code == 2
+    assert "children's guaranteed memory add up to 12 GiB, more than its own 10 GiB" in _text(refused)
+
+
 def test_check_config_prints_units_preemption_settings_and_warnings(tmp_path: Path) -> None:
     path = tmp_path / "queues.yaml"
     path.write_text(
@@ -179,7 +200,7 @@ def test_check_config_reads_a_config_map_and_prints_limits_and_maxapplications(t
     [
         (
             {"partitions": [partition_raw(queue("a", guaranteed={"memory": 8}, maximum={"memory": 4}))]},
-            "queue root.a: max memory=4 is below guaranteed memory=8",
+            "queue root.a: max memory 4 MiB is below guaranteed memory 8 MiB",
         ),
         (
             {"partitions": [partition_raw(queue("a", application_sort_policy="random"))]},

@@ -147,7 +147,7 @@ def test_every_limit_shape_parses_and_round_trips() -> None:
         (
             [{"users": ["u"], "maxresources": {"memory": "2Gi"}}],
             {"maximum": {"memory": 1024}},
-            r"queue root\.a\.limits\[0\]: maxresources memory=2048 exceeds the queue's max memory=1024",
+            r"queue root\.a\.limits\[0\]: maxresources memory 2 GiB exceeds the queue's max memory 1 GiB",
         ),
         (
             [{"users": ["u"], "maxresources": {"memory": "lots"}}],

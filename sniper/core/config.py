@@ -29,6 +29,7 @@ from msgspec import Meta
 
 from sniper.core import resources as res
 from sniper.core.resources import Resource
+from sniper.core.units import human, named
 
 NODE_SORT_POLICIES: tuple[str, ...] = ("binpacking", "fair")
 APP_SORT_POLICIES: tuple[str, ...] = ("fifo", "fair", "priority")
@@ -656,7 +657,7 @@ def _validate_queue_limits(queue: QueueConfig) -> None:
             for k, v in lim.max_resources.items():
                 if k in queue.max and v > queue.max[k]:
                     raise ConfigError(
-                        f"{at}.limits[{i}]: maxresources {k}={v} exceeds the queue's max {k}={queue.max[k]}"
+                        f"{at}.limits[{i}]: maxresources {named(k, v)} exceeds the queue's max {named(k, queue.max[k])}"
                     )
         if (
             lim.max_applications is not None
@@ -682,27 +683,28 @@ def _validate_queue_resources(queue: QueueConfig) -> None:
         for k, g in queue.guaranteed.items():
             # A max that does not name a resource leaves it unlimited.
             if k in queue.max and queue.max[k] < g:
-                raise ConfigError(f"{at}: max {k}={queue.max[k]} is below guaranteed {k}={g}")
+                raise ConfigError(f"{at}: max {named(k, queue.max[k])} is below guaranteed {named(k, g)}")
     children_guaranteed = res.total(c.guaranteed for c in queue.children)
     for child in queue.children:
         for k, g in child.guaranteed.items():
             if k in queue.guaranteed and g > queue.guaranteed[k]:
                 raise ConfigError(
-                    f"queue {child.path}: guaranteed {k}={g} exceeds parent {queue.path}'s guaranteed "
-                    f"{k}={queue.guaranteed[k]}"
+                    f"queue {child.path}: guaranteed {named(k, g)} exceeds parent {queue.path}'s guaranteed "
+                    f"{named(k, queue.guaranteed[k])}"
                 )
         if queue.max is not None and child.max is not None:
             for k, m in child.max.items():
                 if k in queue.max and m > queue.max[k]:
                     raise ConfigError(
-                        f"queue {child.path}: max {k}={m} exceeds parent {queue.path}'s max {k}={queue.max[k]}"
+                        f"queue {child.path}: max {named(k, m)} exceeds parent {queue.path}'s max "
+                        f"{named(k, queue.max[k])}"
                     )
     if queue.guaranteed:
         for k, g in children_guaranteed.items():
             if k in queue.guaranteed and g > queue.guaranteed[k]:
                 raise ConfigError(
-                    f"queue {queue.path}: children's guaranteed {k} add up to {g}, "
-                    f"more than its own {queue.guaranteed[k]}"
+                    f"queue {queue.path}: children's guaranteed {k} add up to {human(k, g)}, "
+                    f"more than its own {human(k, queue.guaranteed[k])}"
                 )
 
 
