@@ -82,7 +82,10 @@ def test_the_architecture_feed_examples_decode() -> None:
             b'{"type":"ask_added","app":"a","ask":"k","resource":{},"usage":{"gpu":"3m"}}',
             "usage: gpu: the milli suffix",
         ),
-        (b'{"type":"ask_added","app":"a","ask":"k","resource":{"memory":"9000Ei"}}', "resource: memory: '9000Ei' is outside"),
+        (
+            b'{"type":"ask_added","app":"a","ask":"k","resource":{"memory":"9000Ei"}}',
+            "resource: memory: '9000Ei' is outside",
+        ),
         (b'{"type":"node_added","node":"n1","capacity":{"gpu":true}}', "capacity: gpu: True is not an amount"),
         (b'{"type":"node_removed","node":""}', "length >= 1"),
         (b'{"t":-1,"type":"node_removed","node":"n1"}', ">= 0.0"),
