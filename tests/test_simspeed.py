@@ -167,23 +167,24 @@ def test_grid_arithmetic_matches_stepping_tick_by_tick(
 # leave every decision byte-identical; a change of rule that moves one says which and why in its commit.
 # Victims are costed at their kill (each victim's grace counted in ``preempt``'s ``cost`` and ``reason``);
 # sniper's gang and opportunistic decisions follow the deadzone as a trigger. Kills carry their cause and
-# reservation ends their code.
+# reservation ends their code. Reasons say amounts in human units; the figures they quote are typed fields
+# (``preempt``'s ``over_ideal``, ``rejected``'s ``resource`` and ``bound``).
 DECISION_HASHES = {
-    ("demo", "proportional"): "0b29980b1265132f",
-    ("random_mix", "proportional"): "c571653ba7c94b83",
-    ("gang", "proportional"): "0fc686e28a1c7ed4",
-    ("opportunistic", "proportional"): "bce59a45e0f51653",
-    ("demo", "sniper"): "50c3de3d805a7b7d",
-    ("random_mix", "sniper"): "c64686dd442945ac",
-    ("gang", "sniper"): "4223de4791c4ca17",
-    ("opportunistic", "sniper"): "5036cbd16baacc15",
-    ("user_limits", "sniper"): "66c543c1416aeb38",
-    ("priority_queues", "sniper"): "3895d328ccc1ab51",
-    ("budgets", "sniper"): "90c67c7ed5dc372a",
-    ("budgets", "proportional"): "270a393a080753f7",
-    ("constraints", "sniper"): "39719cf94d9f0513",
-    ("constraints", "proportional"): "e3631820dae87654",
-    ("slo", "sniper"): "07f8876d259c0f66",
+    ("demo", "proportional"): "a79fbfa796ab3cee",
+    ("random_mix", "proportional"): "f9db4e8ef0787c0e",
+    ("gang", "proportional"): "9d29b51a888be1c9",
+    ("opportunistic", "proportional"): "882a04058b068947",
+    ("demo", "sniper"): "00bcc54954d3f724",
+    ("random_mix", "sniper"): "c9fae74700731870",
+    ("gang", "sniper"): "93372aa9a2ef67a9",
+    ("opportunistic", "sniper"): "83cef9dd77f4b5a6",
+    ("user_limits", "sniper"): "eefa9d764410bb58",
+    ("priority_queues", "sniper"): "2193d5869dac7db2",
+    ("budgets", "sniper"): "3b66d721b8d3e8f6",
+    ("budgets", "proportional"): "ac23d255dbd7815d",
+    ("constraints", "sniper"): "2f1e633b925d0464",
+    ("constraints", "proportional"): "895f75c381dd1d14",
+    ("slo", "sniper"): "9b262f48a77ead08",
 }
 
 

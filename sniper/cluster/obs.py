@@ -56,7 +56,7 @@ from sniper.cluster.member import Host
 from sniper.cluster.timings import CoreHistograms
 from sniper.core.resources import Resource, ResourceLike
 from sniper.core.state import Reservation
-from sniper.core.units import BASE_UNITS, COUNT, each_in_base_units, in_base_units
+from sniper.core.units import BASE_UNITS, COUNT, each_in_base_units, in_base
 
 if TYPE_CHECKING:
     from sniper.cluster.process import CoreProcess, HostedPartition
@@ -86,17 +86,6 @@ def _in_base_units(resource: ResourceLike) -> Iterator[tuple[str, str | None, fl
             yield METRIC_SUFFIXES[name], None, value
         else:
             yield "", name, value
-
-
-def in_base(resource: ResourceLike | None) -> dict[str, int | float] | None:
-    """A resource in base units for JSON: memory in bytes and other counts as integers, vcore in cores."""
-    if resource is None:
-        return None
-    out: dict[str, int | float] = {}
-    for name, amount in resource.items():
-        value = in_base_units(name, amount)
-        out[name] = int(value) if value.is_integer() else value
-    return out
 
 
 class _QueueFamilies:
@@ -423,6 +412,7 @@ def state_of(process: CoreProcess | ReplicaProcess) -> dict[str, Any]:
                         "for_queue": x.for_queue,
                         "policy": x.policy,
                         "reason": x.reason,
+                        "over_ideal": in_base(x.over_ideal),  # the figure the reason quotes, as numbers
                     }
                     for x in host.recent_preemptions
                 ],
@@ -564,8 +554,11 @@ class StructuredFormatter(logging.Formatter):
 
 
 def _kv(value: Any) -> str:
-    """One value of a ``kv`` line: quoted (JSON, control characters escaped) when it is empty or holds a
-    space, ``=``, ``"`` or anything not printable, so that no name reaches the log raw."""
+    """One value of a ``kv`` line: a mapping or list as compact JSON (``{"memory":4294967296}``); text
+    quoted (JSON, control characters escaped) when it is empty or holds a space, ``=``, ``"`` or anything
+    not printable, so that no name reaches the log raw."""
+    if isinstance(value, dict | list):
+        return json.dumps(value, separators=(",", ":"))
     text = str(value)
     if not text or not text.isprintable() or any(c.isspace() or c in '="' for c in text):
         return json.dumps(text)

@@ -41,6 +41,7 @@ from sniper.core.state import (
     ask_label,
     selector_matches,
 )
+from sniper.core.units import human_resource
 from sniper.messages import decisions as d
 from sniper.messages import feed as f
 from sniper.messages import protocol as p
@@ -95,9 +96,30 @@ class Cache:
             decision_type(partition=self.partition, seq=self.decision_seq, epoch=self.epoch, t=self.state.now, **fields)
         )
 
-    def _reject(self, code: d.RejectionCode, reason: str, *, app: str = "", ask: str = "", event: str = "") -> None:
+    def _reject(
+        self,
+        code: d.RejectionCode,
+        reason: str,
+        *,
+        app: str = "",
+        ask: str = "",
+        event: str = "",
+        resource: Resource | None = None,
+        bound: Resource | None = None,
+    ) -> None:
+        """Answer an event with a ``rejected`` decision; ``resource`` and ``bound`` are the figures its
+        reason quotes (the ask's resource, the max or capacity it can never fit), as numbers."""
         self.stats.rejected_events += 1
-        self.decide(d.Rejected, reason=reason, app=app, ask=ask, event=event, code=code)
+        self.decide(
+            d.Rejected,
+            reason=reason,
+            app=app,
+            ask=ask,
+            event=event,
+            code=code,
+            resource=resource or {},
+            bound=bound or {},
+        )
 
     def outcome(self, proposal: str, accepted: int, rejected: dict[str, str]) -> None:
         self.stats.placements_accepted += accepted
@@ -487,11 +509,13 @@ class Cache:
                 what = f": its gang of {e.gang_min}" if e.gang_min > 1 else ""
                 self._reject(
                     "over_queue_max",
-                    f"ask {e.app}/{e.ask} ({res.fmt(resource)}){what} can never fit queue {q.path}'s max"
-                    f" ({res.fmt(q.max)})",
+                    f"ask {e.app}/{e.ask} ({human_resource(resource)}){what} can never fit queue {q.path}'s max"
+                    f" ({human_resource(q.max)})",
                     app=e.app,
                     ask=e.ask,
                     event=e.id,
+                    resource=resource,
+                    bound=q.max,
                 )
                 return
         if (
@@ -509,15 +533,22 @@ class Cache:
             return
         why = self._never_fits(resource, e.node)
         if why is not None:
+            required = None if e.node is None else self.state.nodes.get(e.node)
             self._reject(
-                "never_fits", f"ask {e.app}/{e.ask} ({res.fmt(resource)}) {why}", app=e.app, ask=e.ask, event=e.id
+                "never_fits",
+                f"ask {e.app}/{e.ask} ({human_resource(resource)}) {why}",
+                app=e.app,
+                ask=e.ask,
+                event=e.id,
+                resource=resource,
+                bound=None if required is None else required.capacity,
             )
             return
         if e.gang_min > 1 and self.state.nodes:
             why = gang.never_fits(self.state, resource, e.gang_min, e.node, e.node_selector)
             if why:
-                reason = f"ask {e.app}/{e.ask} ({res.fmt(resource)}): {why}"
-                self._reject("gang_never_fits", reason, app=e.app, ask=e.ask, event=e.id)
+                reason = f"ask {e.app}/{e.ask} ({human_resource(resource)}): {why}"
+                self._reject("gang_never_fits", reason, app=e.app, ask=e.ask, event=e.id, resource=resource)
                 return
         self.counters["ask"] += 1
         self.commit(
@@ -570,7 +601,7 @@ class Cache:
             if node is None:
                 return f"requires node {required_node}, which is unknown"
             if not res.fits(resource, node.capacity):
-                return f"can never fit its required node {required_node} ({res.fmt(node.capacity)})"
+                return f"can never fit its required node {required_node} ({human_resource(node.capacity)})"
             return None
         shapes = self.shapes or [n.capacity for n in self.state.nodes.values()]  # (restored from a snapshot)
         if not shapes:

@@ -186,8 +186,3 @@ def drf_below(a: ResourceLike, b: ResourceLike, capacity: ResourceLike) -> bool:
 def normalized(a: ResourceLike) -> Resource:
     """Drop zero entries so equal resources compare equal."""
     return {k: v for k, v in a.items() if v}
-
-
-def fmt(a: ResourceLike) -> str:
-    """Human-readable form, stable order: ``memory=4096,vcore=1000``."""
-    return ",".join(f"{k}={a[k]}" for k in sorted(a) if a[k]) or "0"

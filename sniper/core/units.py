@@ -101,3 +101,15 @@ def each_in_base_units(resource: ResourceLike) -> Iterator[tuple[str, str, float
     """``(name, base unit, value)`` of each resource of ``resource``."""
     for name, amount in resource.items():
         yield name, base_unit(name), in_base_units(name, amount)
+
+
+def in_base(resource: ResourceLike | None) -> dict[str, int | float] | None:
+    """A resource in base units for JSON: memory in bytes and other counts as integers, vcore in cores
+    (what machines read: the state endpoint, the JSON audit line)."""
+    if resource is None:
+        return None
+    out: dict[str, int | float] = {}
+    for name, amount in resource.items():
+        value = in_base_units(name, amount)
+        out[name] = int(value) if value.is_integer() else value
+    return out

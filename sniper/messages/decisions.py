@@ -113,6 +113,8 @@ class Preempt(Decision, tag="preempt", frozen=True, gc=False):
     reason: str = ""
     observe_only: bool = False  # what would be preempted; nothing changed
     victim_queue_ideal: dict[str, int] = {}
+    # How far the victim's queue is over its ideal share, the figure the reason quotes when that is why.
+    over_ideal: dict[str, int] = {}
     for_resource: dict[str, int] = {}
     opportunistic: bool = False  # an opportunistic victim: killed at once, outside every queue's rules
 
@@ -158,6 +160,10 @@ class Rejected(Decision, tag="rejected", frozen=True, gc=False):
     ask: str = ""
     event: str = ""
     code: RejectionCode | None = None  # why, as a code a consumer matches on (None: a log without codes)
+    # The figures the reason quotes, in the feed's units: the ask's resource and the bound it can never
+    # fit (a queue's max, its required node's capacity); empty where the reason quotes none.
+    resource: dict[str, int] = {}
+    bound: dict[str, int] = {}
 
 
 class ReservationEnded(Decision, tag="reservation_ended", frozen=True, gc=False):
