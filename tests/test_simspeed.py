@@ -168,23 +168,23 @@ def test_grid_arithmetic_matches_stepping_tick_by_tick(
 # Victims are costed at their kill (each victim's grace counted in ``preempt``'s ``cost`` and ``reason``);
 # sniper's gang and opportunistic decisions follow the deadzone as a trigger. Kills carry their cause and
 # reservation ends their code. Reasons say amounts in human units; the figures they quote are typed fields
-# (``preempt``'s ``over_ideal``, ``rejected``'s ``resource`` and ``bound``).
+# (``preempt``'s ``over_ideal``, ``rejected``'s ``resource`` and ``bound``, ``kill``'s ``missing``).
 DECISION_HASHES = {
-    ("demo", "proportional"): "a79fbfa796ab3cee",
-    ("random_mix", "proportional"): "f9db4e8ef0787c0e",
-    ("gang", "proportional"): "9d29b51a888be1c9",
-    ("opportunistic", "proportional"): "882a04058b068947",
-    ("demo", "sniper"): "00bcc54954d3f724",
-    ("random_mix", "sniper"): "c9fae74700731870",
-    ("gang", "sniper"): "93372aa9a2ef67a9",
-    ("opportunistic", "sniper"): "83cef9dd77f4b5a6",
-    ("user_limits", "sniper"): "eefa9d764410bb58",
-    ("priority_queues", "sniper"): "2193d5869dac7db2",
-    ("budgets", "sniper"): "3b66d721b8d3e8f6",
-    ("budgets", "proportional"): "ac23d255dbd7815d",
-    ("constraints", "sniper"): "2f1e633b925d0464",
-    ("constraints", "proportional"): "895f75c381dd1d14",
-    ("slo", "sniper"): "9b262f48a77ead08",
+    ("demo", "proportional"): "332ff08ab25513a9",
+    ("random_mix", "proportional"): "e0b16c025149a73c",
+    ("gang", "proportional"): "437766bacc04e310",
+    ("opportunistic", "proportional"): "f7a8b4d300d94789",
+    ("demo", "sniper"): "fba67174ca5d5fb2",
+    ("random_mix", "sniper"): "eeb5b82326763134",
+    ("gang", "sniper"): "715d46c1212b21fe",
+    ("opportunistic", "sniper"): "4da1b5549b8cf6e4",
+    ("user_limits", "sniper"): "6b34b6106d0d2125",
+    ("priority_queues", "sniper"): "701219957b110690",
+    ("budgets", "sniper"): "53713099f0fb75f2",
+    ("budgets", "proportional"): "654d84f52bcd6807",
+    ("constraints", "sniper"): "785617c59efe935f",
+    ("constraints", "proportional"): "b55b2093e2c95140",
+    ("slo", "sniper"): "9240aa4bc5fd148f",
 }
 
 

@@ -184,15 +184,27 @@ class Cache:
             return
         self.kill(overdue, "grace_expired")
 
-    def kill(self, victims: list[Allocation], cause: d.KillCause, reason: str | None = None) -> None:
+    def kill(
+        self, victims: list[Allocation], cause: d.KillCause, reason: str | None = None, missing: Resource | None = None
+    ) -> None:
         """Kill ``victims`` (already marked leaving): one ``VictimsKilled`` change, then a ``kill`` each,
-        with its ``cause`` and ``reason`` (the decision's default reason when None)."""
+        with its ``cause`` and ``reason`` (the decision's default reason when None) and the ``missing``
+        figure that reason quotes."""
         if not victims:
             return
         self.commit(p.VictimsKilled(victims=[v.id for v in victims]))
-        extra = {} if reason is None else {"reason": reason}
+        extra: dict[str, object] = {} if reason is None else {"reason": reason}
         for v in victims:
-            self.decide(d.Kill, allocation=v.id, app=v.app, queue=v.queue.path, node=v.node, cause=cause, **extra)
+            self.decide(
+                d.Kill,
+                allocation=v.id,
+                app=v.app,
+                queue=v.queue.path,
+                node=v.node,
+                cause=cause,
+                missing=missing or {},
+                **extra,
+            )
 
     def _expire_reservations(self) -> None:
         now = self.state.now

@@ -126,6 +126,9 @@ class Kill(Decision, tag="kill", frozen=True, gc=False):
     node: str
     reason: str = "grace period expired"
     cause: KillCause | None = None  # what made it, as a code (None: a log without causes, see kill_cause)
+    # What a preemption request still missed at its deadline, the figure a ``request_deadline`` kill's
+    # reason quotes ({} for other causes).
+    missing: dict[str, int] = {}
 
 
 def cause_of(kill: Kill) -> KillCause:

@@ -164,7 +164,7 @@ def _enforce(cache: Writer, contract: Contract) -> Resource:
     if fresh:
         cache.commit(p.VictimsMarked(victims=fresh, deadline=state.now, policy=contract.policy))
     reason = f"{KILL_REASON} {contract.id}: deadline passed, {human_resource(missing)} still missing"
-    cache.kill(chosen, "request_deadline", reason)
+    cache.kill(chosen, "request_deadline", reason, missing)
     return covered
 
 
