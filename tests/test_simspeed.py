@@ -168,7 +168,8 @@ def test_grid_arithmetic_matches_stepping_tick_by_tick(
 # Victims are costed at their kill (each victim's grace counted in ``preempt``'s ``cost`` and ``reason``);
 # sniper's gang and opportunistic decisions follow the deadzone as a trigger. Kills carry their cause and
 # reservation ends their code. Reasons say amounts in human units; the figures they quote are typed fields
-# (``preempt``'s ``over_ideal``, ``rejected``'s ``resource`` and ``bound``, ``kill``'s ``missing``).
+# (``preempt``'s ``over_ideal``, ``rejected``'s ``resource`` and ``bound``, ``kill``'s ``missing``,
+# ``reservation_rejected``'s ``share``).
 DECISION_HASHES = {
     ("demo", "proportional"): "332ff08ab25513a9",
     ("random_mix", "proportional"): "e0b16c025149a73c",
@@ -184,7 +185,7 @@ DECISION_HASHES = {
     ("budgets", "proportional"): "654d84f52bcd6807",
     ("constraints", "sniper"): "785617c59efe935f",
     ("constraints", "proportional"): "b55b2093e2c95140",
-    ("slo", "sniper"): "9240aa4bc5fd148f",
+    ("slo", "sniper"): "c773193423f6bfa0",
 }
 
 

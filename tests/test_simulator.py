@@ -240,7 +240,7 @@ def _alloc(
             3,
             "allocated 3 times, count 2",
         ),
-        ([_alloc("x1", "a1", "k", memory=4096), _alloc("x2", "a1", "k", memory=8192)], 2, "over max 8192"),
+        ([_alloc("x1", "a1", "k", memory=4096), _alloc("x2", "a1", "k", memory=8192)], 2, "over max 8 GiB"),
         ([_alloc("x1", "a1", "k", node="ghost")], 4, "on missing node ghost"),
         ([_alloc("x1", "a1", "nope")], 3, "unknown ask a1/nope"),
         (

@@ -312,6 +312,9 @@ class ReservationRejected(Decision, tag="reservation_rejected", frozen=True, gc=
     queue: str
     reason: str
     event: str = ""
+    # The queue's share the request was planned against, the figure a reason about room quotes ({}: the
+    # request was refused before planning: an unknown queue, a bad name, ...).
+    share: dict[str, int] = {}
 
 
 class Synced(Decision, tag="synced", frozen=True, gc=False):
