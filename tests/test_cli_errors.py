@@ -15,7 +15,7 @@ import pytest
 from typer.testing import CliRunner, Result
 
 from sniper.cli import app
-from sniper.cli.app import EXIT_INPUT, EXIT_RUNTIME, explain
+from sniper.cli.app import EXIT_INPUT, EXIT_RUNTIME, PrintableFormatter, explain
 from sniper.core.config import ConfigError
 from sniper.transport.broker import free_port
 from sniper.transport.kafka import KafkaSettings
@@ -204,6 +204,19 @@ def test_names_with_terminal_control_characters_print_escaped_in_rejections_and_
     assert missing.exit_code == EXIT_INPUT
     line = _one_error_line(missing)
     assert line.isprintable() and "gone\\x1b]0;title\\x07.jsonl" in line
+
+
+def test_the_verbose_log_writes_names_escaped_and_keeps_a_tracebacks_lines() -> None:
+    """``-v`` logs plain lines: a name with ESC in a message is escaped, a traceback after it keeps its lines."""
+    try:
+        raise ZeroDivisionError("boom")
+    except ZeroDivisionError as err:
+        record = logging.LogRecord("sniper.cli", logging.INFO, __file__, 1, "app %s failed", ("a\x1b[2J",), None)
+        record.exc_info = (type(err), err, err.__traceback__)
+    line = PrintableFormatter("%(levelname)s %(message)s").format(record)
+    first, *rest = line.splitlines()
+    assert first == "INFO app a\\x1b[2J failed" and "\x1b" not in line
+    assert rest[0] == "Traceback (most recent call last):" and rest[-1] == "ZeroDivisionError: boom"
 
 
 def test_a_huge_pending_count_is_refused_with_the_admission_bound_and_simulate_goes_on(tmp_path: Path) -> None:

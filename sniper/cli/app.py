@@ -226,11 +226,21 @@ def tune_gc() -> None:
     gc.set_threshold(10_000, 2, 10)
 
 
+class PrintableFormatter(logging.Formatter):
+    """A log line whose message is written with its control characters escaped (names are data); a
+    traceback after it keeps its lines."""
+
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        return printable(super().formatMessage(record))
+
+
 def setup_logging(verbose: bool) -> None:
     """Log records on stderr: from INFO with ``verbose``, and a failed command's traceback (DEBUG on
     ``sniper.cli``); else from WARNING."""
     level = logging.INFO if verbose else logging.WARNING
-    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s %(message)s", stream=sys.stderr)
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(PrintableFormatter("%(asctime)s %(levelname)s %(name)s %(message)s"))
+    logging.basicConfig(level=level, handlers=[handler])
     logging.getLogger().setLevel(level)  # also when something configured logging already
     logging.getLogger("sniper.cli").setLevel(logging.DEBUG if verbose else logging.NOTSET)
 
