@@ -645,6 +645,10 @@ def test_sls_jobs_too_deep_or_too_large_are_reported_with_their_line_and_the_res
     out = tmp_path / "t.jsonl"
     assert invoke("import", "sls", str(jobs), "--out", str(out)).exit_code == 0
     assert invoke("simulate", str(out)).exit_code == 0
+    alone = write(tmp_path, "alone.json", '{"job.start.ms": 0, "x": ' + "[" * 100_000 + "]" * 100_000 + "}\n")
+    refused = invoke("import", "sls", str(alone), "--out", str(tmp_path / "alone.jsonl"))
+    assert refused.exit_code == 2 and "Traceback" not in refused.output
+    assert f"the first: {alone}:1: not JSON Sniper reads: nested too deeply" in " ".join(refused.output.split())
 
 
 def test_an_imported_trace_a_reader_would_refuse_is_never_written(tmp_path: Path) -> None:

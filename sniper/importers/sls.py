@@ -331,5 +331,8 @@ def read_sls(jobs: Path, nodes: Path | None = None, progress: Progress | None = 
         for host, rack in sorted(named.items()):
             work.nodes.append(NodeSpec(host, _defaults(NODE_MEMORY_MB, NODE_VCORES), {"rack": rack} if rack else {}))
     if not work.nodes:
-        raise ImportError_("no node: give --nodes (an SLS topology file), or num.nodes or container.host in the jobs")
+        skipped = f" ({len(work.bad)} entries skipped; the first: {work.bad[0]})" if work.bad else ""
+        raise ImportError_(
+            "no node: give --nodes (an SLS topology file), or num.nodes or container.host in the jobs" + skipped
+        )
     return work
