@@ -382,6 +382,7 @@ class KafkaBus(Bus):
     async def _first_contact(self) -> None:
         """Create the topics, trying again while no broker answers (one starting after this process):
         the caller's ``connect_timeout`` bounds it. A TLS or SASL failure is named at once."""
+        waiting = False
         while True:
             try:
                 await self.ensure_topics()
@@ -391,7 +392,13 @@ class KafkaBus(Bus):
                 failure = await security_failure(self.settings.bootstrap, options, _PROBE_SECONDS)
                 if failure is not None:
                     raise KafkaSecurityFailure(failure) from None
-                log.info("no Kafka broker answered at %s yet; trying again", self.settings.bootstrap)
+                if not waiting:  # said once, not at every attempt
+                    log.info(
+                        "no Kafka broker answered at %s yet; trying again for up to %g s",
+                        self.settings.bootstrap,
+                        self.settings.connect_timeout,
+                    )
+                    waiting = True
                 await asyncio.sleep(_CONNECT_RETRY)  # a pause between attempts, not a synchronisation
 
     def fence(self, subscription: KafkaSubscription, topics: Iterable[str]) -> None:
