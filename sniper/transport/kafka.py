@@ -123,6 +123,13 @@ class KafkaConnectTimeout(KafkaTransportError):
     """No broker answered at the bootstrap address within ``KafkaSettings.connect_timeout``."""
 
 
+class _BootstrapAttempts(logging.Filter):
+    """Drops aiokafka's line for one failed bootstrap attempt (``Unable connect to "host:port"``)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith('Unable connect to "')
+
+
 class KafkaSecurityFailure(KafkaTransportError):
     """The first contact failed in its TLS handshake or SASL authentication (the message says which)."""
 
@@ -381,7 +388,17 @@ class KafkaBus(Bus):
 
     async def _first_contact(self) -> None:
         """Create the topics, trying again while no broker answers (one starting after this process):
-        the caller's ``connect_timeout`` bounds it. A TLS or SASL failure is named at once."""
+        the caller's ``connect_timeout`` bounds it. A TLS or SASL failure is named at once. Meanwhile
+        aiokafka's own error line for each failed attempt is held back: waiting is said once, and the
+        outcome in one error line."""
+        quiet = _BootstrapAttempts()
+        logging.getLogger("aiokafka").addFilter(quiet)
+        try:
+            await self._until_a_broker_answers()
+        finally:
+            logging.getLogger("aiokafka").removeFilter(quiet)
+
+    async def _until_a_broker_answers(self) -> None:
         waiting = False
         while True:
             try:
