@@ -19,6 +19,7 @@ from sniper.core import admission
 from sniper.core import resources as res
 from sniper.core.cache import Cache
 from sniper.core.config import AdmissionConfig, ConfigError, parse_partition
+from sniper.core.units import human_resource
 from sniper.messages import decisions as d
 from sniper.messages import feed as f
 from sniper.simulator.run import run_simulation
@@ -195,10 +196,12 @@ def _judged(event: f.AskAdded) -> tuple[str | None, str]:
     said = admission.refusal(cache.state, event, res.normalized(event.resource), cache.shapes)
     cache.handle_event(event)
     rejected = [x for x in cache.drain().decisions if isinstance(x, d.Rejected)]
-    assert [(x.code, x.reason) for x in rejected] == ([] if said is None else [said])
+    assert [(x.code, x.reason, x.resource, x.bound) for x in rejected] == (
+        [] if said is None else [(said.code, said.reason, said.resource or {}, said.bound or {})]
+    )
     app = cache.state.apps.get(event.app)
     assert (app is not None and event.ask in app.asks) is (said is None)
-    return (None, "") if said is None else said
+    return (None, "") if said is None else (said.code, said.reason)
 
 
 HALF = TIB // 2 + 1  # two of them never fit the one node
@@ -236,7 +239,7 @@ REFUSALS: list[tuple[str, f.AskAdded, str, str]] = [
         "an ask larger than its queue's max",
         replace(ASK, app="c1", resource={"memory": 4096}),
         "over_queue_max",
-        "ask c1/x (memory=4096) can never fit queue root.c's max (memory=2048)",
+        "ask c1/x (4 GiB) can never fit queue root.c's max (2 GiB)",
     ),
     (
         "a node selector no node matches",
@@ -248,13 +251,13 @@ REFUSALS: list[tuple[str, f.AskAdded, str, str]] = [
         "a resource no node has",
         replace(ASK, resource={"memory": 1, "fpga": 1}),
         "never_fits",
-        "ask a1/x (fpga=1,memory=1) names resources no node has: fpga",
+        "ask a1/x (1 MiB, fpga 1) names resources no node has: fpga",
     ),
     (
         "a gang no set of nodes holds together",
         replace(ASK, resource={"memory": HALF}, count=2, gang_min=2),
         "gang_never_fits",
-        f"ask a1/x (memory={HALF}): ",
+        f"ask a1/x ({human_resource({'memory': HALF})}): ",
     ),
 ]
 # Asks that break a check and the one after it: the first is the one they are refused for.
@@ -310,9 +313,11 @@ def test_an_ask_is_judged_by_every_node_shape_seen_even_after_its_nodes_left() -
     assert cache.state.nodes == {}
     assert _ask(cache, "a1", "fpga", 1, {"memory": 100, "fpga": 1}) == []  # small may come back
     assert _ask(cache, "a1", "gpus", 1, {"gpu": 1025}) == [
-        "ask a1/gpus (gpu=1025) is larger than every node in some resource"
+        "ask a1/gpus (1025 GPUs) is larger than every node in some resource"
     ]
-    assert _ask(cache, "a1", "tpu", 1, {"tpu": 1}) == ["ask a1/tpu (tpu=1) names resources no node has: tpu"]
+    assert _ask(cache, "a1", "tpu", 1, {"tpu": 1}) == [
+        f"ask a1/tpu ({human_resource({'tpu': 1})}) names resources no node has: tpu"
+    ]
 
 
 def test_a_node_shape_another_covers_is_dropped_and_its_resources_are_still_known() -> None:

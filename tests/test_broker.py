@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import base64
+import json
+import os
 import socket
+import sys
 
 import anyio
 import pytest
@@ -80,3 +84,33 @@ def test_find_tansu_and_resolve_bootstrap(monkeypatch: pytest.MonkeyPatch) -> No
     monkeypatch.setenv(BOOTSTRAP_ENV, "env:2")
     assert resolve_bootstrap(None) == "env:2"
     assert resolve_bootstrap("k:1") == "k:1"
+
+
+async def test_sniper_broker_creates_the_topics_so_a_librdkafka_producer_cannot_create_them_with_other_counts() -> None:
+    """A librdkafka producer auto-creates a missing topic with the broker's default partition count; on
+    the bundled broker that count is not Sniper's. ``sniper broker`` creates Sniper's topics before it
+    prints its address, so the first librdkafka record lands in a feed of 8 partitions and a core's
+    layout check passes."""
+    from sniper.transport.kafka import KafkaBus, KafkaSettings
+    from tests.librdkafka_support import librdkafka
+
+    command = [sys.executable, "-m", "sniper", "broker", "--kafka-partitions", "8"]
+    with anyio.fail_after(60):
+        async with await anyio.open_process(command, env={**os.environ, BOOTSTRAP_ENV: ""}) as process:
+            try:
+                assert process.stdout is not None
+                first = b""
+                async for chunk in process.stdout:  # the address line, printed once the topics exist
+                    first += chunk
+                    if b"\n" in first:
+                        break
+                bootstrap = first.split(b"\n")[0].decode().strip()
+                body = json.dumps([[f"p{i}", base64.b64encode(b"{}").decode()] for i in range(20)]).encode()
+                out = await librdkafka("produce", bootstrap, "sniper.feed", stdin=body)
+                assert out["left"] == 0 and not out["errors"], out
+                assert max(out["partitions"]) < 8 and len(set(out["partitions"])) > 4
+                async with KafkaBus(KafkaSettings(bootstrap=bootstrap, partitions=8)) as bus:
+                    await bus.ensure_topics()  # raises TopicLayoutError on another partition count
+            finally:
+                process.terminate()
+    assert process.returncode is not None

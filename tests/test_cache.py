@@ -75,7 +75,7 @@ def _running() -> Cache:
 # ---------------------------------------------------------------------- bad events become decisions
 
 BAD_EVENTS: list[tuple[str, f.Feed, str, d.RejectionCode]] = [
-    ("unknown queue", f.AppAdded(app="a9", queue="root.nope"), "root.nope is an unknown queue", "not_a_leaf"),
+    ("unknown queue", f.AppAdded(app="a9", queue="root.nope"), "root.nope is an unknown queue", "unknown_queue"),
     (
         "parent queue",
         f.AppAdded(app="a9", queue="root.p"),
@@ -93,7 +93,7 @@ BAD_EVENTS: list[tuple[str, f.Feed, str, d.RejectionCode]] = [
     (
         "ask over the leaf max",
         f.AskAdded(app="a1", ask="z", resource={"memory": 16385}),
-        "can never fit queue root.p.x's max (memory=16384)",
+        "can never fit queue root.p.x's max (16 GiB)",
         "over_queue_max",
     ),
     (
@@ -147,7 +147,7 @@ BAD_EVENTS: list[tuple[str, f.Feed, str, d.RejectionCode]] = [
     (
         "gang no set of nodes holds",
         f.AskAdded(app="b1", ask="z", resource={"memory": 8192}, count=4, gang_min=4),
-        "ask b1/z (memory=8192",
+        "ask b1/z (8 GiB",
         "gang_never_fits",
     ),
     ("promotion of nothing", f.AllocationPromoted(allocation="alloc-404"), "is not running", "promotion_refused"),
@@ -165,6 +165,17 @@ BAD_EVENTS: list[tuple[str, f.Feed, str, d.RejectionCode]] = [
         "invalid",
     ),
 ]
+
+
+def test_a_rejection_carries_the_figures_its_reason_quotes_as_numbers() -> None:
+    """An ask over its queue's max: the reason says both amounts in human units, ``resource`` and
+    ``bound`` give them as numbers."""
+    cache = _cache(*SETUP)
+    cache.handle_event(f.AskAdded(app="a1", ask="z", resource={"memory": 16385, "vcore": 1000}))
+    (decision,) = cache.drain().decisions
+    assert isinstance(decision, d.Rejected) and decision.code == "over_queue_max"
+    assert "ask a1/z (16 GiB, 1 core) can never fit queue root.p.x's max (16 GiB)" in decision.reason
+    assert decision.resource == {"memory": 16385, "vcore": 1000} and decision.bound == {"memory": 16384}
 
 
 @pytest.mark.parametrize(("event", "reason", "code"), [c[1:] for c in BAD_EVENTS], ids=[c[0] for c in BAD_EVENTS])

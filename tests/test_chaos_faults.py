@@ -371,6 +371,7 @@ async def test_a_core_whose_broker_lost_its_log_exits_with_status_3_and_a_restar
     logs = " ".join(" ".join(cores[0].lines).split())  # the error line is wrapped to the terminal
     assert status == 3, logs[-3000:]
     assert "the broker lost the log of" in logs and "a supervisor restarts it" in logs, logs[-3000:]
+    assert "Traceback" not in logs, logs[-3000:]  # one line says why, even in a core's INFO log
     assert served, "\n".join(cores[1].lines)
 
 
@@ -454,6 +455,8 @@ async def test_a_broker_restarted_empty_stops_every_core_loudly_refuses_a_foreig
         errors = [line for line in core.lines if line.startswith("error: ")]
         assert status == 3 and len(errors) == 1, logs[-3000:]
         assert "is gone from the broker" in logs or "the broker lost" in logs, logs[-3000:]
+        assert "Traceback" not in logs, logs[-3000:]
+    assert "Traceback" not in refusal, refusal[-3000:]
     assert layout_problem is None
 
 

@@ -91,6 +91,27 @@ def test_check_config_accepts_a_good_file(tmp_path: Path) -> None:
     assert "    b: guaranteed 1 MiB; no max;" in result.output
 
 
+def test_check_config_speaks_of_every_amount_in_human_units_output_and_errors_alike(tmp_path: Path) -> None:
+    """Ephemeral storage (bytes) prints in binary units like memory; an error about children's
+    guarantees quotes both amounts the same way."""
+    path = tmp_path / "queues.yaml"
+    path.write_text(
+        "partitions:\n  - queues:\n"
+        "      - {name: a, resources: {guaranteed: {memory: 16Gi, ephemeral-storage: 100Gi}}}\n"
+    )
+    result = _invoke("check-config", str(path))
+    assert result.exit_code == 0, result.output
+    assert "a: guaranteed 16 GiB, ephemeral-storage 100 GiB;" in result.output
+    path.write_text(
+        "partitions:\n  - queues:\n      - name: p\n        resources: {guaranteed: {memory: 10Gi}}\n"
+        "        queues: [{name: a, resources: {guaranteed: {memory: 6Gi}}},\n"
+        "                 {name: b, resources: {guaranteed: {memory: 6Gi}}}]\n"
+    )
+    refused = _invoke("check-config", str(path))
+    assert refused.exit_code == 2
+    assert "children's guaranteed memory add up to 12 GiB, more than its own 10 GiB" in _text(refused)
+
+
 def test_check_config_prints_units_preemption_settings_and_warnings(tmp_path: Path) -> None:
     path = tmp_path / "queues.yaml"
     path.write_text(
@@ -155,7 +176,7 @@ def test_check_config_reads_a_config_map_and_prints_limits_and_maxapplications(t
     [
         (
             {"partitions": [partition_raw(queue("a", guaranteed={"memory": 8}, maximum={"memory": 4}))]},
-            "queue root.a: max memory=4 is below guaranteed memory=8",
+            "queue root.a: max memory 4 MiB is below guaranteed memory 8 MiB",
         ),
         (
             {"partitions": [partition_raw(queue("a", application_sort_policy="random"))]},
@@ -216,6 +237,21 @@ def test_compare_runs_policies_in_parallel_and_plots_the_resource_asked(tmp_path
     data = json.loads(report.read_text())
     assert list(data) == ["sniper", "none"] and data["none"]["allocations"] == 3
     assert plot.stat().st_size > 0
+
+
+def test_compare_reports_each_policys_rejections_as_simulate_does(tmp_path: Path) -> None:
+    """An app in an unknown queue is rejected under every policy: each policy's report lists it in
+    ``rejections``, with the fields and reason ``simulate --report`` gives."""
+    unknown = '{"t": 1, "type": "app_added", "app": "lost", "queue": "root.nowhere"}'
+    trace = str(_tiny_trace(tmp_path, [unknown]))
+    compared, simulated = tmp_path / "compare.json", tmp_path / "simulate.json"
+    result = _invoke("compare", trace, "--policies", "sniper,none", "--report", str(compared))
+    assert result.exit_code == 0, result.output
+    assert _invoke("simulate", trace, "--report", str(simulated)).exit_code == 0
+    expected = json.loads(simulated.read_text())["rejections"]
+    assert [r["app"] for r in expected] == ["lost"]
+    data = json.loads(compared.read_text())
+    assert data["sniper"]["rejections"] == data["none"]["rejections"] == expected
 
 
 def test_compare_refuses_fewer_than_one_job(tmp_path: Path) -> None:

@@ -4,6 +4,7 @@ failure, never a traceback; names print literally; a run that decides nothing sa
 from __future__ import annotations
 
 import json
+import logging
 import socket
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,8 +15,9 @@ import pytest
 from typer.testing import CliRunner, Result
 
 from sniper.cli import app
-from sniper.cli.app import EXIT_INPUT, EXIT_RUNTIME, explain
+from sniper.cli.app import EXIT_INPUT, EXIT_RUNTIME, PrintableFormatter, explain
 from sniper.core.config import ConfigError
+from sniper.transport.broker import free_port
 from sniper.transport.kafka import KafkaSettings
 from tests.core_support import partition_raw, queue
 from tests.simulation_support import TINY
@@ -207,6 +209,40 @@ def test_names_that_look_like_markup_print_literally(tmp_path: Path) -> None:
     assert "[bold].jsonl" in " ".join(result.stdout.split())  # the summary's title
 
 
+def test_names_with_terminal_control_characters_print_escaped_in_rejections_and_errors(tmp_path: Path) -> None:
+    """An app in an unknown queue, both named with ESC and BEL, is listed escaped among the rejections;
+    a missing trace whose name holds ESC is named escaped in the one error line."""
+    config = partition_raw(queue("q", guaranteed={"memory": 4096}))
+    events = [
+        {"t": 0, "type": "partition_config", "config": config},
+        {"t": 0, "type": "node_added", "node": "n1", "capacity": {"memory": 8192, "vcore": 8000}},
+        {"t": 1, "type": "app_added", "app": "a\x1b[2J", "queue": "root.q\x07"},
+        {"t": 1, "type": "app_added", "app": "ok", "queue": "root.q"},
+        {"t": 1, "type": "ask_added", "app": "ok", "ask": "k", "resource": {"memory": 2048}},
+    ]
+    result = _invoke("simulate", str(_trace(tmp_path, events)), "--show-rejections")
+    assert result.exit_code == 0, result.output
+    assert "\x1b" not in result.output and "\x07" not in result.output
+    assert "app=a\\x1b[2J" in result.stderr and "root.q\\x07" in result.stderr
+    missing = _invoke("simulate", str(tmp_path / "gone\x1b]0;title\x07.jsonl"))
+    assert missing.exit_code == EXIT_INPUT
+    line = _one_error_line(missing)
+    assert line.isprintable() and "gone\\x1b]0;title\\x07.jsonl" in line
+
+
+def test_the_verbose_log_writes_names_escaped_and_keeps_a_tracebacks_lines() -> None:
+    """``-v`` logs plain lines: a name with ESC in a message is escaped, a traceback after it keeps its lines."""
+    try:
+        raise ZeroDivisionError("boom")
+    except ZeroDivisionError as err:
+        record = logging.LogRecord("sniper.cli", logging.INFO, __file__, 1, "app %s failed", ("a\x1b[2J",), None)
+        record.exc_info = (type(err), err, err.__traceback__)
+    line = PrintableFormatter("%(levelname)s %(message)s").format(record)
+    first, *rest = line.splitlines()
+    assert first == "INFO app a\\x1b[2J failed" and "\x1b" not in line
+    assert rest[0] == "Traceback (most recent call last):" and rest[-1] == "ZeroDivisionError: boom"
+
+
 def test_a_huge_pending_count_is_refused_with_the_admission_bound_and_simulate_goes_on(tmp_path: Path) -> None:
     events = [*TINY, {**TINY[3], "ask": "huge", "count": 10_000_000, "duration": None}]
     report = tmp_path / "report.json"
@@ -268,6 +304,26 @@ def test_an_unanswering_bootstrap_gives_up_within_the_connect_timeout(silent_por
     assert f"no Kafka broker answered at 127.0.0.1:{silent_port} within 0.5 s" in line
 
 
+def test_a_core_with_no_broker_listening_keeps_trying_for_the_connect_timeout_then_exits_3_without_a_traceback() -> (
+    None
+):
+    """A refused connection is no reason to give up before ``--connect-timeout`` (a broker may be starting
+    after the core); past it, one error line, exit 3, and no traceback in the core's INFO log."""
+    port = free_port()  # bound and released: nothing listens there
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    try:
+        result = _invoke("core", "--bootstrap", f"127.0.0.1:{port}", "--connect-timeout", "1.5", "--metrics-port", "0")
+    finally:  # the core installed its log handler on this runner's stderr: later tests log elsewhere
+        root.handlers[:] = handlers
+        root.setLevel(level)
+    assert result.exit_code == EXIT_RUNTIME, result.output
+    assert "Traceback" not in result.output
+    assert result.output.count("yet; trying again for up to 1.5 s") == 1  # said once, not at every attempt
+    assert "Unable connect" not in result.output  # nor aiokafka's line for each attempt
+    assert f"no Kafka broker answered at 127.0.0.1:{port} within 1.5 s" in _one_error_line(result)
+
+
 def test_a_broker_port_in_use_is_named(silent_port: int) -> None:
     result = _invoke("broker", "--port", str(silent_port))
     assert result.exit_code == EXIT_RUNTIME, result.output
@@ -312,6 +368,51 @@ def test_a_tls_file_flag_reaches_the_settings_as_text(silent_port: int, tmp_path
     )
     assert result.exit_code != 0
     assert "missing.pem" in _one_error_line(result)
+
+
+@pytest.mark.kafka
+@pytest.mark.parametrize(
+    ("flags", "named"),
+    [
+        (["--security-protocol", "SSL"], "completed no TLS handshake"),
+        (
+            [
+                "--security-protocol",
+                "SASL_PLAINTEXT",
+                "--sasl-mechanism",
+                "PLAIN",
+                "--username",
+                "u",
+                "--password",
+                "p",
+            ],
+            "SASL PLAIN authentication of 'u'",
+        ),
+    ],
+    ids=["tls-to-a-plaintext-listener", "sasl-to-a-broker-without-sasl"],
+)
+def test_a_tls_or_sasl_failure_is_named_in_one_line(
+    kafka_bootstrap: str, tmp_path: Path, flags: list[str], named: str
+) -> None:
+    """The bundled broker listens in plaintext without SASL: a TLS client and a SASL client fail there, and
+    the error names the TLS or SASL failure, not an unreachable broker."""
+    result = _invoke(
+        "record", "--bootstrap", kafka_bootstrap, "--connect-timeout", "1", *flags, "--out", str(tmp_path / "o.jsonl")
+    )
+    assert result.exit_code == EXIT_RUNTIME, result.output
+    line = _one_error_line(result)
+    assert named in line and "no Kafka broker answered" not in line and "Unable to bootstrap" not in line
+
+
+@pytest.mark.parametrize(
+    "flags", [["--username", "u", "--password", "p"], ["--security-protocol", "SSL", "--username", "u"]]
+)
+def test_credentials_without_a_sasl_protocol_are_refused(flags: list[str], tmp_path: Path) -> None:
+    """A username or password with PLAINTEXT or SSL would be silently ignored: refused before connecting."""
+    result = _invoke("record", "--bootstrap", "127.0.0.1:9", *flags, "--out", str(tmp_path / "o.jsonl"))
+    assert result.exit_code == EXIT_INPUT, result.output
+    line = _one_error_line(result)
+    assert "does not authenticate" in line and "SASL_SSL" in line
 
 
 def test_connect_timeout_defaults_to_30_seconds() -> None:

@@ -4,6 +4,7 @@ that reports each bad line (line number and reason) instead of raising."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import msgspec
 import pytest
@@ -12,7 +13,7 @@ from sniper.messages import codec
 from sniper.messages import decisions as d
 from sniper.messages import feed as f
 from sniper.messages import protocol as p
-from sniper.messages.codec import BadInput, decode_feed_lines, encode_json_line, read_trace
+from sniper.messages.codec import BadInput, decode_feed_lines, encode_json_line, feed_json, feed_msgpack, read_trace
 
 FEED_EVENTS: list[f.Feed] = [
     f.PartitionConfigEvent(t=0, config={"name": "default", "queues": [{"name": "root"}]}),
@@ -73,8 +74,19 @@ def test_the_architecture_feed_examples_decode() -> None:
         (b'{"type":"bogus"}', "Invalid value 'bogus'"),
         (b'{"node":"n1"}', "missing required field `type`"),
         (b'{"type":"app_added","app":"a"}', "missing required field `queue`"),
-        (b'{"type":"node_added","node":"n1","capacity":{"memory":-1}}', ">= 0"),
-        (b'{"type":"node_added","node":"n1","capacity":{"memory":1.5}}', "Expected `int`"),
+        (b'{"type":"node_added","node":"n1","capacity":{"memory":-1}}', "capacity: memory: -1 is outside 0 to 2**53"),
+        (b'{"type":"node_added","node":"n1","capacity":{"memory":1.5}}', "capacity: memory: 1.5 is not an amount"),
+        (b'{"type":"node_added","node":"n1","capacity":{"memory":"4Gx"}}', "capacity: memory: cannot parse quantity"),
+        (b'{"type":"ask_added","app":"a","ask":"k","resource":{"vcore":"1e99"}}', "resource: vcore: cannot parse"),
+        (
+            b'{"type":"ask_added","app":"a","ask":"k","resource":{},"usage":{"gpu":"3m"}}',
+            "usage: gpu: the milli suffix",
+        ),
+        (
+            b'{"type":"ask_added","app":"a","ask":"k","resource":{"memory":"9000Ei"}}',
+            "resource: memory: '9000Ei' is outside",
+        ),
+        (b'{"type":"node_added","node":"n1","capacity":{"gpu":true}}', "capacity: gpu: True is not an amount"),
         (b'{"type":"node_removed","node":""}', "length >= 1"),
         (b'{"t":-1,"type":"node_removed","node":"n1"}', ">= 0.0"),
         (b'{"type":"ask_added","app":"a","ask":"x","resource":{},"count":"3"}', "Expected `int`, got `str`"),
@@ -95,6 +107,46 @@ def test_bad_lines_are_reported_with_their_number_and_reason(line: bytes, reason
     assert str(bad) == f"trace.jsonl:2: {bad.reason}"
 
 
+@pytest.mark.parametrize("decoder", [feed_json, feed_msgpack], ids=["json", "msgpack"])
+def test_resources_written_as_kubernetes_quantities_decode_to_sniper_units(decoder: Any) -> None:
+    """``"4Gi"``, ``"500m"`` and ``"2"`` in a node, an ask, its usage and a reservation stage are read as
+    the configuration reads them (memory bytes, vcore cores when bare), into the same integers an event
+    written in Sniper's units holds; integers keep meaning Sniper's units."""
+    written = {
+        "node_added": {"node": "n1", "capacity": {"memory": "64Gi", "vcore": "16", "gpu": "4", "gpu-milli": 460}},
+        "ask_added": {
+            "app": "a",
+            "ask": "k",
+            "resource": {"memory": "1536Mi", "vcore": "500m", "pods": 1},
+            "usage": {"memory": "1G", "vcore": "0.25"},
+        },
+        "reservation_submitted": {
+            "reservation": "r",
+            "queue": "root.q",
+            "arrival": 0,
+            "deadline": 10,
+            "stages": [{"resource": {"memory": "2Gi", "vcore": 2000}, "duration": 5}],
+        },
+    }
+    expected = [
+        f.NodeAdded(node="n1", capacity={"memory": 65536, "vcore": 16000, "gpu": 4, "gpu-milli": 460}),
+        f.AskAdded(
+            app="a", ask="k", resource={"memory": 1536, "vcore": 500, "pods": 1}, usage={"memory": 954, "vcore": 250}
+        ),
+        f.ReservationSubmitted(
+            reservation="r",
+            queue="root.q",
+            arrival=0,
+            deadline=10,
+            stages=[f.ReservationStage(resource={"memory": 2048, "vcore": 2000}, duration=5)],
+        ),
+    ]
+    encode = msgspec.json.encode if decoder is feed_json else msgspec.msgpack.encode
+    decoded = [decoder.decode(encode({"type": kind, **fields})) for kind, fields in written.items()]
+    assert decoded == expected
+    assert all(type(v) is int for e in decoded for v in getattr(e, "capacity", getattr(e, "resource", {})).values())
+
+
 def test_blank_lines_and_comments_are_skipped_but_counted() -> None:
     lines = ["# a comment", "", "   ", '{"type":"node_removed","node":"n1"}', "{oops}"]
     items = list(decode_feed_lines(lines, source="t"))
@@ -110,7 +162,7 @@ def test_read_trace_skips_bad_lines_and_keeps_the_rest(tmp_path: Path) -> None:
         b'{"t":1,"type":"app_added","app":"a1"}\n'
         b"\n"
         b'{"t":1,"type":"app_added","app":"a1","queue":"root.a"}\n'
-        b'{"t":2,"type":"ask_added","app":"a1","ask":"k","resource":{"memory":"4Gi"}}\n'
+        b'{"t":2,"type":"ask_added","app":"a1","ask":"k","resource":{"memory":"4 GB"}}\n'
         b"\xff\xfe\n"
         b'{"t":3,"type":"ask_removed","app":"a1","ask":"k"}'  # no final newline
     )
@@ -118,7 +170,7 @@ def test_read_trace_skips_bad_lines_and_keeps_the_rest(tmp_path: Path) -> None:
     assert [type(e).__name__ for e in events] == ["NodeAdded", "AppAdded", "AskRemoved"]
     assert [b.where for b in bad] == [f"{path}:3", f"{path}:6", f"{path}:7"]
     assert "queue" in bad[0].reason
-    assert "Expected `int`, got `str`" in bad[1].reason
+    assert "resource: memory: cannot parse quantity '4 GB'" in bad[1].reason
 
 
 def test_read_trace_of_a_missing_file_raises_os_error(tmp_path: Path) -> None:

@@ -151,7 +151,7 @@ BAD_PARTITIONS: list[tuple[str, dict[str, Any], str]] = [
     (
         "child guaranteed over parent's",
         partition_raw(queue("p", queue("x", guaranteed={"memory": 200}), guaranteed={"memory": 100})),
-        "queue root.p.x: guaranteed memory=200 exceeds parent root.p's guaranteed memory=100",
+        "queue root.p.x: guaranteed memory 200 MiB exceeds parent root.p's guaranteed memory 100 MiB",
     ),
     (
         "children's guarantees add up over parent's",
@@ -163,22 +163,22 @@ BAD_PARTITIONS: list[tuple[str, dict[str, Any], str]] = [
                 guaranteed={"memory": 100},
             )
         ),
-        "queue root.p: children's guaranteed memory add up to 120, more than its own 100",
+        "queue root.p: children's guaranteed memory add up to 120 MiB, more than its own 100 MiB",
     ),
     (
         "max below guaranteed",
         _with_leaf(guaranteed={"memory": "8Gi"}, maximum={"memory": "4Gi"}),
-        "queue root.a: max memory=4096 is below guaranteed memory=8192",
+        "queue root.a: max memory 4 GiB is below guaranteed memory 8 GiB",
     ),
     (
         "zero max below guaranteed",
         _with_leaf(guaranteed={"gpu": 1}, maximum={"gpu": 0}),
-        "queue root.a: max gpu=0 is below guaranteed gpu=1",
+        "queue root.a: max gpu 0 GPUs is below guaranteed gpu 1 GPU",
     ),
     (
         "child max over parent's",
         partition_raw(queue("p", queue("x", maximum={"vcore": 9000}), maximum={"vcore": 8000})),
-        "queue root.p.x: max vcore=9000 exceeds parent root.p's max vcore=8000",
+        "queue root.p.x: max vcore 9 cores exceeds parent root.p's max vcore 8 cores",
     ),
     (
         "duplicate sibling names",

@@ -347,3 +347,39 @@ def test_a_config_map_without_a_usable_queues_yaml_is_a_clear_error(
     path.write_text(yaml.safe_dump(doc))
     with pytest.raises(ConfigError, match=re.escape(message)):
         load_config(path)
+
+
+def test_a_key_given_twice_is_refused_with_both_lines(tmp_path: Path) -> None:
+    """YAML keys are unique: a second ``guaranteed`` of a nested queue is an error naming both lines,
+    never silently the one that counts."""
+    path = tmp_path / "twice.yaml"
+    path.write_text(
+        "partitions:\n"
+        "  - name: default\n"
+        "    queues:\n"
+        "      - name: a\n"
+        "        resources:\n"
+        "          guaranteed: {memory: 1Gi}\n"
+        "          guaranteed: {memory: 2Gi}\n"
+    )
+    with pytest.raises(ConfigError, match=r"twice.yaml: key 'guaranteed' is given twice \(lines 6 and 7\)"):
+        load_config(path)
+
+
+def test_a_config_too_large_to_support_is_refused_before_it_is_built_and_says_why(tmp_path: Path) -> None:
+    """Over 4 MiB of text, or 200,000 values as written without an alias, is refused for its size, not
+    blamed on aliases."""
+    big = tmp_path / "big.yaml"
+    queues = "".join(f"      - {{name: q{i}, resources: {{guaranteed: {{memory: 1Gi}}}}}}\n" for i in range(90_000))
+    big.write_text("partitions:\n  - name: default\n    queues:\n" + queues)
+    with pytest.raises(ConfigError, match=r"characters; a queue configuration of more than 4,194,304") as info:
+        load_config(big)
+    many = tmp_path / "many.yaml"
+    many.write_text(
+        "partitions:\n  - name: default\n    queues:\n      - name: a\n        properties: {x: ["
+        + "1," * 210_000
+        + "1]}\n"
+    )
+    with pytest.raises(ConfigError, match="more than 200000 values as written") as many_info:
+        load_config(many)
+    assert "alias" not in str(info.value) + str(many_info.value)

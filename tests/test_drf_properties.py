@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 from sniper.core import resources as res
 from sniper.core.config import SchedulerConfig, parse_config
 from sniper.core.preemption.view import ideal_of, snapshot_from_figures
+from sniper.core.units import human_resource
 from sniper.messages import decisions as d
 from sniper.messages import feed as f
 from sniper.simulator.model import ClusterModel
@@ -129,7 +130,8 @@ def beneficiaries_above_their_ideal(trace: Trace, result: SimulationResult) -> l
             mine = used.get(dec.for_queue, {})
             if not res.drf_below(mine, ideal.get(dec.for_queue, {}), model.capacity()):
                 bad.append(
-                    f"{dec.allocation} for {dec.for_queue}: {res.fmt(mine)} vs ideal {res.fmt(ideal[dec.for_queue])}"
+                    f"{dec.allocation} for {dec.for_queue}: {human_resource(mine)} "
+                    f"vs ideal {human_resource(ideal[dec.for_queue])}"
                 )
         model.on_decision(dec)
     return bad

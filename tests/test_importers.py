@@ -4,6 +4,7 @@ deterministic output that ``sniper simulate`` runs as it is."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from pathlib import Path
@@ -18,7 +19,16 @@ from typer.testing import CliRunner, Result
 from sniper.cli import app
 from sniper.core.config import parse_partition
 from sniper.core.resources import parse_resource
-from sniper.importers.common import AskSpec, ImportError_, ImportOptions, JobSpec, NodeSpec, Workload, build_trace
+from sniper.importers.common import (
+    AskSpec,
+    ImportError_,
+    ImportOptions,
+    JobSpec,
+    NodeSpec,
+    Workload,
+    build_trace,
+    write_trace,
+)
 from sniper.importers.pods_csv import Arrival, GpuShare, read_pods_csv
 from sniper.importers.sls import read_sls
 from sniper.messages import feed as f
@@ -185,6 +195,63 @@ def test_a_row_that_is_not_utf8_is_reported_with_its_line(tmp_path: Path) -> Non
     work = read_pods_csv(pods, write(tmp_path, "nodes.csv", NODE_CSV))
     assert [(b.where, "UTF-8" in b.reason) for b in work.bad] == [(f"{pods}:3", True)]
     assert [j.app for j in work.jobs] == ["ok", "ok-2"]
+
+
+def test_pod_fields_too_large_for_a_number_are_reported_with_their_line_and_column(tmp_path: Path) -> None:
+    """``1e309`` (an infinite float) and 10^30 MiB are malformed rows naming line and column, never an
+    internal error; the other rows import and the trace is one the simulator reads."""
+    pods = write(
+        tmp_path,
+        "pods.csv",
+        POD_HEADER
+        + "\nok,1000,1024,0,0,,LS,Running,0,10,0\n"
+        + "inf,1e309,1024,0,0,,LS,Running,0,10,0\n"
+        + "huge,1000,"
+        + "1"
+        + "0" * 30
+        + ",0,0,,LS,Running,0,10,0\n",
+    )
+    nodes = write(tmp_path, "nodes.csv", NODE_CSV)
+    work = read_pods_csv(pods, nodes)
+    assert [(b.where, b.reason) for b in work.bad] == [
+        (f"{pods}:3", "cpu_milli: '1e309' is not a whole number"),
+        (f"{pods}:4", "memory_mib: '1000000000000000000000000000000' is more than 2**53"),
+    ]
+    out = tmp_path / "t.jsonl"
+    result = invoke("import", "pods-csv", "--pods", str(pods), "--nodes", str(nodes), "--out", str(out))
+    assert result.exit_code == 0, result.output
+    assert invoke("simulate", str(out)).exit_code == 0
+
+
+def test_a_pod_field_over_the_csv_field_limit_exits_2_naming_its_line(tmp_path: Path) -> None:
+    pods = write(
+        tmp_path,
+        "pods.csv",
+        POD_HEADER + "\nok,1000,1024,0,0,,LS,Running,0,10,0\n" + "big," + "9" * 300_000 + ",1,0,0,,LS,Running,0,10,0\n",
+    )
+    result = invoke(
+        "import", "pods-csv", "--pods", str(pods), "--nodes", str(NODES), "--out", str(tmp_path / "t.jsonl")
+    )
+    assert result.exit_code == 2, result.output
+    text = " ".join(result.output.split())
+    assert "Traceback" not in result.output and f"{pods}:3: cannot read the row" in text and "field larger" in text
+
+
+def test_a_byte_order_mark_is_not_part_of_the_first_column_or_the_first_job(tmp_path: Path) -> None:
+    """Files written by spreadsheet tools start with a UTF-8 BOM: the pods header still names ``name`` and
+    the first SLS job is still read."""
+    pods = tmp_path / "pods.csv"
+    pods.write_bytes(b"\xef\xbb\xbf" + (POD_HEADER + "\nfirst,1000,1024,0,0,,LS,Running,0,10,0\n").encode())
+    work = read_pods_csv(pods, write(tmp_path, "nodes.csv", NODE_CSV))
+    assert work.bad == [] and [j.app for j in work.jobs] == ["first"]
+    jobs = tmp_path / "jobs.json"
+    jobs.write_bytes(
+        b"\xef\xbb\xbf"
+        + b'{"job.start.ms": 0, "job.id": "j1", "job.tasks": [{"container.host": "/r/h1", "duration.ms": 1000}]}\n'
+        + b'{"job.start.ms": 5, "job.id": "j2", "job.tasks": [{"container.host": "/r/h1", "duration.ms": 1000}]}\n'
+    )
+    sls = read_sls(jobs)
+    assert sls.bad == [] and [j.app for j in sls.jobs] == ["j1", "j2"]
 
 
 def test_a_file_without_the_columns_is_refused_with_exit_2(tmp_path: Path) -> None:
@@ -551,6 +618,51 @@ def test_sls_nodes_from_num_nodes_and_hosts(tmp_path: Path) -> None:
     nothing = write(tmp_path, "none.json", '{"job.start.ms": 0, "job.tasks": [{"duration.ms": 1}]}\n')
     with pytest.raises(ImportError_, match="no node"):
         read_sls(nothing)
+
+
+def test_sls_jobs_too_deep_or_too_large_are_reported_with_their_line_and_the_rest_imports(tmp_path: Path) -> None:
+    """A value nested 100,000 deep and a task of 10^30 MB are malformed entries naming their line (and
+    the key), never an internal error nor a trace the simulator refuses."""
+    task = '{"container.host": "/r/h1", "duration.ms": 1000}'
+    jobs = write(
+        tmp_path,
+        "jobs.json",
+        f'{{"job.start.ms": 0, "job.id": "ok", "job.tasks": [{task}]}}\n'
+        + '{"job.start.ms": 1, "job.id": "deep", "x": '
+        + "[" * 100_000
+        + "]" * 100_000
+        + "}\n"
+        + '{"job.start.ms": 2, "job.id": "huge", "job.tasks": [{"container.host": "/r/h1", "duration.ms": 1,'
+        + ' "container.memory-mb": 1e30}]}\n'
+        + '{"num.nodes": 1e30}\n',
+    )
+    work = read_sls(jobs)
+    assert [b.where for b in work.bad] == [f"{jobs}:2", f"{jobs}:3", f"{jobs}:4"]
+    reasons = [b.reason for b in work.bad]
+    assert "nested too deeply" in reasons[0]
+    assert "container.memory-mb: 1e+30 is more than 2**53" in reasons[1] and "num.nodes: 1e+30" in reasons[2]
+    assert [j.app for j in work.jobs] == ["ok"]
+    out = tmp_path / "t.jsonl"
+    assert invoke("import", "sls", str(jobs), "--out", str(out)).exit_code == 0
+    assert invoke("simulate", str(out)).exit_code == 0
+    alone = write(tmp_path, "alone.json", '{"job.start.ms": 0, "x": ' + "[" * 100_000 + "]" * 100_000 + "}\n")
+    refused = invoke("import", "sls", str(alone), "--out", str(tmp_path / "alone.jsonl"))
+    assert refused.exit_code == 2 and "Traceback" not in refused.output
+    assert f"the first: {alone}:1: not JSON Sniper reads: nested too deeply" in " ".join(refused.output.split())
+
+
+def test_an_imported_trace_a_reader_would_refuse_is_never_written(tmp_path: Path) -> None:
+    """Whatever a source slips past the importers' checks (here an ask at t = 10^30 s), the trace is
+    checked as a reader decodes it before it is written: exit 2 naming the event and the field."""
+    work = Workload(
+        jobs=[JobSpec("a", "q", 0.0, (AskSpec("k", 0.0, {"memory": 1}),))], nodes=[NodeSpec("n", {"memory": 8})]
+    )
+    imported = build_trace(work, ImportOptions())
+    late = [*imported.events, f.AskAdded(t=1e30, app="a", ask="late", resource={"memory": 1})]
+    out = tmp_path / "t.jsonl"
+    with pytest.raises(ImportError_, match=r"AskAdded app=a ask=late would be refused by a reader: .*\$\.t"):
+        write_trace(dataclasses.replace(imported, events=late), out)
+    assert not out.exists()
 
 
 def test_sls_malformed_jobs_are_reported_with_their_line_and_skipped(tmp_path: Path) -> None:

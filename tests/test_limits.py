@@ -147,7 +147,7 @@ def test_every_limit_shape_parses_and_round_trips() -> None:
         (
             [{"users": ["u"], "maxresources": {"memory": "2Gi"}}],
             {"maximum": {"memory": 1024}},
-            r"queue root\.a\.limits\[0\]: maxresources memory=2048 exceeds the queue's max memory=1024",
+            r"queue root\.a\.limits\[0\]: maxresources memory 2 GiB exceeds the queue's max memory 1 GiB",
         ),
         (
             [{"users": ["u"], "maxresources": {"memory": "lots"}}],
@@ -339,7 +339,7 @@ def test_the_cache_rejects_a_stale_proposal_that_would_take_a_user_over_its_limi
     outcome = h.deliver()
     assert outcome.accepted == 2
     (why,) = outcome.rejected.values()
-    assert "user 'ann' in root.a would exceed its maxresources memory=30" in why
+    assert "user 'ann' in root.a would exceed its maxresources memory 30 MiB" in why
     assert held_by_user(h.cache.state)["ann"] == 30
 
 

@@ -97,7 +97,7 @@ async def test_the_metrics_endpoint_of_a_core(kafka_settings: KafkaSettings) -> 
     assert state["units"] == {"memory": "bytes", "vcore": "cores", "gpu-milli": "GPUs", "other resources": "count"}
     queues = {q["queue"]: q for q in part["queues"]}
     assert queues["root.a"]["used"] == {"memory": 20 * 2**20} and queues["root.a"]["guaranteed"] == {"memory": 2**26}
-    assert set(queues["root.a"]) == {"queue", "guaranteed", "max", "used", "pending", "ideal"}
+    assert set(queues["root.a"]) == {"queue", "guaranteed", "max", "used", "pending", "reserved", "ideal"}
     assert sorted(n["node"] for n in part["nodes"]) == ["n1", "n2"]
     assert part["reservations"] == [] and part["preemptions_in_flight"] == [] and part["recent_preemptions"] == []
     assert table.exit_code == 0, table.output
@@ -310,7 +310,8 @@ def test_the_metrics_port_is_checked_from_the_flag_and_the_variable() -> None:
 
 def test_status_tables_are_in_human_units_and_keep_long_names_whole() -> None:
     """A GPU partition's state (base units, as the endpoint serves it) on a wide screen: every figure in
-    human units, long names whole on their row whatever the width."""
+    human units, long names whole on their row whatever the width; a queue whose containers wait on a
+    preemption reservation shows them pending, and on reservations."""
     from rich.console import Console
 
     from sniper.cli.kafka import render_state
@@ -322,6 +323,7 @@ def test_status_tables_are_in_human_units_and_keep_long_names_whole() -> None:
         "guaranteed": {"memory": 320 * gib, "vcore": 48, "gpu": 8},
         "ideal": {"memory": 1536 * 2**20, "vcore": 0.5, "gpu-milli": 1.46},  # GPUs, as served
         "pending": {"gpu": 1},
+        "reserved": {"memory": 4 * gib},  # containers waiting on a preemption reservation
         "max": None,
     }
     document = {
@@ -354,7 +356,8 @@ def test_status_tables_are_in_human_units_and_keep_long_names_whole() -> None:
         "96 GiB, 12.5 cores, 4 GPUs",
         "320 GiB, 48 cores, 8 GPUs",
         "1.5 GiB, 0.5 cores, 1.46 GPUs",
-        "1 GPU",
+        "4 GiB, 1 GPU",  # pending counts what waits on a reservation too
+        "4 GiB",
         "-",
     ]
     assert next(line for line in text.splitlines() if "│ g1 " in line).split("│")[4].strip() == "0"
@@ -381,3 +384,50 @@ def test_milli_gpus_are_exported_in_gpus_under_a_valid_metric_name() -> None:
     lines = set(generate_latest(registry).decode().splitlines())
     assert 'sniper_queue_used_gpu_milli_gpus{partition="p1",queue="root.a"} 1.46' in lines
     assert 'sniper_queue_used{partition="p1",queue="root.a",resource="gpu"} 2.0' in lines
+
+
+def test_status_prints_names_with_control_characters_escaped() -> None:
+    """A queue, node and reason holding ESC, BEL and a right-to-left override reach the status screen as
+    escapes: not one control character is printed, and the names are still readable."""
+    from rich.console import Console
+
+    from sniper.cli.kafka import render_state
+
+    document = {
+        "partitions": [
+            {
+                "name": "p\x1b[2J",
+                "epoch": 1,
+                "now": 1.0,
+                "capacity": {"memory": 2**30},
+                "queues": [
+                    {"queue": "root.\x1b[31mred", "used": {}, "guaranteed": {}, "ideal": {}, "pending": {}, "max": None}
+                ],
+                "nodes": [{"node": "n\x07", "schedulable": True, "capacity": {}, "allocated": {}}],
+                "reservations": [],
+                "preemptions_in_flight": [],
+                "recent_preemptions": [
+                    {
+                        "t": 1.0,
+                        "allocation": "a\u202e",
+                        "queue": "root.q",
+                        "node": "n",
+                        "for_app": "b",
+                        "for_queue": "root.b",
+                        "reason": "x\x1bc",
+                    }
+                ],
+            }
+        ]
+    }
+    screen = Console(width=400, file=io.StringIO(), highlight=False, color_system=None)
+    for table in render_state(document, 50):
+        screen.print(table)
+    text = screen.file.getvalue()  # type: ignore[attr-defined]
+    assert "\x1b" not in text and "\x07" not in text and "\u202e" not in text
+    assert "root.\\x1b[31mred" in text and "n\\x07" in text and "a\\u202e" in text and "x\\x1bc" in text
+
+
+def test_a_log_value_with_control_characters_is_quoted_and_escaped() -> None:
+    line = StructuredFormatter("kv").format(_record(partition="p\x1b[2J", actor="cache"))
+    assert line.isprintable() and 'partition="p\\u001b[2J"' in line

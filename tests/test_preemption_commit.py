@@ -173,8 +173,9 @@ def test_an_accepted_placement_is_one_record_reservation_and_preempt_decisions()
     assert pre.reservation == r.id and pre.deadline == r.deadline and pre.policy == "sniper"
     assert pre.resource == {"memory": 50} and pre.for_resource == {"memory": 50}
     assert pre.victim_queue_ideal == {"memory": 150}
+    assert pre.over_ideal == {"memory": 50}  # the figure the reason quotes, as a number
     assert pre.cost == pl.cost == 7.0 + GRACE  # started at t = 3: will have run 22 s when killed at 25
-    assert pre.reason == "root.b over its ideal by memory=50; a1/big missed 1 cycles; node n2 cost 22.0"
+    assert pre.reason == "root.b over its ideal by 50 MiB; a1/big missed 1 cycles; node n2 cost 22.0"
     assert not pre.observe_only
     # the replicas saw the same record
     assert h.allocator.state.reservations.keys() == state.reservations.keys()

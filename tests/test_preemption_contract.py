@@ -115,7 +115,8 @@ def test_am_releases_part_the_remaining_named_one_is_killed_at_the_deadline() ->
     h.tick(10.0 + GRACE)
     killed = kills(h)
     assert [k.allocation for k in killed] == [named[1]], "the named container still running covers the 25 missing"
-    assert "preq-" in killed[0].reason and "still missing" in killed[0].reason
+    assert "preq-" in killed[0].reason and "deadline passed, 25 MiB still missing" in killed[0].reason
+    assert killed[0].missing == {"memory": 25} and killed[0].cause == "request_deadline"
     [end] = ended(h)
     assert end.outcome == "enforced" and end.released == {"memory": 25} and end.killed == {"memory": 25}
     assert_clean(h)

@@ -176,11 +176,6 @@ def test_any_positive(value: dict[str, int], positive: bool) -> None:
     assert res.any_positive(value) is positive
 
 
-def test_fmt_is_stable_and_skips_zeros() -> None:
-    assert res.fmt({"vcore": 1000, "memory": 4096, "gpu": 0}) == "memory=4096,vcore=1000"
-    assert res.fmt({}) == "0"
-
-
 CAP = {"memory": 100_000, "vcore": 100_000, "gpu": 8}
 
 

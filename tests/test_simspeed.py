@@ -155,23 +155,25 @@ def test_grid_arithmetic_matches_stepping_tick_by_tick(
 # leave every decision byte-identical; a change of rule that moves one says which and why in its commit.
 # Victims are costed at their kill (each victim's grace counted in ``preempt``'s ``cost`` and ``reason``);
 # sniper's gang and opportunistic decisions follow the deadzone as a trigger. Kills carry their cause and
-# reservation ends their code.
+# reservation ends their code. Reasons say amounts in human units; the figures they quote are typed fields
+# (``preempt``'s ``over_ideal``, ``rejected``'s ``resource`` and ``bound``, ``kill``'s ``missing``,
+# ``reservation_rejected``'s ``share``).
 DECISION_HASHES = {
-    ("demo", "proportional"): "0b29980b1265132f",
-    ("random_mix", "proportional"): "c571653ba7c94b83",
-    ("gang", "proportional"): "0fc686e28a1c7ed4",
-    ("opportunistic", "proportional"): "bce59a45e0f51653",
-    ("demo", "sniper"): "50c3de3d805a7b7d",
-    ("random_mix", "sniper"): "c64686dd442945ac",
-    ("gang", "sniper"): "4223de4791c4ca17",
-    ("opportunistic", "sniper"): "5036cbd16baacc15",
-    ("user_limits", "sniper"): "66c543c1416aeb38",
-    ("priority_queues", "sniper"): "3895d328ccc1ab51",
-    ("budgets", "sniper"): "90c67c7ed5dc372a",
-    ("budgets", "proportional"): "270a393a080753f7",
-    ("constraints", "sniper"): "39719cf94d9f0513",
-    ("constraints", "proportional"): "e3631820dae87654",
-    ("slo", "sniper"): "07f8876d259c0f66",
+    ("demo", "proportional"): "332ff08ab25513a9",
+    ("random_mix", "proportional"): "e0b16c025149a73c",
+    ("gang", "proportional"): "437766bacc04e310",
+    ("opportunistic", "proportional"): "f7a8b4d300d94789",
+    ("demo", "sniper"): "fba67174ca5d5fb2",
+    ("random_mix", "sniper"): "eeb5b82326763134",
+    ("gang", "sniper"): "715d46c1212b21fe",
+    ("opportunistic", "sniper"): "4da1b5549b8cf6e4",
+    ("user_limits", "sniper"): "6b34b6106d0d2125",
+    ("priority_queues", "sniper"): "701219957b110690",
+    ("budgets", "sniper"): "53713099f0fb75f2",
+    ("budgets", "proportional"): "654d84f52bcd6807",
+    ("constraints", "sniper"): "785617c59efe935f",
+    ("constraints", "proportional"): "b55b2093e2c95140",
+    ("slo", "sniper"): "c773193423f6bfa0",
 }
 
 

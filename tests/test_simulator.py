@@ -162,7 +162,7 @@ def test_a_malformed_trace_is_read_with_bad_lines_reported_and_skipped(tmp_path:
     assert [b.where.rsplit(":", 1)[1] for b in bad] == ["4", "7", "10", "17"]
     assert "missing required field `queue`" in bad[0].reason
     assert "malformed" in bad[1].reason
-    assert ">= 0" in bad[2].reason
+    assert "resource: memory: -5 is outside 0 to 2**53" in bad[2].reason
     assert "teleport" in bad[3].reason
     assert len(events) == len(TRACE_LINES)
     assert _summary(run_simulation(events).decisions) == EXPECTED
@@ -223,7 +223,7 @@ def _alloc(
             3,
             "allocated 3 times, count 2",
         ),
-        ([_alloc("x1", "a1", "k", memory=4096), _alloc("x2", "a1", "k", memory=8192)], 2, "over max 8192"),
+        ([_alloc("x1", "a1", "k", memory=4096), _alloc("x2", "a1", "k", memory=8192)], 2, "over max 8 GiB"),
         ([_alloc("x1", "a1", "k", node="ghost")], 4, "on missing node ghost"),
         ([_alloc("x1", "a1", "nope")], 3, "unknown ask a1/nope"),
         (

@@ -13,6 +13,7 @@ from sniper.core.cache import Cache
 from sniper.core.config import ConfigError, parse_partition
 from sniper.core.recovery import DurableCache, replay, restore, take_snapshot
 from sniper.core.slo_plan import Interval, Request, SloReservation, Stage, place
+from sniper.core.units import human_resource
 from sniper.messages import decisions as d
 from sniper.messages import feed as f
 from tests.core_support import Harness, fingerprint
@@ -249,6 +250,17 @@ def test_a_reservation_that_cannot_be_accepted_is_rejected_with_the_reason(event
     assert isinstance(answer, d.ReservationRejected)
     assert words in answer.reason
     assert not cache.state.slo_reservations
+
+
+def test_a_reservation_over_the_share_says_the_share_in_human_units_and_gives_it_as_numbers() -> None:
+    cache = _cache()
+    answer = _answer(cache, _submit("r", count=200))
+    assert isinstance(answer, d.ReservationRejected)
+    share = answer.share
+    assert share and all(isinstance(v, int) for v in share.values())
+    assert f"the share of the queue ({human_resource(share)})" in answer.reason and "=" not in answer.reason
+    refused_early = _answer(cache, _submit("s", queue="root.nope"))
+    assert isinstance(refused_early, d.ReservationRejected) and refused_early.share == {}
 
 
 def test_a_deadline_in_the_past_is_rejected() -> None:

@@ -7,7 +7,15 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from sniper.core.resources import parse_quantity
-from sniper.core.units import base_unit, each_in_base_units, from_base_units, human, human_resource, in_base_units
+from sniper.core.units import (
+    base_unit,
+    each_in_base_units,
+    from_base_units,
+    human,
+    human_resource,
+    in_base_units,
+    named,
+)
 
 
 @pytest.mark.parametrize(
@@ -93,3 +101,17 @@ def test_the_compare_table_shows_preempted_amounts_in_human_units_and_shares_in_
     assert rows["preempted gpu"] == ["4 GPUs", "0 GPUs"]
     assert rows["preempted gpu-milli"] == ["1.46 GPUs", "0 GPUs"]
     assert rows["utilization memory"] == ["81.2%", "100%"]
+
+
+def test_ephemeral_storage_is_bytes_in_binary_units_and_a_named_amount_says_its_resource() -> None:
+    assert [human("ephemeral-storage", b) for b in (100 * 2**30, 1536 * 2**20, 512)] == [
+        "ephemeral-storage 100 GiB",
+        "ephemeral-storage 1.5 GiB",
+        "ephemeral-storage 512 bytes",
+    ]
+    assert [named(n, a) for n, a in (("memory", 4096), ("vcore", 500), ("pods", 3))] == [
+        "memory 4 GiB",
+        "vcore 0.5 cores",
+        "pods 3",
+    ]
+    assert named("ephemeral-storage", 2**40) == "ephemeral-storage 1 TiB"

@@ -7,8 +7,8 @@ an exit code. Commands live in :mod:`sniper.cli.sim`, :mod:`sniper.cli.kafka` an
 
 Invariants: an operational error prints one line on stderr (what is wrong, what to do) and exits 2
 (usage or input) or 3 (a runtime failure), never a traceback; exit 1 means an invariant was violated.
-Names are data and may look like rich markup (``[/]``): text that holds names is printed through
-:func:`literal` (or escaped), never parsed as markup.
+Names are data and may look like rich markup (``[/]``) or hold terminal control characters: text that
+holds names is printed through :func:`literal`, never parsed as markup, its control characters escaped.
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ from rich.text import Text
 from typer.core import TyperGroup
 
 from sniper.core.config import ConfigError, SchedulerConfig, load_config, parse_partition
+from sniper.core.printable import printable
 from sniper.messages import decisions as d
 from sniper.messages import feed as f
 from sniper.messages.codec import BadInput, read_trace
@@ -69,7 +70,7 @@ def explain(err: BaseException) -> tuple[int, str]:
     from sniper.cluster.obs import MetricsServeError
     from sniper.resource_manager.feed import NoAnswer
     from sniper.transport.broker import BrokerStartError
-    from sniper.transport.kafka import KafkaConnectTimeout, KafkaTransportError
+    from sniper.transport.kafka import KafkaConnectTimeout, KafkaSecurityFailure, KafkaTransportError
     from sniper.transport.layout import TopicLayoutError
 
     err = _leaf(err)
@@ -83,6 +84,8 @@ def explain(err: BaseException) -> tuple[int, str]:
         return EXIT_INPUT, str(err)
     if isinstance(err, ConfigError | msgspec.DecodeError | msgspec.ValidationError | yaml.YAMLError):
         return EXIT_INPUT, f"invalid input: {err}"
+    if isinstance(err, KafkaSecurityFailure):
+        return EXIT_RUNTIME, f"{err}; check --security-protocol, the TLS files and the SASL credentials"
     if isinstance(err, BrokerStartError | MetricsServeError | KafkaConnectTimeout | NoAnswer | TopicLayoutError):
         return EXIT_RUNTIME, str(err)
     if isinstance(err, KafkaTransportError):  # e.g. the broker lost its log (LogLost)
@@ -113,7 +116,8 @@ class SniperGroup(TyperGroup):
             raise typer.Exit(130) from None
         except Exception as err:  # the one place an exception becomes an exit code
             code, message = explain(err)
-            logging.getLogger("sniper.cli").info("command failed", exc_info=err)  # the details, with -v
+            # The details at DEBUG: shown with -v, never by a command that logs at INFO (a core).
+            logging.getLogger("sniper.cli").debug("command failed", exc_info=err)
             console.print(literal(f"error: {message}", "red"))
             raise typer.Exit(code) from None
 
@@ -159,8 +163,9 @@ out = Console(highlight=False)
 
 
 def literal(text: object, style: str = "") -> Text:
-    """``text`` as rich prints it, character for character: queue, node, app and event names are data."""
-    return Text(str(text), style=style)
+    """``text`` as rich prints it, character for character, control characters escaped
+    (:func:`~sniper.core.printable.printable`): queue, node, app and event names are data."""
+    return Text(printable(str(text)), style=style)
 
 
 class Policy(enum.StrEnum):
@@ -221,11 +226,23 @@ def tune_gc() -> None:
     gc.set_threshold(10_000, 2, 10)
 
 
+class PrintableFormatter(logging.Formatter):
+    """A log line whose message is written with its control characters escaped (names are data); a
+    traceback after it keeps its lines."""
+
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        return printable(super().formatMessage(record))
+
+
 def setup_logging(verbose: bool) -> None:
-    """Log records on stderr: from INFO with ``verbose`` (a failed command's traceback among them), else WARNING."""
+    """Log records on stderr: from INFO with ``verbose``, and a failed command's traceback (DEBUG on
+    ``sniper.cli``); else from WARNING."""
     level = logging.INFO if verbose else logging.WARNING
-    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s %(message)s", stream=sys.stderr)
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(PrintableFormatter("%(asctime)s %(levelname)s %(name)s %(message)s"))
+    logging.basicConfig(level=level, handlers=[handler])
     logging.getLogger().setLevel(level)  # also when something configured logging already
+    logging.getLogger("sniper.cli").setLevel(logging.DEBUG if verbose else logging.NOTSET)
 
 
 T = TypeVar("T")

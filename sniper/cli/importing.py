@@ -16,7 +16,7 @@ import yaml
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from sniper.cli.app import app, console, out, print_bad, shared_options
+from sniper.cli.app import app, console, literal, out, print_bad, shared_options
 from sniper.importers.common import ImportError_, ImportOptions, Workload, build_trace, queue_name, write_trace
 from sniper.importers.pods_csv import Arrival, GpuShare, read_pods_csv
 from sniper.importers.sls import read_sls
@@ -103,7 +103,7 @@ def _run(
     imported = build_trace(work, options)
     config = write_trace(imported, trace)
     s = imported.summary
-    table = Table(title=title)
+    table = Table(title=literal(title))
     table.add_column("what")
     table.add_column("count", justify="right")
     for what, value in (
@@ -118,9 +118,9 @@ def _run(
         ("jobs outside the window", s.outside_window),
         *s.notes.items(),
     ):
-        table.add_row(what, str(value))
+        table.add_row(literal(what), literal(value))
     out.print(table)
-    console.print(f"wrote {trace} and {config}; run it with: sniper simulate {trace}", soft_wrap=True)
+    console.print(literal(f"wrote {trace} and {config}; run it with: sniper simulate {trace}"), soft_wrap=True)
 
 
 @import_app.command("sls")

@@ -157,17 +157,32 @@ async def _until_signal_or(work: Callable[[], Awaitable[T]]) -> T | None:
 def broker(
     port: Annotated[int | None, typer.Option(help="port to listen on (default: a free one)")] = None,
     host: Annotated[str, typer.Option(help="address to listen on and advertise")] = "127.0.0.1",
+    prefix: Prefix = None,
+    kafka_partitions: Partitions = None,
 ) -> None:
-    """Run the embedded Kafka-compatible broker (tansu, in-memory) in the foreground until Ctrl-C."""
+    """Run the embedded Kafka-compatible broker (tansu, in-memory) in the foreground until Ctrl-C.
+
+    Sniper's topics are created (``--prefix``, ``--kafka-partitions`` or ``SNIPER_KAFKA_*``, as the cores
+    read them) before the address is printed: a producer that would auto-create the feed with the
+    broker's own partition count finds it made already.
+    """
+    from sniper.cluster.kafka_env import build_settings
     from sniper.transport.broker import EmbeddedBroker
+    from sniper.transport.kafka import KafkaBus
 
     async def main() -> None:
         async with EmbeddedBroker(host=host, port=port) as embedded:
+            settings = build_settings(embedded.bootstrap, embedded=True, prefix=prefix, partitions=kafka_partitions)
+            async with KafkaBus(settings) as bus:
+                await bus.ensure_topics()
             sys.stdout.write(f"{embedded.bootstrap}\n")
             sys.stdout.flush()
             console.print(
-                f"embedded broker listening on {embedded.bootstrap} (storage in memory); Ctrl-C stops it\n"
-                f"  export SNIPER_KAFKA_BOOTSTRAP={embedded.bootstrap}"
+                literal(
+                    f"embedded broker listening on {embedded.bootstrap} (storage in memory), topics "
+                    f"{settings.prefix}* created with {settings.partitions} partitions; Ctrl-C stops it\n"
+                    f"  export SNIPER_KAFKA_BOOTSTRAP={embedded.bootstrap}"
+                )
             )
             await _until_signal()
 
@@ -416,6 +431,14 @@ def _human(value: Mapping[str, float] | None) -> str:
     return human_resource({name: from_base_units(name, amount) for name, amount in value.items()}, empty="0")
 
 
+def _waiting(queue: Mapping[str, Any]) -> dict[str, float]:
+    """What a queue's asks wait for: pending, and the containers waiting on a preemption reservation."""
+    waiting = dict(queue["pending"] or {})
+    for name, amount in (queue.get("reserved") or {}).items():
+        waiting[name] = waiting.get(name, 0) + amount
+    return waiting
+
+
 def _rows_table(title: str, columns: list[str], rows: list[list[str]], limit: int) -> Any:
     from rich.table import Table
 
@@ -434,7 +457,13 @@ def render_state(document: Mapping[str, Any], limit: int) -> list[Any]:
         name = f"partition {part['name']} (epoch {part['epoch']}, time {part['now']:.1f} s)"
         name += f", capacity {_human(part['capacity'])}"
         queue_rows = [
-            [q["queue"], *(_human(q[k]) for k in ("used", "guaranteed", "ideal", "pending", "max"))]
+            [
+                q["queue"],
+                *(_human(q[k]) for k in ("used", "guaranteed", "ideal")),
+                _human(_waiting(q)),
+                _human(q.get("reserved")),
+                _human(q["max"]),
+            ]
             for q in part["queues"]
         ]
         node_rows = [
@@ -459,7 +488,10 @@ def render_state(document: Mapping[str, Any], limit: int) -> list[Any]:
         ]
         tables += [
             _rows_table(
-                f"{name}: queues", ["queue", "used", "guaranteed", "ideal", "pending", "max"], queue_rows, limit
+                f"{name}: queues",
+                ["queue", "used", "guaranteed", "ideal", "pending", "on reservations", "max"],
+                queue_rows,
+                limit,
             ),
             _rows_table("nodes", ["node", "schedulable", "capacity", "allocated"], node_rows, limit),
             _rows_table("reservations", ["reservation", "for", "node", "resource", "victims"], reservation_rows, limit),

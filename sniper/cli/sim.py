@@ -16,7 +16,6 @@ from typing import Annotated
 import msgspec
 import typer
 import yaml
-from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -203,6 +202,8 @@ def compare(
 
         settings = SimulationSettings(until=until, seed=seed, am_response=am_response, am_release_gap=am_release_gap)
         results = run_compare(events, config, names, settings, progress, jobs=jobs)
+    for run in results.values():
+        run.summary.rejections = rejections(run.decisions)
     rows = table_rows(results)
     if as_markdown:
         out.print(literal("| metric | " + " | ".join(names) + " |"), soft_wrap=True)
@@ -379,13 +380,13 @@ def check_config(path: Annotated[Path, typer.Argument(help="queues.yaml")]) -> N
     try:
         config = load_config(path)
     except (ConfigError, OSError) as err:
-        console.print(f"[red]invalid:[/] {escape(str(err))}")
+        console.print(literal(f"invalid: {err}", "red"))
         raise typer.Exit(2) from None
     for part in config.partitions:
         for line in _describe_partition(part):
-            out.print(escape(line), highlight=False, soft_wrap=True)
+            out.print(literal(line), soft_wrap=True)
     for warning in config.warnings:
-        console.print(f"[yellow]warning:[/] {escape(warning)}", highlight=False, soft_wrap=True)
+        console.print(literal(f"warning: {warning}", "yellow"), soft_wrap=True)
 
 
 def _describe_partition(part: PartitionConfig) -> list[str]:

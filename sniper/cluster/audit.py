@@ -5,7 +5,8 @@ Each ``preempt``, ``preempt_cancelled``, ``kill``, ``preempt_request``, de-reser
 is logged at INFO on the ``sniper.audit`` logger with structured fields: ``action``, ``partition``,
 the ``victim`` (allocation, request or node reservation) with its ``victim_app`` and ``victim_queue``,
 the ``node``, the ``beneficiary`` (``app/ask``) with its ``beneficiary_queue``, the ``policy`` and the
-``reason``; the resources in human units (:mod:`sniper.core.units`). So ``grep victim=ALLOCATION`` on a
+``reason``; the ``resource`` in base units (numbers: memory bytes, vcore cores, :mod:`sniper.core.units`),
+the message text in human units. So ``grep victim=ALLOCATION`` on a
 core's log answers "why was my container killed?". A kill names the beneficiary its preemption named
 (remembered while the preemption is in flight in this process); an over-commit kill names none.
 :class:`PreemptionTally` counts, per queue, the containers and resources preempted from it
@@ -19,7 +20,7 @@ import logging
 from collections.abc import Iterable
 
 from sniper.core import resources as res
-from sniper.core.units import human_resource
+from sniper.core.units import human_resource, in_base
 from sniper.messages import decisions as d
 
 log = logging.getLogger("sniper.audit")
@@ -72,12 +73,14 @@ def _taken(
     resource: res.ResourceLike,
     **more: str,
 ) -> None:
-    """The line of a decision that takes ``victim`` from ``decision``'s app for ``target``'s beneficiary."""
+    """The line of a decision that takes ``victim`` from ``decision``'s app for ``target``'s beneficiary:
+    the message says the resource in human units, the ``resource`` field in base units (numbers)."""
     beneficiary = _beneficiary(target.for_app, target.for_ask)
     reason = decision.reason or "no reason given"
     log.info(
-        "%s for %s in %s by t=%.1f",
+        "%s (%s) for %s in %s by t=%.1f",
         message,
+        human_resource(resource),
         beneficiary,
         target.for_queue,
         decision.deadline,
@@ -91,7 +94,7 @@ def _taken(
             "node": target.node,
             "beneficiary": beneficiary,
             "beneficiary_queue": target.for_queue,
-            "resource": human_resource(resource),
+            "resource": in_base(resource),
             "policy": decision.policy,
             "deadline": round(decision.deadline, 3),
             "reason": reason,

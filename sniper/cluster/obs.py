@@ -23,7 +23,9 @@ Resources there are in base units as in the metrics (``units`` in the answer: me
 in cores, gpu-milli in GPUs, other resources as counts; :mod:`sniper.core.units`).
 
 Logs: :func:`setup_logging` installs one handler writing JSON lines (``--log-format json``) or
-``key=value`` lines (``kv``); records of actors carry their ``partition`` and ``actor``.
+``key=value`` lines (``kv``); records of actors carry their ``partition`` and ``actor``. A value holding
+a space, a quote or a character that is not printable (a name with ESC in it) is written as a JSON
+string, its control characters escaped: no feed name reaches a log raw.
 """
 
 from __future__ import annotations
@@ -54,7 +56,7 @@ from sniper.cluster.member import Host
 from sniper.cluster.timings import CoreHistograms
 from sniper.core.resources import Resource, ResourceLike
 from sniper.core.state import Reservation
-from sniper.core.units import BASE_UNITS, COUNT, each_in_base_units, in_base_units
+from sniper.core.units import BASE_UNITS, COUNT, each_in_base_units, in_base
 
 if TYPE_CHECKING:
     from sniper.cluster.process import CoreProcess, HostedPartition
@@ -84,17 +86,6 @@ def _in_base_units(resource: ResourceLike) -> Iterator[tuple[str, str | None, fl
             yield METRIC_SUFFIXES[name], None, value
         else:
             yield "", name, value
-
-
-def in_base(resource: ResourceLike | None) -> dict[str, int | float] | None:
-    """A resource in base units for JSON: memory in bytes and other counts as integers, vcore in cores."""
-    if resource is None:
-        return None
-    out: dict[str, int | float] = {}
-    for name, amount in resource.items():
-        value = in_base_units(name, amount)
-        out[name] = int(value) if value.is_integer() else value
-    return out
 
 
 class _QueueFamilies:
@@ -372,6 +363,7 @@ def state_of(process: CoreProcess | ReplicaProcess) -> dict[str, Any]:
                         "max": in_base(q.max),
                         "used": in_base(q.allocated),
                         "pending": in_base(q.pending),
+                        "reserved": in_base(q.reserved),  # containers waiting on a preemption reservation
                         "ideal": in_base(ideal.get(q.path)),
                     }
                     for q in state.queues.values()
@@ -421,6 +413,7 @@ def state_of(process: CoreProcess | ReplicaProcess) -> dict[str, Any]:
                         "for_queue": x.for_queue,
                         "policy": x.policy,
                         "reason": x.reason,
+                        "over_ideal": in_base(x.over_ideal),  # the figure the reason quotes, as numbers
                     }
                     for x in host.recent_preemptions
                 ],
@@ -562,8 +555,13 @@ class StructuredFormatter(logging.Formatter):
 
 
 def _kv(value: Any) -> str:
+    """One value of a ``kv`` line: a mapping or list as compact JSON (``{"memory":4294967296}``); text
+    quoted (JSON, control characters escaped) when it is empty or holds a space, ``=``, ``"`` or anything
+    not printable, so that no name reaches the log raw."""
+    if isinstance(value, dict | list):
+        return json.dumps(value, separators=(",", ":"))
     text = str(value)
-    if not text or any(c.isspace() or c in '="' for c in text):
+    if not text or not text.isprintable() or any(c.isspace() or c in '="' for c in text):
         return json.dumps(text)
     return text
 

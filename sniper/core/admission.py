@@ -12,16 +12,26 @@ what this refuses and commits the rest; nothing here changes the state.
 from __future__ import annotations
 
 import dataclasses
+from typing import NamedTuple
 
 from sniper.core import constraints, gang
 from sniper.core import resources as res
 from sniper.core.config import AdmissionConfig
 from sniper.core.resources import Resource
 from sniper.core.state import App, PartitionState, selector_matches
+from sniper.core.units import human_resource
 from sniper.messages import decisions as d
 from sniper.messages import feed as f
 
-Rejection = tuple[d.RejectionCode, str]
+
+class Rejection(NamedTuple):
+    """Why an ask is refused: its code, the reason in words, and the figures the reason quotes as numbers
+    (the ask's resource, and the ``max`` or capacity it can never fit)."""
+
+    code: d.RejectionCode
+    reason: str
+    resource: Resource | None = None
+    bound: Resource | None = None
 
 
 @dataclasses.dataclass(slots=True)
@@ -46,36 +56,44 @@ def refusal(state: PartitionState, e: f.AskAdded, resource: Resource, shapes: No
     it (:func:`sniper.core.resources.normalized`)."""
     app = state.apps.get(e.app)
     if app is None:
-        return "unknown_app", f"ask {e.ask}: unknown app {e.app}"
+        return Rejection("unknown_app", f"ask {e.ask}: unknown app {e.app}")
     if not resource:
-        return "empty_ask", f"ask {e.app}/{e.ask} asks for nothing"
+        return Rejection("empty_ask", f"ask {e.app}/{e.ask} asks for nothing")
     opportunistic = e.execution_type == "opportunistic"
     if e.am and opportunistic:  # as YARN: an AM always runs guaranteed
-        return "opportunistic_am", f"ask {e.app}/{e.ask}: an application master cannot be opportunistic"
+        return Rejection("opportunistic_am", f"ask {e.app}/{e.ask}: an application master cannot be opportunistic")
     why = over_admission(state, app, e.count)
     if why is not None:
-        return "over_admission", f"ask {e.app}/{e.ask} (count {e.count}): {why}"
+        return Rejection("over_admission", f"ask {e.app}/{e.ask} (count {e.count}): {why}")
     why = constraints.malformed(e.constraints, e.tags, opportunistic) if e.constraints else None
     if why is not None:
-        return "bad_constraint", f"ask {e.app}/{e.ask}: {why}"
+        return Rejection("bad_constraint", f"ask {e.app}/{e.ask}: {why}")
     if e.gang_min > e.count:
-        return "gang_over_count", f"ask {e.app}/{e.ask}: gang_min {e.gang_min} is more than its count {e.count}"
+        why = f"gang_min {e.gang_min} is more than its count {e.count}"
+        return Rejection("gang_over_count", f"ask {e.app}/{e.ask}: {why}")
     whole = res.scale(resource, e.gang_min) if e.gang_min > 1 else resource  # a gang's members fit together
     for q in () if opportunistic else app.queue.lineage():  # no max for those
         if q.max is not None and not res.fits({k: v for k, v in whole.items() if k in q.max}, q.max):
-            what = f"({res.fmt(resource)}): its gang of {e.gang_min}" if e.gang_min > 1 else f"({res.fmt(resource)})"
-            return "over_queue_max", f"ask {e.app}/{e.ask} {what} can never fit queue {q.path}'s max ({res.fmt(q.max)})"
+            what = f": its gang of {e.gang_min}" if e.gang_min > 1 else ""
+            reason = (
+                f"ask {e.app}/{e.ask} ({human_resource(resource)}){what} can never fit queue {q.path}'s max"
+                f" ({human_resource(q.max)})"
+            )
+            return Rejection("over_queue_max", reason, resource, q.max)
     nodes = state.nodes
     if e.node_selector and nodes and not any(selector_matches(e.node_selector, n.labels) for n in nodes.values()):
         selector = d.clipped(str(e.node_selector), d.MAX_QUOTE)
-        return "no_matching_node", f"ask {e.app}/{e.ask}: no node matches its node selector {selector}"
+        return Rejection("no_matching_node", f"ask {e.app}/{e.ask}: no node matches its node selector {selector}")
     why = never_fits(state, resource, e.node, shapes)
     if why is not None:
-        return "never_fits", f"ask {e.app}/{e.ask} ({res.fmt(resource)}) {why}"
+        required = None if e.node is None else nodes.get(e.node)
+        bound = None if required is None else required.capacity
+        return Rejection("never_fits", f"ask {e.app}/{e.ask} ({human_resource(resource)}) {why}", resource, bound)
     if e.gang_min > 1 and nodes:
         why = gang.never_fits(state, resource, e.gang_min, e.node, e.node_selector)
         if why:
-            return "gang_never_fits", f"ask {e.app}/{e.ask} ({res.fmt(resource)}): {why}"
+            reason = f"ask {e.app}/{e.ask} ({human_resource(resource)}): {why}"
+            return Rejection("gang_never_fits", reason, resource)
     return None
 
 
@@ -106,7 +124,7 @@ def never_fits(state: PartitionState, resource: Resource, required_node: str | N
         if node is None:
             return f"requires node {required_node}, which is unknown"
         if not res.fits(resource, node.capacity):
-            return f"can never fit its required node {required_node} ({res.fmt(node.capacity)})"
+            return f"can never fit its required node {required_node} ({human_resource(node.capacity)})"
         return None
     seen = shapes.shapes or [n.capacity for n in state.nodes.values()]
     if not seen:

@@ -98,9 +98,30 @@ class Cache:
             decision_type(partition=self.partition, seq=self.decision_seq, epoch=self.epoch, t=self.state.now, **fields)
         )
 
-    def _reject(self, code: d.RejectionCode, reason: str, *, app: str = "", ask: str = "", event: str = "") -> None:
+    def _reject(
+        self,
+        code: d.RejectionCode,
+        reason: str,
+        *,
+        app: str = "",
+        ask: str = "",
+        event: str = "",
+        resource: Resource | None = None,
+        bound: Resource | None = None,
+    ) -> None:
+        """Answer an event with a ``rejected`` decision; ``resource`` and ``bound`` are the figures its
+        reason quotes (the ask's resource, the max or capacity it can never fit), as numbers."""
         self.stats.rejected_events += 1
-        self.decide(d.Rejected, reason=reason, app=app, ask=ask, event=event, code=code)
+        self.decide(
+            d.Rejected,
+            reason=reason,
+            app=app,
+            ask=ask,
+            event=event,
+            code=code,
+            resource=resource or {},
+            bound=bound or {},
+        )
 
     def outcome(self, proposal: str, accepted: int, rejected: dict[str, str]) -> None:
         self.stats.placements_accepted += accepted
@@ -165,15 +186,27 @@ class Cache:
             return
         self.kill(overdue, "grace_expired")
 
-    def kill(self, victims: list[Allocation], cause: d.KillCause, reason: str | None = None) -> None:
+    def kill(
+        self, victims: list[Allocation], cause: d.KillCause, reason: str | None = None, missing: Resource | None = None
+    ) -> None:
         """Kill ``victims`` (already marked leaving): one ``VictimsKilled`` change, then a ``kill`` each,
-        with its ``cause`` and ``reason`` (the decision's default reason when None)."""
+        with its ``cause`` and ``reason`` (the decision's default reason when None) and the ``missing``
+        figure that reason quotes."""
         if not victims:
             return
         self.commit(p.VictimsKilled(victims=[v.id for v in victims]))
-        extra = {} if reason is None else {"reason": reason}
+        extra: dict[str, object] = {} if reason is None else {"reason": reason}
         for v in victims:
-            self.decide(d.Kill, allocation=v.id, app=v.app, queue=v.queue.path, node=v.node, cause=cause, **extra)
+            self.decide(
+                d.Kill,
+                allocation=v.id,
+                app=v.app,
+                queue=v.queue.path,
+                node=v.node,
+                cause=cause,
+                missing=missing or {},
+                **extra,
+            )
 
     def _expire_reservations(self) -> None:
         now = self.state.now
@@ -409,10 +442,15 @@ class Cache:
             self._reject("unknown_reservation", why, app=e.app, event=e.id)
             return
         if self.state.leaf(queue) is None:
-            what = "a parent queue" if queue in self.state.queues else "an unknown queue"
-            self._reject(
-                "not_a_leaf", f"app {e.app}: {e.queue} is {what}; apps go to leaf queues", app=e.app, event=e.id
-            )
+            if queue in self.state.queues:
+                self._reject(
+                    "not_a_leaf",
+                    f"app {e.app}: {e.queue} is a parent queue; apps go to leaf queues",
+                    app=e.app,
+                    event=e.id,
+                )
+            else:
+                self._reject("unknown_queue", f"app {e.app}: {e.queue} is an unknown queue", app=e.app, event=e.id)
             return
         self.counters["app"] += 1
         self.commit(
@@ -448,8 +486,15 @@ class Cache:
         resource = res.normalized(e.resource)
         refused = admission.refusal(self.state, e, resource, self.shapes)
         if refused is not None:
-            code, reason = refused
-            self._reject(code, reason, app=e.app, ask=e.ask, event=e.id)
+            self._reject(
+                refused.code,
+                refused.reason,
+                app=e.app,
+                ask=e.ask,
+                event=e.id,
+                resource=refused.resource,
+                bound=refused.bound,
+            )
             return
         self.counters["ask"] += 1
         self.commit(

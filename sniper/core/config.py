@@ -29,6 +29,7 @@ from msgspec import Meta
 
 from sniper.core import resources as res
 from sniper.core.resources import Resource
+from sniper.core.units import human, named
 
 NODE_SORT_POLICIES: tuple[str, ...] = ("binpacking", "fair")
 APP_SORT_POLICIES: tuple[str, ...] = ("fifo", "fair", "priority")
@@ -80,6 +81,7 @@ OTHER_SPELLINGS: dict[str, str] = {
 QUEUE_NAME = r"^[a-zA-Z0-9_:#/@-]{1,64}$"
 MAX_NESTING = 100  # containers (mappings and lists) inside one partition: about 48 queue levels
 MAX_NODES = 200_000  # values inside one config, counting every use of a YAML alias
+MAX_CONFIG_CHARS = 4 * 2**20  # a queues.yaml longer than this is refused before it is parsed
 SECONDS_MAX = 1e9  # about 31 years: a longer time is a typo
 
 PRIORITY_OFFSET_MAX = 2**31 - 1  # a queue's priority offset is a 32-bit integer, as the feed's priorities
@@ -664,7 +666,7 @@ def _validate_queue_limits(queue: QueueConfig) -> None:
             for k, v in lim.max_resources.items():
                 if k in queue.max and v > queue.max[k]:
                     raise ConfigError(
-                        f"{at}.limits[{i}]: maxresources {k}={v} exceeds the queue's max {k}={queue.max[k]}"
+                        f"{at}.limits[{i}]: maxresources {named(k, v)} exceeds the queue's max {named(k, queue.max[k])}"
                     )
         if (
             lim.max_applications is not None
@@ -690,27 +692,28 @@ def _validate_queue_resources(queue: QueueConfig) -> None:
         for k, g in queue.guaranteed.items():
             # A max that does not name a resource leaves it unlimited.
             if k in queue.max and queue.max[k] < g:
-                raise ConfigError(f"{at}: max {k}={queue.max[k]} is below guaranteed {k}={g}")
+                raise ConfigError(f"{at}: max {named(k, queue.max[k])} is below guaranteed {named(k, g)}")
     children_guaranteed = res.total(c.guaranteed for c in queue.children)
     for child in queue.children:
         for k, g in child.guaranteed.items():
             if k in queue.guaranteed and g > queue.guaranteed[k]:
                 raise ConfigError(
-                    f"queue {child.path}: guaranteed {k}={g} exceeds parent {queue.path}'s guaranteed "
-                    f"{k}={queue.guaranteed[k]}"
+                    f"queue {child.path}: guaranteed {named(k, g)} exceeds parent {queue.path}'s guaranteed "
+                    f"{named(k, queue.guaranteed[k])}"
                 )
         if queue.max is not None and child.max is not None:
             for k, m in child.max.items():
                 if k in queue.max and m > queue.max[k]:
                     raise ConfigError(
-                        f"queue {child.path}: max {k}={m} exceeds parent {queue.path}'s max {k}={queue.max[k]}"
+                        f"queue {child.path}: max {named(k, m)} exceeds parent {queue.path}'s max "
+                        f"{named(k, queue.max[k])}"
                     )
     if queue.guaranteed:
         for k, g in children_guaranteed.items():
             if k in queue.guaranteed and g > queue.guaranteed[k]:
                 raise ConfigError(
-                    f"queue {queue.path}: children's guaranteed {k} add up to {g}, "
-                    f"more than its own {queue.guaranteed[k]}"
+                    f"queue {queue.path}: children's guaranteed {k} add up to {human(k, g)}, "
+                    f"more than its own {human(k, queue.guaranteed[k])}"
                 )
 
 
@@ -824,13 +827,71 @@ def load_config(path: str | Path) -> SchedulerConfig:
     return dataclasses.replace(parse_config(raw), notes=notes)
 
 
+class _DuplicateKey(yaml.constructor.ConstructorError):
+    """A mapping that gives one key twice (YAML says keys are unique; PyYAML would keep the last)."""
+
+
+class _StrictLoader(yaml.CSafeLoader):
+    """PyYAML's safe loader (libyaml's parser) refusing a key given twice in one mapping, with both lines."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        first: dict[object, int] = {}
+        for key_node, _ in node.value:
+            if not isinstance(key_node, yaml.ScalarNode):
+                continue  # a complex key: the safe constructor refuses what it cannot hash
+            key = self.construct_object(key_node, deep=deep)
+            line = key_node.start_mark.line + 1
+            if key in first:
+                raise _DuplicateKey(
+                    None, None, f"key {key!r} is given twice (lines {first[key]} and {line}): give it once", None
+                )
+            first[key] = line
+        return super().construct_mapping(node, deep=deep)
+
+
+def _composed_nodes(root: yaml.Node, where: str) -> None:
+    """Refuse a document of more than :data:`MAX_NODES` values as written (aliases counted once) before
+    any Python object is built from it: a config that large is refused in a moment, not after minutes."""
+    seen: set[int] = set()
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        if len(seen) > MAX_NODES:
+            raise ConfigError(
+                f"{where}: more than {MAX_NODES} values as written; a queue configuration that large (tens of "
+                "thousands of queues) is not supported: refused before it is built"
+            )
+        if isinstance(node, yaml.MappingNode):
+            stack.extend(n for pair in node.value for n in pair)
+        elif isinstance(node, yaml.SequenceNode):
+            stack.extend(node.value)
+
+
 def _read_yaml(text: str, where: str) -> object:
+    """The YAML document in ``text``: bounded in size, count of values and depth, keys given once."""
+    if len(text) > MAX_CONFIG_CHARS:
+        raise ConfigError(
+            f"{where}: {len(text):,} characters; a queue configuration of more than {MAX_CONFIG_CHARS:,} "
+            "(tens of thousands of queues) is not supported: refused before it is read"
+        )
+    loader = _StrictLoader(text)
     try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError as err:
-        raise ConfigError(f"{where}: not valid YAML: {err}") from None
-    except RecursionError:
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        _composed_nodes(node, where)
+        return loader.construct_document(node)
+    except _DuplicateKey as err:
+        raise ConfigError(f"{where}: {err.problem}") from None
+    except (yaml.YAMLError, RecursionError) as err:  # libyaml bounds depth itself, past ours
+        if isinstance(err, yaml.YAMLError) and "maximum nesting depth" not in str(err):
+            raise ConfigError(f"{where}: not valid YAML: {err}") from None
         raise ConfigError(f"{where}: nested too deeply to read (more than {MAX_NESTING} levels are refused)") from None
+    finally:
+        loader.dispose()
 
 
 def _from_config_map(raw: Mapping[str, Any], path: str) -> tuple[object, tuple[str, ...]]:

@@ -22,6 +22,7 @@ from sniper.core import resources as res
 from sniper.core.config import WILDCARD, LimitConfig
 from sniper.core.resources import Resource
 from sniper.core.state import Allocation, App, Ask, PartitionState, Queue
+from sniper.core.units import human, named
 
 Scope = tuple[str, str, str]  # (queue path, "queue" | "user" | "group", name): whom one bound covers
 
@@ -185,8 +186,8 @@ class Limits:
             for k, v in ask.resource.items():
                 if k in b.max_resources and used.get(k, 0) + v > b.max_resources[k]:
                     return (
-                        f"{b.label()} would exceed its maxresources {k}={b.max_resources[k]} "
-                        f"(holds {used.get(k, 0)}, asks {v})"
+                        f"{b.label()} would exceed its maxresources {named(k, b.max_resources[k])} "
+                        f"(holds {human(k, used.get(k, 0))}, asks {human(k, v)})"
                     )
         return None
 

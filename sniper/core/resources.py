@@ -2,94 +2,24 @@
 
 A resource is a plain ``dict[str, int]``; a missing name means zero. All arithmetic is integer.
 Functions here never mutate their arguments unless their name ends in ``_into``. Configs write
-quantities the YuniKorn way (``parse_quantity``); only this module turns them into these units.
+quantities the YuniKorn way, read by :func:`parse_quantity` (:mod:`sniper.messages.quantity`, the one
+parser, which feed events' resources use too) through :func:`parse_resource`.
 """
 
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Iterable, Mapping
+
+from sniper.messages.quantity import GPU_MILLI as GPU_MILLI
+from sniper.messages.quantity import MAX_QUANTITY as MAX_QUANTITY
+from sniper.messages.quantity import MEMORY as MEMORY
+from sniper.messages.quantity import VCORE as VCORE
+from sniper.messages.quantity import QuantityError as QuantityError
+from sniper.messages.quantity import parse_quantity as parse_quantity
 
 Resource = dict[str, int]
 ResourceLike = Mapping[str, int]
-
-MEMORY = "memory"
-VCORE = "vcore"
-GPU_MILLI = "gpu-milli"  # GPUs shared in thousandths (a pod on 0.46 of a GPU asks 460); ``gpu`` stays a count
-
-MiB = 2**20
-# Kubernetes quantity suffixes, as YuniKorn 1.4+ reads them (``K`` is accepted beside ``k``).
-_BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
-_DECIMAL = {"k": 10**3, "K": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18}
-_QUANTITY = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*(Ki|Mi|Gi|Ti|Pi|Ei|k|K|M|G|T|P|E|m)?\s*$")
-MAX_QUANTITY = 2**62  # in Sniper's units; anything larger is a typo, and overflows the wire's int64
-_MAX_TEXT = 64  # characters: longer text is no quantity, and never reaches big-number arithmetic
-
-
-class QuantityError(ValueError):
-    """A resource quantity that cannot be parsed."""
-
-
-def parse_quantity(name: str, value: object) -> int:
-    """One YuniKorn quantity (``queues.yaml``, ``partition_config``) in Sniper's unit for ``name``.
-
-    As YuniKorn 1.4+ reads it: memory is bytes when bare (``Ki``..``Ei`` binary and ``k``..``E``
-    decimal suffixes), stored as MiB rounded up; vcore is cores when bare, ``m`` for milli-cores,
-    stored as milli-cores; any other resource (``gpu-milli`` too: a count of milli-GPUs) is a bare
-    count (suffixes scale it). An integer means what the same digits in a string mean. Results above
-    :data:`MAX_QUANTITY` are refused.
-    """
-    if isinstance(value, bool):
-        raise QuantityError(f"{name}: boolean is not a quantity")
-    if isinstance(value, int) and 0 <= value < 10**_MAX_TEXT:  # the common case, without text
-        return _in_unit(name, value, 1, value)
-    if isinstance(value, int):
-        if value < 0:
-            raise QuantityError(f"{name}: negative quantity {value}")
-        raise QuantityError(f"{name}: an integer of more than {_MAX_TEXT} digits is too large")
-    if isinstance(value, float):
-        if not math.isfinite(value):
-            raise QuantityError(f"{name}: {value} is not a quantity")
-        text = repr(value)
-    elif isinstance(value, str):
-        text = value
-    else:
-        raise QuantityError(f"{name}: {value!r} is not a quantity")
-    if text.lstrip().startswith("-"):
-        raise QuantityError(f"{name}: negative quantity {value!r}")
-    if len(text) > _MAX_TEXT:
-        raise QuantityError(f"{name}: quantity {_short(text)} is too large")
-    match = _QUANTITY.match(text)
-    if match is None:
-        raise QuantityError(f"{name}: cannot parse quantity {value!r}")
-    whole, _, decimals = match.group(1).partition(".")
-    suffix = match.group(2) or ""
-    if suffix == "m" and name != VCORE:
-        hint = f"; {name} is a count of milli-GPUs already" if name == GPU_MILLI else ""
-        raise QuantityError(f"{name}: the milli suffix 'm' is for vcore only ({value!r}{hint})")
-    numerator, denominator = int(whole + decimals), 10 ** len(decimals)
-    if suffix == "m":
-        denominator *= 1000
-    else:
-        numerator *= _BINARY.get(suffix) or _DECIMAL.get(suffix) or 1
-    return _in_unit(name, numerator, denominator, text)
-
-
-def _in_unit(name: str, numerator: int, denominator: int, written: object) -> int:
-    """``numerator / denominator`` of the written unit (bytes, cores, a count) in Sniper's unit, rounded up."""
-    if name == MEMORY:
-        denominator *= MiB  # bytes to MiB
-    elif name == VCORE:
-        numerator *= 1000  # cores to milli-cores
-    result = -(-numerator // denominator)
-    if result > MAX_QUANTITY:
-        raise QuantityError(f"{name}: quantity {_short(str(written))} is too large (more than 2**62 in Sniper's unit)")
-    return result
-
-
-def _short(text: str) -> str:
-    return repr(text) if len(text) <= 40 else repr(f"{text[:20]}...{text[-12:]}")
 
 
 def parse_resource(raw: Mapping[str, object], where: str = "resource", *, keep_zero: bool = False) -> Resource:
@@ -256,8 +186,3 @@ def drf_below(a: ResourceLike, b: ResourceLike, capacity: ResourceLike) -> bool:
 def normalized(a: ResourceLike) -> Resource:
     """Drop zero entries so equal resources compare equal."""
     return {k: v for k, v in a.items() if v}
-
-
-def fmt(a: ResourceLike) -> str:
-    """Human-readable form, stable order: ``memory=4096,vcore=1000``."""
-    return ",".join(f"{k}={a[k]}" for k in sorted(a) if a[k]) or "0"

@@ -38,6 +38,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from sniper.core import resources as res
 from sniper.core.config import PartitionConfig, QueueConfig
 from sniper.core.resources import Resource
+from sniper.core.units import human_resource
 
 MAX_PERIODICITY = 86_400.0  # seconds; a recurrence divides it (YARN's default max-periodicity, a day)
 MAX_SLOTS = 10_000  # slots one request may try, over all its stages and recurrences (bounds a plan's cost)
@@ -180,8 +181,8 @@ def place(request: Request, share: Resource, accepted: Sequence[SloReservation],
         if not res.normalized(stage.resource):
             return f"stage {i} asks for nothing"
         if not res.fits(whole, share) or not set(stage.resource) <= {k for k, v in share.items() if v > 0}:
-            gang = f"a gang of {stage.gang} x {res.fmt(stage.resource)}"
-            return f"stage {i}: {gang} is larger than the queue's share ({res.fmt(share)})"
+            gang = f"a gang of {stage.gang} x {human_resource(stage.resource)}"
+            return f"stage {i}: {gang} is larger than the queue's share ({human_resource(share)})"
     # Every plan repeats within MAX_PERIODICITY after the last interval that does not recur.
     horizon = max([arrival, *(iv.end for p in accepted if not p.period for iv in p.intervals)]) + MAX_PERIODICITY
     repeats = 1 if not period else max(1, math.ceil((horizon - arrival) / period))
@@ -203,8 +204,9 @@ def place(request: Request, share: Resource, accepted: Sequence[SloReservation],
             start = t - stage.duration
             if start < arrival - _EPS:
                 return (
-                    f"stage {index} ({stage.count} x {res.fmt(stage.resource)} for {stage.duration:g}s) does not fit"
-                    f" the share of the queue ({res.fmt(share)}) between {arrival:g} and {request.deadline:g}"
+                    f"stage {index} ({stage.count} x {human_resource(stage.resource)} for {stage.duration:g}s)"
+                    " does not fit"
+                    f" the share of the queue ({human_resource(share)}) between {arrival:g} and {request.deadline:g}"
                     f" beside the plans accepted there; {stage.count - left} of its containers could be placed"
                 )
             slots += repeats
@@ -277,7 +279,7 @@ def over_share(plans: Sequence[SloReservation], share: Resource, now: float) -> 
     peak = _peak(plans, now, horizon)
     if res.fits(peak, share):
         return None
-    return f"its SLO reservations hold up to {res.fmt(peak)} together, more than {res.fmt(share)}"
+    return f"its SLO reservations hold up to {human_resource(peak)} together, more than {human_resource(share)}"
 
 
 def _how_many(unit: Resource, room: Resource, most: int) -> int:

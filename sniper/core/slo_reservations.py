@@ -19,6 +19,7 @@ The planning itself is :mod:`sniper.core.slo_plan` (pure). What this module keep
 from __future__ import annotations
 
 from sniper.core import slo_plan
+from sniper.core.resources import Resource
 from sniper.core.state import PartitionState
 from sniper.core.writer import Writer
 from sniper.messages import decisions as d
@@ -41,6 +42,7 @@ def submit(cache: Writer, e: f.ReservationSubmitted) -> None:
     elif why is None and queue is not None and not queue.reservable:
         why = f"queue {e.queue} is not reservable"
     plan: slo_plan.SloReservation | str = why or ""
+    share: Resource = {}  # the queue's share, once the request is planned against it
     if why is None and queue is not None:
         request = slo_plan.Request(
             name=e.reservation,
@@ -51,10 +53,13 @@ def submit(cache: Writer, e: f.ReservationSubmitted) -> None:
             period=e.recurrence or 0.0,
         )
         accepted = [r for r in state.slo_reservations.values() if r.queue == e.queue]
-        plan = slo_plan.place(request, slo_plan.share_of(queue), accepted, state.now)
+        share = slo_plan.share_of(queue)
+        plan = slo_plan.place(request, share, accepted, state.now)
     if isinstance(plan, str):
         reason = f"reservation {e.reservation}: {plan}"
-        cache.decide(d.ReservationRejected, reservation=e.reservation, queue=e.queue, reason=reason, event=e.id)
+        cache.decide(
+            d.ReservationRejected, reservation=e.reservation, queue=e.queue, reason=reason, event=e.id, share=share
+        )
         return
     cache.commit(_set_of(plan))
     cache.decide(

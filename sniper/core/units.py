@@ -25,6 +25,8 @@ COUNT = "count"  # the unit of any other resource, in Sniper and in base units a
 _MEMORY_UNITS = ((2**40, "EiB"), (2**30, "PiB"), (2**20, "TiB"), (2**10, "GiB"), (1, "MiB"))  # sizes in MiB
 _WHOLES = {VCORE: ("core", "cores"), GPU_MILLI: ("GPU", "GPUs")}  # thousandths, spoken of as the whole
 _NAMES = {"gpu": ("GPU", "GPUs")}  # how a count of a well-known resource is spoken of
+_BYTE_COUNTS = frozenset({"ephemeral-storage"})  # counts of bytes (Kubernetes), spoken of in binary units
+_BINARY_BYTES = ((2**60, "EiB"), (2**50, "PiB"), (2**40, "TiB"), (2**30, "GiB"), (2**20, "MiB"), (2**10, "KiB"))
 
 
 def _number(value: float, decimals: int) -> str:
@@ -36,8 +38,9 @@ def _number(value: float, decimals: int) -> str:
 def human(name: str, amount: int) -> str:
     """One amount in Sniper's unit for ``name``, as a person reads it: memory in the largest binary unit
     it reaches (two decimals at most: ``1.5 GiB``), vcore in cores (``0.25 cores``, ``1 core``),
-    gpu-milli in GPUs (``1.46 GPUs``, ``1 GPU``), a count of GPUs as ``4 GPUs``, any other resource as
-    ``<name> 3`` (a misspelt name stays visible)."""
+    gpu-milli in GPUs (``1.46 GPUs``, ``1 GPU``), a count of GPUs as ``4 GPUs``, ``ephemeral-storage``
+    (bytes) as ``ephemeral-storage 100 GiB``, any other resource as ``<name> 3`` (a misspelt name stays
+    visible)."""
     if name == MEMORY:
         size, unit = next(((s, u) for s, u in _MEMORY_UNITS if abs(amount) >= s), (1, "MiB"))
         return f"{_number(amount / size, 2)} {unit}"
@@ -45,10 +48,21 @@ def human(name: str, amount: int) -> str:
     if whole is not None:
         wholes = _number(amount / 1000, 3)
         return f"{wholes} {whole[0] if wholes == '1' else whole[1]}"
+    if name in _BYTE_COUNTS:
+        size, unit = next(((s, u) for s, u in _BINARY_BYTES if abs(amount) >= s), (1, "bytes"))
+        return f"{name} {_number(amount / size, 2)} {unit}"
     spoken = _NAMES.get(name)
     if spoken is None:
         return f"{name} {amount}"
     return f"{amount} {spoken[0] if amount == 1 else spoken[1]}"
+
+
+def named(name: str, amount: int) -> str:
+    """One amount as :func:`human` says it, the resource named too where the unit does not say it
+    (``memory 4 GiB``, ``vcore 0.5 cores``, ``gpu 4 GPUs``, ``pods 3``): what a message about one
+    resource of several quotes."""
+    text = human(name, amount)
+    return text if text.startswith(f"{name} ") else f"{name} {text}"
 
 
 def human_resource(resource: ResourceLike | None, *, empty: str = "none") -> str:
@@ -87,3 +101,15 @@ def each_in_base_units(resource: ResourceLike) -> Iterator[tuple[str, str, float
     """``(name, base unit, value)`` of each resource of ``resource``."""
     for name, amount in resource.items():
         yield name, base_unit(name), in_base_units(name, amount)
+
+
+def in_base(resource: ResourceLike | None) -> dict[str, int | float] | None:
+    """A resource in base units for JSON: memory in bytes and other counts as integers, vcore in cores
+    (what machines read: the state endpoint, the JSON audit line)."""
+    if resource is None:
+        return None
+    out: dict[str, int | float] = {}
+    for name, amount in resource.items():
+        value = in_base_units(name, amount)
+        out[name] = int(value) if value.is_integer() else value
+    return out

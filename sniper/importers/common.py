@@ -25,13 +25,14 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, BinaryIO
 
+import msgspec
 import yaml
 
 from sniper.core.config import ConfigError, parse_partition
 from sniper.core.resources import as_quantities
 from sniper.core.state import selector_matches
 from sniper.messages import feed as f
-from sniper.messages.codec import BadInput, encode_json_line
+from sniper.messages.codec import BadInput, encode_json_line, feed_json
 
 Progress = Callable[[int], None]  # bytes of input consumed since the last call
 
@@ -148,10 +149,11 @@ def counted_lines(handle: BinaryIO, progress: Progress | None) -> Iterator[bytes
 
 
 def text_lines(lines: Iterable[bytes], source: str, bad: list[BadInput]) -> Iterator[str]:
-    """Decode UTF-8 lines; a line that is not UTF-8 is reported and yielded empty (line numbers hold)."""
+    """Decode UTF-8 lines, a byte order mark at the start dropped; a line that is not UTF-8 is reported
+    and yielded empty (line numbers hold)."""
     for number, raw in enumerate(lines, start=1):
         try:
-            yield raw.decode("utf-8")
+            yield raw.decode("utf-8-sig" if number == 1 else "utf-8")
         except UnicodeDecodeError as err:
             bad.append(BadInput(f"{source}:{number}", f"not UTF-8 ({err.reason})"))
             yield "\n"
@@ -336,8 +338,14 @@ def write_trace(imported: Imported, out: Path) -> Path:
     if config == out:
         raise ImportError_(f"the trace {out} would overwrite its own queues.yaml; give it a .jsonl name")
     out.parent.mkdir(parents=True, exist_ok=True)
+    lines = [encode_json_line(event) for event in imported.events]
+    for event, line in zip(imported.events, lines, strict=True):  # what a reader would refuse is never written
+        try:
+            feed_json.decode(line)
+        except msgspec.ValidationError as err:
+            names = " ".join(f"{k}={getattr(event, k)}" for k in ("node", "app", "ask") if getattr(event, k, None))
+            raise ImportError_(f"{type(event).__name__} {names} would be refused by a reader: {err}") from None
     with open(out, "wb") as handle:
-        for event in imported.events:
-            handle.write(encode_json_line(event))
+        handle.writelines(lines)
     config.write_text(yaml.safe_dump(imported.queues, sort_keys=False))
     return config

@@ -39,6 +39,8 @@ from sniper.importers.common import (
     text_lines,
 )
 from sniper.messages.codec import BadInput
+from sniper.messages.feed import MAX_AMOUNT
+from sniper.messages.quantity import shortened
 
 POD_COLUMNS = ("name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli")  # every pod list has these
 TIME_COLUMNS = ("creation_time", "deletion_time")  # the trace arrival model needs both
@@ -113,10 +115,12 @@ def _int(row: dict[str, str], column: str) -> int:
     raw = row[column].strip()
     try:
         value = int(float(raw)) if "." in raw or "e" in raw.lower() else int(raw)
-    except ValueError:
-        raise _Row(f"{column}: {raw!r} is not a whole number") from None
+    except (ValueError, OverflowError):  # OverflowError: 1e309 is an infinite float
+        raise _Row(f"{column}: {shortened(raw)} is not a whole number") from None
     if value < 0:
-        raise _Row(f"{column}: negative ({value})")
+        raise _Row(f"{column}: negative ({shortened(raw)})")
+    if value > MAX_AMOUNT:
+        raise _Row(f"{column}: {shortened(raw)} is more than 2**53")
     return value
 
 
@@ -127,8 +131,11 @@ def _text(row: dict[str, str], column: str) -> str:
 
 def _header(path: Path) -> list[str]:
     """The column names on a CSV's first line."""
-    with open(path, encoding="utf-8", errors="replace", newline="") as handle:
-        return next(csv.reader(handle), [])
+    with open(path, encoding="utf-8-sig", errors="replace", newline="") as handle:  # -sig: a BOM is no name
+        try:
+            return next(csv.reader(handle), [])
+        except csv.Error as err:
+            raise ImportError_(f"{path}:1: the header is not CSV ({err})") from None
 
 
 def _rows(
@@ -140,7 +147,13 @@ def _rows(
         missing = [c for c in columns if c not in (reader.fieldnames or ())]
         if missing:
             raise ImportError_(f"{path}: missing column(s) {', '.join(missing)} (found {reader.fieldnames})")
-        for row in reader:
+        while True:
+            try:
+                row = next(reader, None)
+            except csv.Error as err:  # a field over csv.field_size_limit(), a NUL byte: the file stops here
+                raise ImportError_(f"{path}:{reader.line_num + 1}: cannot read the row ({err})") from None
+            if row is None:
+                return
             if None in row or any(v is None for v in row.values()):
                 work.bad.append(BadInput(f"{path}:{reader.line_num}", "wrong number of fields"))
                 continue

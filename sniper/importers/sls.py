@@ -40,6 +40,7 @@ from sniper.importers.common import (
 )
 from sniper.importers.rumen import RumenError, is_rumen_job, sls_job
 from sniper.messages.codec import BadInput
+from sniper.messages.feed import MAX_AMOUNT
 
 NODE_MEMORY_MB = 10_240  # SLS's yarn.sls.nm.memory.mb default
 NODE_VCORES = 10  # yarn.sls.nm.vcores
@@ -48,6 +49,7 @@ CONTAINER_VCORES = 1  # yarn.sls.container.vcores
 AM_MEMORY_MB = 1_024  # yarn.sls.am.container.memory
 AM_VCORES = 1  # yarn.sls.am.container.vcores
 TASK_PRIORITY = 20
+MAX_GENERATED_NODES = 1_000_000  # num.nodes beyond this is a typo, not a cluster
 EXECUTION_TYPES = ("GUARANTEED", "OPPORTUNISTIC")
 # container.* keys that are not resources
 TASK_KEYS = frozenset(
@@ -83,9 +85,14 @@ def _objects(text: str, source: str, bad: list[BadInput]) -> Iterator[tuple[int,
         line = text.count("\n", 0, pos) + 1
         try:
             value, end = decoder.raw_decode(text, pos)
-        except json.JSONDecodeError as err:
-            bad.append(BadInput(f"{source}:{err.lineno}", f"not JSON: {err.msg}"))
-            nxt = text.find("\n{", max(err.pos, pos + 1) - 1)
+        except (json.JSONDecodeError, RecursionError) as err:
+            if isinstance(err, RecursionError):  # the decoder recurses per level: too deep to read
+                bad.append(BadInput(f"{source}:{line}", "not JSON Sniper reads: nested too deeply"))
+                resume = pos + 1
+            else:
+                bad.append(BadInput(f"{source}:{err.lineno}", f"not JSON: {err.msg}"))
+                resume = max(err.pos, pos + 1)
+            nxt = text.find("\n{", resume - 1)
             if nxt < 0:
                 return
             pos = nxt + 1
@@ -124,12 +131,9 @@ def _resources(obj: dict[str, Any], prefix: str, defaults: dict[str, int]) -> di
             continue
         amount = int(_number(obj, key))
         target = RESOURCE_NAMES.get(name, name)
-        if target == "memory":
-            out["memory"] = amount  # MB in YARN is MiB
-        elif target == "vcore":
-            out[target] = amount * 1000
-        else:
-            out[target] = amount
+        out[target] = amount * 1000 if target == "vcore" else amount  # MB in YARN is MiB
+        if out[target] > MAX_AMOUNT:
+            raise _Bad(f"{key}: {obj[key]!r} is more than 2**53 in Sniper's units")
     return {k: v for k, v in out.items() if v > 0}
 
 
@@ -252,7 +256,7 @@ def read_topology(path: Path, work: Workload, progress: Progress | None = None) 
     if progress is not None:
         progress(len(data))
     seen: set[str] = set()
-    for line, rack in _objects(data.decode("utf-8", errors="replace"), str(path), work.bad):
+    for line, rack in _objects(data.decode("utf-8-sig", errors="replace"), str(path), work.bad):
         try:
             if not isinstance(rack, dict) or not isinstance(rack.get("nodes"), list):
                 raise _Bad('a topology entry is {"rack": ..., "nodes": [...]}')
@@ -283,12 +287,14 @@ def read_sls(jobs: Path, nodes: Path | None = None, progress: Progress | None = 
     generated: set[str] = set()
     apps: dict[str, int] = {}  # app -> line of its job
     number = 0
-    for line, obj in _objects(data.decode("utf-8", errors="replace"), str(jobs), work.bad):
+    for line, obj in _objects(data.decode("utf-8-sig", errors="replace"), str(jobs), work.bad):
         try:
             if not isinstance(obj, dict):
                 raise _Bad("an entry is a JSON object (a job or a num.nodes entry)")
             if "num.nodes" in obj:
                 count, racks = int(_number(obj, "num.nodes")), max(1, int(_number(obj, "num.racks", 1)))
+                if count > MAX_GENERATED_NODES:
+                    raise _Bad(f"num.nodes: {obj['num.nodes']!r} is more than {MAX_GENERATED_NODES:,} nodes")
                 racks = min(racks, max(count, 1))
                 generated.update(f"/rack{i % racks}/node{i}" for i in range(count))
                 continue
@@ -325,5 +331,8 @@ def read_sls(jobs: Path, nodes: Path | None = None, progress: Progress | None = 
         for host, rack in sorted(named.items()):
             work.nodes.append(NodeSpec(host, _defaults(NODE_MEMORY_MB, NODE_VCORES), {"rack": rack} if rack else {}))
     if not work.nodes:
-        raise ImportError_("no node: give --nodes (an SLS topology file), or num.nodes or container.host in the jobs")
+        skipped = f" ({len(work.bad)} entries skipped; the first: {work.bad[0]})" if work.bad else ""
+        raise ImportError_(
+            "no node: give --nodes (an SLS topology file), or num.nodes or container.host in the jobs" + skipped
+        )
     return work

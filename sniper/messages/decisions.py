@@ -46,7 +46,8 @@ RejectionCode = Literal[
     "unknown_app",
     "app_elsewhere",  # the app already runs in another queue
     "unknown_reservation",  # the app names an SLO reservation its queue does not hold
-    "not_a_leaf",  # apps go to leaf queues
+    "unknown_queue",  # the app names a queue the partition's configuration does not have
+    "not_a_leaf",  # apps go to leaf queues, never to a parent
     "empty_ask",  # it asks for nothing
     "bad_constraint",  # a placement constraint no cluster could ever satisfy (min above max, no tags, ...)
     "opportunistic_am",  # an application master always runs guaranteed
@@ -125,6 +126,8 @@ class Preempt(Decision, tag="preempt", frozen=True, gc=False):
     reason: str = ""
     observe_only: bool = False  # what would be preempted; nothing changed
     victim_queue_ideal: dict[str, int] = {}
+    # How far the victim's queue is over its ideal share, the figure the reason quotes when that is why.
+    over_ideal: dict[str, int] = {}
     for_resource: dict[str, int] = {}
     opportunistic: bool = False  # an opportunistic victim: killed at once, outside every queue's rules
 
@@ -136,6 +139,9 @@ class Kill(Decision, tag="kill", frozen=True, gc=False):
     node: str
     reason: str = "grace period expired"
     cause: KillCause | None = None  # what made it, as a code (None: a log without causes, see kill_cause)
+    # What a preemption request still missed at its deadline, the figure a ``request_deadline`` kill's
+    # reason quotes ({} for other causes).
+    missing: dict[str, int] = {}
 
 
 def cause_of(kill: Kill) -> KillCause:
@@ -170,6 +176,10 @@ class Rejected(Decision, tag="rejected", frozen=True, gc=False):
     ask: str = ""
     event: str = ""
     code: RejectionCode | None = None  # why, as a code a consumer matches on (None: a log without codes)
+    # The figures the reason quotes, in the feed's units: the ask's resource and the bound it can never
+    # fit (a queue's max, its required node's capacity); empty where the reason quotes none.
+    resource: dict[str, int] = {}
+    bound: dict[str, int] = {}
 
 
 class ReservationEnded(Decision, tag="reservation_ended", frozen=True, gc=False):
@@ -315,6 +325,9 @@ class ReservationRejected(Decision, tag="reservation_rejected", frozen=True, gc=
     queue: str
     reason: str
     event: str = ""
+    # The queue's share the request was planned against, the figure a reason about room quotes ({}: the
+    # request was refused before planning: an unknown queue, a bad name, ...).
+    share: dict[str, int] = {}
 
 
 class Synced(Decision, tag="synced", frozen=True, gc=False):

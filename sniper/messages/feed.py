@@ -3,17 +3,24 @@
 Every event names its partition and may carry an ``id`` for at-least-once de-duplication; ``t`` is
 seconds since the trace start (trace files) or the producer's clock (Kafka), finite and at most
 :data:`MAX_T`. Every field is bounded in the schema, so that what the wire carries is refused at
-decoding (with its field path) rather than grown without bound or failing later: resource values are
-integers from 0 to 2^53, priorities 32-bit, names and ids at most :data:`MAX_NAME` characters, label
-text, tags and resource names at most :data:`MAX_LABEL_CHARS`. New fields must come with defaults
+decoding (with its field path) rather than grown without bound or failing later: resource amounts are
+integers from 0 to :data:`MAX_AMOUNT`, priorities 32-bit, names and ids at most :data:`MAX_NAME`
+characters, label text, tags and resource names at most :data:`MAX_LABEL_CHARS`. A resource amount is
+written as an integer in Sniper's units (memory MiB, vcore milli-cores) or as a Kubernetes quantity
+string (``"4Gi"``, ``"500m"``, ``"2"``), read by the one parser of :mod:`sniper.messages.quantity`; a
+decoded event holds integers only, and an amount that is neither is refused naming its field and
+resource. New fields must come with defaults
 (msgspec schema evolution).
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import msgspec
+
+from sniper.messages.quantity import QuantityError, parse_quantity
 
 MAX_T = 1e11  # seconds: about the year 5100 in epoch seconds; a later ``t`` (or infinity) is a corrupt clock
 MAX_NAME = 512  # characters of a name, an id, a user or a group
@@ -23,15 +30,64 @@ MAX_SELECTOR_VALUES = 1024  # accepted values of one node selector key
 MAX_GROUPS = 256  # groups of one user
 MAX_RESOURCES = 64  # resource names in one resource map
 MAX_TAGS = 64  # allocation tags of an ask, tags a constraint names, constraints of an ask
-Quantity = Annotated[int, msgspec.Meta(ge=0, le=2**53)]
 ResourceName = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_LABEL_CHARS)]
-ResourceMap = Annotated[dict[ResourceName, Quantity], msgspec.Meta(max_length=MAX_RESOURCES)]
 Name = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_NAME)]
 EventId = Annotated[str, msgspec.Meta(max_length=MAX_NAME)]  # "" for none
 UserName = Annotated[str, msgspec.Meta(max_length=MAX_NAME)]  # a user or group name ("" for none)
 # Kubernetes' PriorityClass value and YARN's priority are 32-bit signed integers.
 Priority = Annotated[int, msgspec.Meta(ge=-(2**31), le=2**31 - 1)]
 LabelText = Annotated[str, msgspec.Meta(max_length=MAX_LABEL_CHARS)]
+MAX_AMOUNT = 2**53  # one resource amount in Sniper's units
+_AMOUNT_SCHEMA = {
+    "anyOf": [
+        {"type": "integer", "minimum": 0, "maximum": MAX_AMOUNT, "description": "in Sniper's units"},
+        {"type": "string", "maxLength": 64, "description": "a Kubernetes quantity: 4Gi, 500m, 2"},
+    ]
+}
+if TYPE_CHECKING:
+    ResourceMap = dict[str, int]  # what a decoded event holds
+else:  # what the wire may carry: checked and converted by :func:`_amounts`, which names the key it refuses
+    ResourceMap = Annotated[
+        dict[ResourceName, Annotated[Any, msgspec.Meta(extra_json_schema=_AMOUNT_SCHEMA)]],
+        msgspec.Meta(max_length=MAX_RESOURCES),
+    ]
+
+
+def _amounts(field: str, raw: Mapping[str, object]) -> dict[str, int] | None:
+    """The resource ``raw`` in Sniper's integer units, or ``None`` when it holds them already (the common
+    case: nothing to convert). A string is a Kubernetes quantity (:func:`parse_quantity`: ``"4Gi"``,
+    ``"500m"``, bare memory in bytes and vcore in cores); anything else but an integer of 0 to
+    :data:`MAX_AMOUNT` is refused with a ``ValueError`` naming ``field`` and the resource."""
+    if all(type(v) is int and 0 <= v <= MAX_AMOUNT for v in raw.values()):
+        return None
+    out: dict[str, int] = {}
+    for name, value in raw.items():
+        if isinstance(value, str):
+            try:
+                amount = parse_quantity(name, value)
+            except QuantityError as err:
+                raise ValueError(f"{field}: {err}") from None
+        elif type(value) is int:
+            amount = value
+        else:
+            raise ValueError(
+                f"{field}: {name}: {value!r} is not an amount: write an integer in Sniper's units "
+                'or a quantity string ("4Gi", "500m", "2")'
+            )
+        if not 0 <= amount <= MAX_AMOUNT:
+            raise ValueError(f"{field}: {name}: {value!r} is outside 0 to 2**53 in Sniper's units")
+        out[name] = amount
+    return out
+
+
+def _in_sniper_units(event: msgspec.Struct, *fields: str) -> None:
+    """Convert each resource field of ``event`` named in ``fields`` in place (:func:`_amounts`)."""
+    for field in fields:
+        raw = getattr(event, field)
+        if raw is not None:
+            amounts = _amounts(field, raw)
+            if amounts is not None:
+                msgspec.structs.force_setattr(event, field, amounts)
 
 
 class FeedEvent(msgspec.Struct, tag_field="type", kw_only=True, frozen=True, gc=False):
@@ -50,11 +106,17 @@ class NodeAdded(FeedEvent, tag="node_added", frozen=True, gc=False):
     labels: dict[str, str] = {}
     schedulable: bool = True
 
+    def __post_init__(self) -> None:
+        _in_sniper_units(self, "capacity")
+
 
 class NodeUpdated(FeedEvent, tag="node_updated", frozen=True, gc=False):
     node: Name
     capacity: ResourceMap | None = None
     schedulable: bool | None = None
+
+    def __post_init__(self) -> None:
+        _in_sniper_units(self, "capacity")
 
 
 class NodeRemoved(FeedEvent, tag="node_removed", frozen=True, gc=False):
@@ -133,6 +195,9 @@ class AskAdded(FeedEvent, tag="ask_added", frozen=True, gc=False):
     tags: Annotated[tuple[Tag, ...], msgspec.Meta(max_length=MAX_TAGS)] = ()
     constraints: Annotated[tuple[PlacementConstraint, ...], msgspec.Meta(max_length=MAX_TAGS)] = ()
 
+    def __post_init__(self) -> None:
+        _in_sniper_units(self, "resource", "usage")
+
 
 class AskRemoved(FeedEvent, tag="ask_removed", frozen=True, gc=False):
     app: Name
@@ -174,6 +239,9 @@ class ReservationStage(msgspec.Struct, kw_only=True, frozen=True, gc=False):
     count: Annotated[int, msgspec.Meta(ge=1, le=10**7)] = 1
     gang_min: Annotated[int, msgspec.Meta(ge=0, le=10**7)] = 0
     duration: Annotated[float, msgspec.Meta(gt=0, le=MAX_T)]
+
+    def __post_init__(self) -> None:
+        _in_sniper_units(self, "resource")
 
 
 class ReservationSubmitted(FeedEvent, tag="reservation_submitted", frozen=True, gc=False):

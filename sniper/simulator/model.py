@@ -26,6 +26,7 @@ from collections import defaultdict
 from sniper.core import resources as res
 from sniper.core.config import PartitionConfig, QueueConfig, parse_partition
 from sniper.core.resources import Resource
+from sniper.core.units import human, human_resource, named
 from sniper.messages import decisions as d
 from sniper.messages import feed as f
 from sniper.simulator.constraint_check import ConstraintChecker
@@ -580,7 +581,7 @@ class ClusterModel:
             after = res.add(usage.get(path, {}), resource)
             for k, m in cfg.max.items():
                 if after.get(k, 0) > m:
-                    self._violate(t, 2, f"allocation {aid} takes {path} to {k}={after[k]} over max {m}")
+                    self._violate(t, 2, f"allocation {aid} takes {path} to {named(k, after[k])} over max {human(k, m)}")
 
     def _promoted(self, dec: d.Promoted) -> None:
         alloc = self.allocations.get(dec.allocation)
@@ -623,7 +624,7 @@ class ClusterModel:
         for node, used in per_node.items():
             cap = self.nodes.get(node)
             if cap is not None and not res.fits(used, cap):
-                self._violate(t, 1, f"node {node} over capacity: {res.fmt(used)} > {res.fmt(cap)}")
+                self._violate(t, 1, f"node {node} over capacity: {human_resource(used)} > {human_resource(cap)}")
         self._check_gangs(t)
         self.overcommit.check(t)
 

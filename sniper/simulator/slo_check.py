@@ -27,6 +27,7 @@ from typing import Any, Protocol
 from sniper.core import resources as res
 from sniper.core.config import QueueConfig
 from sniper.core.resources import Resource
+from sniper.core.units import human_resource
 from sniper.messages import decisions as d
 from sniper.messages import feed as f
 
@@ -182,7 +183,10 @@ class SloTracker:
             load = res.total(p.load_at(instant) for p in mine)
             if not res.fits(load, share):
                 self.model._violate(
-                    t, 13, f"plans of {dec.queue} hold {res.fmt(load)} at {instant:g}, over its share {res.fmt(share)}"
+                    t,
+                    13,
+                    f"plans of {dec.queue} hold {human_resource(load)} at {instant:g}, "
+                    f"over its share {human_resource(share)}",
                 )
                 break
 

@@ -84,7 +84,7 @@ from aiokafka.abc import ConsumerRebalanceListener
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.coordinator.assignors.roundrobin import RoundRobinPartitionAssignor
 from aiokafka.coordinator.assignors.sticky.sticky_assignor import StickyPartitionAssignor
-from aiokafka.errors import KafkaError, UnknownTopicOrPartitionError
+from aiokafka.errors import KafkaConnectionError, KafkaError, UnknownTopicOrPartitionError
 from aiokafka.helpers import create_ssl_context
 from aiokafka.partitioner import murmur2
 from aiokafka.protocol.group import LeaveGroupRequest
@@ -103,6 +103,7 @@ from sniper.messages.deadletter import DeadLetter, deadletter_msgpack
 from sniper.messages.wire import HEADERS, WireDecoder, WireFormat, content_type, encode
 from sniper.transport.broker import BOOTSTRAP_ENV, resolve_bootstrap
 from sniper.transport.bus import DEADLETTER, DECISIONS, FEED, PROPOSALS, SNAPSHOTS, VIEW, Bus, Subscription
+from sniper.transport.handshake import security_failure
 from sniper.transport.layout import Layout, TopicLayoutError, ensure_layout, layout_problem
 
 log = logging.getLogger(__name__)
@@ -119,6 +120,8 @@ _DEADLETTER_RETRIES = (0.2, 1.0, 3.0)  # backoff after each failed attempt to pu
 _ABANDON_GRACE = 0.5  # seconds a cancelled shutdown step gets before it is abandoned
 _PARTITION_MEMO = 65_536  # keys whose Kafka partition is remembered
 _LOG_CHECK_TIMEOUT = 5.0  # seconds a check that the broker still holds a log may take
+_PROBE_SECONDS = 2.0  # a failed TLS or SASL first contact is probed this long to name what failed
+_CONNECT_RETRY = 0.5  # seconds between first-contact attempts while no broker answers
 
 
 class KafkaTransportError(RuntimeError):
@@ -127,6 +130,17 @@ class KafkaTransportError(RuntimeError):
 
 class KafkaConnectTimeout(KafkaTransportError):
     """No broker answered at the bootstrap address within ``KafkaSettings.connect_timeout``."""
+
+
+class _BootstrapAttempts(logging.Filter):
+    """Drops aiokafka's line for one failed bootstrap attempt (``Unable connect to "host:port"``)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith('Unable connect to "')
+
+
+class KafkaSecurityFailure(KafkaTransportError):
+    """The first contact failed in its TLS handshake or SASL authentication (the message says which)."""
 
 
 class MessageTooLarge(ValueError):
@@ -182,8 +196,13 @@ class KafkaSettings:
                 raise ValueError(f"{self.security_protocol} needs sasl_mechanism in {get_args(SaslMechanism)}")
             if not self.username or self.password is None:
                 raise ValueError(f"{self.security_protocol} needs a username and a password")
-        elif self.sasl_mechanism is not None and self.sasl_mechanism not in get_args(SaslMechanism):
-            raise ValueError(f"sasl_mechanism must be one of {get_args(SaslMechanism)}")
+        else:
+            given = [name for name in ("username", "password", "sasl_mechanism") if getattr(self, name) is not None]
+            if given:  # they would be ignored: the connection would be made without authentication
+                raise ValueError(
+                    f"{' and '.join(given)} given with security_protocol {self.security_protocol}, which does "
+                    "not authenticate: use SASL_SSL (or SASL_PLAINTEXT), or drop them"
+                )
         if self.auto_offset_reset not in get_args(OffsetReset):
             raise ValueError(f"auto_offset_reset must be one of {get_args(OffsetReset)}")
         if self.partitions < 1 or self.replication < 1:
@@ -362,10 +381,15 @@ class KafkaBus(Bus):
             )
             try:
                 async with asyncio.timeout(limit):
-                    await self.ensure_topics()
+                    await self._first_contact()
                     await producer.start()
             except BaseException as err:
                 await self._bounded(producer.stop(), "producer stop after a failed start")
+                if isinstance(err, TimeoutError | KafkaError):
+                    options = self.settings.client_options()
+                    failure = await security_failure(self.settings.bootstrap, options, min(limit, _PROBE_SECONDS))
+                    if failure is not None:
+                        raise KafkaSecurityFailure(failure) from None
                 if isinstance(err, TimeoutError):
                     raise KafkaConnectTimeout(
                         f"no Kafka broker answered at {self.settings.bootstrap} within {limit:g} s: "
@@ -377,6 +401,38 @@ class KafkaBus(Bus):
                 raise anyio.ClosedResourceError("the Kafka bus is closed")
             _hold_back_unleased(producer, self._unleased_topics)
             self._producer = producer
+
+    async def _first_contact(self) -> None:
+        """Create the topics, trying again while no broker answers (one starting after this process):
+        the caller's ``connect_timeout`` bounds it. A TLS or SASL failure is named at once. Meanwhile
+        aiokafka's own error line for each failed attempt is held back: waiting is said once, and the
+        outcome in one error line."""
+        quiet = _BootstrapAttempts()
+        logging.getLogger("aiokafka").addFilter(quiet)
+        try:
+            await self._until_a_broker_answers()
+        finally:
+            logging.getLogger("aiokafka").removeFilter(quiet)
+
+    async def _until_a_broker_answers(self) -> None:
+        waiting = False
+        while True:
+            try:
+                await self.ensure_topics()
+                return
+            except KafkaConnectionError:
+                options = self.settings.client_options()
+                failure = await security_failure(self.settings.bootstrap, options, _PROBE_SECONDS)
+                if failure is not None:
+                    raise KafkaSecurityFailure(failure) from None
+                if not waiting:  # said once, not at every attempt
+                    log.info(
+                        "no Kafka broker answered at %s yet; trying again for up to %g s",
+                        self.settings.bootstrap,
+                        self.settings.connect_timeout,
+                    )
+                    waiting = True
+                await asyncio.sleep(_CONNECT_RETRY)  # a pause between attempts, not a synchronisation
 
     def fence(self, subscription: KafkaSubscription, topics: Iterable[str]) -> None:
         """Send records of ``topics`` only while ``subscription``'s lease holds (see the module invariants)."""

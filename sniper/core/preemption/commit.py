@@ -39,6 +39,7 @@ from sniper.core.preemption.rules import budget_refusal, may_preempt, over_budge
 from sniper.core.preemption_reservation import evict, preempt
 from sniper.core.resources import Resource
 from sniper.core.state import Allocation, Ask, Node, PartitionState, Queue
+from sniper.core.units import human_resource
 from sniper.core.writer import Writer
 from sniper.messages import decisions as d
 from sniper.messages import protocol as p
@@ -181,7 +182,7 @@ def _check_gang(
     ideal = None if quotas is None else quotas.ideal.get(queue.path)
     whole = res.add(queue.usage(), res.scale(ask.resource, need))
     if ideal is not None and not within_share(queue, whole, ideal, state.capacity):
-        return f"gang of {need} would take {queue.path} above its ideal ({res.fmt(ideal)}) and its guarantee"
+        return f"gang of {need} would take {queue.path} above its ideal ({human_resource(ideal)}) and its guarantee"
     lose = {k: dict(v) for k, v in lose_left.items()}
     claimed: set[str] = set()
     taken = Taken()
@@ -354,6 +355,7 @@ def _commit_one(
 
     def notice(v: Allocation, reservation: str) -> dict[str, Any] | None:
         ideal = quotas.ideal.get(v.queue.path, {}) if quotas is not None else {}
+        over_ideal: Resource = {}
         if v.opportunistic:
             why = f"{d.KILL_OPPORTUNISTIC}: first to go"
         elif required_node_rule(state, ask, pl.node, quotas is None):
@@ -361,8 +363,8 @@ def _commit_one(
             if quotas is not None and v.queue.path in lose_left:
                 spend(lose_left[v.queue.path], quotas.may_lose.get(v.queue.path, {}), v.resource)
         elif quotas is not None:
-            over = res.clamp_min_zero(res.sub(net_usage(v.queue), ideal))
-            why = f"{v.queue.path} over its ideal by {res.fmt(over)}"
+            over_ideal = res.clamp_min_zero(res.sub(net_usage(v.queue), ideal))
+            why = f"{v.queue.path} over its ideal by {human_resource(over_ideal)}"
             spend(lose_left[v.queue.path], quotas.may_lose.get(v.queue.path, {}), v.resource)
         elif v.priority < ask.priority:
             why = f"{v.queue.path}: priority {v.priority} below the ask's {ask.priority}"
@@ -384,6 +386,7 @@ def _commit_one(
             "cost": pl.cost,
             "reason": f"{why}; {pl.reason}; node {pl.node} cost {pl.cost}",
             "victim_queue_ideal": ideal,
+            "over_ideal": over_ideal,
         }
 
     fulfilled = preempt(

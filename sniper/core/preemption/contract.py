@@ -29,6 +29,7 @@ from sniper.core.gang import Held
 from sniper.core.preemption.rules import disruption_room
 from sniper.core.resources import Resource
 from sniper.core.state import Allocation, Contract, PartitionState, Reservation, allocation_number
+from sniper.core.units import human_resource
 from sniper.core.writer import Writer
 from sniper.messages import decisions as d
 from sniper.messages import protocol as p
@@ -162,8 +163,8 @@ def _enforce(cache: Writer, contract: Contract) -> Resource:
     fresh = [a.id for a in chosen if not a.preempting]
     if fresh:
         cache.commit(p.VictimsMarked(victims=fresh, deadline=state.now, policy=contract.policy))
-    reason = f"{KILL_REASON} {contract.id}: deadline passed, {res.fmt(missing)} still missing"
-    cache.kill(chosen, "request_deadline", reason)
+    reason = f"{KILL_REASON} {contract.id}: deadline passed, {human_resource(missing)} still missing"
+    cache.kill(chosen, "request_deadline", reason, missing)
     return covered
 
 
