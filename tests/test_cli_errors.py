@@ -412,3 +412,15 @@ def test_an_internal_error_names_a_verbose_flag_that_shows_its_traceback(
         assert "`sniper -v COMMAND ...`" in line
         [failed] = [r for r in caplog.records if r.getMessage() == "command failed"]
         assert failed.exc_info is not None and failed.exc_info[0] is ZeroDivisionError
+
+
+def test_an_error_out_of_a_running_core_is_an_internal_error_never_bad_input(monkeypatch: pytest.MonkeyPatch) -> None:
+    class Broken:
+        async def run(self) -> None:
+            raise ExceptionGroup("tg", [ValueError("list.remove(x): x not in list")])
+
+    monkeypatch.setattr("sniper.cluster.roles.core_process", lambda settings, options: Broken())
+    result = _invoke("core", "--bootstrap", "127.0.0.1:9", "--metrics-port", "0")
+    line = result.stderr.splitlines()[-1]
+    assert result.exit_code == EXIT_RUNTIME, line
+    assert "internal error (ValueError: list.remove(x): x not in list)" in line and "invalid input" not in line

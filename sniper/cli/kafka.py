@@ -38,6 +38,7 @@ from sniper.cli.app import (
     print_config_warnings,
     print_table,
     rejections,
+    running_failure,
     setup_logging,
     shared_options,
     show_rejections,
@@ -256,6 +257,11 @@ def core(
                 )
             try:
                 await _until_signal_or(process.run)
+            except Exception as err:
+                failure = running_failure(err)
+                if failure is None:
+                    raise
+                raise failure from err
             finally:
                 if metrics is not None:
                     metrics.close()
