@@ -201,7 +201,9 @@ class HostedPartition:
         self.send_error: BaseException | None = None
         self._send_failed = anyio.Event()
         self._tg: TaskGroup | None = None
-        self.time = TimeBase(core.state.now)  # the partition's clock goes on from its restored time
+        # The partition's clock goes on from its restored time; a partition that has accepted no feed
+        # event yet has no clock (no ticks) until its first event sets it.
+        self.time = TimeBase(core.state.now if core.feed_time is not None else None)
         self.recent_preemptions: deque[d.Preempt] = deque(maxlen=RECENT_PREEMPTIONS)
         self.asked: dict[tuple[str, str], float] = {}  # (app, ask) -> when its ask_added was fetched
 
@@ -215,11 +217,6 @@ class HostedPartition:
             if isinstance(actor, DurableCacheActor):
                 return actor
         return None
-
-    def now(self) -> float:
-        now = self.time.now()
-        assert now is not None  # anchored at construction
-        return now
 
     @property
     def times_asks(self) -> bool:
@@ -239,8 +236,10 @@ class HostedPartition:
 
     def follow(self, t: float) -> None:
         """A feed event stamped ``t`` ahead of the clock moves the clock there: the partition keeps the
-        feed's time base (a feed replayed ten times faster runs grace periods ten times faster too)."""
-        if t > self.now():
+        feed's time base (a feed replayed ten times faster runs grace periods ten times faster too); the
+        first one starts the clock."""
+        now = self.time.now()
+        if now is None or t > now:
             self.time.anchor(t)
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:

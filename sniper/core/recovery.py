@@ -161,6 +161,8 @@ class DurableCache(Cache):
             self.stats.events += 1
             self._reject(code, why, event=event.id)
             return
+        if self.feed_time is None and event.t > self.state.now:
+            self.commit(p.Clock(now=event.t))  # the partition's clock starts at its first event's time
         super().handle_event(event)
         self.feed_time = event.t if self.feed_time is None else max(self.feed_time, event.t)
 
