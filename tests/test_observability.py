@@ -308,6 +308,59 @@ def test_the_metrics_port_is_checked_from_the_flag_and_the_variable() -> None:
         assert "--metrics-port" in result.output and "65535" in result.output
 
 
+@pytest.mark.kafka
+async def test_many_concurrent_state_scrapes_share_one_build_per_interval_and_lists_are_capped_with_totals(
+    kafka_settings: KafkaSettings,
+) -> None:
+    scrapes = 16
+    with anyio.fail_after(60):
+        async with KafkaBus(kafka_settings) as bus:
+            reader = Decisions(await bus.subscribe_ready(DECISIONS, group=bus.settings.prefix + "reader"))
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(reader.pump)
+                process = CoreProcess(kafka_settings, CoreOptions(group="obs-state", tick=0.1))
+                metrics = CoreMetrics(process, state_interval=3600.0, state_limit=2)
+                port = metrics.serve(0, addr="127.0.0.1")
+                bodies: list[str] = []
+                try:
+                    await tg.start(process.run)
+                    for event in workload("p1", 3):
+                        await bus.publish(FEED, "p1", event)
+                    await reader.until(lambda _: len(reader.of(d.Allocated)) == 3)
+
+                    async def scrape_state() -> None:
+                        bodies.append(await anyio.to_thread.run_sync(scrape, port, "/ws/v1/state"))
+
+                    async with anyio.create_task_group() as scrapers:
+                        for _ in range(scrapes):
+                            scrapers.start_soon(scrape_state)
+                    builds_in_one_interval = metrics.state.builds
+                    table = await anyio.to_thread.run_sync(status, port)
+                    metrics.state.interval = 0.0  # the document is now always stale: the next request builds
+                    await anyio.to_thread.run_sync(scrape, port, "/ws/v1/state")
+                finally:
+                    metrics.close()
+                tg.cancel_scope.cancel()
+    assert len(bodies) == scrapes and len(set(bodies)) == 1
+    assert builds_in_one_interval == 1 and metrics.state.builds == 2
+    document = json.loads(bodies[0])
+    (part,) = document["partitions"]
+    assert document["limit"] == 2
+    assert [q["queue"] for q in part["queues"]] == ["root", "root.a"]  # three queues, two rows
+    assert len(part["nodes"]) == 2
+    assert part["totals"] == {
+        "queues": 3,
+        "nodes": 2,
+        "reservations": 0,
+        "node_reservations": 0,
+        "preemptions_in_flight": 0,
+        "recent_preemptions": 0,
+    }
+    assert part["queues"][1]["ideal"] is not None  # computed off the loop, filled in the rows served
+    assert table.exit_code == 0, table.output
+    assert "queues (first 2 of 3)" in table.output
+
+
 def test_status_tables_are_in_human_units_and_keep_long_names_whole() -> None:
     """A GPU partition's state (base units, as the endpoint serves it) on a wide screen: every figure in
     human units, long names whole on their row whatever the width."""
