@@ -8,10 +8,12 @@ import json
 import logging
 import re
 import socket
+import time
 import urllib.request
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 import pytest
 from typer.testing import CliRunner
 
@@ -81,6 +83,7 @@ async def test_the_metrics_endpoint_of_a_core(kafka_settings: KafkaSettings) -> 
         'sniper_feed_to_decision_seconds_bucket{le="0.005",partition="p1"}',
         'sniper_allocation_cycle_seconds_bucket{le="0.005",partition="p1"}',
         "sniper_preemption_round_seconds_bucket",
+        "sniper_event_loop_lag_seconds_bucket",
     ):
         assert name in text, name
     counts = {line.split()[0]: float(line.split()[1]) for line in lines if "_seconds_count" in line}
@@ -434,3 +437,25 @@ def test_milli_gpus_are_exported_in_gpus_under_a_valid_metric_name() -> None:
     lines = set(generate_latest(registry).decode().splitlines())
     assert 'sniper_queue_used_gpu_milli_gpus{partition="p1",queue="root.a"} 1.46' in lines
     assert 'sniper_queue_used{partition="p1",queue="root.a",resource="gpu"} 2.0' in lines
+
+
+async def test_the_loop_lag_histogram_counts_a_step_that_held_the_event_loop() -> None:
+    from prometheus_client import CollectorRegistry
+
+    from sniper.cluster.timings import CoreHistograms, watch_loop_lag
+
+    registry = CollectorRegistry()
+    lag = CoreHistograms(registry).loop_lag
+
+    def sample(name: str) -> float:
+        return registry.get_sample_value(f"sniper_event_loop_lag_seconds_{name}") or 0.0
+
+    with anyio.fail_after(30):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(watch_loop_lag, lag, 0.001)
+            await anyio.wait_all_tasks_blocked()  # the probe waits on its timer
+            time.sleep(0.3)  # noqa: ASYNC251 - the step that holds the loop, what the probe must see
+            while sample("count") < 1:
+                await anyio.lowlevel.checkpoint()
+            tg.cancel_scope.cancel()
+    assert sample("sum") >= 0.29  # the probe woke at least that late

@@ -3,7 +3,7 @@
 Owns the process's :class:`prometheus_client.CollectorRegistry` (one per :class:`CoreMetrics`, so
 several in-process cores in tests do not collide) with the ``process_`` and ``python_`` collectors, the
 histograms of :class:`sniper.cluster.timings.CoreHistograms` (an ask fetched to its first decision, allocation cycle,
-preemption round, in seconds) and a collector that reads the hosted partitions at scrape time:
+preemption round, the event loop's lag, in seconds) and a collector that reads the hosted partitions at scrape time:
 per-queue used, pending, guaranteed and maximum resources in base units (``_memory_bytes``,
 ``_vcore_cores``, ``_gpu_milli_gpus`` for milli-GPUs in GPUs; other resources in their own plain
 units, labelled ``resource``), allocations,
@@ -348,8 +348,9 @@ class CoreMetrics:
         self.histograms = CoreHistograms(self.registry)
         from sniper.cluster.process import CoreProcess
 
-        if isinstance(process, CoreProcess):  # split replica processes time nothing
+        if isinstance(process, CoreProcess):  # split replica processes time no partition work
             process.histograms = self.histograms
+        process.loop_lag = self.histograms.loop_lag  # every process times its event loop
         self.state = StateView(process, interval=state_interval, limit=state_limit)
         self.port: int | None = None
         self._server: _Server | None = None
