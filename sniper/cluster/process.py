@@ -76,7 +76,7 @@ import anyio
 import msgspec
 from anyio.abc import TaskGroup, TaskStatus
 
-from sniper.actors.base import Actor, ActorFactory
+from sniper.actors.base import Actor, ActorFactory, in_slices
 from sniper.actors.clock import TimeBase, clock_actor
 from sniper.actors.durable_cache import Delivery, DurableCacheActor
 from sniper.actors.partition import PartitionRuntime
@@ -86,7 +86,15 @@ from sniper.cluster.logread import read_partition
 from sniper.cluster.member import GroupMember
 from sniper.core.allocator import DEFAULT_BATCH
 from sniper.core.config import PartitionConfig, SchedulerConfig
-from sniper.core.recovery import DurableCache, RefusedRecord, feed_problem, replay, restore, stamp, take_snapshot
+from sniper.core.recovery import (
+    DurableCache,
+    RefusedRecord,
+    feed_problem,
+    replay_in_slices,
+    restore_in_slices,
+    snapshot_in_slices,
+    stamp,
+)
 from sniper.messages import decisions as d
 from sniper.messages import feed as f
 from sniper.messages.deadletter import DeadLetter
@@ -375,16 +383,18 @@ class HostedPartition:
             self._decisions_since_snapshot >= every or time.monotonic() - self._last_snapshot >= interval
         )
 
-    def snapshot_soon(self) -> None:
-        """Take a snapshot now and publish it once the broker acknowledged every decision before it.
+    async def snapshot_soon(self) -> None:
+        """Take a snapshot now (in slices) and publish it once the broker acknowledged every decision
+        before it.
 
-        Call it only at an idle point of the cache (every decision handed to the producer); the cache
-        goes on meanwhile.
+        Call it only at an idle point of the cache (every decision handed to the producer), from the
+        cache actor (which handles nothing until the snapshot is taken); the cache goes on while it is
+        published.
         """
         tg = self._tg
         if tg is None:
             return
-        snapshot = self._take_snapshot()
+        snapshot = await self._take_snapshot()
         self._snapshotting = True
         self._decisions_since_snapshot = 0
         self._last_snapshot = time.monotonic()
@@ -408,14 +418,17 @@ class HostedPartition:
 
     async def publish_snapshot(self) -> None:
         """Publish the core's state now (call only at an idle point: every decision published)."""
-        snapshot = self._take_snapshot()
+        snapshot = await self._take_snapshot()
         self._decisions_since_snapshot = 0
         self._next_snapshot = self._snapshot_point()
         await self._publish(snapshot)
 
-    def _take_snapshot(self) -> Snapshot:
-        """The core's state, with where a restore from it starts reading the decisions log."""
-        snapshot = take_snapshot(self.core, kafka_partition=self.kafka_partition, wall_time=time.time())
+    async def _take_snapshot(self) -> Snapshot:
+        """The core's state (listed in slices: no writer touches it meanwhile), with where a restore
+        from it starts reading the decisions log."""
+        snapshot = await in_slices(
+            snapshot_in_slices(self.core, kafka_partition=self.kafka_partition, wall_time=time.time())
+        )
         return msgspec.structs.replace(snapshot, decisions_offset=self.log_end, decisions_epoch=self.log_epoch)
 
     async def _publish(self, snapshot: Snapshot) -> None:
@@ -784,7 +797,7 @@ class CoreProcess(GroupMember[HostedPartition]):
             top_epoch = max(top_epoch, snapshot.epoch)
         epoch = top_epoch + 1
         try:
-            core = restore(snapshot, epoch=epoch) if snapshot is not None else None
+            core = await in_slices(restore_in_slices(snapshot, epoch=epoch)) if snapshot is not None else None
         except SnapshotError as err:
             log.error("%s; replaying from the start of the feed", err, extra={"partition": name})
             core, snapshot = None, None
@@ -803,7 +816,7 @@ class CoreProcess(GroupMember[HostedPartition]):
                 feed.append((record.offset, event))
         if bad:
             await self._dead_letter_once(kp, bad)
-        result = replay(core, feed, logged)
+        result = await in_slices(replay_in_slices(core, feed, logged))
         if result.refused:
             refused = {r.offset for r in result.refused}
             values = {r.offset: r.value or b"" for r in records if r.offset in refused}
