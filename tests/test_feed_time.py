@@ -18,6 +18,7 @@ from sniper.messages import decisions as d
 from sniper.messages import feed as f
 from sniper.messages.codec import BadInput, decode_feed_lines
 from sniper.messages.deadletter import deadletter_msgpack
+from sniper.simulator.run import SimulationSettings, run_simulation
 from sniper.transport.bus import DEADLETTER, DECISIONS, FEED
 from sniper.transport.kafka import KafkaBus, KafkaSettings
 from tests.core_support import partition_raw, queue
@@ -217,12 +218,11 @@ async def test_on_kafka_an_infinite_or_1e308_time_is_dead_lettered_once_live_and
     assert reader.of(d.Rejected) == []
 
 
-async def test_on_kafka_an_epoch_stamped_feed_starts_the_clock_and_costs_victims_by_their_running_time(
-    kafka_settings: KafkaSettings, bus: KafkaBus
-) -> None:
-    """The partition's clock starts at the feed's first ``t`` (epoch seconds): decisions carry the feed's
-    time, and a victim's cost is its running time until its kill, in seconds, never its age since 1970."""
-    name, later = "epoch", 30.0
+LATER = 30.0  # seconds after the start that the beneficiary asks
+
+
+def _epoch_trace(name: str) -> tuple[list[f.Feed], list[f.Feed]]:
+    """A feed in epoch seconds: b fills both nodes at the start, a asks for most of a node later."""
     raw = {**two_queues(64, 64, interval=0.2, max_ignored_over_capacity=0.0), "name": name}
     setup: list[f.Feed] = [
         f.Sync(partition=name, id="hello", t=EPOCH_T),
@@ -232,9 +232,50 @@ async def test_on_kafka_an_epoch_stamped_feed_starts_the_clock_and_costs_victims
         f.AskAdded(partition=name, id="ask-b", app="b", ask="b", resource={"memory": 8}, count=16, t=EPOCH_T),
     ]
     big: list[f.Feed] = [
-        f.AppAdded(partition=name, id="app-a", app="a", queue="root.a", t=EPOCH_T + later),
-        f.AskAdded(partition=name, id="ask-a", app="a", ask="a", resource={"memory": 56}, t=EPOCH_T + later),
+        f.AppAdded(partition=name, id="app-a", app="a", queue="root.a", t=EPOCH_T + LATER),
+        f.AskAdded(partition=name, id="ask-a", app="a", ask="a", resource={"memory": 56}, t=EPOCH_T + LATER),
     ]
+    return setup, big
+
+
+def _victim_costs(decisions: list[d.DecisionMsg]) -> list[tuple[float, list[float]]]:
+    """Per victim set: its cost, and each victim's running time from its start to its kill (deadline)."""
+    started = {x.allocation: x.t for x in decisions if isinstance(x, d.Allocated)}
+    preempts = [x for x in decisions if isinstance(x, d.Preempt) and not x.observe_only]
+    out = []
+    for reservation in sorted({x.reservation for x in preempts}):
+        victims = [x for x in preempts if x.reservation == reservation]
+        (cost,) = {x.cost for x in victims}
+        assert all(x.reason.endswith(f"cost {cost}") for x in victims)
+        out.append((cost, [x.deadline - started[x.allocation] for x in victims]))
+    assert out
+    return out
+
+
+def test_in_the_simulator_an_epoch_stamped_trace_keeps_its_time_and_decides_as_from_zero() -> None:
+    setup, big = _epoch_trace("epoch")
+    trace = [*setup, *big]
+    settings = SimulationSettings(until=LATER + 60)
+    in_epoch = run_simulation(trace, None, settings).decisions
+    from_zero = run_simulation([msgspec.structs.replace(e, t=e.t - EPOCH_T) for e in trace], None, settings).decisions
+    first = in_epoch[0]
+    assert isinstance(first, d.Synced) and first.t == EPOCH_T
+    assert [type(x) for x in in_epoch] == [type(x) for x in from_zero]
+    assert all(abs((x.t - EPOCH_T) - y.t) < 1e-6 for x, y in zip(in_epoch, from_zero, strict=True))
+    for cost, running in _victim_costs(in_epoch):
+        assert all(LATER + 15.0 <= r <= LATER + 17.0 for r in running)  # the grace is 15 s
+        # The policy costs a set as its round saw the clock, up to a tick before the cache committed it.
+        assert sum(running) - len(running) * settings.tick <= cost <= sum(running)
+    assert [c for c, _ in _victim_costs(in_epoch)] == [c for c, _ in _victim_costs(from_zero)]
+
+
+async def test_on_kafka_an_epoch_stamped_feed_starts_the_clock_and_costs_victims_by_their_running_time(
+    kafka_settings: KafkaSettings, bus: KafkaBus
+) -> None:
+    """The partition's clock starts at the feed's first ``t`` (epoch seconds): decisions carry the feed's
+    time, and a victim's cost is its running time until its kill, in seconds, never its age since 1970."""
+    name = "epoch"
+    setup, big = _epoch_trace(name)
     with anyio.fail_after(WAIT):
         reader = Decisions(await bus.subscribe_ready(DECISIONS, group=bus.settings.prefix + "reader"))
         async with anyio.create_task_group() as tg:
@@ -249,13 +290,8 @@ async def test_on_kafka_an_epoch_stamped_feed_starts_the_clock_and_costs_victims
             tg.cancel_scope.cancel()
     first = reader.items[0]
     assert isinstance(first, d.Synced) and first.t == EPOCH_T
-    started = {x.allocation: x.t for x in reader.of(d.Allocated)}
-    assert all(EPOCH_T <= t < EPOCH_T + WAIT for t in started.values())
-    preempts = [x for x in reader.of(d.Preempt) if not x.observe_only]
-    for reservation in {x.reservation for x in preempts}:
-        victims = [x for x in preempts if x.reservation == reservation]
-        (cost,) = {x.cost for x in victims}
-        running = [x.deadline - started[x.allocation] for x in victims]  # each one's run until its kill
-        assert all(later + 15.0 <= r < later + 15.0 + WAIT for r in running)
-        assert sum(running) - len(victims) * WAIT < cost <= sum(running) + 0.001  # the cost in ms
-        assert all(x.reason.endswith(f"cost {cost}") for x in victims)
+    assert all(EPOCH_T <= x.t < EPOCH_T + WAIT for x in reader.of(d.Allocated))
+    for cost, running in _victim_costs(reader.items):
+        assert all(LATER + 15.0 <= r < LATER + 15.0 + WAIT for r in running)  # each one's run until its kill
+        # The policy costs a set as its round saw the clock, a moment before the cache committed it.
+        assert sum(running) - len(running) * WAIT < cost <= sum(running) + 0.001  # the cost in ms
