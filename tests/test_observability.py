@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import json
 import logging
+import math
 import re
 import socket
 import time
@@ -459,3 +460,20 @@ async def test_the_loop_lag_histogram_counts_a_step_that_held_the_event_loop() -
                 await anyio.lowlevel.checkpoint()
             tg.cancel_scope.cancel()
     assert sample("sum") >= 0.29  # the probe woke at least that late
+
+
+def test_the_big_partition_bench_reads_the_loop_lag_p99_and_the_highest_bucket_from_a_core_page() -> None:
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from sniper.bench.bigpartition import loop_lag
+    from sniper.cluster.timings import CoreHistograms
+
+    registry = CollectorRegistry()
+    lag = CoreHistograms(registry).loop_lag
+    assert all(math.isnan(x) for x in loop_lag(generate_latest(registry).decode()))  # nothing observed yet
+    for _ in range(980):
+        lag.observe(0.0004)
+    for _ in range(19):
+        lag.observe(0.2)
+    lag.observe(3.0)
+    assert loop_lag(generate_latest(registry).decode()) == (0.25, 5.0)

@@ -416,6 +416,33 @@ def bench_e2e(
         print_table("bench e2e", result)
 
 
+@bench_app.command("bigpartition")
+@with_kafka_flags
+def bench_bigpartition(
+    bootstrap: Bootstrap = None,
+    apps: Annotated[int, typer.Option(min=1, help="apps, each with one single-container ask")] = 100_000,
+    nodes: Annotated[int, typer.Option(min=1, help="nodes, with room for every ask")] = 100,
+    limit: Annotated[float, typer.Option(min=1.0, help="seconds to wait for every placement")] = 900.0,
+    as_json: AsJson = False,
+    *,
+    kafka_flags: Mapping[str, Any],
+) -> None:
+    """One partition of many apps built through a core subprocess: placement time, loop lag p99, RSS."""
+    import json
+
+    from sniper.bench.bigpartition import bench_bigpartition as run_bench
+
+    async def main() -> Any:
+        async with _connect(bootstrap, kafka_flags) as settings:
+            return await run_bench(settings, apps=apps, nodes=nodes, limit=limit)
+
+    result = _run(main)
+    if as_json:
+        sys.stdout.write(json.dumps(result) + "\n")
+    else:
+        print_table("bench bigpartition", result)
+
+
 def _human(value: Mapping[str, float] | None) -> str:
     """A resource of the state document (base units) in human units."""
     from sniper.core.units import from_base_units, human_resource

@@ -124,9 +124,11 @@ class AdmissionConfig:
     (containers pending plus running), and how far ahead of the partition's clock a feed event may be
     stamped. Events over a bound are refused with the reason, so no input grows a partition without end."""
 
-    max_pending_per_ask: Annotated[int, Meta(ge=1)] = 100_000  # an ask's count
-    max_containers_per_app: Annotated[int, Meta(ge=1)] = 500_000  # running plus still asked for, per app
-    max_containers: Annotated[int, Meta(ge=1)] = 1_000_000  # running plus still asked for, per partition
+    # Sized to what one core serves with its event loop never held past a heartbeat (docs/benchmarks.md,
+    # ``sniper bench bigpartition``): 20,000 single-container apps, not 50,000, on two shared vCPUs.
+    max_pending_per_ask: Annotated[int, Meta(ge=1)] = 20_000  # an ask's count
+    max_containers_per_app: Annotated[int, Meta(ge=1)] = 20_000  # running plus still asked for, per app
+    max_containers: Annotated[int, Meta(ge=1)] = 20_000  # running plus still asked for, per partition
     max_clock_skew: Seconds = 86_400.0  # a feed event stamped further ahead of the clock is refused
 
 
