@@ -441,3 +441,24 @@ async def test_supervise_gives_up_after_max_restarts() -> None:
     assert gave_up == ["echo[default]"]
     assert bus.in_flight == 0
     await bus.aclose()
+
+
+async def test_publishers_waiting_on_a_full_inbox_return_quietly_when_the_bus_closes() -> None:
+    bus = MemoryBus()
+    bus.subscribe("t", group="g", capacity=1)
+    await bus.publish("t", PARTITION, "fills the inbox")
+    errors: list[BaseException] = []
+
+    async def publish(message: str) -> None:
+        try:
+            await bus.publish("t", PARTITION, message)
+        except Exception as err:  # a publisher must never see the bus's own bookkeeping fail
+            errors.append(err)
+
+    with anyio.fail_after(GUARD):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(publish, "waits")
+            tg.start_soon(publish, "waits too")
+            await anyio.wait_all_tasks_blocked()
+            await bus.aclose()
+    assert errors == []

@@ -249,7 +249,7 @@ def test_a_huge_pending_count_is_refused_with_the_admission_bound_and_simulate_g
     result = _invoke("simulate", str(_trace(tmp_path, events)), "--report", str(report), "--show-rejections")
     assert result.exit_code == 0, result.output
     assert json.loads(report.read_text())["pending_at_end"] == 0
-    assert "over admission.max_pending_per_ask (100000)" in " ".join(result.stderr.split())
+    assert "over admission.max_pending_per_ask (20000)" in " ".join(result.stderr.split())
 
 
 def test_simulate_refuses_an_ask_over_the_pending_bound_with_the_bound_it_passed(tmp_path: Path) -> None:
@@ -259,7 +259,7 @@ def test_simulate_refuses_an_ask_over_the_pending_bound_with_the_bound_it_passed
     report = tmp_path / "report.json"
     result = _invoke("simulate", str(_trace(tmp_path, events)), "--report", str(report))
     assert result.exit_code == EXIT_INPUT, result.output
-    assert "over admission.max_pending_per_ask (100000)" in result.stderr
+    assert "over admission.max_pending_per_ask (20000)" in result.stderr
     summary = json.loads(report.read_text())
     assert summary["pending_at_end"] == 0 and summary["allocations"] == 0
 
@@ -569,3 +569,15 @@ def test_an_internal_error_names_a_verbose_flag_that_shows_its_traceback(
         assert "`sniper -v COMMAND ...`" in line
         [failed] = [r for r in caplog.records if r.getMessage() == "command failed"]
         assert failed.exc_info is not None and failed.exc_info[0] is ZeroDivisionError
+
+
+def test_an_error_out_of_a_running_core_is_an_internal_error_never_bad_input(monkeypatch: pytest.MonkeyPatch) -> None:
+    class Broken:
+        async def run(self) -> None:
+            raise ExceptionGroup("tg", [ValueError("list.remove(x): x not in list")])
+
+    monkeypatch.setattr("sniper.cluster.roles.core_process", lambda settings, options: Broken())
+    result = _invoke("core", "--bootstrap", "127.0.0.1:9", "--metrics-port", "0")
+    line = result.stderr.splitlines()[-1]
+    assert result.exit_code == EXIT_RUNTIME, line
+    assert "internal error (ValueError: list.remove(x): x not in list)" in line and "invalid input" not in line

@@ -18,12 +18,18 @@ from sniper.messages import decisions as d
 from sniper.messages import feed as f
 from sniper.messages.codec import BadInput, decode_feed_lines
 from sniper.messages.deadletter import deadletter_msgpack
+from sniper.simulator.run import SimulationSettings, run_simulation
 from sniper.transport.bus import DEADLETTER, DECISIONS, FEED
 from sniper.transport.kafka import KafkaBus, KafkaSettings
 from tests.core_process_support import WAIT, Decisions, options, workload
 from tests.core_support import partition_raw, queue
+from tests.kafka_support import bus
+from tests.preemption_support import two_queues
+
+__all__ = ["bus"]  # the fixture, used by name
 
 SKEW = 60.0
+EPOCH_T = 1795788460.0  # a feed stamped in epoch seconds
 
 
 @pytest.mark.parametrize("t", [1e308, math.inf, -math.inf, math.nan, f.MAX_T * 2], ids=str)
@@ -72,7 +78,19 @@ def test_the_clock_the_bound_counts_from_is_the_later_of_state_time_and_feed_tim
 def test_the_first_time_a_partition_sees_sets_its_clock_whatever_it_is() -> None:
     core = DurableCache("p", parse_partition(partition_raw(queue("a"), name="p")))
     assert _handle(core, 0, f.NodeAdded(t=1.7e9, partition="p", node="n1", capacity={"memory": 8})) == []
-    assert core.feed_time == 1.7e9
+    assert core.feed_time == 1.7e9 and core.state.now == 1.7e9
+    (synced,) = _handle(core, 1, f.Sync(t=5, partition="p", id="s"))
+    assert synced.t == 1.7e9  # a later event stamped in the past never moves the clock back
+
+
+def test_the_first_decision_of_an_epoch_stamped_partition_carries_the_feeds_time_live_and_on_replay() -> None:
+    owner = DurableCache("p", parse_partition(partition_raw(queue("a"), name="p")))
+    feed: list[tuple[int, f.Feed]] = [(0, f.Sync(t=EPOCH_T, partition="p", id="hello"))]
+    (synced,) = _handle(owner, *feed[0])
+    assert isinstance(synced, d.Synced) and synced.t == EPOCH_T
+    successor = DurableCache("p", parse_partition(partition_raw(queue("a"), name="p")), epoch=2)
+    (again,) = replay(successor, feed, []).fresh
+    assert again.t == EPOCH_T and successor.state.now == EPOCH_T
 
 
 def test_a_successor_judges_each_time_as_the_owner_logged_it() -> None:
@@ -136,12 +154,14 @@ async def test_on_kafka_a_far_time_is_dead_lettered_once_and_moves_no_clock_live
                 (rejected,) = reader.of(d.Rejected)
                 assert rejected.reason.startswith(CLOCK_REFUSED)
                 host = first.hosts["p1"]
-                assert host.now() < 1e6 and host.core.state.now < 1e6
+                now = host.time.now()
+                assert now is not None and now < 1e6 and host.core.state.now < 1e6
                 first_group.cancel_scope.cancel()
             second = CoreProcess(kafka_settings, options())
             await tg.start(second.run)
             restored = await second.wait_hosting("p1")
-            assert restored.now() < 1e6 and "far" not in restored.core.state.apps
+            now = restored.time.now()
+            assert now is not None and now < 1e6 and "far" not in restored.core.state.apps
             await bus.publish(FEED, "p1", workload("p1", 1, tag="c")[-1])
             await reader.until(lambda _: len(reader.of(d.Allocated)) == 4)
             tg.cancel_scope.cancel()
@@ -197,3 +217,82 @@ async def test_on_kafka_an_infinite_or_1e308_time_is_dead_lettered_once_live_and
     assert replayed >= 1  # the successor replayed the ask published after the bad records
     assert "n1" in nodes  # the node was never removed
     assert reader.of(d.Rejected) == []
+
+
+LATER = 30.0  # seconds after the start that the beneficiary asks
+
+
+def _epoch_trace(name: str) -> tuple[list[f.Feed], list[f.Feed]]:
+    """A feed in epoch seconds: b fills both nodes at the start, a asks for most of a node later."""
+    raw = {**two_queues(64, 64, interval=0.2, max_ignored_over_capacity=0.0), "name": name}
+    setup: list[f.Feed] = [
+        f.Sync(partition=name, id="hello", t=EPOCH_T),
+        f.PartitionConfigEvent(partition=name, id="config", config=raw, t=EPOCH_T),
+        *(f.NodeAdded(partition=name, id=n, node=n, capacity={"memory": 64}, t=EPOCH_T) for n in ("n1", "n2")),
+        f.AppAdded(partition=name, id="app-b", app="b", queue="root.b", t=EPOCH_T),
+        f.AskAdded(partition=name, id="ask-b", app="b", ask="b", resource={"memory": 8}, count=16, t=EPOCH_T),
+    ]
+    big: list[f.Feed] = [
+        f.AppAdded(partition=name, id="app-a", app="a", queue="root.a", t=EPOCH_T + LATER),
+        f.AskAdded(partition=name, id="ask-a", app="a", ask="a", resource={"memory": 56}, t=EPOCH_T + LATER),
+    ]
+    return setup, big
+
+
+def _victim_costs(decisions: list[d.DecisionMsg]) -> list[tuple[float, list[float]]]:
+    """Per victim set: its cost, and each victim's running time from its start to its kill (deadline)."""
+    started = {x.allocation: x.t for x in decisions if isinstance(x, d.Allocated)}
+    preempts = [x for x in decisions if isinstance(x, d.Preempt) and not x.observe_only]
+    out = []
+    for reservation in sorted({x.reservation for x in preempts}):
+        victims = [x for x in preempts if x.reservation == reservation]
+        (cost,) = {x.cost for x in victims}
+        assert all(x.reason.endswith(f"cost {cost}") for x in victims)
+        out.append((cost, [x.deadline - started[x.allocation] for x in victims]))
+    assert out
+    return out
+
+
+def test_in_the_simulator_an_epoch_stamped_trace_keeps_its_time_and_decides_as_from_zero() -> None:
+    setup, big = _epoch_trace("epoch")
+    trace = [*setup, *big]
+    settings = SimulationSettings(until=LATER + 60)
+    in_epoch = run_simulation(trace, None, settings).decisions
+    from_zero = run_simulation([msgspec.structs.replace(e, t=e.t - EPOCH_T) for e in trace], None, settings).decisions
+    first = in_epoch[0]
+    assert isinstance(first, d.Synced) and first.t == EPOCH_T
+    assert [type(x) for x in in_epoch] == [type(x) for x in from_zero]
+    assert all(abs((x.t - EPOCH_T) - y.t) < 1e-6 for x, y in zip(in_epoch, from_zero, strict=True))
+    for cost, running in _victim_costs(in_epoch):
+        assert all(LATER + 15.0 <= r <= LATER + 17.0 for r in running)  # the grace is 15 s
+        # The policy costs a set as its round saw the clock, up to a tick before the cache committed it.
+        assert sum(running) - len(running) * settings.tick <= cost <= sum(running)
+    assert [c for c, _ in _victim_costs(in_epoch)] == [c for c, _ in _victim_costs(from_zero)]
+
+
+async def test_on_kafka_an_epoch_stamped_feed_starts_the_clock_and_costs_victims_by_their_running_time(
+    kafka_settings: KafkaSettings, bus: KafkaBus
+) -> None:
+    """The partition's clock starts at the feed's first ``t`` (epoch seconds): decisions carry the feed's
+    time, and a victim's cost is its running time until its kill, in seconds, never its age since 1970."""
+    name = "epoch"
+    setup, big = _epoch_trace(name)
+    with anyio.fail_after(WAIT):
+        reader = Decisions(await bus.subscribe_ready(DECISIONS, group=bus.settings.prefix + "reader"))
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(reader.pump)
+            await tg.start(CoreProcess(kafka_settings, options()).run)
+            for event in setup:
+                await bus.publish(FEED, name, event)
+            await reader.until(lambda _: len(reader.of(d.Allocated)) == 16)
+            for event in big:
+                await bus.publish(FEED, name, event)
+            await reader.until(lambda _: any(not x.observe_only for x in reader.of(d.Preempt)))
+            tg.cancel_scope.cancel()
+    first = reader.items[0]
+    assert isinstance(first, d.Synced) and first.t == EPOCH_T
+    assert all(EPOCH_T <= x.t < EPOCH_T + WAIT for x in reader.of(d.Allocated))
+    for cost, running in _victim_costs(reader.items):
+        assert all(LATER + 15.0 <= r < LATER + 15.0 + WAIT for r in running)  # each one's run until its kill
+        # The policy costs a set as its round saw the clock, a moment before the cache committed it.
+        assert sum(running) - len(running) * WAIT < cost <= sum(running) + 0.001  # the cost in ms

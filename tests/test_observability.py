@@ -6,12 +6,15 @@ from __future__ import annotations
 import io
 import json
 import logging
+import math
 import re
 import socket
+import time
 import urllib.request
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 import pytest
 from typer.testing import CliRunner
 
@@ -81,6 +84,7 @@ async def test_the_metrics_endpoint_of_a_core(kafka_settings: KafkaSettings) -> 
         'sniper_feed_to_decision_seconds_bucket{le="0.005",partition="p1"}',
         'sniper_allocation_cycle_seconds_bucket{le="0.005",partition="p1"}',
         "sniper_preemption_round_seconds_bucket",
+        "sniper_event_loop_lag_seconds_bucket",
     ):
         assert name in text, name
     counts = {line.split()[0]: float(line.split()[1]) for line in lines if "_seconds_count" in line}
@@ -308,6 +312,59 @@ def test_the_metrics_port_is_checked_from_the_flag_and_the_variable() -> None:
         assert "--metrics-port" in result.output and "65535" in result.output
 
 
+@pytest.mark.kafka
+async def test_many_concurrent_state_scrapes_share_one_build_per_interval_and_lists_are_capped_with_totals(
+    kafka_settings: KafkaSettings,
+) -> None:
+    scrapes = 16
+    with anyio.fail_after(60):
+        async with KafkaBus(kafka_settings) as bus:
+            reader = Decisions(await bus.subscribe_ready(DECISIONS, group=bus.settings.prefix + "reader"))
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(reader.pump)
+                process = CoreProcess(kafka_settings, CoreOptions(group="obs-state", tick=0.1))
+                metrics = CoreMetrics(process, state_interval=3600.0, state_limit=2)
+                port = metrics.serve(0, addr="127.0.0.1")
+                bodies: list[str] = []
+                try:
+                    await tg.start(process.run)
+                    for event in workload("p1", 3):
+                        await bus.publish(FEED, "p1", event)
+                    await reader.until(lambda _: len(reader.of(d.Allocated)) == 3)
+
+                    async def scrape_state() -> None:
+                        bodies.append(await anyio.to_thread.run_sync(scrape, port, "/ws/v1/state"))
+
+                    async with anyio.create_task_group() as scrapers:
+                        for _ in range(scrapes):
+                            scrapers.start_soon(scrape_state)
+                    builds_in_one_interval = metrics.state.builds
+                    table = await anyio.to_thread.run_sync(status, port)
+                    metrics.state.interval = 0.0  # the document is now always stale: the next request builds
+                    await anyio.to_thread.run_sync(scrape, port, "/ws/v1/state")
+                finally:
+                    metrics.close()
+                tg.cancel_scope.cancel()
+    assert len(bodies) == scrapes and len(set(bodies)) == 1
+    assert builds_in_one_interval == 1 and metrics.state.builds == 2
+    document = json.loads(bodies[0])
+    (part,) = document["partitions"]
+    assert document["limit"] == 2
+    assert [q["queue"] for q in part["queues"]] == ["root", "root.a"]  # three queues, two rows
+    assert len(part["nodes"]) == 2
+    assert part["totals"] == {
+        "queues": 3,
+        "nodes": 2,
+        "reservations": 0,
+        "node_reservations": 0,
+        "preemptions_in_flight": 0,
+        "recent_preemptions": 0,
+    }
+    assert part["queues"][1]["ideal"] is not None  # computed off the loop, filled in the rows served
+    assert table.exit_code == 0, table.output
+    assert "queues (first 2 of 3)" in table.output
+
+
 def test_status_tables_are_in_human_units_and_keep_long_names_whole() -> None:
     """A GPU partition's state (base units, as the endpoint serves it) on a wide screen: every figure in
     human units, long names whole on their row whatever the width; a queue whose containers wait on a
@@ -431,3 +488,42 @@ def test_status_prints_names_with_control_characters_escaped() -> None:
 def test_a_log_value_with_control_characters_is_quoted_and_escaped() -> None:
     line = StructuredFormatter("kv").format(_record(partition="p\x1b[2J", actor="cache"))
     assert line.isprintable() and 'partition="p\\u001b[2J"' in line
+
+
+async def test_the_loop_lag_histogram_counts_a_step_that_held_the_event_loop() -> None:
+    from prometheus_client import CollectorRegistry
+
+    from sniper.cluster.timings import CoreHistograms, watch_loop_lag
+
+    registry = CollectorRegistry()
+    lag = CoreHistograms(registry).loop_lag
+
+    def sample(name: str) -> float:
+        return registry.get_sample_value(f"sniper_event_loop_lag_seconds_{name}") or 0.0
+
+    with anyio.fail_after(30):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(watch_loop_lag, lag, 0.001)
+            await anyio.wait_all_tasks_blocked()  # the probe waits on its timer
+            time.sleep(0.3)  # noqa: ASYNC251 - the step that holds the loop, what the probe must see
+            while sample("count") < 1:
+                await anyio.lowlevel.checkpoint()
+            tg.cancel_scope.cancel()
+    assert sample("sum") >= 0.29  # the probe woke at least that late
+
+
+def test_the_big_partition_bench_reads_the_loop_lag_p99_and_the_highest_bucket_from_a_core_page() -> None:
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from sniper.bench.bigpartition import loop_lag
+    from sniper.cluster.timings import CoreHistograms
+
+    registry = CollectorRegistry()
+    lag = CoreHistograms(registry).loop_lag
+    assert all(math.isnan(x) for x in loop_lag(generate_latest(registry).decode()))  # nothing observed yet
+    for _ in range(980):
+        lag.observe(0.0004)
+    for _ in range(19):
+        lag.observe(0.2)
+    lag.observe(3.0)
+    assert loop_lag(generate_latest(registry).decode()) == (0.25, 5.0)

@@ -18,7 +18,8 @@ import pytest
 import sniper.cluster.process
 from sniper.cluster.obs import CoreMetrics
 from sniper.cluster.process import CoreProcess
-from sniper.core.recovery import DurableCache, ReplayResult
+from sniper.core.recovery import DurableCache, ReplayResult, replay_in_slices
+from sniper.core.slicing import Steps
 from sniper.messages import decisions as d
 from sniper.messages import feed as f
 from sniper.messages.wire import encode
@@ -49,15 +50,15 @@ async def test_a_partition_that_cannot_be_restored_is_loud_and_its_records_are_d
     kafka_settings: KafkaSettings, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     broken = {"p1"}
-    real_replay = sniper.cluster.process.replay
+    real_replay = replay_in_slices
 
     def replay(core: DurableCache, feed: Sequence[tuple[int, f.Feed]], log: Sequence[d.DecisionMsg]) -> Any:
         if core.partition in broken:
             raise RuntimeError("replay broke")
-        result: ReplayResult = real_replay(core, feed, log)
-        return result
+        steps: Steps[ReplayResult] = real_replay(core, feed, log)
+        return steps
 
-    monkeypatch.setattr(sniper.cluster.process, "replay", replay)
+    monkeypatch.setattr(sniper.cluster.process, "replay_in_slices", replay)
     lines = _Lines()
     logging.getLogger("sniper.core").addHandler(lines)
     try:

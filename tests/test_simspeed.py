@@ -76,15 +76,15 @@ def test_settled_contention_under_the_proportional_baseline_is_skipped_too() -> 
     assert skipping.steps < 4000 < ticking.steps
 
 
-def test_a_trace_in_epoch_seconds_runs_from_its_first_event() -> None:
+def test_a_trace_in_epoch_seconds_keeps_its_time_and_decides_as_one_from_zero() -> None:
     epoch = run_simulation(gappy_trace("proportional", start=1.7e9))
     zero = run_simulation(gappy_trace("proportional"))
 
     def what(result: SimulationResult) -> list[tuple[str, str, str]]:
         return [(type(x).__name__, getattr(x, "allocation", ""), getattr(x, "node", "")) for x in result.decisions]
 
-    assert what(epoch) == what(zero)  # times differ only by the float rounding of 1.7e9 + t - 1.7e9
-    assert all(abs(a.t - b.t) < 1e-3 for a, b in zip(epoch.decisions, zero.decisions, strict=True))
+    assert what(epoch) == what(zero)  # times differ only by the float rounding of 1.7e9 + t
+    assert all(abs(a.t - 1.7e9 - b.t) < 1e-3 for a, b in zip(epoch.decisions, zero.decisions, strict=True))
     assert abs(epoch.summary.sim_seconds - zero.summary.sim_seconds) < 1e-3
     assert zero.summary.sim_seconds < 6000
 

@@ -4,7 +4,8 @@ An actor handles one message at a time. When its inbox runs dry it gets :meth:`A
 place to publish coalesced output (a burst of events becomes one delta, one cycle). A message is
 acknowledged only after everything it caused has been published, so a quiescent bus really means
 nothing is left to do. A handler exception is logged with the actor and partition and counted; the
-loop goes on. A crash of the loop itself is the supervisor's business.
+loop goes on. A crash of the loop itself is the supervisor's business. Long work (a replica's reset,
+a snapshot, a restore) runs in slices that give the event loop back between them (:func:`in_slices`).
 """
 
 from __future__ import annotations
@@ -13,16 +14,30 @@ import abc
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 import anyio
+import anyio.lowlevel
 from anyio.abc import TaskStatus
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
+from sniper.core.slicing import Steps
 from sniper.transport.bus import Subscription
 
 log = logging.getLogger("sniper.actors")
 BURST = 64  # messages handled back to back before an actor yields to the event loop
+T = TypeVar("T")
+
+
+async def in_slices(steps: Steps[T]) -> T:
+    """What ``steps`` returns, giving the event loop back between its slices (heartbeats, ticks and the
+    other partitions run there; the caller's own state stays still, its only writer being here)."""
+    while True:
+        try:
+            next(steps)
+        except StopIteration as done:
+            return done.value  # type: ignore[no-any-return]
+        await anyio.lowlevel.checkpoint()
 
 
 class MergedInbox(Subscription):

@@ -3,7 +3,8 @@
 Owns :class:`Delivery` (one feed record on its way from the subscription to the cache or a dead letter)
 and :class:`DurableCacheActor`. Invariants: records are handled in the order they are handed over; a
 batch's decisions, dead letters and snapshot trigger go to the host at the cache's idle point (or every
-``FLUSH_EVERY`` records), and only a time the cache accepted moves the partition's clock.
+``FLUSH_EVERY`` records), and only a time the cache accepted moves the partition's clock. Resets and
+snapshots list the state in slices (the loop goes on; this actor, its only writer, waits for them).
 """
 
 from __future__ import annotations
@@ -14,9 +15,12 @@ from typing import Any, Protocol
 
 import msgspec
 
+from sniper.actors.base import in_slices
 from sniper.actors.cache import CacheActor
 from sniper.actors.router import Router
+from sniper.core.cache import iter_state_changes
 from sniper.core.recovery import DurableCache, RefusedRecord
+from sniper.core.slicing import collect_in_slices
 from sniper.messages import decisions as d
 from sniper.messages import feed as f
 from sniper.messages import protocol as p
@@ -57,7 +61,7 @@ class PartitionHost(Protocol):
 
     def snapshot_due(self) -> bool: ...
 
-    def snapshot_soon(self) -> None: ...
+    async def snapshot_soon(self) -> None: ...
 
 
 class DurableCacheActor(CacheActor):
@@ -101,10 +105,11 @@ class DurableCacheActor(CacheActor):
         key = self.partition
         if out.view is not None:
             await self.router.publish(VIEW, key, out.view)
-        for reader in self._resets:
-            reset = core.full_view()
-            await self.router.publish(VIEW, key, msgspec.structs.replace(reset, to=reader))
-        self._resets.clear()
+        if self._resets:  # one listing of the state, in slices, for every reader that asked
+            reset = core.full_view(await in_slices(collect_in_slices(iter_state_changes(core.state))))
+            for reader in self._resets:
+                await self.router.publish(VIEW, key, msgspec.structs.replace(reset, to=reader))
+            self._resets.clear()
         batch, self._batch = self._batch, []
         refused = core.take_refused()
         if refused:  # refused while handling this batch, which holds their bytes
@@ -112,5 +117,5 @@ class DurableCacheActor(CacheActor):
             await self.host.dead_letter_refused(refused, values)
         await self.host.send_decisions(out.decisions, batch)
         if self._dirty and self.host.snapshot_due():
-            self.host.snapshot_soon()
+            await self.host.snapshot_soon()
             self._dirty = False

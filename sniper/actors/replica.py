@@ -10,7 +10,7 @@ import abc
 from collections.abc import Callable
 from typing import Any
 
-from sniper.actors.base import Actor
+from sniper.actors.base import Actor, in_slices
 from sniper.actors.router import Router
 from sniper.core.replica import ViewReplica
 from sniper.messages import protocol as p
@@ -52,7 +52,9 @@ class ReplicaActor(Actor):
             if self.awaiting_reset and not message.reset:
                 return  # everything before the reset is in the reset
             self.awaiting_reset = False
-            if not self.replica.apply_view(message):
+            if message.reset:
+                await in_slices(self.replica.reset_in_slices(message))
+            elif not self.replica.apply_view(message):
                 self.log.warning(
                     "view gap after seq %d (got %d): asking for a reset", self.replica.view_seq, message.seq
                 )

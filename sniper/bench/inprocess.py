@@ -25,6 +25,10 @@ from sniper.transport.memory import MemoryBus
 GiB = 1024
 
 
+# The benches measure the core's work on partitions larger than the default admission bounds allow.
+BENCH_ADMISSION = {"max_pending_per_ask": 10**7, "max_containers_per_app": 10**7, "max_containers": 10**7}
+
+
 def two_level_queues(leaves: int, node_count: int, node_mem: int, node_cpu: int) -> dict[str, Any]:
     """A root with about sqrt(leaves) parents, guarantees split evenly, no max (room to borrow)."""
     parents = max(1, round(math.sqrt(leaves)))
@@ -49,6 +53,7 @@ def two_level_queues(leaves: int, node_count: int, node_mem: int, node_cpu: int)
     return {
         "name": "default",
         "preemption": {"policy": "none"},
+        "admission": BENCH_ADMISSION,
         "queues": [{"name": "root", "queues": children}],
     }
 
@@ -142,6 +147,7 @@ def bench_preempt(
     half = res.as_quantities({"memory": nodes * node_mem // 2, "vcore": nodes * node_cpu // 2})
     raw = {
         "name": "default",
+        "admission": BENCH_ADMISSION,
         "preemption": {"policy": "sniper", "max_candidate_nodes": candidates},
         "queues": [
             {
@@ -230,6 +236,7 @@ def bench_opportunistic(
         a_queue["limits"] = [{"limit": "each user", "users": ["*"], "maxresources": every}]
     raw = {
         "name": "default",
+        "admission": BENCH_ADMISSION,
         "queues": [{"name": "root", "queues": [a_queue, {"name": "b", "resources": {"guaranteed": half}}]}],
     }
     cache = Cache("default", parse_partition(raw))

@@ -51,6 +51,12 @@ class CliError(Exception):
         self.code = code
 
 
+class RunningFailure(Exception):
+    """An error out of a command that was running (``sniper core`` serving its partitions), raised from
+    it: bad records are dead-lettered there, never raised, so whatever escapes is an internal error,
+    whatever its type (a ``ValueError`` inside is no bad input of the command)."""
+
+
 def fail(message: str, code: int = EXIT_INPUT) -> NoReturn:
     raise CliError(message, code)
 
@@ -74,6 +80,8 @@ def explain(err: BaseException) -> tuple[int, str]:
     from sniper.transport.layout import TopicLayoutError
 
     err = _leaf(err)
+    if isinstance(err, RunningFailure) and err.__cause__ is not None:
+        return _internal(_leaf(err.__cause__))
     if isinstance(err, CliError):
         return err.code, str(err)
     if isinstance(err, FileNotFoundError):
@@ -98,10 +106,20 @@ def explain(err: BaseException) -> tuple[int, str]:
         return EXIT_INPUT, f"invalid input: {err}"
     if isinstance(err, OSError):
         return EXIT_RUNTIME, f"{err.strerror or err}" + (f": {err.filename}" if err.filename else "")
+    return _internal(err)
+
+
+def _internal(err: BaseException) -> tuple[int, str]:
     return (
         EXIT_RUNTIME,
         f"internal error ({type(err).__name__}: {err}); run it as `sniper -v COMMAND ...` for details and report it",
     )
+
+
+def running_failure(err: BaseException) -> RunningFailure | None:
+    """What to raise, from ``err``, for an error that escaped a running command: ``None`` when
+    :func:`explain` calls it a runtime failure already, else a :class:`RunningFailure` (never bad input)."""
+    return None if explain(err)[0] == EXIT_RUNTIME else RunningFailure()
 
 
 class SniperGroup(TyperGroup):

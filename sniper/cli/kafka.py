@@ -38,6 +38,7 @@ from sniper.cli.app import (
     print_config_warnings,
     print_table,
     rejections,
+    running_failure,
     setup_logging,
     shared_options,
     show_rejections,
@@ -207,6 +208,13 @@ def core(
         ),
     ] = DEFAULT_METRICS_PORT,
     metrics_address: Annotated[str, typer.Option(help="address the metrics endpoint listens on")] = "127.0.0.1",
+    state_interval: Annotated[
+        float,
+        typer.Option(min=0.0, help="seconds /ws/v1/state serves one document before the next request builds another"),
+    ] = 2.0,
+    state_limit: Annotated[
+        int, typer.Option(min=1, help="rows of each list of /ws/v1/state (totals count them all)")
+    ] = 500,
     tick: Annotated[float, typer.Option(help="seconds between clock ticks")] = 0.5,
     snapshot_interval: Annotated[float, typer.Option(help="seconds between snapshots of a busy partition")] = 5.0,
     snapshot_every: Annotated[int, typer.Option(help="decisions between snapshots (at least the state's size)")] = 1000,
@@ -268,13 +276,18 @@ def core(
             process = core_process(settings, options)
             metrics = None
             if metrics_port:
-                metrics = CoreMetrics(process)
+                metrics = CoreMetrics(process, state_interval=state_interval, state_limit=state_limit)
                 port = metrics.serve(metrics_port, addr=metrics_address)
                 logging.getLogger("sniper.core").info(
                     "metrics on http://%s:%d/metrics, state on /ws/v1/state", metrics_address, port
                 )
             try:
                 await _until_signal_or(process.run)
+            except Exception as err:
+                failure = running_failure(err)
+                if failure is None:
+                    raise
+                raise failure from err
             finally:
                 if metrics is not None:
                     metrics.close()
@@ -422,6 +435,33 @@ def bench_e2e(
         print_table("bench e2e", result)
 
 
+@bench_app.command("bigpartition")
+@with_kafka_flags
+def bench_bigpartition(
+    bootstrap: Bootstrap = None,
+    apps: Annotated[int, typer.Option(min=1, help="apps, each with one single-container ask")] = 100_000,
+    nodes: Annotated[int, typer.Option(min=1, help="nodes, with room for every ask")] = 100,
+    limit: Annotated[float, typer.Option(min=1.0, help="seconds to wait for every placement")] = 900.0,
+    as_json: AsJson = False,
+    *,
+    kafka_flags: Mapping[str, Any],
+) -> None:
+    """One partition of many apps built through a core subprocess: placement time, loop lag p99, RSS."""
+    import json
+
+    from sniper.bench.bigpartition import bench_bigpartition as run_bench
+
+    async def main() -> Any:
+        async with _connect(bootstrap, kafka_flags) as settings:
+            return await run_bench(settings, apps=apps, nodes=nodes, limit=limit)
+
+    result = _run(main)
+    if as_json:
+        sys.stdout.write(json.dumps(result) + "\n")
+    else:
+        print_table("bench bigpartition", result)
+
+
 def _human(value: Mapping[str, float] | None) -> str:
     """A resource of the state document (base units) in human units."""
     from sniper.core.units import from_base_units, human_resource
@@ -439,10 +479,13 @@ def _waiting(queue: Mapping[str, Any]) -> dict[str, float]:
     return waiting
 
 
-def _rows_table(title: str, columns: list[str], rows: list[list[str]], limit: int) -> Any:
+def _rows_table(title: str, columns: list[str], rows: list[list[str]], limit: int, total: int | None = None) -> Any:
+    """A table of the first ``limit`` rows; ``total``: how many the core counted (it may serve fewer)."""
     from rich.table import Table
 
-    table = Table(title=literal(title if len(rows) <= limit else f"{title} (first {limit} of {len(rows)})"))
+    whole = max(len(rows), total or 0)
+    shown = min(limit, len(rows))
+    table = Table(title=literal(title if shown == whole else f"{title} (first {shown} of {whole})"))
     for column in columns:
         table.add_column(column)
     for row in rows[:limit]:
@@ -454,6 +497,7 @@ def render_state(document: Mapping[str, Any], limit: int) -> list[Any]:
     """The tables ``sniper status`` prints for a ``/ws/v1/state`` document, resources in human units."""
     tables: list[Any] = []
     for part in document["partitions"]:
+        totals = part.get("totals") or {}
         name = f"partition {part['name']} (epoch {part['epoch']}, time {part['now']:.1f} s)"
         name += f", capacity {_human(part['capacity'])}"
         queue_rows = [
@@ -492,16 +536,39 @@ def render_state(document: Mapping[str, Any], limit: int) -> list[Any]:
                 ["queue", "used", "guaranteed", "ideal", "pending", "on reservations", "max"],
                 queue_rows,
                 limit,
-            ),
-            _rows_table("nodes", ["node", "schedulable", "capacity", "allocated"], node_rows, limit),
-            _rows_table("reservations", ["reservation", "for", "node", "resource", "victims"], reservation_rows, limit),
-            _rows_table(
-                "node reservations", ["reservation", "for", "node", "resource", "expires"], node_reservation_rows, limit
+                totals.get("queues"),
             ),
             _rows_table(
-                "preemptions in flight", ["allocation", "queue", "node", "resource", "deadline"], flight_rows, limit
+                "nodes", ["node", "schedulable", "capacity", "allocated"], node_rows, limit, totals.get("nodes")
             ),
-            _rows_table("last preemptions", ["t", "allocation", "queue", "node", "for", "reason"], recent_rows, limit),
+            _rows_table(
+                "reservations",
+                ["reservation", "for", "node", "resource", "victims"],
+                reservation_rows,
+                limit,
+                totals.get("reservations"),
+            ),
+            _rows_table(
+                "node reservations",
+                ["reservation", "for", "node", "resource", "expires"],
+                node_reservation_rows,
+                limit,
+                totals.get("node_reservations"),
+            ),
+            _rows_table(
+                "preemptions in flight",
+                ["allocation", "queue", "node", "resource", "deadline"],
+                flight_rows,
+                limit,
+                totals.get("preemptions_in_flight"),
+            ),
+            _rows_table(
+                "last preemptions",
+                ["t", "allocation", "queue", "node", "for", "reason"],
+                recent_rows,
+                limit,
+                totals.get("recent_preemptions"),
+            ),
         ]
     return tables
 

@@ -10,6 +10,7 @@ already read the log), so those kept run on without a restart. Hosts publish the
 (decisions, snapshots and dead letters) only under the membership's lease (:meth:`GroupMember.leased`;
 records still buffered when it lapses are failed, not sent: ``KafkaBus.fence``), and only for Kafka
 partitions still owned (:meth:`GroupMember.may_write`).
+A member with a metrics endpoint observes its event loop's lag (:func:`~sniper.cluster.timings.watch_loop_lag`).
 A member also watches its topics (:mod:`sniper.transport.layout`): one that is gone or has another partition
 count, seen on two checks in a row, stops it (the error leaves :meth:`GroupMember.run`).
 What a record does and how a host starts belongs to the subclasses (:mod:`sniper.cluster.process` on
@@ -25,9 +26,11 @@ from typing import ClassVar, Generic, Protocol, TypeVar
 
 import anyio
 from anyio.abc import TaskGroup, TaskStatus
+from prometheus_client import Histogram
 
 from sniper.actors.base import Actor
 from sniper.cluster.audit import PreemptionTally
+from sniper.cluster.timings import watch_loop_lag
 from sniper.transport.bus import DEADLETTER, DECISIONS, SNAPSHOTS
 from sniper.transport.kafka import (
     BadRecords,
@@ -101,6 +104,7 @@ class GroupMember(RebalanceListener, Generic[H]):
         self._ownership_changed = anyio.Event()
         self.subscription: KafkaSubscription | None = None
         self.ready = anyio.Event()
+        self.loop_lag: Histogram | None = None  # set by the metrics endpoint: the event loop's lag is observed
         self._hosting_changed = anyio.Event()
         self._tg: TaskGroup | None = None
 
@@ -128,6 +132,8 @@ class GroupMember(RebalanceListener, Generic[H]):
             await self.bus.start()
             async with anyio.create_task_group() as tg:
                 self._tg = tg
+                if self.loop_lag is not None:
+                    tg.start_soon(watch_loop_lag, self.loop_lag)
                 self.subscription = self.bus.subscribe(
                     self.topic, group=self.group, capacity=4096, listener=self, bad=self.bad_records
                 )

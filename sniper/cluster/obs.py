@@ -3,7 +3,7 @@
 Owns the process's :class:`prometheus_client.CollectorRegistry` (one per :class:`CoreMetrics`, so
 several in-process cores in tests do not collide) with the ``process_`` and ``python_`` collectors, the
 histograms of :class:`sniper.cluster.timings.CoreHistograms` (an ask fetched to its first decision, allocation cycle,
-preemption round, in seconds) and a collector that reads the hosted partitions at scrape time:
+preemption round, the event loop's lag, in seconds) and a collector that reads the hosted partitions at scrape time:
 per-queue used, pending, guaranteed and maximum resources in base units (``_memory_bytes``,
 ``_vcore_cores``, ``_gpu_milli_gpus`` for milli-GPUs in GPUs; other resources in their own plain
 units, labelled ``resource``), allocations,
@@ -17,10 +17,9 @@ is restored, or one that could not be restored); ``sniper_partition_failed`` say
 
 The same port serves ``GET /ws/v1/state`` (JSON, like YuniKorn's REST API under ``/ws/v1``): per
 partition the queues (guaranteed, max, used, pending, ideal), nodes, preemption and node reservations,
-preemptions in flight and the last preemptions with their reasons. It is built on the event loop (the HTTP thread
-hands the request over and waits), so it never races the actors: it is the state between two messages.
-Resources there are in base units as in the metrics (``units`` in the answer: memory in bytes, vcore
-in cores, gpu-milli in GPUs, other resources as counts; :mod:`sniper.core.units`).
+preemptions in flight and the last preemptions with their reasons, each list capped with its total
+beside it; :class:`sniper.cluster.state_view.StateView` builds it at most once per interval, whatever
+the number of clients, so scrapes never slow decisions.
 
 Logs: :func:`setup_logging` installs one handler writing JSON lines (``--log-format json``) or
 ``key=value`` lines (``kv``); records of actors carry their ``partition`` and ``actor``. A value holding
@@ -53,19 +52,17 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from sniper.cluster.member import Host
+from sniper.cluster.state_view import STATE_INTERVAL, STATE_LIMIT, StateView, hosted_caches
 from sniper.cluster.timings import CoreHistograms
 from sniper.core.resources import Resource, ResourceLike
-from sniper.core.state import Reservation
-from sniper.core.units import BASE_UNITS, COUNT, each_in_base_units, in_base
+from sniper.core.units import BASE_UNITS, each_in_base_units
 
 if TYPE_CHECKING:
-    from sniper.cluster.process import CoreProcess, HostedPartition
+    from sniper.cluster.process import CoreProcess
     from sniper.cluster.roles import ReplicaProcess
 
 STATE_PATH = "/ws/v1/state"
 HEALTH_PATH = "/healthz"
-# The units of resources in the state document: base units, as the metrics.
-STATE_UNITS = {**{name: unit for name, (unit, _) in BASE_UNITS.items()}, "other resources": COUNT}
 
 
 # Seconds: a feed record's decisions are acknowledged in ms; a preemption round may take a second.
@@ -138,7 +135,7 @@ class _CoreCollector(Collector):
             "guaranteed": _QueueFamilies("guaranteed", "Guaranteed resources of a queue"),
             "max": _QueueFamilies("max", "Maximum resources of a queue (absent: no maximum)"),
         }
-        for host in _caches(process):
+        for host in hosted_caches(process):
             for queue in list(host.core.state.queues.values()):
                 figures["used"].add(host.name, queue.path, dict(queue.allocated))
                 figures["pending"].add(host.name, queue.path, dict(queue.pending))
@@ -169,7 +166,7 @@ class _CoreCollector(Collector):
         rejections = CounterMetricFamily(
             "sniper_proposals_rejected", "Placements the cache rejected (stale view)", labels=["partition"]
         )
-        for host in _caches(process):
+        for host in hosted_caches(process):
             rejections.add_metric([host.name], host.core.stats.placements_rejected)
         yield rejections
         lag = GaugeMetricFamily("sniper_consumer_lag", "Feed records not yet fetched", labels=["kafka_partition"])
@@ -210,7 +207,7 @@ def _queue_activity(process: CoreProcess | ReplicaProcess) -> Iterator[GaugeMetr
         "Reservations held for a queue's asks: preemption reservations (kind=preemption) and node reservations",
         labels=["partition", "queue", "kind"],
     )
-    for host in _caches(process):
+    for host in hosted_caches(process):
         state = host.core.state
         pending: dict[str, int] = dict.fromkeys(state.queues, 0)
         running: dict[str, int] = dict.fromkeys(state.queues, 0)
@@ -312,116 +309,6 @@ def _policy_figures(process: CoreProcess | ReplicaProcess) -> Iterator[Any]:
     yield from (rounds, masked_now, masked, missed, waiting)
 
 
-def _caches(process: CoreProcess | ReplicaProcess) -> list[HostedPartition]:
-    """The hosted partitions that hold a cache (split replicas have none)."""
-    from sniper.cluster.process import HostedPartition
-
-    return [host for host in list(process.hosts.values()) if isinstance(host, HostedPartition)]
-
-
-def reservation_document(r: Reservation) -> dict[str, Any]:
-    """One preemption reservation in ``/ws/v1/state``; ``held`` is room a preemption request's app gave
-    back on another node, held for the same beneficiary (``None``: none)."""
-    return {
-        "reservation": r.id,
-        "app": r.app,
-        "ask": r.ask,
-        "node": r.node,
-        "resource": in_base(r.resource),
-        "victims": list(r.victims),
-        "deadline": r.deadline,
-        "expires": r.expires,
-        "policy": r.policy,
-        "held": None
-        if r.hold is None
-        else {"node": r.hold[0], "resource": in_base(r.hold[1]), "request": r.hold_contract},
-    }
-
-
-def state_of(process: CoreProcess | ReplicaProcess) -> dict[str, Any]:
-    """The read-only state document of ``/ws/v1/state``; call it on the event loop (between messages)."""
-    from sniper.core.preemption.quotas import usable_capacity
-    from sniper.core.preemption.view import ideal_of, snapshot_from_state
-
-    partitions: list[dict[str, Any]] = []
-    for host in sorted(_caches(process), key=lambda h: h.name):
-        state = host.core.state
-        ideal: dict[str, Resource] = {}
-        if state.config is not None and state.capacity:
-            assignment = ideal_of(snapshot_from_state(state, capacity=usable_capacity(state)))
-            ideal = {q.path: q.ideal_assigned for q in assignment}
-        partitions.append(
-            {
-                "name": host.name,
-                "epoch": host.core.epoch,
-                "now": state.now,
-                "capacity": in_base(state.capacity),
-                "queues": [
-                    {
-                        "queue": q.path,
-                        "guaranteed": in_base(q.guaranteed),
-                        "max": in_base(q.max),
-                        "used": in_base(q.allocated),
-                        "pending": in_base(q.pending),
-                        "reserved": in_base(q.reserved),  # containers waiting on a preemption reservation
-                        "ideal": in_base(ideal.get(q.path)),
-                    }
-                    for q in state.queues.values()
-                ],
-                "nodes": [
-                    {
-                        "node": n.name,
-                        "schedulable": n.schedulable,
-                        "capacity": in_base(n.capacity),
-                        "allocated": in_base(n.allocated),
-                        "reserved": in_base(n.reserved),
-                    }
-                    for n in state.nodes.values()
-                ],
-                "reservations": [reservation_document(r) for r in state.reservations.values()],
-                "node_reservations": [
-                    {
-                        "reservation": r.id,
-                        "app": r.app,
-                        "ask": r.ask,
-                        "node": r.node,
-                        "resource": in_base(r.resource),
-                        "expires": r.expires,
-                    }
-                    for r in state.node_reservations.values()
-                ],
-                "preemptions_in_flight": [
-                    {
-                        "allocation": a.id,
-                        "app": a.app,
-                        "queue": a.queue.path,
-                        "node": a.node,
-                        "resource": in_base(a.resource),
-                        "deadline": a.preempt_deadline,
-                        "reservation": a.reservation,
-                    }
-                    for a in state.allocations.values()
-                    if a.preempt_deadline is not None
-                ],
-                "recent_preemptions": [
-                    {
-                        "t": x.t,
-                        "allocation": x.allocation,
-                        "queue": x.queue,
-                        "node": x.node,
-                        "for_app": x.for_app,
-                        "for_queue": x.for_queue,
-                        "policy": x.policy,
-                        "reason": x.reason,
-                        "over_ideal": in_base(x.over_ideal),  # the figure the reason quotes, as numbers
-                    }
-                    for x in host.recent_preemptions
-                ],
-            }
-        )
-    return {"units": STATE_UNITS, "partitions": partitions}
-
-
 def health_of(process: CoreProcess | ReplicaProcess) -> dict[str, str]:
     """The partitions ``process`` owns and cannot serve, with why (read from any thread: a copy)."""
     for _ in range(3):
@@ -448,7 +335,13 @@ class _Quiet(WSGIRequestHandler):
 class CoreMetrics:
     """The Prometheus registry and the HTTP endpoint (metrics and state) of one core process."""
 
-    def __init__(self, process: CoreProcess | ReplicaProcess) -> None:
+    def __init__(
+        self,
+        process: CoreProcess | ReplicaProcess,
+        *,
+        state_interval: float = STATE_INTERVAL,
+        state_limit: int = STATE_LIMIT,
+    ) -> None:
         self.process = process
         self.registry = CollectorRegistry()
         self.registry.register(_CoreCollector(process))
@@ -458,11 +351,12 @@ class CoreMetrics:
         self.histograms = CoreHistograms(self.registry)
         from sniper.cluster.process import CoreProcess
 
-        if isinstance(process, CoreProcess):  # split replica processes time nothing
+        if isinstance(process, CoreProcess):  # split replica processes time no partition work
             process.histograms = self.histograms
+        process.loop_lag = self.histograms.loop_lag  # every process times its event loop
+        self.state = StateView(process, interval=state_interval, limit=state_limit)
         self.port: int | None = None
         self._server: _Server | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
 
     def serve(self, port: int, addr: str = "127.0.0.1") -> int:
         """Start the HTTP endpoint (``port`` 0 picks a free one); returns the port.
@@ -470,9 +364,9 @@ class CoreMetrics:
         Call it on the process's event loop: ``/ws/v1/state`` is built there.
         """
         try:
-            self._loop = asyncio.get_running_loop()
+            self.state.attach(asyncio.get_running_loop())
         except RuntimeError:
-            self._loop = None
+            self.state.attach(None)
         metrics_app = make_wsgi_app(self.registry)
 
         def app(environ: dict[str, Any], start_response: Any) -> Iterable[bytes]:
@@ -495,20 +389,11 @@ class CoreMetrics:
         return self.port
 
     def _state(self, start_response: Any) -> list[bytes]:
-        loop = self._loop
-        if loop is None or loop.is_closed():
-            start_response("503 Service Unavailable", [("Content-Type", "text/plain")])
-            return [b"the core's event loop is not running\n"]
-
-        async def build() -> dict[str, Any]:
-            return state_of(self.process)
-
         try:
-            document = asyncio.run_coroutine_threadsafe(build(), loop).result(timeout=10)
+            body = self.state.body()
         except Exception as err:  # the loop stopped or the build failed: say so, keep serving
             start_response("503 Service Unavailable", [("Content-Type", "text/plain")])
             return [f"state unavailable: {err!r}\n".encode()]
-        body = json.dumps(document).encode()
         start_response("200 OK", [("Content-Type", "application/json"), ("Content-Length", str(len(body)))])
         return [body]
 

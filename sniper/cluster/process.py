@@ -80,7 +80,7 @@ import anyio
 import msgspec
 from anyio.abc import TaskGroup, TaskStatus
 
-from sniper.actors.base import Actor, ActorFactory
+from sniper.actors.base import Actor, ActorFactory, in_slices
 from sniper.actors.clock import TimeBase, clock_actor
 from sniper.actors.durable_cache import Delivery, DurableCacheActor
 from sniper.actors.partition import PartitionRuntime
@@ -90,7 +90,15 @@ from sniper.cluster.logread import read_partition
 from sniper.cluster.member import GroupMember
 from sniper.core.allocator import DEFAULT_BATCH
 from sniper.core.config import PartitionConfig, SchedulerConfig
-from sniper.core.recovery import DurableCache, RefusedRecord, feed_problem, replay, restore, stamp, take_snapshot
+from sniper.core.recovery import (
+    DurableCache,
+    RefusedRecord,
+    feed_problem,
+    replay_in_slices,
+    restore_in_slices,
+    snapshot_in_slices,
+    stamp,
+)
 from sniper.messages import decisions as d
 from sniper.messages import feed as f
 from sniper.messages.deadletter import DeadLetter
@@ -206,7 +214,9 @@ class HostedPartition:
         self.send_error: BaseException | None = None
         self._send_failed = anyio.Event()
         self._tg: TaskGroup | None = None
-        self.time = TimeBase(core.state.now)  # the partition's clock goes on from its restored time
+        # The partition's clock goes on from its restored time; a partition that has accepted no feed
+        # event yet has no clock (no ticks) until its first event sets it.
+        self.time = TimeBase(core.state.now if core.feed_time is not None else None)
         self.recent_preemptions: deque[d.Preempt] = deque(maxlen=RECENT_PREEMPTIONS)
         self.asked: dict[tuple[str, str], float] = {}  # (app, ask) -> when its ask_added was fetched
 
@@ -229,11 +239,6 @@ class HostedPartition:
         idle = actor is None or not actor.busy
         return state.config is None and not state.nodes and not state.apps and idle and not self._unconfirmed
 
-    def now(self) -> float:
-        now = self.time.now()
-        assert now is not None  # anchored at construction
-        return now
-
     @property
     def times_asks(self) -> bool:
         """Whether the feed-to-decision latency is measured (a metrics endpoint is up)."""
@@ -252,8 +257,10 @@ class HostedPartition:
 
     def follow(self, t: float) -> None:
         """A feed event stamped ``t`` ahead of the clock moves the clock there: the partition keeps the
-        feed's time base (a feed replayed ten times faster runs grace periods ten times faster too)."""
-        if t > self.now():
+        feed's time base (a feed replayed ten times faster runs grace periods ten times faster too); the
+        first one starts the clock."""
+        now = self.time.now()
+        if now is None or t > now:
             self.time.anchor(t)
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
@@ -402,11 +409,13 @@ class HostedPartition:
             self._decisions_since_snapshot >= every or time.monotonic() - self._last_snapshot >= interval
         )
 
-    def snapshot_soon(self) -> None:
-        """Take a snapshot now and publish it once the broker acknowledged every decision before it.
+    async def snapshot_soon(self) -> None:
+        """Take a snapshot now (in slices) and publish it once the broker acknowledged every decision
+        before it.
 
-        Call it only at an idle point of the cache (every decision handed to the producer); the cache
-        goes on meanwhile.
+        Call it only at an idle point of the cache (every decision handed to the producer), from the
+        cache actor (which handles nothing until the snapshot is taken); the cache goes on while it is
+        published.
         """
         tg = self._tg
         if tg is None:
@@ -414,7 +423,7 @@ class HostedPartition:
         self._decisions_since_snapshot = 0
         self._last_snapshot = time.monotonic()
         self._next_snapshot = self._snapshot_point()
-        snapshot = self._take_snapshot()
+        snapshot = await self._take_snapshot()
         if snapshot is None:
             return
         self._snapshotting = True
@@ -439,15 +448,17 @@ class HostedPartition:
         """Publish the core's state now (call only at an idle point: every decision published)."""
         self._decisions_since_snapshot = 0
         self._next_snapshot = self._snapshot_point()
-        snapshot = self._take_snapshot()
+        snapshot = await self._take_snapshot()
         if snapshot is not None:
             await self._publish(snapshot)
 
-    def _take_snapshot(self) -> Snapshot | None:
-        """The core's state, with where a restore from it starts reading the decisions log (None, counted
-        and alerted, when the state cannot be encoded)."""
+    async def _take_snapshot(self) -> Snapshot | None:
+        """The core's state (listed in slices: no writer touches it meanwhile), with where a restore from it
+        starts reading the decisions log (None, counted and alerted, when the state cannot be encoded)."""
         try:
-            snapshot = take_snapshot(self.core, kafka_partition=self.kafka_partition, wall_time=time.time())
+            snapshot = await in_slices(
+                snapshot_in_slices(self.core, kafka_partition=self.kafka_partition, wall_time=time.time())
+            )
         except (TypeError, ValueError, OverflowError) as err:  # what msgspec raises on a value it cannot encode
             self._snapshot_failed(err)
             return None
@@ -856,7 +867,7 @@ class CoreProcess(GroupMember[HostedPartition]):
             top_epoch = max(top_epoch, snapshot.epoch)
         epoch = top_epoch + 1
         try:
-            core = restore(snapshot, epoch=epoch) if snapshot is not None else None
+            core = await in_slices(restore_in_slices(snapshot, epoch=epoch)) if snapshot is not None else None
         except SnapshotError as err:
             log.error("%s; replaying from the start of the feed", err, extra={"partition": name})
             core, snapshot = None, None
@@ -875,7 +886,7 @@ class CoreProcess(GroupMember[HostedPartition]):
                 feed.append((record.offset, event))
         if bad:
             await self._dead_letter_once(kp, bad)
-        result = replay(core, feed, logged)
+        result = await in_slices(replay_in_slices(core, feed, logged))
         if result.refused:
             refused = {r.offset for r in result.refused}
             values = {r.offset: r.value or b"" for r in records if r.offset in refused}

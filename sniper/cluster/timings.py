@@ -1,15 +1,27 @@
 """The timings a core process keeps (Prometheus histograms), below the process and its observability
-endpoint so that both use them without importing each other: an ask fetched to its first decision, and
-each partition's allocation cycles and preemption rounds, labelled by partition.
+endpoint so that both use them without importing each other: an ask fetched to its first decision,
+each partition's allocation cycles and preemption rounds, labelled by partition, and the event loop's
+lag (how late a timer that reschedules itself wakes: how long some step held the loop).
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 
+import anyio
 from prometheus_client import CollectorRegistry, Histogram
 
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+LOOP_LAG_INTERVAL = 0.1  # seconds between two probes of the event loop's lag
+
+
+async def watch_loop_lag(histogram: Histogram, interval: float = LOOP_LAG_INTERVAL) -> None:
+    """Observe, forever, how late a timer of ``interval`` seconds wakes: how long the loop was held."""
+    while True:
+        due = time.perf_counter() + interval
+        await anyio.sleep(interval)  # the probe's own period, not a synchronisation
+        histogram.observe(max(0.0, time.perf_counter() - due))
 
 
 class CoreHistograms:
@@ -21,6 +33,12 @@ class CoreHistograms:
             "sniper_feed_to_decision_seconds",
             "From fetching an ask to handing its first decision (allocated or rejected) to the producer",
             labels,
+            registry=registry,
+            buckets=LATENCY_BUCKETS,
+        )
+        self.loop_lag = Histogram(
+            "sniper_event_loop_lag_seconds",
+            f"How late a timer of {LOOP_LAG_INTERVAL} s on the event loop wakes (a step that held the loop)",
             registry=registry,
             buckets=LATENCY_BUCKETS,
         )

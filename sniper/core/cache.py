@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections import Counter, OrderedDict
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from typing import Any
 
 from sniper.core import (
@@ -150,13 +150,14 @@ class Cache:
         self._changes, self._decisions, self._outcomes = [], [], []
         return out
 
-    def full_view(self) -> p.ViewDelta:
-        """The whole state as one reset delta (for a replica that lost track)."""
+    def full_view(self, changes: list[p.ChangeMsg] | None = None) -> p.ViewDelta:
+        """The whole state as one reset delta (for a replica that lost track); ``changes``: the state's
+        (:func:`state_changes`), when the caller listed them already."""
         return p.ViewDelta(
             partition=self.partition,
             seq=self.view_seq,
             now=self.state.now,
-            changes=state_changes(self.state),
+            changes=state_changes(self.state) if changes is None else changes,
             reset=True,
         )
 
@@ -965,24 +966,28 @@ def state_changes(state: PartitionState) -> list[p.ChangeMsg]:
     """Changes that rebuild ``state`` from nothing (replica reset and snapshots): the clock, the
     configuration, nodes, apps with their asks, then every lifecycle object brought to its phase by the
     changes of its table's path from ``absent`` (:mod:`sniper.core.lifecycle`)."""
-    out: list[p.ChangeMsg] = [p.Clock(now=state.now)]
+    return list(iter_state_changes(state))
+
+
+def iter_state_changes(state: PartitionState) -> Iterator[p.ChangeMsg]:
+    """:func:`state_changes` one at a time (keep ``state`` still until the last)."""
+    yield p.Clock(now=state.now)
     if state.base_config is not None:
-        out.append(p.ConfigSet(config=partition_to_raw(state.base_config)))
-        out.extend(slo_reservations.state_changes(state))
+        yield p.ConfigSet(config=partition_to_raw(state.base_config))
+        yield from slo_reservations.state_changes(state)
     for node in state.nodes.values():
-        out.append(p.NodeSet(node=node.name, capacity=node.capacity, schedulable=node.schedulable, labels=node.labels))
+        yield p.NodeSet(node=node.name, capacity=node.capacity, schedulable=node.schedulable, labels=node.labels)
     for app in sorted(state.apps.values(), key=lambda a: a.submit_seq):
-        out.extend(_app_changes(state, app))
-    out.extend(_allocation_set_of(alloc) for alloc in state.allocations.values())
+        yield from _app_changes(state, app)
+    yield from (_allocation_set_of(alloc) for alloc in state.allocations.values())
     for node in state.nodes.values():
         if node.utilization is not None:
             unmeasured = sorted(node.unmeasured_ids, key=allocation_number)
-            out.append(p.NodeUtilizationSet(node=node.name, used=node.utilization, unmeasured=unmeasured))
-    out.extend(_reservation_changes(state))
-    out.extend(node_reservation.state_changes(state))
-    out.extend(_notice_changes(state))
-    out.extend(_contract_changes(state))
-    return out
+            yield p.NodeUtilizationSet(node=node.name, used=node.utilization, unmeasured=unmeasured)
+    yield from _reservation_changes(state)
+    yield from node_reservation.state_changes(state)
+    yield from _notice_changes(state)
+    yield from _contract_changes(state)
 
 
 def _app_changes(state: PartitionState, app: App) -> list[p.ChangeMsg]:

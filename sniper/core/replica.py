@@ -7,6 +7,7 @@ replaces the whole state. Subclass hooks see every change applied and every prop
 
 from __future__ import annotations
 
+from sniper.core.slicing import Steps, apply_in_slices, run_whole
 from sniper.core.state import PartitionState
 from sniper.messages import protocol as p
 
@@ -21,11 +22,7 @@ class ViewReplica:
     def apply_view(self, delta: p.ViewDelta) -> bool:
         """Apply one delta; ``False`` means a gap: the caller must ask the cache for a reset."""
         if delta.reset:
-            self.resets += 1
-            self.state = PartitionState(self.partition)
-            self.state.apply_all(delta.changes)
-            self.view_seq = delta.seq
-            self.on_reset()
+            run_whole(self.reset_in_slices(delta))
             return True
         if delta.seq <= self.view_seq:
             return True
@@ -48,6 +45,15 @@ class ViewReplica:
             state.end_batch()
         self.after_delta(delta)
         return True
+
+    def reset_in_slices(self, delta: p.ViewDelta) -> Steps[None]:
+        """Replace the state by the reset ``delta``'s, in slices (:mod:`sniper.core.slicing`): the
+        replica's owner handles nothing else until it returns."""
+        self.resets += 1
+        self.state = PartitionState(self.partition)
+        yield from apply_in_slices(self.state, delta.changes)
+        self.view_seq = delta.seq
+        self.on_reset()
 
     def on_reset(self) -> None:
         """The state was replaced by a reset."""

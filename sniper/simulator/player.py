@@ -2,8 +2,11 @@
 shared by the simulator's virtual-time :func:`~sniper.simulator.run.drive` and ``sniper feed``'s
 wall-time :func:`~sniper.resource_manager.feed.play`.
 
-Time is relative to the trace's first event (a trace stamped in epoch seconds starts at 0). The player
-never reads a clock: the caller says what time it is. Ticks fall on a grid of ``tick`` seconds from 0;
+Time is the trace's own (``own_time``, the simulator: a trace stamped in epoch seconds runs in epoch
+seconds, so the decisions carry the feed's ``t``) or counted from its first event (``sniper feed``,
+which publishes in wall time); :attr:`Player.origin` is where it starts, and ``until`` and
+:attr:`Player.end_hint` count from there. The player never reads a clock: the caller says what time it
+is. Ticks fall on a grid of ``tick`` seconds from the origin;
 :meth:`Player.next_step` jumps straight to the next time that can change something (a trace event, a
 container's end, the next grid tick while the caller says the scheduler has work that time can move,
 the end of the run) and never walks through idle time unless told to tick every second (``skip_idle``
@@ -84,30 +87,36 @@ class Player:
         skip_idle: bool = True,
         am_response: float | None = None,
         am_release_gap: float = 0.0,
+        own_time: bool = False,
     ) -> None:
         """``am_response``: how long a contract application master takes to answer a preemption request
         (None: half the time to its deadline); ``am_release_gap``: seconds between the containers of one
-        answer (0: all at once)."""
+        answer (0: all at once); ``own_time``: keep the trace's time (else count from its first event)."""
         if tick <= 0 or quiet < 0:
             raise ValueError("tick must be positive and quiet not negative")
-        self.trace = relative(events)
+        self.trace = sorted(events, key=lambda e: e.t) if own_time else relative(events)
+        self.origin = self.trace[0].t if own_time and self.trace else 0.0
         self.until = until
         self.tick = tick
         self.quiet = quiet
         self.skip_idle = skip_idle
         self.rm = StandInRM(am_response, am_release_gap)
         self.cursor = 0
-        self.now = 0.0
-        self.next_tick = 0.0
-        self.last_activity = 0.0
+        self.now = self.origin
+        self.next_tick = self.origin
+        self.last_activity = self.origin
         self.steps = 0
 
     @property
     def end_hint(self) -> float:
-        """Where the run is expected to end, for progress bars."""
+        """Where the run is expected to end, in seconds from the origin, for progress bars."""
         if self.until is not None:
             return self.until
-        return max(self.trace[-1].t if self.trace else 0.0, self.now)
+        return max(self.trace[-1].t if self.trace else 0.0, self.now) - self.origin
+
+    def grid_after(self, now: float) -> float:
+        """The first grid tick after a step at ``now``."""
+        return self.origin + grid_after(now - self.origin, self.tick)
 
     def exhausted(self) -> bool:
         """The trace is fully published and no container end is scheduled."""
@@ -135,16 +144,17 @@ class Player:
         if rm_next is not None:
             upcoming.append(rm_next)
         if self.until is not None:
-            upcoming.append(max(self.next_tick, math.floor(self.until / self.tick + EPS) * self.tick))
+            last = self.origin + math.floor(self.until / self.tick + EPS) * self.tick
+            upcoming.append(max(self.next_tick, last))
         elif self.exhausted() and waiting:
             # the last grid tick before ticking would find the run quiet for longer than ``quiet``
-            stop = grid_after(self.last_activity + self.quiet, self.tick)
+            stop = self.grid_after(self.last_activity + self.quiet)
             upcoming.append(max(self.next_tick, stop - self.tick))
         if not upcoming:
             return None
         nxt = float(min(upcoming))
         if self.until is not None:
-            return None if nxt > self.until else nxt
+            return None if nxt > self.origin + self.until else nxt
         if self.exhausted() and (not waiting or nxt - self.last_activity > self.quiet):
             return None
         return nxt
@@ -152,11 +162,11 @@ class Player:
     def advance(self, now: float) -> list[f.Feed]:
         """Move the clock to ``now`` and return what is due then: trace events, then container ends."""
         if now > self.next_tick:  # grid ticks jumped over: continue the grid as ticking through them would
-            self.next_tick = _first_at_or_after(now, self.tick) * self.tick
+            self.next_tick = self.origin + _first_at_or_after(now - self.origin, self.tick) * self.tick
         self.now = now
         self.steps += 1
         if now >= self.next_tick:
-            self.next_tick = grid_after(now, self.tick)
+            self.next_tick = self.grid_after(now)
         return self.due(now)
 
     # ------------------------------------------------------------------ any clock

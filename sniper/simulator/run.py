@@ -154,9 +154,11 @@ def _carry_missed(runtimes: dict[str, PartitionRuntime], cycles: int) -> None:
                         missed[key] += cycles
 
 
-def _round_ticks(runtimes: dict[str, PartitionRuntime], first_tick: float, before: float, tick: float) -> list[float]:
+def _round_ticks(
+    runtimes: dict[str, PartitionRuntime], first_tick: float, before: float, tick: float, origin: float
+) -> list[float]:
     """The last tick before ``before`` at which each active policy actor would have run a round had the
-    driver ticked every ``tick`` from ``first_tick`` on."""
+    driver ticked every ``tick`` from ``first_tick`` on (on the grid from ``origin``)."""
     out: set[float] = set()
     for runtime in runtimes.values():
         for actor in runtime.actors:
@@ -165,9 +167,11 @@ def _round_ticks(runtimes: dict[str, PartitionRuntime], first_tick: float, befor
             config = actor.replica_of.state.config
             if config is None:
                 continue
-            at = last_round_before(actor.next_round, config.preemption.interval, first_tick, before, tick)
+            at = last_round_before(
+                actor.next_round - origin, config.preemption.interval, first_tick - origin, before - origin, tick
+            )
             if at is not None:
-                out.add(at)
+                out.add(origin + at)
     return sorted(out)
 
 
@@ -238,6 +242,7 @@ async def drive(
         skip_idle=settings.skip_idle,
         am_response=settings.am_response,
         am_release_gap=settings.am_release_gap,
+        own_time=True,
     )
     try:
         world = _World.of(player, config, settings, links.router, ideal_fn)
@@ -253,7 +258,7 @@ async def drive(
             ) is not None:
                 await world.step(now, settings.tick, links)
                 if progress is not None:
-                    progress(now, player.end_hint)
+                    progress(now - player.origin, player.end_hint)
             wall = time.perf_counter() - wall_start
             tg.cancel_scope.cancel()
     finally:
@@ -298,7 +303,7 @@ class _World:
             models[name] = ClusterModel(name, initial)
             metrics[name] = Metrics(models[name], ideal_fn)
         inbox = router.inbox([(DECISIONS, None)], group="resource-manager", capacity=1 << 16)
-        return cls(player, router, runtimes, models, metrics, dict.fromkeys(names, 0.0), [], inbox)
+        return cls(player, router, runtimes, models, metrics, dict.fromkeys(names, player.origin), [], inbox)
 
     def active(self) -> bool:
         """Whether some partition holds work that time moves (:func:`_has_work`)."""
@@ -343,8 +348,9 @@ class _World:
         publish the events due, wait for quiescence, then check and sample the models that changed."""
         player = self.player
         if now > player.next_tick:  # settled time jumped over: as if ticking through it
-            rounds = _round_ticks(self.runtimes, player.next_tick, now, tick)
-            _carry_missed(self.runtimes, ticks_between(player.next_tick, now, tick) - len(rounds))
+            origin = player.origin
+            rounds = _round_ticks(self.runtimes, player.next_tick, now, tick, origin)
+            _carry_missed(self.runtimes, ticks_between(player.next_tick - origin, now - origin, tick) - len(rounds))
             for at in rounds:
                 await self.router.publish(TICK, "*", p.Tick(now=at))
                 await links.idle()
@@ -368,7 +374,7 @@ class _World:
         }
         report = build_report(
             parts,
-            sim_seconds=player.now,
+            sim_seconds=player.now - player.origin,
             wall=wall,
             cycle=settings.tick,
             policy=settings.policy,

@@ -76,8 +76,15 @@ class MemoryBus(Bus):
                     await send.send(message)  # full: wait (backpressure)
             except (anyio.BrokenResourceError, anyio.ClosedResourceError):
                 self._handled(1)
-                self._subscribers[topic].remove(entry)
+                self._unsubscribe(topic, entry)
                 send.close()  # its subscriber is gone for good
+
+    def _unsubscribe(self, topic: str, entry: _Entry) -> None:
+        """Forget ``entry`` if it is still subscribed: publishers that waited on the same full inbox all
+        find it gone, and :meth:`aclose` may have dropped every subscriber meanwhile."""
+        subscribers = self._subscribers.get(topic)
+        if subscribers is not None and entry in subscribers:
+            subscribers.remove(entry)
 
     def subscribe(self, topic: str, *, group: str, key: str | None = None, capacity: int = 1024) -> Subscription:
         return self.subscribe_many([(topic, key)], group=group, capacity=capacity)
