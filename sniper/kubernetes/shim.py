@@ -1,0 +1,308 @@
+"""``sniper k8s``'s work while it leads: informers onto the feed, decisions onto the API server.
+
+What it owns: the wiring of one partition's :class:`~sniper.kubernetes.view.ClusterView` between the
+informers, the ``feed`` and ``decisions`` topics (a Kafka client of the documented wire like any adapter)
+and :class:`~sniper.kubernetes.actions.Actions`. Invariants: the view is changed and its events are
+published under one lock, so the feed carries one partition's events in the order the view made them;
+decisions are read only once every informer has listed (the view knows every pod a decision names);
+each ``(partition, seq)`` is acted on once and a lower epoch than the highest seen is dropped; a decision
+is acknowledged (its offset committed) only after its action, so a shim killed mid-way acts on it again
+when restarted, and acting again is harmless: a pod already bound is not bound twice, a victim already
+gone is released (``allocation_released``) instead of evicted, a kill names the pod's UID.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import anyio
+import anyio.abc
+
+from sniper.core.config import ConfigError, PartitionConfig, load_config
+from sniper.kubernetes.actions import Actions, Outcome
+from sniper.kubernetes.client import Apis
+from sniper.kubernetes.informer import Informer
+from sniper.kubernetes.view import ClusterView, Out, config_map_partition, default_partition
+from sniper.messages import decisions as d
+from sniper.messages import feed as f
+from sniper.transport.bus import DECISIONS, FEED
+from sniper.transport.kafka import KafkaBus
+
+log = logging.getLogger("sniper.k8s")
+
+POD_GROUPS = ("scheduling.x-k8s.io", "v1alpha1", "podgroups")
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class QueuesSource:
+    """Where the queue configuration comes from: a file read once, or a ConfigMap watched."""
+
+    path: Path | None = None
+    config_map: tuple[str, str] | None = None  # (namespace, name)
+
+    @classmethod
+    def parse(cls, text: str | None) -> QueuesSource:
+        """``FILE`` or ``configmap:NAMESPACE/NAME`` (``--queues``); raises ``ValueError`` on a bad one."""
+        if not text:
+            return cls()
+        if text.startswith("configmap:"):
+            namespace, _, name = text.removeprefix("configmap:").partition("/")
+            if not namespace or not name or "/" in name:
+                raise ValueError(f"--queues {text}: expected configmap:NAMESPACE/NAME")
+            return cls(config_map=(namespace, name))
+        return cls(path=Path(text))
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ShimOptions:
+    scheduler_name: str = "sniper"
+    partition: str = "default"
+    queues: QueuesSource = QueuesSource()
+    group: str = ""  # the decisions' consumer group (default: sniper-k8s-SCHEDULER)
+    watch_timeout: int = 300  # seconds the API server keeps one watch open
+    retry_delay: float = 1.0  # between eviction attempts refused by a budget, and after a failed list
+
+
+def initial_config(options: ShimOptions) -> PartitionConfig:
+    """The configuration the shim starts with; raises ``ConfigError`` on a bad file."""
+    if options.queues.path is not None:
+        return load_config(options.queues.path).partition(options.partition)
+    return default_partition(options.partition)
+
+
+class Shim:
+    """One partition's shim over ``apis`` and ``bus``; ``clock`` is the feed's clock (epoch seconds)."""
+
+    def __init__(
+        self,
+        apis: Apis,
+        bus: KafkaBus,
+        options: ShimOptions,
+        *,
+        config: PartitionConfig | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.apis = apis
+        self.bus = bus
+        self.options = options
+        self.clock = clock
+        self.view = ClusterView(options.partition, options.scheduler_name, config or initial_config(options))
+        self.actions = Actions(apis, options.scheduler_name, clock, retry_delay=options.retry_delay)
+        self.lock = anyio.Lock()
+        self.informers: dict[str, Informer] = {}
+        self.acted: tuple[int, int] = (-1, -1)  # (epoch, seq) of the last decision acted on
+        self.published = 0
+        self.ready = anyio.Event()  # every informer listed; decisions are being read
+        self.changed = anyio.Event()  # set (and replaced) after every change: what tests wait on
+
+    # --- the feed --------------------------------------------------------------------------------------
+
+    async def _publish(self, out: Out) -> None:
+        if out.events:
+            await self.bus.publish_many(FEED, [(self.options.partition, e) for e in out.events])
+            self.published += len(out.events)
+        for notice in out.notices:
+            await self.actions.event(notice.pod, notice.reason, notice.message, notice.name)
+
+    async def _change(self, apply: Callable[[float], Out]) -> None:
+        async with self.lock:
+            await self._publish(apply(self.clock()))
+        self._wake()
+
+    def _wake(self) -> None:
+        self.changed.set()
+        self.changed = anyio.Event()
+
+    def _sink(self, kind: str) -> Callable[[str, dict[str, Any]], Awaitable[None]]:
+        view = self.view
+
+        async def sink(change: str, obj: dict[str, Any]) -> None:
+            if kind == "node":
+                await self._change(lambda t: view.on_node(change, obj, t))
+            elif kind == "pod":
+                await self._change(lambda t: view.on_pod(change, obj, t))
+            elif kind == "podgroup":
+                await self._change(lambda t: view.on_pod_group(change, obj, t))
+            elif kind == "configmap":
+                await self._on_config_map(change, obj)
+            else:
+                {"namespace": view.on_namespace, "priorityclass": view.on_priority_class, "pdb": view.on_pdb}[kind](
+                    change, obj
+                )
+                self._wake()
+
+        return sink
+
+    async def _on_config_map(self, change: str, obj: dict[str, Any]) -> None:
+        if change == "DELETED":
+            log.warning("the queues ConfigMap was deleted; the partition keeps its last configuration")
+            return
+        try:
+            config = config_map_partition(obj, self.options.partition)
+        except ConfigError as e:
+            log.error("queues ConfigMap refused, the partition keeps its last configuration: %s", e)
+            return
+        meta = obj.get("metadata") or {}
+        await self._change(lambda t: self.view.on_config(config, t, f"configmap/{meta.get('uid', '')}"))
+
+    def _informer(self, name: str, kind: str, lister: Callable[..., Awaitable[Any]]) -> Informer:
+        informer = Informer(
+            name,
+            lister,
+            self._sink(kind),
+            server_timeout=self.options.watch_timeout,
+            retry_delay=self.options.retry_delay,
+        )
+        self.informers[name] = informer
+        return informer
+
+    # --- the run ---------------------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Watch, publish and act until cancelled."""
+        core, apis = self.apis.core, self.apis
+        queues = self.options.queues
+        async with anyio.create_task_group() as tg:
+            if queues.config_map is None:
+                await self._change(lambda t: self.view.on_config(self.view.config, t, "queues"))
+            stages: list[list[Informer]] = [
+                [
+                    self._informer("namespaces", "namespace", core.list_namespace),
+                    self._informer("priorityclasses", "priorityclass", apis.scheduling.list_priority_class),
+                    self._informer(
+                        "poddisruptionbudgets", "pdb", apis.policy.list_pod_disruption_budget_for_all_namespaces
+                    ),
+                    self._informer(
+                        "podgroups", "podgroup", functools.partial(apis.custom.list_cluster_custom_object, *POD_GROUPS)
+                    ),
+                ],
+                [self._informer("nodes", "node", core.list_node)],
+                [self._informer("pods", "pod", core.list_pod_for_all_namespaces)],
+            ]
+            if queues.config_map is not None:
+                namespace, name = queues.config_map
+                lister = functools.partial(
+                    core.list_namespaced_config_map, namespace, field_selector=f"metadata.name={name}"
+                )
+                stages[0].insert(0, self._informer("configmap", "configmap", lister))
+            for stage in stages:
+                for informer in stage:
+                    tg.start_soon(informer.run)
+                for informer in stage:
+                    await informer.synced.wait()
+            await self._decisions(tg)
+
+    async def _decisions(self, tg: anyio.abc.TaskGroup) -> None:
+        group = self.options.group or f"{self.bus.settings.prefix}k8s-{self.options.scheduler_name}"
+        sub = await self.bus.subscribe_ready(DECISIONS, group=group, key=self.options.partition)
+        self.ready.set()
+        self._wake()
+        try:
+            while True:
+                try:
+                    decision = await sub.receive()
+                except anyio.EndOfStream:
+                    return
+                await self._decide(decision, tg)
+                sub.ack()
+                self._wake()
+        finally:
+            with anyio.CancelScope(shield=True):
+                await sub.aclose()
+
+    async def _decide(self, decision: Any, tg: anyio.abc.TaskGroup) -> None:
+        if not isinstance(decision, d.Decision) or decision.partition != self.options.partition:
+            return
+        epoch, seq = self.acted
+        if decision.epoch < epoch:
+            return  # a deposed core's late output
+        if decision.epoch == epoch and decision.seq <= seq:
+            return  # acted on already
+        self.acted = (decision.epoch, decision.seq)
+        match decision:
+            case d.Allocated():
+                await self._bind(decision)
+            case d.Preempt(observe_only=False):
+                await self._nominate(decision.for_app, decision.for_ask, decision.node)
+                tg.start_soon(self._evict, decision)
+            case d.NodeReserved():
+                await self._nominate(decision.app, decision.ask, decision.node)
+            case d.Kill():
+                await self._kill(decision)
+            case d.Rejected() if decision.ask or decision.app:
+                for pod in self.view.pods_of(decision.app, decision.ask):
+                    name = (
+                        f"{(pod.get('metadata') or {}).get('name', '')}.sniper-rejected-{decision.epoch}-{decision.seq}"
+                    )
+                    await self.actions.reject(pod, decision.reason, name)
+            case d.Released() | d.AllocationLost():
+                self.view.released(decision.allocation)
+            case _:
+                pass
+
+    async def _release(self, allocation: str, why: str) -> None:
+        """Tell Sniper an allocation has no pod (any more): the loop closes (once: a pod seen going was
+        released by the view already)."""
+        if allocation in self.view.gone:
+            return
+        event = f.AllocationReleased(
+            t=self.clock(), partition=self.options.partition, id=f"allocation/{allocation}/{why}", allocation=allocation
+        )
+        async with self.lock:
+            self.view.released(allocation)
+            await self._publish(Out([event]))
+
+    async def _bind(self, decision: d.Allocated) -> None:
+        pod = self.view.pod_for(decision.app, decision.ask)
+        if pod is None:
+            await self._release(decision.allocation, "no-pod")
+            return
+        meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
+        if spec.get("nodeName"):
+            if self.view.allocation_of_pod.get(f"{meta.get('namespace')}/{meta.get('name')}") != decision.allocation:
+                await self._release(decision.allocation, "bound-elsewhere")
+            return  # bound already (a decision read again after a restart)
+        self.view.promise(decision.allocation, pod)
+        outcome = await self.actions.bind(
+            str(meta.get("namespace", "")), str(meta.get("name", "")), decision.node, decision.allocation
+        )
+        if outcome is not Outcome.DONE:
+            await self._release(decision.allocation, f"bind-{outcome.value}")
+
+    async def _nominate(self, app: str, ask: str, node: str) -> None:
+        for pod in self.view.pods_of(app, ask):
+            meta = pod.get("metadata") or {}
+            if (
+                not (pod.get("spec") or {}).get("nodeName")
+                and (pod.get("status") or {}).get("nominatedNodeName") != node
+            ):
+                await self.actions.nominate(str(meta.get("namespace", "")), str(meta.get("name", "")), node)
+
+    def _victim(self, allocation: str) -> tuple[str, str, str] | None:
+        pod = self.view.victim(allocation)
+        if pod is None:
+            return None
+        meta = pod.get("metadata") or {}
+        return str(meta.get("namespace", "")), str(meta.get("name", "")), str(meta.get("uid", ""))
+
+    async def _evict(self, decision: d.Preempt) -> None:
+        victim = self._victim(decision.allocation)
+        if victim is None:
+            await self._release(decision.allocation, "gone")
+            return
+        if await self.actions.evict(*victim, deadline=decision.deadline) is Outcome.GONE:
+            await self._release(decision.allocation, "gone")
+
+    async def _kill(self, decision: d.Kill) -> None:
+        victim = self._victim(decision.allocation)
+        if victim is None:
+            await self._release(decision.allocation, "gone")
+            return
+        if await self.actions.kill(*victim) is Outcome.GONE:
+            await self._release(decision.allocation, "gone")
