@@ -180,6 +180,9 @@ class QueueConfig:
     # Takes SLO reservations (YARN's reservable PlanQueue, core.slo_plan): a leaf in the configuration,
     # a parent of its dynamic reservation queues in the partition's state.
     reservable: bool = False
+    # Written ``parent: true``: a leaf to the core while it has no children, a parent to placement
+    # rules, which may add children under it (sniper.kubernetes.placement) and never place an app in it.
+    declared_parent: bool = False
 
     @property
     def is_leaf(self) -> bool:
@@ -641,6 +644,7 @@ def _queue(raw: _RawQueue, parent: QueueConfig | None, warnings: list[str]) -> Q
         max_applications=raw.maxapplications,
         limits=limits,
         reservable=raw.reservable,
+        declared_parent=raw.parent,
     )
     if raw.reservable and (parent is None or raw.queues or not guaranteed):
         why = "the root" if parent is None else "a parent" if raw.queues else "without a guarantee"
@@ -977,6 +981,8 @@ def partition_to_raw(cfg: PartitionConfig) -> dict[str, Any]:
             out["maxapplications"] = q.max_applications
         if q.reservable:
             out["reservable"] = True
+        if q.declared_parent:
+            out["parent"] = True
         if q.limits:
             out["limits"] = [limit(lim) for lim in q.limits]
         if q.children:
