@@ -199,13 +199,12 @@ def map_pod(
         tags, constraints = _pod_anti_affinity(pod, pod_spec, notes)
         _pod_affinity(pod_spec, notes)
         _spread_and_tolerations(pod_spec, notes)
-        gang = gang_of(pod, task_groups=task_groups, pod_group=pod_group)
-        if gang is not None and gang.min_member is None:
-            what = (
-                "its task group's minMember" if gang.ask.split("/", 1)[1].startswith("task-group:") else "its PodGroup"
-            )
-            notes.append(Unexpressed(f"gang {gang.ask}: {what} is not known; placed alone", required=False))
-            gang = None
+        declared = _gang_declaration(pod, task_groups, pod_group)
+        gang = None
+        if declared is not None and declared[1] is None:
+            notes.append(Unexpressed(f"gang {declared[0]}: its minimum is declared nowhere; placed alone", False))
+        elif declared is not None and declared[1] is not None:
+            gang = Gang(ask=declared[0], min_member=declared[1])
         return PodAsk(
             app=app_id(pod),
             ask=key,
