@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 import aiohttp
+import anyio
 import msgspec
 from kubernetes_asyncio import client as k8s
 from kubernetes_asyncio import config as k8s_config
@@ -90,7 +91,8 @@ async def load_configuration(kubeconfig: Path | None = None) -> tuple[Any, str]:
 async def connect(kubeconfig: Path | None = None, *, namespace: str | None = None) -> AsyncIterator[Apis]:
     """The API groups over one connection pool for the duration; ``namespace`` overrides the config's."""
     configuration, own = await load_configuration(kubeconfig)
-    async with k8s.ApiClient(configuration) as api:
+    api = k8s.ApiClient(configuration)
+    try:
         yield Apis(
             core=k8s.CoreV1Api(api),
             coordination=k8s.CoordinationV1Api(api),
@@ -99,6 +101,9 @@ async def connect(kubeconfig: Path | None = None, *, namespace: str | None = Non
             custom=k8s.CustomObjectsApi(api),
             namespace=namespace or own,
         )
+    finally:
+        with anyio.CancelScope(shield=True):  # closed even when the shim is cancelled
+            await api.close()
 
 
 REQUEST_TIMEOUT = aiohttp.ClientTimeout(total=30)

@@ -124,9 +124,9 @@ class Informer:
 
     async def _watch(self) -> None:
         response = await self.lister(
-            watch=True,
+            watch="true",  # as text: the client would send a bool as "True"
             resource_version=self.version,
-            allow_watch_bookmarks=True,
+            allow_watch_bookmarks="true",
             timeout_seconds=self.server_timeout,
             _preload_content=False,
             _request_timeout=WATCH_TIMEOUT,

@@ -58,6 +58,18 @@ async def shim_apis(options: ProcessOptions) -> AsyncIterator[Apis]:
         yield apis
 
 
+@contextlib.asynccontextmanager
+async def _bus(settings: KafkaSettings) -> AsyncIterator[KafkaBus]:
+    """The shim's Kafka bus, closed (its records flushed) even when the shim is cancelled."""
+    bus = KafkaBus(settings)
+    try:
+        await bus.start()
+        yield bus
+    finally:
+        with anyio.CancelScope(shield=True):
+            await bus.aclose()
+
+
 async def run_shim(
     settings: KafkaSettings,
     options: ProcessOptions,
@@ -67,7 +79,7 @@ async def run_shim(
     """Run the shim until cancelled: wait for the Lease (if electing), then watch, publish and act while
     holding it. ``started`` sees each :class:`Shim` as it starts (a new one every time leadership is won)."""
     config = initial_config(options.shim)  # a bad --queues file fails here, before any connection
-    async with shim_apis(options) as apis, KafkaBus(settings) as bus:
+    async with shim_apis(options) as apis, _bus(settings) as bus:
 
         async def lead() -> None:
             shim = Shim(apis, bus, options.shim, config=config)
