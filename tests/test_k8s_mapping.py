@@ -382,6 +382,9 @@ def test_a_bad_pod_is_an_error_naming_it() -> None:
         mapping.map_pod(pod("w-0", "ml", priority="high"))
     with pytest.raises(KubeObjectError, match=r"^pod ml/w-0: spec\.containers\[0\]\.resources\.requests\.cpu"):
         mapping.map_pod(pod("w-0", "ml", containers=[container({"cpu": "1x"})]))
+    for shapeless in ({"affinity": ["x"]}, {"tolerations": "all"}, {"nodeSelector": ["zone"]}):
+        with pytest.raises(KubeObjectError, match=r"^pod ml/w-0: "):
+            mapping.map_pod(pod("w-0", "ml", **shapeless))
 
 
 def test_node_selector_and_a_required_in_affinity_narrow_each_other() -> None:

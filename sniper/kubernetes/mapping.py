@@ -220,6 +220,8 @@ def map_pod(
         )
     except KubeObjectError as err:
         raise KubeObjectError(f"pod {key}: {err}") from None
+    except (AttributeError, TypeError) as err:  # a field of another shape than the API server's
+        raise KubeObjectError(f"pod {key}: spec is not shaped as a pod's ({err})") from None
 
 
 def _node_rules(pod_spec: Mapping[str, Any], notes: list[Unexpressed]) -> tuple[str | None, dict[str, list[str]]]:
