@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from sniper.core.config import (
     ConfigError,
@@ -16,6 +17,7 @@ from sniper.core.config import (
     PlacementFilter,
     PlacementRuleConfig,
     load_config,
+    parse_config,
     parse_partition,
     partition_to_raw,
 )
@@ -308,3 +310,19 @@ def test_with_queues_refuses_a_queue_outside_root_and_may_grow_an_unused_leaf() 
     with pytest.raises(PlacementError, match=r"cannot add queue 'x\.y': not under root"):
         with_queues(cfg, ["x.y"])
     assert with_queues(cfg, ["root.a.b"]).leaf("root.a.b") is not None  # a leaf with no apps may become a parent
+
+
+def test_the_documented_example_places_as_its_comments_say() -> None:
+    text = (Path(__file__).parent.parent / "docs" / "config.md").read_text(encoding="utf-8")
+    section = text.split("## Placement rules", 1)[1]
+    example = section.split("```yaml\n", 1)[1].split("```", 1)[0]
+    cfg = parse_config(yaml.safe_load(example)).partition("default")
+    assert placed(cfg, pod(labels={"queue": "root.default"})) == Placement(queue="root.default", create=False)
+    production = namespace("shop", annotations={"yunikorn.apache.org/parentqueue": "root.production"})
+    assert placed(cfg, pod("shop"), production) == Placement(queue="root.production.shop", create=True)
+    assert placed(cfg, pod("lab", user="ann", groups=["ml"]), namespace("lab")) == Placement(
+        queue="root.users.ann", create=True
+    )
+    assert placed(cfg, pod("lab", user="bob", groups=["web"]), namespace("lab")) == Placement(
+        queue="root.default", create=False
+    )
