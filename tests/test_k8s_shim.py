@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from sniper.kubernetes.actions import ALLOCATION
+from sniper.kubernetes.objects import ALLOCATION_ANNOTATION
 from sniper.messages import decisions as d
 from sniper.transport.kafka import KafkaSettings
 from tests.k8s_shim_support import WholePath, whole_path
@@ -43,7 +43,7 @@ def victims(world: WholePath) -> set[str]:
     return {
         f"{o['metadata']['namespace']}/{o['metadata']['name']}"
         for o in world.api.list_of("pods")
-        if (o["metadata"].get("annotations") or {}).get(ALLOCATION) in chosen
+        if (o["metadata"].get("annotations") or {}).get(ALLOCATION_ANNOTATION) in chosen
     }
 
 

@@ -1,8 +1,8 @@
 """What the shim does to the cluster for a decision: bind, nominate, evict, kill, mark unschedulable.
 
 What it owns: the API calls of Sniper's decisions and what each answer means. Invariants: a Binding
-carries the allocation id in the annotation :data:`ALLOCATION` (the API server copies a Binding's
-annotations onto the pod, so a restarted shim reads it back); a ``409`` for a pod already bound to the
+carries the allocation id in the pod annotation ``sniper.apache.org/allocation`` (the API server copies a
+Binding's annotations onto the pod, so a restarted shim reads it back); a ``409`` for a pod already bound to the
 same node is a success; an eviction's ``gracePeriodSeconds`` is an integer, ``ceil(deadline - now)``;
 a ``429`` (a disruption budget spent) is retried until the deadline, after which the core's ``kill``
 comes; a kill is a DELETE with grace 0 and a UID precondition, so it never deletes a new pod that took
@@ -21,10 +21,9 @@ from typing import Any
 import anyio
 
 from sniper.kubernetes.client import Answer, Apis, call
+from sniper.kubernetes.objects import ALLOCATION_ANNOTATION
 
 log = logging.getLogger("sniper.k8s")
-
-ALLOCATION = "sniper.apache.org/allocation"  # the pod annotation that carries Sniper's allocation id
 
 
 class Outcome(enum.Enum):
@@ -61,7 +60,7 @@ class Actions:
         body = {
             "apiVersion": "v1",
             "kind": "Binding",
-            "metadata": {"name": name, "namespace": namespace, "annotations": {ALLOCATION: allocation}},
+            "metadata": {"name": name, "namespace": namespace, "annotations": {ALLOCATION_ANNOTATION: allocation}},
             "target": {"apiVersion": "v1", "kind": "Node", "name": node},
         }
         answer = await call(self.apis.core.create_namespaced_pod_binding, name, namespace, body)

@@ -124,6 +124,8 @@ class ClusterView:
         self.app_of: dict[str, str] = {}  # pod -> app
         self.asked: dict[str, str] = {}  # pod -> the ask it was published in (its own key, or its gang's)
         self.gang_members: dict[tuple[str, str], set[str]] = {}  # (app, gang ask) -> pending member pods
+        self.gangs_asked: set[tuple[str, str]] = set()  # (app, gang ask) published as one ask
+        self.task_groups: dict[str, dict[str, int]] = {}  # app -> its task groups' minMember, as declared
         self.allocations: dict[str, str] = {}  # allocation id -> pod
         self.allocation_of_pod: dict[str, str] = {}  # pod -> allocation id
         self.gone: set[str] = set()  # allocations whose pod went, released until Sniper confirms it
@@ -328,16 +330,21 @@ class ClusterView:
         out.events.append(spec.feed_event(partition=self.partition, t=t, event_id=f"app/{app}/{uid}"))
         return app, out
 
+    def _map(self, pod: KubeObject) -> mapping.PodAsk:
+        app = mapping.app_id(pod)
+        groups = self.task_groups.setdefault(app, {})
+        groups.update(mapping.declared_task_groups(pod))
+        return mapping.map_pod(pod, pod_group=self._pod_group(pod), task_groups=groups)
+
     def _ask(self, pod: KubeObject, t: float) -> Out:
         key = pod_key(pod)
-        group = self._pod_group(pod)
         try:
-            ask = mapping.map_pod(pod, pod_group=group)
+            ask = self._map(pod)
         except KubeObjectError as e:
             self.asked[key] = key  # said once; asked again only if the pod changes into something readable
             return Out(notices=[self._notice(pod, "FailedScheduling", str(e))])
         out = Out(notices=[self._notice(pod, "Unexpressed", u.message) for u in ask.unexpressed])
-        if any(u.required for u in ask.unexpressed):
+        if ask.refused:
             self.asked[key] = key
             return out
         app, placed = self._app_for(pod, t)
@@ -345,24 +352,32 @@ class ClusterView:
         if app is None:
             self.asked[key] = key
             return out
-        if ask.gang is None:
-            self.asked[key] = key
+        gang = ask.gang
+        if gang is None or (app, gang.ask) in self.gangs_asked:
+            self.asked[key] = key  # alone, or after its gang was asked for: an ordinary one-pod ask
             out.events.append(ask.feed_event(partition=self.partition, t=t, event_id=event_id("pod", pod)))
             return out
-        members = self.gang_members.setdefault((app, ask.gang.ask), set())
+        members = self.gang_members.setdefault((app, gang.ask), set())
         members.add(key)
-        if len(members) < max(1, ask.gang.min_member):
-            return out  # the gang is asked for once its minimum is there, all together
-        pending = [self.pods[k] for k in sorted(members)]
-        whole = mapping.gang_ask([mapping.map_pod(p, pod_group=self._pod_group(p)) for p in pending])
-        for member in members:
-            self.asked[member] = ask.gang.ask
+        if len(members) < max(1, gang.min_member):
+            return out  # a gang is asked for once its minimum waits, all together
+        pending = mapping.gang_members([self.pods[k] for k in members])
+        whole = mapping.gang_ask([self._map(p) for p in pending])
+        if whole.refused:
+            for member in pending:
+                self.asked[pod_key(member)] = gang.ask
+            out.notices.extend(self._notice(p, "Unexpressed", u.message) for p in pending for u in whole.unexpressed)
+            return out
+        self.gangs_asked.add((app, gang.ask))
+        for member in pending:
+            self.asked[pod_key(member)] = gang.ask
         ids = ",".join(event_id("pod", p) for p in pending)
         out.events.append(whole.feed_event(partition=self.partition, t=t, event_id=f"gang/{app}/{_digest(ids)}"))
         return out
 
     def _pod_group(self, pod: KubeObject) -> KubeObject | None:
-        name = ((pod.get("metadata") or {}).get("labels") or {}).get("scheduling.x-k8s.io/pod-group")
+        labels = (pod.get("metadata") or {}).get("labels") or {}
+        name = next((labels[k] for k in mapping.POD_GROUP_LABELS if labels.get(k)), None)
         if not name:
             return None
         return self.pod_groups.get(f"{(pod.get('metadata') or {}).get('namespace', '')}/{name}")
@@ -428,9 +443,10 @@ class ClusterView:
         if pod is not None:
             return pod
         promised = set(self.allocation_of_pod)
-        for key in sorted(self.gang_members.get((app, ask), ())):
-            if key not in promised and self.roles.get(key) is PodRole.ASK:
-                return self.pods.get(key)
+        waiting = [self.pods[k] for k in self.gang_members.get((app, ask), ()) if k in self.pods]
+        for member in mapping.gang_members(waiting):
+            if pod_key(member) not in promised and self.roles.get(pod_key(member)) is PodRole.ASK:
+                return self.pods[pod_key(member)]
         return None
 
     def promise(self, allocation: str, pod: KubeObject) -> None:
