@@ -480,3 +480,89 @@ async def test_the_shims_client_library_reads_the_kubeconfig_without_credentials
         nodes = await client.CoreV1Api(api_client).list_node()
     assert [n.metadata.name for n in nodes.items] == ["n-1"]
     assert nodes.items[0].status.allocatable == {"cpu": "4", "memory": "8Gi", "pods": "110", "nvidia.com/gpu": "2"}
+
+
+async def test_a_terminating_pod_is_modified_with_a_deletion_timestamp_then_deleted_when_its_kubelet_finishes(
+    kube_api: KubeApiServer,
+) -> None:
+    kube_api.create(node("n-1"))
+    kube_api.create(pod("p-1", node_name="n-1"))
+    async with http(kube_api) as session, watching(session, "/api/v1/pods", resourceVersion=str(kube_api.rv)) as w:
+        kube_api.remove("pods", "p-1", "default", grace=10)
+        [terminating] = await w.events(1)
+        kube_api.finish_terminations(["p-1"])
+        [deleted] = await w.events(1)
+    assert terminating["type"] == "MODIFIED"
+    assert terminating["object"]["metadata"]["deletionGracePeriodSeconds"] == 10
+    assert deleted["type"] == "DELETED" and deleted["object"]["metadata"]["name"] == "p-1"
+    assert int(deleted["object"]["metadata"]["resourceVersion"]) == kube_api.rv
+
+
+async def test_an_eviction_of_a_pod_under_two_budgets_is_a_500_and_a_pending_pod_ignores_its_budget(
+    kube_api: KubeApiServer,
+) -> None:
+    kube_api.create(node("n-1"))
+    kube_api.create(pod("bound", node_name="n-1", labels={"app": "web"}))
+    kube_api.set_phase("bound", "default", "Running")
+    kube_api.create(pod("waiting", labels={"app": "web"}))
+    for name in ("one", "two"):
+        budget = {"minAvailable": "100%", "selector": {"matchLabels": {"app": "web"}}}
+        kube_api.create(
+            {
+                "apiVersion": "policy/v1",
+                "kind": "PodDisruptionBudget",
+                "metadata": {"name": name, "namespace": "default"},
+                "spec": budget,
+            }
+        )
+    async with http(kube_api) as session:
+        two_code, two = await call(
+            session, "POST", "/api/v1/namespaces/default/pods/bound/eviction", json=eviction_body("bound", 5)
+        )
+        pending_code, _ = await call(
+            session, "POST", "/api/v1/namespaces/default/pods/waiting/eviction", json=eviction_body("waiting", 5)
+        )
+    assert two_code == 500 and "more than one PodDisruptionBudget" in two["message"]
+    assert pending_code == 201 and kube_api.get("pods", "waiting") is None
+
+
+async def test_writes_keep_the_resource_version_global_and_a_no_op_write_keeps_it_unchanged() -> None:
+    api = everything()
+    api.create(node("n-1"))
+    api.create(pod("p-1"))
+    async with api.serving(), http(api) as session:
+        _, current = await call(session, "GET", "/api/v1/nodes/n-1")
+        same_code, same = await call(session, "PUT", "/api/v1/nodes/n-1", json=current)
+        patch = [{"op": "add", "path": "/metadata/labels/zone", "value": "a"}]
+        headers = {"Content-Type": "application/json-patch+json"}
+        json_code, patched = await call(session, "PATCH", "/api/v1/nodes/n-1", data=json.dumps(patch), headers=headers)
+        failed = [{"op": "test", "path": "/metadata/labels/zone", "value": "b"}]
+        test_code, _ = await call(session, "PATCH", "/api/v1/nodes/n-1", data=json.dumps(failed), headers=headers)
+        stale = {"metadata": {"resourceVersion": current["metadata"]["resourceVersion"], "labels": {"x": "y"}}}
+        stale_code, _ = await call(
+            session,
+            "PATCH",
+            "/api/v1/nodes/n-1",
+            data=json.dumps(stale),
+            headers={"Content-Type": "application/merge-patch+json"},
+        )
+    assert same_code == 200 and same["metadata"]["resourceVersion"] == current["metadata"]["resourceVersion"]
+    assert json_code == 200 and patched["metadata"]["labels"]["zone"] == "a"
+    assert int(patched["metadata"]["resourceVersion"]) == 3  # after the node (1) and the pod (2)
+    assert test_code == 422
+    assert stale_code == 409  # a patch that names a resourceVersion is a precondition
+
+
+async def test_an_unknown_resource_is_a_404_and_a_namespace_mismatch_is_a_400() -> None:
+    api = everything()
+    async with api.serving(), http(api) as session:
+        secret_code, _ = await call(session, "GET", "/api/v1/namespaces/default/secrets")
+        cluster_code, _ = await call(session, "GET", "/api/v1/namespaces/default/nodes")
+        body = pod("p-1", namespace="other")
+        mismatch_code, _ = await call(session, "POST", "/api/v1/namespaces/default/pods", json=body)
+        generated = {**pod("ignored"), "metadata": {"generateName": "job-", "namespace": "default"}}
+        made_code, made = await call(session, "POST", "/api/v1/namespaces/default/pods", json=generated)
+    assert secret_code == 404 and cluster_code == 404
+    assert mismatch_code == 400
+    assert made_code == 201 and made["metadata"]["name"].startswith("job-")
+    assert made["status"] == {"phase": "Pending"}  # a new pod's status is the API server's
