@@ -9,6 +9,8 @@ from typing import Any
 
 import msgspec
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from sniper.core.resources import QuantityError, parse_quantity
 from sniper.kubernetes import mapping
@@ -161,6 +163,22 @@ def test_a_bad_quantity_is_a_clear_error_naming_the_field(value: object, fragmen
     with pytest.raises(KubeObjectError, match=fragment) as info:
         resources({"memory": value}, "spec.containers[0].resources.requests", round_up=True)
     assert str(info.value).startswith("spec.containers[0].resources.requests.memory: memory:")
+
+
+@given(st.integers(0, 10**15), st.sampled_from(["cpu", "memory", "nvidia.com/gpu"]))
+def test_every_way_the_api_server_writes_an_amount_means_the_same(milli: int, name: str) -> None:
+    """``1500m``, ``1.5``, ``15e-1`` and ``1500e-3`` are one amount; rounded down it is never above rounded up,
+    and never more than one unit below."""
+    whole, fraction = divmod(milli, 1000)
+    forms = [f"{milli}m", f"{whole}.{fraction:03d}", f"{milli}e-3", f"{milli * 1000}u"]
+    if fraction == 0:
+        forms += [str(whole), f"{whole}e0"]
+    ups = {quantity(name, form, round_up=True) for form in forms}
+    downs = {quantity(name, form, round_up=False) for form in forms}
+    assert len(ups) == 1 and len(downs) == 1
+    assert downs.pop() <= (up := ups.pop()) <= quantity(name, f"{milli}m", round_up=False) + 1
+    if name == "cpu":
+        assert up == milli
 
 
 def test_a_queue_config_keeps_refusing_what_only_api_objects_write() -> None:
