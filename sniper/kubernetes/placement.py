@@ -17,6 +17,8 @@ here they are applied as YuniKorn's core applies them (``pkg/scheduler/placement
   ``partition_config`` before the app. An existing queue matches when it is a leaf, not declared a parent.
 - When no rule matches, ``root.default`` if the configuration has that leaf; else the app is refused
   (:class:`PlacementError`, which the shim says on the pod). A queue name that is not valid is an error.
+- Unlike YuniKorn, queues' ``submitacl`` is not checked (Sniper has no access control), and a queue
+  created gets no ``childtemplate``.
 - No rules at all: YuniKorn's defaults, ``provided`` (existing queues only) then ``tag namespace`` with
   ``create``: an app runs in the queue its pods name, else in ``root.<namespace>``.
 
