@@ -25,19 +25,18 @@ credentials) at ``kube_api.kubeconfig``.
 from __future__ import annotations
 
 import contextlib
-import copy
 import datetime
-import json
 import math
 import re
 import uuid
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 import anyio
+import msgspec
 import pytest
 import yaml
 from aiohttp import web
@@ -290,7 +289,7 @@ MERGE_KEYS = {
 def merge_patch(target: Any, patch: Any) -> Any:
     """RFC 7386 JSON merge patch: maps merge, null deletes, anything else replaces."""
     if not isinstance(patch, dict):
-        return copy.deepcopy(patch)
+        return clone(patch)
     out = dict(target) if isinstance(target, dict) else {}
     for key, value in patch.items():
         if value is None:
@@ -318,25 +317,25 @@ def strategic_merge_patch(target: Any, patch: Any, key: str = "") -> Any:
         return out
     if isinstance(patch, list) and key in MERGE_KEYS and isinstance(target, list):
         merge_key = MERGE_KEYS[key]
-        merged = [copy.deepcopy(item) for item in target]
+        merged = [clone(item) for item in target]
         for item in patch:
             at = next((i for i, old in enumerate(merged) if old.get(merge_key) == item.get(merge_key)), None)
             if item.get("$patch") == "delete":
                 if at is not None:
                     merged.pop(at)
             elif at is None:
-                merged.append(copy.deepcopy(item))
+                merged.append(clone(item))
             else:
                 merged[at] = strategic_merge_patch(merged[at], item, "")
         return merged
     if isinstance(patch, list) and key == "finalizers" and isinstance(target, list):
         return list(target) + [f for f in patch if f not in target]
-    return copy.deepcopy(patch)
+    return clone(patch)
 
 
 def json_patch(target: Obj, operations: list[Obj]) -> Obj:
     """RFC 6902 JSON patch (add, remove, replace, test); a failed ``test`` or a missing path is a 422."""
-    doc: Any = copy.deepcopy(target)
+    doc: Any = clone(target)
 
     def walk(path: str) -> tuple[Any, str]:
         parts = [p.replace("~1", "/").replace("~0", "~") for p in path.split("/")[1:]]
@@ -498,21 +497,20 @@ def pod(
 
 
 # ---------------------------------------------------------------------------------------------- the server
-@dataclass
+@dataclass(frozen=True)
 class Change:
-    """One write: the history entry every watch is fed from."""
+    """One write: the history entry every watch is fed from. ``obj`` and ``old`` are stored objects (never
+    changed in place: a write stores a new one); ``encoded`` is ``obj`` as served, with kind and apiVersion."""
 
     rv: int
     kind: Kind
     type: str  # ADDED, MODIFIED, DELETED
     obj: Obj
     old: Obj | None
-    _line: dict[str, bytes] = field(default_factory=dict)
+    encoded: bytes
 
     def line(self, event_type: str) -> bytes:
-        if event_type not in self._line:
-            self._line[event_type] = json.dumps({"type": event_type, "object": self.obj}).encode() + b"\n"
-        return self._line[event_type]
+        return event_line(event_type, self.encoded)
 
 
 @dataclass(eq=False)
@@ -598,7 +596,7 @@ class KubeApiServer:
     def create(self, obj: Obj) -> Obj:
         """Add an object (its ``apiVersion``/``kind`` say which); returns it as stored."""
         kind = BY_KIND[(obj["apiVersion"], obj["kind"])]
-        return self._create(kind, copy.deepcopy(obj), (obj.get("metadata") or {}).get("namespace"))
+        return self._create(kind, clone(obj), (obj.get("metadata") or {}).get("namespace"))
 
     def get(self, kind: str, name: str, namespace: str | None = None) -> Obj | None:
         """An object as stored (a copy), or None."""
@@ -617,7 +615,7 @@ class KubeApiServer:
         """Change an object in place (a function given a copy) or by a strategic merge patch, status and all."""
         k = kind_of(kind)
         old = self._stored(k, scope(k, namespace), name)
-        new = copy.deepcopy(old)
+        new = clone(old)
         if callable(change):
             change(new)
         else:
@@ -643,7 +641,7 @@ class KubeApiServer:
                 continue
             if (wanted is not None and name not in wanted) or (namespace is not None and ns != namespace):
                 continue
-            self._commit(kind_of("pods"), "DELETED", copy.deepcopy(obj), obj)
+            self._commit(kind_of("pods"), "DELETED", clone(obj), obj)
             done.append(f"{ns}/{name}")
         return done
 
@@ -709,9 +707,7 @@ class KubeApiServer:
         self._changed = anyio.Event()
 
     def _served(self, kind: Kind, obj: Obj) -> Obj:
-        out = copy.deepcopy(obj)
-        out["apiVersion"], out["kind"] = kind.api_version, kind.kind
-        return out
+        return {"kind": kind.kind, "apiVersion": kind.api_version, **clone(obj)}
 
     def _stored(self, kind: Kind, namespace: str, name: str) -> Obj:
         found = self.objects[kind].get((namespace, name))
@@ -728,14 +724,15 @@ class KubeApiServer:
             self.objects[kind].pop(key, None)
         else:
             self.objects[kind][key] = obj
-        change = Change(self.rv, kind, event, self._served(kind, obj), old)
+        served = self._served(kind, obj)
+        change = Change(self.rv, kind, event, obj, old, ENCODE(served))
         self.history.append(change)
         while len(self.history) > self.history_limit:
             self.floor = self.history.popleft().rv
         for watch in list(self.watches):
             watch.offer(change)
         self._notify()
-        return self._served(kind, obj)
+        return served
 
     def _create(self, kind: Kind, obj: Obj, namespace: str | None) -> Obj:
         meta = obj.setdefault("metadata", {})
@@ -828,16 +825,16 @@ class KubeApiServer:
                 f"{old['metadata']['resourceVersion']}",
             )
         if kind.kind != "Pod":
-            return self._commit(kind, "DELETED", copy.deepcopy(old), old)
+            return self._commit(kind, "DELETED", clone(old), old)
         if grace is None:
             grace = int(old["spec"].get("terminationGracePeriodSeconds", 30))
         unstarted = not old["spec"].get("nodeName") or old["status"].get("phase") in TERMINAL_PHASES
         if grace <= 0 or unstarted:
-            return self._commit(kind, "DELETED", copy.deepcopy(old), old)
+            return self._commit(kind, "DELETED", clone(old), old)
         current = old["metadata"].get("deletionGracePeriodSeconds")
         if current is not None and current <= grace:
             return self._served(kind, old)  # already terminating at least as fast
-        new = copy.deepcopy(old)
+        new = clone(old)
         new["metadata"]["deletionTimestamp"] = timestamp(grace)
         new["metadata"]["deletionGracePeriodSeconds"] = grace
         return self._commit(kind, "MODIFIED", new, old)
@@ -851,7 +848,7 @@ class KubeApiServer:
                 "metadata": {"resourceVersion": str(self.rv)},
             },
         }
-        return json.dumps(body).encode() + b"\n"
+        return ENCODE(body) + b"\n"
 
     # ---- pods' subresources
     def _bind(self, namespace: str, name: str, binding: Obj) -> Obj:
@@ -871,7 +868,7 @@ class KubeApiServer:
             raise conflict(pods, name, f"pod {name} is being deleted, cannot be assigned to a host")
         if old["spec"].get("nodeName"):
             raise conflict(pods, name, f'pod {name} is already assigned to node "{old["spec"]["nodeName"]}"')
-        new = copy.deepcopy(old)
+        new = clone(old)
         new["spec"]["nodeName"] = target
         annotations = (binding.get("metadata") or {}).get("annotations") or {}
         if annotations:
@@ -990,7 +987,7 @@ class KubeApiServer:
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         if request.path in DISCOVERY:
-            return web.json_response(DISCOVERY[request.path])
+            return respond(DISCOVERY[request.path], 200)
         body: Any = None
         verb, group, resource, namespace, name = "", "", "", None, None
 
@@ -1030,7 +1027,7 @@ class KubeApiServer:
             record(500)  # a fault of the stand-in itself: aiohttp logs it and answers 500
             raise
         record(code)
-        return web.json_response(answer, status=code)
+        return respond(answer, code)
 
     def _authorize(self, group: str, resource: str, verb: str, namespace: str | None, name: str | None) -> None:
         self.rbac_used.add((group, resource, verb))
@@ -1072,7 +1069,7 @@ class KubeApiServer:
                 raise bad_request(
                     "the namespace of the provided object does not match the namespace sent on the request"
                 )
-            obj = copy.deepcopy(body)
+            obj = clone(body)
             if kind.has_status:
                 obj.pop("status", None)  # a new object's status is the API server's (a pod starts Pending)
             return self._create(kind, obj, namespace), 201
@@ -1117,7 +1114,7 @@ class KubeApiServer:
 
     def _list(self, kind: Kind, namespace: str | None, query: Mapping[str, str]) -> Obj:
         selection = selection_of(kind, namespace, query)
-        items = [copy.deepcopy(o) for _, o in sorted(self.objects[kind].items()) if selection.matches(o)]
+        items = [o for _, o in sorted(self.objects[kind].items()) if selection.matches(o)]  # encoded at once
         limit = int(query.get("limit") or 0)
         meta: Obj = {"resourceVersion": str(self.rv)}
         start = int(query.get("continue") or 0)
@@ -1134,7 +1131,7 @@ class KubeApiServer:
         if (body.get("metadata") or {}).get("name") not in (None, name):
             raise bad_request("the name of the object does not match the name on the URL")
         old = self._stored(kind, namespace, name)
-        new = self._confine(kind, old, copy.deepcopy(body), status_only)
+        new = self._confine(kind, old, clone(body), status_only)
         return self._write(kind, new, old)
 
     def _patch(
@@ -1167,12 +1164,12 @@ class KubeApiServer:
         """What an endpoint may change: ``/status`` only the status, the main endpoint all but the status
         (of a kind with a status subresource); a pod's spec only in its images and tolerations."""
         if status_only:
-            merged = copy.deepcopy(old)
+            merged: Obj = clone(old)
             merged["status"] = new.get("status") or {}
             merged["metadata"]["resourceVersion"] = (new.get("metadata") or {}).get("resourceVersion")
             return merged
         if kind.has_status:
-            new["status"] = copy.deepcopy(old.get("status") or {})
+            new["status"] = clone(old.get("status") or {})
         if kind.kind == "Pod":
             mutable = ("containers", "initContainers", "tolerations", "activeDeadlineSeconds")
             before = {k: v for k, v in old["spec"].items() if k not in mutable}
@@ -1214,10 +1211,10 @@ class KubeApiServer:
         if start == 0:
             for _, obj in sorted(self.objects[kind].items()):
                 if selection.matches(obj):
-                    send.send_nowait(json.dumps({"type": "ADDED", "object": self._served(kind, obj)}).encode() + b"\n")
+                    send.send_nowait(event_line("ADDED", ENCODE(self._served(kind, obj))))
         elif start < self.floor:
             expired = ApiError(410, "Expired", f"too old resource version: {start} ({self.floor})")
-            send.send_nowait(json.dumps({"type": "ERROR", "object": expired.status()}).encode() + b"\n")
+            send.send_nowait(event_line("ERROR", ENCODE(expired.status())))
             send.close()
             return watch
         else:
@@ -1260,6 +1257,24 @@ DISCOVERY: dict[str, Obj] = {
 
 NAMESPACE_SUBRESOURCES = ("status", "finalize")
 SUBRESOURCES = {"Pod": ("status", "binding", "eviction")}
+
+
+ENCODE = msgspec.json.Encoder().encode
+DECODE = msgspec.json.Decoder().decode
+
+
+def clone(obj: Any) -> Any:
+    """A deep copy of a JSON value (through msgspec: an order of magnitude faster than copy.deepcopy)."""
+    return DECODE(ENCODE(obj))
+
+
+def event_line(event_type: str, encoded: bytes) -> bytes:
+    """One watch event as the API server streams it: a JSON object on a line."""
+    return b'{"type":"' + event_type.encode() + b'","object":' + encoded + b"}\n"
+
+
+def respond(body: Obj, status: int) -> web.Response:
+    return web.Response(body=ENCODE(body), status=status, content_type="application/json")
 
 
 def scope(kind: Kind, namespace: str | None) -> str:
@@ -1363,8 +1378,8 @@ def http_verb(method: str, name: str | None, query: Mapping[str, str]) -> str:
 
 def decode_body(raw: bytes) -> Any:
     try:
-        return json.loads(raw)
-    except ValueError as error:
+        return DECODE(raw)
+    except msgspec.DecodeError as error:
         raise bad_request(f"the body of the request was in an unknown format: {error}") from None
 
 
