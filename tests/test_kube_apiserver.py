@@ -566,3 +566,11 @@ async def test_an_unknown_resource_is_a_404_and_a_namespace_mismatch_is_a_400() 
     assert mismatch_code == 400
     assert made_code == 201 and made["metadata"]["name"].startswith("job-")
     assert made["status"] == {"phase": "Pending"}  # a new pod's status is the API server's
+
+
+async def test_the_grants_no_request_used_are_named(kube_api: KubeApiServer) -> None:
+    assert kube_api.role is not None
+    assert kube_api.unused_grants() == kube_api.role.triples()
+    async with http(kube_api) as session:
+        await call(session, "GET", "/api/v1/nodes")
+    assert kube_api.unused_grants() == kube_api.role.triples() - {("", "nodes", "list")}
