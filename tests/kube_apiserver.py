@@ -8,7 +8,8 @@ one; an object leaving a watch's selectors arrives as ``DELETED``; writes with a
 are ``409``; the main endpoint of a kind with a status subresource ignores ``status`` (and ``/status``
 changes nothing else); a pod's spec is immutable but for the image and tolerations; ``pods/binding``
 answers a ``Status``, ``409`` when the pod is bound already, and copies the Binding's annotations onto the
-pod; ``pods/eviction`` answers ``429`` while the pod's PodDisruptionBudget allows no disruption;
+pod; ``pods/eviction`` answers ``429`` while the pod's PodDisruptionBudget allows no disruption (counted
+from the pods as the disruption controller counts them: Running and Ready, not terminating);
 ``gracePeriodSeconds`` is an integer (a float is a ``400``); ``preconditions`` are ``409`` on mismatch; a
 bound pod deleted with a grace period keeps running with a ``deletionTimestamp`` until the test says its
 kubelet finished (:meth:`KubeApiServer.finish_terminations`). Every HTTP request is checked against the
@@ -110,14 +111,14 @@ KINDS: tuple[Kind, ...] = (
 )
 BY_PATH = {(k.prefix, k.plural): k for k in KINDS}
 BY_KIND = {(k.api_version, k.kind): k for k in KINDS}
-BY_PLURAL = {k.plural: k for k in KINDS if not k.group or k.plural not in ("events",)}
-BY_PLURAL.update({f"{k.plural}.{k.group}": k for k in KINDS if k.group})
+# By plural ("pods") and by plural.group ("leases.coordination.k8s.io"); a bare plural names the first kind
+# with it (core events, not events.k8s.io's).
+BY_PLURAL = {k.plural: k for k in reversed(KINDS)} | {f"{k.plural}.{k.group}": k for k in KINDS if k.group}
 
 
 def kind_of(name: str) -> Kind:
     """A kind by plural (``pods``), by plural.group (``leases.coordination.k8s.io``) or by Kind name."""
-    found = BY_PLURAL.get(name) or next((k for k in KINDS if k.kind == name and not k.group), None)
-    found = found or next((k for k in KINDS if k.kind == name), None)
+    found = BY_PLURAL.get(name) or next((k for k in KINDS if k.kind == name), None)
     if found is None:
         raise KeyError(f"the stand-in does not serve {name!r}")
     return found
@@ -590,7 +591,6 @@ class KubeApiServer:
         self.kubeconfig: Path | None = None
         self.url = ""
         self._changed = anyio.Event()
-        self._runner: web.AppRunner | None = None
 
     # ---- the Python API: what tests (kubelets, users, other schedulers) do directly
     def create(self, obj: Obj) -> Obj:
@@ -980,7 +980,6 @@ class KubeApiServer:
         await site.start()
         host, port = runner.addresses[0][:2]
         self.url = f"http://{host}:{port}"
-        self._runner = runner
         if kubeconfig is not None:
             await anyio.Path(kubeconfig).write_text(kubeconfig_text(self.url))
             self.kubeconfig = kubeconfig
