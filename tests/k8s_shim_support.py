@@ -22,12 +22,13 @@ import anyio.abc
 from sniper.cluster.process import CoreOptions
 from sniper.cluster.roles import core_process
 from sniper.core.config import load_config
+from sniper.kubernetes.objects import ALLOCATION_ANNOTATION
 from sniper.kubernetes.process import ProcessOptions, run_shim
 from sniper.kubernetes.shim import QueuesSource, Shim, ShimOptions
 from sniper.messages import decisions as d
 from sniper.transport.bus import DECISIONS
 from sniper.transport.kafka import KafkaBus, KafkaSettings
-from tests.kube_apiserver import KubeApiServer
+from tests.kube_apiserver import KubeApiServer, pod
 
 # Two queues with equal guarantees; batch may borrow what prod does not use, and gives it back with a grace.
 QUEUES = """
@@ -154,3 +155,40 @@ async def whole_path(
             yield world
         finally:
             tg.cancel_scope.cancel()
+
+
+def fill_with_batch(world: WholePath, count: int = 8) -> list[str]:
+    """``count`` one-core pods of the app ``etl`` in the namespace (and queue) batch; their keys."""
+    names = [f"batch-{i}" for i in range(count)]
+    for name in names:
+        world.api.create(pod(name, "batch", cpu="1", memory="1Gi", labels={"applicationId": "etl"}))
+    return [f"batch/{n}" for n in names]
+
+
+def evicted(world: WholePath) -> dict[str, int]:
+    """``namespace/name`` -> the gracePeriodSeconds of each eviction the API server accepted."""
+    out = {}
+    for served in world.api.served(verb="create", resource="pods/eviction"):
+        if served.code in (200, 201):
+            out[f"{served.namespace}/{served.name}"] = served.body["deleteOptions"]["gracePeriodSeconds"]
+    return out
+
+
+def victims(world: WholePath) -> set[str]:
+    """The pods Sniper chose as victims: the pods carrying the ``preempt`` decisions' allocations."""
+    chosen = {p.allocation for p in world.of(d.Preempt)}
+    return {
+        f"{o['metadata']['namespace']}/{o['metadata']['name']}"
+        for o in world.api.list_of("pods")
+        if (o["metadata"].get("annotations") or {}).get(ALLOCATION_ANNOTATION) in chosen
+    }
+
+
+def prod_bound(api: KubeApiServer) -> dict[str, str]:
+    """The pods of the namespace prod that are bound, and their nodes."""
+    return {k: v for k, v in api.bound().items() if k.startswith("prod/")}
+
+
+def unready(target: dict[str, Any]) -> None:
+    """A kubelet reports the pod not Ready (a disruption budget no longer counts it healthy)."""
+    target["status"]["conditions"] = [{"type": "Ready", "status": "False"}]

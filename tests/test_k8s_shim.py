@@ -12,39 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from sniper.kubernetes.objects import ALLOCATION_ANNOTATION
 from sniper.messages import decisions as d
 from sniper.transport.kafka import KafkaSettings
-from tests.k8s_shim_support import WholePath, whole_path
+from tests.k8s_shim_support import evicted, fill_with_batch, victims, whole_path
 from tests.kube_apiserver import KubeApiServer, node, pod
 
 pytestmark = pytest.mark.kafka
-
-
-def fill_with_batch(world: WholePath, count: int = 8) -> list[str]:
-    names = [f"batch-{i}" for i in range(count)]
-    for name in names:
-        world.api.create(pod(name, "batch", cpu="1", memory="1Gi", labels={"applicationId": "etl"}))
-    return [f"batch/{n}" for n in names]
-
-
-def evicted(world: WholePath) -> dict[str, int]:
-    """``namespace/name`` -> the gracePeriodSeconds of each eviction the API server accepted."""
-    out = {}
-    for served in world.api.served(verb="create", resource="pods/eviction"):
-        if served.code in (200, 201):
-            out[f"{served.namespace}/{served.name}"] = served.body["deleteOptions"]["gracePeriodSeconds"]
-    return out
-
-
-def victims(world: WholePath) -> set[str]:
-    """The pods Sniper chose as victims: the pods carrying the ``preempt`` decisions' allocations."""
-    chosen = {p.allocation for p in world.of(d.Preempt)}
-    return {
-        f"{o['metadata']['namespace']}/{o['metadata']['name']}"
-        for o in world.api.list_of("pods")
-        if (o["metadata"].get("annotations") or {}).get(ALLOCATION_ANNOTATION) in chosen
-    }
 
 
 async def test_the_large_container_loop_evicts_exactly_the_chosen_victims_with_the_grace_and_binds_prod_there(

@@ -1,0 +1,160 @@
+"""``sniper k8s`` when things go wrong mid-way: watches dropped and compacted, a budget that refuses, nodes
+cordoned or deleted during a grace, the shim killed during a preemption. Whole path: stand-in, broker, core.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from sniper.messages import decisions as d
+from sniper.transport.kafka import KafkaSettings
+from tests.k8s_shim_support import evicted, fill_with_batch, prod_bound, unready, victims, whole_path
+from tests.kube_apiserver import KubeApiServer, node, pod
+
+pytestmark = pytest.mark.kafka
+
+
+async def test_a_dropped_watch_resumes_and_a_compacted_one_relists_without_losing_a_change(
+    kube_api: KubeApiServer, kafka_settings: KafkaSettings, tmp_path: Path
+) -> None:
+    api = kube_api
+    api.create(node("n1", cpu="2", memory="4Gi"))
+    async with whole_path(api, kafka_settings, tmp_path) as world:
+        shim = await world.ready(await world.start_shim())
+        nodes, pods = shim.informers["nodes"], shim.informers["pods"]
+        api.create(pod("a", "batch", labels={"applicationId": "a"}))
+        await world.until(lambda: "batch/a" in api.bound())
+        # A bookmark carries the nodes' watch past the pods' changes: a compaction then costs it nothing.
+        api.bookmark()
+        await world.until(lambda: nodes.version == str(api.rv))
+        api.compact()
+        api.drop_watches()
+        api.create(pod("b", "batch", labels={"applicationId": "a"}))
+        await world.until(lambda: "batch/b" in api.bound())
+        assert (nodes.lists, pods.lists) == (1, 1)
+        assert nodes.resumes >= 1 and pods.resumes >= 1
+        # Without one, the nodes' watch resumes from before the compaction: a 200 with an ERROR 410 inside.
+        api.create(pod("c", "batch", labels={"applicationId": "a"}))  # no room: waits
+        api.compact()
+        api.drop_watches()
+        api.create(node("n2", cpu="2", memory="4Gi"))
+        await world.until(lambda: api.bound().get("batch/c") == "n2")
+        assert nodes.lists == 2
+        assert len(api.served(verb="create", resource="pods/binding")) == 3
+
+
+async def test_a_budget_that_refuses_is_retried_until_the_deadline_then_the_victim_is_killed(
+    kube_api: KubeApiServer, kafka_settings: KafkaSettings, tmp_path: Path
+) -> None:
+    api = kube_api
+    api.create(node("n1", cpu="4", memory="8Gi"))
+    api.create(node("n2", cpu="4", memory="8Gi"))
+    api.create(
+        {
+            "apiVersion": "policy/v1",
+            "kind": "PodDisruptionBudget",
+            "metadata": {"name": "etl", "namespace": "batch"},
+            "spec": {"maxUnavailable": 1, "selector": {"matchLabels": {"applicationId": "etl"}}},
+        }
+    )
+    async with whole_path(api, kafka_settings, tmp_path) as world:
+        await world.ready(await world.start_shim())
+        batch = fill_with_batch(world)
+        await world.until(lambda: set(batch) <= set(api.bound()))
+        # Two pods fall unready: the budget (7 healthy wanted) is spent, every eviction is a 429.
+        api.modify("pods", "batch-0", unready, "batch")
+        api.modify("pods", "batch-1", unready, "batch")
+        api.create(pod("web", "prod", cpu="1", memory="1Gi", labels={"applicationId": "web"}))
+        await world.until(lambda: world.of(d.Kill))
+        (kill,) = world.of(d.Kill)
+        (preempt,) = world.of(d.Preempt)
+        assert kill.allocation == preempt.allocation
+        refused = api.served(verb="create", resource="pods/eviction", code=429)
+        assert len(refused) >= 2, "retried while the budget was spent"
+        assert not evicted(world)
+        await world.until(lambda: prod_bound(api))
+        deletes = [s for s in api.served(verb="delete", resource="pods") if s.code == 200]
+        assert len(deletes) == 1
+        assert deletes[0].body["gracePeriodSeconds"] == 0
+        assert deletes[0].body["preconditions"]["uid"]
+        assert f"{deletes[0].namespace}/{deletes[0].name}" not in api.bound()
+        assert prod_bound(api) == {"prod/web": preempt.node}
+
+
+async def test_a_node_cordoned_mid_grace_gets_no_beneficiary_until_it_is_uncordoned(
+    kube_api: KubeApiServer, kafka_settings: KafkaSettings, tmp_path: Path
+) -> None:
+    api = kube_api
+    api.create(node("n1", cpu="4", memory="8Gi"))
+    api.create(node("n2", cpu="4", memory="8Gi"))
+    async with whole_path(api, kafka_settings, tmp_path) as world:
+        await world.ready(await world.start_shim())
+        batch = fill_with_batch(world)
+        await world.until(lambda: set(batch) <= set(api.bound()))
+        api.create(pod("web", "prod", cpu="2", memory="2Gi", labels={"applicationId": "web"}))
+        await world.until(lambda: len(api.terminating()) == 2)
+        (target,) = {p.node for p in world.of(d.Preempt)}
+        api.modify("nodes", target, {"spec": {"unschedulable": True}})
+        api.finish_terminations()
+        chosen = {p.allocation for p in world.of(d.Preempt)}
+        await world.until(lambda: chosen <= {r.allocation for r in world.of(d.Released)})
+        assert "prod/web" not in api.bound()
+        api.modify("nodes", target, {"spec": {"unschedulable": False}})
+        await world.until(lambda: prod_bound(api))
+        assert prod_bound(api) == {"prod/web": target}
+
+
+async def test_a_node_deleted_mid_grace_loses_its_pods_and_the_beneficiary_waits_for_room_elsewhere(
+    kube_api: KubeApiServer, kafka_settings: KafkaSettings, tmp_path: Path
+) -> None:
+    api = kube_api
+    api.create(node("n1", cpu="4", memory="8Gi"))
+    api.create(node("n2", cpu="4", memory="8Gi"))
+    async with whole_path(api, kafka_settings, tmp_path) as world:
+        await world.ready(await world.start_shim())
+        batch = fill_with_batch(world)
+        await world.until(lambda: set(batch) <= set(api.bound()))
+        api.create(pod("web", "prod", cpu="2", memory="2Gi", labels={"applicationId": "web"}))
+        await world.until(lambda: len(api.terminating()) == 2)
+        (target,) = {p.node for p in world.of(d.Preempt)}
+        api.remove("nodes", target)
+        lost = await world.until(lambda: len(world.of(d.AllocationLost)) == 4 and world.of(d.AllocationLost))
+        assert {x.node for x in lost} == {target}
+        api.finish_terminations()  # the victims' kubelet went with its node
+        # batch is down to its guarantee on the node left: nothing more may be preempted; a new node serves.
+        api.create(node("n3", cpu="4", memory="8Gi"))
+        await world.until(lambda: prod_bound(api))
+        assert prod_bound(api) == {"prod/web": "n3"}
+        assert len(world.of(d.Preempt)) == 2
+        assert target not in {s.body["target"]["name"] for s in api.served(verb="create", resource="pods/binding")[8:]}
+
+
+async def test_a_shim_killed_mid_preemption_and_restarted_closes_the_loop_and_binds_each_pod_once(
+    kube_api: KubeApiServer, kafka_settings: KafkaSettings, tmp_path: Path
+) -> None:
+    api = kube_api
+    api.create(node("n1", cpu="4", memory="8Gi"))
+    api.create(node("n2", cpu="4", memory="8Gi"))
+    async with whole_path(api, kafka_settings, tmp_path) as world:
+        first = await world.start_shim()
+        await world.ready(first)
+        batch = fill_with_batch(world)
+        await world.until(lambda: set(batch) <= set(api.bound()))
+        for i in range(2):
+            api.create(pod(f"web-{i}", "prod", cpu="2", memory="2Gi", labels={"applicationId": "web"}))
+        await world.until(lambda: len(api.terminating()) == 4)
+        chosen = victims(world)
+        first.kill()
+        await world.until(lambda: first.done.is_set())
+        api.finish_terminations()  # the victims go while no shim watches
+        evictions = len(api.served(verb="create", resource="pods/eviction"))
+        second = await world.start_shim()
+        await world.ready(second)
+        await world.until(lambda: len(prod_bound(api)) == 2)
+        assert len(api.served(verb="create", resource="pods/eviction")) == evictions, "evicted a pod already gone"
+        binds = [f"{s.namespace}/{s.name}" for s in api.served(verb="create", resource="pods/binding")]
+        assert sorted(binds) == sorted(set(binds)), "a pod bound twice"
+        assert set(binds) == set(batch) | {"prod/web-0", "prod/web-1"}
+        assert not chosen & set(api.bound())
