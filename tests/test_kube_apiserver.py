@@ -574,3 +574,16 @@ async def test_the_grants_no_request_used_are_named(kube_api: KubeApiServer) -> 
     async with http(kube_api) as session:
         await call(session, "GET", "/api/v1/nodes")
     assert kube_api.unused_grants() == kube_api.role.triples() - {("", "nodes", "list")}
+
+
+async def test_a_watch_ends_after_its_timeout_with_a_bookmark_when_it_allowed_them(kube_api: KubeApiServer) -> None:
+    kube_api.create(node("n-1"))
+    params = {"resourceVersion": str(kube_api.rv), "timeoutSeconds": "1", "allowWatchBookmarks": "true"}
+    async with http(kube_api) as session, watching(session, "/api/v1/nodes", **params) as w:
+        last = await w.next()
+        end = await w.next()
+    assert last == {
+        "type": "BOOKMARK",
+        "object": {"kind": "Node", "apiVersion": "v1", "metadata": {"resourceVersion": str(kube_api.rv)}},
+    }
+    assert end is None
