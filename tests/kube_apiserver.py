@@ -31,7 +31,7 @@ import math
 import re
 import uuid
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -521,10 +521,12 @@ class Watch:
     send: MemoryObjectSendStream[bytes]
     receive: MemoryObjectReceiveStream[bytes]
     timeout: float  # seconds (``timeoutSeconds``), inf if none
+    since: int  # the resourceVersion it is current to: an older change is not sent again
 
     def offer(self, change: Change) -> None:
-        if change.kind is not self.selection.kind:
+        if change.kind is not self.selection.kind or change.rv <= self.since:
             return
+        self.since = change.rv
         now = change.type != "DELETED" and self.selection.matches(change.obj)
         before = change.old is not None and self.selection.matches(change.old)
         if change.type == "DELETED":
@@ -588,6 +590,7 @@ class KubeApiServer:
         self.rbac_used: set[tuple[str, str, str]] = set()
         self.rbac_denied: list[tuple[str, str, str]] = []
         self.watches: set[Watch] = set()
+        self.lagging: dict[Kind, list[Change]] = {}  # kind -> changes its open watches have not been sent yet
         self.kubeconfig: Path | None = None
         self.url = ""
         self._changed = anyio.Event()
@@ -661,6 +664,24 @@ class KubeApiServer:
             if o["spec"].get("nodeName")
         }
 
+    @contextlib.contextmanager
+    def lag(self, kind: str) -> Iterator[None]:
+        """Hold back the changes of a kind from its open watches until the block ends (a watch cache that
+        lags behind storage): a client acts meanwhile on what it saw before, as it can in a real cluster."""
+        k = kind_of(kind)
+        self.lagging[k] = []
+        try:
+            yield
+        finally:
+            for change in self.lagging.pop(k):
+                for watch in list(self.watches):
+                    watch.offer(change)
+
+    @property
+    def changed(self) -> anyio.Event:
+        """Set at the next change or request served (a new event each time): to wait on it among others."""
+        return self._changed
+
     def drop_watches(self) -> int:
         """Close every open watch stream (as an API server restarting or a load balancer would)."""
         watches, self.watches = list(self.watches), set()
@@ -674,9 +695,9 @@ class KubeApiServer:
         self.floor = self.rv
 
     def bookmark(self) -> None:
-        """Send a BOOKMARK (the current resourceVersion) on every watch that allowed them."""
+        """Send a BOOKMARK (the current resourceVersion) on every watch that allowed them (not lagging)."""
         for watch in list(self.watches):
-            if watch.bookmarks:
+            if watch.bookmarks and watch.selection.kind not in self.lagging:
                 with contextlib.suppress(anyio.ClosedResourceError, anyio.BrokenResourceError):
                     watch.send.send_nowait(self._bookmark_line(watch.selection.kind))
 
@@ -734,8 +755,11 @@ class KubeApiServer:
         self.history.append(change)
         while len(self.history) > self.history_limit:
             self.floor = self.history.popleft().rv
-        for watch in list(self.watches):
-            watch.offer(change)
+        if kind in self.lagging:
+            self.lagging[kind].append(change)
+        else:
+            for watch in list(self.watches):
+                watch.offer(change)
         self._notify()
         return served
 
@@ -1211,6 +1235,7 @@ class KubeApiServer:
             send,
             receive,
             float(query.get("timeoutSeconds") or 0) or math.inf,
+            self.rv if start == 0 else start,
         )
         if start == 0:
             for _, obj in sorted(self.objects[kind].items()):

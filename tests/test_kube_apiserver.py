@@ -587,3 +587,25 @@ async def test_a_watch_ends_after_its_timeout_with_a_bookmark_when_it_allowed_th
         "object": {"kind": "Node", "apiVersion": "v1", "metadata": {"resourceVersion": str(kube_api.rv)}},
     }
     assert end is None
+
+
+async def test_a_lagging_watch_gets_the_held_changes_once_in_order_when_the_lag_ends(kube_api: KubeApiServer) -> None:
+    kube_api.create(node("n-1"))
+    start = kube_api.rv
+    params = {"resourceVersion": str(start), "allowWatchBookmarks": "true"}
+    async with http(kube_api) as session, watching(session, "/api/v1/nodes", **params) as w:
+        await kube_api.wait_for(lambda api: api.watches)
+        [watch] = kube_api.watches
+        with kube_api.lag("nodes"):
+            kube_api.create(node("n-2"))
+            kube_api.modify("nodes", "n-1", {"metadata": {"labels": {"zone": "a"}}})
+            kube_api.bookmark()  # a lagging watch is not told it is current
+            assert watch.since == start and kube_api.get("nodes", "n-2") is not None
+        kube_api.modify("nodes", "n-2", {"metadata": {"labels": {"zone": "b"}}})
+        events = await w.events(3)
+    assert [(e["type"], e["object"]["metadata"]["name"]) for e in events] == [
+        ("ADDED", "n-2"),
+        ("MODIFIED", "n-1"),
+        ("MODIFIED", "n-2"),
+    ]
+    assert [int(e["object"]["metadata"]["resourceVersion"]) for e in events] == [start + 1, start + 2, start + 3]
