@@ -557,11 +557,7 @@ class Served:
     namespace: str | None
     name: str | None
     code: int
-    body: Any = None
-
-    @property
-    def triple(self) -> tuple[str, str, str]:
-        return (self.group, self.resource, self.verb)
+    body: Any = None  # the request's JSON body, if any
 
 
 class KubeApiServer:
