@@ -94,7 +94,9 @@ class WholePath:
     def of(self, kind: type[Any]) -> list[Any]:
         return [x for x in self.decisions if isinstance(x, kind)]
 
-    async def start_shim(self, identity: str = "shim-a", *, elect: bool = True) -> RunningShim:
+    async def start_shim(
+        self, identity: str = "shim-a", *, elect: bool = True, queues: QueuesSource | None = None
+    ) -> RunningShim:
         running = RunningShim(identity, anyio.CancelScope())
 
         def started(shim: Shim) -> None:
@@ -102,7 +104,7 @@ class WholePath:
             self.wake()
 
         options = ProcessOptions(
-            shim=ShimOptions(queues=QueuesSource(path=self.queues), retry_delay=0.2),
+            shim=ShimOptions(queues=queues or QueuesSource(path=self.queues), retry_delay=0.2),
             kubeconfig=self.api.kubeconfig,
             identity=identity,
             elect=elect,
