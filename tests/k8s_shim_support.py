@@ -3,7 +3,7 @@
 :func:`whole_path` runs a core (in this process, on the test's Kafka topics) and a reader of its
 decisions, and hands a :class:`WholePath` whose :meth:`~WholePath.start_shim` runs ``sniper k8s``'s
 :func:`~sniper.kubernetes.process.run_shim` against the stand-in through its kubeconfig; a shim can be
-killed (cancelled mid-way, as SIGKILL leaves it: nothing flushed, nothing released) and started again.
+killed (cancelled mid-way, as SIGTERM stops it: nothing it was doing is finished) and started again.
 Tests wait on conditions with :meth:`WholePath.until`, woken by every change of the stand-in and every
 decision, never by sleeping.
 """

@@ -65,6 +65,8 @@ def k8s(
     from sniper.transport.broker import EmbeddedBroker, resolve_bootstrap
 
     setup_logging(log_format.value, log_level.level)
+    # A failed command is one line on stderr; its traceback only at --log-level debug.
+    logging.getLogger("sniper.cli").setLevel(max(log_level.level, logging.WARNING))
     if not embedded and resolve_bootstrap(bootstrap) is None:
         fail("no Kafka: give --bootstrap HOST:PORT (or SNIPER_KAFKA_BOOTSTRAP), or --embedded for a trial")
     if embedded and bootstrap is not None:
@@ -79,7 +81,7 @@ def k8s(
     try:
         initial_config(options.shim)
     except ConfigError as e:
-        fail(f"--queues: {e}")
+        fail(" ".join(f"--queues: {e}".split()))  # a YAML error's lines as one
 
     async def main() -> None:
         async with contextlib.AsyncExitStack() as stack:

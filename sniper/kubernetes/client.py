@@ -19,6 +19,7 @@ from typing import Any, NamedTuple
 import aiohttp
 import anyio
 import msgspec
+import yaml
 from kubernetes_asyncio import client as k8s
 from kubernetes_asyncio import config as k8s_config
 from kubernetes_asyncio.config.config_exception import ConfigException
@@ -80,6 +81,8 @@ async def load_configuration(kubeconfig: Path | None = None) -> tuple[Any, str]:
         namespace = (context.get("context") or {}).get("namespace") or "default"
     except ConfigException as e:
         raise KubeConfigError(f"kubeconfig: {e}") from None
+    except yaml.YAMLError as e:
+        raise KubeConfigError(" ".join(f"kubeconfig {kubeconfig or ''}: not valid YAML: {e}".split())) from None
     except (OSError, ValueError, KeyError, AttributeError, TypeError) as e:
         if isinstance(e, KubeConfigError):
             raise

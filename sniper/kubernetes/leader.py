@@ -4,7 +4,8 @@ What it owns: whether this replica may act. Invariants: a replica leads only whi
 (``holderIdentity`` is its identity and its last renewal is younger than ``leaseDurationSeconds``); it
 takes a Lease that is absent or expired with an update at the resourceVersion it read, so of two
 replicas racing for it the API server's ``409`` leaves exactly one; a leader that cannot renew within
-``renew_deadline`` stops leading (its work is cancelled) before another replica can take the Lease.
+``renew_deadline`` stops leading (its work is cancelled) before another replica can take the Lease; one
+that stops for any other reason (its work done, the process shut down) gives the Lease up at once.
 """
 
 from __future__ import annotations
@@ -130,11 +131,12 @@ class LeaderElector:
             self.leading = True
             self.terms += 1
             log.info("%s leads (lease %s/%s)", self.identity, self.apis.namespace, self.name)
-            finished = False
+            finished = lost = False
             try:
                 async with anyio.create_task_group() as tg:
 
                     async def renew() -> None:
+                        nonlocal lost
                         while True:
                             await anyio.sleep(self.retry_period)  # the renewal period
                             with anyio.move_on_after(self.renew_deadline) as deadline:
@@ -142,6 +144,7 @@ class LeaderElector:
                             if not deadline.cancelled_caught:
                                 continue
                             log.warning("%s lost the lease %s: stepping down", self.identity, self.name)
+                            lost = True
                             tg.cancel_scope.cancel()
                             return
 
@@ -151,7 +154,7 @@ class LeaderElector:
                     tg.cancel_scope.cancel()
             finally:
                 self.leading = False
-                if finished:
+                if not lost:  # done or shut down: a standby need not wait for the Lease to expire
                     with anyio.CancelScope(shield=True), anyio.move_on_after(5):
                         await self.release()
             if finished:
