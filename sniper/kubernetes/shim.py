@@ -2,13 +2,14 @@
 
 What it owns: the wiring of one partition's :class:`~sniper.kubernetes.view.ClusterView` between the
 informers, the ``feed`` and ``decisions`` topics (a Kafka client of the documented wire like any adapter)
-and :class:`~sniper.kubernetes.actions.Actions`. Invariants: the view is changed and its events are
-published under one lock, so the feed carries one partition's events in the order the view made them;
-decisions are read only once every informer has listed (the view knows every pod a decision names);
-each ``(partition, seq)`` is acted on once and a lower epoch than the highest seen is dropped; a decision
-is acknowledged (its offset committed) only after its action, so a shim killed mid-way acts on it again
-when restarted, and acting again is harmless: a pod already bound is not bound twice, a victim already
-gone is released (``allocation_released``) instead of evicted, a kill names the pod's UID.
+and :class:`~sniper.kubernetes.actions.Actions`. Invariants: the view changes without awaiting and its
+events go to Kafka through one publisher, so the feed carries one partition's events in the order the view
+made them; decisions are read only once every informer has listed (the view knows every pod a decision
+names); each ``(partition, seq)`` is acted on once and a lower epoch than the highest seen is dropped; the
+decisions waiting are acted on together, those about one allocation or ask in their order and the others
+at once, and acknowledged (their offsets committed) only after their actions, so a shim killed mid-way acts
+on them again when restarted, and acting again is harmless: a pod already bound is not bound twice, a
+victim already gone is released (``allocation_released``) instead of evicted, a kill names the pod's UID.
 """
 
 from __future__ import annotations
@@ -28,11 +29,11 @@ from sniper.core.config import ConfigError, PartitionConfig, load_config
 from sniper.kubernetes.actions import Actions, Outcome
 from sniper.kubernetes.client import Apis
 from sniper.kubernetes.informer import Informer
-from sniper.kubernetes.view import ClusterView, Out, config_map_partition, default_partition
+from sniper.kubernetes.view import ClusterView, Notice, Out, config_map_partition, default_partition
 from sniper.messages import decisions as d
 from sniper.messages import feed as f
 from sniper.transport.bus import DECISIONS, FEED
-from sniper.transport.kafka import KafkaBus
+from sniper.transport.kafka import KafkaBus, KafkaSubscription
 
 log = logging.getLogger("sniper.k8s")
 
@@ -94,7 +95,9 @@ class Shim:
         self.clock = clock
         self.view = ClusterView(options.partition, options.scheduler_name, config or initial_config(options))
         self.actions = Actions(apis, options.scheduler_name, clock, retry_delay=options.retry_delay)
-        self.lock = anyio.Lock()
+        self.outbox: list[f.Feed] = []  # events made by the view, not yet handed to Kafka
+        self.notices: list[Notice] = []
+        self.pending = anyio.Event()  # set when the outbox has something
         self.informers: dict[str, Informer] = {}
         self.acted: tuple[int, int] = (-1, -1)  # (epoch, seq) of the last decision acted on
         self.published = 0
@@ -103,16 +106,28 @@ class Shim:
 
     # --- the feed --------------------------------------------------------------------------------------
 
-    async def _publish(self, out: Out) -> None:
-        if out.events:
-            await self.bus.publish_many(FEED, [(self.options.partition, e) for e in out.events])
-            self.published += len(out.events)
-        for notice in out.notices:
-            await self.actions.event(notice.pod, notice.reason, notice.message, notice.name)
+    def _emit(self, out: Out) -> None:
+        self.outbox.extend(out.events)
+        self.notices.extend(out.notices)
+        if out.events or out.notices:
+            self.pending.set()
+
+    async def _publisher(self) -> None:
+        """Hand the view's events to Kafka in the order it made them, as many at a time as are waiting."""
+        while True:
+            await self.pending.wait()
+            self.pending = anyio.Event()
+            events, self.outbox = self.outbox, []
+            notices, self.notices = self.notices, []
+            if events:
+                await self.bus.publish_many(FEED, [(self.options.partition, e) for e in events])
+                self.published += len(events)
+            for notice in notices:
+                await self.actions.event(notice.pod, notice.reason, notice.message, notice.name)
+            self._wake()
 
     async def _change(self, apply: Callable[[float], Out]) -> None:
-        async with self.lock:
-            await self._publish(apply(self.clock()))
+        self._emit(apply(self.clock()))
         self._wake()
 
     def _wake(self) -> None:
@@ -169,6 +184,7 @@ class Shim:
         core, apis = self.apis.core, self.apis
         queues = self.options.queues
         async with anyio.create_task_group() as tg:
+            tg.start_soon(self._publisher)
             if queues.config_map is None:
                 await self._change(lambda t: self.view.on_config(self.view.config, t, "queues"))
             stages: list[list[Informer]] = [
@@ -205,26 +221,40 @@ class Shim:
         self._wake()
         try:
             while True:
-                try:
-                    decision = await sub.receive()
-                except anyio.EndOfStream:
-                    return
-                await self._decide(decision, tg)
-                sub.ack()
+                batch, ended = await _next_batch(sub)
+                chains: dict[str, list[d.Decision]] = {}
+                for decision in batch:
+                    if self._fresh(decision):
+                        chains.setdefault(_subject(decision), []).append(decision)
+                async with anyio.create_task_group() as acting:  # one pod's decisions in order, pods at once
+                    for chain in chains.values():
+                        acting.start_soon(self._act_in_order, chain, tg)
+                for _ in batch:
+                    sub.ack()
                 self._wake()
+                if ended:
+                    return
         finally:
             with anyio.CancelScope(shield=True):
                 await sub.aclose()
 
-    async def _decide(self, decision: Any, tg: anyio.abc.TaskGroup) -> None:
+    def _fresh(self, decision: Any) -> bool:
+        """Whether to act on ``decision``: this partition's, not a deposed core's, not acted on already."""
         if not isinstance(decision, d.Decision) or decision.partition != self.options.partition:
-            return
+            return False
         epoch, seq = self.acted
         if decision.epoch < epoch:
-            return  # a deposed core's late output
+            return False  # a deposed core's late output
         if decision.epoch == epoch and decision.seq <= seq:
-            return  # acted on already
+            return False  # acted on already
         self.acted = (decision.epoch, decision.seq)
+        return True
+
+    async def _act_in_order(self, chain: list[d.Decision], tg: anyio.abc.TaskGroup) -> None:
+        for decision in chain:
+            await self._decide(decision, tg)
+
+    async def _decide(self, decision: d.Decision, tg: anyio.abc.TaskGroup) -> None:
         match decision:
             case d.Allocated():
                 await self._bind(decision)
@@ -254,9 +284,8 @@ class Shim:
         event = f.AllocationReleased(
             t=self.clock(), partition=self.options.partition, id=f"allocation/{allocation}/{why}", allocation=allocation
         )
-        async with self.lock:
-            self.view.released(allocation)
-            await self._publish(Out([event]))
+        self.view.released(allocation)
+        self._emit(Out([event]))
 
     async def _bind(self, decision: d.Allocated) -> None:
         pod = self.view.pod_for(decision.app, decision.ask)
@@ -306,3 +335,29 @@ class Shim:
             return
         if await self.actions.kill(*victim) is Outcome.GONE:
             await self._release(decision.allocation, "gone")
+
+
+BATCH = 512  # decisions acted on together at most
+
+
+async def _next_batch(sub: KafkaSubscription) -> tuple[list[Any], bool]:
+    """The decisions waiting (at least one, at most :data:`BATCH`), and whether the stream ended."""
+    batch: list[Any] = []
+    try:
+        batch.append(await sub.receive())
+        while len(batch) < BATCH:
+            batch.append(sub.receive_nowait())
+    except anyio.WouldBlock:
+        return batch, False
+    except anyio.EndOfStream:
+        return batch, True
+    return batch, False
+
+
+def _subject(decision: d.Decision) -> str:
+    """What a decision acts on, so that two decisions about one pod are acted on in their order: the
+    allocation it names, else its ask."""
+    allocation = getattr(decision, "allocation", None)
+    if isinstance(allocation, str):
+        return f"allocation/{allocation}"
+    return f"ask/{getattr(decision, 'app', '')}/{getattr(decision, 'ask', '')}"
