@@ -158,3 +158,25 @@ async def test_a_shim_killed_mid_preemption_and_restarted_closes_the_loop_and_bi
         assert sorted(binds) == sorted(set(binds)), "a pod bound twice"
         assert set(binds) == set(batch) | {"prod/web-0", "prod/web-1"}
         assert not chosen & set(api.bound())
+
+
+async def test_a_pod_gone_while_the_watch_was_down_is_released_after_the_relist(
+    kube_api: KubeApiServer, kafka_settings: KafkaSettings, tmp_path: Path
+) -> None:
+    api = kube_api
+    api.create(node("n1", cpu="2", memory="4Gi"))
+    async with whole_path(api, kafka_settings, tmp_path) as world:
+        shim = await world.ready(await world.start_shim())
+        api.create(pod("a", "batch", labels={"applicationId": "a"}))
+        api.create(pod("b", "batch", labels={"applicationId": "a"}))
+        await world.until(lambda: {"batch/a", "batch/b"} <= set(api.bound()))
+        (allocation,) = [x.allocation for x in world.of(d.Allocated) if x.ask == "batch/a"]
+        # In one step of the event loop: the watches drop, the pod goes, the history is compacted; the
+        # shim's watch cannot see the deletion, and resuming it is a 410.
+        api.drop_watches()
+        api.remove("pods", "a", "batch", grace=0)
+        api.compact()
+        await world.until(lambda: allocation in {x.allocation for x in world.of(d.Released)})
+        assert shim.informers["pods"].lists == 2
+        api.create(pod("c", "batch", labels={"applicationId": "a"}))  # the room freed is handed out again
+        await world.until(lambda: api.bound().get("batch/c") == "n1")
