@@ -199,6 +199,9 @@ class Shim:
                     ),
                 ],
                 [self._informer("nodes", "node", core.list_node)],
+                # One watch of every pod (ours waiting, ours bound, everyone else's for the room they take):
+                # one stream keeps a pod's changes in order, where a watch of waiting pods and one of bound
+                # pods would race at each Binding (the pod leaves the first as DELETED, joins the second).
                 [self._informer("pods", "pod", core.list_pod_for_all_namespaces)],
             ]
             if queues.config_map is not None:
