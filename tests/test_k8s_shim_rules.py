@@ -5,6 +5,7 @@ queue ConfigMap watched, one leader among replicas, and the ClusterRole exactly 
 
 from __future__ import annotations
 
+import datetime
 import json
 from pathlib import Path
 from typing import Any
@@ -228,3 +229,31 @@ async def test_the_cluster_role_is_exactly_what_the_shim_calls(
         await world.until(lambda: ("coordination.k8s.io", "leases", "update") in api.rbac_used)
         assert not api.rbac_denied
         assert api.rbac_used == deployed_cluster_role().triples()
+
+
+def micro_time(after_seconds: float = 0.0) -> str:
+    moment = datetime.datetime.now(datetime.UTC) + datetime.timedelta(seconds=after_seconds)
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+async def test_a_leader_whose_lease_is_taken_stops_acting_until_it_holds_the_lease_again(
+    kube_api: KubeApiServer, kafka_settings: KafkaSettings, tmp_path: Path
+) -> None:
+    api = kube_api
+    api.create(node("n1", cpu="8", memory="16Gi"))
+    async with whole_path(api, kafka_settings, tmp_path) as world:
+        a = await world.start_shim("shim-a")
+        first = await world.ready(a)
+        api.create(pod("one", "batch", labels={"applicationId": "x"}))
+        await world.until(lambda: "batch/one" in api.bound())
+        taken = {"spec": {"holderIdentity": "intruder", "renewTime": micro_time(), "leaseDurationSeconds": 3600}}
+        api.modify("leases", "sniper-k8s", taken, "sniper")
+        await world.until(lambda: first.stopped.is_set())  # it could not renew: it stepped down
+        api.create(pod("two", "batch", labels={"applicationId": "x"}))
+        api.modify("leases", "sniper-k8s", {"spec": {"renewTime": micro_time(-7200)}}, "sniper")  # it expires
+        second = await world.until(lambda: len(a.shims) == 2 and a.shims[1])
+        await world.ready(a)
+        await world.until(lambda: "batch/two" in api.bound())
+        assert second is not first
+        assert api.get("leases", "sniper-k8s", "sniper")["spec"]["holderIdentity"] == "shim-a"
+        assert sorted(s.name for s in api.served(verb="create", resource="pods/binding")) == ["one", "two"]

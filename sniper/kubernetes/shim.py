@@ -102,6 +102,7 @@ class Shim:
         self.acted: tuple[int, int] = (-1, -1)  # (epoch, seq) of the last decision acted on
         self.published = 0
         self.ready = anyio.Event()  # every informer listed; decisions are being read
+        self.stopped = anyio.Event()  # it no longer watches nor acts (its leadership ended, or a shutdown)
         self.changed = anyio.Event()  # set (and replaced) after every change: what tests wait on
 
     # --- the feed --------------------------------------------------------------------------------------
@@ -181,6 +182,13 @@ class Shim:
 
     async def run(self) -> None:
         """Watch, publish and act until cancelled."""
+        try:
+            await self._run()
+        finally:
+            self.stopped.set()
+            self._wake()
+
+    async def _run(self) -> None:
         core, apis = self.apis.core, self.apis
         queues = self.options.queues
         async with anyio.create_task_group() as tg:
