@@ -257,3 +257,18 @@ async def test_a_leader_whose_lease_is_taken_stops_acting_until_it_holds_the_lea
         assert second is not first
         assert api.get("leases", "sniper-k8s", "sniper")["spec"]["holderIdentity"] == "shim-a"
         assert sorted(s.name for s in api.served(verb="create", resource="pods/binding")) == ["one", "two"]
+
+
+async def test_a_pod_sniper_cannot_read_is_said_on_the_pod_and_the_shim_goes_on(
+    kube_api: KubeApiServer, kafka_settings: KafkaSettings, tmp_path: Path
+) -> None:
+    api = kube_api
+    api.create(node("n1", cpu="4", memory="8Gi"))
+    async with whole_path(api, kafka_settings, tmp_path) as world:
+        await world.ready(await world.start_shim())
+        api.create(pod("odd", "batch", cpu="lots", labels={"applicationId": "x"}))
+        api.create(pod("fine", "batch", labels={"applicationId": "x"}))
+        await world.until(lambda: "batch/fine" in api.bound() and events_on(api, "odd"))
+        (said,) = events_on(api, "odd")
+        assert said["reason"] == "FailedScheduling" and "lots" in said["message"]
+        assert "batch/odd" not in api.bound()

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import logging
 from collections.abc import Iterable
 from typing import Any
 
@@ -46,6 +47,8 @@ from sniper.kubernetes.objects import (
     published_capacity,
 )
 from sniper.messages import feed as f
+
+log = logging.getLogger("sniper.k8s")
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -252,7 +255,11 @@ class ClusterView:
         if change == "DELETED":
             role = PodRole.FINISHED
         else:
-            role = pod_role(pod, self.scheduler)
+            try:
+                role = pod_role(pod, self.scheduler)
+            except KubeObjectError as e:  # the API server would not serve it; nothing to do with it
+                log.warning("pod %s ignored: %s", key, e)
+                return Out()
             self.pods[key] = dict(pod)
         out = Out()
         node = str((pod.get("spec") or {}).get("nodeName") or "")
@@ -299,33 +306,35 @@ class ClusterView:
         return out
 
     def _app_for(self, pod: KubeObject, t: float) -> tuple[str | None, Out]:
-        """The pod's app, published first if Sniper does not know it yet (None: it cannot be placed)."""
+        """The pod's app, published first if Sniper does not know it yet (None: it cannot be placed; the
+        next pod of the app tries again)."""
         app = mapping.app_id(pod)
         key = pod_key(pod)
+        members = self.apps.get(app)
+        if members:
+            members.add(key)
+            self.app_of[key] = app
+            return app, Out()
         out = Out()
-        self.app_of[key] = app
-        members = self.apps.setdefault(app, set())
-        first = not members
-        members.add(key)
-        if not first:
-            return app, out
         namespace = self.namespaces.get(str((pod.get("metadata") or {}).get("namespace", "")))
         try:
             where = placement.place(self.config.placement_rules, placement.app_facts(pod, namespace), self.config)
         except placement.PlacementError as e:
             out.notices.append(self._notice(pod, "FailedScheduling", str(e)))
             return None, out
-        if where.create:
-            self.config = placement.with_queues(self.config, [where.queue])
-            out.extend(self._publish_config(t, "placement"))
         class_name = (pod.get("spec") or {}).get("priorityClassName")
         spec = mapping.map_app(
             pod,
             queue=where.queue,
             priority_class=self.priority_classes.get(str(class_name)) if class_name else None,
             pdbs=[p for p in self.pdbs.values() if mapping.pdb_selects(p, pod)],
-            app_pods=[self.pods[k] for k in sorted(members) if k in self.pods],
+            app_pods=[pod],
         )
+        if where.create:
+            self.config = placement.with_queues(self.config, [where.queue])
+            out.extend(self._publish_config(t, "placement"))
+        self.apps[app] = {key}
+        self.app_of[key] = app
         uid = str((pod.get("metadata") or {}).get("uid", ""))
         out.events.append(spec.feed_event(partition=self.partition, t=t, event_id=f"app/{app}/{uid}"))
         return app, out
@@ -347,7 +356,12 @@ class ClusterView:
         if ask.refused:
             self.asked[key] = key
             return out
-        app, placed = self._app_for(pod, t)
+        try:
+            app, placed = self._app_for(pod, t)
+        except KubeObjectError as e:
+            self.asked[key] = key
+            out.notices.append(self._notice(pod, "FailedScheduling", str(e)))
+            return out
         out.extend(placed)
         if app is None:
             self.asked[key] = key
