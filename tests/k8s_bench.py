@@ -82,15 +82,18 @@ async def shim_process(bootstrap: str, prefix: str, kubeconfig: Path, queues: Pa
         await stop_core(process)  # SIGTERM, then SIGKILL after 15 s
 
 
-async def measure(nodes: int, pods: int, *, bootstrap: str | None = None, limit: float = 600.0) -> dict[str, Any]:
-    """One run; ``bootstrap``: a running broker (default: an embedded one for the run)."""
+async def measure(
+    nodes: int, pods: int, *, bootstrap: str | None = None, limit: float = 600.0, api: TimedApiServer | None = None
+) -> dict[str, Any]:
+    """One run; ``bootstrap``: a running broker (default: an embedded one for the run); ``api``: the
+    stand-in to use (default: a new one)."""
     with tempfile.TemporaryDirectory() as folder, contextlib.ExitStack() as stack:
         if bootstrap is None:
             bootstrap = stack.enter_context(EmbeddedBroker()).bootstrap
         settings = KafkaSettings(bootstrap=bootstrap, prefix=f"sniper-bench-k8s.{uuid.uuid4().hex[:8]}.")
         queues = Path(folder) / "queues.yaml"
         queues.write_text(QUEUES)
-        api = TimedApiServer()
+        api = api or TimedApiServer()
         for i in range(nodes):
             api.create(node(f"node-{i:05d}"))
         async with api.serving(Path(folder) / "kubeconfig") as served:

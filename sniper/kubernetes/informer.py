@@ -7,7 +7,7 @@ watch that ends or drops (a server timeout, a broken connection) resumes from th
 (bookmarks advance it without a change); a ``410 Gone`` (an HTTP ``410``, or an ``ERROR`` event of code
 ``410`` inside a ``200`` stream) relists, and the relist is told to the sink as the differences from
 the store (objects gone while unwatched arrive as ``DELETED`` with their last known state), as
-client-go's ``Replace`` does. ``synced`` is set once the first list is in the store.
+client-go's ``Replace`` does. A list is read in pages. ``synced`` is set once the first list is in the store.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ log = logging.getLogger("sniper.k8s")
 
 Sink = Callable[[str, dict[str, Any]], Awaitable[None]]
 WATCH_TIMEOUT = aiohttp.ClientTimeout(total=None, sock_read=None, sock_connect=30)
+PAGE = 500  # objects per list request, as client-go's reflector pages
 
 
 class Gone(Exception):
@@ -100,13 +101,24 @@ class Informer:
                 await anyio.sleep(self.retry_delay)  # a retry's back-off, not a synchronisation
 
     async def _list(self) -> None:
-        answer = await call(self.lister)
-        if answer.status == 404:
-            raise Missing
-        if not answer.ok:
-            raise aiohttp.ClientError(f"list {self.name}: {answer.reason}")
-        items = answer.body.get("items") or []
-        self.version = str((answer.body.get("metadata") or {}).get("resourceVersion", ""))
+        """Every object, in pages of :data:`PAGE` (one consistent snapshot: the first page's version)."""
+        items: list[dict[str, Any]] = []
+        version, token = "", ""
+        while True:
+            answer = await call(self.lister, limit=PAGE, **({"_continue": token} if token else {}))
+            if answer.status == 404:
+                raise Missing
+            if answer.status == 410:
+                raise Gone  # the snapshot a continue token names was compacted: start over
+            if not answer.ok:
+                raise aiohttp.ClientError(f"list {self.name}: {answer.reason}")
+            meta = answer.body.get("metadata") or {}
+            version = version or str(meta.get("resourceVersion", ""))
+            items.extend(answer.body.get("items") or [])
+            token = str(meta.get("continue") or "")
+            if not token:
+                break
+        self.version = version
         self.lists += 1
         fresh = {object_key(obj): obj for obj in items}
         old = self.store
