@@ -17,13 +17,16 @@ from typing import Annotated, Any
 import typer
 
 from sniper.cli.app import EXIT_RUNTIME, LogFormat, LogLevel, app, console, fail, literal
-from sniper.cli.kafka import Bootstrap, _run, _until_signal_or, with_kafka_flags
+from sniper.cli.kafka import _run, _until_signal_or, with_kafka_flags
 
 
 @app.command("k8s")
 @with_kafka_flags
 def k8s(
-    bootstrap: Bootstrap = None,
+    bootstrap: Annotated[
+        str | None,
+        typer.Option(help="Kafka bootstrap HOST:PORT (default: $SNIPER_KAFKA_BOOTSTRAP; --embedded for a trial)"),
+    ] = None,
     kubeconfig: Annotated[
         Path | None,
         typer.Option(help="kubeconfig file (default: the in-cluster service account, $KUBECONFIG, ~/.kube/config)"),
