@@ -12,7 +12,6 @@ from pathlib import Path
 import anyio
 import pytest
 
-from tests.k8s_shim_support import QUEUES
 from tests.kube_apiserver import KubeApiServer, kubeconfig_text, node, pod
 
 
@@ -62,18 +61,17 @@ def test_an_api_server_that_cannot_be_reached_exits_3_in_one_line(tmp_path: Path
 
 
 @pytest.mark.kafka
-async def test_sniper_k8s_embedded_binds_a_pod_and_stops_cleanly_on_sigterm(
-    kube_api: KubeApiServer, tmp_path: Path
+async def test_sniper_k8s_embedded_without_queues_binds_a_pod_in_its_namespaces_queue_and_stops_on_sigterm(
+    kube_api: KubeApiServer,
 ) -> None:
-    queues = tmp_path / "queues.yaml"
-    queues.write_text(QUEUES)
+    """The trial's default: no queues file, so the namespace's queue ``root.prod`` is created for the pod."""
     assert kube_api.kubeconfig is not None
     kube_api.create(node("n1", cpu="4", memory="8Gi"))
     kube_api.create(pod("web", "prod", labels={"applicationId": "web"}))
     environ = {k: v for k, v in os.environ.items() if k != "SNIPER_KAFKA_BOOTSTRAP"}
     command = [sys.executable, "-m", "sniper", "k8s", "--embedded", "--kubeconfig", str(kube_api.kubeconfig)]
     async with await anyio.open_process(
-        [*command, "--queues", str(queues), "--identity", "solo"], env=environ, stdout=subprocess.DEVNULL
+        [*command, "--identity", "solo"], env=environ, stdout=subprocess.DEVNULL
     ) as process:
         try:
             await kube_api.wait_for(lambda api: api.bound().get("prod/web") == "n1", timeout=90)

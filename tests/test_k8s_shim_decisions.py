@@ -1,5 +1,5 @@
-"""Which decisions ``sniper k8s`` acts on (each ``(partition, seq)`` once, never a deposed core's), and how
-``--queues`` is read: the shim's pure parts, without an API server or a broker."""
+"""Which decisions ``sniper k8s`` acts on (each ``(partition, seq)`` once, never a deposed core's), which pods
+a decision names, and how ``--queues`` is read: the shim's pure parts, without an API server or a broker."""
 
 from __future__ import annotations
 
@@ -9,8 +9,9 @@ import pytest
 
 from sniper.kubernetes.client import Apis
 from sniper.kubernetes.shim import QueuesSource, Shim, ShimOptions, _subject
-from sniper.kubernetes.view import default_partition
+from sniper.kubernetes.view import ClusterView, default_partition
 from sniper.messages import decisions as d
+from tests.kube_apiserver import pod
 
 
 def shim() -> Shim:
@@ -54,3 +55,19 @@ def test_queues_are_a_file_or_a_config_map_and_a_half_named_config_map_is_refuse
     for bad in ("configmap:sniper", "configmap:/name", "configmap:ns/", "configmap:a/b/c"):
         with pytest.raises(ValueError, match="configmap:NAMESPACE/NAME"):
             QueuesSource.parse(bad)
+
+
+def test_a_rejection_names_the_pods_of_its_ask_or_without_an_ask_every_pod_of_its_app() -> None:
+    view = ClusterView("p", "sniper", default_partition("p"))
+    for i, name in enumerate(("a", "b")):
+        obj = pod(name, "batch", labels={"applicationId": "etl"})
+        obj["metadata"].update(uid=f"uid-{i}", resourceVersion=str(i + 1))
+        view.on_pod("ADDED", obj, 1.0)
+    other = pod("c", "batch", labels={"applicationId": "web"})
+    other["metadata"].update(uid="uid-c", resourceVersion="3")
+    view.on_pod("ADDED", other, 1.0)
+    names = lambda app, ask: [p["metadata"]["name"] for p in view.pods_of(app, ask)]  # noqa: E731
+    assert names("etl", "batch/a") == ["a"]
+    assert names("etl", "") == ["a", "b"]
+    assert names("web", "") == ["c"]
+    assert names("gone", "") == []

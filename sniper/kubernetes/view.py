@@ -89,7 +89,7 @@ def _digest(value: object) -> str:
 def default_partition(name: str) -> PartitionConfig:
     """The configuration without a queues file: a root whose ``root.<namespace>`` queues the default
     placement creates."""
-    return parse_partition({"name": name, "queues": [{"name": "root", "submitacl": "*"}]})
+    return parse_partition({"name": name, "queues": [{"name": "root", "parent": True, "submitacl": "*"}]})
 
 
 def config_map_partition(config_map: KubeObject, partition: str) -> PartitionConfig:
@@ -481,7 +481,9 @@ class ClusterView:
             del self.allocation_of_pod[key]
 
     def pods_of(self, app: str, ask: str) -> Iterable[dict[str, Any]]:
-        """The pods an ask (a pod's own, or a gang's) stands for."""
+        """The pods an ask (a pod's own, or a gang's) stands for; without an ask, all the app's pods."""
+        if not ask:
+            return [self.pods[k] for k in sorted(self.apps.get(app, ())) if k in self.pods]
         if ask in self.pods:
             return [self.pods[ask]]
         return [self.pods[k] for k in sorted(self.gang_members.get((app, ask), ())) if k in self.pods]
