@@ -64,7 +64,7 @@ class RunningShim:
 class WholePath:
     api: KubeApiServer
     settings: KafkaSettings
-    queues: Path
+    queues: Path | None
     tg: anyio.abc.TaskGroup
     decisions: list[Any] = dataclasses.field(default_factory=list)
     changed: anyio.Event = dataclasses.field(default_factory=anyio.Event)
@@ -130,11 +130,15 @@ class WholePath:
 
 @contextlib.asynccontextmanager
 async def whole_path(
-    api: KubeApiServer, settings: KafkaSettings, tmp_path: Path, queues: str = QUEUES
+    api: KubeApiServer, settings: KafkaSettings, tmp_path: Path, queues: str | None = QUEUES
 ) -> AsyncIterator[WholePath]:
-    path = tmp_path / "queues.yaml"
-    path.write_text(queues)
-    config = load_config(path)
+    """The whole path with ``queues`` (None: no queues file, as a trial runs: the shim's placement creates
+    each namespace's queue)."""
+    path: Path | None = None
+    if queues is not None:
+        path = tmp_path / "queues.yaml"
+        path.write_text(queues)
+    config = load_config(path) if path is not None else None
     async with KafkaBus(settings) as bus, anyio.create_task_group() as tg:
         core = core_process(settings, CoreOptions(group=f"{settings.prefix}core", config=config, tick=0.1))
         tg.start_soon(core.run)

@@ -180,3 +180,25 @@ async def test_a_pod_gone_while_the_watch_was_down_is_released_after_the_relist(
         assert shim.informers["pods"].lists == 2
         api.create(pod("c", "batch", labels={"applicationId": "a"}))  # the room freed is handed out again
         await world.until(lambda: api.bound().get("batch/c") == "n1")
+
+
+async def test_a_restarted_shim_keeps_the_queues_its_placement_created_for_running_apps(
+    kube_api: KubeApiServer, kafka_settings: KafkaSettings, tmp_path: Path
+) -> None:
+    """Without a queues file each namespace's queue is created; a restarted shim must publish them again
+    with any new one (Sniper refuses a configuration that drops a queue in use, and the new app with it)."""
+    api = kube_api
+    api.create(node("n1", cpu="4", memory="8Gi"))
+    async with whole_path(api, kafka_settings, tmp_path, queues=None) as world:
+        first = await world.start_shim()
+        await world.ready(first)
+        api.create(pod("a", "alpha", labels={"applicationId": "a"}))
+        await world.until(lambda: "alpha/a" in api.bound())
+        first.kill()
+        await world.until(lambda: first.done.is_set())
+        second = await world.start_shim()
+        shim = await world.ready(second)
+        api.create(pod("b", "beta", labels={"applicationId": "b"}))
+        await world.until(lambda: "beta/b" in api.bound())
+        assert shim.view.config.leaf("root.alpha") and shim.view.config.leaf("root.beta")
+        assert not world.of(d.Rejected)

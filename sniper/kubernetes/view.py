@@ -277,6 +277,8 @@ class ClusterView:
             if allocation:
                 self.allocations[allocation] = key
                 self.allocation_of_pod[key] = allocation
+            if key not in self.app_of:  # a view that starts with it bound: its app's queue is in use
+                out.extend(self._running_app(pod, t))
         elif role is PodRole.FINISHED:
             out.extend(self._finished(key, pod, before, t))
         if change == "DELETED" or role is PodRole.FINISHED:
@@ -338,6 +340,16 @@ class ClusterView:
         uid = str((pod.get("metadata") or {}).get("uid", ""))
         out.events.append(spec.feed_event(partition=self.partition, t=t, event_id=f"app/{app}/{uid}"))
         return app, out
+
+    def _running_app(self, pod: KubeObject, t: float) -> Out:
+        """The app of a pod found bound (a restarted view): placed again, so that a queue the placement
+        created is in every configuration published from now on (Sniper refuses one that drops a queue
+        in use); its ``app_added`` changes nothing Sniper knows."""
+        try:
+            return self._app_for(pod, t)[1]
+        except KubeObjectError as e:
+            log.warning("pod %s: its app cannot be read: %s", pod_key(pod), e)
+            return Out()
 
     def _map(self, pod: KubeObject) -> mapping.PodAsk:
         app = mapping.app_id(pod)
