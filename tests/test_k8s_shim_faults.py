@@ -196,9 +196,10 @@ async def test_a_restarted_shim_keeps_the_queues_its_placement_created_for_runni
         await world.until(lambda: "alpha/a" in api.bound())
         first.kill()
         await world.until(lambda: first.done.is_set())
+        api.create(pod("x", "aaa", labels={"applicationId": "x"}))  # listed before alpha's pod on restart
         second = await world.start_shim()
         shim = await world.ready(second)
         api.create(pod("b", "beta", labels={"applicationId": "b"}))
-        await world.until(lambda: "beta/b" in api.bound())
-        assert shim.view.config.leaf("root.alpha") and shim.view.config.leaf("root.beta")
+        await world.until(lambda: {"aaa/x", "beta/b"} <= set(api.bound()))
+        assert all(shim.view.config.leaf(f"root.{q}") for q in ("alpha", "aaa", "beta"))
         assert not world.of(d.Rejected)

@@ -218,11 +218,13 @@ class Shim:
                     core.list_namespaced_config_map, namespace, field_selector=f"metadata.name={name}"
                 )
                 stages[0].insert(0, self._informer("configmap", "configmap", lister))
+            self.view.hold_asks()
             for stage in stages:
                 for informer in stage:
                     tg.start_soon(informer.run)
                 for informer in stage:
                     await informer.synced.wait()
+            await self._change(self.view.release_asks)
             await self._decisions(tg)
 
     async def _decisions(self, tg: anyio.abc.TaskGroup) -> None:

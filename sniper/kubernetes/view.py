@@ -132,6 +132,8 @@ class ClusterView:
         self.allocations: dict[str, str] = {}  # allocation id -> pod
         self.allocation_of_pod: dict[str, str] = {}  # pod -> allocation id
         self.gone: set[str] = set()  # allocations whose pod went, released until Sniper confirms it
+        self.holding = False  # the first list of pods is being read: waiting pods are asked for after it
+        self.held: list[str] = []
 
     # --- configuration ---------------------------------------------------------------------------------
 
@@ -269,7 +271,9 @@ class ClusterView:
             if before is not PodRole.FOREIGN or self.occupied.get(node, {}).get(key) != self._request(pod):
                 out.extend(self._occupy(key, node, pod, t))
         elif role is PodRole.ASK:
-            if key not in self.asked:
+            if self.holding:
+                self.held.append(key)
+            elif key not in self.asked:
                 out.extend(self._ask(pod, t))
         elif role is PodRole.PLACED:
             self._pending_gone(key)
@@ -340,6 +344,21 @@ class ClusterView:
         uid = str((pod.get("metadata") or {}).get("uid", ""))
         out.events.append(spec.feed_event(partition=self.partition, t=t, event_id=f"app/{app}/{uid}"))
         return app, out
+
+    def hold_asks(self) -> None:
+        """Until :meth:`release_asks`, waiting pods are held: a restarted view places the apps of the pods it
+        finds bound first, so a queue created for a new app is published with every queue in use."""
+        self.holding = True
+
+    def release_asks(self, t: float) -> Out:
+        """Ask for the pods held, in the order they came."""
+        self.holding = False
+        held, self.held = self.held, []
+        out = Out()
+        for key in held:
+            if self.roles.get(key) is PodRole.ASK and key not in self.asked:
+                out.extend(self._ask(self.pods[key], t))
+        return out
 
     def _running_app(self, pod: KubeObject, t: float) -> Out:
         """The app of a pod found bound (a restarted view): placed again, so that a queue the placement
