@@ -8,7 +8,7 @@ from typing import Any, cast
 import pytest
 
 from sniper.kubernetes.client import Apis
-from sniper.kubernetes.shim import QueuesSource, Shim, ShimOptions, _subject
+from sniper.kubernetes.shim import QueuesSource, Shim, ShimOptions, _subject, decisions_group
 from sniper.kubernetes.view import ClusterView, default_partition
 from sniper.messages import decisions as d
 from tests.kube_apiserver import pod
@@ -71,3 +71,10 @@ def test_a_rejection_names_the_pods_of_its_ask_or_without_an_ask_every_pod_of_it
     assert names("etl", "") == ["a", "b"]
     assert names("web", "") == ["c"]
     assert names("gone", "") == []
+
+
+def test_the_shims_of_two_partitions_read_decisions_in_groups_of_their_own() -> None:
+    one = decisions_group("sniper.", ShimOptions(partition="east"))
+    two = decisions_group("sniper.", ShimOptions(partition="west"))
+    assert one != two and one == decisions_group("sniper.", ShimOptions(partition="east"))
+    assert decisions_group("sniper.", ShimOptions(scheduler_name="other", partition="east")) != one

@@ -65,9 +65,16 @@ class ShimOptions:
     scheduler_name: str = "sniper"
     partition: str = "default"
     queues: QueuesSource = QueuesSource()
-    group: str = ""  # the decisions' consumer group (default: sniper-k8s-SCHEDULER)
+    group: str = ""  # the decisions' consumer group (default: decisions_group's)
     watch_timeout: int = 300  # seconds the API server keeps one watch open
     retry_delay: float = 1.0  # between eviction attempts refused by a budget, and after a failed list
+
+
+def decisions_group(prefix: str, options: ShimOptions) -> str:
+    """The consumer group the leader reads its partition's decisions in, committing what it acted on: one
+    per scheduler and partition, so the shims of two partitions never split each other's Kafka partitions,
+    and a new leader goes on where the last one stopped."""
+    return f"{prefix}k8s-{options.scheduler_name}-{options.partition}"
 
 
 def initial_config(options: ShimOptions) -> PartitionConfig:
@@ -228,7 +235,7 @@ class Shim:
             await self._decisions(tg)
 
     async def _decisions(self, tg: anyio.abc.TaskGroup) -> None:
-        group = self.options.group or f"{self.bus.settings.prefix}k8s-{self.options.scheduler_name}"
+        group = self.options.group or decisions_group(self.bus.settings.prefix, self.options)
         sub = await self.bus.subscribe_ready(DECISIONS, group=group, key=self.options.partition)
         self.ready.set()
         self._wake()
