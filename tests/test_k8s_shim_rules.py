@@ -272,3 +272,22 @@ async def test_a_pod_sniper_cannot_read_is_said_on_the_pod_and_the_shim_goes_on(
         (said,) = events_on(api, "odd")
         assert said["reason"] == "FailedScheduling" and "lots" in said["message"]
         assert "batch/odd" not in api.bound()
+
+
+async def test_a_pod_deleted_and_created_again_under_its_name_is_scheduled_again(
+    kube_api: KubeApiServer, kafka_settings: KafkaSettings, tmp_path: Path
+) -> None:
+    """As a StatefulSet does: ``web-0`` goes and comes back with a new UID; the new pod is a new ask."""
+    api = kube_api
+    api.create(node("n1", cpu="4", memory="8Gi"))
+    async with whole_path(api, kafka_settings, tmp_path) as world:
+        await world.ready(await world.start_shim())
+        api.create(pod("web-0", "prod", labels={"applicationId": "web"}))
+        api.create(pod("web-1", "prod", labels={"applicationId": "web"}))  # the app outlives web-0
+        await world.until(lambda: {"prod/web-0", "prod/web-1"} <= set(api.bound()))
+        first = api.get("pods", "web-0", "prod")["metadata"]["uid"]
+        api.remove("pods", "web-0", "prod", grace=0)
+        api.create(pod("web-0", "prod", labels={"applicationId": "web"}))
+        await world.until(lambda: "prod/web-0" in api.bound())
+        assert api.get("pods", "web-0", "prod")["metadata"]["uid"] != first
+        assert len([a for a in world.of(d.Allocated) if a.ask == "prod/web-0"]) == 2

@@ -439,7 +439,13 @@ class ClusterView:
             release = f.AllocationReleased(
                 t=t, partition=self.partition, id=f"pod/{self._uid(pod)}/released", allocation=allocation
             )
-            return Out([release])
+            app = self.app_of.get(key)
+            if app is None or self.asked.get(key, key) != key:
+                return Out([release])
+            # Sniper keeps a fully allocated ask: it goes too, so a pod created again under the name (a
+            # StatefulSet's) is a new ask.
+            ask_gone = f.AskRemoved(t=t, partition=self.partition, id=f"pod/{self._uid(pod)}/ask", app=app, ask=key)
+            return Out([release, ask_gone])
         if before is PodRole.ASK and key in self.asked and key in self.app_of:
             ask = self.asked[key]
             if ask != key:
