@@ -203,3 +203,26 @@ async def test_a_restarted_shim_keeps_the_queues_its_placement_created_for_runni
         await world.until(lambda: {"aaa/x", "beta/b"} <= set(api.bound()))
         assert all(shim.view.config.leaf(f"root.{q}") for q in ("alpha", "aaa", "beta"))
         assert not world.of(d.Rejected)
+
+
+async def test_a_pod_deleted_while_no_shim_ran_is_released_by_the_restarted_one_and_its_name_scheduled_again(
+    kube_api: KubeApiServer, kafka_settings: KafkaSettings, tmp_path: Path
+) -> None:
+    api = kube_api
+    api.create(node("n1", cpu="2", memory="4Gi"))
+    async with whole_path(api, kafka_settings, tmp_path) as world:
+        first = await world.start_shim()
+        await world.ready(first)
+        for name in ("web-0", "web-1"):
+            api.create(pod(name, "prod", labels={"applicationId": "web"}))
+        await world.until(lambda: {"prod/web-0", "prod/web-1"} <= set(api.bound()))
+        (allocation,) = [a.allocation for a in world.of(d.Allocated) if a.ask == "prod/web-0"]
+        first.kill()
+        await world.until(lambda: first.done.is_set())
+        api.remove("pods", "web-0", "prod", grace=0)  # no list will ever show this deletion
+        api.create(pod("web-0", "prod", labels={"applicationId": "web"}))  # its StatefulSet makes it again
+        second = await world.start_shim()
+        await world.ready(second)
+        await world.until(lambda: allocation in {r.allocation for r in world.of(d.Released)})
+        await world.until(lambda: "prod/web-0" in api.bound())  # the room and the name are free again
+        assert len([a for a in world.of(d.Allocated) if a.ask == "prod/web-0"]) == 2

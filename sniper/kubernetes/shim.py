@@ -10,6 +10,9 @@ decisions waiting are acted on together, those about one allocation or ask in th
 at once, and acknowledged (their offsets committed) only after their actions, so a shim killed mid-way acts
 on them again when restarted, and acting again is harmless: a pod already bound is not bound twice, a
 victim already gone is released (``allocation_released``) instead of evicted, a kill names the pod's UID.
+A shim that starts publishes a ``sync`` marker after its view; once it has acted on every decision up to
+the marker, an allocation Sniper holds (the decisions read from the start) that no pod carries is released:
+its pod went while no shim watched.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import dataclasses
 import functools
 import logging
 import time
+import uuid
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -110,6 +114,9 @@ class Shim:
         self.published = 0
         self.ready = anyio.Event()  # every informer listed; decisions are being read
         self.stopped = anyio.Event()  # it no longer watches nor acts (its leadership ended, or a shutdown)
+        self.marker = f"k8s/start/{uuid.uuid4().hex}"  # the sync event this shim publishes after its view
+        self.history: dict[str, tuple[str, str]] = {}  # allocation -> (app, ask), up to the marker
+        self.history_read = anyio.Event()
         self.changed = anyio.Event()  # set (and replaced) after every change: what tests wait on
 
     # --- the feed --------------------------------------------------------------------------------------
@@ -232,7 +239,50 @@ class Shim:
                 for informer in stage:
                     await informer.synced.wait()
             await self._change(self.view.release_asks)
+            # A marker after the view: the decisions before it name every allocation Sniper holds.
+            self._emit(Out([f.Sync(t=self.clock(), partition=self.options.partition, id=self.marker)]))
+            tg.start_soon(self._read_history)
             await self._decisions(tg)
+
+    async def _read_history(self) -> None:
+        """The allocations Sniper holds up to the marker: the partition's decisions read from the start."""
+        prefix, partition = self.bus.settings.prefix, self.options.partition
+        group = f"{prefix}k8s-history-{self.marker.rsplit('/', 1)[-1]}"
+        sub = await self.bus.subscribe_ready(DECISIONS, group=group, key=partition)
+        try:
+            while True:
+                decision = await sub.receive()
+                sub.ack()
+                if isinstance(decision, d.Synced) and decision.event == self.marker:
+                    break
+                if isinstance(decision, d.Allocated):
+                    self.history[decision.allocation] = (decision.app, decision.ask)
+                elif isinstance(decision, d.Released | d.AllocationLost):
+                    self.history.pop(decision.allocation, None)
+        finally:
+            with anyio.CancelScope(shield=True):
+                await sub.aclose()
+        self.history_read.set()
+
+    async def _reconcile(self) -> None:
+        """Release what Sniper holds for pods that went while no shim watched (a deletion no list shows),
+        once every decision up to the marker has been acted on: then an allocation of a one-pod ask that no
+        pod carries (nor a Binding on the way) has no pod, even if a pod of the same name waits again (a
+        StatefulSet's); its ask goes with it, so that pod is a new ask."""
+        await self.history_read.wait()
+        view, t, partition = self.view, self.clock(), self.options.partition
+        for allocation, (app, ask) in sorted(self.history.items()):
+            if ":" in ask or allocation in view.allocations or allocation in view.gone:
+                continue  # a gang's ask (NAMESPACE/task-group:NAME), or a pod carries it, or it was released
+            log.info("allocation %s of pod %s: the pod went while unwatched; released", allocation, ask)
+            view.gone.add(allocation)
+            release = f.AllocationReleased(
+                t=t, partition=partition, id=f"allocation/{allocation}/gone", allocation=allocation
+            )
+            ask_gone = f.AskRemoved(t=t, partition=partition, id=f"allocation/{allocation}/ask", app=app, ask=ask)
+            self._emit(Out([release, ask_gone]))
+            self._emit(view.ask_again(ask, t, f"after-{allocation}"))
+        self.history.clear()
 
     async def _decisions(self, tg: anyio.abc.TaskGroup) -> None:
         group = self.options.group or decisions_group(self.bus.settings.prefix, self.options)
@@ -249,6 +299,8 @@ class Shim:
                 async with anyio.create_task_group() as acting:  # one pod's decisions in order, pods at once
                     for chain in chains.values():
                         acting.start_soon(self._act_in_order, chain, tg)
+                if any(isinstance(x, d.Synced) and x.event == self.marker for x in batch):
+                    await self._reconcile()  # every decision up to the marker is acted on
                 for _ in batch:
                     sub.ack()
                 self._wake()

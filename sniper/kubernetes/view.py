@@ -376,7 +376,16 @@ class ClusterView:
         groups.update(mapping.declared_task_groups(pod))
         return mapping.map_pod(pod, pod_group=self._pod_group(pod), task_groups=groups)
 
-    def _ask(self, pod: KubeObject, t: float) -> Out:
+    def ask_again(self, key: str, t: float, why: str) -> Out:
+        """The waiting pod ``key`` asked for once more (Sniper dropped an ask of its name): the event is named
+        by ``why`` too, since Sniper ignores an id it has seen."""
+        pod = self.pods.get(key)
+        if pod is None or self.roles.get(key) is not PodRole.ASK:
+            return Out()
+        self.asked.pop(key, None)
+        return self._ask(pod, t, again=f"/{why}")
+
+    def _ask(self, pod: KubeObject, t: float, again: str = "") -> Out:
         key = pod_key(pod)
         try:
             ask = self._map(pod)
@@ -400,7 +409,7 @@ class ClusterView:
         gang = ask.gang
         if gang is None or (app, gang.ask) in self.gangs_asked:
             self.asked[key] = key  # alone, or after its gang was asked for: an ordinary one-pod ask
-            out.events.append(ask.feed_event(partition=self.partition, t=t, event_id=event_id("pod", pod)))
+            out.events.append(ask.feed_event(partition=self.partition, t=t, event_id=event_id("pod", pod) + again))
             return out
         members = self.gang_members.setdefault((app, gang.ask), set())
         members.add(key)
