@@ -10,9 +10,10 @@ decisions waiting are acted on together, those about one allocation or ask in th
 at once, and acknowledged (their offsets committed) only after their actions, so a shim killed mid-way acts
 on them again when restarted, and acting again is harmless: a pod already bound is not bound twice, a
 victim already gone is released (``allocation_released``) instead of evicted, a kill names the pod's UID.
-A shim that starts publishes a ``sync`` marker after its view; once it has acted on every decision up to
-the marker, an allocation Sniper holds (the decisions read from the start) that no pod carries is released:
-its pod went while no shim watched.
+A shim that starts publishes a ``sync`` marker after its view and reads its partition's decisions from the
+start up to it (what Sniper holds); an ``allocated`` older than the marker whose allocation Sniper no
+longer holds is not bound, and once every decision up to the marker is acted on, an allocation Sniper holds
+that no pod carries is released: its pod went while no shim watched.
 """
 
 from __future__ import annotations
@@ -117,6 +118,7 @@ class Shim:
         self.marker = f"k8s/start/{uuid.uuid4().hex}"  # the sync event this shim publishes after its view
         self.history: dict[str, tuple[str, str]] = {}  # allocation -> (app, ask), up to the marker
         self.history_read = anyio.Event()
+        self.before_marker = True  # the decisions read so far were made before this shim's view
         self.changed = anyio.Event()  # set (and replaced) after every change: what tests wait on
 
     # --- the feed --------------------------------------------------------------------------------------
@@ -289,18 +291,18 @@ class Shim:
         sub = await self.bus.subscribe_ready(DECISIONS, group=group, key=self.options.partition)
         self.ready.set()
         self._wake()
+        await self.history_read.wait()  # what Sniper still holds, before acting on anything older
         try:
             while True:
                 batch, ended = await _next_batch(sub)
-                chains: dict[str, list[d.Decision]] = {}
-                for decision in batch:
-                    if self._fresh(decision):
-                        chains.setdefault(_subject(decision), []).append(decision)
-                async with anyio.create_task_group() as acting:  # one pod's decisions in order, pods at once
-                    for chain in chains.values():
-                        acting.start_soon(self._act_in_order, chain, tg)
-                if any(isinstance(x, d.Synced) and x.event == self.marker for x in batch):
+                cut = next(
+                    (i + 1 for i, x in enumerate(batch) if isinstance(x, d.Synced) and x.event == self.marker), 0
+                )
+                await self._act(batch[:cut], tg)
+                if cut:
                     await self._reconcile()  # every decision up to the marker is acted on
+                    self.before_marker = False
+                await self._act(batch[cut:], tg)
                 for _ in batch:
                     sub.ack()
                 self._wake()
@@ -309,6 +311,16 @@ class Shim:
         finally:
             with anyio.CancelScope(shield=True):
                 await sub.aclose()
+
+    async def _act(self, decisions: list[Any], tg: anyio.abc.TaskGroup) -> None:
+        """Act on ``decisions``: one allocation's or ask's in their order, the others at once."""
+        chains: dict[str, list[d.Decision]] = {}
+        for decision in decisions:
+            if self._fresh(decision):
+                chains.setdefault(_subject(decision), []).append(decision)
+        async with anyio.create_task_group() as acting:
+            for chain in chains.values():
+                acting.start_soon(self._act_in_order, chain, tg)
 
     def _fresh(self, decision: Any) -> bool:
         """Whether to act on ``decision``: this partition's, not a deposed core's, not acted on already."""
@@ -360,6 +372,8 @@ class Shim:
         self._emit(Out([event]))
 
     async def _bind(self, decision: d.Allocated) -> None:
+        if self.before_marker and decision.allocation not in self.history:
+            return  # released or lost since: its pod is not this one, even if one waits under the name
         pod = self.view.pod_for(decision.app, decision.ask)
         if pod is None:
             await self._release(decision.allocation, "no-pod")
