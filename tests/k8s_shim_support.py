@@ -95,7 +95,7 @@ class WholePath:
         return [x for x in self.decisions if isinstance(x, kind)]
 
     async def start_shim(
-        self, identity: str = "shim-a", *, elect: bool = True, queues: QueuesSource | None = None
+        self, identity: str = "shim-a", *, elect: bool = True, queues: QueuesSource | None = None, group: str = ""
     ) -> RunningShim:
         running = RunningShim(identity, anyio.CancelScope())
 
@@ -104,7 +104,7 @@ class WholePath:
             self.wake()
 
         options = ProcessOptions(
-            shim=ShimOptions(queues=queues or QueuesSource(path=self.queues), retry_delay=0.2),
+            shim=ShimOptions(queues=queues or QueuesSource(path=self.queues), retry_delay=0.2, group=group),
             kubeconfig=self.api.kubeconfig,
             identity=identity,
             elect=elect,

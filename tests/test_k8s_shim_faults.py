@@ -227,3 +227,30 @@ async def test_a_pod_deleted_while_no_shim_ran_is_released_by_the_restarted_one_
         await world.until(lambda: allocation in {r.allocation for r in world.of(d.Released)})
         await world.until(lambda: "prod/web-0" in api.bound())  # the room and the name are free again
         assert len([a for a in world.of(d.Allocated) if a.ask == "prod/web-0"]) == 2
+
+
+async def test_a_shim_reading_old_decisions_never_binds_a_new_pod_with_an_allocation_already_released(
+    kube_api: KubeApiServer, kafka_settings: KafkaSettings, tmp_path: Path
+) -> None:
+    """A shim whose consumer group is new (its offsets expired) reads every decision again: the old
+    ``allocated`` of ``web-0`` must not bind the pod that now waits under that name."""
+    api = kube_api
+    api.create(node("n1", cpu="4", memory="8Gi"))
+    async with whole_path(api, kafka_settings, tmp_path) as world:
+        first = await world.start_shim()
+        await world.ready(first)
+        for name in ("web-0", "web-1"):
+            api.create(pod(name, "prod", labels={"applicationId": "web"}))
+        await world.until(lambda: {"prod/web-0", "prod/web-1"} <= set(api.bound()))
+        (old,) = [a.allocation for a in world.of(d.Allocated) if a.ask == "prod/web-0"]
+        api.remove("pods", "web-0", "prod", grace=0)
+        await world.until(lambda: old in {r.allocation for r in world.of(d.Released)})
+        first.kill()
+        await world.until(lambda: first.done.is_set())
+        api.create(pod("web-0", "prod", labels={"applicationId": "web"}))
+        second = await world.start_shim(group=f"{kafka_settings.prefix}k8s-fresh")
+        await world.ready(second)
+        await world.until(lambda: "prod/web-0" in api.bound())
+        carried = api.get("pods", "web-0", "prod")["metadata"]["annotations"]["sniper.apache.org/allocation"]
+        assert carried != old
+        assert carried in {a.allocation for a in world.of(d.Allocated) if a.ask == "prod/web-0"}
