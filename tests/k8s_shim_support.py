@@ -78,7 +78,7 @@ class WholePath:
         decision; returns its value."""
         with anyio.fail_after(timeout):
             while True:
-                mine, theirs = self.changed, self.api._changed
+                mine, theirs = self.changed, self.api.changed
                 value = condition()
                 if value:
                     return value
