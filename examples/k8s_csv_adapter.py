@@ -14,10 +14,17 @@ The CSV source has one cluster change per line (``--follow`` keeps reading what 
     pod_done,web-0,prod,web,,,       # the pod finished
     node_gone,node-1,,,,,            # the node left
 
-Actions are printed as JSON lines on stdout (``bind``, ``evict`` with its grace period, ``delete``,
-``unschedulable``), where a real adapter would call the Kubernetes API (Binding, Eviction, pod status).
+Actions are printed as JSON lines on stdout (``bind``, ``evict`` with its grace period in whole seconds,
+``delete``, ``unschedulable``, and ``released`` when Sniper confirms an allocation is gone), where a real
+adapter would call the Kubernetes API (Binding, Eviction, DELETE, pod status); ``sniper k8s`` is that
+adapter. The loop closes: a ``kill`` deletes the pod and reports it gone (``allocation_released``), so the
+preemption's beneficiaries are placed. With ``--state`` the adapter keeps its place across restarts: the
+allocation id of every bound pod, the applications it announced, and the last decision it acted on (its
+epoch, seq and Kafka offset), written after each change and read back at start, so a restarted adapter
+acts on no decision twice and still releases a pod it bound before.
 
-    python examples/k8s_csv_adapter.py --bootstrap 127.0.0.1:9092 --source pods.csv --queues queues.yaml
+    python examples/k8s_csv_adapter.py --bootstrap 127.0.0.1:9092 --source pods.csv --queues queues.yaml \
+        --state adapter-state.json
 """
 
 from __future__ import annotations
@@ -25,6 +32,8 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import math
+import os
 import sys
 import time
 from collections.abc import Iterator
@@ -44,9 +53,12 @@ CONTENT_TYPE = ("content-type", b"application/json")
 class Adapter:
     """One scheduler partition's resource manager: feed out, decisions in."""
 
-    def __init__(self, bootstrap: str, prefix: str, partition: str, kafka_partitions: int) -> None:
+    def __init__(
+        self, bootstrap: str, prefix: str, partition: str, kafka_partitions: int, state: Path | None = None
+    ) -> None:
         self.partition = partition
         self.feed_topic = prefix + "feed"
+        self.state = state
         self.producer = confluent_kafka.Producer(
             # Sniper places a partition's records with murmur2 (Kafka's Java default): so must we.
             {"bootstrap.servers": bootstrap, "partitioner": "murmur2_random", "acks": "all"}
@@ -54,17 +66,45 @@ class Adapter:
         self.consumer = confluent_kafka.Consumer(
             {"bootstrap.servers": bootstrap, "group.id": f"adapter-{partition}", "enable.auto.commit": False}
         )
-        # Our partition's decisions all lie on one Kafka partition: read just that one.
-        where = kafka_partition(partition, kafka_partitions)
-        self.consumer.assign(
-            [confluent_kafka.TopicPartition(prefix + "decisions", where, confluent_kafka.OFFSET_BEGINNING)]
-        )
         self.apps: set[str] = set()
-        self.pods: dict[str, str] = {}  # allocation id -> pod
-        self.allocation_of: dict[str, str] = {}  # pod -> allocation id
+        self.allocation_of: dict[str, str] = {}  # pod -> allocation id, as a real adapter reads it off the pod
         self.epoch = 0
         self.seq = 0
+        self.offset = -1  # the Kafka offset of the last decision acted on
         self.sent = 0
+        self.load()
+        # Our partition's decisions all lie on one Kafka partition: read just that one, after what we acted on.
+        where = kafka_partition(partition, kafka_partitions)
+        start = self.offset + 1 if self.offset >= 0 else confluent_kafka.OFFSET_BEGINNING
+        self.consumer.assign([confluent_kafka.TopicPartition(prefix + "decisions", where, start)])
+
+    @property
+    def pods(self) -> dict[str, str]:
+        """allocation id -> pod."""
+        return {allocation: pod for pod, allocation in self.allocation_of.items()}
+
+    # ---- the place it keeps across restarts
+    def load(self) -> None:
+        if self.state is None or not self.state.exists():
+            return
+        saved = json.loads(self.state.read_text())
+        self.apps = set(saved["apps"])
+        self.allocation_of = dict(saved["allocations"])
+        self.epoch, self.seq, self.offset = saved["epoch"], saved["seq"], saved["offset"]
+
+    def save(self) -> None:
+        if self.state is None:
+            return
+        saved = {
+            "apps": sorted(self.apps),
+            "allocations": self.allocation_of,
+            "epoch": self.epoch,
+            "seq": self.seq,
+            "offset": self.offset,
+        }
+        partial = self.state.with_name(self.state.name + ".partial")
+        partial.write_text(json.dumps(saved))
+        os.replace(partial, self.state)  # a crash leaves the old place or the new one, never half of one
 
     # ---- the feed
     def publish(self, event: dict[str, Any]) -> None:
@@ -94,13 +134,15 @@ class Adapter:
                 self.apps.add(app)
                 queue = f"root.{row['namespace'] or 'default'}"
                 self.publish({"type": "app_added", "id": f"app-{app}", "app": app, "queue": queue})
+                self.save()
             self.publish(
                 {"type": "ask_added", "id": f"pod-{name}", "app": app, "ask": name, "resource": resources(row)}
             )
         elif kind == "pod_done":
-            allocation = self.allocation_of.get(name)
+            allocation = self.allocation_of.pop(name, None)
             if allocation is not None:
                 self.publish({"type": "allocation_released", "id": f"done-{name}", "allocation": allocation})
+                self.save()
             else:
                 self.publish({"type": "ask_removed", "id": f"gone-{name}", "app": row["app"] or name, "ask": name})
         else:
@@ -118,7 +160,9 @@ class Adapter:
             if decision["epoch"] < self.epoch or (decision["epoch"] == self.epoch and decision["seq"] <= self.seq):
                 continue  # a deposed owner's output, or one seen already
             self.epoch, self.seq = decision["epoch"], decision["seq"]
+            self.offset = message.offset() or 0
             action = self.act(decision)
+            self.save()
             if action is not None:
                 print(json.dumps(action), flush=True)
                 actions.append(action)
@@ -127,14 +171,20 @@ class Adapter:
     def act(self, x: dict[str, Any]) -> dict[str, Any] | None:
         kind = x["type"]
         if kind == "allocated":  # a Binding of the pod to the node
-            self.pods[x["allocation"]] = x["ask"]
             self.allocation_of[x["ask"]] = x["allocation"]
-            return {"action": "bind", "pod": x["ask"], "node": x["node"]}
+            return {"action": "bind", "pod": x["ask"], "node": x["node"], "allocation": x["allocation"]}
         if kind == "preempt" and not x["observe_only"]:  # the Eviction API, with the time left as grace
-            grace = max(0, round(x["deadline"] - x["t"]))
+            grace = max(0, math.ceil(x["deadline"] - x["t"]))  # gracePeriodSeconds is an integer
             return {"action": "evict", "pod": self.pods.get(x["allocation"]), "grace_seconds": grace}
-        if kind == "kill":  # the grace period is over: delete the pod now
-            return {"action": "delete", "pod": self.pods.get(x["allocation"]), "reason": x["reason"]}
+        if kind == "kill":  # the grace period is over: delete the pod now, and say it is gone
+            pod = self.pods.get(x["allocation"])
+            self.allocation_of.pop(pod or "", None)
+            self.publish(
+                {"type": "allocation_released", "id": f"killed-{x['allocation']}", "allocation": x["allocation"]}
+            )
+            return {"action": "delete", "pod": pod, "allocation": x["allocation"], "reason": x["reason"]}
+        if kind == "released":  # Sniper counts the allocation gone: its room is free again
+            return {"action": "released", "allocation": x["allocation"], "app": x["app"]}
         if kind == "rejected":  # a PodScheduled=False condition with the reason
             return {"action": "unschedulable", "pod": x["ask"], "reason": x["reason"]}
         return None
@@ -179,10 +229,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--kafka-partitions", type=int, default=8, help="partitions of Sniper's topics")
     parser.add_argument("--follow", action="store_true", help="keep reading what is appended to the CSV")
     parser.add_argument("--until-bound", type=int, default=0, help="exit once this many pods were bound")
+    parser.add_argument("--state", type=Path, help="where it keeps its place (allocation ids, last decision)")
     parser.add_argument("--timeout", type=float, default=60.0, help="give up after this many seconds")
     args = parser.parse_args(argv)
 
-    adapter = Adapter(args.bootstrap, args.prefix, args.partition, args.kafka_partitions)
+    adapter = Adapter(args.bootstrap, args.prefix, args.partition, args.kafka_partitions, args.state)
     if args.queues is not None:
         adapter.configure(args.queues)
     bound = 0

@@ -29,7 +29,7 @@ settings.register_profile("repeatable", derandomize=True)
 settings.register_profile("explore", derandomize=False)
 settings.load_profile(os.environ.get("SNIPER_HYPOTHESIS", "repeatable"))
 
-pytest_plugins = ["tests.kafka_support"]
+pytest_plugins = ["tests.kafka_support", "tests.kube_apiserver"]
 
 CLOSE_LIMIT = 60.0
 

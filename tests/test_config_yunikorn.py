@@ -10,7 +10,16 @@ from typing import Any
 import pytest
 import yaml
 
-from sniper.core.config import MAX_NESTING, ConfigError, load_config, parse_config, parse_partition, partition_to_raw
+from sniper.core.config import (
+    MAX_NESTING,
+    ConfigError,
+    PlacementFilter,
+    PlacementRuleConfig,
+    load_config,
+    parse_config,
+    parse_partition,
+    partition_to_raw,
+)
 from sniper.messages.codec import BadInput, decode_feed_lines
 from tests.core_support import partition_raw, queue
 
@@ -50,8 +59,8 @@ def test_the_resource_quota_example_loads_with_yunikorns_quantities() -> None:
 def test_the_child_template_example_loads_and_names_what_is_ignored() -> None:
     config = load_config(DATA / "queue_config_childtemplate.yaml")
     assert [q.path for q in config.partition("default").queues()] == ["root", "root.parent", "root.notemplate"]
+    assert config.partition("default").placement_rules == (PlacementRuleConfig(name="provided", create=True),)
     assert config.warnings == (
-        "partition default: placementrules not implemented by Sniper yet; accepted and ignored",
         "queue root: submitacl, childtemplate not implemented by Sniper yet; accepted and ignored",
         "queue root.parent: childtemplate not implemented by Sniper yet; accepted and ignored",
         "queue root.parent: parent: true without child queues; Sniper creates no dynamic queues, so it is a leaf",
@@ -62,7 +71,15 @@ def test_the_child_template_example_loads_and_names_what_is_ignored() -> None:
 def test_the_parent_queue_mapping_example_loads() -> None:
     config = load_config(DATA / "resource_quota_mgmt_parent.yaml")
     assert [q.path for q in config.partition("default").queues()] == ["root", "root.production", "root.development"]
-    assert "partition default: placementrules not implemented by Sniper yet; accepted and ignored" in config.warnings
+    assert config.partition("default").placement_rules == (
+        PlacementRuleConfig(
+            name="tag",
+            create=True,
+            value="namespace",
+            parent=PlacementRuleConfig(name="tag", value="namespace.parentqueue"),
+        ),
+    )
+    assert not [w for w in config.warnings if "placementrules" in w]
 
 
 def test_integers_and_strings_mean_the_same_in_a_config() -> None:
@@ -230,7 +247,15 @@ def test_yunikorn_cores_own_example_loads_and_flags_its_pre_1_0_numbers() -> Non
     assert test is not None and test.limits[0].max_resources == {"memory": 1, "vcore": 10_000, "gpu": 50}
     warnings = config.warnings
     assert "queue root.test.properties: 'x' not used by Sniper; ignored" in warnings
-    assert "partition default: placementrules not implemented by Sniper yet; accepted and ignored" in warnings
+    user_rule, provided_rule = config.partition("default").placement_rules
+    assert user_rule == PlacementRuleConfig(
+        name="user",
+        create=True,
+        parent=PlacementRuleConfig(name="provided"),
+        filter=PlacementFilter(groups=("sandbox",)),
+    )
+    assert provided_rule == PlacementRuleConfig(name="provided", create=True)
+    assert not [w for w in warnings if "placementrules" in w]
     sanity = [w for w in warnings if "pre-1.0 YuniKorn number" in w]
     assert [w.split(":")[0] for w in sanity] == [
         "queue root.limits[0].maxresources",

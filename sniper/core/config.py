@@ -189,6 +189,9 @@ class QueueConfig:
     # Takes SLO reservations (YARN's reservable PlanQueue, core.slo_plan): a leaf in the configuration,
     # a parent of its dynamic reservation queues in the partition's state.
     reservable: bool = False
+    # Written ``parent: true``: a leaf to the core while it has no children, a parent to placement
+    # rules, which may add children under it (sniper.kubernetes.placement) and never place an app in it.
+    declared_parent: bool = False
 
     @property
     def is_leaf(self) -> bool:
@@ -202,6 +205,36 @@ class QueueConfig:
         return out
 
 
+PLACEMENT_RULES: tuple[str, ...] = ("provided", "user", "fixed", "tag")
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class PlacementFilter:
+    """A placement rule's ``filter``: the rule applies to the users and groups it lists (``allow``, the
+    default) or to everyone else (``deny``). A list of exactly one entry with a regular expression
+    character (``^$*+?()[{}|``) is a regular expression, as YuniKorn reads it; no users and no groups:
+    everyone."""
+
+    deny: bool = False
+    users: tuple[str, ...] = ()
+    groups: tuple[str, ...] = ()
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class PlacementRuleConfig:
+    """One of YuniKorn's ``placementrules`` (``provided``, ``user``, ``fixed``, ``tag``, names in any case):
+    ``value`` is the queue of ``fixed`` and the tag of ``tag``; ``parent`` gives the parent queue of an
+    unqualified name; ``create`` lets the rule name a queue the configuration does not have yet. Sniper's
+    core never reads them (every ``app_added`` names its queue): the Kubernetes shim applies them
+    (:mod:`sniper.kubernetes.placement`)."""
+
+    name: str  # one of PLACEMENT_RULES
+    create: bool = False
+    value: str = ""
+    parent: PlacementRuleConfig | None = None
+    filter: PlacementFilter = PlacementFilter()
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class PartitionConfig:
     name: str
@@ -211,6 +244,7 @@ class PartitionConfig:
     reservation: ReservationConfig = dataclasses.field(default_factory=ReservationConfig)
     admission: AdmissionConfig = dataclasses.field(default_factory=AdmissionConfig)
     overcommit: OvercommitConfig | None = None  # absent: no over-commit
+    placement_rules: tuple[PlacementRuleConfig, ...] = ()  # none: YuniKorn's default rules, in the shim
     # What the source said that Sniper accepted without acting on it; not part of the config's meaning.
     warnings: tuple[str, ...] = dataclasses.field(default=(), compare=False)
 
@@ -328,6 +362,20 @@ def _admission_struct() -> type[msgspec.Struct]:
 _RawAdmission = _admission_struct()
 
 
+class _RawPlacementFilter(_Raw):
+    type: str = ""
+    users: list[str] | None = None
+    groups: list[str] | None = None
+
+
+class _RawPlacementRule(_Raw):
+    name: Annotated[str, Meta(min_length=1)]
+    create: bool = False
+    filter: _RawPlacementFilter | None = None
+    parent: _RawPlacementRule | None = None
+    value: str = ""
+
+
 class _RawOvercommit(_Raw):
     allocate_below: Annotated[dict[str, Fraction], Meta(min_length=1)]
     preempt_above: Annotated[dict[str, Fraction], Meta(min_length=1)]
@@ -341,7 +389,7 @@ class _RawPartition(_Raw):
     reservation: _RawReservation | None = None  # type: ignore[valid-type]
     admission: _RawAdmission | None = None  # type: ignore[valid-type]
     overcommit: _RawOvercommit | None = None
-    placementrules: list[Any] | None = None  # warned: applications name their queue
+    placementrules: list[_RawPlacementRule] | None = None  # applied by the Kubernetes shim
     limits: list[_RawLimit] | None = None  # the root queue's (YuniKorn 1.5, YUNIKORN-2260)
     usergroupresolver: dict[str, Any] | None = None  # warned
 
@@ -357,6 +405,8 @@ _STRUCT_AT: dict[tuple[bool, str], type[msgspec.Struct]] = {
     (False, ".admission"): _RawAdmission,
     (False, ".overcommit"): _RawOvercommit,
     (False, ".nodesortpolicy"): _RawNodeSort,
+    (False, ".placementrules[]"): _RawPlacementRule,
+    (False, ".placementrules[].filter"): _RawPlacementFilter,
     (True, ""): _RawQueue,
     (True, ".resources"): _RawResources,
     (True, ".limits[]"): _RawLimit,
@@ -607,6 +657,7 @@ def _queue(raw: _RawQueue, parent: QueueConfig | None, warnings: list[str]) -> Q
         max_applications=raw.maxapplications,
         limits=limits,
         reservable=raw.reservable,
+        declared_parent=raw.parent,
     )
     if raw.reservable and (parent is None or raw.queues or not guaranteed):
         why = "the root" if parent is None else "a parent" if raw.queues else "without a guarantee"
@@ -742,9 +793,11 @@ def parse_partition(raw: object, where: str = "partition") -> PartitionConfig:
     except msgspec.ValidationError as err:
         raise _explain(err, raw, label, _RawPartition) from None
     warnings: list[str] = []
-    ignored = [k for k in ("placementrules", "usergroupresolver") if getattr(parsed, k) is not None]
-    if ignored:
-        warnings.append(f"{label}: {', '.join(ignored)} not implemented by Sniper yet; accepted and ignored")
+    if parsed.usergroupresolver is not None:
+        warnings.append(f"{label}: usergroupresolver not implemented by Sniper yet; accepted and ignored")
+    rules = tuple(
+        _placement_rule(rule, f"{label}.placementrules[{i}]") for i, rule in enumerate(parsed.placementrules or ())
+    )
     node_sort = parsed.nodesortpolicy
     if isinstance(node_sort, _RawNodeSort):
         if node_sort.resourceweights is not None:
@@ -783,8 +836,70 @@ def parse_partition(raw: object, where: str = "partition") -> PartitionConfig:
         reservation=reservation,
         admission=admission,
         overcommit=overcommit,
+        placement_rules=rules,
         warnings=tuple(warnings),
     )
+
+
+_REGEXP_CHARACTER = re.compile(r"[\^$*+?()\[{}|]")  # YuniKorn's SpecialRegExp: a filter entry that is a pattern
+_USER_NAME = re.compile(r"^[_a-zA-Z][a-zA-Z0-9:#/_.@-]*[$]?$")  # YuniKorn's UserRegExp
+_GROUP_NAME = re.compile(r"^[_a-zA-Z][a-zA-Z0-9:_.-]*$")  # YuniKorn's GroupRegExp
+
+
+def _placement_rule(raw: _RawPlacementRule, where: str) -> PlacementRuleConfig:
+    """One placement rule, checked as YuniKorn checks it: a known name, the value ``fixed`` and ``tag``
+    need, a ``fixed`` queue of valid names, a filter of type allow or deny whose single entry is a name
+    or a regular expression."""
+    name = raw.name.lower()
+    if name not in PLACEMENT_RULES:
+        raise ConfigError(f"{where}.name: {raw.name!r} is not one of {', '.join(PLACEMENT_RULES)}")
+    if name in ("fixed", "tag") and not raw.value:
+        raise ConfigError(f"{where}.value: a {name} rule needs a value (the {'queue' if name == 'fixed' else 'tag'})")
+    if name == "fixed":
+        parts = raw.value.split(".")
+        if any(not re.match(QUEUE_NAME, part) for part in parts):
+            raise ConfigError(f"{where}.value: {raw.value!r} is not a queue (names of 1 to 64 of a-z A-Z 0-9 _:#/@-)")
+    raw_filter = raw.filter or _RawPlacementFilter()
+    kind = raw_filter.type.lower()
+    if kind not in ("", "allow", "deny"):
+        raise ConfigError(f"{where}.filter.type: {raw_filter.type!r} is not one of allow, deny")
+    users = tuple(raw_filter.users or ())
+    groups = tuple(raw_filter.groups or ())
+    for key, entries, valid in (("users", users, _USER_NAME), ("groups", groups, _GROUP_NAME)):
+        if len(entries) == 1 and not valid.match(entries[0]):
+            try:
+                re.compile(entries[0])
+            except re.error as err:
+                raise ConfigError(
+                    f"{where}.filter.{key}: {entries[0]!r} is no name and no regular expression: {err}"
+                ) from None
+            if not _REGEXP_CHARACTER.search(entries[0]):
+                raise ConfigError(f"{where}.filter.{key}: {entries[0]!r} is no name and no regular expression")
+    parent = None if raw.parent is None else _placement_rule(raw.parent, f"{where}.parent")
+    return PlacementRuleConfig(
+        name=name,
+        create=raw.create,
+        value=raw.value,
+        parent=parent,
+        filter=PlacementFilter(deny=kind == "deny", users=users, groups=groups),
+    )
+
+
+def placement_rule_to_raw(rule: PlacementRuleConfig) -> dict[str, Any]:
+    """A placement rule as ``queues.yaml`` writes it (the inverse of its parsing)."""
+    out: dict[str, Any] = {"name": rule.name, "create": rule.create}
+    if rule.value:
+        out["value"] = rule.value
+    if rule.parent is not None:
+        out["parent"] = placement_rule_to_raw(rule.parent)
+    if rule.filter != PlacementFilter():
+        filter_out: dict[str, Any] = {"type": "deny" if rule.filter.deny else "allow"}
+        if rule.filter.users:
+            filter_out["users"] = list(rule.filter.users)
+        if rule.filter.groups:
+            filter_out["groups"] = list(rule.filter.groups)
+        out["filter"] = filter_out
+    return out
 
 
 def _overcommit(raw: _RawOvercommit, where: str) -> OvercommitConfig:
@@ -938,6 +1053,8 @@ def partition_to_raw(cfg: PartitionConfig) -> dict[str, Any]:
             out["maxapplications"] = q.max_applications
         if q.reservable:
             out["reservable"] = True
+        if q.declared_parent:
+            out["parent"] = True
         if q.limits:
             out["limits"] = [limit(lim) for lim in q.limits]
         if q.children:
@@ -966,4 +1083,6 @@ def partition_to_raw(cfg: PartitionConfig) -> dict[str, Any]:
     }
     if cfg.overcommit is not None:
         out["overcommit"] = dataclasses.asdict(cfg.overcommit)
+    if cfg.placement_rules:
+        out["placementrules"] = [placement_rule_to_raw(rule) for rule in cfg.placement_rules]
     return out

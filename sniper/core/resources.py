@@ -16,6 +16,7 @@ from sniper.messages.quantity import MAX_QUANTITY as MAX_QUANTITY
 from sniper.messages.quantity import MEMORY as MEMORY
 from sniper.messages.quantity import VCORE as VCORE
 from sniper.messages.quantity import QuantityError as QuantityError
+from sniper.messages.quantity import parse_kubernetes_quantity as parse_kubernetes_quantity
 from sniper.messages.quantity import parse_quantity as parse_quantity
 
 Resource = dict[str, int]

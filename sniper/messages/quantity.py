@@ -20,7 +20,10 @@ MiB = 2**20
 # Kubernetes quantity suffixes, as YuniKorn 1.4+ reads them (``K`` is accepted beside ``k``).
 _BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
 _DECIMAL = {"k": 10**3, "K": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18}
-_QUANTITY = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*(Ki|Mi|Gi|Ti|Pi|Ei|k|K|M|G|T|P|E|m)?\s*$")
+_SUB_MILLI = {"u": 10**6, "n": 10**9}  # micro and nano: Kubernetes objects only
+# A number, then a binary or decimal suffix, an exponent (Kubernetes objects only) or a sub-unit suffix.
+_QUANTITY = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*(Ki|Mi|Gi|Ti|Pi|Ei|[eE][+-]?[0-9]+|k|K|M|G|T|P|E|m|u|n)?\s*$")
+_MAX_EXPONENT = 30  # a decimal exponent beyond this is no quantity a cluster holds
 MAX_QUANTITY = 2**62  # in Sniper's units; anything larger is a typo, and overflows the wire's int64
 _MAX_TEXT = 64  # characters: longer text is no quantity, and never reaches big-number arithmetic
 
@@ -38,10 +41,28 @@ def parse_quantity(name: str, value: object) -> int:
     count (suffixes scale it). An integer means what the same digits in a string mean. Results above
     :data:`MAX_QUANTITY` are refused.
     """
+    numerator, denominator, written = _exact(name, value, kubernetes=False)
+    return _in_unit(name, numerator, denominator, written, round_up=True)
+
+
+def parse_kubernetes_quantity(name: str, value: object, *, round_up: bool) -> int:
+    """A quantity as the Kubernetes API server serves it (``resource.Quantity``) in Sniper's unit for
+    ``name`` (a Sniper resource name: ``vcore`` for Kubernetes' ``cpu``): the grammar of
+    :func:`parse_quantity` plus decimal exponents (``1e3``, ``5E-1``) and the sub-unit suffixes ``m``,
+    ``u`` and ``n`` on any resource (the API server writes ``1.2Gi`` of memory as ``1288490188800m``).
+    ``round_up`` rounds what Sniper's unit cannot hold exactly up, else down."""
+    numerator, denominator, written = _exact(name, value, kubernetes=True)
+    return _in_unit(name, numerator, denominator, written, round_up=round_up)
+
+
+def _exact(name: str, value: object, *, kubernetes: bool) -> tuple[int, int, object]:
+    """``value`` as an exact fraction ``(numerator, denominator)`` of its written unit (bytes, cores, a
+    count), and what was written, for errors. YuniKorn's configs (``kubernetes`` false) take no exponent
+    and the milli suffix on vcore only."""
     if isinstance(value, bool):
         raise QuantityError(f"{name}: boolean is not a quantity")
     if isinstance(value, int) and 0 <= value < 10**_MAX_TEXT:  # the common case, without text
-        return _in_unit(name, value, 1, value)
+        return value, 1, value
     if isinstance(value, int):
         if value < 0:
             raise QuantityError(f"{name}: negative quantity {value}")
@@ -59,28 +80,38 @@ def parse_quantity(name: str, value: object) -> int:
     if len(text) > _MAX_TEXT:
         raise QuantityError(f"{name}: quantity {shortened(text)} is too large")
     match = _QUANTITY.match(text)
-    if match is None:
+    suffix = (match.group(2) or "") if match is not None else ""
+    exponent = suffix[1:] if suffix[:1] in ("e", "E") and len(suffix) > 1 and suffix not in _BINARY else None
+    if match is None or (not kubernetes and (exponent is not None or suffix in _SUB_MILLI)):
         raise QuantityError(f"{name}: cannot parse quantity {value!r}")
-    whole, _, decimals = match.group(1).partition(".")
-    suffix = match.group(2) or ""
-    if suffix == "m" and name != VCORE:
+    if suffix == "m" and name != VCORE and not kubernetes:
         hint = f"; {name} is a count of milli-GPUs already" if name == GPU_MILLI else ""
         raise QuantityError(f"{name}: the milli suffix 'm' is for vcore only ({value!r}{hint})")
+    whole, _, decimals = match.group(1).partition(".")
     numerator, denominator = int(whole + decimals), 10 ** len(decimals)
-    if suffix == "m":
-        denominator *= 1000
+    if exponent is not None:
+        power = int(exponent)
+        if abs(power) > _MAX_EXPONENT:
+            raise QuantityError(f"{name}: quantity {shortened(text)} is out of range (exponent beyond {_MAX_EXPONENT})")
+        if power >= 0:
+            numerator *= 10**power
+        else:
+            denominator *= 10**-power
+    elif suffix in _SUB_MILLI or suffix == "m":
+        denominator *= _SUB_MILLI.get(suffix, 1000)
     else:
         numerator *= _BINARY.get(suffix) or _DECIMAL.get(suffix) or 1
-    return _in_unit(name, numerator, denominator, text)
+    return numerator, denominator, text
 
 
-def _in_unit(name: str, numerator: int, denominator: int, written: object) -> int:
-    """``numerator / denominator`` of the written unit (bytes, cores, a count) in Sniper's unit, rounded up."""
+def _in_unit(name: str, numerator: int, denominator: int, written: object, *, round_up: bool) -> int:
+    """``numerator / denominator`` of the written unit (bytes, cores, a count) in Sniper's unit, rounded
+    up or down."""
     if name == MEMORY:
         denominator *= MiB  # bytes to MiB
     elif name == VCORE:
         numerator *= 1000  # cores to milli-cores
-    result = -(-numerator // denominator)
+    result = -(-numerator // denominator) if round_up else numerator // denominator
     if result > MAX_QUANTITY:
         raise QuantityError(
             f"{name}: quantity {shortened(str(written))} is too large (more than 2**62 in Sniper's unit)"
