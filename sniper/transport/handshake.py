@@ -39,6 +39,10 @@ async def security_failure(bootstrap: str, options: dict[str, Any], seconds: flo
     except (OSError, TimeoutError):
         return None  # nobody listens: the caller's own message says so
     tls = protocol in ("SSL", "SASL_SSL")
+    if tls:
+        failure = await _tls_failure(host, port, options.get("ssl_context"), seconds, protocol)
+        if failure is not None:
+            return failure
     conn_options = {k: v for k, v in options.items() if k != "bootstrap_servers"}
     try:
         async with asyncio.timeout(seconds):
@@ -62,4 +66,26 @@ async def security_failure(bootstrap: str, options: dict[str, Any], seconds: flo
     except OSError as err:
         return f"TLS or SASL connection to {host}:{port} failed: {err}" if tls else None
     conn.close()
+    return None
+
+
+async def _tls_failure(host: str, port: int, context: Any, seconds: float, protocol: str) -> str | None:
+    """What a TLS handshake with ``host:port`` says (``None``: it completed). The event loop bounds the
+    handshake itself (``ssl_handshake_timeout``), so a listener that never answers it leaves no
+    connection open behind the probe, whichever loop runs it."""
+    if not isinstance(context, ssl.SSLContext):
+        context = ssl.create_default_context()
+    try:
+        async with asyncio.timeout(seconds + 1):  # the connect itself; the handshake has its own bound
+            _, writer = await asyncio.open_connection(host, port, ssl=context, ssl_handshake_timeout=seconds)
+    except ssl.SSLError as err:
+        return f"TLS handshake with {host}:{port} failed: {err.reason or err} (security_protocol {protocol})"
+    except (TimeoutError, ConnectionAbortedError):
+        return (
+            f"{host}:{port} accepts connections but completed no TLS handshake within {seconds:g} s "
+            f"(security_protocol {protocol}): is that listener TLS?"
+        )
+    except OSError as err:
+        return f"TLS connection to {host}:{port} failed: {err}"
+    writer.close()
     return None
