@@ -15,7 +15,8 @@ import anyio
 from sniper.cluster.process import CoreOptions
 from sniper.messages import decisions as d
 from sniper.messages import feed as f
-from sniper.transport.kafka import KafkaSubscription
+from sniper.transport.bus import DEADLETTER, DECISIONS
+from sniper.transport.kafka import KafkaBus, KafkaSubscription
 from tests.core_support import partition_raw, queue
 
 WAIT = 60.0  # a bound on a hang, never a time expected
@@ -70,6 +71,16 @@ class Decisions:
 
     def of(self, kind: type[Any], partition: str | None = None) -> list[Any]:
         return [x for x in self.items if isinstance(x, kind) and (partition is None or x.partition == partition)]
+
+
+async def read_decisions(bus: KafkaBus) -> Decisions:
+    """A :class:`Decisions` reader subscribed (and assigned) on the test's decisions topic; pump it."""
+    return Decisions(await bus.subscribe_ready(DECISIONS, group=bus.settings.prefix + "reader"))
+
+
+async def read_dead_letters(bus: KafkaBus) -> KafkaSubscription:
+    """A subscription, assigned, to the test's dead-letter topic."""
+    return await bus.subscribe_ready(DEADLETTER, group=bus.settings.prefix + "letters")
 
 
 def options(**overrides: Any) -> CoreOptions:

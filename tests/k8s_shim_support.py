@@ -28,7 +28,7 @@ from sniper.kubernetes.shim import QueuesSource, Shim, ShimOptions
 from sniper.messages import decisions as d
 from sniper.transport.bus import DECISIONS
 from sniper.transport.kafka import KafkaBus, KafkaSettings
-from tests.kube_apiserver import KubeApiServer, pod
+from tests.kube_apiserver import KubeApiServer, node, pod
 
 # Two queues with equal guarantees; batch may borrow what prod does not use, and gives it back with a grace.
 QUEUES = """
@@ -127,6 +127,31 @@ class WholePath:
         await self.until(lambda: running.shims and running.shims[-1].ready.is_set())
         return running.shim
 
+    async def start_leading(
+        self, identity: str = "shim-a", *, queues: QueuesSource | None = None, group: str = ""
+    ) -> RunningShim:
+        """A shim started and waited for until it is :meth:`ready`."""
+        running = await self.start_shim(identity, queues=queues, group=group)
+        await self.ready(running)
+        return running
+
+    async def kill(self, running: RunningShim) -> None:
+        """Kill the shim and wait until it has stopped."""
+        running.kill()
+        await self.until(running.done.is_set)
+
+    async def until_bound(self, *keys: str) -> None:
+        """Wait until every pod of ``keys`` (``namespace/name``) is bound."""
+        await self.until(lambda: set(keys) <= set(self.api.bound()))
+
+    def allocations_of(self, ask: str) -> list[str]:
+        """The allocations of every ``allocated`` decision for ``ask``, in order."""
+        return [a.allocation for a in self.of(d.Allocated) if a.ask == ask]
+
+    def released(self) -> set[str]:
+        """The allocations released so far."""
+        return {r.allocation for r in self.of(d.Released)}
+
 
 @contextlib.asynccontextmanager
 async def whole_path(
@@ -163,12 +188,40 @@ async def whole_path(
             tg.cancel_scope.cancel()
 
 
-def fill_with_batch(world: WholePath, count: int = 8) -> list[str]:
-    """``count`` one-core pods of the app ``etl`` in the namespace (and queue) batch; their keys."""
-    names = [f"batch-{i}" for i in range(count)]
+def add_nodes(api: KubeApiServer, *names: str, cpu: str = "4", memory: str = "8Gi") -> None:
+    """One node of ``cpu`` and ``memory`` for each name."""
     for name in names:
-        world.api.create(pod(name, "batch", cpu="1", memory="1Gi", labels={"applicationId": "etl"}))
-    return [f"batch/{n}" for n in names]
+        api.create(node(name, cpu=cpu, memory=memory))
+
+
+def add_etl_budget(api: KubeApiServer) -> None:
+    """A PodDisruptionBudget on the batch app ``etl``: at most one of its pods unavailable."""
+    api.create(
+        {
+            "apiVersion": "policy/v1",
+            "kind": "PodDisruptionBudget",
+            "metadata": {"name": "etl", "namespace": "batch"},
+            "spec": {"maxUnavailable": 1, "selector": {"matchLabels": {"applicationId": "etl"}}},
+        }
+    )
+
+
+def add_app_pods(
+    api: KubeApiServer, namespace: str, app: str, *names: str, cpu: str = "1", memory: str = "1Gi"
+) -> None:
+    """One pod of the app ``app`` in ``namespace`` for each name, asking ``cpu`` and ``memory``."""
+    for name in names:
+        api.create(pod(name, namespace, cpu=cpu, memory=memory, labels={"applicationId": app}))
+
+
+async def fill_with_batch(world: WholePath, count: int = 8) -> list[str]:
+    """``count`` one-core pods of the app ``etl`` in the namespace (and queue) batch, waited for until all
+    are bound; their keys."""
+    names = [f"batch-{i}" for i in range(count)]
+    add_app_pods(world.api, "batch", "etl", *names)
+    keys = [f"batch/{n}" for n in names]
+    await world.until_bound(*keys)
+    return keys
 
 
 def evicted(world: WholePath) -> dict[str, int]:
@@ -195,6 +248,12 @@ def prod_bound(api: KubeApiServer) -> dict[str, str]:
     return {k: v for k, v in api.bound().items() if k.startswith("prod/")}
 
 
-def unready(target: dict[str, Any]) -> None:
-    """A kubelet reports the pod not Ready (a disruption budget no longer counts it healthy)."""
-    target["status"]["conditions"] = [{"type": "Ready", "status": "False"}]
+def spend_etl_budget(api: KubeApiServer) -> None:
+    """Two pods of ``etl`` fall unready (a kubelet reports them not Ready): the budget of
+    :func:`add_etl_budget` over eight pods is spent, so every eviction is refused."""
+
+    def unready(target: dict[str, Any]) -> None:
+        target["status"]["conditions"] = [{"type": "Ready", "status": "False"}]
+
+    api.modify("pods", "batch-0", unready, "batch")
+    api.modify("pods", "batch-1", unready, "batch")

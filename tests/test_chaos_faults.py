@@ -9,6 +9,7 @@ printed as figures).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import signal
 import time
@@ -73,10 +74,51 @@ def allocated(reader: TopicReader, name: str, tag: str) -> Callable[[], bool]:
     return lambda: any(isinstance(x, d.Allocated) and x.partition == name and x.ask == tag for x in reader.items)
 
 
+@contextlib.asynccontextmanager
+async def watched_cores(
+    bus: KafkaBus, *, pump_feed: bool = True
+) -> AsyncIterator[tuple[TopicReader, TaskGroup, list[CoreSubprocess]]]:
+    """A reader of the decisions (and of the feed, unless ``pump_feed`` is false), the task group cores are
+    spawned in, and the list the test records each core in as it starts: every core listed is stopped on the
+    way out, whatever happened."""
+    reader = await reading(bus)
+    cores: list[CoreSubprocess] = []
+    async with anyio.create_task_group() as tg:
+        if pump_feed:
+            tg.start_soon(reader.pump_feed)
+        tg.start_soon(reader.pump_decisions)
+        try:
+            yield reader, tg, cores
+        finally:
+            with anyio.CancelScope(shield=True):
+                for core in cores:
+                    await stop_core(core.process)
+        tg.cancel_scope.cancel()
+
+
 async def spawn(settings: KafkaSettings, tg: TaskGroup, group: str, *options: str) -> CoreSubprocess:
     core = await CoreSubprocess.spawn(settings, tg, group, "--tick", "0.1", *options)
     await core.until_assigned()
     return core
+
+
+async def two_cores_sharing(
+    settings: KafkaSettings, tg: TaskGroup, cores: list[CoreSubprocess], group: str
+) -> tuple[CoreSubprocess, CoreSubprocess]:
+    """Two cores of ``group``, each recorded in ``cores`` as it starts (so it is stopped on the way out), once
+    the second one's join has split the Kafka partitions between them (either core's line may come last)."""
+    first = await spawn(settings, tg, group)
+    cores.append(first)
+    second = await spawn(settings, tg, group)
+    cores.append(second)
+    await until_any(cores, lambda: len(first.assigned) + len(second.assigned) == settings.partitions)
+    return first, second
+
+
+async def place_one_ask_each(bus: KafkaBus, reader: TopicReader, names: list[str], tag: str) -> None:
+    """Each partition of ``names`` set up with one ask ``tag``, waited for until every one is allocated."""
+    await bus.publish_many(FEED, [e for n in names for e in [*setup(n), ask(n, tag)]])
+    await reader.until(lambda: all(allocated(reader, n, tag)() for n in names))
 
 
 async def letters_of(settings: KafkaSettings, bus: KafkaBus, name: str) -> list[DeadLetter]:
@@ -91,35 +133,25 @@ async def test_a_poison_record_is_dead_lettered_once_and_skipped_after_a_failove
     kafka_settings: KafkaSettings, bus: KafkaBus
 ) -> None:
     name = "poisoned"
-    cores: list[CoreSubprocess] = []
     with anyio.fail_after(WAIT):
-        reader = await reading(bus)
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(reader.pump_feed)
-            tg.start_soon(reader.pump_decisions)
-            try:
-                # No snapshot after the start one: the failover replays the poison record from the feed.
-                quiet = ("--snapshot-interval", "3600", "--snapshot-every", "1000000")
-                cores.append(await spawn(kafka_settings, tg, "poison", *quiet))
-                await bus.publish_many(FEED, [*setup(name), ask(name, "before")])
-                await reader.until(allocated(reader, name, "before"))
-                await bus.publish_many(FEED, [(name, config(name, POISON)), ask(name, "after-poison")])
-                await reader.until(allocated(reader, name, "after-poison"))
-                letters: list[DeadLetter] = []
-                while not letters:
-                    letters = await letters_of(kafka_settings, bus, name)
-                # The owner dies before any snapshot; its successor replays the poison record.
-                cores[0].process.send_signal(signal.SIGKILL)
-                await cores[0].process.wait()
-                cores.append(await spawn(kafka_settings, tg, "poison", *quiet))
-                await bus.publish_many(FEED, [ask(name, "after-failover")])
-                await reader.until(allocated(reader, name, "after-failover"))
-                final = await letters_of(kafka_settings, bus, name)
-            finally:
-                with anyio.CancelScope(shield=True):
-                    for core in cores:
-                        await stop_core(core.process)
-            tg.cancel_scope.cancel()
+        async with watched_cores(bus) as (reader, tg, cores):
+            # No snapshot after the start one: the failover replays the poison record from the feed.
+            quiet = ("--snapshot-interval", "3600", "--snapshot-every", "1000000")
+            cores.append(await spawn(kafka_settings, tg, "poison", *quiet))
+            await bus.publish_many(FEED, [*setup(name), ask(name, "before")])
+            await reader.until(allocated(reader, name, "before"))
+            await bus.publish_many(FEED, [(name, config(name, POISON)), ask(name, "after-poison")])
+            await reader.until(allocated(reader, name, "after-poison"))
+            letters: list[DeadLetter] = []
+            while not letters:
+                letters = await letters_of(kafka_settings, bus, name)
+            # The owner dies before any snapshot; its successor replays the poison record.
+            cores[0].process.send_signal(signal.SIGKILL)
+            await cores[0].process.wait()
+            cores.append(await spawn(kafka_settings, tg, "poison", *quiet))
+            await bus.publish_many(FEED, [ask(name, "after-failover")])
+            await reader.until(allocated(reader, name, "after-failover"))
+            final = await letters_of(kafka_settings, bus, name)
     logs = "\n".join(cores[-1].lines[-20:])
     assert len(final) == 1, [x.reason for x in final]
     assert final[0].topic == FEED and final[0].reason.startswith("partition_config: ")  # whatever the parser said
@@ -154,32 +186,17 @@ async def test_a_core_joining_takes_only_its_share_and_the_partitions_that_stay_
     rebalance moves only what the newcomer takes: those partitions restart there at epoch 2, and every
     other one keeps running where it was, at epoch 1, deciding the next asks without a restart."""
     names = spread_partition_names(kafka_settings.partitions, kafka_settings.partitions)
-    cores: list[CoreSubprocess] = []
     with anyio.fail_after(WAIT):
-        reader = await reading(bus)
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(reader.pump_feed)
-            tg.start_soon(reader.pump_decisions)
-            try:
-                first = await spawn(kafka_settings, tg, "join")
-                cores.append(first)
-                second = await spawn(kafka_settings, tg, "join")
-                cores.append(second)
-                await until_any(cores, lambda: len(first.assigned) + len(second.assigned) == kafka_settings.partitions)
-                await bus.publish_many(FEED, [e for n in names for e in [*setup(n), ask(n, "before")]])
-                await reader.until(lambda: all(allocated(reader, n, "before")() for n in names))
-                third = await spawn(kafka_settings, tg, "join")
-                cores.append(third)
-                everything = list(range(kafka_settings.partitions))
-                await until_any(cores, lambda: sorted(kp for core in cores for kp in core.assigned) == everything)
-                joined = set(third.assigned)
-                await bus.publish_many(FEED, [ask(n, "after") for n in names])
-                await reader.until(lambda: all(allocated(reader, n, "after")() for n in names))
-            finally:
-                with anyio.CancelScope(shield=True):
-                    for core in cores:
-                        await stop_core(core.process)
-            tg.cancel_scope.cancel()
+        async with watched_cores(bus) as (reader, tg, cores):
+            await two_cores_sharing(kafka_settings, tg, cores, "join")
+            await place_one_ask_each(bus, reader, names, "before")
+            third = await spawn(kafka_settings, tg, "join")
+            cores.append(third)
+            everything = list(range(kafka_settings.partitions))
+            await until_any(cores, lambda: sorted(kp for core in cores for kp in core.assigned) == everything)
+            joined = set(third.assigned)
+            await bus.publish_many(FEED, [ask(n, "after") for n in names])
+            await reader.until(lambda: all(allocated(reader, n, "after")() for n in names))
 
     def epoch(name: str, tag: str) -> int:
         return next(x.epoch for x in reader.items if isinstance(x, d.Allocated) and (x.partition, x.ask) == (name, tag))
@@ -195,53 +212,37 @@ async def test_a_paused_owner_publishes_nothing_under_its_old_epoch_once_it_resu
     kafka_settings: KafkaSettings, bus: KafkaBus
 ) -> None:
     names = spread_partition_names(8, kafka_settings.partitions)
-    cores: list[CoreSubprocess] = []
     with anyio.fail_after(WAIT):
-        reader = await reading(bus)
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(reader.pump_feed)
-            tg.start_soon(reader.pump_decisions)
+        async with watched_cores(bus) as (reader, tg, cores):
+            paused, _ = await two_cores_sharing(kafka_settings, tg, cores, "pause")
+            moved = [n for n in names if bus.partition_for(n) in paused.assigned]
+            assert moved
+            await place_one_ask_each(bus, reader, names, "first")
+            # Work in flight on the owner when it stops: a wave of asks on its partitions.
+            await bus.publish_many(FEED, [ask(n, f"w{i}") for i in range(500) for n in moved])
+            await reader.until(lambda: any(allocated(reader, n, "w0")() for n in moved))
+            paused.process.send_signal(signal.SIGSTOP)
+            stopped_at = len(reader.items)
+            # A barrier per moved partition: whoever owns it next answers (``synced``), even if the
+            # paused owner had decided the whole wave before it stopped.
+            await bus.publish_many(FEED, [(n, f.Sync(partition=n, id=f"{n}-after-pause")) for n in moved])
             try:
-                paused = await spawn(kafka_settings, tg, "pause")
-                cores.append(paused)  # recorded as it starts, so the finally stops it
-                other = await spawn(kafka_settings, tg, "pause")
-                cores.append(other)
-                # The second core's join splits the partitions (either core's line may come last).
-                await until_any(cores, lambda: len(paused.assigned) + len(other.assigned) == kafka_settings.partitions)
-                moved = [n for n in names if bus.partition_for(n) in paused.assigned]
-                assert moved
-                await bus.publish_many(FEED, [e for n in names for e in [*setup(n), ask(n, "first")]])
-                await reader.until(lambda: all(allocated(reader, n, "first")() for n in names))
-                # Work in flight on the owner when it stops: a wave of asks on its partitions.
-                await bus.publish_many(FEED, [ask(n, f"w{i}") for i in range(500) for n in moved])
-                await reader.until(lambda: any(allocated(reader, n, "w0")() for n in moved))
-                paused.process.send_signal(signal.SIGSTOP)
-                stopped_at = len(reader.items)
-                # A barrier per moved partition: whoever owns it next answers (``synced``), even if the
-                # paused owner had decided the whole wave before it stopped.
-                await bus.publish_many(FEED, [(n, f.Sync(partition=n, id=f"{n}-after-pause")) for n in moved])
-                try:
-                    # The group deposes it: the other core takes its partitions over at a higher epoch.
-                    await reader.until(
-                        lambda: all(any(x.partition == n and x.epoch >= 2 for x in reader.items) for n in moved)
-                    )
-                    resumed_lines = len(paused.lines)
-                finally:
-                    paused.process.send_signal(signal.SIGCONT)
-                at_resume = len(reader.items)
-
-                def revoked_after_resume() -> bool:
-                    return any("revoked Kafka partitions" in line for line in paused.lines[resumed_lines:])
-
-                while not revoked_after_resume():
-                    await paused.changed.wait()
-                await bus.publish_many(FEED, [ask(n, "last") for n in names])
-                await reader.until(lambda: all(allocated(reader, n, "last")() for n in names))
+                # The group deposes it: the other core takes its partitions over at a higher epoch.
+                await reader.until(
+                    lambda: all(any(x.partition == n and x.epoch >= 2 for x in reader.items) for n in moved)
+                )
+                resumed_lines = len(paused.lines)
             finally:
-                with anyio.CancelScope(shield=True):
-                    for core in cores:
-                        await stop_core(core.process)
-            tg.cancel_scope.cancel()
+                paused.process.send_signal(signal.SIGCONT)
+            at_resume = len(reader.items)
+
+            def revoked_after_resume() -> bool:
+                return any("revoked Kafka partitions" in line for line in paused.lines[resumed_lines:])
+
+            while not revoked_after_resume():
+                await paused.changed.wait()
+            await bus.publish_many(FEED, [ask(n, "last") for n in names])
+            await reader.until(lambda: all(allocated(reader, n, "last")() for n in names))
     stale = stale_decisions(reader.items)
     old_epoch_after_resume = [x for x in reader.items[at_resume:] if x.partition in moved and x.epoch == 1]
     print(
@@ -279,16 +280,10 @@ async def test_a_paused_owner_leaves_one_dead_letter_per_bad_record_across_the_p
                     sent.append((n, (await future).offset))
 
             try:
-                paused = await spawn(kafka_settings, tg, "letters")
-                cores.append(paused)  # recorded as it starts, so the finally stops it
-                other = await spawn(kafka_settings, tg, "letters")
-                cores.append(other)
-                # The second core's join splits the partitions (either core's line may come last).
-                await until_any(cores, lambda: len(paused.assigned) + len(other.assigned) == kafka_settings.partitions)
+                paused, _ = await two_cores_sharing(kafka_settings, tg, cores, "letters")
                 moved = [n for n in names if bus.partition_for(n) in paused.assigned]
                 assert moved
-                await bus.publish_many(FEED, [e for n in names for e in [*setup(n), ask(n, "first")]])
-                await reader.until(lambda: all(allocated(reader, n, "first")() for n in names))
+                await place_one_ask_each(bus, reader, names, "first")
                 await burst(moved, "before", 1_000)
                 while not [x for n in moved for x in await letters_of(kafka_settings, bus, n)]:
                     pass  # each read is a round trip to the broker; bounded by fail_after
@@ -391,7 +386,7 @@ async def test_a_broker_restarted_empty_stops_every_core_loudly_refuses_a_foreig
         with anyio.fail_after(2 * WAIT):
             async with anyio.create_task_group() as tg:
                 try:
-                    for _ in range(2):  # each core recorded as it starts, so the finally stops it
+                    for _ in range(2):  # each core recorded as it starts, so it is stopped on the way out
                         cores.append(await spawn(settings, tg, "restart"))
                     # A resource manager's reader stays connected through the restart (its client asks
                     # for the topic's metadata again on reconnecting) until it finds the log lost.
@@ -428,7 +423,7 @@ async def test_a_broker_restarted_empty_stops_every_core_loudly_refuses_a_foreig
                     finally:
                         await admin.close()
                     # What a supervisor does: start them again; they create the topics as configured.
-                    for _ in range(2):  # each core recorded as it starts, so the finally stops it
+                    for _ in range(2):  # each core recorded as it starts, so it is stopped on the way out
                         cores.append(await spawn(settings, tg, "restart"))
                     async with KafkaBus(settings, validators={FEED: feed_problem}) as bus:
                         reader = await reading(bus)
@@ -475,33 +470,24 @@ async def test_a_flood_of_new_partitions_does_not_starve_an_existing_one(
     kafka_settings: KafkaSettings, bus: KafkaBus
 ) -> None:
     limit, flood = 20, 1_000
-    cores: list[CoreSubprocess] = []
     with anyio.fail_after(WAIT):
-        reader = await reading(bus)
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(reader.pump_decisions)
-            try:
-                cores.append(await spawn(kafka_settings, tg, "flood", "--max-partitions", str(limit)))
-                await bus.publish_many(FEED, [*setup("steady"), ask("steady", "warm")])
-                await reader.until(allocated(reader, "steady", "warm"))
-                before = [await latency(bus, reader, "steady", f"before{i}") for i in range(5)]
-                await bus.publish_many(FEED, [(f"flood{i}", config(f"flood{i}")) for i in range(flood)])
-                during = [await latency(bus, reader, "steady", f"during{i}") for i in range(5)]
-                letters: list[DeadLetter] = []
-                refused = flood - (limit - 1)
-                while sum("--max-partitions" in x.reason for x in letters) < refused:
-                    letters = []
-                    for kp in range(kafka_settings.partitions):
-                        letters += [
-                            deadletter_msgpack.decode(r.value or b"")
-                            for r in await read_partition(kafka_settings, DEADLETTER, kp)
-                        ]
-                after = [await latency(bus, reader, "steady", f"after{i}") for i in range(5)]
-            finally:
-                with anyio.CancelScope(shield=True):
-                    for core in cores:
-                        await stop_core(core.process)
-            tg.cancel_scope.cancel()
+        async with watched_cores(bus, pump_feed=False) as (reader, tg, cores):
+            cores.append(await spawn(kafka_settings, tg, "flood", "--max-partitions", str(limit)))
+            await bus.publish_many(FEED, [*setup("steady"), ask("steady", "warm")])
+            await reader.until(allocated(reader, "steady", "warm"))
+            before = [await latency(bus, reader, "steady", f"before{i}") for i in range(5)]
+            await bus.publish_many(FEED, [(f"flood{i}", config(f"flood{i}")) for i in range(flood)])
+            during = [await latency(bus, reader, "steady", f"during{i}") for i in range(5)]
+            letters: list[DeadLetter] = []
+            refused = flood - (limit - 1)
+            while sum("--max-partitions" in x.reason for x in letters) < refused:
+                letters = []
+                for kp in range(kafka_settings.partitions):
+                    letters += [
+                        deadletter_msgpack.decode(r.value or b"")
+                        for r in await read_partition(kafka_settings, DEADLETTER, kp)
+                    ]
+            after = [await latency(bus, reader, "steady", f"after{i}") for i in range(5)]
     print(
         f"flood of {flood} new partitions (limit {limit}): steady partition's ask-to-allocation latency, "
         f"median of 5 (max): before {sorted(before)[2]:.3f}s ({max(before):.3f}s), during the flood "

@@ -25,9 +25,17 @@ from sniper.messages import feed as f
 from sniper.messages.deadletter import DeadLetter, deadletter_msgpack
 from sniper.messages.snapshot import snapshot_msgpack
 from sniper.messages.wire import CONTENT_TYPE
-from sniper.transport.bus import DEADLETTER, DECISIONS, FEED, SNAPSHOTS
+from sniper.transport.bus import DECISIONS, FEED, SNAPSHOTS
 from sniper.transport.kafka import KafkaBus, KafkaSettings
-from tests.core_process_support import WAIT, Decisions, config_event, options, workload
+from tests.core_process_support import (
+    WAIT,
+    Decisions,
+    config_event,
+    options,
+    read_dead_letters,
+    read_decisions,
+    workload,
+)
 
 pytestmark = pytest.mark.kafka
 
@@ -36,7 +44,7 @@ async def test_a_core_hosts_partitions_and_answers_with_stamped_decisions(
     kafka_settings: KafkaSettings, bus: KafkaBus
 ) -> None:
     with anyio.fail_after(WAIT):
-        reader = Decisions(await bus.subscribe_ready(DECISIONS, group=bus.settings.prefix + "reader"))
+        reader = await read_decisions(bus)
         async with anyio.create_task_group() as tg:
             tg.start_soon(reader.pump)
             process = CoreProcess(kafka_settings, options())
@@ -60,7 +68,7 @@ async def test_a_core_hosts_partitions_and_answers_with_stamped_decisions(
             await bus.publish(FEED, "p1", f.AppAdded(partition="p2", id="x4", app="z", queue="root.a"))
             await reader.until(lambda _: len(reader.of(d.Rejected, "p1")) == 1)
             assert "unknown app nope" in reader.of(d.Rejected, "p1")[0].reason
-            letters = await bus.subscribe_ready(DEADLETTER, group=bus.settings.prefix + "letters")
+            letters = await read_dead_letters(bus)
             got = sorted([await letters.receive() for _ in range(3)], key=lambda letter: letter.offset)
             reasons = [letter.reason for letter in got]  # in the order of the feed records
             assert "sanity cap" in reasons[0], reasons
@@ -104,8 +112,8 @@ async def test_a_dead_letter_carries_the_json_record_as_its_producer_wrote_it(
     ]
     producer = AIOKafkaProducer(bootstrap_servers=kafka_settings.bootstrap, acks="all", enable_idempotence=False)
     with anyio.fail_after(WAIT):
-        reader = Decisions(await bus.subscribe_ready(DECISIONS, group=bus.settings.prefix + "reader"))
-        letters = await bus.subscribe_ready(DEADLETTER, group=bus.settings.prefix + "letters")
+        reader = await read_decisions(bus)
+        letters = await read_dead_letters(bus)
         async with anyio.create_task_group() as tg:
             tg.start_soon(reader.pump)
             process = CoreProcess(kafka_settings, options(max_partitions=1))
@@ -149,8 +157,8 @@ async def test_a_retired_partition_gives_its_place_under_max_partitions_to_a_new
     are dead-lettered (a partition that holds something is never stopped to make room)."""
     first, second, third = "r1", "r2", "r3"
     with anyio.fail_after(WAIT):
-        reader = Decisions(await bus.subscribe_ready(DECISIONS, group=bus.settings.prefix + "reader"))
-        letters = await bus.subscribe_ready(DEADLETTER, group=bus.settings.prefix + "letters")
+        reader = await read_decisions(bus)
+        letters = await read_dead_letters(bus)
         async with anyio.create_task_group() as tg:
             tg.start_soon(reader.pump)
             process = CoreProcess(kafka_settings, options(max_partitions=2))
@@ -188,8 +196,8 @@ async def test_integers_ids_and_names_out_of_their_bounds_are_dead_lettered_with
         bootstrap_servers=kafka_settings.bootstrap, acks="all", enable_idempotence=False, max_request_size=2 << 20
     )
     with anyio.fail_after(WAIT):
-        reader = Decisions(await bus.subscribe_ready(DECISIONS, group=bus.settings.prefix + "reader"))
-        letters = await bus.subscribe_ready(DEADLETTER, group=bus.settings.prefix + "letters")
+        reader = await read_decisions(bus)
+        letters = await read_dead_letters(bus)
         async with anyio.create_task_group() as tg:
             tg.start_soon(reader.pump)
             await tg.start(CoreProcess(kafka_settings, options()).run)
@@ -238,7 +246,7 @@ async def test_a_state_that_cannot_be_snapshot_is_counted_alerted_once_and_fails
         await reader.until(lambda items: any(getattr(x, "ask", "") == f"more{i}" for x in items))
 
     with anyio.fail_after(WAIT):
-        reader = Decisions(await bus.subscribe_ready(DECISIONS, group=bus.settings.prefix + "reader"))
+        reader = await read_decisions(bus)
         async with anyio.create_task_group() as tg:
             tg.start_soon(reader.pump)
             process = CoreProcess(kafka_settings, options(snapshot_interval=0.01))
@@ -271,7 +279,7 @@ async def test_an_ask_with_a_huge_node_selector_is_rejected_in_a_decision_that_f
     selector = {f"key{k}": [f"v{v:011d}" for v in range(1024)] for k in range(64)}
     huge = f.AskAdded(partition="p1", id="huge", app="app", ask="huge", resource={"memory": 1}, node_selector=selector)
     with anyio.fail_after(WAIT):
-        reader = Decisions(await bus.subscribe_ready(DECISIONS, group=bus.settings.prefix + "reader"))
+        reader = await read_decisions(bus)
         async with anyio.create_task_group() as tg:
             tg.start_soon(reader.pump)
             process = CoreProcess(kafka_settings, options())
@@ -301,8 +309,8 @@ async def test_a_decision_too_large_to_publish_stops_the_partition_loudly_and_le
     wide = "\N{GRINNING FACE}" * 512  # 512 characters, 2 KB
     unknown = f.AskAdded(partition="p1", id="wide", app=wide, ask=wide, resource={"memory": 1})
     with anyio.fail_after(WAIT):
-        reader = Decisions(await bus.subscribe_ready(DECISIONS, group=bus.settings.prefix + "reader"))
-        letters = await bus.subscribe_ready(DEADLETTER, group=bus.settings.prefix + "letters")
+        reader = await read_decisions(bus)
+        letters = await read_dead_letters(bus)
         async with anyio.create_task_group() as tg:
             tg.start_soon(reader.pump)
             process = CoreProcess(small, options())
@@ -327,7 +335,7 @@ async def test_a_decision_too_large_to_publish_stops_the_partition_loudly_and_le
 
 async def test_failover_restores_the_state_and_bumps_the_epoch(kafka_settings: KafkaSettings, bus: KafkaBus) -> None:
     with anyio.fail_after(WAIT):
-        reader = Decisions(await bus.subscribe_ready(DECISIONS, group=bus.settings.prefix + "reader"))
+        reader = await read_decisions(bus)
         async with anyio.create_task_group() as tg:
             tg.start_soon(reader.pump)
             first = CoreProcess(kafka_settings, options())
@@ -362,7 +370,7 @@ async def test_decisions_the_broker_loses_stop_the_partition_which_comes_back_fr
     kafka_settings: KafkaSettings, bus: KafkaBus, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     with anyio.fail_after(WAIT):
-        reader = Decisions(await bus.subscribe_ready(DECISIONS, group=bus.settings.prefix + "reader"))
+        reader = await read_decisions(bus)
         async with anyio.create_task_group() as tg:
             tg.start_soon(reader.pump)
             process = CoreProcess(kafka_settings, options())

@@ -14,8 +14,8 @@ import pytest
 
 from sniper.messages import decisions as d
 from sniper.transport.kafka import KafkaSettings
-from tests.k8s_shim_support import evicted, fill_with_batch, victims, whole_path
-from tests.kube_apiserver import KubeApiServer, node, pod
+from tests.k8s_shim_support import add_app_pods, add_nodes, evicted, fill_with_batch, victims, whole_path
+from tests.kube_apiserver import KubeApiServer, pod
 
 pytestmark = pytest.mark.kafka
 
@@ -24,14 +24,11 @@ async def test_the_large_container_loop_evicts_exactly_the_chosen_victims_with_t
     kube_api: KubeApiServer, kafka_settings: KafkaSettings, tmp_path: Path
 ) -> None:
     api = kube_api
-    api.create(node("n1", cpu="4", memory="8Gi"))
-    api.create(node("n2", cpu="4", memory="8Gi"))
+    add_nodes(api, "n1", "n2")
     async with whole_path(api, kafka_settings, tmp_path) as world:
-        await world.ready(await world.start_shim())
-        batch = fill_with_batch(world)
-        await world.until(lambda: set(batch) <= set(api.bound()))
-        for i in range(2):
-            api.create(pod(f"web-{i}", "prod", cpu="2", memory="2Gi", labels={"applicationId": "web"}))
+        await world.start_leading()
+        await fill_with_batch(world)
+        add_app_pods(api, "prod", "web", "web-0", "web-1", cpu="2", memory="2Gi")
         await world.until(lambda: len(api.terminating()) == 4)
         chosen = victims(world)
         assert set(api.terminating()) == chosen
@@ -52,19 +49,15 @@ async def test_a_restarted_shim_binds_nothing_twice_and_loses_no_pod(
     kube_api: KubeApiServer, kafka_settings: KafkaSettings, tmp_path: Path
 ) -> None:
     api = kube_api
-    api.create(node("n1", cpu="4", memory="8Gi"))
+    add_nodes(api, "n1")
     async with whole_path(api, kafka_settings, tmp_path) as world:
-        first = await world.start_shim()
-        await world.ready(first)
-        for i in range(3):
-            api.create(pod(f"a-{i}", "batch", cpu="1", memory="1Gi", labels={"applicationId": "a"}))
+        first = await world.start_leading()
+        add_app_pods(api, "batch", "a", "a-0", "a-1", "a-2")
         await world.until(lambda: len(api.bound()) == 3)
-        first.kill()
-        await world.until(lambda: first.done.is_set())
+        await world.kill(first)
         api.create(pod("late", "batch", cpu="1", memory="1Gi", labels={"applicationId": "a"}))
-        second = await world.start_shim()
-        await world.ready(second)
-        await world.until(lambda: "batch/late" in api.bound())
+        await world.start_leading()
+        await world.until_bound("batch/late")
         binds = [s.name for s in api.served(verb="create", resource="pods/binding")]
         assert sorted(binds) == ["a-0", "a-1", "a-2", "late"], binds
         assert len(world.of(d.Allocated)) == 4

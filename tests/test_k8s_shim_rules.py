@@ -17,8 +17,17 @@ from sniper.kubernetes.client import connect
 from sniper.kubernetes.shim import QueuesSource
 from sniper.messages import decisions as d
 from sniper.transport.kafka import KafkaSettings
-from tests.k8s_shim_support import QUEUES, fill_with_batch, prod_bound, unready, whole_path
-from tests.kube_apiserver import KubeApiServer, deployed_cluster_role, node, pod
+from tests.k8s_shim_support import (
+    QUEUES,
+    add_app_pods,
+    add_etl_budget,
+    add_nodes,
+    fill_with_batch,
+    prod_bound,
+    spend_etl_budget,
+    whole_path,
+)
+from tests.kube_apiserver import KubeApiServer, deployed_cluster_role, pod
 
 pytestmark = pytest.mark.kafka
 
@@ -43,17 +52,16 @@ async def test_a_gang_is_bound_all_or_nothing(
     kube_api: KubeApiServer, kafka_settings: KafkaSettings, tmp_path: Path
 ) -> None:
     api = kube_api
-    api.create(node("n1", cpu="4", memory="8Gi"))
-    api.create(node("n2", cpu="4", memory="8Gi"))
+    add_nodes(api, "n1", "n2")
     gang = {"batch/w-0", "batch/w-1", "batch/w-2"}
     async with whole_path(api, kafka_settings, tmp_path) as world:
-        await world.ready(await world.start_shim())
+        await world.start_leading()
         api.create(pod("hog", "batch", cpu="3", memory="1Gi", labels={"applicationId": "hog"}))
-        await world.until(lambda: "batch/hog" in api.bound())
+        await world.until_bound("batch/hog")
         for i in range(3):  # two cores each: two of them fit now, the third only once the hog is gone
             api.create(task_group_pod(f"w-{i}", "2"))
         api.create(pod("after", "batch", cpu="1", memory="1Gi", labels={"applicationId": "other"}))
-        await world.until(lambda: "batch/after" in api.bound())  # the gang was decided before it: not placed
+        await world.until_bound("batch/after")  # the gang was decided before it: not placed
         assert not gang & set(api.bound())
         api.set_phase("hog", "batch", "Succeeded")
         await world.until(lambda: gang <= set(api.bound()))
@@ -66,15 +74,14 @@ async def test_foreign_pods_room_is_never_handed_out_and_comes_back_when_they_fi
     kube_api: KubeApiServer, kafka_settings: KafkaSettings, tmp_path: Path
 ) -> None:
     api = kube_api
-    api.create(node("n1", cpu="4", memory="8Gi"))
+    add_nodes(api, "n1")
     api.create(pod("daemon", "kube-system", cpu="3", memory="1Gi", scheduler="default-scheduler", node_name="n1"))
     async with whole_path(api, kafka_settings, tmp_path) as world:
-        await world.ready(await world.start_shim())
-        for i in range(3):
-            api.create(pod(f"a-{i}", "batch", cpu="1", memory="1Gi", labels={"applicationId": "a"}))
+        await world.start_leading()
+        add_app_pods(api, "batch", "a", "a-0", "a-1", "a-2")
         ours = lambda: sorted(v for k, v in api.bound().items() if k.startswith("batch/"))  # noqa: E731
         await world.until(lambda: len(ours()) == 1)
-        api.create(node("n2", cpu="1", memory="8Gi"))
+        add_nodes(api, "n2", cpu="1", memory="8Gi")
         await world.until(lambda: len(ours()) == 2)
         assert ours() == ["n1", "n2"]
         api.set_phase("daemon", "kube-system", "Succeeded")
@@ -87,7 +94,7 @@ async def test_what_sniper_cannot_express_is_said_on_the_pod_and_a_required_rule
     kube_api: KubeApiServer, kafka_settings: KafkaSettings, tmp_path: Path
 ) -> None:
     api = kube_api
-    api.create(node("n1", cpu="4", memory="8Gi"))
+    add_nodes(api, "n1")
     affinity = {
         "podAffinity": {
             "requiredDuringSchedulingIgnoredDuringExecution": [
@@ -103,7 +110,7 @@ async def test_what_sniper_cannot_express_is_said_on_the_pod_and_a_required_rule
         }
     }
     async with whole_path(api, kafka_settings, tmp_path) as world:
-        await world.ready(await world.start_shim())
+        await world.start_leading()
         api.create(pod("strict", "batch", labels={"applicationId": "x"}, spec={"affinity": affinity}))
         api.create(pod("loose", "batch", labels={"applicationId": "x"}, spec={"affinity": preferred}))
         await world.until(lambda: "batch/loose" in api.bound() and events_on(api, "strict"))
@@ -119,13 +126,13 @@ async def test_a_rejected_pod_is_marked_unschedulable_with_the_reason(
     kube_api: KubeApiServer, kafka_settings: KafkaSettings, tmp_path: Path
 ) -> None:
     api = kube_api
-    api.create(node("n1", cpu="8", memory="16Gi"))
+    add_nodes(api, "n1", cpu="8", memory="16Gi")
     queues = QUEUES.replace(
         "          - name: batch\n",
         "          - name: small\n            resources: {max: {vcore: 2}}\n          - name: batch\n",
     )
     async with whole_path(api, kafka_settings, tmp_path, queues) as world:
-        await world.ready(await world.start_shim())
+        await world.start_leading()
         api.create(pod("big", "small", cpu="3", memory="1Gi", labels={"applicationId": "big"}))
         marked = await world.until(
             lambda: [
@@ -145,19 +152,18 @@ async def test_two_replicas_elect_one_leader_and_the_standby_takes_over_when_it_
     kube_api: KubeApiServer, kafka_settings: KafkaSettings, tmp_path: Path
 ) -> None:
     api = kube_api
-    api.create(node("n1", cpu="8", memory="16Gi"))
+    add_nodes(api, "n1", cpu="8", memory="16Gi")
     async with whole_path(api, kafka_settings, tmp_path) as world:
-        a = await world.start_shim("shim-a")
-        await world.ready(a)
+        a = await world.start_leading("shim-a")
         b = await world.start_shim("shim-b")
         api.create(pod("one", "batch", labels={"applicationId": "x"}))
-        await world.until(lambda: "batch/one" in api.bound())
+        await world.until_bound("batch/one")
         assert api.get("leases", "sniper-k8s", "sniper")["spec"]["holderIdentity"] == "shim-a"
         assert not b.shims, "the standby watched or acted"
         a.kill()
         await world.ready(b)
         api.create(pod("two", "batch", labels={"applicationId": "x"}))
-        await world.until(lambda: "batch/two" in api.bound())
+        await world.until_bound("batch/two")
         assert api.get("leases", "sniper-k8s", "sniper")["spec"]["holderIdentity"] == "shim-b"
         binds = sorted(s.name for s in api.served(verb="create", resource="pods/binding"))
         assert binds == ["one", "two"]
@@ -168,8 +174,7 @@ async def test_the_cluster_role_is_exactly_what_the_shim_calls(
 ) -> None:
     """Nothing the shim calls is refused by the deployed ClusterRole, and nothing it grants goes unused."""
     api = kube_api
-    api.create(node("n1", cpu="4", memory="8Gi"))
-    api.create(node("n2", cpu="4", memory="8Gi"))
+    add_nodes(api, "n1", "n2")
     api.create(
         {
             "apiVersion": "v1",
@@ -178,23 +183,15 @@ async def test_the_cluster_role_is_exactly_what_the_shim_calls(
             "data": {"queues.yaml": QUEUES},
         }
     )
-    api.create(
-        {
-            "apiVersion": "policy/v1",
-            "kind": "PodDisruptionBudget",
-            "metadata": {"name": "etl", "namespace": "batch"},
-            "spec": {"maxUnavailable": 1, "selector": {"matchLabels": {"applicationId": "etl"}}},
-        }
-    )
+    add_etl_budget(api)
     async with whole_path(api, kafka_settings, tmp_path) as world:
-        shim = await world.ready(await world.start_shim(queues=QueuesSource(config_map=("sniper", "sniper-queues"))))
-        batch = fill_with_batch(world)
-        await world.until(lambda: set(batch) <= set(api.bound()))
-        api.modify("pods", "batch-0", unready, "batch")
-        api.modify("pods", "batch-1", unready, "batch")
+        running = await world.start_leading(queues=QueuesSource(config_map=("sniper", "sniper-queues")))
+        shim = running.shim
+        await fill_with_batch(world)
+        spend_etl_budget(api)
         api.create(pod("web", "prod", cpu="1", memory="1Gi", labels={"applicationId": "web"}))
         await world.until(lambda: prod_bound(api))
-        api.create(node("n3", cpu="4", memory="8Gi"))  # room for what follows
+        add_nodes(api, "n3")  # room for what follows
         api.create(
             pod(
                 "lone",
@@ -225,7 +222,7 @@ async def test_the_cluster_role_is_exactly_what_the_shim_calls(
         )
         await world.until(lambda: shim.view.config.leaf("root.extra"))
         api.create(pod("new", "batch", labels={"applicationId": "y", "queue": "root.extra"}))
-        await world.until(lambda: "batch/new" in api.bound())
+        await world.until_bound("batch/new")
         await world.until(lambda: ("coordination.k8s.io", "leases", "update") in api.rbac_used)
         assert not api.rbac_denied
         assert api.rbac_used == deployed_cluster_role().triples()
@@ -240,12 +237,12 @@ async def test_a_leader_whose_lease_is_taken_stops_acting_until_it_holds_the_lea
     kube_api: KubeApiServer, kafka_settings: KafkaSettings, tmp_path: Path
 ) -> None:
     api = kube_api
-    api.create(node("n1", cpu="8", memory="16Gi"))
+    add_nodes(api, "n1", cpu="8", memory="16Gi")
     async with whole_path(api, kafka_settings, tmp_path) as world:
-        a = await world.start_shim("shim-a")
-        first = await world.ready(a)
+        a = await world.start_leading("shim-a")
+        first = a.shim
         api.create(pod("one", "batch", labels={"applicationId": "x"}))
-        await world.until(lambda: "batch/one" in api.bound())
+        await world.until_bound("batch/one")
         taken = {"spec": {"holderIdentity": "intruder", "renewTime": micro_time(), "leaseDurationSeconds": 3600}}
         api.modify("leases", "sniper-k8s", taken, "sniper")
         await world.until(lambda: first.stopped.is_set())  # it could not renew: it stepped down
@@ -253,7 +250,7 @@ async def test_a_leader_whose_lease_is_taken_stops_acting_until_it_holds_the_lea
         api.modify("leases", "sniper-k8s", {"spec": {"renewTime": micro_time(-7200)}}, "sniper")  # it expires
         second = await world.until(lambda: len(a.shims) == 2 and a.shims[1])
         await world.ready(a)
-        await world.until(lambda: "batch/two" in api.bound())
+        await world.until_bound("batch/two")
         assert second is not first
         assert api.get("leases", "sniper-k8s", "sniper")["spec"]["holderIdentity"] == "shim-a"
         assert sorted(s.name for s in api.served(verb="create", resource="pods/binding")) == ["one", "two"]
@@ -263,9 +260,9 @@ async def test_a_pod_sniper_cannot_read_is_said_on_the_pod_and_the_shim_goes_on(
     kube_api: KubeApiServer, kafka_settings: KafkaSettings, tmp_path: Path
 ) -> None:
     api = kube_api
-    api.create(node("n1", cpu="4", memory="8Gi"))
+    add_nodes(api, "n1")
     async with whole_path(api, kafka_settings, tmp_path) as world:
-        await world.ready(await world.start_shim())
+        await world.start_leading()
         api.create(pod("odd", "batch", cpu="lots", labels={"applicationId": "x"}))
         api.create(pod("fine", "batch", labels={"applicationId": "x"}))
         await world.until(lambda: "batch/fine" in api.bound() and events_on(api, "odd"))
@@ -279,15 +276,15 @@ async def test_a_pod_deleted_and_created_again_under_its_name_is_scheduled_again
 ) -> None:
     """As a StatefulSet does: ``web-0`` goes and comes back with a new UID; the new pod is a new ask."""
     api = kube_api
-    api.create(node("n1", cpu="4", memory="8Gi"))
+    add_nodes(api, "n1")
     async with whole_path(api, kafka_settings, tmp_path) as world:
-        await world.ready(await world.start_shim())
+        await world.start_leading()
         api.create(pod("web-0", "prod", labels={"applicationId": "web"}))
         api.create(pod("web-1", "prod", labels={"applicationId": "web"}))  # the app outlives web-0
-        await world.until(lambda: {"prod/web-0", "prod/web-1"} <= set(api.bound()))
+        await world.until_bound("prod/web-0", "prod/web-1")
         first = api.get("pods", "web-0", "prod")["metadata"]["uid"]
         api.remove("pods", "web-0", "prod", grace=0)
         api.create(pod("web-0", "prod", labels={"applicationId": "web"}))
-        await world.until(lambda: "prod/web-0" in api.bound())
+        await world.until_bound("prod/web-0")
         assert api.get("pods", "web-0", "prod")["metadata"]["uid"] != first
-        assert len([a for a in world.of(d.Allocated) if a.ask == "prod/web-0"]) == 2
+        assert len(world.allocations_of("prod/web-0")) == 2

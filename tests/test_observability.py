@@ -22,9 +22,9 @@ from sniper.cli import app
 from sniper.cluster.obs import CoreMetrics, MetricsServeError, StructuredFormatter
 from sniper.cluster.process import CoreOptions, CoreProcess
 from sniper.messages import decisions as d
-from sniper.transport.bus import DECISIONS, FEED
+from sniper.transport.bus import FEED
 from sniper.transport.kafka import KafkaBus, KafkaSettings
-from tests.core_process_support import Decisions, workload
+from tests.core_process_support import read_decisions, workload
 
 
 def scrape(port: int, path: str = "/metrics") -> str:
@@ -40,7 +40,7 @@ def status(port: int, *args: str) -> Any:
 async def test_the_metrics_endpoint_of_a_core(kafka_settings: KafkaSettings) -> None:
     with anyio.fail_after(60):
         async with KafkaBus(kafka_settings) as bus:
-            reader = Decisions(await bus.subscribe_ready(DECISIONS, group=bus.settings.prefix + "reader"))
+            reader = await read_decisions(bus)
             async with anyio.create_task_group() as tg:
                 tg.start_soon(reader.pump)
                 process = CoreProcess(kafka_settings, CoreOptions(group="obs", tick=0.1))
@@ -319,7 +319,7 @@ async def test_many_concurrent_state_scrapes_share_one_build_per_interval_and_li
     scrapes = 16
     with anyio.fail_after(60):
         async with KafkaBus(kafka_settings) as bus:
-            reader = Decisions(await bus.subscribe_ready(DECISIONS, group=bus.settings.prefix + "reader"))
+            reader = await read_decisions(bus)
             async with anyio.create_task_group() as tg:
                 tg.start_soon(reader.pump)
                 process = CoreProcess(kafka_settings, CoreOptions(group="obs-state", tick=0.1))
