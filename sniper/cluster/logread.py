@@ -13,9 +13,12 @@ import dataclasses
 import time
 from typing import Any
 
+import anyio
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from sniper.transport.kafka import KafkaSettings
+
+STOP_LIMIT = 5.0  # seconds a consumer that read a log may take to stop
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -53,8 +56,8 @@ async def read_partition(
     tp = TopicPartition(settings.topic(topic), partition)
     out: list[LogRecord] = []
     deadline = time.monotonic() + limit
-    await consumer.start()
     try:
+        await consumer.start()
         consumer.assign([tp])
         end = (await consumer.end_offsets([tp]))[tp]
         first = (await consumer.beginning_offsets([tp]))[tp]
@@ -75,15 +78,23 @@ async def read_partition(
             if not records and await consumer.position(tp) >= end:
                 return out
     finally:
-        await consumer.stop()
+        await _stop(consumer)
 
 
 async def end_offset(settings: KafkaSettings, topic: str, partition: int) -> int:
     """The offset the next record of that partition will get."""
     consumer: Any = AIOKafkaConsumer(**settings.client_options(), group_id=None, enable_auto_commit=False)
-    await consumer.start()
     try:
+        await consumer.start()
         tp = TopicPartition(settings.topic(topic), partition)
         return int((await consumer.end_offsets([tp]))[tp])
     finally:
+        await _stop(consumer)
+
+
+async def _stop(consumer: Any) -> None:
+    """Stop a reading consumer, also when its read was cancelled or its start failed (a restore stopped
+    mid-way): shielded, so the cancellation that ended the read cannot leave its connections open, and
+    bounded, so a broker that does not answer cannot hold the caller."""
+    with anyio.move_on_after(STOP_LIMIT, shield=True):
         await consumer.stop()
