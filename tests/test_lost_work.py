@@ -320,3 +320,31 @@ def test_the_stand_in_apps_checkpoint_on_their_interval_and_lose_only_the_work_s
     assert rm.lost_work == {"default": 26.0}, "an app that never checkpoints loses all it ran"
     assert rm.running_time_lost == {"default": 46.0}
     assert sum(rm.lost_work_by_cause["default"].values()) == pytest.approx(rm.lost_work["default"])
+
+
+def checkpointing_trace(cost: str) -> list[f.Feed]:
+    """b's app (checkpoints every 30 s) fills the one node at t = 1 with long containers; a, guaranteed
+    half the node, asks for its half at t = 200: sniper preempts b's under ``cost``."""
+    raw = preemption_raw(
+        queue("a", guaranteed={"memory": 4096}), queue("b", guaranteed={"memory": 4096}), victim_cost=cost
+    )
+    return [
+        f.PartitionConfigEvent(config=raw),
+        f.NodeAdded(node="n1", capacity={"memory": 8192}),
+        f.AppAdded(t=1.0, app="b1", queue="root.b", checkpoint_interval=30.0),
+        f.AskAdded(t=1.0, app="b1", ask="k", resource={"memory": 2048}, count=4, duration=5000.0),
+        f.AppAdded(t=200.0, app="a1", queue="root.a"),
+        f.AskAdded(t=200.0, app="a1", ask="k", resource={"memory": 2048}, count=2, duration=50.0),
+    ]
+
+
+@pytest.mark.parametrize("cost", ["running_time", "lost_work"])
+def test_a_simulated_kill_of_a_checkpointing_app_loses_only_the_work_since_its_checkpoint(cost: str) -> None:
+    from sniper.simulator.run import run_simulation
+
+    report = run_simulation(checkpointing_trace(cost)).summary
+    assert report.invariant_violations == 0
+    assert report.preemptions.victims == 2
+    assert report.running_time_lost_seconds > 200.0, "the victims had run since t = 1"
+    assert 0.0 < report.lost_work_seconds <= 2 * 30.0
+    assert sum(report.lost_work_by_cause.values()) == pytest.approx(report.lost_work_seconds)
