@@ -322,6 +322,20 @@ def test_the_stand_in_apps_checkpoint_on_their_interval_and_lose_only_the_work_s
     assert sum(rm.lost_work_by_cause["default"].values()) == pytest.approx(rm.lost_work["default"])
 
 
+def test_the_stand_in_rm_counts_a_checkpoint_the_trace_reports() -> None:
+    rm = StandInRM()
+    rm.observe(f.AppAdded(app="plain", queue="root.a"))
+    rm.observe(f.AskAdded(app="plain", ask="k", resource={"memory": 1}, duration=100.0))
+    rm.on_decision(_allocated("x1", "plain"), now=5.0)
+    rm.observe(f.AllocationCheckpointed(t=20.0, allocation="x1"))
+    rm.observe(f.AllocationCheckpointed(t=12.0, allocation="x1"))  # older: the later one stands
+    rm.observe(f.AllocationCheckpointed(t=20.0, allocation="x9"))  # not running: nothing to count
+    rm.on_decision(d.Kill(allocation="x1", app="plain", queue="root.a", node="n1"), now=26.0)
+    assert rm.lost_work == {"default": 6.0}
+    assert rm.running_time_lost == {"default": 21.0}
+    assert rm.checkpointed == {}
+
+
 def checkpointing_trace(cost: str) -> list[f.Feed]:
     """b's app (checkpoints every 30 s) fills the one node at t = 1 with long containers; a, guaranteed
     half the node, asks for its half at t = 200: sniper preempts b's under ``cost``."""

@@ -14,10 +14,11 @@ utilization as its NodeManager would: :data:`UTILIZATION_INTERVAL` seconds after
 running there change, a ``node_utilization`` with the sum of their usage (declared, else their
 resource), when that sum differs from the node's last report.
 Apps with a ``checkpoint_interval`` (``app_added``) checkpoint every container's work that often from
-its start. ``lost_work`` sums, per partition, the work every killed or lost container did since its
-last checkpoint (:func:`sniper.core.checkpoints.lost_work`; its running time when its app does not
-checkpoint) (architecture: Metrics, ``lost_work_seconds``), asked again or not; ``lost_work_by_cause``
-splits the same sum by what ended each container (:func:`loss_cause`), so the causes always add up to
+its start; an ``allocation_checkpointed`` in the trace is a checkpoint too. ``lost_work`` sums, per
+partition, the work every killed or lost container did since its last checkpoint
+(:func:`sniper.core.checkpoints.lost_work`; its running time when its app does not checkpoint)
+(architecture: Metrics, ``lost_work_seconds``), asked again or not; ``lost_work_by_cause`` splits the
+same sum by what ended each container (:func:`loss_cause`), so the causes always add up to
 ``lost_work``; ``running_time_lost`` sums their running time, checkpoints ignored.
 """
 
@@ -88,6 +89,7 @@ class StandInRM:
         self.lost_work: dict[str, float] = {}  # partition -> container-seconds lost to kills and node loss
         self.lost_work_by_cause: dict[str, dict[str, float]] = {}  # partition -> cause -> the same seconds
         self.running_time_lost: dict[str, float] = {}  # partition -> the same containers' running time
+        self.checkpointed: dict[tuple[str, str], float] = {}  # (partition, allocation) -> last reported checkpoint
         self.noticed_by: dict[tuple[str, str], str] = {}  # (partition, allocation) -> policy of its notice
         self._seq = 0
         self._retry_names: dict[tuple[str, str, str], int] = {}
@@ -131,6 +133,10 @@ class StandInRM:
                 self.contract_apps.add((event.partition, event.app))
             if event.checkpoint_interval is not None:
                 self.checkpoint_interval[(event.partition, event.app)] = event.checkpoint_interval
+        elif isinstance(event, f.AllocationCheckpointed):
+            key = (event.partition, event.allocation)
+            if key in self.started and event.t > self.checkpointed.get(key, self.started[key]):
+                self.checkpointed[key] = event.t
         elif isinstance(event, f.AppRemoved):
             self.apps.discard((event.partition, event.app))
             self.checkpoint_interval.pop((event.partition, event.app), None)
@@ -251,6 +257,7 @@ class StandInRM:
                 self.alloc_ask.pop((dec.partition, dec.allocation), None)
                 self.release_at.pop((dec.partition, dec.allocation), None)
                 self.started.pop((dec.partition, dec.allocation), None)
+                self.checkpointed.pop((dec.partition, dec.allocation), None)
                 self.noticed_by.pop((dec.partition, dec.allocation), None)
                 return []
             case _:
@@ -281,10 +288,12 @@ class StandInRM:
     def _lost(self, partition: str, app: str, allocation: str, now: float, cause: str) -> None:
         self.release_at.pop((partition, allocation), None)
         started = self.started.pop((partition, allocation), None)
+        checkpointed = self.checkpointed.pop((partition, allocation), None)
         if started is not None:
             ran = max(0.0, now - started)
             self.running_time_lost[partition] = self.running_time_lost.get(partition, 0.0) + ran
-            lost = checkpoints.lost_work(started, now, self.checkpoint_interval.get((partition, app)))
+            interval = self.checkpoint_interval.get((partition, app))
+            lost = checkpoints.lost_work(started, now, interval, checkpointed)
             self.lost_work[partition] = self.lost_work.get(partition, 0.0) + lost
             by_cause = self.lost_work_by_cause.setdefault(partition, {})
             by_cause[cause] = by_cause.get(cause, 0.0) + lost
