@@ -179,6 +179,7 @@ def fingerprint(state: PartitionState, *, allocating: bool = False) -> dict[str,
             "queue": a.queue.path,
             "priority": a.priority,
             "submit_seq": a.submit_seq,
+            "checkpoint_interval": a.checkpoint_interval,
             "allocated": r(a.allocated),
             "allocations": sorted(a.allocations),
             "asked": a.asked,
@@ -209,6 +210,8 @@ def fingerprint(state: PartitionState, *, allocating: bool = False) -> dict[str,
             "preempt_deadline": a.preempt_deadline,
             "reservation": a.reservation,
             "opportunistic": a.opportunistic,
+            "checkpoint_interval": a.checkpoint_interval,
+            "checkpointed": a.checkpointed,
         }
         for a in state.allocations.values()
     }

@@ -1,7 +1,7 @@
 """``sniper import``: other trace formats into a Sniper trace plus its queues.yaml (:mod:`sniper.importers`).
 
-Every importer shares the window, time-scale, node-sample and guarantee options, a progress bar over
-the input bytes, the malformed-row report and the summary table. Exit code 2 on input that cannot be
+Every importer shares the window, time-scale, node-sample, guarantee and checkpoint-interval options, a
+progress bar over the input bytes, the malformed-row report and the summary table. Exit code 2 on input that cannot be
 imported at all, a trace without a job included; malformed rows are reported and skipped.
 """
 
@@ -37,6 +37,10 @@ Guarantee = Annotated[
 ]
 Guarantees = Annotated[Path | None, typer.Option(help="YAML mapping queue -> share of the cluster")]
 Partition = Annotated[str, typer.Option(help="partition name")]
+CheckpointInterval = Annotated[
+    float | None,
+    typer.Option(help="every app checkpoints its containers' work this often (seconds, scaled like durations)"),
+]
 
 
 def _guarantees(flags: list[str] | None, mapping: Path | None) -> dict[str, float]:
@@ -63,11 +67,18 @@ def _guarantees(flags: list[str] | None, mapping: Path | None) -> dict[str, floa
 def _import_options(given: Mapping[str, Any]) -> ImportOptions:
     shares = _guarantees(given["guarantee"], given["guarantees"])
     return ImportOptions(
-        given["start"], given["span"], given["time_scale"], given["nodes_sample"], shares, given["partition"]
+        given["start"],
+        given["span"],
+        given["time_scale"],
+        given["nodes_sample"],
+        shares,
+        given["partition"],
+        given["checkpoint_interval"],
     )
 
 
-# The options every importer shares: the window, the time scale, the node sample, the guarantees.
+# The options every importer shares: the window, the time scale, the node sample, the guarantees, the
+# apps' checkpoint interval.
 with_import_options = shared_options(
     "options",
     [
@@ -78,6 +89,7 @@ with_import_options = shared_options(
         ("guarantee", Guarantee, None),
         ("guarantees", Guarantees, None),
         ("partition", Partition, "default"),
+        ("checkpoint_interval", CheckpointInterval, None),
     ],
     _import_options,
 )

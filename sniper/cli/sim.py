@@ -77,7 +77,14 @@ def _print_summary(report: Report, title: str) -> None:
     table.add_row("allocations", str(report.allocations))
     table.add_row("preemptions", str(report.preemptions.victims))
     table.add_row("preempted", literal(human_resource(report.preemptions.resources)))
-    for key in ("wasted_preemptions", "ping_pong", "lost_work_seconds", "fairness_gap", "pending_at_end"):
+    for key in (
+        "wasted_preemptions",
+        "ping_pong",
+        "lost_work_seconds",
+        "running_time_lost_seconds",
+        "fairness_gap",
+        "pending_at_end",
+    ):
         table.add_row(key, str(getattr(report, key)))
     for key in ("utilization", "fairness", "stranded"):
         shares: dict[str, float] = getattr(report, key)

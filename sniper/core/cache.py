@@ -278,6 +278,8 @@ class Cache:
                     self._release(alloc)
             case f.AllocationPromoted(allocation=aid):
                 self._promote(aid, event.id)
+            case f.AllocationCheckpointed(allocation=aid, t=at):
+                self._checkpointed(aid, at)
             case f.ReservationSubmitted():
                 slo_reservations.submit(self, event)
 
@@ -466,6 +468,7 @@ class Cache:
                 preemption_contract=e.preemption_contract,
                 max_disruption=e.max_disruption,
                 allow_preemption=e.allow_preemption,
+                checkpoint_interval=e.checkpoint_interval,
             )
         )
 
@@ -580,6 +583,14 @@ class Cache:
         self.decide(
             d.Promoted, allocation=aid, app=alloc.app, queue=alloc.queue.path, node=alloc.node, resource=alloc.resource
         )
+
+    def _checkpointed(self, aid: str, at: float) -> None:
+        """A checkpoint the allocation's app wrote at ``at``; one of an allocation no longer running (it
+        crossed the release), or not later than its start and last checkpoint, changes nothing."""
+        alloc = self.state.allocations.get(aid)
+        if alloc is None or at < alloc.start or (alloc.checkpointed is not None and at <= alloc.checkpointed):
+            return
+        self.commit(p.AllocationCheckpointed(allocation=aid, at=at))
 
     def _release(self, alloc: Allocation) -> None:
         self.decide(
@@ -1006,6 +1017,7 @@ def _app_changes(state: PartitionState, app: App) -> list[p.ChangeMsg]:
             preemption_contract=app.contract,
             max_disruption=app.max_disruption,
             allow_preemption=app.allow_preemption,
+            checkpoint_interval=app.checkpoint_interval,
         )
     ]
     for ask in sorted(app.asks.values(), key=lambda a: a.seq):
@@ -1052,6 +1064,7 @@ def _allocation_set_of(alloc: Allocation) -> p.AllocationSet:
         usage=None if alloc.usage is alloc.resource else alloc.usage,
         overcommit=alloc.overcommit,
         tags=alloc.tags,
+        checkpointed=alloc.checkpointed,
     )
 
 

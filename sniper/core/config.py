@@ -35,7 +35,7 @@ NODE_SORT_POLICIES: tuple[str, ...] = ("binpacking", "fair")
 APP_SORT_POLICIES: tuple[str, ...] = ("fifo", "fair", "priority")
 QUEUE_PREEMPTION_POLICIES: tuple[str, ...] = ("default", "fence", "disabled")
 POLICIES: tuple[str, ...] = ("sniper", "proportional", "none")
-VICTIM_COSTS: tuple[str, ...] = ("running_time", "priority", "priority_then_running_time")
+VICTIM_COSTS: tuple[str, ...] = ("running_time", "lost_work", "priority", "priority_then_running_time")
 
 SORT_POLICY_KEY = "application.sort.policy"
 PRIORITY_OFFSET_KEY = "priority.offset"

@@ -291,6 +291,7 @@ class App:
         "allow_preemption",
         "asked",
         "asks",
+        "checkpoint_interval",
         "contract",
         "disrupted",
         "groups",
@@ -315,6 +316,7 @@ class App:
         self.contract = change.preemption_contract  # YARN-45: asked to give back before any kill
         self.max_disruption = change.max_disruption  # disruption budget (None: none)
         self.allow_preemption = change.allow_preemption  # false: victims of last resort
+        self.checkpoint_interval = change.checkpoint_interval  # its containers checkpoint that often (None: never)
         self.disrupted = 0  # guaranteed containers under notice (preempting), kept by the state
         self.asks: dict[str, Ask] = {}
         self.allocated: Resource = {}
@@ -329,6 +331,8 @@ class Allocation:
         "am",
         "app",
         "ask",
+        "checkpoint_interval",
+        "checkpointed",
         "id",
         "killed",
         "node",
@@ -345,7 +349,7 @@ class Allocation:
         "usage",
     )
 
-    def __init__(self, change: p.AllocationSet, queue: Queue) -> None:
+    def __init__(self, change: p.AllocationSet, queue: Queue, checkpoint_interval: float | None = None) -> None:
         self.id = change.allocation
         self.app = change.app
         self.ask = change.ask
@@ -363,6 +367,9 @@ class Allocation:
         self.reservation: str | None = None  # set while it is a victim held for this reservation
         self.preempt_deadline: float | None = None  # set while it is a victim
         self.killed = False
+        # Its app's checkpoints (core.checkpoints): every interval from its start, and the last reported.
+        self.checkpoint_interval = checkpoint_interval
+        self.checkpointed = change.checkpointed
 
     @property
     def preempting(self) -> bool:
@@ -529,6 +536,7 @@ class PartitionState:
             p.AllocationSet: self._alloc,
             p.AllocationGone: self._alloc_gone,
             p.AllocationPromoted: self._promote,
+            p.AllocationCheckpointed: self._checkpointed,
             p.ReservationSet: self._reservation,
             p.ReservationGone: self._reservation_gone,
             p.NodeReservationSet: self._node_reservation,
@@ -867,7 +875,7 @@ class PartitionState:
         node = self.nodes.get(c.node)
         if app is None or node is None:
             raise StateError(f"allocation {c.allocation}: unknown app {c.app} or node {c.node}")
-        alloc = Allocation(c, app.queue)
+        alloc = Allocation(c, app.queue, app.checkpoint_interval)
         self.allocations[alloc.id] = alloc
         node.allocations.add(alloc.id)
         res.add_into(node.allocated, alloc.resource)
@@ -993,6 +1001,14 @@ class PartitionState:
             res.add_into(app.allocated, alloc.resource)
         self._add_usage(alloc.queue, "opportunistic", alloc.resource, -1)
         self._add_usage(alloc.queue, "allocated", alloc.resource, 1)
+
+    def _checkpointed(self, c: p.AllocationCheckpointed) -> None:
+        alloc = self.allocations.get(c.allocation)
+        if alloc is None:
+            raise StateError(f"allocation {c.allocation} is not running")
+        if c.at < alloc.start or (alloc.checkpointed is not None and c.at <= alloc.checkpointed):
+            raise StateError(f"allocation {c.allocation}: checkpoint at {c.at} is not after its start and last one")
+        alloc.checkpointed = c.at
 
     def _reservation(self, c: p.ReservationSet) -> None:
         phase = "held" if c.reservation in self.reservations else lifecycle.ABSENT

@@ -5,7 +5,8 @@ A parser turns its format into a :class:`Workload` (times in seconds from the so
 resources in feed units: memory MiB, vcore milli-cores, gpu-milli milli-GPUs where GPUs are shared,
 gpu and any other resource a count) and collects malformed rows as
 :class:`~sniper.messages.codec.BadInput` with their line. :func:`build_trace` then cuts the window
-(``start``/``span``, by job submission), compresses time and durations alike (``time_scale``),
+(``start``/``span``, by job submission), compresses time, durations and the apps' checkpoint interval
+alike (``time_scale``, ``checkpoint_interval``),
 shrinks the cluster (``nodes_sample``: each kind of node, its label set such as a GPU model, in
 proportion, at least one node of every kind an ask's node selector needs, an even stride by name
 within a kind) and writes the queue tree: one leaf per source queue, guaranteed a share of the
@@ -93,6 +94,9 @@ class ImportOptions:
     nodes_sample: int | None = None  # keep this many nodes
     guarantees: Mapping[str, float] = dataclasses.field(default_factory=dict)  # leaf -> share of the cluster
     partition: str = "default"
+    # Every imported app checkpoints its containers' work this often, in the source's seconds (scaled
+    # like durations; None: no checkpoints).
+    checkpoint_interval: float | None = None
 
     def check(self) -> None:
         if not (math.isfinite(self.start) and self.start >= 0):
@@ -103,6 +107,9 @@ class ImportOptions:
             raise ImportError_(f"--time-scale must be positive, got {self.time_scale}")
         if self.nodes_sample is not None and self.nodes_sample < 1:
             raise ImportError_(f"--nodes-sample must be at least 1, got {self.nodes_sample}")
+        interval = self.checkpoint_interval
+        if interval is not None and not (math.isfinite(interval) and 0 < interval / self.time_scale <= f.MAX_T):
+            raise ImportError_(f"--checkpoint-interval must be a positive number of seconds, got {interval}")
         for name, share in self.guarantees.items():
             if not (math.isfinite(share) and 0 <= share <= 1):
                 raise ImportError_(f"guarantee of {name}: a share of the cluster between 0 and 1, got {share}")
@@ -263,6 +270,7 @@ def build_trace(work: Workload, options: ImportOptions) -> Imported:
     def when(t: float) -> float:
         return _round(max(0.0, t - lo) / scale)
 
+    interval = None if options.checkpoint_interval is None else options.checkpoint_interval / scale
     leaves = sorted({job.queue for job in jobs} | set(options.guarantees))
     if not leaves:
         leaves = ["default"]
@@ -284,7 +292,13 @@ def build_trace(work: Workload, options: ImportOptions) -> Imported:
                 t,
                 len(timed),
                 f.AppAdded(
-                    t=t, partition=part, app=job.app, queue=f"root.{job.queue}", user=job.user, priority=job.priority
+                    t=t,
+                    partition=part,
+                    app=job.app,
+                    queue=f"root.{job.queue}",
+                    user=job.user,
+                    priority=job.priority,
+                    checkpoint_interval=interval,
                 ),
             )
         )

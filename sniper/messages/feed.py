@@ -141,6 +141,9 @@ class AppAdded(FeedEvent, tag="app_added", frozen=True, gc=False):
     # The accepted SLO reservation (``reservation_submitted``) the app runs against, in its reservable
     # ``queue`` (None: ordinary work of the queue).
     reservation: Name | None = None
+    # The app checkpoints its containers' work every this many seconds from each one's start: a kill
+    # loses only the work since the last checkpoint (``victim_cost: lost_work``; None: never).
+    checkpoint_interval: Annotated[float, msgspec.Meta(gt=0, le=MAX_T)] | None = None
 
 
 class AppRemoved(FeedEvent, tag="app_removed", frozen=True, gc=False):
@@ -215,6 +218,14 @@ class AllocationPromoted(FeedEvent, tag="allocation_promoted", frozen=True, gc=F
     allocation: Name
 
 
+class AllocationCheckpointed(FeedEvent, tag="allocation_checkpointed", frozen=True, gc=False):
+    """The allocation's app wrote a checkpoint of its work at ``t``: a kill from then on loses only the
+    work since. An allocation not running, or a ``t`` before its start or its last checkpoint, changes
+    nothing (a checkpoint crossing the container's release is no error)."""
+
+    allocation: Name
+
+
 class NodeUtilization(FeedEvent, tag="node_utilization", frozen=True, gc=False):
     """What the containers on a node really use (YARN-1011's node utilization), for over-commit. The
     amounts are checked by the cache (finite, not negative, resources the node has) and refused with
@@ -276,6 +287,7 @@ Feed = (
     | AskRemoved
     | AllocationReleased
     | AllocationPromoted
+    | AllocationCheckpointed
     | ReservationSubmitted
     | Sync
 )

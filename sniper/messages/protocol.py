@@ -55,6 +55,7 @@ class AppSet(Change, tag="app", frozen=True, gc=False):
     preemption_contract: bool = False  # YARN-45: asked to give resources back before any kill
     max_disruption: int | None = None  # at most this many of its containers preempting at once
     allow_preemption: bool = True  # false: its containers are victims of last resort
+    checkpoint_interval: float | None = None  # seconds between its containers' checkpoints (None: none)
 
 
 class AppGone(Change, tag="app_gone", frozen=True, gc=False):
@@ -104,6 +105,14 @@ class AllocationSet(Change, tag="alloc", frozen=True, gc=False):
     usage: dict[str, int] | None = None  # what it really uses (None: its resource), core.overcommit
     overcommit: bool = False  # opportunistic, placed on room only measured utilization left (core.overcommit)
     tags: tuple[str, ...] = ()  # its ask's allocation tags (core.constraints counts them per scope)
+    checkpointed: float | None = None  # its last reported checkpoint (only when rebuilding a state)
+
+
+class AllocationCheckpointed(Change, tag="alloc_checkpointed", frozen=True, gc=False):
+    """The allocation's app reported a checkpoint written ``at`` (later than its start and last one)."""
+
+    allocation: str
+    at: float
 
 
 class AllocationPromoted(Change, tag="alloc_promoted", frozen=True, gc=False):
@@ -253,6 +262,7 @@ ChangeMsg = (
     | AllocationSet
     | AllocationGone
     | AllocationPromoted
+    | AllocationCheckpointed
     | ReservationSet
     | ReservationGone
     | NodeReservationSet

@@ -145,6 +145,7 @@ class OrderedChecker:
         tick: float,
         lost_work: Mapping[str, float] | None = None,
         lost_work_by_cause: Mapping[str, Mapping[str, float]] | None = None,
+        running_time_lost: Mapping[str, float] | None = None,
         retries: int = 0,
         extra: Mapping[str, Any] | None = None,
     ) -> Report:
@@ -157,6 +158,7 @@ class OrderedChecker:
                 counts=Counter(type(x).__name__ for x in part.accepted),
                 lost_work=(lost_work or {}).get(name, 0.0),
                 lost_work_by_cause=(lost_work_by_cause or {}).get(name, {}),
+                running_time_lost=(running_time_lost or {}).get(name, 0.0),
             )
             for name, part in self.parts.items()
         }

@@ -276,6 +276,7 @@ class _Replay:
             tick=self.options.sample,
             lost_work=self.player.rm.lost_work,
             lost_work_by_cause=self.player.rm.lost_work_by_cause,
+            running_time_lost=self.player.rm.running_time_lost,
             retries=self.player.rm.retries,
             extra={"published": self.published},
         )

@@ -63,6 +63,7 @@ ROWS: tuple[tuple[str, Callable[[Report], Any]], ...] = (
     ("time to guarantee p50 (s)", lambda r: _worst(r, "p50")),
     ("fairness gap", lambda r: r.fairness_gap),
     ("lost work (container-s)", lambda r: r.lost_work_seconds),
+    ("lost work as running time (container-s)", lambda r: r.running_time_lost_seconds),
     ("pending at end", lambda r: r.pending_at_end),
     ("proposals rejected", lambda r: r.proposals_rejected),
     ("budget refusals", lambda r: r.budget_refusals),

@@ -45,6 +45,7 @@ class PartitionReport(msgspec.Struct, kw_only=True):
     preemptions_undecided: int = 0
     lost_work_seconds: float = 0.0
     lost_work_by_cause: dict[str, float] = {}  # the same seconds by what ended each container (docs/report.md)
+    running_time_lost_seconds: float = 0.0  # the same containers' running time, checkpoints ignored
     time_to_guarantee: dict[str, TimeToGuarantee] = {}
     utilization: dict[str, float] = {}  # time-averaged allocated over capacity, per resource (guaranteed only)
     opportunistic: Opportunistic = Opportunistic()
@@ -100,6 +101,7 @@ class PartitionFigures:
     counts: Mapping[str, int]  # decisions by type name
     lost_work: float
     lost_work_by_cause: Mapping[str, float] = dataclasses.field(default_factory=dict)
+    running_time_lost: float = 0.0
     proposals_rejected: int | None = None
     proposals: int | None = None
     mask: Mapping[str, int] = dataclasses.field(default_factory=dict)
@@ -121,6 +123,7 @@ def partition_report(fig: PartitionFigures, cycle: float) -> PartitionReport:
         preemptions_undecided=undecided,
         lost_work_seconds=round(fig.lost_work, 3),
         lost_work_by_cause={k: round(v, 3) for k, v in sorted(fig.lost_work_by_cause.items())},
+        running_time_lost_seconds=round(fig.running_time_lost, 3),
         time_to_guarantee=m.time_to_guarantee(),
         utilization=m.utilization(),
         opportunistic=m.opportunistic(),
@@ -201,6 +204,7 @@ def build_report(
             k: round(sum(r.lost_work_by_cause.get(k, 0.0) for r in per.values()), 3)
             for k in sorted({k for r in per.values() for k in r.lost_work_by_cause})
         },
+        running_time_lost_seconds=round(sum(r.running_time_lost_seconds for r in per.values()), 3),
         opportunistic=Opportunistic(
             allocations=sum(r.opportunistic.allocations for r in per.values()),
             evictions=sum(r.opportunistic.evictions for r in per.values()),

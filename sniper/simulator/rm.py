@@ -13,9 +13,13 @@ In a partition where some ask declares ``usage``, the resource manager also repo
 utilization as its NodeManager would: :data:`UTILIZATION_INTERVAL` seconds after the containers
 running there change, a ``node_utilization`` with the sum of their usage (declared, else their
 resource), when that sum differs from the node's last report.
-``lost_work`` sums, per partition, the running time of every killed or lost container (architecture:
-Metrics, ``lost_work_seconds``), asked again or not; ``lost_work_by_cause`` splits the same sum by
-what ended each container (:func:`loss_cause`), so the causes always add up to ``lost_work``.
+Apps with a ``checkpoint_interval`` (``app_added``) checkpoint every container's work that often from
+its start; an ``allocation_checkpointed`` in the trace is a checkpoint too. ``lost_work`` sums, per
+partition, the work every killed or lost container did since its last checkpoint
+(:func:`sniper.core.checkpoints.lost_work`; its running time when its app does not checkpoint)
+(architecture: Metrics, ``lost_work_seconds``), asked again or not; ``lost_work_by_cause`` splits the
+same sum by what ended each container (:func:`loss_cause`), so the causes always add up to
+``lost_work``; ``running_time_lost`` sums their running time, checkpoints ignored.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ import heapq
 
 import msgspec
 
+from sniper.core import checkpoints
 from sniper.core import resources as res
 from sniper.core.preemption.contract import newest_covering
 from sniper.core.resources import Resource
@@ -72,6 +77,7 @@ class StandInRM:
         self.am_response = am_response  # seconds a contract AM takes to answer (None: half the grace)
         self.am_release_gap = am_release_gap  # seconds between the containers of one answer (0: at once)
         self.contract_apps: set[tuple[str, str]] = set()
+        self.checkpoint_interval: dict[tuple[str, str], float] = {}  # (partition, app) -> seconds
         self.app_containers: dict[tuple[str, str], dict[str, dict[str, int]]] = {}  # running, by app
         self.giving_back: set[tuple[str, str]] = set()  # containers an AM chose to release
         self.asks: dict[tuple[str, str, str], AskInfo] = {}  # (partition, app, ask)
@@ -82,6 +88,8 @@ class StandInRM:
         self.retries = 0
         self.lost_work: dict[str, float] = {}  # partition -> container-seconds lost to kills and node loss
         self.lost_work_by_cause: dict[str, dict[str, float]] = {}  # partition -> cause -> the same seconds
+        self.running_time_lost: dict[str, float] = {}  # partition -> the same containers' running time
+        self.checkpointed: dict[tuple[str, str], float] = {}  # (partition, allocation) -> last reported checkpoint
         self.noticed_by: dict[tuple[str, str], str] = {}  # (partition, allocation) -> policy of its notice
         self._seq = 0
         self._retry_names: dict[tuple[str, str, str], int] = {}
@@ -123,12 +131,20 @@ class StandInRM:
             self.apps.add((event.partition, event.app))
             if event.preemption_contract:
                 self.contract_apps.add((event.partition, event.app))
+            if event.checkpoint_interval is not None:
+                self.checkpoint_interval[(event.partition, event.app)] = event.checkpoint_interval
+        elif isinstance(event, f.AllocationCheckpointed):
+            key = (event.partition, event.allocation)
+            if key in self.started and event.t > self.checkpointed.get(key, self.started[key]):
+                self.checkpointed[key] = event.t
         elif isinstance(event, f.AppRemoved):
             self.apps.discard((event.partition, event.app))
+            self.checkpoint_interval.pop((event.partition, event.app), None)
         elif isinstance(event, f.PartitionRemoved):  # its apps are gone: nothing of theirs is asked again
             self.apps = {key for key in self.apps if key[0] != event.partition}
             self.contract_apps = {key for key in self.contract_apps if key[0] != event.partition}
             self.nodes = {key for key in self.nodes if key[0] != event.partition}
+            self.checkpoint_interval = {k: v for k, v in self.checkpoint_interval.items() if k[0] != event.partition}
 
     def _schedule(self, t: float, event: f.Feed) -> None:
         self._seq += 1
@@ -216,7 +232,7 @@ class StandInRM:
                 self._stopped(dec.partition, dec.allocation, now)
                 self._forget(dec.partition, dec.app, dec.allocation)
                 noticed = self.noticed_by.pop((dec.partition, dec.allocation), None)
-                self._lost(dec.partition, dec.allocation, now, loss_cause(dec, noticed))
+                self._lost(dec.partition, dec.app, dec.allocation, now, loss_cause(dec, noticed))
                 ask = self.alloc_ask.pop((dec.partition, dec.allocation), "")
                 out: list[f.Feed] = [f.AllocationReleased(t=now, partition=dec.partition, allocation=dec.allocation)]
                 out.extend(self._again(dec.partition, dec.app, ask, now))
@@ -225,7 +241,7 @@ class StandInRM:
                 self._stopped(dec.partition, dec.allocation, now)
                 self._forget(dec.partition, dec.app, dec.allocation)
                 self.noticed_by.pop((dec.partition, dec.allocation), None)
-                self._lost(dec.partition, dec.allocation, now, NODE_LOST)
+                self._lost(dec.partition, dec.app, dec.allocation, now, NODE_LOST)
                 self.alloc_ask.pop((dec.partition, dec.allocation), None)
                 return self._again(dec.partition, dec.app, dec.ask, now)
             case d.Released():
@@ -235,12 +251,13 @@ class StandInRM:
                     # Given back under a preemption request: its work is lost and asked for again.
                     self.giving_back.discard((dec.partition, dec.allocation))
                     self.noticed_by.pop((dec.partition, dec.allocation), None)
-                    self._lost(dec.partition, dec.allocation, now, GIVEN_BACK)
+                    self._lost(dec.partition, dec.app, dec.allocation, now, GIVEN_BACK)
                     ask = self.alloc_ask.pop((dec.partition, dec.allocation), "")
                     return self._again(dec.partition, dec.app, ask, now)
                 self.alloc_ask.pop((dec.partition, dec.allocation), None)
                 self.release_at.pop((dec.partition, dec.allocation), None)
                 self.started.pop((dec.partition, dec.allocation), None)
+                self.checkpointed.pop((dec.partition, dec.allocation), None)
                 self.noticed_by.pop((dec.partition, dec.allocation), None)
                 return []
             case _:
@@ -268,11 +285,15 @@ class StandInRM:
             when = at + n * self.am_release_gap
             self._schedule(when, f.AllocationReleased(t=when, partition=dec.partition, allocation=aid))
 
-    def _lost(self, partition: str, allocation: str, now: float, cause: str) -> None:
+    def _lost(self, partition: str, app: str, allocation: str, now: float, cause: str) -> None:
         self.release_at.pop((partition, allocation), None)
         started = self.started.pop((partition, allocation), None)
+        checkpointed = self.checkpointed.pop((partition, allocation), None)
         if started is not None:
-            lost = max(0.0, now - started)
+            ran = max(0.0, now - started)
+            self.running_time_lost[partition] = self.running_time_lost.get(partition, 0.0) + ran
+            interval = self.checkpoint_interval.get((partition, app))
+            lost = checkpoints.lost_work(started, now, interval, checkpointed)
             self.lost_work[partition] = self.lost_work.get(partition, 0.0) + lost
             by_cause = self.lost_work_by_cause.setdefault(partition, {})
             by_cause[cause] = by_cause.get(cause, 0.0) + lost

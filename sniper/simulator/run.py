@@ -397,6 +397,7 @@ def _figures(runtime: PartitionRuntime, model: ClusterModel, metrics: Metrics, p
         counts=Counter(type(x).__name__ for x in metrics.decisions),
         lost_work=player.rm.lost_work.get(runtime.partition, 0.0),
         lost_work_by_cause=player.rm.lost_work_by_cause.get(runtime.partition, {}),
+        running_time_lost=player.rm.running_time_lost.get(runtime.partition, 0.0),
         proposals_rejected=core.stats.placements_rejected,
         proposals=core.stats.proposals,
         mask=mask_statistics(runtime),

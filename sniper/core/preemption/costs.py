@@ -1,7 +1,9 @@
 """Victim cost functions, registered by name (``preemption.victim_cost``); lower cost is preempted first.
 
-For large containers: the sum of the victims' running time on a node (less work lost); the cross-queue design: priority,
-running time, container type. AM containers are handled by the placement (last resort), not here.
+For large containers: the sum of the victims' running time on a node (less work lost), or of the work
+their kills really lose, since each victim's last checkpoint (:mod:`sniper.core.checkpoints`); the
+cross-queue design: priority, running time, container type. AM containers are handled by the placement
+(last resort), not here.
 Each function is pure: ``(allocation, at) -> float``, ``at`` the moment the victim would be killed (the
 round's time plus the grace, :class:`sniper.core.preemption.placement.VictimPlacer`): a victim keeps running, and
 its work keeps growing, until then, so a running-time cost is the work its kill throws away and a set of
@@ -12,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from sniper.core import checkpoints
 from sniper.core.state import Allocation
 
 VictimCost = Callable[[Allocation, float], float]
@@ -20,6 +23,12 @@ VictimCost = Callable[[Allocation, float], float]
 def running_time(alloc: Allocation, at: float) -> float:
     """The work lost: how long the victim will have run when killed (least first)."""
     return max(0.0, at - alloc.start)
+
+
+def lost_work(alloc: Allocation, at: float) -> float:
+    """The work lost: how long the victim will have run since its last checkpoint when killed (least
+    first); its running time when its app tells no checkpoint."""
+    return checkpoints.lost_work(alloc.start, at, alloc.checkpoint_interval, alloc.checkpointed)
 
 
 def priority_then_running_time(alloc: Allocation, at: float) -> float:
@@ -33,6 +42,7 @@ def priority(alloc: Allocation, at: float) -> float:
 
 VICTIM_COSTS: dict[str, VictimCost] = {
     "running_time": running_time,
+    "lost_work": lost_work,
     "priority": priority,
     "priority_then_running_time": priority_then_running_time,
 }
