@@ -67,11 +67,13 @@ def test_a_young_container_is_never_a_victim_and_the_ask_is_served_when_the_firs
     assert waiting.placements == [] and h.preempts() == []
     assert waiting.reply is not None and waiting.reply.wake_at == MINIMUM  # b1's first started at 0
     assert h.policy.mask is not None and h.policy.mask.entries == {"a1/big": MINIMUM}
+    assert h.policy.wake_at == MINIMUM  # what sniper_preemption_wake_at_seconds shows
     h.starve()
     assert h.preempt_round(MINIMUM - 1).placements == []  # still masked, and still young
     h.starve()
     served = h.preempt_round(MINIMUM)
     (placement,) = served.placements
+    assert h.policy.wake_at is None
     assert [h.alloc(v).start for v in placement.victims] == [0.0]
     assert victims_of_age(h)
 
@@ -144,10 +146,12 @@ def test_the_proportional_baseline_leaves_young_containers_and_wakes_when_they_c
     h.starve()
     young = h.preempt_round(30.0)
     assert young.proposal is None and h.preempts() == []
+    assert isinstance(h.policy, ProportionalBaseline) and h.policy.wake_at == MINIMUM
     version = h.allocator.state.version
+    h.tick(MINIMUM - 1)
+    assert h.policy.settled(h.allocator.state)  # a round now would choose none again: skipped
     h.tick(MINIMUM + 1)
-    assert isinstance(h.policy, ProportionalBaseline)
-    assert h.allocator.state.version == version and h.policy.settled(h.allocator.state)
+    assert h.allocator.state.version == version and not h.policy.settled(h.allocator.state)
     of_age = h.preempt_round(MINIMUM + 1)
     assert of_age.outcome is not None and of_age.outcome.accepted > 0
     assert victims_of_age(h)

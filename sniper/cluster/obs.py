@@ -292,6 +292,12 @@ def _policy_figures(process: CoreProcess | ReplicaProcess) -> Iterator[Any]:
         labels=["partition", "policy"],
     )
     masked = CounterMetricFamily("sniper_asks_masked", "Asks a policy put in its mask", labels=["partition", "policy"])
+    wake = GaugeMetricFamily(
+        "sniper_preemption_wake_at_seconds",
+        "Partition time when the first container too young to take (preemption.min.runtime) comes of age, "
+        "after a round that only such containers could serve; absent otherwise",
+        labels=["partition", "policy"],
+    )
     missed = GaugeMetricFamily(
         "sniper_missed_opportunities",
         "Allocation cycles the waiting asks went through without a placement, summed over the asks",
@@ -313,11 +319,13 @@ def _policy_figures(process: CoreProcess | ReplicaProcess) -> Iterator[Any]:
                 if policy.mask is not None:
                     masked_now.add_metric([host.name, actor.replica_of.name], len(policy.mask))
                     masked.add_metric([host.name, actor.replica_of.name], policy.mask.masked)
+                if policy.wake_at is not None:
+                    wake.add_metric([host.name, actor.replica_of.name], policy.wake_at)
             elif isinstance(actor, AllocatorActor):
                 counts = list(actor.core.missed.values())
                 missed.add_metric([host.name], sum(counts))
                 waiting.add_metric([host.name], sum(1 for c in counts if c))
-    yield from (rounds, masked_now, masked, missed, waiting)
+    yield from (rounds, masked_now, masked, wake, missed, waiting)
 
 
 def health_of(process: CoreProcess | ReplicaProcess) -> dict[str, str]:

@@ -41,6 +41,9 @@ class Policy(Protocol):
     config: PreemptionConfig
     mask: PreemptionMask | None
     budget_refusals: int  # containers passed over for their app's disruption budget, summed over rounds
+    # When the last round's first candidate too young to take (``preemption.min.runtime``) comes of age,
+    # if that round was held back by one; the policy tries again then.
+    wake_at: float | None
 
     def round(self, state: PartitionState, view_seq: int, now: float) -> Output: ...
 
@@ -90,6 +93,7 @@ class _Placing:
         self.waiting: str | None = None  # the request whose reply has not come back
         self.waiting_since = 0.0
         self.budget_refusals = 0  # containers the rounds passed over for their app's disruption budget
+        self.wake_at: float | None = None
 
     def on_change(self, change: p.ChangeMsg) -> None:
         if type(change) in ROOM_CHANGES and self.mask is not None:
@@ -131,6 +135,7 @@ class _Placing:
         if reply.id != self.waiting:
             return None
         self.waiting = None
+        self.wake_at = reply.wake_at
         if self.mask is not None:
             self.mask.add(reply.unplaceable, now, reply.wake_at)
             self.mask.hits += reply.mask_hits
