@@ -27,7 +27,7 @@ from sniper.messages.snapshot import snapshot_msgpack
 from sniper.simulator.model import ClusterModel
 from tests.core_support import PARTITION, consistency_problems, partition_raw, queue
 from tests.preemption_support import PreemptHarness, preemption_raw
-from tests.recovery_support import Owner
+from tests.recovery_support import Owner, durable_fingerprint, recover
 
 MINIMUM = 60.0
 
@@ -307,6 +307,43 @@ def test_a_new_owner_restored_from_a_snapshot_keeps_the_minimum_and_the_containe
         f"victim {victim} has run less than its queue's preemption.min.runtime (60 s)"
     ]
     assert offer(60.0, "pp/of-age").accepted == 1
+
+
+def test_a_new_owner_replaying_the_log_after_a_snapshot_refuses_and_takes_what_the_old_one_did() -> None:
+    """After the snapshot the old owner refuses a young victim at 30 s, takes it once of age and kills it at
+    the grace's end; the new owner replays its feed and log to the same state, deciding nothing anew."""
+    raw = partition_raw(
+        queue("a", guaranteed={"memory": 8}),
+        queue("b", guaranteed={"memory": 8}, preemption_min_runtime="1m"),
+        policy="sniper",
+    )
+    o = Owner(config=raw)
+    o.feed_event(
+        f.NodeAdded(partition=PARTITION, id="n1", node="n1", capacity={"memory": 8}),
+        f.NodeAdded(partition=PARTITION, id="n2", node="n2", capacity={"memory": 8}),
+        f.AppAdded(partition=PARTITION, id="b1", app="b1", queue="root.b"),
+        f.AskAdded(partition=PARTITION, id="b1k", app="b1", ask="k", resource={"memory": 4}, count=4),
+    )
+    o.settle()
+    o.tick(10.0)
+    snap = take_snapshot(o.core)
+    o.feed_event(
+        f.AppAdded(partition=PARTITION, id="a1", app="a1", queue="root.a"),
+        f.AskAdded(partition=PARTITION, id="a1k", app="a1", ask="k", resource={"memory": 4}),
+    )
+    victim = sorted(a.id for a in o.core.state.allocations.values() if a.node == "n1")[0]
+    o.tick(30.0)
+    o.preempt("n1", [victim])
+    assert not any(isinstance(x, d.Preempt) for x in o.log)
+    o.tick(60.0)
+    o.preempt("n1", [victim])
+    (notice,) = [x for x in o.log if isinstance(x, d.Preempt)]
+    assert notice.allocation == victim
+    o.tick(100.0)
+    assert any(isinstance(x, d.Kill) for x in o.log)
+    core, result = recover(o, snap)
+    assert result.divergences == [] and result.fresh == []
+    assert durable_fingerprint(core) == durable_fingerprint(o.core)
 
 
 # ---------------------------------------------------------------------- the configuration

@@ -19,7 +19,7 @@ from sniper.messages import feed as f
 from sniper.messages.snapshot import snapshot_msgpack
 from tests.core_support import PARTITION, partition_raw, queue
 from tests.preemption_support import PreemptHarness, preemption_raw
-from tests.recovery_support import Owner
+from tests.recovery_support import Owner, durable_fingerprint, recover
 
 
 def two_teams(a_state: str = "running", *, parent_state: str | None = None) -> dict[str, Any]:
@@ -117,3 +117,22 @@ def test_a_new_owner_restored_from_a_snapshot_still_refuses_new_apps_to_a_stoppe
     core = restore(snap, epoch=snap.epoch + 1)
     core.handle_event(f.AppAdded(partition=PARTITION, id="late", app="late", queue="root.a"))
     assert [x.code for x in core.drain().decisions if isinstance(x, d.Rejected)] == ["queue_stopped"]
+
+
+def test_a_new_owner_replaying_the_log_after_a_snapshot_refuses_what_the_old_one_refused() -> None:
+    """The old owner stops root.a after the snapshot and refuses an app there; the new owner replays the
+    feed and the log to the same state, with the same rejection and nothing decided anew."""
+    running = partition_raw(queue("a", guaranteed={"memory": 8}), queue("b"))
+    o = Owner(config=running)
+    o.feed_event(f.AppAdded(partition=PARTITION, id="a1", app="a1", queue="root.a"))
+    snap = take_snapshot(o.core)
+    stopped = partition_raw(queue("a", guaranteed={"memory": 8}, queue_state="stopped"), queue("b"))
+    o.feed_event(
+        f.PartitionConfigEvent(partition=PARTITION, id="stop", config=stopped),
+        f.AppAdded(partition=PARTITION, id="late", app="late", queue="root.a"),
+    )
+    assert [x.code for x in o.log if isinstance(x, d.Rejected)] == ["queue_stopped"]
+    core, result = recover(o, snap)
+    assert result.divergences == [] and result.fresh == []
+    assert durable_fingerprint(core) == durable_fingerprint(o.core)
+    assert set(core.state.apps) == {"a1"} and queue_state(core.state.queues["root.a"]) == "draining"
