@@ -1,7 +1,8 @@
 """The bundled scenarios of two queue properties, each run beside the same trace without its property
 (:meth:`sniper.simulator.scenarios.Scenario.without_property`, what ``sniper compare NAME`` adds): the
 property's effect shows, the independent checker finds nothing, and jumping over settled time decides
-what ticking every second decides (the baseline's wake-up when a young container comes of age).
+what ticking every second decides (the baseline's wake-up when a young container comes of age). And
+the two properties as ``sniper check-config`` reads them.
 """
 
 from __future__ import annotations
@@ -71,3 +72,26 @@ def test_compare_of_a_scenario_that_shows_a_property_adds_each_policy_without_it
     rejected = next(line for line in result.output.splitlines() if line.startswith("| rejected |"))
     assert rejected.split("|")[2].strip() != "0" and rejected.split("|")[3].strip() == "0"
     assert report.exists()
+
+
+def test_check_config_names_the_minimum_runtime_and_the_stopped_queues_and_refuses_a_bad_state(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "queues.yaml"
+    path.write_text(
+        "partitions:\n  - queues:\n"
+        "      - {name: batch, properties: {preemption.min.runtime: 10m}}\n"
+        "      - {name: legacy, properties: {queue.state: stopped}}\n"
+    )
+    result = CliRunner().invoke(app, ["check-config", str(path)], env={"COLUMNS": "250"})
+    assert result.exit_code == 0, result.output
+    assert "batch: guaranteed none; no max; sort fifo; priority 0; preemption default, victims after 600 s of run" in (
+        result.output
+    )
+    assert "legacy: guaranteed none; no max; sort fifo; priority 0; preemption default; stopped (no new app)" in (
+        result.output
+    )
+    path.write_text("partitions:\n  - queues:\n      - {name: legacy, properties: {queue.state: STOPPED}}\n")
+    refused = CliRunner().invoke(app, ["check-config", str(path)])
+    assert refused.exit_code == 2
+    assert "queue.state: 'STOPPED' is not one of running, stopped" in refused.output

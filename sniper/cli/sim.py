@@ -436,7 +436,9 @@ def _describe_partition(part: PartitionConfig) -> list[str]:
             f"  {indent}{q.name}: guaranteed {human_resource(q.guaranteed)}; {limit}; "
             f"sort {q.sort_policy}; priority {q.priority_offset}; preemption {q.preemption_policy}"
             + (f", after {q.preemption_delay:g} s" if q.preemption_delay else "")
+            + (f", victims after {q.preemption_min_runtime:g} s of run" if q.preemption_min_runtime else "")
             + ("" if q.max_applications is None else f"; at most {q.max_applications} apps")
+            + ("; stopped (no new app)" if q.stopped else "")
         )
         lines.extend(f"  {indent}  {_describe_limit(lim)}" for lim in q.limits)
     return lines
