@@ -2,8 +2,8 @@
 for, the policy's mode, and the refusal :func:`sniper.core.preemption.eligibility.refusal` gives (``None``:
 it may go). Every refusal has a row, and rows where a prefilter that restated the first checks in another
 order would answer otherwise (an opportunistic container that is pinned or already leaving, a
-required-node ask in a disabled queue). The placer's candidate index and the cache's commit ask the same
-function: the last tests hold them to it.
+required-node ask in a disabled queue, a young container for a required-node ask). The placer's
+candidate index and the cache's commit ask the same function: the last tests hold them to it.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import pytest
 from sniper.core.cache import Cache
 from sniper.core.config import parse_partition
 from sniper.core.preemption.eligibility import Refusal, explain, queue_refusal, refusal, standing
+from sniper.core.preemption.min_runtime import young
 from sniper.core.preemption.placement import VictimPlacer
 from sniper.core.state import Allocation, Ask
 from sniper.messages import decisions as d
@@ -42,6 +43,8 @@ CONTAINERS: dict[str, tuple[str, int, bool, bool, str | None]] = {
     "a_other_high": ("a2", 9, False, False, None),
     "a_same_app": ("a1", 0, False, False, None),
     "p_task": ("p1", 0, False, False, None),
+    "y_task": ("y1", 0, False, False, None),
+    "y_opportunistic": ("y1", 0, False, True, None),
 }
 NOTICED = ("b_noticed", "b_opportunistic_noticed")
 # Beneficiary asks, by name: (app, priority, required node).
@@ -49,21 +52,24 @@ ASKS: dict[str, tuple[str, int, str | None]] = {
     "a_want": ("a1", 5, None),
     "a_required": ("a1", 5, "n1"),
     "c_want": ("c1", 5, None),
+    "y_want": ("y2", 5, None),
 }
 
 
 def _world() -> tuple[Cache, dict[str, Allocation], dict[str, Ask]]:
-    """root.a and root.b; root.c with preemption disabled; root.p of a higher business priority. One node
-    holds every container named in :data:`CONTAINERS`; the asks of :data:`ASKS` wait."""
+    """root.a and root.b; root.c with preemption disabled; root.p of a higher business priority; root.y,
+    whose containers must run ten minutes before they may go (every container here has just started).
+    One node holds every container named in :data:`CONTAINERS`; the asks of :data:`ASKS` wait."""
     raw = preemption_raw(
         queue("a", guaranteed={"memory": 100}),
         queue("b", guaranteed={"memory": 100}),
         queue("c", guaranteed={"memory": 100}, preemption_policy="disabled"),
         queue("p", guaranteed={"memory": 100}, priority_offset="5"),
+        queue("y", guaranteed={"memory": 100}, preemption_min_runtime="10m"),
     )
     cache = Cache("default", parse_partition(raw))
     cache.handle_event(f.NodeAdded(node="n1", capacity={"memory": 10_000, "vcore": 10_000}))
-    for app in ("a1", "a2", "b1", "c1", "c2", "p1"):
+    for app in ("a1", "a2", "b1", "c1", "c2", "p1", "y1", "y2"):
         cache.handle_event(f.AppAdded(app=app, queue=f"root.{app[0]}"))
     allocations: dict[str, Allocation] = {}
     for name, (app, priority, am, opportunistic, node) in CONTAINERS.items():
@@ -131,6 +137,12 @@ TABLE = [
     Row("for no ask: a disabled queue's task", "c_task", None, "baseline", "disabled"),
     Row("for no ask: a disabled queue's opportunistic container", "c_opportunistic", None, "baseline", None),
     Row("for no ask, which names no node: a container placed for a required node", "b_pinned", None, "baseline", None),
+    Row("a task younger than its queue's minimum runtime stays", "y_task", "a_want", "across", "young"),
+    Row("within its own queue too", "y_task", "y_want", "intra", "young"),
+    Row("for no ask too", "y_task", None, "baseline", "young"),
+    Row("a required-node ask takes a young task", "y_task", "a_required", "required", None),
+    Row("an opportunistic container of that queue goes at any age", "y_opportunistic", "a_want", "across", None),
+    Row("and to the baseline", "y_opportunistic", None, "baseline", None),
 ]
 
 
@@ -141,10 +153,11 @@ def world() -> tuple[Cache, dict[str, Allocation], dict[str, Ask]]:
 
 @pytest.mark.parametrize("row", TABLE, ids=[row.situation for row in TABLE])
 def test_each_situation_gets_its_refusal(row: Row, world: tuple[Cache, dict[str, Allocation], dict[str, Ask]]) -> None:
-    _, allocations, asks = world
+    cache, allocations, asks = world
     alloc = allocations[row.victim]
     ask = None if row.ask is None else asks[row.ask]
-    why = refusal(alloc, ask, intra=row.mode == "intra", required_node=row.mode == "required")
+    now = cache.state.now
+    why = refusal(alloc, ask, now=now, intra=row.mode == "intra", required_node=row.mode == "required")
     assert why == row.expected
     if why is not None:
         assert explain(why, alloc, ask)
@@ -159,7 +172,8 @@ def test_the_placers_candidates_are_what_the_rule_does_not_refuse_whatever_the_a
     world: tuple[Cache, dict[str, Allocation], dict[str, Ask]],
 ) -> None:
     """The placer indexes a node's candidates by the parts of the rule that read the container and its
-    queue alone: within a queue, everything but the pinned, the leaving and a disabled queue's tasks."""
+    queue alone: within a queue, everything but the pinned, the leaving, a disabled queue's tasks and
+    young tasks."""
     cache, allocations, _ = world
     request = p.PlacementRequest(
         id="r",
@@ -175,11 +189,13 @@ def test_the_placers_candidates_are_what_the_rule_does_not_refuse_whatever_the_a
     expected = {
         alloc.id
         for alloc in allocations.values()
-        if standing(alloc) is None and (alloc.opportunistic or queue_refusal(alloc.queue) is None)
+        if standing(alloc) is None
+        and (alloc.opportunistic or (queue_refusal(alloc.queue) is None and not young(alloc, cache.state.now)))
     }
     assert candidates == expected
     names = {name for name, alloc in allocations.items() if alloc.id in candidates}
-    assert names == set(CONTAINERS) - {"b_pinned", "b_opportunistic_pinned", *NOTICED, "c_task", "c_other_app"}
+    left_out = {"b_pinned", "b_opportunistic_pinned", *NOTICED, "c_task", "c_other_app", "y_task"}
+    assert names == set(CONTAINERS) - left_out
 
 
 def test_an_intra_queue_commit_refuses_a_victim_whose_queue_has_preemption_disabled() -> None:

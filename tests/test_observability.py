@@ -94,6 +94,8 @@ async def test_the_metrics_endpoint_of_a_core(kafka_settings: KafkaSettings) -> 
     # The one app of root.a runs five containers and waits for nothing; no reservation, no preemption yet.
     assert 'sniper_queue_apps{partition="p1",queue="root.a",state="running"} 1.0' in lines
     assert 'sniper_queue_apps{partition="p1",queue="root.a",state="pending"} 0.0' in lines
+    assert 'sniper_queue_state{partition="p1",queue="root.a",state="running"} 1.0' in lines
+    assert 'sniper_queue_state{partition="p1",queue="root.a",state="draining"} 0.0' in lines
     assert 'sniper_queue_reservations{kind="preemption",partition="p1",queue="root.a"} 0.0' in lines
     assert 'sniper_missed_opportunities{partition="p1"} 0.0' in lines
     assert "sniper_queue_preempted_containers_total{" not in text
@@ -101,13 +103,14 @@ async def test_the_metrics_endpoint_of_a_core(kafka_settings: KafkaSettings) -> 
     assert state["units"] == {"memory": "bytes", "vcore": "cores", "gpu-milli": "GPUs", "other resources": "count"}
     queues = {q["queue"]: q for q in part["queues"]}
     assert queues["root.a"]["used"] == {"memory": 20 * 2**20} and queues["root.a"]["guaranteed"] == {"memory": 2**26}
-    assert set(queues["root.a"]) == {"queue", "guaranteed", "max", "used", "pending", "reserved", "ideal"}
+    assert set(queues["root.a"]) == {"queue", "state", "guaranteed", "max", "used", "pending", "reserved", "ideal"}
+    assert queues["root.a"]["state"] == "running"
     assert sorted(n["node"] for n in part["nodes"]) == ["n1", "n2"]
     assert part["reservations"] == [] and part["preemptions_in_flight"] == [] and part["recent_preemptions"] == []
     assert table.exit_code == 0, table.output
     assert "partition p1" in table.output and "root.a" in table.output
     row = next(line for line in table.output.splitlines() if "root.a" in line)
-    assert [cell.strip() for cell in row.strip("│ ").split("│")][:3] == ["root.a", "20 MiB", "64 MiB"]
+    assert [cell.strip() for cell in row.strip("│ ").split("│")][:4] == ["root.a", "running", "20 MiB", "64 MiB"]
     again = json.loads(as_json.stdout)
     assert again["partitions"][0]["queues"] == part["queues"] and again["units"] == state["units"]
 
@@ -376,6 +379,7 @@ def test_status_tables_are_in_human_units_and_keep_long_names_whole() -> None:
     gib, long_name = 2**30, "root.research.vision-" + "x" * 150
     queue = {
         "queue": long_name,
+        "state": "draining",
         "used": {"memory": 96 * gib, "vcore": 12.5, "gpu": 4},
         "guaranteed": {"memory": 320 * gib, "vcore": 48, "gpu": 8},
         "ideal": {"memory": 1536 * 2**20, "vcore": 0.5, "gpu-milli": 1.46},  # GPUs, as served
@@ -410,6 +414,7 @@ def test_status_tables_are_in_human_units_and_keep_long_names_whole() -> None:
     cells = [cell.strip() for cell in row.strip("│ ").split("│")]
     assert cells == [
         long_name,
+        "draining",
         "96 GiB, 12.5 cores, 4 GPUs",
         "320 GiB, 48 cores, 8 GPUs",
         "1.5 GiB, 0.5 cores, 1.46 GPUs",

@@ -503,6 +503,7 @@ def render_state(document: Mapping[str, Any], limit: int) -> list[Any]:
         queue_rows = [
             [
                 q["queue"],
+                q.get("state", "running"),
                 *(_human(q[k]) for k in ("used", "guaranteed", "ideal")),
                 _human(_waiting(q)),
                 _human(q.get("reserved")),
@@ -533,7 +534,7 @@ def render_state(document: Mapping[str, Any], limit: int) -> list[Any]:
         tables += [
             _rows_table(
                 f"{name}: queues",
-                ["queue", "used", "guaranteed", "ideal", "pending", "on reservations", "max"],
+                ["queue", "state", "used", "guaranteed", "ideal", "pending", "on reservations", "max"],
                 queue_rows,
                 limit,
                 totals.get("queues"),

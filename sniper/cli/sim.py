@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import msgspec
 import typer
@@ -43,6 +43,9 @@ from sniper.core.units import human_resource, percent
 from sniper.messages import feed as f
 from sniper.messages.codec import encode_json_line
 from sniper.simulator.report import Report
+
+if TYPE_CHECKING:
+    from sniper.simulator.scenarios import Scenario
 
 ShowRejections = Annotated[
     bool, typer.Option("--show-rejections", help="list every rejected event and ask with its reason")
@@ -189,7 +192,8 @@ def compare(
     am_response: AmResponse = None,
     am_release_gap: AmReleaseGap = 0.0,
 ) -> None:
-    """Run the same trace under several policies and print the metrics side by side."""
+    """Run the same trace under several policies and print the metrics side by side (a bundled scenario
+    that shows a queue property, given without --queues: each policy on the same trace without it too)."""
     from sniper.simulator.compare import compare as run_compare
     from sniper.simulator.compare import plot_compare, table_rows
     from sniper.simulator.run import SimulationSettings
@@ -209,18 +213,24 @@ def compare(
 
         settings = SimulationSettings(until=until, seed=seed, am_response=am_response, am_release_gap=am_release_gap)
         results = run_compare(events, config, names, settings, progress, jobs=jobs)
+        control = scenario_control(trace, queues, seed)
+        if control is not None:
+            shown, plain = control
+            runs = run_compare(plain.events, plain.config, names, settings, jobs=jobs)
+            results.update({f"{name} without {shown}": run for name, run in runs.items()})
+    columns = list(results)
     for run in results.values():
         run.summary.rejections = rejections(run.decisions)
     rows = table_rows(results)
     if as_markdown:
-        out.print(literal("| metric | " + " | ".join(names) + " |"), soft_wrap=True)
-        out.print(literal("|---|" + "---:|" * len(names)), soft_wrap=True)
+        out.print(literal("| metric | " + " | ".join(columns) + " |"), soft_wrap=True)
+        out.print(literal("|---|" + "---:|" * len(columns)), soft_wrap=True)
         for row in rows:
             out.print(literal("| " + " | ".join(row) + " |"), soft_wrap=True)
     else:
         table = Table(title=literal(f"{source}: policies compared"))
         table.add_column("metric")
-        for name in names:
+        for name in columns:
             table.add_column(name, justify="right")
         for row in rows:
             table.add_row(*map(literal, row))
@@ -236,6 +246,17 @@ def compare(
         raise typer.Exit(EXIT_INVARIANT)
     first = results[names[0]].decisions  # every policy was given the same events
     decided_nothing(first, events, rejections(first), False)
+
+
+def scenario_control(trace: Path, queues: Path | None, seed: int) -> tuple[str, Scenario] | None:
+    """For ``compare``: the property a bundled scenario shows and the scenario without it, when ``trace``
+    names one that shows a property and no ``--queues`` replaces its configuration (``None`` otherwise)."""
+    from sniper.simulator.scenarios import scenario
+
+    if queues is not None or trace.exists() or trace.suffix:
+        return None
+    sc = scenario(str(trace), seed)
+    return None if sc.shows is None else (sc.shows, sc.without_property())
 
 
 @app.command("scenario")
@@ -422,7 +443,9 @@ def _describe_partition(part: PartitionConfig) -> list[str]:
             f"  {indent}{q.name}: guaranteed {human_resource(q.guaranteed)}; {limit}; "
             f"sort {q.sort_policy}; priority {q.priority_offset}; preemption {q.preemption_policy}"
             + (f", after {q.preemption_delay:g} s" if q.preemption_delay else "")
+            + (f", victims after {q.preemption_min_runtime:g} s of run" if q.preemption_min_runtime else "")
             + ("" if q.max_applications is None else f"; at most {q.max_applications} apps")
+            + ("; stopped (no new app)" if q.stopped else "")
         )
         lines.extend(f"  {indent}  {_describe_limit(lim)}" for lim in q.limits)
     return lines

@@ -38,7 +38,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterable, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, get_args
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from prometheus_client import (
@@ -54,6 +54,7 @@ from prometheus_client.registry import Collector
 from sniper.cluster.member import Host
 from sniper.cluster.state_view import STATE_INTERVAL, STATE_LIMIT, StateView, hosted_caches
 from sniper.cluster.timings import CoreHistograms
+from sniper.core.admission import QueueState, queue_state
 from sniper.core.resources import Resource, ResourceLike
 from sniper.core.units import BASE_UNITS, each_in_base_units
 
@@ -196,7 +197,13 @@ class _CoreCollector(Collector):
 
 
 def _queue_activity(process: CoreProcess | ReplicaProcess) -> Iterator[GaugeMetricFamily]:
-    """Per queue: apps waiting for containers, apps running containers, reservations its apps hold."""
+    """Per queue: apps waiting for containers, apps running containers, reservations its apps hold, and
+    its state (``queue.state``: 1 for the one it is in, 0 for the others)."""
+    states = GaugeMetricFamily(
+        "sniper_queue_state",
+        "A queue's state: running, draining (stopped, apps still run) or stopped; 1 for the one it is in",
+        labels=["partition", "queue", "state"],
+    )
     apps = GaugeMetricFamily(
         "sniper_queue_apps",
         "Apps of a queue: pending (some ask waits for containers), running (holds containers)",
@@ -224,13 +231,17 @@ def _queue_activity(process: CoreProcess | ReplicaProcess) -> Iterator[GaugeMetr
             owner = state.apps.get(app_name)
             if owner is not None:
                 held[(owner.queue.path, kind)] = held.get((owner.queue.path, kind), 0) + 1
-        for path in state.queues:
+        for path, queue in list(state.queues.items()):
+            now_in = queue_state(queue)
+            for name in get_args(QueueState):
+                states.add_metric([host.name, path, name], float(name == now_in))
             apps.add_metric([host.name, path, "pending"], pending[path])
             apps.add_metric([host.name, path, "running"], running[path])
         for (path, kind), count in held.items():
             reservations.add_metric([host.name, path, kind], count)
     yield apps
     yield reservations
+    yield states
 
 
 def _preempted_per_queue(process: CoreProcess | ReplicaProcess) -> Iterator[CounterMetricFamily]:
@@ -281,6 +292,12 @@ def _policy_figures(process: CoreProcess | ReplicaProcess) -> Iterator[Any]:
         labels=["partition", "policy"],
     )
     masked = CounterMetricFamily("sniper_asks_masked", "Asks a policy put in its mask", labels=["partition", "policy"])
+    wake = GaugeMetricFamily(
+        "sniper_preemption_wake_at_seconds",
+        "Partition time when the first container too young to take (preemption.min.runtime) comes of age, "
+        "after a round that only such containers could serve; absent otherwise",
+        labels=["partition", "policy"],
+    )
     missed = GaugeMetricFamily(
         "sniper_missed_opportunities",
         "Allocation cycles the waiting asks went through without a placement, summed over the asks",
@@ -302,11 +319,13 @@ def _policy_figures(process: CoreProcess | ReplicaProcess) -> Iterator[Any]:
                 if policy.mask is not None:
                     masked_now.add_metric([host.name, actor.replica_of.name], len(policy.mask))
                     masked.add_metric([host.name, actor.replica_of.name], policy.mask.masked)
+                if policy.wake_at is not None:
+                    wake.add_metric([host.name, actor.replica_of.name], policy.wake_at)
             elif isinstance(actor, AllocatorActor):
                 counts = list(actor.core.missed.values())
                 missed.add_metric([host.name], sum(counts))
                 waiting.add_metric([host.name], sum(1 for c in counts if c))
-    yield from (rounds, masked_now, masked, missed, waiting)
+    yield from (rounds, masked_now, masked, wake, missed, waiting)
 
 
 def health_of(process: CoreProcess | ReplicaProcess) -> dict[str, str]:

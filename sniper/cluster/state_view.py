@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 import anyio.lowlevel
 import anyio.to_thread
 
+from sniper.core.admission import queue_state
 from sniper.core.resources import Resource
 from sniper.core.state import Reservation
 from sniper.core.units import BASE_UNITS, COUNT, in_base
@@ -98,6 +99,7 @@ def _partition_part(host: HostedPartition, limit: int) -> tuple[dict[str, Any], 
             (
                 {
                     "queue": q.path,
+                    "state": queue_state(q),  # running, draining or stopped (queue.state)
                     "guaranteed": in_base(q.guaranteed),
                     "max": in_base(q.max),
                     "used": in_base(q.allocated),

@@ -1,5 +1,7 @@
 """Admission: the one home of "may this ask be admitted?" (:func:`refusal`, its checks in order, each
-with its rejection code), and of the node shapes it judges an ask's fit by (:class:`NodeShapes`).
+with its rejection code), of "may this queue take a new app?" (:func:`app_refusal`: not when it or a
+queue above it is stopped, YARN's queue states, which :func:`queue_state` names), and of the node shapes
+it judges an ask's fit by (:class:`NodeShapes`).
 
 An ask is refused when it could never be placed or would go past the partition's bounds: its app is
 unknown, it asks for nothing, an application master asks to run opportunistic, it passes an ``admission``
@@ -12,13 +14,13 @@ what this refuses and commits the rest; nothing here changes the state.
 from __future__ import annotations
 
 import dataclasses
-from typing import NamedTuple
+from typing import Literal, NamedTuple
 
 from sniper.core import constraints, gang
 from sniper.core import resources as res
 from sniper.core.config import AdmissionConfig
 from sniper.core.resources import Resource
-from sniper.core.state import App, PartitionState, selector_matches
+from sniper.core.state import App, PartitionState, Queue, selector_matches
 from sniper.core.units import human_resource
 from sniper.messages import decisions as d
 from sniper.messages import feed as f
@@ -95,6 +97,33 @@ def refusal(state: PartitionState, e: f.AskAdded, resource: Resource, shapes: No
             reason = f"ask {e.app}/{e.ask} ({human_resource(resource)}): {why}"
             return Rejection("gang_never_fits", reason, resource)
     return None
+
+
+QueueState = Literal["running", "draining", "stopped"]
+
+
+def app_refusal(queue: Queue, app: str) -> Rejection | None:
+    """Why leaf ``queue`` may not take the new app ``app``, or ``None`` when it may: the queue is stopped
+    (``queue.state``), or a queue above it is (the reason names the highest one)."""
+    if not queue.config.stopped:
+        return None
+    stopped = [q.path for q in queue.lineage() if q.config.stopped][-1]
+    why = f"queue {stopped} is stopped" if stopped == queue.path else f"its parent {stopped} is stopped"
+    return Rejection("queue_stopped", f"app {app}: {queue.path} admits no new app, {why} (queue.state)")
+
+
+def queue_state(queue: Queue) -> QueueState:
+    """A queue as the operator sees it: ``running``, or stopped (by its ``queue.state`` or a parent's)
+    and ``draining`` while apps still run in it or below it, ``stopped`` once none does."""
+    if not queue.config.stopped:
+        return "running"
+    pending = [queue]
+    while pending:
+        q = pending.pop()
+        if q.apps:
+            return "draining"
+        pending.extend(q.children)
+    return "stopped"
 
 
 def over_admission(state: PartitionState, app: App, count: int) -> str | None:

@@ -444,7 +444,8 @@ class Cache:
         if why is not None:
             self._reject("unknown_reservation", why, app=e.app, event=e.id)
             return
-        if self.state.leaf(queue) is None:
+        leaf = self.state.leaf(queue)
+        if leaf is None:
             if queue in self.state.queues:
                 self._reject(
                     "not_a_leaf",
@@ -454,6 +455,10 @@ class Cache:
                 )
             else:
                 self._reject("unknown_queue", f"app {e.app}: {e.queue} is an unknown queue", app=e.app, event=e.id)
+            return
+        stopped = admission.app_refusal(leaf, e.app)
+        if stopped is not None:
+            self._reject(stopped.code, stopped.reason, app=e.app, event=e.id)
             return
         self.counters["app"] += 1
         self.commit(

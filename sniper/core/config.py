@@ -41,7 +41,17 @@ SORT_POLICY_KEY = "application.sort.policy"
 PRIORITY_OFFSET_KEY = "priority.offset"
 PREEMPTION_POLICY_KEY = "preemption.policy"
 PREEMPTION_DELAY_KEY = "preemption.delay"
-KNOWN_PROPERTIES = (SORT_POLICY_KEY, PRIORITY_OFFSET_KEY, PREEMPTION_POLICY_KEY, PREEMPTION_DELAY_KEY)
+MIN_RUNTIME_KEY = "preemption.min.runtime"
+QUEUE_STATE_KEY = "queue.state"
+QUEUE_STATES: tuple[str, ...] = ("running", "stopped")
+KNOWN_PROPERTIES = (
+    SORT_POLICY_KEY,
+    PRIORITY_OFFSET_KEY,
+    PREEMPTION_POLICY_KEY,
+    PREEMPTION_DELAY_KEY,
+    MIN_RUNTIME_KEY,
+    QUEUE_STATE_KEY,
+)
 # Queue properties YuniKorn documents and Sniper does not implement: accepted, with a warning. Any other
 # property is free-form in YuniKorn too: accepted, with a warning that names it.
 UNSUPPORTED_PROPERTIES = (
@@ -183,6 +193,9 @@ class QueueConfig:
     priority_offset: int = 0
     preemption_policy: str = "default"
     preemption_delay: float = 0.0  # seconds an ask waits before it may preempt (YuniKorn's ``preemption.delay``)
+    # Seconds a container of the queue runs before it may be a victim (``preemption.min.runtime``; 0: none).
+    preemption_min_runtime: float = 0.0
+    stopped: bool = False  # ``queue.state: stopped`` here or above: admits no new app, runs the ones it has
     children: tuple[QueueConfig, ...] = ()
     max_applications: int | None = None  # running apps in this queue's subtree
     limits: tuple[LimitConfig, ...] = ()
@@ -631,6 +644,26 @@ def _properties(raw: Mapping[str, PropertyValue], at: str, inherited_delay: floa
     return _Properties(sort_policy, priority_offset, preemption_policy, delay)
 
 
+def _min_runtime(raw: Mapping[str, PropertyValue], at: str, inherited: float) -> float:
+    """A queue's ``preemption.min.runtime`` in seconds: a Go duration, ``0`` for none; inherited from the
+    parent when the queue does not set it. Anything else is refused: a minimum misread would let young
+    work be preempted."""
+    if MIN_RUNTIME_KEY not in raw:
+        return inherited
+    value = raw[MIN_RUNTIME_KEY]
+    parsed = go_duration(value)
+    if parsed is None or not 0 <= parsed <= SECONDS_MAX:
+        raise ConfigError(f"{at}.{MIN_RUNTIME_KEY}: {value!r:.40} is not a duration such as 10m or 1h30m (0: none)")
+    return parsed
+
+
+def _stopped(raw: Mapping[str, PropertyValue], at: str, parent_stopped: bool) -> bool:
+    """Whether a queue is stopped: its ``queue.state`` is ``stopped``, or its parent is (a stopped parent
+    stops its whole subtree, whatever the children say)."""
+    state = _choice(raw.get(QUEUE_STATE_KEY, "running"), QUEUE_STATES, f"{at}.{QUEUE_STATE_KEY}")
+    return parent_stopped or state == "stopped"
+
+
 def _queue(raw: _RawQueue, parent: QueueConfig | None, warnings: list[str]) -> QueueConfig:
     path = raw.name if parent is None else f"{parent.path}.{raw.name}"
     at = f"queue {path}"
@@ -644,6 +677,8 @@ def _queue(raw: _RawQueue, parent: QueueConfig | None, warnings: list[str]) -> Q
     # A zero in a max is kept: it means none of that resource (YuniKorn), unlike a missing name (no limit).
     maximum = None if resources.max is None else _resource(resources.max, f"{at}.max", warnings, keep_zero=True)
     props = _properties(raw.properties or {}, at, 0.0 if parent is None else parent.preemption_delay, warnings)
+    min_runtime = _min_runtime(raw.properties or {}, at, 0.0 if parent is None else parent.preemption_min_runtime)
+    stopped = _stopped(raw.properties or {}, at, parent is not None and parent.stopped)
     limits = tuple(_limit(lim, f"{at}.limits[{i}]", warnings) for i, lim in enumerate(raw.limits or ()))
     queue = QueueConfig(
         name=raw.name,
@@ -654,6 +689,8 @@ def _queue(raw: _RawQueue, parent: QueueConfig | None, warnings: list[str]) -> Q
         priority_offset=props.priority_offset,
         preemption_policy=props.preemption_policy,
         preemption_delay=props.preemption_delay,
+        preemption_min_runtime=min_runtime,
+        stopped=stopped,
         max_applications=raw.maxapplications,
         limits=limits,
         reservable=raw.reservable,
@@ -1033,7 +1070,7 @@ def _from_config_map(raw: Mapping[str, Any], path: str) -> tuple[object, tuple[s
 def partition_to_raw(cfg: PartitionConfig) -> dict[str, Any]:
     """The inverse of :func:`parse_partition`: a JSON/YAML-ready mapping (for ``partition_config``)."""
 
-    def queue(q: QueueConfig) -> dict[str, Any]:
+    def queue(q: QueueConfig, inherited_min_runtime: float = 0.0) -> dict[str, Any]:
         out: dict[str, Any] = {"name": q.name}
         resources: dict[str, Any] = {}
         if q.guaranteed:
@@ -1049,6 +1086,10 @@ def partition_to_raw(cfg: PartitionConfig) -> dict[str, Any]:
         }
         if q.preemption_delay:
             out["properties"][PREEMPTION_DELAY_KEY] = f"{decimal.Decimal(repr(q.preemption_delay)):f}s"
+        if q.preemption_min_runtime != inherited_min_runtime:  # a child may set none below a parent's
+            out["properties"][MIN_RUNTIME_KEY] = f"{decimal.Decimal(repr(q.preemption_min_runtime)):f}s"
+        if q.stopped:
+            out["properties"][QUEUE_STATE_KEY] = "stopped"
         if q.max_applications is not None:
             out["maxapplications"] = q.max_applications
         if q.reservable:
@@ -1058,7 +1099,7 @@ def partition_to_raw(cfg: PartitionConfig) -> dict[str, Any]:
         if q.limits:
             out["limits"] = [limit(lim) for lim in q.limits]
         if q.children:
-            out["queues"] = [queue(c) for c in q.children]
+            out["queues"] = [queue(c, q.preemption_min_runtime) for c in q.children]
         return out
 
     def limit(lim: LimitConfig) -> dict[str, Any]:

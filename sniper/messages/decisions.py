@@ -48,6 +48,7 @@ RejectionCode = Literal[
     "unknown_reservation",  # the app names an SLO reservation its queue does not hold
     "unknown_queue",  # the app names a queue the partition's configuration does not have
     "not_a_leaf",  # apps go to leaf queues, never to a parent
+    "queue_stopped",  # the app names a queue that is stopped (queue.state), or under a stopped parent
     "empty_ask",  # it asks for nothing
     "bad_constraint",  # a placement constraint no cluster could ever satisfy (min above max, no tags, ...)
     "opportunistic_am",  # an application master always runs guaranteed

@@ -382,6 +382,9 @@ class PlacementReply(Message, tag="placement_reply", frozen=True, gc=False):
     mask_hits: int = 0  # candidates skipped because they were masked
     view_seq: int = 0
     budget_refusals: int = 0  # containers passed over because their app's disruption budget was used up
+    # When the first candidate passed over as younger than its queue's ``preemption.min.runtime`` comes of
+    # age (feed time; None: none was): the unplaceable asks are worth trying again then.
+    wake_at: float | None = None
 
 
 class ResyncRequest(Message, tag="resync", frozen=True, gc=False):

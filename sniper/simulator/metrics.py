@@ -372,6 +372,17 @@ class Metrics:
         resources = res.total(x.resource for x in preempts)
         return Preemptions(victims=len(preempts), resources=resources, cancelled=cancelled)
 
+    def youngest_victim(self) -> float | None:
+        """How long the youngest guaranteed victim had run when it got its notice (``None``: no victim):
+        what ``preemption.min.runtime`` bounds from below."""
+        started = {x.allocation: x.t for x in self.decisions if isinstance(x, d.Allocated)}
+        ages = [
+            x.t - started[x.allocation]
+            for x in self.decisions
+            if isinstance(x, d.Preempt) and not x.opportunistic and x.allocation in started
+        ]
+        return round(min(ages), 3) if ages else None
+
     def actions(self) -> dict[str, int]:
         """The capacity monitor's actions, cheapest first: de-reservations, preemption requests, notices (without
         the opportunistic containers killed at once, counted in :meth:`opportunistic`) and kills."""

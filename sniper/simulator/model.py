@@ -418,7 +418,8 @@ class ClusterModel:
         inside one queue (5b) a lower-priority victim for a higher-priority ask; across queues (5a) the
         victim's queue over its ideal on some resource when chosen (YARN's positive excess) and, without
         it, at or above its guarantee by dominant share against the cluster (the DRF comparison), counting
-        the room reservations already hold for it (committed to that queue)."""
+        the room reservations already hold for it (committed to that queue). No victim has run less than
+        its queue's ``preemption.min.runtime`` (the required-node rule aside)."""
         t = dec.t
         if victim.opportunistic:
             return  # outside every queue: any guaranteed ask may have it killed (YARN's NodeManager)
@@ -427,6 +428,12 @@ class ClusterModel:
             self._violate(t, 5, f"victim {victim.id} is in a preemption-disabled queue {victim.queue}")
         if (victim.app, victim.ask) in self.required_nodes:
             self._violate(t, 5, f"victim {victim.id} was placed for a required-node ask")
+        cfg = self.queue_cfg.get(victim.queue)
+        minimum = 0.0 if cfg is None else cfg.preemption_min_runtime
+        required = bool(dec.for_queue) and dec.policy != "intra_queue" and self._required_node_preemption(dec)
+        if minimum and t - victim.start < minimum and not required:
+            ran = f"{t - victim.start:g} s"
+            self._violate(t, 5, f"victim {victim.id} ran {ran}, less than {victim.queue}'s minimum {minimum:g} s")
         if not dec.for_queue:
             return  # the proportional baseline targets nobody
         beneficiary = dec.for_queue

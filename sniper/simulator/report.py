@@ -43,6 +43,7 @@ class PartitionReport(msgspec.Struct, kw_only=True):
     wasted_preemptions: int = 0
     ping_pong: int = 0
     preemptions_undecided: int = 0
+    youngest_victim_seconds: float | None = None  # the shortest run of a guaranteed victim at its notice
     lost_work_seconds: float = 0.0
     lost_work_by_cause: dict[str, float] = {}  # the same seconds by what ended each container (docs/report.md)
     running_time_lost_seconds: float = 0.0  # the same containers' running time, checkpoints ignored
@@ -121,6 +122,7 @@ def partition_report(fig: PartitionFigures, cycle: float) -> PartitionReport:
         wasted_preemptions=wasted,
         ping_pong=ping_pong,
         preemptions_undecided=undecided,
+        youngest_victim_seconds=m.youngest_victim(),
         lost_work_seconds=round(fig.lost_work, 3),
         lost_work_by_cause={k: round(v, 3) for k, v in sorted(fig.lost_work_by_cause.items())},
         running_time_lost_seconds=round(fig.running_time_lost, 3),
@@ -187,6 +189,7 @@ def build_report(
             counts[k] = counts.get(k, 0) + v
     proposals_rejected = [r.proposals_rejected for r in per.values()]
     budget_refusals = [r.budget_refusals for r in per.values()]
+    youngest = [r.youngest_victim_seconds for r in per.values() if r.youngest_victim_seconds is not None]
     return Report(
         policy=chosen,
         allocations=allocations,
@@ -199,6 +202,7 @@ def build_report(
         wasted_preemptions=sum(r.wasted_preemptions for r in per.values()),
         ping_pong=sum(r.ping_pong for r in per.values()),
         preemptions_undecided=sum(r.preemptions_undecided for r in per.values()),
+        youngest_victim_seconds=min(youngest, default=None),
         lost_work_seconds=round(sum(r.lost_work_seconds for r in per.values()), 3),
         lost_work_by_cause={
             k: round(sum(r.lost_work_by_cause.get(k, 0.0) for r in per.values()), 3)

@@ -140,6 +140,20 @@ def _has_work(model: ClusterModel, runtime: PartitionRuntime, changed_at: float)
     return False
 
 
+def _coming_of_age(runtime: PartitionRuntime) -> float | None:
+    """When the first container a settled proportional baseline left for its age comes of age (``None``:
+    none waits)."""
+    wakes = [
+        policy.wake_at
+        for actor in runtime.actors
+        if isinstance(actor, PolicyActor)
+        and actor.active
+        and isinstance(policy := actor.replica_of.policy, ProportionalBaseline)
+        and policy.wake_at is not None
+    ]
+    return min(wakes, default=None)
+
+
 def _carry_missed(runtimes: dict[str, PartitionRuntime], cycles: int) -> None:
     """Count ``cycles`` skipped allocation cycles as missed for the asks the last cycle tried (settled
     time: each of those cycles would have tried the same asks and placed nothing)."""
@@ -314,8 +328,10 @@ class _World:
         return any(m.pending_containers() for m in self.models.values())
 
     def wake(self) -> float | None:
-        """The next boundary of an SLO plan (its guarantees change then), if any."""
+        """The next boundary of an SLO plan (its guarantees change then), or the next time a settled
+        baseline's young container comes of age (it may choose again then), if any."""
         wakes = [w for w in (m.slo.next_change(self.player.now) for m in self.models.values()) if w is not None]
+        wakes += [w for runtime in self.runtimes.values() if (w := _coming_of_age(runtime)) is not None]
         return min(wakes, default=None)
 
     async def publish_feed(self, event: f.Feed) -> None:

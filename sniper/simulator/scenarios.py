@@ -11,6 +11,8 @@ import random
 from collections.abc import Callable
 from typing import Any
 
+import msgspec
+
 from sniper.core import resources as res
 from sniper.core.config import SchedulerConfig, parse_config
 from sniper.messages import feed as f
@@ -24,10 +26,38 @@ class Scenario:
     description: str
     queues: dict[str, Any]  # the queues.yaml content
     events: list[f.Feed]
+    # The queue property the scenario shows, if it shows one: ``sniper compare NAME`` runs each policy on
+    # the same trace without it too (:meth:`without_property`).
+    shows: str | None = None
 
     @property
     def config(self) -> SchedulerConfig:
         return parse_config(self.queues)
+
+    def without_property(self) -> Scenario:
+        """The same scenario with the property it shows taken out of every queue, in its queues.yaml and in
+        the trace's ``partition_config`` events alike (itself when it shows none)."""
+        key = self.shows
+        if key is None:
+            return self
+        events = [
+            msgspec.structs.replace(e, config=_without(e.config, key)) if isinstance(e, f.PartitionConfigEvent) else e
+            for e in self.events
+        ]
+        return dataclasses.replace(self, queues=_without(self.queues, key), events=events, shows=None)
+
+
+def _without(raw: Any, key: str) -> Any:
+    """``raw`` (a configuration, or any part of one) with the queue property ``key`` removed everywhere."""
+    if isinstance(raw, list):
+        return [_without(x, key) for x in raw]
+    if not isinstance(raw, dict):
+        return raw
+    out = {k: _without(v, key) for k, v in raw.items()}
+    properties = out.get("properties")
+    if isinstance(properties, dict) and key in properties:
+        out["properties"] = {k: v for k, v in properties.items() if k != key}
+    return out
 
 
 def _queue(
@@ -718,6 +748,61 @@ def slo(seed: int = 0) -> Scenario:
     return Scenario("slo", slo.__doc__ or "", raw, events)
 
 
+def min_runtime(seed: int = 0) -> Scenario:
+    """Minimum runtime before preemption (``preemption.min.runtime``, Slurm's ``PreemptExemptTime``): on 12
+    nodes of 64 GiB, batch (guarantee: half the cluster) borrows the idle half with a steady stream of
+    jobs of 8 GiB containers, a new one every 15 s; prod (the other half) asks back in three waves of
+    8 GiB workers. The cheapest victims by running time are batch's newest containers, started seconds
+    before; ``preemption.min.runtime: 2m`` on batch spares them, so every victim has run two minutes and
+    prod waits for such victims. ``sniper compare min_runtime`` runs the same trace without the
+    property beside it."""
+    rng = random.Random(seed)
+    nodes = 12
+    half = {"memory": nodes * 64 * GiB // 2, "vcore": nodes * 16_000 // 2}
+    queues = [_queue("prod", half), _queue("batch", half, preemption_min_runtime="2m")]
+    raw = _partition(queues, dict(PREEMPTION))
+    events: list[f.Feed] = list(_nodes(nodes, 64 * GiB, 16_000))
+    for k in range(36):
+        _job(
+            events, 1 + 15 * k, f"batch-{k:03d}", "root.batch", rng.randint(6, 12), 8 * GiB, 1000, rng.uniform(200, 400)
+        )
+    for wave in range(3):
+        t = 150 + 150 * wave + rng.uniform(0, 10)
+        _job(events, t, f"prod-{wave}", "root.prod", rng.randint(30, 40), 8 * GiB, 2000, rng.uniform(80, 120))
+    events.sort(key=lambda e: e.t)
+    return Scenario("min_runtime", min_runtime.__doc__ or "", raw, events, shows="preemption.min.runtime")
+
+
+def stopped_queue(seed: int = 0) -> Scenario:
+    """A queue retired without killing its work (``queue.state: stopped``, YARN's queue states): on 12 nodes
+        of 64 GiB, prod, batch and legacy (a third of the cluster each) run jobs; at 200 s the operator stops
+        legacy. Its running jobs keep their containers and are served to the end, one asking for more at
+    260 s (it drains), while every
+        app submitted to it afterwards is rejected with ``queue_stopped``; prod and batch then take the room
+        it gives back. ``sniper compare stopped_queue`` runs the same trace without the property beside it."""
+    rng = random.Random(seed)
+    nodes = 12
+    third = {"memory": nodes * 64 * GiB // 3, "vcore": nodes * 16_000 // 3}
+    queues = [_queue("prod", third), _queue("batch", third), _queue("legacy", third)]
+    raw = _partition(queues, dict(PREEMPTION))
+    events: list[f.Feed] = list(_nodes(nodes, 64 * GiB, 16_000))
+    stopped = _partition(
+        [_queue("prod", third), _queue("batch", third), _queue("legacy", third, queue_state="stopped")],
+        dict(PREEMPTION),
+    )
+    events.append(f.PartitionConfigEvent(t=200, config=stopped["partitions"][0]))
+    for k in range(16):
+        queue = ("root.prod", "root.batch", "root.legacy")[k % 3]
+        _job(
+            events, 5 + 35 * k, f"{queue[5:]}-{k:03d}", queue, rng.randint(10, 24), 8 * GiB, 1000, rng.uniform(150, 250)
+        )
+    # An app legacy still runs asks for more after the stop: it is served.
+    more = {"memory": 8 * GiB, "vcore": 1000}
+    events.append(f.AskAdded(t=260, app="legacy-005", ask="legacy-005-more", resource=more, count=6, duration=120))
+    events.sort(key=lambda e: e.t)
+    return Scenario("stopped_queue", stopped_queue.__doc__ or "", raw, events, shows="queue.state")
+
+
 SCENARIOS: dict[str, ScenarioFn] = {
     "demo": demo,
     "large_containers": large_containers,
@@ -734,6 +819,8 @@ SCENARIOS: dict[str, ScenarioFn] = {
     "overcommit": overcommit,
     "constraints": constraints,
     "slo": slo,
+    "min_runtime": min_runtime,
+    "stopped_queue": stopped_queue,
 }
 
 

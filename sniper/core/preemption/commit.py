@@ -67,7 +67,7 @@ def _commit_shotgun(cache: Writer, proposal: p.PreemptionProposal) -> None:
         alloc = state.allocations.get(vid)
         if alloc is None:
             rejected[vid] = "victim is gone"
-        elif (why := refusal(alloc, None)) is not None:
+        elif (why := refusal(alloc, None, now=state.now)) is not None:
             rejected[vid] = explain(why, alloc, None)
         elif alloc.app in state.guarded and (app := over_budget([*taking.get(alloc.app, []), alloc], state.guarded)):
             rejected[vid] = budget_refusal(app)
@@ -279,7 +279,7 @@ def _check(
         return f"beneficiary's queue {app.queue.path} is not below its ideal"
     taking_from: list[Allocation] = []  # victims checked so far
     for v in victims:
-        why = refusal(v, ask, intra=intra, required_node=required, limits=limits, chosen=taking_from)
+        why = refusal(v, ask, now=state.now, intra=intra, required_node=required, limits=limits, chosen=taking_from)
         if why is not None:
             return explain(why, v, ask)
         if not v.opportunistic:

@@ -5,8 +5,8 @@ quota, one whole container beyond it, never below the guarantee). The placer
 (:mod:`sniper.core.preemption.placement`) and the cache's commit checks (:mod:`sniper.core.preemption.commit`,
 placements and YARN's baseline alike) call them, so what is placed is what is committed; the placer's
 candidate index is built from the parts of :func:`refusal` that read the container or its queue alone
-(:func:`standing`, :func:`queue_refusal`), never from a copy of them. The simulator's checker keeps its own,
-independent copy. Pure functions of the state they are given.
+(:func:`standing`, :func:`queue_refusal`, :func:`sniper.core.preemption.min_runtime.young`), never from a
+copy of them. The simulator's checker keeps its own, independent copy. Pure functions of the state they are given.
 """
 
 from __future__ import annotations
@@ -16,19 +16,23 @@ from typing import Literal
 
 from sniper.core import resources as res
 from sniper.core.limits import Limits
+from sniper.core.preemption.min_runtime import young
 from sniper.core.preemption.quotas import guarantee_floor, net_usage
 from sniper.core.preemption.rules import may_preempt_for, preemption_disabled
 from sniper.core.resources import Resource
 from sniper.core.state import Allocation, Ask, Queue
 
 # Why a container may not be a victim (checked in this order).
-Refusal = Literal["pinned", "preempting", "disabled", "higher_priority", "not_lower_in_queue", "queue_relation"]
+Refusal = Literal[
+    "pinned", "preempting", "young", "disabled", "higher_priority", "not_lower_in_queue", "queue_relation"
+]
 
 
 def refusal(
     alloc: Allocation,
     ask: Ask | None,
     *,
+    now: float,
     intra: bool = False,
     required_node: bool = False,
     limits: Limits | None = None,
@@ -43,23 +47,27 @@ def refusal(
     2. one already under notice is leaving (1 and 2 read the container alone: :func:`standing`);
     3. an opportunistic container may go for any guaranteed ask, and to the baseline (it counts in no queue);
     4. ``required_node`` (the ask requires the container's node, and the partition lets it preempt
-       there): any queue, priority at most the ask's (YuniKorn's required-node preemptor);
-    5. where no queue relation judges the victim (the baseline, and ``intra``), a container of a queue
+       there): any queue, priority at most the ask's, any age (YuniKorn's required-node preemptor);
+    5. a container that has run (by ``now``) less than its queue's ``preemption.min.runtime`` stays
+       (:func:`sniper.core.preemption.min_runtime.young`, which reads the container and its queue alone);
+    6. where no queue relation judges the victim (the baseline, and ``intra``), a container of a queue
        with preemption disabled stays (:func:`queue_refusal`, which reads the queue alone);
-    6. ``intra`` (intra-queue policy): a lower-priority task of another app in the ask's queue
+    7. ``intra`` (intra-queue policy): a lower-priority task of another app in the ask's queue
        (:func:`lower_in_queue`), or a container of a user above its limit (``limits``; ``chosen``: the
        victims already in the set);
-    7. otherwise the queue relations (``related``, :func:`sniper.core.preemption.rules.may_preempt_for`,
+    8. otherwise the queue relations (``related``, :func:`sniper.core.preemption.rules.may_preempt_for`,
        which a disabled queue fails too).
 
     How much its queue may lose is the quota's to say (:func:`may_take`), not this."""
     why = standing(alloc, placing=ask is not None)
     if why is not None or alloc.opportunistic:
         return why
+    if ask is not None and required_node:
+        return None if alloc.priority <= ask.priority else "higher_priority"
+    if young(alloc, now):
+        return "young"
     if ask is None:
         return queue_refusal(alloc.queue)
-    if required_node:
-        return None if alloc.priority <= ask.priority else "higher_priority"
     if intra:
         why = queue_refusal(alloc.queue)
         if why is not None:
@@ -79,7 +87,7 @@ def standing(alloc: Allocation, *, placing: bool = True) -> Refusal | None:
 
 
 def queue_refusal(queue: Queue) -> Refusal | None:
-    """Step 5 of :func:`refusal`, which reads the victim's queue alone: ``"disabled"`` when preemption is
+    """Step 6 of :func:`refusal`, which reads the victim's queue alone: ``"disabled"`` when preemption is
     disabled in ``queue`` or above it."""
     return "disabled" if preemption_disabled(queue) else None
 
@@ -94,6 +102,9 @@ def explain(why: Refusal, alloc: Allocation, ask: Ask | None) -> str:
             return f"{victim} is already preempting"
         case "disabled":
             return f"{victim}'s queue has preemption disabled"
+        case "young":
+            minimum = alloc.queue.config.preemption_min_runtime
+            return f"{victim} has run less than its queue's preemption.min.runtime ({minimum:g} s)"
     assert ask is not None  # the rest judge a victim for an ask
     queue = ask.app.queue.path
     match why:

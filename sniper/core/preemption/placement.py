@@ -42,6 +42,7 @@ from sniper.core.preemption.eligibility import (
     spend,
     standing,
 )
+from sniper.core.preemption.min_runtime import aging, of_age_at, young
 from sniper.core.preemption.quotas import below_ideal, within_share
 from sniper.core.preemption.rules import (
     disruption_room,
@@ -112,6 +113,10 @@ class VictimPlacer:
         self.guarded = state.guarded  # apps with a disruption budget or opted out (usually none)
         self.disrupting: dict[str, int] = {}  # guarded app -> its victims taken this round
         self.budget_refused: set[str] = set()  # containers passed over for their app's budget
+        # Containers younger than their queue's ``preemption.min.runtime`` are no candidates this round;
+        # the first of them to come of age is when an ask they alone could serve is worth trying again.
+        self.aging = aging(state)
+        self.wake_at: float | None = None
         # Intra-queue mode may also take from a user above its limit for one within it.
         self.limits = Limits.of(state) if self.intra else None
         # Candidate victims per node, cheapest first and AM containers last (cost is fixed for the
@@ -155,6 +160,9 @@ class VictimPlacer:
                         continue  # refused whatever the ask
                     if alloc.opportunistic:
                         entries.append((False, 0.0, aid, alloc))  # free: no queue loses anything
+                    elif self.aging and young(alloc, self.now):
+                        if alloc.queue.path in ok:
+                            self._wait_for(alloc)  # refused whatever the ask (the required-node preemptor's aside)
                     elif alloc.queue.path in ok:
                         last = last_resort(alloc, guarded.get(alloc.app)) if guarded else alloc.am
                         entries.append((last, cost_of(alloc, now), aid, alloc))
@@ -173,6 +181,12 @@ class VictimPlacer:
             self.by_node[name] = entries
             self._aggregate(name)
         return entries
+
+    def _wait_for(self, alloc: Allocation) -> None:
+        """Note a candidate passed over for its age: the round's wake-up is when the first comes of age."""
+        at = of_age_at(alloc)
+        if self.wake_at is None or at < self.wake_at:
+            self.wake_at = at
 
     def _aggregate(self, name: str) -> None:
         entries = self.by_node[name]
@@ -200,13 +214,16 @@ class VictimPlacer:
         if alloc.opportunistic:
             return True
         if self.intra:
-            return refusal(alloc, ask, intra=True, required_node=False, limits=self.limits, chosen=chosen or ()) is None
+            why = refusal(
+                alloc, ask, now=self.now, intra=True, required_node=False, limits=self.limits, chosen=chosen or ()
+            )
+            return why is None
         # Across queues the answer for a candidate here (not pinned, not leaving: ``by_node`` holds none)
         # depends on the two queues only: remembered per pair for the round.
         pair = (alloc.queue.path, ask.app.queue.path)
         allowed = self._relations.get(pair)
         if allowed is None:
-            allowed = self._relations[pair] = refusal(alloc, ask, intra=False, required_node=False) is None
+            allowed = self._relations[pair] = refusal(alloc, ask, now=self.now) is None
         return allowed
 
     def _lower_bound(self, node: Node, ask: Ask) -> float | None:
@@ -450,7 +467,7 @@ class VictimPlacer:
         eligible = [
             alloc
             for alloc in (allocations[aid] for aid in node.allocations)
-            if alloc.id not in self.taken and refusal(alloc, ask, intra=False, required_node=True) is None
+            if alloc.id not in self.taken and refusal(alloc, ask, now=self.now, required_node=True) is None
         ]
         eligible.sort(key=required_node_order)
         cost_of, now = self.cost_of, self.kill_at
@@ -682,4 +699,5 @@ def answer_placement_request(core: Allocator, request: p.PlacementRequest) -> p.
         mask_hits=mask_hits,
         view_seq=core.view_seq,
         budget_refusals=len(placer.budget_refused),
+        wake_at=placer.wake_at if unplaceable else None,
     )

@@ -21,6 +21,7 @@ from sniper.core.config import PreemptionConfig
 from sniper.core.limits import Limits
 from sniper.core.opportunistic import first_victims
 from sniper.core.preemption.mask import PreemptionMask
+from sniper.core.preemption.min_runtime import next_of_age
 from sniper.core.preemption.model import ContainerSnapshot
 from sniper.core.preemption.quotas import Quotas, compute_quotas, net_usage
 from sniper.core.preemption.rules import required_node_leaves
@@ -40,6 +41,9 @@ class Policy(Protocol):
     config: PreemptionConfig
     mask: PreemptionMask | None
     budget_refusals: int  # containers passed over for their app's disruption budget, summed over rounds
+    # When the last round's first candidate too young to take (``preemption.min.runtime``) comes of age,
+    # if that round was held back by one; the policy tries again then.
+    wake_at: float | None
 
     def round(self, state: PartitionState, view_seq: int, now: float) -> Output: ...
 
@@ -89,6 +93,7 @@ class _Placing:
         self.waiting: str | None = None  # the request whose reply has not come back
         self.waiting_since = 0.0
         self.budget_refusals = 0  # containers the rounds passed over for their app's disruption budget
+        self.wake_at: float | None = None
 
     def on_change(self, change: p.ChangeMsg) -> None:
         if type(change) in ROOM_CHANGES and self.mask is not None:
@@ -130,8 +135,9 @@ class _Placing:
         if reply.id != self.waiting:
             return None
         self.waiting = None
+        self.wake_at = reply.wake_at
         if self.mask is not None:
-            self.mask.add(reply.unplaceable, now)
+            self.mask.add(reply.unplaceable, now, reply.wake_at)
             self.mask.hits += reply.mask_hits
         self.budget_refusals += reply.budget_refusals
         if not reply.placements:
@@ -219,6 +225,7 @@ class ProportionalBaseline:
         )
         self.rounds = 0
         self.idle_view: tuple[PartitionState, int] | None = None  # state and version of a round that chose none
+        self.wake_at: float | None = None  # when that round's first young container comes of age
         self.containers: dict[str, ContainerSnapshot] = {}  # the last round's, reused while unchanged
         self.budget_refusals = 0
         # Guaranteed containers YARN's selection chose whose room opportunistic containers covered once:
@@ -234,23 +241,26 @@ class ProportionalBaseline:
         return None
 
     def settled(self, state: PartitionState) -> bool:
-        """Whether the last round ran on ``state`` as it is (the clock aside) and chose no container."""
+        """Whether the last round ran on ``state`` as it is (the clock aside) and chose no container, and no
+        container too young to take then has come of age since (:attr:`wake_at`)."""
         idle = self.idle_view
-        return idle is not None and idle[0] is state and idle[1] == state.version
+        young = self.wake_at is not None and state.now >= self.wake_at
+        return idle is not None and idle[0] is state and idle[1] == state.version and not young
 
     def round(self, state: PartitionState, view_seq: int, now: float) -> Output:
         if state.config is None or not state.capacity:
             return None
         now_ms = round(now * 1000)
-        # A round selects from the view alone but for the marks it tracks: on the view of a round that chose
-        # no container, and with no tracked mark to expire now, it would choose none again (nor de-reserve:
-        # that too reads the view alone).
+        # A round selects from the view alone but for the marks it tracks and the containers too young to
+        # take: on the view of a round that chose no container, with no tracked mark to expire and no young
+        # container come of age now, it would choose none again (nor de-reserve: that reads the view alone).
         if self.settled(state) and not self.policy.forgets_at(now_ms):
             return None
         snapshot = snapshot_from_state(state, with_containers=True, containers=self.containers)
         result = self.policy.round(snapshot, now_ms)
         self.budget_refusals += len(result.budget_refused)
         self.idle_view = None if result.candidates else (state, state.version)
+        self.wake_at = None if result.candidates else next_of_age(state, state.now)
         usage = {path: res.add(q.allocated, q.reserved) for path, q in state.queues.items()}
         nodes = node_reservation.to_dereserve(
             state, usage, {path: figures.ideal_assigned for path, figures in result.queues.items()}

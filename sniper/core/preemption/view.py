@@ -16,6 +16,7 @@ from sniper.core.config import PartitionConfig, QueueConfig
 from sniper.core.limits import pending_demand
 from sniper.core.preemption.calculator import DominantCalculator
 from sniper.core.preemption.ideal import IdealAssignment, compute_ideal
+from sniper.core.preemption.min_runtime import aging, young
 from sniper.core.preemption.model import AppSnapshot, ClusterSnapshot, ContainerSnapshot, QueueSnapshot
 from sniper.core.resources import Resource
 from sniper.core.state import Allocation, PartitionState, allocation_number
@@ -152,8 +153,9 @@ def snapshot_from_state(
     ``capacity`` overrides the partition's (the sniper policy passes its usable capacity). Without
     containers, usage is net of victims already preempting (they are leaving) and guarantees compose
     (:func:`composed_guarantees`). With ``with_containers`` (YARN's baseline selects victims itself) usage
-    is gross, every leaf carries its apps that hold containers and their running containers, those
-    already preempting marked ``killable``, and every queue keeps the guarantee its config names, as
+    is gross, every leaf carries its apps that hold containers and their running containers (but those
+    younger than their queue's ``preemption.min.runtime``, which no policy may take), those already
+    preempting marked ``killable``, and every queue keeps the guarantee its config names, as
     YARN reads it. ``containers`` (a caller snapshotting round after round) holds the last snapshot's
     containers by allocation id: one whose allocation did not change since is reused, and the dict is
     left holding this snapshot's.
@@ -168,6 +170,7 @@ def snapshot_from_state(
     apps: dict[str, tuple[AppSnapshot, ...]] = {}
     known = containers if containers is not None else {}
     seen: dict[str, ContainerSnapshot] = {}
+    now = state.now if with_containers and aging(state) else None  # None: no container is young
 
     def container(a: Allocation) -> ContainerSnapshot:
         snap = known.get(a.id)
@@ -208,7 +211,8 @@ def snapshot_from_state(
                         containers=tuple(
                             container(a)
                             for a in (state.allocations[x] for x in sorted(app.allocations))
-                            if not a.opportunistic  # outside every queue: YARN's policy never sees them
+                            # Opportunistic ones are outside every queue: YARN's policy never sees them.
+                            if not a.opportunistic and (now is None or not young(a, now))
                         ),
                         max_disruption=app.max_disruption,
                         allow_preemption=app.allow_preemption,
