@@ -394,7 +394,7 @@ def _doc_value(cell: str) -> object:
 @pytest.mark.parametrize(
     ("section", "settings", "extra"),
     [
-        ("Preemption settings", PreemptionConfig(), {"enabled": True, "quotapreemptionenabled": False}),
+        ("Preemption settings", PreemptionConfig(), {"enabled": True}),
         ("Node reservations", ReservationConfig(), {}),
         ("Admission bounds", AdmissionConfig(), {}),
     ],

@@ -170,6 +170,10 @@ class Cache:
             from sniper.core.preemption.contract import settle  # local: preemption plugs in here
 
             settle(self)
+        if self.state.max_since:
+            from sniper.core.preemption.quota_preemption import enforce  # local: preemption plugs in here
+
+            enforce(self)
         self._kill_overdue()
         self._expire_reservations()
         node_reservation.expire(self)
@@ -973,7 +977,7 @@ def iter_state_changes(state: PartitionState) -> Iterator[p.ChangeMsg]:
     """:func:`state_changes` one at a time (keep ``state`` still until the last)."""
     yield p.Clock(now=state.now)
     if state.base_config is not None:
-        yield p.ConfigSet(config=partition_to_raw(state.base_config))
+        yield p.ConfigSet(config=partition_to_raw(state.base_config), max_since=dict(state.max_since))
         yield from slo_reservations.state_changes(state)
     for node in state.nodes.values():
         yield p.NodeSet(node=node.name, capacity=node.capacity, schedulable=node.schedulable, labels=node.labels)

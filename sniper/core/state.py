@@ -26,7 +26,7 @@ from typing import Any
 
 from sortedcontainers import SortedList
 
-from sniper.core import constraints, lifecycle, slo_plan
+from sniper.core import constraints, lifecycle, quota_clock, slo_plan
 from sniper.core import resources as res
 from sniper.core.config import PartitionConfig, QueueConfig, parse_partition
 from sniper.core.node_index import NodeIndex
@@ -494,6 +494,7 @@ class PartitionState:
         self.slo_reservations: dict[str, slo_plan.SloReservation] = {}
         self.slo_next_change = float("inf")  # when a plan's load changes next: the guarantees follow it
         self.rebuilds = 0  # times the queue objects were built anew (the allocator re-counts what is in flight)
+        self.max_since: dict[str, float] = {}  # when each quota-preempted queue's max took effect (core.quota_clock)
         self.root: Queue | None = None
         self.queues: dict[str, Queue] = {}
         self.nodes: dict[str, Node] = {}
@@ -623,6 +624,9 @@ class PartitionState:
     def _config(self, c: p.ConfigSet) -> None:
         self.base_config = parse_partition(c.config, f"partition {self.name}")
         self._install_plans()
+        for path, since in c.max_since.items():
+            if path in self.max_since:
+                self.max_since[path] = since
 
     def _install_plans(self) -> None:
         """Run the base configuration expanded by the SLO reservations' plans at ``now``."""
@@ -660,6 +664,7 @@ class PartitionState:
             raise StateError(f"partition {self.name} still holds nodes, apps or preemption requests")
         self.config = None
         self.base_config = None
+        self.max_since = {}
         self.slo_reservations = {}
         self.slo_next_change = float("inf")
         self.root = None
@@ -674,6 +679,8 @@ class PartitionState:
             self.node_index = NodeIndex(config.node_sort_policy)
             for node in self.nodes.values():
                 self._index(node)
+        old_max = {path: q.max for path, q in self.queues.items()}
+        self.max_since = quota_clock.max_since(config, old_max, self.max_since, self.now)
         queues: dict[str, Queue] = {}
         self.rebuilds += 1
 

@@ -20,8 +20,10 @@ class Change(msgspec.Struct, tag_field="kind", frozen=True, gc=False):
     pass
 
 
-class ConfigSet(Change, tag="config", frozen=True, gc=False):
+class ConfigSet(Change, tag="config", frozen=True, gc=False, omit_defaults=True):
     config: dict[str, Any]
+    # When each quota-preempted queue's ``max`` took effect, where it predates this change (a snapshot's).
+    max_since: dict[str, float] = {}
 
 
 class NodeSet(Change, tag="node", frozen=True, gc=False):
