@@ -1,7 +1,8 @@
 """Quota preemption (YuniKorn 1.8): a queue kept above a lowered ``max`` for its ``quota.preemption.delay``
 loses its own containers, the fewest that bring it back, with the grace; never another queue's.
 
-Sans-IO on the harness: the cache enforces it at its ticks; then the state a snapshot rebuilds.
+Sans-IO on the harness (the cache enforces it at its ticks), the state a snapshot rebuilds, the bundled
+``quota`` scenario through the real actors, and the independent checker's invariant 15.
 """
 
 from __future__ import annotations
@@ -12,11 +13,16 @@ from typing import Any
 import msgspec
 
 from sniper.core.cache import state_changes
+from sniper.core.config import parse_partition, partition_to_raw
 from sniper.core.preemption import quota_preemption
 from sniper.core.state import PartitionState
 from sniper.messages import decisions as d
 from sniper.messages import feed as f
 from sniper.messages import protocol as p
+from sniper.simulator.compare import compare
+from sniper.simulator.model import ClusterModel
+from sniper.simulator.run import SimulationSettings
+from sniper.simulator.scenarios import scenario
 from tests.core_support import quantities, queue
 from tests.preemption_support import GRACE, PARTITION, PreemptHarness, preemption_raw
 
@@ -218,3 +224,116 @@ def test_a_snapshot_without_quota_preemption_encodes_its_config_as_before() -> N
     config = next(c for c in state_changes(h.cache.state) if isinstance(c, p.ConfigSet))
     assert b"max_since" not in msgspec.json.encode(config)
     assert "quotapreemptionenabled" not in config.config["preemption"]
+
+
+# ---------------------------------------------------------------- through the real actors, and the checker
+
+
+def _services_memory_at(decisions: list[d.DecisionMsg], t: float) -> int:
+    """What root.services holds at ``t``, from the decisions alone."""
+    held: dict[str, int] = {}
+    for x in decisions:
+        if x.t > t:
+            break
+        if isinstance(x, d.Allocated) and x.queue == "root.services":
+            held[x.allocation] = x.resource["memory"]
+        elif isinstance(x, d.Kill | d.Released | d.AllocationLost):
+            held.pop(x.allocation, None)
+    return sum(held.values())
+
+
+def test_the_bundled_scenario_brings_services_under_its_halved_max_within_delay_grace_and_a_round() -> None:
+    sc = scenario("quota")
+    runs = compare(sc.events, sc.config, ["sniper", "none"], SimulationSettings(until=600.0))
+    with_quota, without = runs["sniper"], runs["none"]
+    assert with_quota.violations == 0 and without.violations == 0
+    notices = [x for x in with_quota.decisions if isinstance(x, d.Preempt)]
+    assert notices and {x.policy for x in notices} == {"quota"} and {x.queue for x in notices} == {"root.services"}
+    halved = [e for e in sc.events if isinstance(e, f.PartitionConfigEvent)]
+    assert [e.t for e in halved] == [300.0]
+    services = parse_partition(halved[0].config).leaf("root.services")
+    assert services is not None and services.max is not None
+    new_max = services.max
+    assert min(x.t for x in notices) >= 300.0 + 120.0
+    interval = sc.config.partitions[0].preemption.interval
+    assert _services_memory_at(with_quota.decisions, 300.0 + 120.0 + 15.0 + interval) <= new_max["memory"]
+    assert _services_memory_at(without.decisions, 600.0) > new_max["memory"]
+    assert not [x for x in without.decisions if isinstance(x, d.Preempt)]
+
+
+def _checked_model(decisions: list[d.DecisionMsg]) -> ClusterModel:
+    raw = quota_raw()
+    model = ClusterModel(PARTITION, parse_partition(raw))
+    model.on_event(f.NodeAdded(node="n1", capacity={"memory": 200}))
+    for i, queue_path in enumerate(("root.a", "root.a", "root.b")):
+        app = f"{queue_path[-1]}1"
+        model.on_event(f.AppAdded(app=app, queue=queue_path))
+        model.on_event(f.AskAdded(app=app, ask=f"t{i}", resource={"memory": 50}))
+        model.on_decision(
+            d.Allocated(
+                allocation=f"alloc-{i + 1}",
+                app=app,
+                ask=f"t{i}",
+                queue=queue_path,
+                node="n1",
+                resource={"memory": 50},
+                seq=i + 1,
+            )
+        )
+    changed = copy.deepcopy(raw)
+    changed["queues"][0]["queues"][0]["resources"]["max"] = quantities({"memory": 50})
+    model.on_event(f.PartitionConfigEvent(config=changed, t=LOWERED_AT))
+    for x in decisions:
+        model.on_decision(x)
+    return model
+
+
+def _quota_notice(aid: str, app: str, queue_path: str, seq: int) -> d.Preempt:
+    return d.Preempt(
+        allocation=aid,
+        app=app,
+        queue=queue_path,
+        node="n1",
+        resource={"memory": 50},
+        for_ask="",
+        for_app="",
+        for_queue="",
+        deadline=LOWERED_AT + DELAY + GRACE,
+        reservation="",
+        policy="quota",
+        seq=seq,
+        t=LOWERED_AT + DELAY,
+    )
+
+
+def test_the_checker_flags_a_quota_victim_outside_the_queue_and_one_more_than_needed() -> None:
+    right = _checked_model([_quota_notice("alloc-2", "a1", "root.a", 10)])
+    assert right.violations == []
+    outside = _checked_model([_quota_notice("alloc-3", "b1", "root.b", 10)])
+    assert [v.invariant for v in outside.violations] == [15]
+    one_more = _checked_model(
+        [_quota_notice("alloc-2", "a1", "root.a", 10), _quota_notice("alloc-1", "a1", "root.a", 11)]
+    )
+    assert [v.invariant for v in one_more.violations] == [15]
+
+
+def test_the_checker_flags_a_queue_still_above_its_lowered_max_past_delay_grace_and_a_round() -> None:
+    model = _checked_model([])
+    model.check(LOWERED_AT + DELAY + GRACE + 1.0)  # the round (interval 1 s) may still be running
+    assert model.violations == []
+    model.check(LOWERED_AT + DELAY + GRACE + 1.5)
+    assert [v.invariant for v in model.violations] == [15]
+
+
+def test_the_quota_delay_is_a_go_duration_of_the_queue_alone_and_survives_the_round_trip() -> None:
+    raw = preemption_raw(
+        queue("p", queue("a"), maximum={"memory": 100}, quota_preemption_delay="1m30s"),
+        queue("bad", quota_preemption_delay="soon"),
+        quotapreemptionenabled=True,
+    )
+    part = parse_partition(raw)
+    delays = {q.path: q.quota_preemption_delay for q in part.queues()}
+    assert delays == {"root": 0.0, "root.p": 90.0, "root.p.a": 0.0, "root.bad": 0.0}  # not inherited
+    assert any("quota.preemption.delay" in w and "never quota preempted" in w for w in part.warnings)
+    again = parse_partition(partition_to_raw(part))
+    assert again == part and again.preemption.quotapreemptionenabled

@@ -6,7 +6,8 @@ A queue (leaf or parent) with a ``quota.preemption.delay``, in a partition with
 containers not under notice) for the delay since that ``max`` took effect (:mod:`sniper.core.quota_clock`)
 loses containers of its own subtree, each with the partition's grace: gangs whole, application masters and
 apps that opted out of preemption last, then by the partition's ``victim_cost`` (least running time first
-by default). Invariants: no victim outside the queue; the set is minimal (without any one of its units the
+by default), never one placed for a required node nor one in a queue with preemption disabled (or under
+such a queue). Invariants: no victim outside the queue; the set is minimal (without any one of its units the
 queue would stay above its ``max``), so the queue never goes further under it than one unit needs; the
 deepest queues are settled first and their victims count for their ancestors. Opportunistic containers
 count in no queue and are never chosen. Sans-IO and deterministic: feed time only.
@@ -20,6 +21,7 @@ from collections.abc import Iterator
 from sniper.core import resources as res
 from sniper.core.preemption.contract import Requests
 from sniper.core.preemption.costs import VictimCost, victim_cost
+from sniper.core.preemption.rules import preemption_disabled
 from sniper.core.resources import Resource
 from sniper.core.state import Allocation, PartitionState, Queue, allocation_number
 from sniper.core.units import human_resource
@@ -92,13 +94,16 @@ def _leaves(queue: Queue) -> Iterator[Queue]:
 
 
 def _units(state: PartitionState, queue: Queue, chosen: set[str]) -> list[list[Allocation]]:
-    """The containers of ``queue``'s subtree that may go, a gang's members as one unit."""
+    """The containers of ``queue``'s subtree that may go, a gang's members as one unit: none placed for a
+    required node (a daemon set) nor in a queue with preemption disabled."""
     units: dict[tuple[str, str], list[Allocation]] = {}
     for leaf in _leaves(queue):
+        if preemption_disabled(leaf):
+            continue
         for app in leaf.apps.values():
             for aid in sorted(app.allocations, key=allocation_number):
                 alloc = state.allocations[aid]
-                if alloc.opportunistic or alloc.preempting or alloc.killed or aid in chosen:
+                if alloc.opportunistic or alloc.pinned or alloc.preempting or alloc.killed or aid in chosen:
                     continue
                 ask = app.asks.get(alloc.ask)
                 key = (app.name, alloc.ask) if ask is not None and ask.gang_min > 1 else (app.name, aid)
