@@ -17,6 +17,7 @@ from typing import Any
 from sniper.core import (
     admission,
     constraints,
+    fair_share,
     gang,
     lifecycle,
     node_reservation,
@@ -977,7 +978,11 @@ def iter_state_changes(state: PartitionState) -> Iterator[p.ChangeMsg]:
     """:func:`state_changes` one at a time (keep ``state`` still until the last)."""
     yield p.Clock(now=state.now)
     if state.base_config is not None:
-        yield p.ConfigSet(config=partition_to_raw(state.base_config), max_since=dict(state.max_since))
+        yield p.ConfigSet(
+            config=partition_to_raw(state.base_config),
+            max_since=dict(state.max_since),
+            fair_usage=fair_share.snapshot(state.fair_usage, state.now),
+        )
         yield from slo_reservations.state_changes(state)
     for node in state.nodes.values():
         yield p.NodeSet(node=node.name, capacity=node.capacity, schedulable=node.schedulable, labels=node.labels)

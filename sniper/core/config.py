@@ -42,12 +42,14 @@ PRIORITY_OFFSET_KEY = "priority.offset"
 PREEMPTION_POLICY_KEY = "preemption.policy"
 PREEMPTION_DELAY_KEY = "preemption.delay"
 QUOTA_PREEMPTION_DELAY_KEY = "quota.preemption.delay"
+FAIRSHARE_HALFLIFE_KEY = "fairshare.halflife"
 KNOWN_PROPERTIES = (
     SORT_POLICY_KEY,
     PRIORITY_OFFSET_KEY,
     PREEMPTION_POLICY_KEY,
     PREEMPTION_DELAY_KEY,
     QUOTA_PREEMPTION_DELAY_KEY,
+    FAIRSHARE_HALFLIFE_KEY,
 )
 # Queue properties YuniKorn documents and Sniper does not implement: accepted, with a warning. Any other
 # property is free-form in YuniKorn too: accepted, with a warning that names it.
@@ -193,6 +195,8 @@ class QueueConfig:
     preemption_delay: float = 0.0  # seconds an ask waits before it may preempt (YuniKorn's ``preemption.delay``)
     # seconds above ``max`` before the queue's own containers are preempted (``quota.preemption.delay``; 0: never)
     quota_preemption_delay: float = 0.0
+    # seconds in which past usage loses half its weight in the order above guarantees (0: no history)
+    fairshare_halflife: float = 0.0
     children: tuple[QueueConfig, ...] = ()
     max_applications: int | None = None  # running apps in this queue's subtree
     limits: tuple[LimitConfig, ...] = ()
@@ -657,6 +661,22 @@ def quota_preemption_delay(raw: Mapping[str, PropertyValue], at: str, warnings: 
     return parsed
 
 
+def fairshare_halflife(raw: Mapping[str, PropertyValue], at: str, warnings: list[str]) -> float:
+    """A queue's own ``fairshare.halflife`` in seconds; 0, no history, when absent or not a positive Go
+    duration (with a warning)."""
+    if FAIRSHARE_HALFLIFE_KEY not in raw:
+        return 0.0
+    value = raw[FAIRSHARE_HALFLIFE_KEY]
+    parsed = go_duration(value)
+    if parsed is None or not 0 < parsed <= SECONDS_MAX:
+        warnings.append(
+            f"{at}.{FAIRSHARE_HALFLIFE_KEY}: {value!r:.40} is not a positive duration such as 30m or 8h; "
+            "the queue orders by current usage"
+        )
+        return 0.0
+    return parsed
+
+
 def _queue(raw: _RawQueue, parent: QueueConfig | None, warnings: list[str]) -> QueueConfig:
     path = raw.name if parent is None else f"{parent.path}.{raw.name}"
     at = f"queue {path}"
@@ -681,6 +701,7 @@ def _queue(raw: _RawQueue, parent: QueueConfig | None, warnings: list[str]) -> Q
         preemption_policy=props.preemption_policy,
         preemption_delay=props.preemption_delay,
         quota_preemption_delay=quota_preemption_delay(raw.properties or {}, at, warnings),
+        fairshare_halflife=fairshare_halflife(raw.properties or {}, at, warnings),
         max_applications=raw.maxapplications,
         limits=limits,
         reservable=raw.reservable,
@@ -1082,6 +1103,8 @@ def partition_to_raw(cfg: PartitionConfig) -> dict[str, Any]:
         }
         if q.preemption_delay:
             out["properties"][PREEMPTION_DELAY_KEY] = f"{decimal.Decimal(repr(q.preemption_delay)):f}s"
+        if q.fairshare_halflife:
+            out["properties"][FAIRSHARE_HALFLIFE_KEY] = f"{decimal.Decimal(repr(q.fairshare_halflife)):f}s"
         if q.quota_preemption_delay:
             out["properties"][QUOTA_PREEMPTION_DELAY_KEY] = f"{decimal.Decimal(repr(q.quota_preemption_delay)):f}s"
         if q.max_applications is not None:
