@@ -15,6 +15,7 @@ import msgspec
 from sniper.core.cache import state_changes
 from sniper.core.config import parse_partition, partition_to_raw
 from sniper.core.preemption import quota_preemption
+from sniper.core.recovery import take_snapshot
 from sniper.core.state import PartitionState
 from sniper.messages import decisions as d
 from sniper.messages import feed as f
@@ -25,6 +26,7 @@ from sniper.simulator.run import SimulationSettings
 from sniper.simulator.scenarios import scenario
 from tests.core_support import quantities, queue
 from tests.preemption_support import GRACE, PARTITION, PreemptHarness, preemption_raw
+from tests.recovery_support import Owner, durable_fingerprint, recover
 
 DELAY = 60.0
 LOWERED_AT = 10.0
@@ -337,3 +339,41 @@ def test_the_quota_delay_is_a_go_duration_of_the_queue_alone_and_survives_the_ro
     assert any("quota.preemption.delay" in w and "never quota preempted" in w for w in part.warnings)
     again = parse_partition(partition_to_raw(part))
     assert again == part and again.preemption.quotapreemptionenabled
+
+
+def _quota_owner() -> Owner:
+    """An old owner: root.a (max 16, quota delay 1m) holds four 4s on n1 and n2."""
+    o = Owner(config=quota_raw(a_max=16))
+    o.feed_event(
+        f.NodeAdded(partition=PARTITION, id="n1", node="n1", capacity={"memory": 8}),
+        f.NodeAdded(partition=PARTITION, id="n2", node="n2", capacity={"memory": 8}),
+        f.AppAdded(partition=PARTITION, id="a1", app="a1", queue="root.a"),
+        f.AskAdded(partition=PARTITION, id="a1k", app="a1", ask="k", resource={"memory": 4}, count=4),
+    )
+    o.settle()
+    return o
+
+
+def _lower_on(o: Owner) -> None:
+    changed = quota_raw(a_max=8)
+    o.tick(LOWERED_AT)
+    o.feed_event(f.PartitionConfigEvent(partition=PARTITION, id="halved", config=changed, t=LOWERED_AT))
+
+
+def test_a_new_owner_replaying_the_log_keeps_the_quota_notices_and_the_clock() -> None:
+    for snapshot_after_lowering in (False, True):
+        o = _quota_owner()
+        if snapshot_after_lowering:
+            _lower_on(o)
+            snapshot = take_snapshot(o.core)
+        else:
+            snapshot = take_snapshot(o.core)
+            _lower_on(o)
+        o.tick(LOWERED_AT + DELAY)
+        victims = sorted(x.allocation for x in o.log if isinstance(x, d.Preempt))
+        assert len(victims) == 2
+        core, result = recover(o, snapshot)
+        assert result.divergences == [] and result.fresh == []
+        assert core.state.max_since == o.core.state.max_since == {"root.a": LOWERED_AT}
+        assert sorted(a.id for a in core.state.allocations.values() if a.preempting) == victims
+        assert durable_fingerprint(core) == durable_fingerprint(o.core)

@@ -246,7 +246,7 @@ class Cache:
     def _dispatch(self, event: f.Feed) -> None:
         match event:
             case f.PartitionConfigEvent(config=raw):
-                self._configure(raw)
+                self._configure(raw, event.t)
             case f.PartitionRemoved(reason=reason):
                 self._partition_removed(reason)
                 self.seen = OrderedDict({event.id: None} if event.id else {})  # ids before it name nothing now
@@ -307,7 +307,7 @@ class Cache:
         self.flaps, self.shapes = {}, admission.NodeShapes()
         self.decide(d.PartitionRemoved, reason=reason, **held)
 
-    def _configure(self, raw: dict[str, Any]) -> None:
+    def _configure(self, raw: dict[str, Any], at: float) -> None:
         config = parse_partition(raw, f"partition {self.partition}")
         plans = self.state.slo_reservations
         running = slo_plan.expand(config, plans, self.state.now)
@@ -327,7 +327,7 @@ class Cache:
         base = self.state.base_config
         if base is not None and partition_to_raw(config) == partition_to_raw(base):
             return
-        self.commit(p.ConfigSet(config=partition_to_raw(config)))
+        self.commit(p.ConfigSet(config=partition_to_raw(config), at=at))
 
     def _node_set(self, name: str, capacity: dict[str, int], schedulable: bool, labels: dict[str, str]) -> None:
         cap = res.normalized(capacity)

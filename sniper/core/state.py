@@ -625,7 +625,7 @@ class PartitionState:
 
     def _config(self, c: p.ConfigSet) -> None:
         self.base_config = parse_partition(c.config, f"partition {self.name}")
-        self._install_plans()
+        self._install_plans(max(self.now, c.at))
         for path, since in c.max_since.items():
             if path in self.max_since:
                 self.max_since[path] = since
@@ -633,11 +633,12 @@ class PartitionState:
             d = self.fair_usage.setdefault(key, fair_share.Decayed(halflife))
             d.value, d.at = value, at
 
-    def _install_plans(self) -> None:
-        """Run the base configuration expanded by the SLO reservations' plans at ``now``."""
+    def _install_plans(self, at: float | None = None) -> None:
+        """Run the base configuration expanded by the SLO reservations' plans at ``now`` (``at``: the feed
+        time of a new configuration, when later than ``now``)."""
         if self.base_config is None:
             return
-        self._install_config(slo_plan.expand(self.base_config, self.slo_reservations, self.now))
+        self._install_config(slo_plan.expand(self.base_config, self.slo_reservations, self.now), at)
         self.slo_next_change = slo_plan.next_change(self.slo_reservations.values(), self.now)
 
     def _slo_reservation(self, c: p.SloReservationSet) -> None:
@@ -679,14 +680,14 @@ class PartitionState:
         self.node_index = NodeIndex("binpacking")
         self.tags = constraints.TagIndex()
 
-    def _install_config(self, config: PartitionConfig) -> None:
+    def _install_config(self, config: PartitionConfig, at: float | None = None) -> None:
         self.config = config
         if self.node_index.policy != config.node_sort_policy:
             self.node_index = NodeIndex(config.node_sort_policy)
             for node in self.nodes.values():
                 self._index(node)
         old_max = {path: q.max for path, q in self.queues.items()}
-        self.max_since = quota_clock.max_since(config, old_max, self.max_since, self.now)
+        self.max_since = quota_clock.max_since(config, old_max, self.max_since, self.now if at is None else at)
         queues: dict[str, Queue] = {}
         self.rebuilds += 1
 
