@@ -111,3 +111,15 @@ def test_a_half_life_that_is_not_a_duration_is_warned_and_off() -> None:
     assert leaf is not None and leaf.fairshare_halflife == 0.0
     assert any("fairshare.halflife" in w for w in part.warnings)
     assert parse_partition(_leaf("30m")).leaf("root.a").fairshare_halflife == 1800.0  # type: ignore[union-attr]
+
+
+def test_the_sort_policy_orders_a_users_apps_and_breaks_ties_between_users() -> None:
+    raw = preemption_raw(queue("a", fairshare_halflife="30m", application_sort_policy="priority"), policy="none")
+    h = _harness(raw)
+    _heavy_hour(h, "root.a")
+    for app, user, priority in (("h1", "heavy", 9), ("l1", "light", 1), ("l2", "light", 5), ("n1", "new", 3)):
+        h.feed(f.AppAdded(app=app, queue="root.a", user=user, priority=priority, t=HOUR))
+        h.ask(app, "t", 25)
+    h.starve()
+    # light and new have no history (a tie): priority decides among them; heavy, with history, goes last
+    assert [x.app for x in h.allocated()[1:]] == ["l2", "n1", "l1", "h1"]

@@ -1038,6 +1038,8 @@ class PartitionState:
             res.add_into(app.allocated, alloc.resource)
         self._add_usage(alloc.queue, "opportunistic", alloc.resource, -1)
         self._add_usage(alloc.queue, "allocated", alloc.resource, 1)
+        if self.fair_halflives:
+            self._fair_charge(alloc, 1)
 
     def _reservation(self, c: p.ReservationSet) -> None:
         phase = "held" if c.reservation in self.reservations else lifecycle.ABSENT
