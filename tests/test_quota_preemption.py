@@ -377,3 +377,18 @@ def test_a_new_owner_replaying_the_log_keeps_the_quota_notices_and_the_clock() -
         assert core.state.max_since == o.core.state.max_since == {"root.a": LOWERED_AT}
         assert sorted(a.id for a in core.state.allocations.values() if a.preempting) == victims
         assert durable_fingerprint(core) == durable_fingerprint(o.core)
+
+
+def test_an_app_with_a_preemption_contract_is_asked_to_give_back_rather_than_noticed() -> None:
+    raw = quota_raw()
+    h = PreemptHarness(raw, policy="sniper")
+    h.nodes("n1", "n2")
+    h.feed(f.AppAdded(app="c1", queue="root.a", preemption_contract=True))
+    mine = h.fill("c1", "root.a", "n1", [25, 25, 25, 25])
+    lower(h, raw, 50)
+    decisions = h.tick(LOWERED_AT + DELAY)
+    requests = [x for x in decisions if isinstance(x, d.PreemptRequest)]
+    assert [x for x in decisions if isinstance(x, d.Preempt)] == []
+    assert len(requests) == 1 and requests[0].policy == "quota" and requests[0].for_queue == ""
+    assert sorted(c.allocation for c in requests[0].containers) == sorted([mine[3], mine[2]])
+    assert held(h, "root.a") == 50
