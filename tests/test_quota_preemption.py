@@ -392,3 +392,47 @@ def test_an_app_with_a_preemption_contract_is_asked_to_give_back_rather_than_not
     assert len(requests) == 1 and requests[0].policy == "quota" and requests[0].for_queue == ""
     assert sorted(c.allocation for c in requests[0].containers) == sorted([mine[3], mine[2]])
     assert held(h, "root.a") == 50
+
+
+def test_a_child_above_its_own_max_is_settled_first_and_counts_for_its_parent() -> None:
+    """x (max lowered to 20) loses two 20s; that already brings p (max 60) from 100 to 60."""
+    raw = preemption_raw(
+        queue(
+            "p",
+            queue("x", maximum={"memory": 100}, quota_preemption_delay="1m"),
+            queue("y"),
+            maximum={"memory": 100},
+            quota_preemption_delay="1m",
+        ),
+        queue("b"),
+        quotapreemptionenabled=True,
+    )
+    h = PreemptHarness(raw, policy="sniper")
+    h.nodes("n1", "n2")
+    xs = h.fill("x1", "root.p.x", "n1", [20, 20, 20])
+    ys = h.fill("y1", "root.p.y", "n1", [20, 20], start=5)
+    changed = copy.deepcopy(raw)
+    p_queue = changed["queues"][0]["queues"][0]
+    p_queue["resources"]["max"] = quantities({"memory": 60})
+    p_queue["queues"][0]["resources"]["max"] = quantities({"memory": 20})
+    h.tick(LOWERED_AT)
+    h.feed(f.PartitionConfigEvent(config=changed, t=LOWERED_AT))
+    victims = preempted_at(h, LOWERED_AT + DELAY)
+    assert sorted(v.allocation for v in victims) == sorted(xs[1:])
+    assert not {v.allocation for v in victims} & set(ys)
+    assert (held(h, "root.p.x"), held(h, "root.p")) == (20, 60)
+
+
+def test_a_queue_above_its_max_with_nothing_it_may_lose_leaves_no_work_pending() -> None:
+    """Its only containers are in a preemption-disabled queue: nothing to take, so nothing keeps time moving."""
+    raw = preemption_raw(
+        queue("a", maximum={"memory": 100}, quota_preemption_delay="1m", preemption_policy="disabled"),
+        quotapreemptionenabled=True,
+    )
+    h = PreemptHarness(raw, policy="sniper")
+    h.nodes("n1")
+    h.fill("a1", "root.a", "n1", [50, 50])
+    lower(h, raw, 50)
+    assert quota_preemption.pending(h.cache.state)  # the delay is still running
+    assert preempted_at(h, LOWERED_AT + DELAY) == []
+    assert not quota_preemption.pending(h.cache.state) and held(h, "root.a") == 100

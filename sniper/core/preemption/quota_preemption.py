@@ -55,8 +55,13 @@ def due(state: PartitionState, queue: Queue) -> bool:
 
 
 def pending(state: PartitionState) -> bool:
-    """Whether some tracked queue holds more than its ``max`` (due or not): quota preemption has work."""
-    return any((q := state.queues.get(path)) is not None and excess(state, q) for path in state.max_since)
+    """Whether quota preemption has work: a tracked queue above its ``max`` whose delay is still running,
+    or containers it would take now."""
+    for path in state.max_since:
+        queue = state.queues.get(path)
+        if queue is not None and not due(state, queue) and excess(state, queue):
+            return True
+    return bool(select(state))
 
 
 def select(state: PartitionState) -> list[QuotaVictim]:
