@@ -6,7 +6,7 @@ A queue with a half-life tracks, in feed time, the usage of each user of its app
 half-life. The allocation cycle serves the lowest first (:func:`app_history`, :func:`child_history`);
 guarantees are not touched (a child below its guarantee keeps going first). Invariants: a tracked value
 changes only with feed time and the allocations committed; the state carries it through a snapshot
-(``partition_config``'s ``fair_usage``), so replay orders as the live core did. Nothing is tracked, and
+(the configuration change's ``fair_usage``), so replay orders as the live core did. Nothing is tracked, and
 nothing costs, when no queue sets a half-life.
 """
 
