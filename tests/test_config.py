@@ -394,7 +394,7 @@ def _doc_value(cell: str) -> object:
 @pytest.mark.parametrize(
     ("section", "settings", "extra"),
     [
-        ("Preemption settings", PreemptionConfig(), {"enabled": True, "quotapreemptionenabled": False}),
+        ("Preemption settings", PreemptionConfig(), {"enabled": True}),
         ("Node reservations", ReservationConfig(), {}),
         ("Admission bounds", AdmissionConfig(), {}),
     ],
@@ -417,6 +417,8 @@ def test_the_documented_queue_and_partition_defaults_are_the_parsers() -> None:
         "priority.offset": leaf.priority_offset,
         "preemption.policy": leaf.preemption_policy,
         "preemption.delay": leaf.preemption_delay or None,  # none: no delay
+        "quota.preemption.delay": leaf.quota_preemption_delay or None,  # none: never quota preempted
+        "fairshare.halflife": leaf.fairshare_halflife or None,  # none: no history
     }
     partition = _doc_defaults("Partitions")
     assert (_doc_value(partition["name"]), _doc_value(partition["nodesortpolicy"])) == (

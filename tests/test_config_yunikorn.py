@@ -132,9 +132,9 @@ def test_yunikorn_partition_keys() -> None:
     part = parse_partition(raw)
     assert part.node_sort_policy == "fair"
     assert part.preemption.policy == "none"  # YuniKorn's enabled: false
+    assert part.preemption.quotapreemptionenabled
     assert part.warnings == (
         "partition default: usergroupresolver not implemented by Sniper yet; accepted and ignored",
-        "partition default.preemption: quotapreemptionenabled not implemented by Sniper; ignored",
         "queue root.a: adminacl not implemented by Sniper yet; accepted and ignored",
         "queue root.a.properties: priority.policy not implemented by Sniper; ignored",
     )

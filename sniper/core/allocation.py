@@ -17,7 +17,7 @@ import math
 from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass, field
 
-from sniper.core import constraints, gang, node_reservation
+from sniper.core import constraints, fair_share, gang, node_reservation
 from sniper.core import resources as res
 from sniper.core.limits import Limits
 from sniper.core.placing import Placer, hold_room
@@ -77,18 +77,30 @@ class _AppCursor:
 
 
 class _LeafCursor:
-    """Per-call iteration over one leaf queue's pending asks in app-policy order."""
+    """Per-call iteration over one leaf queue's pending asks in app-policy order (after the users' decayed
+    usage where the leaf has a ``fairshare.halflife``: ``history``)."""
 
-    __slots__ = ("apps", "policy")
+    __slots__ = ("apps", "history", "policy")
 
-    def __init__(self, leaf: Queue, capacity: Resource, eligible: Callable[[App], bool] | None) -> None:
+    def __init__(
+        self,
+        leaf: Queue,
+        capacity: Resource,
+        eligible: Callable[[App], bool] | None,
+        history: Callable[[str], float] | None = None,
+    ) -> None:
         self.policy = leaf.config.sort_policy
+        self.history = history
         heap: list[tuple[tuple[object, ...], int, _AppCursor]] = []
         for app in leaf.waiting.values():
             if eligible is None or eligible(app):
-                heap.append((app_key(self.policy, app, None, capacity), app.submit_seq, _AppCursor(app)))
+                heap.append((self.key(app, None, capacity), app.submit_seq, _AppCursor(app)))
         heapq.heapify(heap)
         self.apps = heap
+
+    def key(self, app: App, selected: Resource | None, capacity: Resource) -> tuple[object, ...]:
+        own = app_key(self.policy, app, selected, capacity)
+        return own if self.history is None else (self.history(app.user), *own)
 
 
 @dataclass(slots=True)
@@ -192,7 +204,11 @@ class _CandidateWalk:
         if known is None:
             share = res.dominant_share(q.pending, capacity) if capacity else 0.0
             known = self.constants[q.path] = (share, res.share_vector(q.guaranteed, capacity))
-        return usage_key(q, u, capacity, known[0], known[1])
+        key = usage_key(q, u, capacity, known[0], known[1])
+        state = self.state
+        if state.fair_halflives and q.parent is not None:
+            return fair_share.ranked(key, state.fair_halflives, state.fair_usage, q.parent.path, q.path, state.now)
+        return key
 
     def fits_again(self, ask: Ask, times: int) -> bool:
         """Whether the free room holds ``times + 1`` containers of ``ask`` (``times`` already picked)."""
@@ -231,7 +247,8 @@ class _CandidateWalk:
         state, filters, limits, preemption, picked = self.state, self.filters, self.limits, self.preemption, self.picked
         cur = self.cursors.get(leaf.path)
         if cur is None:
-            cur = self.cursors[leaf.path] = _LeafCursor(leaf, self.capacity, filters.app)
+            history = fair_share.app_history(state.fair_halflives, state.fair_usage, leaf.path, state.now)
+            cur = self.cursors[leaf.path] = _LeafCursor(leaf, self.capacity, filters.app, history)
         apps = cur.apps
         extra = self.extra
         while apps:
@@ -257,7 +274,7 @@ class _CandidateWalk:
                     limits.charge(ask)
                 if cur.policy == "fair":
                     res.add_into(app_cur.selected, ask.resource)
-                    new_key = app_key("fair", app_cur.app, app_cur.selected, self.capacity)
+                    new_key = cur.key(app_cur.app, app_cur.selected, self.capacity)
                     heapq.heapreplace(apps, (new_key, seq, app_cur))
                 return ask
             heapq.heappop(apps)

@@ -17,6 +17,7 @@ from typing import Any
 from sniper.core import (
     admission,
     constraints,
+    fair_share,
     gang,
     lifecycle,
     node_reservation,
@@ -170,6 +171,10 @@ class Cache:
             from sniper.core.preemption.contract import settle  # local: preemption plugs in here
 
             settle(self)
+        if self.state.max_since:
+            from sniper.core.preemption.quota_preemption import enforce  # local: preemption plugs in here
+
+            enforce(self)
         self._kill_overdue()
         self._expire_reservations()
         node_reservation.expire(self)
@@ -241,7 +246,7 @@ class Cache:
     def _dispatch(self, event: f.Feed) -> None:
         match event:
             case f.PartitionConfigEvent(config=raw):
-                self._configure(raw)
+                self._configure(raw, event.t)
             case f.PartitionRemoved(reason=reason):
                 self._partition_removed(reason)
                 self.seen = OrderedDict({event.id: None} if event.id else {})  # ids before it name nothing now
@@ -304,7 +309,7 @@ class Cache:
         self.flaps, self.shapes = {}, admission.NodeShapes()
         self.decide(d.PartitionRemoved, reason=reason, **held)
 
-    def _configure(self, raw: dict[str, Any]) -> None:
+    def _configure(self, raw: dict[str, Any], at: float) -> None:
         config = parse_partition(raw, f"partition {self.partition}")
         plans = self.state.slo_reservations
         running = slo_plan.expand(config, plans, self.state.now)
@@ -324,7 +329,7 @@ class Cache:
         base = self.state.base_config
         if base is not None and partition_to_raw(config) == partition_to_raw(base):
             return
-        self.commit(p.ConfigSet(config=partition_to_raw(config)))
+        self.commit(p.ConfigSet(config=partition_to_raw(config), at=at))
 
     def _node_set(self, name: str, capacity: dict[str, int], schedulable: bool, labels: dict[str, str]) -> None:
         cap = res.normalized(capacity)
@@ -989,7 +994,11 @@ def iter_state_changes(state: PartitionState) -> Iterator[p.ChangeMsg]:
     """:func:`state_changes` one at a time (keep ``state`` still until the last)."""
     yield p.Clock(now=state.now)
     if state.base_config is not None:
-        yield p.ConfigSet(config=partition_to_raw(state.base_config))
+        yield p.ConfigSet(
+            config=partition_to_raw(state.base_config),
+            max_since=dict(state.max_since),
+            fair_usage=fair_share.snapshot(state.fair_usage, state.now),
+        )
         yield from slo_reservations.state_changes(state)
     for node in state.nodes.values():
         yield p.NodeSet(node=node.name, capacity=node.capacity, schedulable=node.schedulable, labels=node.labels)

@@ -44,6 +44,8 @@ PREEMPTION_DELAY_KEY = "preemption.delay"
 MIN_RUNTIME_KEY = "preemption.min.runtime"
 QUEUE_STATE_KEY = "queue.state"
 QUEUE_STATES: tuple[str, ...] = ("running", "stopped")
+QUOTA_PREEMPTION_DELAY_KEY = "quota.preemption.delay"
+FAIRSHARE_HALFLIFE_KEY = "fairshare.halflife"
 KNOWN_PROPERTIES = (
     SORT_POLICY_KEY,
     PRIORITY_OFFSET_KEY,
@@ -51,13 +53,14 @@ KNOWN_PROPERTIES = (
     PREEMPTION_DELAY_KEY,
     MIN_RUNTIME_KEY,
     QUEUE_STATE_KEY,
+    QUOTA_PREEMPTION_DELAY_KEY,
+    FAIRSHARE_HALFLIFE_KEY,
 )
 # Queue properties YuniKorn documents and Sniper does not implement: accepted, with a warning. Any other
 # property is free-form in YuniKorn too: accepted, with a warning that names it.
 UNSUPPORTED_PROPERTIES = (
     "application.sort.priority",
     "priority.policy",
-    "quota.preemption.delay",
     "application.unschedasks.backoff",
     "application.unschedasks.backoff.delay",
 )
@@ -124,6 +127,8 @@ class PreemptionConfig:
     # an opt-in cap on nodes costed per placement
     max_candidate_nodes: Annotated[int, Meta(ge=1, le=COUNT_MAX)] | None = None
     reservation_timeout: Seconds = 60.0
+    # YuniKorn's quota preemption: a queue above its ``max`` for its ``quota.preemption.delay`` loses containers
+    quotapreemptionenabled: bool = False
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -196,6 +201,10 @@ class QueueConfig:
     # Seconds a container of the queue runs before it may be a victim (``preemption.min.runtime``; 0: none).
     preemption_min_runtime: float = 0.0
     stopped: bool = False  # ``queue.state: stopped`` here or above: admits no new app, runs the ones it has
+    # seconds above ``max`` before the queue's own containers are preempted (``quota.preemption.delay``; 0: never)
+    quota_preemption_delay: float = 0.0
+    # seconds in which past usage loses half its weight in the order above guarantees (0: no history)
+    fairshare_halflife: float = 0.0
     children: tuple[QueueConfig, ...] = ()
     max_applications: int | None = None  # running apps in this queue's subtree
     limits: tuple[LimitConfig, ...] = ()
@@ -342,13 +351,13 @@ class _RawNodeSort(_Raw):
 
 def _preemption_struct() -> type[msgspec.Struct]:
     """The raw ``preemption`` section: :class:`PreemptionConfig`'s fields with their checks, plus
-    YuniKorn's two keys (``enabled``, ``quotapreemptionenabled``)."""
+    YuniKorn's ``enabled``."""
     hints = typing.get_type_hints(PreemptionConfig, include_extras=True)
     choices: dict[str, Any] = {"policy": Literal[POLICIES], "victim_cost": Literal[VICTIM_COSTS]}
     fields: list[tuple[str, Any, Any]] = [
         (f.name, choices.get(f.name, hints[f.name]), f.default) for f in dataclasses.fields(PreemptionConfig)
     ]
-    fields += [("enabled", bool, True), ("quotapreemptionenabled", bool, False)]
+    fields += [("enabled", bool, True)]
     return msgspec.defstruct("_RawPreemption", fields, bases=(_Raw,), module=__name__)
 
 
@@ -664,6 +673,38 @@ def _stopped(raw: Mapping[str, PropertyValue], at: str, parent_stopped: bool) ->
     return parent_stopped or state == "stopped"
 
 
+def quota_preemption_delay(raw: Mapping[str, PropertyValue], at: str, warnings: list[str]) -> float:
+    """A queue's own ``quota.preemption.delay`` in seconds (not inherited, as in YuniKorn); 0, never quota
+    preempted, when absent, ``0`` or not a positive Go duration (with a warning)."""
+    if QUOTA_PREEMPTION_DELAY_KEY not in raw:
+        return 0.0
+    value = raw[QUOTA_PREEMPTION_DELAY_KEY]
+    parsed = go_duration(value)
+    if parsed is None or not 0 <= parsed <= SECONDS_MAX:
+        warnings.append(
+            f"{at}.{QUOTA_PREEMPTION_DELAY_KEY}: {value!r:.40} is not a duration such as 5m or 1h30m; "
+            "the queue is never quota preempted"
+        )
+        return 0.0
+    return parsed
+
+
+def fairshare_halflife(raw: Mapping[str, PropertyValue], at: str, warnings: list[str]) -> float:
+    """A queue's own ``fairshare.halflife`` in seconds; 0, no history, when absent or not a positive Go
+    duration (with a warning)."""
+    if FAIRSHARE_HALFLIFE_KEY not in raw:
+        return 0.0
+    value = raw[FAIRSHARE_HALFLIFE_KEY]
+    parsed = go_duration(value)
+    if parsed is None or not 0 < parsed <= SECONDS_MAX:
+        warnings.append(
+            f"{at}.{FAIRSHARE_HALFLIFE_KEY}: {value!r:.40} is not a positive duration such as 30m or 8h; "
+            "the queue orders by current usage"
+        )
+        return 0.0
+    return parsed
+
+
 def _queue(raw: _RawQueue, parent: QueueConfig | None, warnings: list[str]) -> QueueConfig:
     path = raw.name if parent is None else f"{parent.path}.{raw.name}"
     at = f"queue {path}"
@@ -691,6 +732,8 @@ def _queue(raw: _RawQueue, parent: QueueConfig | None, warnings: list[str]) -> Q
         preemption_delay=props.preemption_delay,
         preemption_min_runtime=min_runtime,
         stopped=stopped,
+        quota_preemption_delay=quota_preemption_delay(raw.properties or {}, at, warnings),
+        fairshare_halflife=fairshare_halflife(raw.properties or {}, at, warnings),
         max_applications=raw.maxapplications,
         limits=limits,
         reservable=raw.reservable,
@@ -813,8 +856,6 @@ def _preemption(raw: Any, explicit: Mapping[str, Any], at: str, warnings: list[s
         if explicit.get("policy", "none") != "none":
             raise ConfigError(f"{at}: enabled is false but policy is {explicit['policy']!r}; say one of them")
         values["policy"] = "none"
-    if raw.quotapreemptionenabled:
-        warnings.append(f"{at}: quotapreemptionenabled not implemented by Sniper; ignored")
     return PreemptionConfig(**values)
 
 
@@ -1067,6 +1108,14 @@ def _from_config_map(raw: Mapping[str, Any], path: str) -> tuple[object, tuple[s
     return _read_yaml(text, f"{where}, data.{CONFIG_MAP_KEY}"), notes
 
 
+def _preemption_to_raw(preemption: PreemptionConfig) -> dict[str, Any]:
+    """A ``preemption`` section; quota preemption is named only when it is on."""
+    out = dataclasses.asdict(preemption)
+    if not preemption.quotapreemptionenabled:
+        del out["quotapreemptionenabled"]
+    return out
+
+
 def partition_to_raw(cfg: PartitionConfig) -> dict[str, Any]:
     """The inverse of :func:`parse_partition`: a JSON/YAML-ready mapping (for ``partition_config``)."""
 
@@ -1090,6 +1139,10 @@ def partition_to_raw(cfg: PartitionConfig) -> dict[str, Any]:
             out["properties"][MIN_RUNTIME_KEY] = f"{decimal.Decimal(repr(q.preemption_min_runtime)):f}s"
         if q.stopped:
             out["properties"][QUEUE_STATE_KEY] = "stopped"
+        if q.fairshare_halflife:
+            out["properties"][FAIRSHARE_HALFLIFE_KEY] = f"{decimal.Decimal(repr(q.fairshare_halflife)):f}s"
+        if q.quota_preemption_delay:
+            out["properties"][QUOTA_PREEMPTION_DELAY_KEY] = f"{decimal.Decimal(repr(q.quota_preemption_delay)):f}s"
         if q.max_applications is not None:
             out["maxapplications"] = q.max_applications
         if q.reservable:
@@ -1117,7 +1170,7 @@ def partition_to_raw(cfg: PartitionConfig) -> dict[str, Any]:
     out: dict[str, Any] = {
         "name": cfg.name,
         "nodesortpolicy": {"type": cfg.node_sort_policy},
-        "preemption": dataclasses.asdict(cfg.preemption),
+        "preemption": _preemption_to_raw(cfg.preemption),
         "reservation": dataclasses.asdict(cfg.reservation),
         "admission": dataclasses.asdict(cfg.admission),
         "queues": [queue(cfg.root)],

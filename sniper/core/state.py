@@ -26,7 +26,7 @@ from typing import Any
 
 from sortedcontainers import SortedList
 
-from sniper.core import constraints, lifecycle, slo_plan
+from sniper.core import constraints, fair_share, lifecycle, quota_clock, slo_plan
 from sniper.core import resources as res
 from sniper.core.config import PartitionConfig, QueueConfig, parse_partition
 from sniper.core.node_index import NodeIndex
@@ -501,6 +501,9 @@ class PartitionState:
         self.slo_reservations: dict[str, slo_plan.SloReservation] = {}
         self.slo_next_change = float("inf")  # when a plan's load changes next: the guarantees follow it
         self.rebuilds = 0  # times the queue objects were built anew (the allocator re-counts what is in flight)
+        self.max_since: dict[str, float] = {}  # when each quota-preempted queue's max took effect (core.quota_clock)
+        self.fair_halflives: dict[str, float] = {}  # queues with a fairshare.halflife (core.fair_share)
+        self.fair_usage: dict[str, fair_share.Decayed] = {}  # the decayed usages they track
         self.root: Queue | None = None
         self.queues: dict[str, Queue] = {}
         self.nodes: dict[str, Node] = {}
@@ -630,13 +633,20 @@ class PartitionState:
 
     def _config(self, c: p.ConfigSet) -> None:
         self.base_config = parse_partition(c.config, f"partition {self.name}")
-        self._install_plans()
+        self._install_plans(max(self.now, c.at))
+        for path, since in c.max_since.items():
+            if path in self.max_since:
+                self.max_since[path] = since
+        for key, (value, at, halflife) in c.fair_usage.items():
+            d = self.fair_usage.setdefault(key, fair_share.Decayed(halflife))
+            d.value, d.at = value, at
 
-    def _install_plans(self) -> None:
-        """Run the base configuration expanded by the SLO reservations' plans at ``now``."""
+    def _install_plans(self, at: float | None = None) -> None:
+        """Run the base configuration expanded by the SLO reservations' plans at ``now`` (``at``: the feed
+        time of a new configuration, when later than ``now``)."""
         if self.base_config is None:
             return
-        self._install_config(slo_plan.expand(self.base_config, self.slo_reservations, self.now))
+        self._install_config(slo_plan.expand(self.base_config, self.slo_reservations, self.now), at)
         self.slo_next_change = slo_plan.next_change(self.slo_reservations.values(), self.now)
 
     def _slo_reservation(self, c: p.SloReservationSet) -> None:
@@ -668,6 +678,8 @@ class PartitionState:
             raise StateError(f"partition {self.name} still holds nodes, apps or preemption requests")
         self.config = None
         self.base_config = None
+        self.max_since = {}
+        self.fair_halflives, self.fair_usage = {}, {}
         self.slo_reservations = {}
         self.slo_next_change = float("inf")
         self.root = None
@@ -676,12 +688,14 @@ class PartitionState:
         self.node_index = NodeIndex("binpacking")
         self.tags = constraints.TagIndex()
 
-    def _install_config(self, config: PartitionConfig) -> None:
+    def _install_config(self, config: PartitionConfig, at: float | None = None) -> None:
         self.config = config
         if self.node_index.policy != config.node_sort_policy:
             self.node_index = NodeIndex(config.node_sort_policy)
             for node in self.nodes.values():
                 self._index(node)
+        old_max = {path: q.max for path, q in self.queues.items()}
+        self.max_since = quota_clock.max_since(config, old_max, self.max_since, self.now if at is None else at)
         queues: dict[str, Queue] = {}
         self.rebuilds += 1
 
@@ -716,6 +730,33 @@ class PartitionState:
             self._add_usage(self.apps[r.app].queue, "reserved", r.resource, 1)
         for nr in self.node_reservations.values():
             self._add_usage(self.apps[nr.app].queue, "node_reserved", nr.resource, 1)
+        self._fair_tracking(config)
+
+    def _fair_tracking(self, config: PartitionConfig) -> None:
+        """Track the decayed usages ``config``'s half-lives name, each charged with what runs now."""
+        halflives = fair_share.tracked(config)
+        if not halflives and not self.fair_usage:
+            self.fair_halflives = halflives
+            return
+        old = self.fair_usage
+        self.fair_halflives = halflives
+        self.fair_usage = {}
+        for alloc in self.allocations.values():
+            if not alloc.opportunistic:
+                self._fair_charge(alloc, 1)
+        for key, d in old.items():  # the history of what is still tracked, at its old half-life's value
+            halflife = halflives.get(fair_share.owner(key))
+            if halflife is not None:
+                mine = self.fair_usage.setdefault(key, fair_share.Decayed(halflife))
+                mine.value, mine.at = d.value_at(self.now), self.now
+
+    def _fair_charge(self, alloc: Allocation, sign: int) -> None:
+        user = self.apps[alloc.app].user
+        for key, halflife in fair_share.keys_of(self.fair_halflives, alloc.queue.path, user):
+            d = self.fair_usage.get(key)
+            if d is None:
+                d = self.fair_usage[key] = fair_share.Decayed(halflife, at=self.now)
+            d.change(self.now, alloc.resource, sign, self.capacity)
 
     def _index(self, node: Node) -> None:
         if not self.indexed:
@@ -887,6 +928,8 @@ class PartitionState:
             self._alloc_opportunistic(alloc, app, node)
             return
         res.add_into(node.by_queue.setdefault(alloc.queue.path, {}), alloc.resource)
+        if self.fair_halflives:
+            self._fair_charge(alloc, 1)
         app.allocations.add(alloc.id)
         app.queue.holding[app.name] = app
         res.add_into(app.allocated, alloc.resource)
@@ -944,6 +987,8 @@ class PartitionState:
         res.sub_into(node.by_queue[alloc.queue.path], alloc.resource)
         if alloc.preempting:
             res.sub_into(node.preempting, alloc.resource)
+        if self.fair_halflives:
+            self._fair_charge(alloc, -1)
         app = self.apps.get(alloc.app)
         if app is not None:
             app.allocations.discard(alloc.id)
@@ -1001,6 +1046,8 @@ class PartitionState:
             res.add_into(app.allocated, alloc.resource)
         self._add_usage(alloc.queue, "opportunistic", alloc.resource, -1)
         self._add_usage(alloc.queue, "allocated", alloc.resource, 1)
+        if self.fair_halflives:
+            self._fair_charge(alloc, 1)
 
     def _checkpointed(self, c: p.AllocationCheckpointed) -> None:
         alloc = self.allocations.get(c.allocation)

@@ -20,8 +20,13 @@ class Change(msgspec.Struct, tag_field="kind", frozen=True, gc=False):
     pass
 
 
-class ConfigSet(Change, tag="config", frozen=True, gc=False):
+class ConfigSet(Change, tag="config", frozen=True, gc=False, omit_defaults=True):
     config: dict[str, Any]
+    # When each quota-preempted queue's ``max`` took effect, where it predates this change (a snapshot's).
+    at: float = 0.0  # the configuration's feed time: when a quota-preempted queue's new max takes effect
+    max_since: dict[str, float] = {}
+    # Each fair-share usage a queue's ``fairshare.halflife`` tracks, as [value, at, half-life] (a snapshot's).
+    fair_usage: dict[str, list[float]] = {}
 
 
 class NodeSet(Change, tag="node", frozen=True, gc=False):

@@ -23,6 +23,7 @@ from sniper.core import resources as res
 from sniper.core.resources import Resource
 from sniper.messages import decisions as d
 from sniper.simulator.model import ClusterModel
+from sniper.simulator.quota_check import QUOTA as QUOTA_POLICY
 
 # The four actions of YARN's capacity monitor, cheapest first, and the decisions that count as each.
 ACTIONS: dict[str, tuple[type, ...]] = {
@@ -292,8 +293,9 @@ class Metrics:
         is wasted when its room was not used in that window by its beneficiary (reserved victims) or by
         a queue below its ideal (untargeted ones), or when it was killed although its beneficiary had
         already been placed on other room; it ping-pongs when, wasted, its room went back to its own
-        queue. Undecided: the window had not closed when the run ended. A cancelled notice (the victim
-        kept running) is neither wasted nor undecided.
+        queue. A quota victim (policy ``quota``) is useful once it left. Undecided: the window had not
+        closed when the run ended. A cancelled notice (the victim kept running) is neither wasted nor
+        undecided.
         """
         cancelled = {(x.allocation, x.reservation) for x in self.decisions if isinstance(x, d.PreemptCancelled)}
         preempts = [
@@ -330,6 +332,8 @@ class Metrics:
             if t_gone is None:
                 wasted += 1  # never left: its room was never freed
                 continue
+            if pre.policy == QUOTA_POLICY:
+                continue  # it left: its queue is that much nearer its max, which is all it was for
             later = [a for a in allocs_on_node.get(pre.node, []) if t_gone <= a.t <= window_end]
             if pre.reservation and self._reserved_victim_useful(pre, t_gone, window_end, fulfilled, placed_at, later):
                 continue

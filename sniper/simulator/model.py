@@ -14,7 +14,8 @@ contract app is killed before a request's deadline, and a request closes given b
 beneficiary it named was placed or still holds its reservation. Apps' own limits (invariant 11): no
 app ever has more guaranteed containers under notice than its ``max_disruption``, and no ask with
 ``preemption_policy: never`` is ever named a beneficiary.
-Over-commit (invariant 12) is judged by :mod:`sniper.simulator.overcommit_check`.
+Over-commit (invariant 12) is judged by :mod:`sniper.simulator.overcommit_check`, quota preemption
+(invariant 15) by :mod:`sniper.simulator.quota_check`.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from sniper.messages import feed as f
 from sniper.simulator.constraint_check import ConstraintChecker
 from sniper.simulator.model_allocation import ModelAllocation
 from sniper.simulator.overcommit_check import OvercommitChecker
+from sniper.simulator.quota_check import QuotaChecker
 from sniper.simulator.slo_check import SloTracker
 
 
@@ -93,6 +95,7 @@ class ClusterModel:
         self.overcommit = OvercommitChecker(self)
         self.placement = ConstraintChecker()  # invariant 13: placement constraints
         self.slo = SloTracker(self)  # SLO reservations: their plans (invariant 14) and deadlines
+        self.quota = QuotaChecker(self)  # invariant 15: quota preemption
         self.seen_allocations: set[str] = set()
         self.reservations: dict[str, ModelReservation] = {}
         # node -> (node reservation id, app, ask, preemption reservations already on the node)
@@ -128,9 +131,10 @@ class ClusterModel:
 
     # ------------------------------------------------------------------ inputs
 
-    def configure(self, config: PartitionConfig) -> None:
+    def configure(self, config: PartitionConfig, t: float = 0.0) -> None:
         self.config = config
         self.queue_cfg = {q.path: q for q in config.queues()}
+        self.quota.configure(config, t)
 
     def on_event(self, event: f.Feed) -> None:
         self._on_event(event)
@@ -145,7 +149,7 @@ class ClusterModel:
         match event:
             case f.PartitionConfigEvent(config=raw):
                 with contextlib.suppress(ValueError):  # the cache rejects it too
-                    self.configure(parse_partition(raw, f"partition {self.partition}"))
+                    self.configure(parse_partition(raw, f"partition {self.partition}"), event.t)
             case f.NodeAdded(node=n, capacity=cap):
                 self._capacity = None
                 self.nodes[n] = res.normalized(cap)
@@ -322,6 +326,7 @@ class ClusterModel:
             if dec.node != alloc.node:
                 self._violate(dec.t, 6, f"victim {alloc.id} is on {alloc.node}, not the reserved node {dec.node}")
         self._check_preemption(dec, alloc)
+        self.quota.notice(dec, alloc)
         if dec.for_ask and (dec.for_app, dec.for_ask) in self.never_asks:
             self._violate(dec.t, 11, f"{alloc.id} preempted for {dec.for_app}/{dec.for_ask}, which never preempts")
         if alloc.preempted_at is None:
@@ -634,6 +639,7 @@ class ClusterModel:
                 self._violate(t, 1, f"node {node} over capacity: {human_resource(used)} > {human_resource(cap)}")
         self._check_gangs(t)
         self.overcommit.check(t)
+        self.quota.check(t)
 
     def _check_gangs(self, t: float) -> None:
         """Invariant 8: a gang is placed whole. The containers a gang ask holds (allocated ever, plus

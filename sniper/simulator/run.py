@@ -34,6 +34,7 @@ from sniper.actors.partition import PartitionRuntime
 from sniper.actors.policy import PolicyActor
 from sniper.actors.router import Router
 from sniper.core.config import PartitionConfig, SchedulerConfig, parse_partition
+from sniper.core.preemption import quota_preemption
 from sniper.core.preemption.policies import Policy, ProportionalBaseline, SniperPolicy, enabled_policies
 from sniper.messages import decisions as d
 from sniper.messages import feed as f
@@ -120,6 +121,8 @@ def _has_work(model: ClusterModel, runtime: PartitionRuntime, changed_at: float)
         return True
     if any(isinstance(a, AllocatorActor) and a.core.dirty for a in runtime.actors):
         return True
+    if _quota_work(runtime):
+        return True
     config = model.config
     if not derived.pending_containers or config is None or not enabled_policies(config.preemption):
         return False
@@ -152,6 +155,17 @@ def _coming_of_age(runtime: PartitionRuntime) -> float | None:
         and policy.wake_at is not None
     ]
     return min(wakes, default=None)
+
+
+def _quota_work(runtime: PartitionRuntime) -> bool:
+    """Whether quota preemption has a queue to bring back under its ``max`` (ticks run its delay out); it
+    has none while only observing, which marks nothing."""
+    core = runtime.cache_core
+    if core is None or not core.state.max_since:
+        return False
+    state = core.state
+    config = state.config
+    return config is not None and not config.preemption.observe_only and quota_preemption.pending(state)
 
 
 def _carry_missed(runtimes: dict[str, PartitionRuntime], cycles: int) -> None:

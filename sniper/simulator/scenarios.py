@@ -803,6 +803,37 @@ def stopped_queue(seed: int = 0) -> Scenario:
     return Scenario("stopped_queue", stopped_queue.__doc__ or "", raw, events, shows="queue.state")
 
 
+def quota(seed: int = 0) -> Scenario:
+    """Quota preemption: on 16 nodes of 64 GiB, queue services (max three quarters of the cluster,
+    ``quota.preemption.delay: 2m``) runs long-lived replicas of 8 GiB on 70% of it; batch jobs of 4 GiB
+    keep arriving. At 300 s the administrator halves services' max; two minutes later the youngest
+    replicas get their notices until services is at or under its new max, and batch runs on the room.
+    With ``policy: none`` (or without ``quotapreemptionenabled``) services keeps it until its replicas end."""
+    rng = random.Random(seed)
+    nodes = 16
+    cluster = {"memory": nodes * 64 * GiB, "vcore": nodes * 16_000}
+    quarter = {k: v // 4 for k, v in cluster.items()}
+
+    def partition(services_max: dict[str, int]) -> dict[str, Any]:
+        queues = [
+            _queue("services", quarter, services_max, quota_preemption_delay="2m"),
+            _queue("batch", quarter),
+        ]
+        return _partition(queues, {**PREEMPTION, "quotapreemptionenabled": True})
+
+    raw = partition({k: v * 3 for k, v in quarter.items()})
+    events: list[f.Feed] = list(_nodes(nodes, 64 * GiB, 16_000))
+    for k in range(3):
+        _job(events, 1 + k, f"services-{k}", "root.services", 30, 8 * GiB, 2000, rng.uniform(2400, 3000), am=True)
+    for k in range(24):
+        t = 10 + k * 40 + rng.uniform(0, 10)
+        _job(events, t, f"batch-{k:02d}", "root.batch", rng.randint(20, 40), 4 * GiB, 1000, rng.uniform(120, 240))
+    halved = partition({k: v * 3 // 2 for k, v in quarter.items()})["partitions"][0]
+    events.append(f.PartitionConfigEvent(t=300, config=halved))
+    events.sort(key=lambda e: e.t)
+    return Scenario("quota", quota.__doc__ or "", raw, events)
+
+
 SCENARIOS: dict[str, ScenarioFn] = {
     "demo": demo,
     "large_containers": large_containers,
@@ -821,6 +852,7 @@ SCENARIOS: dict[str, ScenarioFn] = {
     "slo": slo,
     "min_runtime": min_runtime,
     "stopped_queue": stopped_queue,
+    "quota": quota,
 }
 
 
