@@ -419,6 +419,8 @@ def test_the_documented_queue_and_partition_defaults_are_the_parsers() -> None:
         "preemption.delay": leaf.preemption_delay or None,  # none: no delay
         "quota.preemption.delay": leaf.quota_preemption_delay or None,  # none: never quota preempted
         "fairshare.halflife": leaf.fairshare_halflife or None,  # none: no history
+        "preemption.min.runtime": leaf.preemption_min_runtime or None,  # none: any age may go
+        "queue.state": "stopped" if leaf.stopped else "running",
     }
     partition = _doc_defaults("Partitions")
     assert (_doc_value(partition["name"]), _doc_value(partition["nodesortpolicy"])) == (
