@@ -313,9 +313,11 @@ def test_sniper_reuses_its_quotas_while_only_the_clock_moved_and_recomputes_afte
     state.apply(p.Clock(now=11.0))  # a tick: the view's sequence moves, its contents do not
     policy.round(state, h.allocator.view_seq + 1, 11.0)
     assert policy.last_quotas is first
+    assert (policy.rounds_computed, policy.rounds_reused, policy.rounds_skipped) == (1, 1, 0)
     h.ask("a1", "more", 10, count=5)  # through the cache and the replica: a's demand and b's quota change
     policy.round(h.allocator.state, h.allocator.view_seq, 12.0)
     assert policy.last_quotas is not first and policy.last_quotas is not None
+    assert (policy.rounds_computed, policy.rounds_reused) == (2, 1)
     assert policy.last_quotas.may_lose != first.may_lose  # type: ignore[union-attr]
 
 
