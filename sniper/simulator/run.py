@@ -7,8 +7,9 @@ actor has handled everything (the links are quiescent), then checks the invarian
 metrics when the model changed (the room of the nodes the step touched and of those that failed before;
 ``full_check``: of every node, the reference, which finds the same violations). Idle and settled time
 (:func:`_has_work`) is jumped over: ticking through it would change only the phase of the policies'
-rounds, which the driver keeps with one tick at the last round ticking would have run (:func:`_round_ticks`; exact while the active policies share
-one phase), and the allocator's missed-opportunity counts, which it carries over (:func:`_carry_missed`).
+rounds, which the driver keeps with one tick at the last round ticking would have run
+(:func:`_round_ticks`; exact while the active policies share one phase), and the allocator's
+missed-opportunity counts, which it carries over (:func:`_carry_missed`).
 The trace cursor, the stand-in resource manager and the stop rules are the shared
 :class:`~sniper.simulator.player.Player`.
 Nothing here reads the wall clock except to measure ``allocations_per_s``; the same trace and seed
