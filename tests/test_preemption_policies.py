@@ -313,10 +313,42 @@ def test_sniper_reuses_its_quotas_while_only_the_clock_moved_and_recomputes_afte
     state.apply(p.Clock(now=11.0))  # a tick: the view's sequence moves, its contents do not
     policy.round(state, h.allocator.view_seq + 1, 11.0)
     assert policy.last_quotas is first
+    assert (policy.rounds_computed, policy.rounds_reused, policy.rounds_skipped) == (1, 1, 0)
     h.ask("a1", "more", 10, count=5)  # through the cache and the replica: a's demand and b's quota change
     policy.round(h.allocator.state, h.allocator.view_seq, 12.0)
     assert policy.last_quotas is not first and policy.last_quotas is not None
+    assert (policy.rounds_computed, policy.rounds_reused) == (2, 1)
     assert policy.last_quotas.may_lose != first.may_lose  # type: ignore[union-attr]
+
+
+def test_sniper_skips_a_round_without_pending_demand_and_computes_once_an_ask_arrives() -> None:
+    h = unplaceable()
+    policy = h.policy
+    assert isinstance(policy, SniperPolicy)
+    h.feed(f.AskRemoved(app="a1", ask="huge"))  # nobody waits for anything
+    assert policy.round(h.allocator.state, h.allocator.view_seq, 10.0) is None
+    assert (policy.rounds_skipped, policy.rounds_computed) == (1, 0)
+    assert policy.last_quotas is not None and policy.last_quotas.beneficiaries == ()
+    h.ask("a1", "more", 60, count=2)  # demand again: a is below its ideal and b above its own
+    h.starve()
+    out = policy.round(h.allocator.state, h.allocator.view_seq, 11.0)
+    assert isinstance(out, p.PlacementRequest) and out.beneficiaries == ["root.a"]
+    assert (policy.rounds_skipped, policy.rounds_computed) == (1, 1)
+
+
+def test_sniper_computes_a_demand_free_round_while_a_request_is_in_flight_or_the_mask_holds_an_ask() -> None:
+    h = unplaceable()
+    policy = h.policy
+    assert isinstance(policy, SniperPolicy) and policy.mask is not None
+    request = policy.round(h.allocator.state, h.allocator.view_seq, 10.0)
+    assert isinstance(request, p.PlacementRequest)
+    h.feed(f.AskRemoved(app="a1", ask="huge"))
+    assert policy.round(h.allocator.state, h.allocator.view_seq, 11.0) is None  # its reply may fill the mask
+    assert policy.on_reply(p.PlacementReply(id=request.id, unplaceable=["a1/huge"]), 11.0) is None
+    assert policy.mask.keys() == ["a1/huge"]
+    h.feed(f.AppRemoved(app="a1"))  # a change of view, and still no demand, but a mask a clear would count
+    assert policy.round(h.allocator.state, h.allocator.view_seq, 12.0) is None
+    assert (policy.rounds_skipped, policy.rounds_computed) == (0, 3)
 
 
 def test_the_proportional_baseline_skips_a_round_that_would_choose_nothing_again(

@@ -121,6 +121,9 @@ def simulate(
     show: ShowRejections = False,
     am_response: AmResponse = None,
     am_release_gap: AmReleaseGap = 0.0,
+    full_check: Annotated[
+        bool, typer.Option("--full-check", help="check every node's room at every step, not what the step touched")
+    ] = False,
     verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
 ) -> None:
     """Replay a trace in virtual time through the real actors and report (exit 1 on an invariant violation)."""
@@ -137,6 +140,7 @@ def simulate(
         policy=None if policy is None else policy.value,
         am_response=am_response,
         am_release_gap=am_release_gap,
+        full_check=full_check,
     )
     console.print(literal(f"simulating {source}: {len(events)} events"))
     with Progress(

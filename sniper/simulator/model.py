@@ -92,6 +92,10 @@ class ClusterModel:
         self.opportunistic_asks: set[tuple[str, str]] = set()
         self.allocations: dict[str, ModelAllocation] = {}
         self.on_node: dict[str, set[str]] = defaultdict(set)  # node -> the allocations on it
+        # Nodes whose allocations or capacity changed since the last check, and those that failed it:
+        # the only ones whose room a check must look at again (every other one passed and is unchanged).
+        self.touched: set[str] = set()
+        self.failing: set[str] = set()
         self.overcommit = OvercommitChecker(self)
         self.placement = ConstraintChecker()  # invariant 13: placement constraints
         self.slo = SloTracker(self)  # SLO reservations: their plans (invariant 14) and deadlines
@@ -152,6 +156,7 @@ class ClusterModel:
                     self.configure(parse_partition(raw, f"partition {self.partition}"), event.t)
             case f.NodeAdded(node=n, capacity=cap):
                 self._capacity = None
+                self.touched.add(n)
                 self.nodes[n] = res.normalized(cap)
                 self.removed_nodes.discard(n)
                 self.placement.node_added(n, event.labels)
@@ -160,12 +165,14 @@ class ClusterModel:
                 if cap is not None and n in self.nodes:
                     self._capacity = None
                     self.nodes[n] = res.normalized(cap)
+                    self.touched.add(n)
             case f.NodeRemoved(node=n):
                 self._requested_node_changed(n)
                 if n in self.nodes:
                     self._capacity = None
                     del self.nodes[n]
                     self.removed_nodes.add(n)
+                    self.touched.add(n)
                     self.placement.node_removed(n)
                     self.overcommit.node_gone(n)
             case f.NodeUtilization():
@@ -222,6 +229,7 @@ class ClusterModel:
                 # ``released`` decisions that follow.
                 self.config, self.queue_cfg, self._capacity = None, {}, None
                 self.removed_nodes.update(self.nodes)
+                self.touched.update(self.nodes)
                 for n in self.nodes:
                     self.placement.node_removed(n)
                 self.nodes.clear()
@@ -576,6 +584,7 @@ class ClusterModel:
             overcommit=overcommitted,
         )
         self.on_node[dec.node].add(dec.allocation)
+        self.touched.add(dec.node)
         if overcommitted:
             res.add_into(self.overcommitted, resource)
         if dec.opportunistic:
@@ -613,6 +622,7 @@ class ClusterModel:
         self.placement.gone(aid)
         if alloc is not None:
             self.on_node[alloc.node].discard(aid)
+            self.touched.add(alloc.node)
             if alloc.overcommit:
                 res.sub_into(self.overcommitted, alloc.resource)
             if alloc.preempted_at is not None:
@@ -625,21 +635,47 @@ class ClusterModel:
 
     # ------------------------------------------------------------------ checks at quiescence
 
-    def check(self, t: float) -> None:
-        """Invariants that hold whenever the scheduler has handled everything it was given."""
-        per_node: dict[str, Resource] = defaultdict(dict)
-        for a in self.allocations.values():
-            if not a.overcommit:  # over-committed room is judged by invariant 11
-                res.add_into(per_node[a.node], a.resource)
-            if a.node in self.removed_nodes:
-                self._violate(t, 4, f"allocation {a.id} still on removed node {a.node}")
-        for node, used in per_node.items():
-            cap = self.nodes.get(node)
-            if cap is not None and not res.fits(used, cap):
-                self._violate(t, 1, f"node {node} over capacity: {human_resource(used)} > {human_resource(cap)}")
+    def check(self, t: float, *, full: bool = False) -> None:
+        """Invariants that hold whenever the scheduler has handled everything it was given.
+
+        The room of nodes (invariants 1 and 4) is checked where a step could have changed it: on the nodes
+        whose allocations or capacity changed since the last check, and on those that failed it. ``full``
+        checks every allocation instead (the reference); both record the same violations in the same order.
+        """
+        self.failing = self._check_room(t, self._rooms(full))
+        self.touched.clear()
         self._check_gangs(t)
         self.overcommit.check(t)
         self.quota.check(t)
+
+    def _rooms(self, full: bool) -> dict[str, list[ModelAllocation]]:
+        """The nodes a check looks at, each with the allocations on it: every node holding one (``full``,
+        from the allocations themselves), else those touched since the last check or failing it."""
+        held: dict[str, list[ModelAllocation]] = defaultdict(list)
+        if full:
+            for a in self.allocations.values():
+                held[a.node].append(a)
+        else:
+            for node in self.touched | self.failing:
+                held[node] = [self.allocations[x] for x in self.on_node.get(node, ())]
+        return held
+
+    def _check_room(self, t: float, held: dict[str, list[ModelAllocation]]) -> set[str]:
+        """Invariants 1 and 4 on the nodes of ``held`` (node -> the allocations on it), node by node in
+        name order; the nodes that failed."""
+        failing: set[str] = set()
+        for node in sorted(held):
+            allocations = sorted(held[node], key=lambda a: a.id)
+            if allocations and node in self.removed_nodes:
+                failing.add(node)
+                for a in allocations:
+                    self._violate(t, 4, f"allocation {a.id} still on removed node {node}")
+            cap = self.nodes.get(node)
+            used = res.total(a.resource for a in allocations if not a.overcommit)  # over-commit: invariant 11
+            if cap is not None and not res.fits(used, cap):
+                failing.add(node)
+                self._violate(t, 1, f"node {node} over capacity: {human_resource(used)} > {human_resource(cap)}")
+        return failing
 
     def _check_gangs(self, t: float) -> None:
         """Invariant 8: a gang is placed whole. The containers a gang ask holds (allocated ever, plus

@@ -4,10 +4,12 @@ Each step moves the clock to the next time that can change something (a trace ev
 end, the next tick while the scheduler holds work that time moves: pending asks a policy may act on,
 notices and reservations with deadlines), publishes the tick and the events due, waits until every
 actor has handled everything (the links are quiescent), then checks the invariants and samples the
-metrics when the model changed. Idle and settled time (:func:`_has_work`) is jumped over: ticking
-through it would change only the phase of the policies' rounds, which the driver keeps with one tick
-at the last round ticking would have run (:func:`_round_ticks`; exact while the active policies share
-one phase), and the allocator's missed-opportunity counts, which it carries over (:func:`_carry_missed`).
+metrics when the model changed (the room of the nodes the step touched and of those that failed before;
+``full_check``: of every node, the reference, which finds the same violations). Idle and settled time
+(:func:`_has_work`) is jumped over: ticking through it would change only the phase of the policies'
+rounds, which the driver keeps with one tick at the last round ticking would have run
+(:func:`_round_ticks`; exact while the active policies share one phase), and the allocator's
+missed-opportunity counts, which it carries over (:func:`_carry_missed`).
 The trace cursor, the stand-in resource manager and the stop rules are the shared
 :class:`~sniper.simulator.player.Player`.
 Nothing here reads the wall clock except to measure ``allocations_per_s``; the same trace and seed
@@ -60,6 +62,7 @@ class SimulationSettings:
     skip_idle: bool = True  # jump over idle time (False: tick every second, the reference)
     am_response: float | None = None  # a contract AM's answer to a preempt_request (None: half the grace)
     am_release_gap: float = 0.0  # seconds between the containers of one AM answer (0: all at once)
+    full_check: bool = False  # check every node's room at every step (the reference), not what the step touched
 
 
 @dataclasses.dataclass(slots=True)
@@ -308,6 +311,7 @@ class _World:
     changed_at: dict[str, float]
     decisions: list[d.DecisionMsg]
     inbox: Subscription  # the resource manager's subscription to the decisions topic
+    full_check: bool = False  # :meth:`ClusterModel.check` on every node's room, not only what a step touched
 
     @classmethod
     def of(
@@ -331,7 +335,8 @@ class _World:
             models[name] = ClusterModel(name, initial)
             metrics[name] = Metrics(models[name], ideal_fn)
         inbox = router.inbox([(DECISIONS, None)], group="resource-manager", capacity=1 << 16)
-        return cls(player, router, runtimes, models, metrics, dict.fromkeys(names, player.origin), [], inbox)
+        changed_at = dict.fromkeys(names, player.origin)
+        return cls(player, router, runtimes, models, metrics, changed_at, [], inbox, settings.full_check)
 
     def active(self) -> bool:
         """Whether some partition holds work that time moves (:func:`_has_work`)."""
@@ -391,7 +396,7 @@ class _World:
         await links.idle()
         for name, model in self.models.items():
             if self.metrics[name].sample(now):
-                model.check(now)
+                model.check(now, full=self.full_check)
                 self.changed_at[name] = now
 
     def result(self, settings: SimulationSettings, wall: float, links: Links) -> SimulationResult:

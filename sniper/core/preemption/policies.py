@@ -20,6 +20,7 @@ from sniper.core import resources as res
 from sniper.core.config import PreemptionConfig
 from sniper.core.limits import Limits
 from sniper.core.opportunistic import first_victims
+from sniper.core.preemption.idle_round import no_pending_demand
 from sniper.core.preemption.mask import PreemptionMask
 from sniper.core.preemption.min_runtime import next_of_age
 from sniper.core.preemption.model import ContainerSnapshot
@@ -162,16 +163,28 @@ class SniperPolicy(_Placing):
         super().__init__(partition, config)
         self.last_quotas: Quotas | None = None
         self.last_view: tuple[PartitionState, int] | None = None  # state and version ``last_quotas`` came from
+        self.rounds_computed = 0  # rounds that computed the ideal assignment and quotas
+        self.rounds_reused = 0  # rounds on an unchanged view, which reused the last quotas
+        self.rounds_skipped = 0  # rounds that could change nothing (:mod:`sniper.core.preemption.idle_round`)
 
     def round(self, state: PartitionState, view_seq: int, now: float) -> Output:
+        if self.waiting is None and self.mask is not None and not self.mask and no_pending_demand(state):
+            # No beneficiary, nothing to de-reserve, no required node: the round would output nothing.
+            # Its quotas would have no beneficiary, which is all the driver reads of them.
+            self.rounds_skipped += 1
+            self.last_quotas = Quotas({}, {}, (), {})
+            self.last_view = None
+            return None
         # Quotas are a function of the view alone, the clock aside: on the same state object at the same
         # version (no change but the clock's applied, no reset) the last round's are reused.
         last = self.last_view
         if last is not None and last[0] is state and last[1] == state.version and self.last_quotas is not None:
             quotas = self.last_quotas
+            self.rounds_reused += 1
         else:
             quotas = compute_quotas(state, self.config)
             self.last_view = (state, state.version)
+            self.rounds_computed += 1
         if not quotas.same_as(self.last_quotas) and self.mask is not None:
             self.mask.clear()
         self.last_quotas = quotas
