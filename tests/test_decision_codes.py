@@ -9,7 +9,8 @@ from __future__ import annotations
 from sniper.messages import decisions as d
 from sniper.messages import feed as f
 from tests.contract_support import gives_back, on_node, reserved_for_a1
-from tests.preemption_support import GRACE, one_reservation
+from tests.core_support import queue
+from tests.preemption_support import GRACE, PreemptHarness, one_reservation, preemption_raw
 
 
 def codes(decisions: list[d.DecisionMsg]) -> list[d.ReservationEndCode | None]:
@@ -110,3 +111,38 @@ def test_a_contract_container_killed_at_its_request_deadline_has_cause_request_d
     decisions = h.tick(req.deadline)
     assert kill_causes(decisions) and set(kill_causes(decisions)) == {"request_deadline"}
     assert all(d.kill_cause(x.reason) == "request_deadline" for x in decisions if isinstance(x, d.Kill))
+
+
+def test_a_reservation_timing_out_with_its_victims_still_there_says_so() -> None:
+    h, _, victims = one_reservation()
+    (r,) = h.cache.state.reservations.values()
+    (ended,) = [x for x in h.tick(r.expires) if isinstance(x, d.ReservationEnded)]
+    assert (
+        ended.reason
+        == f"reservation timed out before its victims were gone ({len(victims)} of {len(victims)} still there)"
+    )
+
+
+def test_a_reservation_timing_out_after_its_victims_left_says_what_it_still_waited_for() -> None:
+    """a (max 100) is reserved 50 on a node for a1; mid-grace a node joins and a2, also in a, takes 60 of
+    it. The victims leave, but a1's container would now take a over its max: at the timeout the reason
+    says the victims were gone and names the max it waited under, not that they were still there."""
+    raw = preemption_raw(
+        queue("a", guaranteed={"memory": 100}, maximum={"memory": 100}), queue("b", guaranteed={"memory": 100})
+    )
+    h = PreemptHarness(raw)
+    h.nodes("n1", "n2")
+    h.fill("b1", "root.b", "n1", [50, 50])
+    h.fill("b1", "root.b", "n2", [50, 50], start=2)
+    h.app("a1", "root.a")
+    h.ask("a1", "big", 50)
+    h.starve()
+    (placement,) = h.preempt_round(10.0).placements
+    (r,) = h.cache.state.reservations.values()
+    h.nodes("n3")
+    h.run("a2", 60, "n3", at=12.0, queue_path="root.a")
+    h.release(*placement.victims)
+    assert r.id in h.cache.state.reservations and not any(v in h.cache.state.allocations for v in placement.victims)
+    (ended,) = [x for x in h.tick(r.expires) if isinstance(x, d.ReservationEnded)]
+    assert ended.code == "timeout"
+    assert ended.reason == "reservation timed out after its victims were gone, waiting for room under the max of root.a"

@@ -164,7 +164,7 @@ DECISION_HASHES = {
     ("gang", "proportional"): "437766bacc04e310",
     ("opportunistic", "proportional"): "f7a8b4d300d94789",
     ("demo", "sniper"): "fba67174ca5d5fb2",
-    ("random_mix", "sniper"): "eeb5b82326763134",
+    ("random_mix", "sniper"): "5b14a929a63bfff3",
     ("gang", "sniper"): "715d46c1212b21fe",
     ("opportunistic", "sniper"): "4da1b5549b8cf6e4",
     ("user_limits", "sniper"): "6b34b6106d0d2125",

@@ -234,3 +234,53 @@ def test_the_live_checker_flags_a_plan_that_takes_the_queue_over_its_share() -> 
     report = checker.report(seconds=2.0, wall=1.0, tick=1.0)
     assert report.slo_reservations == {"accepted": 2, "rejected": 0, "met": 0, "missed": 0}
     assert report.violations[0]["invariant"] == 13
+
+
+def _lost_and_asked_again(retry: bool) -> ClusterModel:
+    """An app of reservation a (deadline 1000) asks two containers at 100; one finishes at 400, the other
+    is lost with its node at 500; when the ask retries, the resource manager asks its work again and the
+    new container finishes at 900."""
+    model = _model()
+    model.on_decision(_accepted("a", 100, 900, 8 * GiB, 1))
+    model.on_event(f.AppAdded(t=100, app="x", queue="root.prod", reservation="a"))
+    container = {"memory": 4 * GiB, "vcore": 500}
+    model.on_event(f.AskAdded(t=100, app="x", ask="k", resource=container, count=2, retry=retry))
+
+    def allocated(seq: int, t: float, aid: str, ask: str, node: str) -> d.Allocated:
+        return d.Allocated(
+            seq=seq, t=t, allocation=aid, app="x", ask=ask, queue="root.prod.a", node=node, resource=container
+        )
+
+    def released(seq: int, t: float, aid: str, node: str) -> d.Released:
+        return d.Released(seq=seq, t=t, allocation=aid, app="x", queue="root.prod.a", node=node, resource=container)
+
+    model.on_decision(allocated(2, 100, "alloc-1", "k", "n0"))
+    model.on_decision(allocated(3, 100, "alloc-2", "k", "n1"))
+    model.on_event(f.AllocationReleased(t=400, allocation="alloc-1"))
+    model.on_decision(released(4, 400, "alloc-1", "n0"))
+    model.on_event(f.NodeRemoved(t=500, node="n1"))
+    lost = d.AllocationLost(
+        seq=5, t=500, allocation="alloc-2", app="x", ask="k", queue="root.prod.a", node="n1", resource=container
+    )
+    model.on_decision(lost)
+    if retry:
+        model.on_event(f.AskAdded(t=500, app="x", ask="k~1", resource=container, count=1))
+        model.on_decision(allocated(6, 510, "alloc-3", "k~1", "n2"))
+        model.on_event(f.AllocationReleased(t=900, allocation="alloc-3"))
+        model.on_decision(released(7, 900, "alloc-3", "n2"))
+    model.slo.finish(1100)
+    return model
+
+
+def test_a_lost_container_whose_work_is_done_again_before_the_deadline_meets_it() -> None:
+    model = _lost_and_asked_again(retry=True)
+    assert not model.violations, model.violations
+    (entry,) = model.slo.log()
+    assert (entry["apps_met"], entry["apps_missed"], entry["met"]) == (1, 0, True)
+    assert model.slo.counts() == {"accepted": 1, "rejected": 0, "met": 1, "missed": 0}
+
+
+def test_a_lost_container_whose_work_is_not_asked_again_misses_the_deadline() -> None:
+    model = _lost_and_asked_again(retry=False)
+    (entry,) = model.slo.log()
+    assert (entry["apps_met"], entry["apps_missed"], entry["met"]) == (0, 1, False)

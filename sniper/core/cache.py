@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Collection, Iterator, Sequence
-from typing import Any
+from typing import Any, Literal
 
 from sniper.core import (
     admission,
@@ -43,6 +43,7 @@ from sniper.core.state import (
     allocation_number,
     ask_label,
 )
+from sniper.core.units import human_resource
 from sniper.messages import decisions as d
 from sniper.messages import feed as f
 from sniper.messages import protocol as p
@@ -218,7 +219,28 @@ class Cache:
         now = self.state.now
         for r in list(self.state.reservations.values()):
             if r.expires <= now:
-                self._end_reservation("timeout", r, "reservation timed out before its victims were gone")
+                self._end_reservation("timeout", r, self._timeout_reason(r))
+
+    def _timeout_reason(self, r: Reservation) -> str:
+        """Why ``r`` timed out, in words: its victims were not all gone, or what its room still waited for."""
+        staying = sum(1 for vid in r.victims if vid in self.state.allocations)
+        if staying:
+            return f"reservation timed out before its victims were gone ({staying} of {len(r.victims)} still there)"
+        waits = self._waits_for(r)
+        node = self.state.nodes.get(r.node)
+        if waits == "room" and node is not None:
+            free = human_resource(res.clamp_min_zero(node.room_for_reservations()))
+            what = f"{human_resource(r.resource)} free on {r.node} (other containers hold it; {free} free)"
+        elif waits == "max":
+            capped = self._max_reached(r)
+            what = f"room under the max of {capped.path if capped is not None else 'its queues'}"
+        elif waits == "constraints":
+            what = f"its placement constraints to allow {r.node} again"
+        elif waits == "earlier":
+            what = f"room on {r.node} promised to reservations due before it"
+        else:
+            what = "its beneficiary to be placed"
+        return f"reservation timed out after its victims were gone, waiting for {what}"
 
     # ------------------------------------------------------------------ feed
 
@@ -658,24 +680,33 @@ class Cache:
         """Whether ``r``'s room is really free on its node now, within every ``max``, and never at the
         expense of a reservation due earlier that still waits: each must still find its room once the
         victims due by its own deadline are gone."""
+        return self._waits_for(r) is None
+
+    def _waits_for(self, r: Reservation) -> Literal["node", "room", "max", "constraints", "earlier"] | None:
+        """What keeps :meth:`fulfillable` false for ``r`` now, the first found (``None``: nothing)."""
         node = self.state.nodes.get(r.node)
         if node is None:
-            return False
+            return "node"
         free = node.room_for_reservations()
-        if not res.fits(r.resource, free) or not self._within_max(r):
-            return False
+        if not res.fits(r.resource, free):
+            return "room"
+        if self._max_reached(r) is not None:
+            return "max"
         ask = self.state.ask((r.app, r.ask))
         if ask is not None and ask.constraints and not constraints.allows(self.state, ask, node, own=r):
-            return False  # the scope changed since its victims were chosen: it waits, or expires
+            return "constraints"  # the scope changed since its victims were chosen: it waits, or expires
         earlier = [e for e in self._reservations_by_deadline(node) if (e.deadline, e.id) < (r.deadline, r.id)]
-        return not earlier or self._promises_hold(res.sub(free, r.resource), earlier, self._room_leaving(node))
+        if earlier and not self._promises_hold(res.sub(free, r.resource), earlier, self._room_leaving(node)):
+            return "earlier"
+        return None
 
-    def _within_max(self, r: Reservation) -> bool:
-        """Whether fulfilling ``r`` now keeps every ``max`` of the beneficiary's queues: its container on
-        top of what they hold, and every reservation below them fulfilled once the victims leaving them
-        are gone. When victims must leave to make room under a max, the reservation waits for them (it
-        is not fulfilled early on free room, which would cancel victims the max still needs gone); the
-        victims of other reservations below the same max, already leaving, do not hold it back."""
+    def _max_reached(self, r: Reservation) -> Queue | None:
+        """The first queue of the beneficiary's whose ``max`` fulfilling ``r`` now would break (``None``:
+        none): its container on top of what they hold, and every reservation below them fulfilled once the
+        victims leaving them are gone. When victims must leave to make room under a max, the reservation
+        waits for them (it is not fulfilled early on free room, which would cancel victims the max still
+        needs gone); the victims of other reservations below the same max, already leaving, do not hold it
+        back."""
         for q in self.state.apps[r.app].queue.lineage():
             if q.max is None:
                 continue
@@ -683,8 +714,8 @@ class Cache:
             promised = res.sub(res.add(q.allocated, q.reserved), q.preempting)
             for need in (now, promised):
                 if not res.fits({k: v for k, v in need.items() if k in q.max}, q.max):
-                    return False
-        return True
+                    return q
+        return None
 
     def _reservations_by_deadline(self, node: Node) -> list[Reservation]:
         held = [self.state.reservations[rid] for rid in node.reservations]

@@ -26,7 +26,7 @@ KillCause = Literal["grace_expired", "opportunistic", "overcommit", "request_dea
 # Why a preemption reservation ended without an allocation (the ``code`` of a ``reservation_ended``
 # decision; its ``reason`` says it in words).
 ReservationEndCode = Literal[
-    "timeout",  # it timed out before its victims were gone
+    "timeout",  # not fulfilled reservation_timeout after its victims' deadline (victims there, or room not)
     "partition_removed",
     "node_unschedulable",  # its node became unschedulable
     "node_shrank",  # its node shrank below what the reservation needs

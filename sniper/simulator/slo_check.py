@@ -12,7 +12,10 @@ planner (:mod:`sniper.core.slo_plan`):
 - :meth:`SloTracker.guarantee` is a reservation queue's guarantee at an instant, its planned load, so
   the model judges a victim taken from a reservation's apps against it (invariant 5);
 - an app that runs against a reservation is done when as many of its containers finished (released,
-  not killed or lost) as its asks asked for; the reservation met its deadline when every app that ran
+  not killed or lost) as its asks asked for; a killed or lost container of an ask that retries
+  (``retry``, the default) leaves its share of the work to the ask the resource manager adds again for
+  it, so it is not required twice, while one of an ask that does not retry is work never done; the
+  reservation met its deadline when every app that ran
   against it was done by the deadline of the window it was submitted in (a recurring reservation: that
   occurrence's), missed it when one was not, and is undecided while a deadline is still ahead.
 """
@@ -100,7 +103,8 @@ class SloTracker:
         self.accepted: list[tuple[str, _Plan]] = []  # every plan accepted in the run, in order
         self.rejections: list[tuple[str, str, str]] = []  # (reservation, queue, reason), in order
         self.apps: dict[str, _App] = {}
-        self.alloc_app: dict[str, str] = {}
+        self.alloc_ask: dict[str, tuple[str, str]] = {}  # allocation -> (app, ask) of the apps tracked
+        self.retrying: set[tuple[str, str]] = set()  # (app, ask): asks whose lost work is asked for again
         self.killed: set[str] = set()
         self.last_t = 0.0
 
@@ -117,8 +121,10 @@ class SloTracker:
                     self.apps[app] = _App(plan, event.t)
             case f.PartitionRemoved():
                 self.plans.clear()
-            case f.AskAdded(app=app, count=count) if app in self.apps:
+            case f.AskAdded(app=app, ask=ask, count=count, retry=retry) if app in self.apps:
                 self.apps[app].work += count
+                if retry:
+                    self.retrying.add((app, ask))
             case _:
                 pass
 
@@ -134,12 +140,15 @@ class SloTracker:
                     self.apps[app].refused = True
                 elif app not in self.model.apps or self.apps[app].work == 0:
                     del self.apps[app]  # the app itself was refused: it never ran against the reservation
-            case d.Allocated(allocation=aid, app=app) if app in self.apps:
-                self.alloc_app[aid] = app
-            case d.Kill(allocation=aid) | d.AllocationLost(allocation=aid):
+            case d.Allocated(allocation=aid, app=app, ask=ask) if app in self.apps:
+                self.alloc_ask[aid] = (app, ask)
+            case d.Kill(allocation=aid) | d.AllocationLost(allocation=aid) if aid not in self.killed:
                 self.killed.add(aid)
+                unit = self.alloc_ask.pop(aid, None)
+                if unit is not None and unit in self.retrying and unit[0] in self.apps:
+                    self.apps[unit[0]].work -= 1  # the ask added again for it carries this share
             case d.Released(allocation=aid, t=t):
-                owner = self.alloc_app.pop(aid, "")
+                owner = self.alloc_ask.pop(aid, ("", ""))[0]
                 if owner in self.apps and aid not in self.killed:
                     a = self.apps[owner]
                     a.finished += 1

@@ -12,8 +12,9 @@ itself (both off for the YARN baseline):
 - ``avoid_ineffective``: a queue whose increment over its usage cannot start even its smallest pending ask
   gets no increment at all; the level is recomputed without its demand, so its share goes to the others
  . One queue (the one with the largest useless increment) is dropped per recomputation. A
-  parent's increment is judged with what its other children hold above their guarantees: a parent at its
-  max still serves a child's ask by preemption inside its own subtree.
+  parent's increment is judged with what its other children hold above their guarantees, resource by
+  resource and never below zero: a parent at its max still serves a child's ask by preemption inside its
+  own subtree.
 - ``cap_by_demand``: an ideal never exceeds ``used + pending`` on any resource (architecture: Vocabulary).
   YARN's dominant calculator takes the DRF-smaller of two vectors whole, so an offer or a protected
   guarantee can hand a memory-heavy queue vcores it neither holds nor asks for, lifting its dominant share
@@ -29,7 +30,9 @@ itself (both off for the YARN baseline):
 
 The computation, level by level from the root (whose ideal is its guarantee):
 
-1. Initial ideal: ``used`` when ``used <= guaranteed``, else ``guaranteed + untouchable_extra``;
+1. Initial ideal: ``used`` when ``used <= guaranteed``, else ``guaranteed + untouchable_extra``
+   (``cap_by_demand``: resource by resource, so usage above the guarantee on one resource is never
+   protected by a shortfall on another);
    ``unassigned = parent ideal - sum(initial)``. A queue is needy while ``ideal < used + pending``.
 2. Fix-point: every round serves the group tied for the smallest ``ideal / guaranteed`` (queue priorities
    break ties as in YARN's ``PriorityUtilizationQueueOrderingPolicy``), weights are ``guaranteed / sum of
@@ -61,7 +64,17 @@ from sniper.core.preemption.calculator import (
     multiply_trunc,
 )
 from sniper.core.preemption.model import ClusterSnapshot, QueueSnapshot
-from sniper.core.resources import Resource, ResourceLike, add, any_positive, component_max, component_min, sub, total
+from sniper.core.resources import (
+    Resource,
+    ResourceLike,
+    add,
+    any_positive,
+    clamp_min_zero,
+    component_max,
+    component_min,
+    sub,
+    total,
+)
 
 T = TypeVar("T")
 
@@ -373,6 +386,11 @@ class _Solver:
         if self.calc.gt(tot, q.used, guaranteed):
             protected = add(q.guaranteed, q.untouchable)
             return component_min(protected, add(q.used, q.pending_eff)) if self.cap_by_demand else protected
+        if self.cap_by_demand:
+            # Below its guarantee as a whole, a queue may still hold more than guaranteed of one resource
+            # (more memory, fewer cores): that surplus is spare like any other, not protected.
+            protected = add(q.guaranteed, clamp_min_zero(q.untouchable))
+            return {n: min(v, protected[n]) if n in guaranteed else v for n, v in q.used.items()}
         return dict(q.used)
 
     def _fixpoint(
@@ -472,14 +490,15 @@ class _Solver:
 
     def _asks(self, q: _Q) -> list[tuple[Resource, Resource]]:
         """The smallest pending ask of every leaf below ``q`` with demand, each with the room inside ``q`` it
-        may also use: what the other children on its path hold above their guarantees (their preemptable
-        extras; a parent at its max still serves a child by preemption inside its subtree)."""
+        may also use: what the other children on its path hold above their guarantees, resource by resource
+        (their preemptable extras without the resources they hold less of than guaranteed: spare room is
+        never negative; a parent at its max still serves a child by preemption inside its subtree)."""
         if q.snap.smallest_pending_ask is not None:
             return [(q.snap.smallest_pending_ask, {})]
         asks: list[tuple[Resource, Resource]] = []
         for child in q.children:
             if any_positive(child.pending):
-                others = total(c.preemptable for c in q.children if c is not child)
+                others = total(clamp_min_zero(c.preemptable) for c in q.children if c is not child)
                 asks.extend((ask, add(room, others)) for ask, room in self._asks(child))
         return asks
 
