@@ -359,20 +359,31 @@ class VictimPlacer:
         return self.entries
 
     def _tasks_could_make_room(self, state: PartitionState, ask: Ask) -> bool:
-        """Whether some node's non-AM victims the rules allow, quota aside, cover the ask's shortfall."""
+        """Whether some node holds a victim set without victims of last resort that every placement rule
+        allows, the quota aside: the ask accepts the node and no reservation blocks it there, the victims
+        (those the queue relations allow) cover its room and every ``max`` deficit within their apps'
+        budgets, and the ask's constraints hold once they are gone."""
         names = [ask.required_node] if ask.required_node is not None else list(self.held)
-        for name in names:
-            node = state.nodes.get(name)
-            if node is None or name not in self.held or not ask.accepts(node):
-                continue
-            shortfall = self._shortfall(node, ask)
-            got: Resource = {}
-            for am, _, _, alloc in self._victims_on(name):
-                if not am and self._allowed(alloc, ask):
-                    res.add_into(got, alloc.resource)
-            if res.fits(shortfall, got):
-                return True
-        return False
+        refused = set(self.budget_refused)  # a set looked for, not taken: it passes nobody over
+        try:
+            for name in names:
+                node = state.nodes.get(name)
+                if node is None or name not in self.held or not node.schedulable or not ask.accepts(node):
+                    continue
+                if node_reservation.blocks(state, ask, name):
+                    continue
+                shortfall = self._shortfall(node, ask)
+                needs: list[tuple[Queue | None, dict[str, int]]] = [(None, shortfall)] if shortfall else []
+                needs.extend(self.deficits)
+                tasks = [e for e in self._victims_on(name) if not e[0] and self._allowed(e[3], ask)]
+                chosen = self._pick(node, ask, needs, within_quota=False, candidates=tasks) if needs else []
+                if chosen is None:
+                    continue
+                if not ask.constraints or constraints.allows(state, ask, node, [e[3] for e in chosen]):
+                    return True
+            return False
+        finally:
+            self.budget_refused = refused
 
     def _shortfall(self, node: Node, ask: Ask) -> dict[str, int]:
         base = self._base_room(node)
@@ -475,8 +486,9 @@ class VictimPlacer:
     ) -> list[tuple[bool, float, str, Allocation]] | None:
         """Cheapest victims first until every need is covered, then trimmed to a minimal set. A need
         scoped to a queue counts only victims inside its subtree (``None``: the node's room).
-        ``candidates``: victims already chosen by a rule of their own (the required-node preemptor), in
-        order, taken as they come (no queue relation, no quota)."""
+        ``candidates``: victims already chosen by a rule of their own (the required-node preemptor, or the
+        tasks that could serve instead of victims of last resort), in order, taken as they come (no queue
+        relation, no quota)."""
         ruled = candidates is not None
         chosen: list[tuple[bool, float, str, Allocation]] = []
         got = [dict.fromkeys(need, 0) for _, need in needs]

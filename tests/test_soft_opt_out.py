@@ -1,0 +1,59 @@
+"""Soft opt-outs (``app_added.allow_preemption: false``, YuniKorn's ``allow-preemption: false``): an app
+that opted out is a victim only when no set without it exists, judged by every rule a real placement
+checks (room, constraints, node selectors, reservations, budgets) and by how far the other queues may
+still give: down to their guarantees, not only to their ideal share. Under sniper, the proportional
+baseline and intra-queue preemption.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from sniper.messages import feed as f
+from tests.core_support import consistency_problems
+from tests.preemption_support import PreemptHarness, two_queues
+
+# ---------------------------------------------------------------------- every placement rule judges "could serve"
+
+
+def quiet_beside_noisy(rule: Sequence[f.PlacementConstraint], etl_budget: int | None = None) -> PreemptHarness:
+    """n1: b's database (opted out) fills it; n2: a's own noisy container beside b's etl tasks (with
+    ``etl_budget`` as its disruption budget). a then asks for 50 with ``rule``: with ``not_in noisy`` only
+    n1 can hold it."""
+    h = PreemptHarness(two_queues(100, 50))
+    h.nodes("n1", "n2")
+    db = f.AppAdded(app="db", queue="root.b", allow_preemption=False)
+    h.feed(db, f.AppAdded(app="etl", queue="root.b", max_disruption=etl_budget))
+    h.fill("db", "root.b", "n1", [25, 25, 25, 25])
+    h.app("a1", "root.a")
+    h.feed(f.AskAdded(app="a1", ask="noisy", resource={"memory": 25}, tags=("noisy",)))
+    h.cache.allocate("a1", "noisy", "n2")
+    h.pump()
+    h.fill("etl", "root.b", "n2", [25, 25, 25])
+    h.feed(f.AskAdded(app="a1", ask="quiet", resource={"memory": 50}, constraints=tuple(rule)))
+    h.starve(2)
+    return h
+
+
+def victims_of(h: PreemptHarness, app: str) -> list[str]:
+    return [x.allocation for x in h.preempts() if x.app == app and not x.observe_only]
+
+
+def test_an_opted_out_app_is_taken_when_the_asks_constraint_rules_out_every_other_victim() -> None:
+    control = quiet_beside_noisy([])
+    control.preempt_round(10.0)
+    assert len(victims_of(control, "etl")) == 2 and not victims_of(control, "db"), "etl serves without the rule"
+    h = quiet_beside_noisy([f.PlacementConstraint(op="not_in", tags=["noisy"])])
+    h.preempt_round(10.0)
+    assert not victims_of(h, "etl")
+    assert len(victims_of(h, "db")) == 2
+    assert {x.node for x in h.preempts()} == {"n1"}
+    assert not h.model.violations and not consistency_problems(h.cache.state)
+
+
+def test_an_opted_out_app_is_taken_when_the_other_victims_budget_is_used_up() -> None:
+    h = quiet_beside_noisy([], etl_budget=0)
+    h.preempt_round(10.0)
+    assert not victims_of(h, "etl")
+    assert len(victims_of(h, "db")) == 2
+    assert not h.model.violations and not consistency_problems(h.cache.state)
