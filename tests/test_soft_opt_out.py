@@ -9,9 +9,58 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import pytest
+
 from sniper.messages import feed as f
 from tests.core_support import consistency_problems
 from tests.preemption_support import PreemptHarness, two_queues
+from tests.yunikorn.harness import Ask, Case, Outcome, Running, YkResource, q, run
+
+Q1, Q2, Q3 = "root.rt.queue-1", "root.rt.queue-2", "root.rt.queue-3"
+
+# One pod of each shape: a single resource, memory with cores, and GPUs with memory and cores.
+SHAPES: dict[str, YkResource] = {
+    "one_resource": {"first": 1},
+    "memory_and_vcore": {"first": 2, "vcores": 1},
+    "gpu": {"first": 4, "vcores": 2, "gpu": 1},
+}
+
+
+def times(pod: YkResource, n: int) -> YkResource:
+    return {k: v * n for k, v in pod.items()}
+
+
+def guide_case(pod: YkResource, policy: str = "sniper", opted_out: frozenset[str] = frozenset({"app-2"})) -> Case:
+    """YuniKorn's user guide, PriorityClass section: ``rt`` (max 16 pods) holds queue-1 and queue-2 with
+    8 pods each (queue-2's opted out); queue-3 (guarantee 3) asks for 8. Every queue: max 8, guarantee 3."""
+    leaves = (q(name, maximum=times(pod, 8), guaranteed=times(pod, 3)) for name in ("queue-1", "queue-2", "queue-3"))
+    root = q("root", q("rt", *leaves, maximum=times(pod, 16)))
+    running = tuple(Running(f"{app}-{i}", app, pod, "node-1") for app in ("app-1", "app-2") for i in range(8))
+    return Case(
+        root=root,
+        nodes={"node-1": times(pod, 20)},
+        apps={"app-1": Q1, "app-2": Q2, "app-3": Q3},
+        running=running,
+        asks=(Ask("app-3-pods", "app-3", pod, count=8),),
+        opted_out=opted_out,
+        policy=policy,
+    )
+
+
+def assert_guide_outcome(o: Outcome) -> None:
+    assert o.violations == 0, o.result.report["violations"]
+    assert dict(o.victim_queues) == {Q1: 3}, sorted(o.victims)
+    assert o.placed["app-3-pods"] == 3
+    assert o.running == {Q1: 5, Q2: 8, Q3: 3}
+
+
+@pytest.mark.parametrize("shape", sorted(SHAPES))
+@pytest.mark.parametrize("policy", ["sniper"])
+def test_an_opted_out_queue_keeps_its_pods_while_its_sibling_can_give_down_to_its_guarantee(
+    shape: str, policy: str
+) -> None:
+    assert_guide_outcome(run(guide_case(SHAPES[shape], policy)))
+
 
 # ---------------------------------------------------------------------- every placement rule judges "could serve"
 

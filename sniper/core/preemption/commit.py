@@ -36,6 +36,7 @@ from sniper.core.preemption.contract import Requests
 from sniper.core.preemption.eligibility import explain, quota_allows, refusal, spend
 from sniper.core.preemption.quotas import Quotas, compute_quotas, net_usage, within_share
 from sniper.core.preemption.rules import budget_refusal, may_preempt, over_budget
+from sniper.core.preemption.soft_opt_out import may_spare
 from sniper.core.preemption_reservation import evict, preempt
 from sniper.core.resources import Resource
 from sniper.core.state import Allocation, Ask, Node, PartitionState, Queue
@@ -285,8 +286,9 @@ def _check(
         if not v.opportunistic:
             taking_from.append(v)
     if not required and not intra:
-        path = quota_allows(guaranteed, lose_left, state.capacity, None if taken is None else taken.queues)
-        if path is not None:
+        gone = None if taken is None else taken.queues
+        path = quota_allows(guaranteed, lose_left, state.capacity, gone)
+        if path is not None and not may_spare(state, app.queue, guaranteed, gone):
             return f"victims would take {path} below its guarantee or ideal, or it is within the deadzone"
     also = None if taken is None else taken.nodes.get(node.name)
     if held is not None and held.on(node):
@@ -364,8 +366,13 @@ def _commit_one(
                 spend(lose_left[v.queue.path], quotas.may_lose.get(v.queue.path, {}), v.resource)
         elif quotas is not None:
             over_ideal = res.clamp_min_zero(res.sub(net_usage(v.queue), ideal))
-            why = f"{v.queue.path} over its ideal by {human_resource(over_ideal)}"
-            spend(lose_left[v.queue.path], quotas.may_lose.get(v.queue.path, {}), v.resource)
+            left = lose_left.get(v.queue.path)
+            if left is not None and res.any_positive(left):
+                why = f"{v.queue.path} over its ideal by {human_resource(over_ideal)}"
+            else:
+                why = f"{v.queue.path} down to its guarantee at most, sparing an app that opted out of preemption"
+            if left is not None:
+                spend(left, quotas.may_lose.get(v.queue.path, {}), v.resource)
         elif v.priority < ask.priority:
             why = f"{v.queue.path}: priority {v.priority} below the ask's {ask.priority}"
         else:

@@ -49,6 +49,7 @@ from sniper.core.preemption.rules import (
     may_preempt,
     required_node_leaves,
 )
+from sniper.core.preemption.soft_opt_out import below_guarantee, keep_guarantees
 from sniper.core.resources import Resource
 from sniper.core.state import Allocation, App, Ask, AskKey, Node, PartitionState, Queue, ask_label
 from sniper.messages import protocol as p
@@ -248,10 +249,20 @@ class VictimPlacer:
             best = self._search(state, ask)
         if best is None:
             return None
-        if best.has_am and not self.intra and not pinned and self._tasks_could_make_room(state, ask):
-            # AM containers are the last resort: tasks could make this room, only the quota stops
-            # them now. Wait for completions or later rounds rather than kill an application.
-            return None
+        if best.has_am and not self.intra and not pinned:
+            if any(v.am for v in best.victims):
+                if self._tasks_could_make_room(state, ask):
+                    # AM containers are the last resort: tasks could make this room, only the quota stops
+                    # them now. Wait for completions or later rounds rather than kill an application.
+                    return None
+            else:
+                spare = self._sparing_set(state, ask)
+                if spare is not None:
+                    # An app that opted out is spared while other queues can give down to their
+                    # guarantees: they give now to a beneficiary below its guarantee, else it waits.
+                    if not below_guarantee(ask.app.queue, state.capacity):
+                        return None
+                    best = spare
         self._take(best, ask)
         return best.node
 
@@ -384,6 +395,50 @@ class VictimPlacer:
             return False
         finally:
             self.budget_refused = refused
+
+    def _sparing_set(self, state: PartitionState, ask: Ask) -> VictimSet | None:
+        """The cheapest victim set (ties by node name) without victims of last resort that every placement
+        rule allows, taking each victim's queue at most down to its guarantee whatever its quota
+        (:func:`sniper.core.preemption.soft_opt_out.may_spare`), or ``None``."""
+        guarded = self.guarded
+        best: VictimSet | None = None
+        names = [ask.required_node] if ask.required_node is not None else sorted(state.nodes)
+        refused = set(self.budget_refused)  # a set looked for, not yet taken: it passes nobody over
+        for name in names:
+            node = state.nodes.get(name)
+            if node is None or not node.schedulable or not ask.accepts(node):
+                continue
+            if node_reservation.blocks(state, ask, name):
+                continue
+            shortfall = self._shortfall(node, ask)
+            needs: list[tuple[Queue | None, dict[str, int]]] = [(None, shortfall)] if shortfall else []
+            needs.extend(self.deficits)
+            if not needs:
+                continue
+            tasks: list[tuple[bool, float, str, Allocation]] = []
+            for aid in node.allocations:
+                alloc = self.state.allocations[aid]
+                if aid in self.taken or standing(alloc) is not None or not self._allowed(alloc, ask):
+                    continue
+                if alloc.opportunistic:
+                    tasks.append((False, -1.0, aid, alloc))  # free, and first to go
+                elif alloc.queue.is_leaf and not last_resort(alloc, guarded.get(alloc.app)):
+                    tasks.append((False, self.cost_of(alloc, self.kill_at), aid, alloc))
+            tasks.sort(key=lambda e: (e[1], e[2]))
+            chosen = self._pick(node, ask, needs, within_quota=False, candidates=tasks)
+            if not chosen:
+                continue
+            victims = [e[3] for e in chosen]
+            if ask.constraints and not constraints.allows(state, ask, node, victims):
+                continue
+            guaranteed = [v for v in victims if not v.opportunistic]
+            if not keep_guarantees(state, guaranteed, self.leaving):
+                continue
+            cost = sum(max(e[1], 0.0) for e in chosen)
+            if best is None or cost < best.cost:
+                best = VictimSet(node, victims, cost, False)
+        self.budget_refused = refused
+        return best
 
     def _shortfall(self, node: Node, ask: Ask) -> dict[str, int]:
         base = self._base_room(node)
