@@ -55,7 +55,7 @@ def assert_guide_outcome(o: Outcome) -> None:
 
 
 @pytest.mark.parametrize("shape", sorted(SHAPES))
-@pytest.mark.parametrize("policy", ["sniper"])
+@pytest.mark.parametrize("policy", ["sniper", "proportional"])
 def test_an_opted_out_queue_keeps_its_pods_while_its_sibling_can_give_down_to_its_guarantee(
     shape: str, policy: str
 ) -> None:
