@@ -106,3 +106,51 @@ def test_an_opted_out_app_is_taken_when_the_other_victims_budget_is_used_up() ->
     assert not victims_of(h, "etl")
     assert len(victims_of(h, "db")) == 2
     assert not h.model.violations and not consistency_problems(h.cache.state)
+
+
+def shared_case(policy: str, *, q1_pods: int, q2_pods: int, opted_out: frozenset[str]) -> Case:
+    """``rt`` (max 16 pods): queue-1 and queue-2 without guarantees hold ``q1_pods`` and ``q2_pods``;
+    queue-3 (guarantee 3) asks for 8, so its ideal share is above its guarantee."""
+    pod: YkResource = {"first": 1}
+    root = q(
+        "root",
+        q(
+            "rt",
+            q("queue-1"),
+            q("queue-2"),
+            q("queue-3", guaranteed=times(pod, 3)),
+            maximum=times(pod, 16),
+        ),
+    )
+    running = (
+        *(Running(f"app-1-{i}", "app-1", pod, "node-1") for i in range(q1_pods)),
+        *(Running(f"app-2-{i}", "app-2", pod, "node-1") for i in range(q2_pods)),
+    )
+    return Case(
+        root=root,
+        nodes={"node-1": times(pod, 16)},
+        apps={"app-1": Q1, "app-2": Q2, "app-3": Q3},
+        running=running,
+        asks=(Ask("app-3-pods", "app-3", pod, count=8),),
+        opted_out=opted_out,
+        policy=policy,
+    )
+
+
+@pytest.mark.parametrize("policy", ["sniper", "proportional"])
+def test_a_beneficiary_at_its_guarantee_waits_while_another_queue_could_still_give(policy: str) -> None:
+    control = run(shared_case(policy, q1_pods=8, q2_pods=8, opted_out=frozenset()))
+    assert control.violations == 0
+    assert control.victim_queues[Q2] > 0, "without the opt-out queue-2 gives towards queue-3's ideal share"
+    o = run(shared_case(policy, q1_pods=8, q2_pods=8, opted_out=frozenset({"app-2"})))
+    assert o.violations == 0, o.result.report["violations"]
+    assert Q2 not in o.victim_queues, sorted(o.victims)
+    assert o.running[Q2] == 8 and o.running[Q3] >= 3
+
+
+@pytest.mark.parametrize("policy", ["sniper", "proportional"])
+def test_an_opted_out_app_gives_when_no_other_queue_holds_anything_above_its_guarantee(policy: str) -> None:
+    o = run(shared_case(policy, q1_pods=0, q2_pods=16, opted_out=frozenset({"app-2"})))
+    assert o.violations == 0, o.result.report["violations"]
+    assert set(o.victim_queues) == {Q2}
+    assert o.running[Q3] >= 3
