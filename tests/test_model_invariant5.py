@@ -132,7 +132,8 @@ def test_a_victim_over_its_ideal_nowhere_passes_only_to_spare_an_opted_out_app_f
     m.on_event(f.AppAdded(app="db", queue="root.c", allow_preemption=not db_opted_out))
     m.on_event(f.AskAdded(app="db", ask="d", resource={"memory": 20, "vcore": 5}))
     db = {"memory": 20, "vcore": 5}
-    m.on_decision(d.Allocated(allocation="db-0", app="db", ask="d", queue="root.c", node="n2", resource=db, seq=next(_seq)))
+    placed = d.Allocated(allocation="db-0", app="db", ask="d", queue="root.c", node="n2", resource=db, seq=next(_seq))
+    m.on_decision(placed)
     if a_holds:
         run(m, "a0", "root.a", "held", a_holds, {"memory": 20, "vcore": 5})
     m.on_event(f.AppAdded(app="a1", queue="root.a"))
