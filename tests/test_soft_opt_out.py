@@ -12,8 +12,8 @@ from collections.abc import Sequence
 import pytest
 
 from sniper.messages import feed as f
-from tests.core_support import consistency_problems
-from tests.preemption_support import PreemptHarness, two_queues
+from tests.core_support import consistency_problems, queue
+from tests.preemption_support import PreemptHarness, preemption_raw, two_queues
 from tests.yunikorn.harness import Ask, Case, Outcome, Running, YkResource, q, run
 
 Q1, Q2, Q3 = "root.rt.queue-1", "root.rt.queue-2", "root.rt.queue-3"
@@ -154,3 +154,31 @@ def test_an_opted_out_app_gives_when_no_other_queue_holds_anything_above_its_gua
     assert o.violations == 0, o.result.report["violations"]
     assert set(o.victim_queues) == {Q2}
     assert o.running[Q3] >= 3
+
+
+def intra_case(with_tasks: bool) -> PreemptHarness:
+    """One queue: a low-priority app that opted out fills n1 and, ``with_tasks``, another low-priority app
+    fills n2 (else there is no n2); a high-priority app asks for room."""
+    raw = preemption_raw(queue("a", guaranteed={"memory": 200}), intra_queue=True)
+    h = PreemptHarness(raw, policy="intra_queue")
+    h.nodes("n1", *(["n2"] if with_tasks else []))
+    h.feed(f.AppAdded(app="db", queue="root.a", allow_preemption=False))
+    h.fill("db", "root.a", "n1", [25, 25, 25, 25], start=10)
+    if with_tasks:
+        h.feed(f.AppAdded(app="etl", queue="root.a"))
+        h.fill("etl", "root.a", "n2", [25, 25, 25, 25])
+    h.feed(f.AppAdded(app="high", queue="root.a"))
+    h.feed(f.AskAdded(app="high", ask="w", resource={"memory": 50}, priority=10))
+    h.starve(2)
+    return h
+
+
+@pytest.mark.parametrize("with_tasks", [True, False])
+def test_intra_queue_preemption_takes_an_opted_out_app_only_when_no_other_app_can_give(with_tasks: bool) -> None:
+    h = intra_case(with_tasks)
+    h.preempt_round(5.0)
+    if with_tasks:
+        assert len(victims_of(h, "etl")) == 2 and not victims_of(h, "db")
+    else:
+        assert victims_of(h, "db")
+    assert not h.model.violations and not consistency_problems(h.cache.state)
