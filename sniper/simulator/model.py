@@ -420,9 +420,10 @@ class ClusterModel:
     def _check_preemption(self, dec: d.Preempt, victim: ModelAllocation) -> None:
         """Invariant 5 as far as an outside observer can check it: queue relations from the config;
         inside one queue (5b) a lower-priority victim for a higher-priority ask; across queues (5a) the
-        victim's queue over its ideal on some resource when chosen (YARN's positive excess) and, without
-        it, at or above its guarantee by dominant share against the cluster (the DRF comparison), counting
-        the room reservations already hold for it (committed to that queue)."""
+        victim's queue over its ideal on some resource when chosen (YARN's positive excess), or the task
+        spares an opted-out app (:meth:`_spares_opted_out`), and, without it, at or above its guarantee by
+        dominant share against the cluster (the DRF comparison), counting the room reservations already hold
+        for it (committed to that queue)."""
         t = dec.t
         if victim.opportunistic:
             return  # outside every queue: any guaranteed ask may have it killed (YARN's NodeManager)

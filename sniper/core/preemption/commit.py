@@ -5,7 +5,8 @@ node and a reservation together (YuniKorn's lesson YUNIKORN-2270/1988): victims 
 grace deadline, the room on that node is held for the beneficiary until they are gone (or the reservation
 times out), and the beneficiary is allocated there the moment it fits. The checks repeat invariant 5 on the
 cache's own figures: the victim's queue is above its ideal plus the deadzone and loses at most its quota plus
-one whole container, never going below its guarantee; the beneficiary's queue is below its ideal and within
+one whole container, never going below its guarantee (beyond its quota, down to its guarantee, only to spare an
+app that opted out: :mod:`sniper.core.preemption.soft_opt_out`); the beneficiary's queue is below its ideal and within
 every ``max`` once the victims of its subtree are gone; no priority inversion, no fence crossed, no disabled
 queue, no container placed for a required node; the victim set is minimal (for the room and for those
 ``max``). An ask that requires a node is judged by the required-node rule instead of the queue relations and

@@ -17,8 +17,10 @@ it found it. Opportunistic containers come before every guaranteed victim on a n
 budget and ``max`` (they count in no queue), and are killed at once by the commit
 (:mod:`sniper.core.opportunistic`).
 Apps' own limits (:mod:`sniper.core.preemption.rules`): a container of an app that opted out of preemption
-ranks with application masters, last; no set takes an app past its disruption budget, counting the
-victims taken this round; an ask with ``preemption_policy: never`` is never a candidate.
+ranks with application masters, last, and is spared while other queues' tasks could give the room down to
+their guarantees, by every placement rule (:mod:`sniper.core.preemption.soft_opt_out`); no set takes an app
+past its disruption budget, counting the victims taken this round; an ask with ``preemption_policy: never``
+is never a candidate.
 """
 
 from __future__ import annotations

@@ -15,8 +15,10 @@ tracking. It reproduces YARN's ``ProportionalCapacityPreemptionPolicy.editSchedu
    remembered; a container is taken while something remains to obtain (the last may overshoot) and only if
    it fits in what is left of the round's allowance. Then the remembered AMs, in order, while something
    remains and the queue's skipped AM total exceeds ``trunc(guaranteed * max_am_resource_percent)``.
-   Sniper's app limits, as YARN skips AMs: containers of an app that opted out of preemption are skipped
-   and taken, while something remains, after every other container of the leaf (before the AMs); an app
+   Sniper's app limits, as YARN skips AMs: containers of an app that opted out of preemption are skipped;
+   what only they could give is taken from other leaves' tasks, each leaf kept at or above its guarantee,
+   as far as leaves below their guarantee ask for it; they are taken, while something remains, after
+   every other container of the leaf (before the AMs) only when no other leaf could give; an app
    never has more than its disruption budget (``max_disruption``) killable at once, its own containers
    under notice counted, the rest of its containers passed over (``budget_refused``).
 4. Preempt-to-balance (optional): a second selection on an ideal assignment computed without the leaf cap,
