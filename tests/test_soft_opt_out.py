@@ -11,9 +11,11 @@ from collections.abc import Sequence
 
 import pytest
 
+from sniper.messages import decisions as d
 from sniper.messages import feed as f
+from sniper.messages import protocol as p
 from tests.core_support import consistency_problems, queue
-from tests.preemption_support import PreemptHarness, preemption_raw, two_queues
+from tests.preemption_support import PreemptHarness, preemption_raw, proposal, two_queues
 from tests.yunikorn.harness import Ask, Case, Outcome, Running, YkResource, q, run
 
 Q1, Q2, Q3 = "root.rt.queue-1", "root.rt.queue-2", "root.rt.queue-3"
@@ -181,4 +183,41 @@ def test_intra_queue_preemption_takes_an_opted_out_app_only_when_no_other_app_ca
         assert len(victims_of(h, "etl")) == 2 and not victims_of(h, "db")
     else:
         assert victims_of(h, "db")
+    assert not h.model.violations and not consistency_problems(h.cache.state)
+
+
+# ---------------------------------------------------------------------- the cache's commit check
+
+
+def beyond_b_quota(db_opted_out: bool) -> tuple[PreemptHarness, p.PreemptionProposal]:
+    """a (guarantee 50), b (guarantee 50) holding n1 in four 25s, c (guarantee 100) holding n2 with its db
+    (opted out or not) and n3 with other work; a asks for two 50s. b may lose one 25 by its quota: a
+    set of two of b's goes beyond it and leaves b above its guarantee."""
+    h = PreemptHarness(
+        preemption_raw(
+            queue("a", guaranteed={"memory": 50}),
+            queue("b", guaranteed={"memory": 50}),
+            queue("c", guaranteed={"memory": 100}),
+        )
+    )
+    h.nodes("n1", "n2", "n3")
+    b = h.fill("b1", "root.b", "n1", [25, 25, 25, 25])
+    h.feed(f.AppAdded(app="db", queue="root.c", allow_preemption=not db_opted_out))
+    h.fill("db", "root.c", "n2", [25, 25, 25, 25])
+    h.fill("c1", "root.c", "n3", [100])
+    h.app("a1", "root.a")
+    h.ask("a1", "w", 50, count=2)
+    return h, proposal("a1", "w", "n1", b[:2])
+
+
+@pytest.mark.parametrize("db_opted_out", [True, False])
+def test_the_cache_takes_victims_beyond_a_quota_only_to_spare_an_opted_out_app(db_opted_out: bool) -> None:
+    h, out = beyond_b_quota(db_opted_out)
+    outcome, decisions = h.commit(out)
+    assert outcome.accepted == (1 if db_opted_out else 0), outcome.rejected
+    if db_opted_out:
+        reasons = {x.reason for x in decisions if isinstance(x, d.Preempt)}
+        assert any("sparing an app that opted out" in r for r in reasons), reasons
+    else:
+        assert "below its guarantee or ideal" in next(iter(outcome.rejected.values()))
     assert not h.model.violations and not consistency_problems(h.cache.state)
