@@ -32,10 +32,24 @@ def times(pod: YkResource, n: int) -> YkResource:
     return {k: v * n for k, v in pod.items()}
 
 
-def guide_case(pod: YkResource, policy: str = "sniper", opted_out: frozenset[str] = frozenset({"app-2"})) -> Case:
+def guide_case(
+    pod: YkResource,
+    policy: str = "sniper",
+    opted_out: frozenset[str] = frozenset({"app-2"}),
+    q1_offset: str = "0",
+) -> Case:
     """YuniKorn's user guide, PriorityClass section: ``rt`` (max 16 pods) holds queue-1 and queue-2 with
-    8 pods each (queue-2's opted out); queue-3 (guarantee 3) asks for 8. Every queue: max 8, guarantee 3."""
-    leaves = (q(name, maximum=times(pod, 8), guaranteed=times(pod, 3)) for name in ("queue-1", "queue-2", "queue-3"))
+    8 pods each (queue-2's opted out); queue-3 (guarantee 3) asks for 8. Every queue: max 8, guarantee 3;
+    queue-1's ``priority.offset`` is ``q1_offset``."""
+    leaves = (
+        q(
+            name,
+            maximum=times(pod, 8),
+            guaranteed=times(pod, 3),
+            priority_offset=q1_offset if name == "queue-1" else "0",
+        )
+        for name in ("queue-1", "queue-2", "queue-3")
+    )
     root = q("root", q("rt", *leaves, maximum=times(pod, 16)))
     running = tuple(Running(f"{app}-{i}", app, pod, "node-1") for app in ("app-1", "app-2") for i in range(8))
     return Case(
@@ -62,6 +76,14 @@ def test_an_opted_out_queue_keeps_its_pods_while_its_sibling_can_give_down_to_it
     shape: str, policy: str
 ) -> None:
     assert_guide_outcome(run(guide_case(SHAPES[shape], policy)))
+
+
+@pytest.mark.parametrize("shape", sorted(SHAPES))
+def test_an_opted_out_queue_gives_when_its_sibling_outranks_the_beneficiary(shape: str) -> None:
+    o = run(guide_case(SHAPES[shape], q1_offset="10"))
+    assert o.violations == 0, o.result.report["violations"]
+    assert Q1 not in o.victim_queues and o.victim_queues[Q2] > 0, sorted(o.victims)
+    assert o.running[Q1] == 8 and o.running[Q3] >= 3
 
 
 # ---------------------------------------------------------------------- every placement rule judges "could serve"
