@@ -238,8 +238,8 @@ def test_the_cache_takes_victims_beyond_a_quota_only_to_spare_an_opted_out_app(d
     outcome, decisions = h.commit(out)
     assert outcome.accepted == (1 if db_opted_out else 0), outcome.rejected
     if db_opted_out:
-        reasons = {x.reason for x in decisions if isinstance(x, d.Preempt)}
-        assert any("sparing an app that opted out" in r for r in reasons), reasons
+        spared = [x for x in decisions if isinstance(x, d.Preempt) and "sparing an app that opted out" in x.reason]
+        assert len(spared) == 1 and spared[0].over_ideal == {}, spared
     else:
         assert "below its guarantee or ideal" in next(iter(outcome.rejected.values()))
     assert not h.model.violations and not consistency_problems(h.cache.state)

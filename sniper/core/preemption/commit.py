@@ -366,9 +366,9 @@ def _commit_one(
             if quotas is not None and v.queue.path in lose_left:
                 spend(lose_left[v.queue.path], quotas.may_lose.get(v.queue.path, {}), v.resource)
         elif quotas is not None:
-            over_ideal = res.clamp_min_zero(res.sub(net_usage(v.queue), ideal))
             left = lose_left.get(v.queue.path)
             if left is not None and res.any_positive(left):
+                over_ideal = res.clamp_min_zero(res.sub(net_usage(v.queue), ideal))
                 why = f"{v.queue.path} over its ideal by {human_resource(over_ideal)}"
             else:
                 why = f"{v.queue.path} down to its guarantee at most, sparing an app that opted out of preemption"
