@@ -26,8 +26,10 @@ is never a candidate.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import heapq
 import math
+from collections.abc import Callable
 
 from sniper.core import constraints, node_reservation
 from sniper.core import resources as res
@@ -373,74 +375,83 @@ class VictimPlacer:
 
     def _tasks_could_make_room(self, state: PartitionState, ask: Ask) -> bool:
         """Whether some node holds a victim set without victims of last resort that every placement rule
-        allows, the quota aside: the ask accepts the node and no reservation blocks it there, the victims
-        (those the queue relations allow) cover its room and every ``max`` deficit within their apps'
-        budgets, and the ask's constraints hold once they are gone."""
+        allows (:meth:`_task_set`), the quota aside, among the victims the queue relations allow."""
         names = [ask.required_node] if ask.required_node is not None else list(self.held)
-        refused = set(self.budget_refused)  # a set looked for, not taken: it passes nobody over
-        try:
-            for name in names:
-                node = state.nodes.get(name)
-                if node is None or name not in self.held or not node.schedulable or not ask.accepts(node):
-                    continue
-                if node_reservation.blocks(state, ask, name):
-                    continue
-                shortfall = self._shortfall(node, ask)
-                needs: list[tuple[Queue | None, dict[str, int]]] = [(None, shortfall)] if shortfall else []
-                needs.extend(self.deficits)
-                tasks = [e for e in self._victims_on(name) if not e[0] and self._allowed(e[3], ask)]
-                chosen = self._pick(node, ask, needs, within_quota=False, candidates=tasks) if needs else []
-                if chosen is None:
-                    continue
-                if not ask.constraints or constraints.allows(state, ask, node, [e[3] for e in chosen]):
-                    return True
-            return False
-        finally:
-            self.budget_refused = refused
+        for name in names:
+            node = state.nodes.get(name)
+            if node is None or name not in self.held:
+                continue
+            if self._task_set(state, node, ask, functools.partial(self._allowed_tasks, node, ask)) is not None:
+                return True
+        return False
+
+    def _allowed_tasks(self, node: Node, ask: Ask) -> list[tuple[bool, float, str, Allocation]]:
+        """The node's candidate victims of no last resort that the queue relations allow for ``ask``."""
+        return [e for e in self._victims_on(node.name) if not e[0] and self._allowed(e[3], ask)]
 
     def _sparing_set(self, state: PartitionState, ask: Ask) -> VictimSet | None:
         """The cheapest victim set (ties by node name) without victims of last resort that every placement
-        rule allows, taking each victim's queue at most down to its guarantee whatever its quota
-        (:func:`sniper.core.preemption.soft_opt_out.may_spare`), or ``None``."""
-        guarded = self.guarded
+        rule allows (:meth:`_task_set`), among every container the queue relations allow whatever its
+        queue's quota, each queue kept at or above its guarantee
+        (:func:`sniper.core.preemption.soft_opt_out.keep_guarantees`), or ``None``."""
         best: VictimSet | None = None
         names = [ask.required_node] if ask.required_node is not None else sorted(state.nodes)
-        refused = set(self.budget_refused)  # a set looked for, not yet taken: it passes nobody over
         for name in names:
             node = state.nodes.get(name)
-            if node is None or not node.schedulable or not ask.accepts(node):
+            if node is None:
                 continue
-            if node_reservation.blocks(state, ask, name):
-                continue
-            shortfall = self._shortfall(node, ask)
-            needs: list[tuple[Queue | None, dict[str, int]]] = [(None, shortfall)] if shortfall else []
-            needs.extend(self.deficits)
-            if not needs:
-                continue
-            tasks: list[tuple[bool, float, str, Allocation]] = []
-            for aid in node.allocations:
-                alloc = self.state.allocations[aid]
-                if aid in self.taken or standing(alloc) is not None or not self._allowed(alloc, ask):
-                    continue
-                if alloc.opportunistic:
-                    tasks.append((False, -1.0, aid, alloc))  # free, and first to go
-                elif alloc.queue.is_leaf and not last_resort(alloc, guarded.get(alloc.app)):
-                    tasks.append((False, self.cost_of(alloc, self.kill_at), aid, alloc))
-            tasks.sort(key=lambda e: (e[1], e[2]))
-            chosen = self._pick(node, ask, needs, within_quota=False, candidates=tasks)
+            chosen = self._task_set(state, node, ask, functools.partial(self._any_queue_tasks, node, ask))
             if not chosen:
-                continue
+                continue  # none there, or the room is free (the normal allocator's to give)
             victims = [e[3] for e in chosen]
-            if ask.constraints and not constraints.allows(state, ask, node, victims):
-                continue
-            guaranteed = [v for v in victims if not v.opportunistic]
-            if not keep_guarantees(state, guaranteed, self.leaving):
+            if not keep_guarantees(state, [v for v in victims if not v.opportunistic], self.leaving):
                 continue
             cost = sum(max(e[1], 0.0) for e in chosen)
             if best is None or cost < best.cost:
                 best = VictimSet(node, victims, cost, False)
-        self.budget_refused = refused
         return best
+
+    def _any_queue_tasks(self, node: Node, ask: Ask) -> list[tuple[bool, float, str, Allocation]]:
+        """Every container on ``node`` the queue relations allow for ``ask``, whatever its queue's quota,
+        except victims of last resort and those leaving: opportunistic ones first (free), then cheapest first."""
+        guarded = self.guarded
+        out: list[tuple[bool, float, str, Allocation]] = []
+        for aid in node.allocations:
+            alloc = self.state.allocations[aid]
+            if aid in self.taken or standing(alloc) is not None or not self._allowed(alloc, ask):
+                continue
+            if alloc.opportunistic:
+                out.append((False, -1.0, aid, alloc))
+            elif alloc.queue.is_leaf and not last_resort(alloc, guarded.get(alloc.app)):
+                out.append((False, self.cost_of(alloc, self.kill_at), aid, alloc))
+        out.sort(key=lambda e: (e[1], e[2]))
+        return out
+
+    def _task_set(
+        self,
+        state: PartitionState,
+        node: Node,
+        ask: Ask,
+        tasks: Callable[[], list[tuple[bool, float, str, Allocation]]],
+    ) -> list[tuple[bool, float, str, Allocation]] | None:
+        """A minimal set of ``tasks`` (candidates in order, built only for a node that may serve) that every
+        placement rule allows on ``node``: the ask accepts the node and no reservation blocks it there, the
+        set covers its room and every ``max`` deficit within the apps' budgets, and the ask's constraints
+        hold once it is gone (empty: the room is free already; ``None``: no such set). A set looked for,
+        not taken, passes nobody over (no budget refusal is counted)."""
+        if not node.schedulable or not ask.accepts(node) or node_reservation.blocks(state, ask, node.name):
+            return None
+        shortfall = self._shortfall(node, ask)
+        needs: list[tuple[Queue | None, dict[str, int]]] = [(None, shortfall)] if shortfall else []
+        needs.extend(self.deficits)
+        refused = set(self.budget_refused)
+        chosen = self._pick(node, ask, needs, within_quota=False, candidates=tasks()) if needs else []
+        self.budget_refused = refused
+        if chosen is None:
+            return None
+        if ask.constraints and not constraints.allows(state, ask, node, [e[3] for e in chosen]):
+            return None
+        return chosen
 
     def _shortfall(self, node: Node, ask: Ask) -> dict[str, int]:
         base = self._base_room(node)
