@@ -1,8 +1,9 @@
 """Properties of apps' own limits on preemption (architecture: invariant 11) on random small clusters,
 through the real actors in virtual time: disruption budgets, preemption opt-outs and never-preempting
-asks mixed with gangs, preemption contracts, opportunistic containers, priorities and intra-queue
-preemption, under sniper and the proportional baseline. The independent checker finds no violation,
-and a recount from the decisions alone finds no app over its budget and no never-preempting beneficiary.
+asks mixed with gangs, placement constraints (beside tags the borrowers carry), preemption contracts,
+opportunistic containers, priorities and intra-queue preemption, under sniper and the proportional
+baseline. The independent checker finds no violation, and a recount from the decisions alone finds no
+app over its budget and no never-preempting beneficiary.
 """
 
 from __future__ import annotations
@@ -25,6 +26,16 @@ NODE = {"memory": 64 * GiB, "vcore": 16_000}
 UNTIL = 150.0
 
 Trace = tuple[SchedulerConfig, list[f.Feed], dict[str, int], set[tuple[str, str]]]
+C = f.PlacementConstraint
+# What a job's ask may require of its node, beside the apps that opted out: nothing, to avoid the
+# borrowers' tagged containers (which may be the only victims elsewhere), or one replica per node.
+CONSTRAINTS: list[tuple[C, ...]] = [
+    (),
+    (),
+    (C(op="not_in", tags=["noisy"]),),
+    (C(op="not_in", tags=["db"]),),
+    (C(op="cardinality", tags=["job"], max=1, namespace="self"),),
+]
 
 
 @st.composite
@@ -75,6 +86,7 @@ def traces(draw: st.DrawFn) -> Trace:
                 priority=draw(st.sampled_from([0, 0, 3])),
                 duration=float(draw(st.integers(60, 300))),
                 execution_type="opportunistic" if draw(st.integers(0, 5)) == 0 else "guaranteed",
+                tags=draw(st.sampled_from([(), ("noisy",), ("db",)])),
             )
         )
     # then jobs arrive in both queues: gangs, priorities, asks that never preempt
@@ -97,6 +109,8 @@ def traces(draw: st.DrawFn) -> Trace:
                 duration=float(draw(st.integers(20, 150))),
                 gang_min=draw(st.sampled_from([0, 0, min(count, 2), min(count, 3)])),
                 preemption_policy=policy,
+                tags=("job",),
+                constraints=draw(st.sampled_from(CONSTRAINTS)),
             )
         )
     if draw(st.booleans()):

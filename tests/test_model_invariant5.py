@@ -116,3 +116,27 @@ def test_the_fence_stops_asks_inside_it_from_preempting_outside(
     m.on_event(f.AskAdded(app="w", ask="k", resource={"memory": 40}))
     reasons = preempt(m, victims[0], "w", "k", for_queue)
     assert any("outside the fence" in r for r in reasons) is crosses, reasons
+
+
+@pytest.mark.parametrize(
+    ("db_opted_out", "a_holds", "flagged"),
+    [(True, 0, False), (False, 0, True), (True, 1, True)],
+)
+def test_a_victim_over_its_ideal_nowhere_passes_only_to_spare_an_opted_out_app_for_a_queue_below_its_guarantee(
+    db_opted_out: bool, a_holds: int, flagged: bool
+) -> None:
+    """b is over its ideal nowhere; c's db opted out (or not). Taking b's task for a, below its guarantee,
+    spares db (5a's soft opt-out clause); for a at its guarantee, or with no opted-out app, it is flagged."""
+    m = model(queue("a", guaranteed={"memory": 20, "vcore": 20}), queue("b"), queue("c"))
+    victims = run(m, "b1", "root.b", "t", 4, {"memory": 40, "vcore": 10})
+    m.on_event(f.AppAdded(app="db", queue="root.c", allow_preemption=not db_opted_out))
+    m.on_event(f.AskAdded(app="db", ask="d", resource={"memory": 20, "vcore": 5}))
+    db = {"memory": 20, "vcore": 5}
+    placed = d.Allocated(allocation="db-0", app="db", ask="d", queue="root.c", node="n2", resource=db, seq=next(_seq))
+    m.on_decision(placed)
+    if a_holds:
+        run(m, "a0", "root.a", "held", a_holds, {"memory": 20, "vcore": 5})
+    m.on_event(f.AppAdded(app="a1", queue="root.a"))
+    m.on_event(f.AskAdded(app="a1", ask="x", resource={"memory": 40, "vcore": 10}))
+    reasons = preempt(m, victims[0], "a1", "x", "root.a", victim_queue_ideal={"memory": 160, "vcore": 40})
+    assert any("over its ideal nowhere" in r for r in reasons) is flagged, reasons

@@ -718,15 +718,14 @@ def test_user_guide_priority_queue() -> None:
 
 def test_user_guide_priority_class_allow_preemption_false() -> None:
     # rt (max 16) -> queue-1, queue-2, queue-3 (max 8, guaranteed 3); queue-1 and queue-2 hold 8 pods
-    # each, queue-2's with allow-preemption false; queue-3 asks for 8. YuniKorn: queue-1 8 -> 5, queue-2
-    # keeps 8, queue-3 0 -> 3. Sniper has no per-pod flag; its nearest, a `disabled` queue, is stronger
-    # (never a victim, where YuniKorn's flag only puts the pod last).
+    # each, queue-2's with allow-preemption false (the app's allow_preemption: false); queue-3 asks for
+    # 8. YuniKorn: queue-1 8 -> 5, queue-2 keeps 8, queue-3 0 -> 3.
     root = q(
         "root",
         q(
             "rt",
             q("queue-1", maximum={"first": 8}, guaranteed={"first": 3}),
-            q("queue-2", maximum={"first": 8}, guaranteed={"first": 3}, preemption_policy="disabled"),
+            q("queue-2", maximum={"first": 8}, guaranteed={"first": 3}),
             q("queue-3", maximum={"first": 8}, guaranteed={"first": 3}),
             maximum={"first": 16},
         ),
@@ -737,6 +736,7 @@ def test_user_guide_priority_class_allow_preemption_false() -> None:
         apps={"app-1": "root.rt.queue-1", "app-2": "root.rt.queue-2", "app-3": "root.rt.queue-3"},
         running=(*pods("app-1", 8), *pods("app-2", 8)),
         asks=(Ask("app-3-pods", "app-3", {"first": 1}, count=8),),
+        opted_out=frozenset({"app-2"}),
     )
     o = run(case)
     assert_outcome(o, victims={"root.rt.queue-1": 3}, placed={"app-3-pods": 3})

@@ -111,6 +111,7 @@ class ClusterModel:
         self.seen_events: set[str] = set()
         self.contract_apps: set[str] = set()  # apps whose application master honours preemption requests
         self.budgets: dict[str, int] = {}  # app -> max_disruption
+        self.opted_out: set[str] = set()  # apps with allow_preemption false
         self.app_notices: dict[str, int] = defaultdict(int)  # app -> guaranteed containers under notice
         self.never_asks: set[tuple[str, str]] = set()  # asks with preemption_policy never
         self.requests: dict[str, tuple[str, float]] = {}  # open preemption request -> (app, deadline)
@@ -182,12 +183,15 @@ class ClusterModel:
                     self.contract_apps.add(a)
                 if event.max_disruption is not None and a not in self.apps:
                     self.budgets[a] = event.max_disruption
+                if not event.allow_preemption and a not in self.apps:
+                    self.opted_out.add(a)
                 self.apps.setdefault(a, q)
                 self.app_user.setdefault(a, u)
                 self.app_groups.setdefault(a, tuple(g))
             case f.AppRemoved(app=a):
                 self.apps.pop(a, None)
                 self.budgets.pop(a, None)
+                self.opted_out.discard(a)
                 self.withdrawn.update(k for k in self.asks if k[0] == a)
                 for k in [k for k in self.open if k[0] == a]:
                     del self.open[k]
@@ -429,10 +433,11 @@ class ClusterModel:
     def _check_preemption(self, dec: d.Preempt, victim: ModelAllocation) -> None:
         """Invariant 5 as far as an outside observer can check it: queue relations from the config;
         inside one queue (5b) a lower-priority victim for a higher-priority ask; across queues (5a) the
-        victim's queue over its ideal on some resource when chosen (YARN's positive excess) and, without
-        it, at or above its guarantee by dominant share against the cluster (the DRF comparison), counting
-        the room reservations already hold for it (committed to that queue). No victim has run less than
-        its queue's ``preemption.min.runtime`` (the required-node rule aside)."""
+        victim's queue over its ideal on some resource when chosen (YARN's positive excess), or the task
+        spares an opted-out app (:meth:`_spares_opted_out`), and, without it, at or above its guarantee by
+        dominant share against the cluster (the DRF comparison), counting the room reservations already hold
+        for it (committed to that queue). No victim has run less than its queue's ``preemption.min.runtime``
+        (the required-node rule aside)."""
         t = dec.t
         if victim.opportunistic:
             return  # outside every queue: any guaranteed ask may have it killed (YARN's NodeManager)
@@ -501,8 +506,33 @@ class ClusterModel:
                 and other.preempted_at is not None
             ):
                 res.add_into(chosen, other.resource)
-        if ideal and not any(chosen.get(k, 0) > ideal.get(k, 0) for k, c in capacity.items() if c > 0):
+        over = any(chosen.get(k, 0) > ideal.get(k, 0) for k, c in capacity.items() if c > 0)
+        if ideal and not over and not self._spares_opted_out(victim, dec, capacity):
             self._violate(t, 5, f"victim {victim.id} chosen while {victim.queue} was over its ideal nowhere")
+
+    def _spares_opted_out(self, victim: ModelAllocation, dec: d.Preempt, capacity: Resource) -> bool:
+        """5a's soft opt-out clause: a task (no application master, no container of an app that opted out)
+        may be taken from a queue over its ideal nowhere, down to its guarantee, while the beneficiary's
+        queue is below its guarantee (before the room this notice is for) and an app that opted out,
+        outside it, runs a container not under notice (the one spared)."""
+        beneficiary = dec.for_queue
+        if victim.am or victim.app in self.opted_out:
+            return False
+        cfg = self.queue_cfg.get(beneficiary)
+        if cfg is None or cfg.guaranteed is None:
+            return False
+        held = res.total(
+            r.resource for rid, r in self.reservations.items() if r.queue == beneficiary and rid != dec.reservation
+        )
+        for a in self.allocations.values():
+            if a.queue == beneficiary and not a.opportunistic and a.preempted_at is None:
+                res.add_into(held, a.resource)
+        if _dominant_level(held, capacity) >= _dominant_level(cfg.guaranteed, capacity):
+            return False
+        return any(
+            a.app in self.opted_out and a.queue != beneficiary and not a.opportunistic and a.preempted_at is None
+            for a in self.allocations.values()
+        )
 
     def _required_node_preemption(self, dec: d.Preempt) -> bool:
         """Whether the partition lets the notice's beneficiary preempt on its node by the required-node rule

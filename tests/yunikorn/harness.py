@@ -114,6 +114,8 @@ class Case:
     app_priority: dict[str, int] = dataclasses.field(default_factory=dict)
     retry: bool = False  # are preempted containers asked for again (a ReplicaSet)?
     intra_queue: bool = False  # Sniper's switch for preemption inside one leaf queue (YuniKorn's is always on)
+    opted_out: frozenset[str] = frozenset()  # apps whose pods carry YuniKorn's ``allow-preemption: false``
+    policy: str = "sniper"  # Sniper's preemption policy (``proportional``: YARN's baseline)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -138,7 +140,7 @@ PREEMPTION: dict[str, Any] = {
 
 def feed(case: Case) -> list[f.Feed]:
     """The staged feed of ``case`` (module docstring)."""
-    preemption = {**PREEMPTION, "intra_queue": True} if case.intra_queue else PREEMPTION
+    preemption = {**PREEMPTION, "policy": case.policy, **({"intra_queue": True} if case.intra_queue else {})}
     config = {"name": PARTITION, "preemption": preemption, "queues": [case.root]}
     events: list[f.Feed] = [f.PartitionConfigEvent(t=0, partition=PARTITION, config=config)]
     names = list(case.nodes)
@@ -149,7 +151,16 @@ def feed(case: Case) -> list[f.Feed]:
             )
         )
     for app, path in case.apps.items():
-        events.append(f.AppAdded(t=0, partition=PARTITION, app=app, queue=path, priority=case.app_priority.get(app, 0)))
+        events.append(
+            f.AppAdded(
+                t=0,
+                partition=PARTITION,
+                app=app,
+                queue=path,
+                priority=case.app_priority.get(app, 0),
+                allow_preemption=app not in case.opted_out,
+            )
+        )
     t = 0.0
     for name in names:
         mine = [r for r in case.running if r.node == name]

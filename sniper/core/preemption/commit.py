@@ -5,7 +5,8 @@ node and a reservation together (YuniKorn's lesson YUNIKORN-2270/1988): victims 
 grace deadline, the room on that node is held for the beneficiary until they are gone (or the reservation
 times out), and the beneficiary is allocated there the moment it fits. The checks repeat invariant 5 on the
 cache's own figures: the victim's queue is above its ideal plus the deadzone and loses at most its quota plus
-one whole container, never going below its guarantee; the beneficiary's queue is below its ideal and within
+one whole container, never going below its guarantee (beyond its quota, down to its guarantee, only to spare an
+app that opted out: :mod:`sniper.core.preemption.soft_opt_out`); the beneficiary's queue is below its ideal and within
 every ``max`` once the victims of its subtree are gone; no priority inversion, no fence crossed, no disabled
 queue, no container placed for a required node; the victim set is minimal (for the room and for those
 ``max``). An ask that requires a node is judged by the required-node rule instead of the queue relations and
@@ -36,6 +37,7 @@ from sniper.core.preemption.contract import Requests
 from sniper.core.preemption.eligibility import explain, quota_allows, refusal, spend
 from sniper.core.preemption.quotas import Quotas, compute_quotas, net_usage, within_share
 from sniper.core.preemption.rules import budget_refusal, may_preempt, over_budget
+from sniper.core.preemption.soft_opt_out import may_spare
 from sniper.core.preemption_reservation import evict, preempt
 from sniper.core.resources import Resource
 from sniper.core.state import Allocation, Ask, Node, PartitionState, Queue
@@ -285,8 +287,9 @@ def _check(
         if not v.opportunistic:
             taking_from.append(v)
     if not required and not intra:
-        path = quota_allows(guaranteed, lose_left, state.capacity, None if taken is None else taken.queues)
-        if path is not None:
+        gone = None if taken is None else taken.queues
+        path = quota_allows(guaranteed, lose_left, state.capacity, gone)
+        if path is not None and not may_spare(state, app.queue, guaranteed, gone):
             return f"victims would take {path} below its guarantee or ideal, or it is within the deadzone"
     also = None if taken is None else taken.nodes.get(node.name)
     if held is not None and held.on(node):
@@ -363,9 +366,14 @@ def _commit_one(
             if quotas is not None and v.queue.path in lose_left:
                 spend(lose_left[v.queue.path], quotas.may_lose.get(v.queue.path, {}), v.resource)
         elif quotas is not None:
-            over_ideal = res.clamp_min_zero(res.sub(net_usage(v.queue), ideal))
-            why = f"{v.queue.path} over its ideal by {human_resource(over_ideal)}"
-            spend(lose_left[v.queue.path], quotas.may_lose.get(v.queue.path, {}), v.resource)
+            left = lose_left.get(v.queue.path)
+            if left is not None and res.any_positive(left):
+                over_ideal = res.clamp_min_zero(res.sub(net_usage(v.queue), ideal))
+                why = f"{v.queue.path} over its ideal by {human_resource(over_ideal)}"
+            else:
+                why = f"{v.queue.path} down to its guarantee at most, sparing an app that opted out of preemption"
+            if left is not None:
+                spend(left, quotas.may_lose.get(v.queue.path, {}), v.resource)
         elif v.priority < ask.priority:
             why = f"{v.queue.path}: priority {v.priority} below the ask's {ask.priority}"
         else:

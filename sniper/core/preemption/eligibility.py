@@ -180,11 +180,17 @@ def may_take(
     rest = res.sub(left, before)
     if any(v < 0 for v in rest.values()) or not all(rest.get(k, 0) > 0 for k in victim):
         return False  # overdrawn already (one whole container beyond the quota at most), or at its floor
+    # The overshoot is beyond what the quota granted: it must keep the guarantee.
+    return keeps_guarantee(queue, after, capacity, gone)
+
+
+def keeps_guarantee(queue: Queue, losing: Resource, capacity: Resource, gone: Resource | None = None) -> bool:
+    """Whether ``queue``, losing ``losing`` (and ``gone``, lost already but not yet off its usage), stays at or
+    above its guarantee: in the DRF comparison and, conservatively, on every resource the guarantee names
+    (what the queue held of it, if less)."""
     usage = net_usage(queue) if gone is None else res.sub(net_usage(queue), gone)
-    remaining = res.sub(usage, after)
+    remaining = res.sub(usage, losing)
     guaranteed = queue.guaranteed
-    # The overshoot is beyond what the quota granted: it keeps the guarantee in the DRF comparison and,
-    # conservatively, on every resource the guarantee names (what the queue held of it, if less).
     if any(remaining.get(k, 0) < min(g, usage.get(k, 0)) for k, g in guaranteed.items()):
         return False
     # In the DRF comparison as the quotas read it (:func:`guarantee_floor`): at its guarantee's dominant level

@@ -17,15 +17,19 @@ it found it. Opportunistic containers come before every guaranteed victim on a n
 budget and ``max`` (they count in no queue), and are killed at once by the commit
 (:mod:`sniper.core.opportunistic`).
 Apps' own limits (:mod:`sniper.core.preemption.rules`): a container of an app that opted out of preemption
-ranks with application masters, last; no set takes an app past its disruption budget, counting the
-victims taken this round; an ask with ``preemption_policy: never`` is never a candidate.
+ranks with application masters, last, and is spared while other queues' tasks could give the room down to
+their guarantees, by every placement rule (:mod:`sniper.core.preemption.soft_opt_out`); no set takes an app
+past its disruption budget, counting the victims taken this round; an ask with ``preemption_policy: never``
+is never a candidate.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import heapq
 import math
+from collections.abc import Callable
 
 from sniper.core import constraints, node_reservation
 from sniper.core import resources as res
@@ -50,6 +54,7 @@ from sniper.core.preemption.rules import (
     may_preempt,
     required_node_leaves,
 )
+from sniper.core.preemption.soft_opt_out import below_guarantee, keep_guarantees
 from sniper.core.resources import Resource
 from sniper.core.state import Allocation, App, Ask, AskKey, Node, PartitionState, Queue, ask_label
 from sniper.messages import protocol as p
@@ -265,10 +270,20 @@ class VictimPlacer:
             best = self._search(state, ask)
         if best is None:
             return None
-        if best.has_am and not self.intra and not pinned and self._tasks_could_make_room(state, ask):
-            # AM containers are the last resort: tasks could make this room, only the quota stops
-            # them now. Wait for completions or later rounds rather than kill an application.
-            return None
+        if best.has_am and not self.intra and not pinned:
+            if any(v.am for v in best.victims):
+                if self._tasks_could_make_room(state, ask):
+                    # AM containers are the last resort: tasks could make this room, only the quota stops
+                    # them now. Wait for completions or later rounds rather than kill an application.
+                    return None
+            else:
+                spare = self._sparing_set(state, ask)
+                if spare is not None:
+                    # An app that opted out is spared while other queues can give down to their
+                    # guarantees: they give now to a beneficiary below its guarantee, else it waits.
+                    if not below_guarantee(ask.app.queue, state.capacity):
+                        return None
+                    best = spare
         self._take(best, ask)
         return best.node
 
@@ -376,20 +391,84 @@ class VictimPlacer:
         return self.entries
 
     def _tasks_could_make_room(self, state: PartitionState, ask: Ask) -> bool:
-        """Whether some node's non-AM victims the rules allow, quota aside, cover the ask's shortfall."""
+        """Whether some node holds a victim set without victims of last resort that every placement rule
+        allows (:meth:`_task_set`), the quota aside, among the victims the queue relations allow."""
         names = [ask.required_node] if ask.required_node is not None else list(self.held)
         for name in names:
             node = state.nodes.get(name)
-            if node is None or name not in self.held or not ask.accepts(node):
+            if node is None or name not in self.held:
                 continue
-            shortfall = self._shortfall(node, ask)
-            got: Resource = {}
-            for am, _, _, alloc in self._victims_on(name):
-                if not am and self._allowed(alloc, ask):
-                    res.add_into(got, alloc.resource)
-            if res.fits(shortfall, got):
+            if self._task_set(state, node, ask, functools.partial(self._allowed_tasks, node, ask)) is not None:
                 return True
         return False
+
+    def _allowed_tasks(self, node: Node, ask: Ask) -> list[tuple[bool, float, str, Allocation]]:
+        """The node's candidate victims of no last resort that the queue relations allow for ``ask``."""
+        return [e for e in self._victims_on(node.name) if not e[0] and self._allowed(e[3], ask)]
+
+    def _sparing_set(self, state: PartitionState, ask: Ask) -> VictimSet | None:
+        """The cheapest victim set (ties by node name) without victims of last resort that every placement
+        rule allows (:meth:`_task_set`), among every container the queue relations allow whatever its
+        queue's quota, each queue kept at or above its guarantee
+        (:func:`sniper.core.preemption.soft_opt_out.keep_guarantees`), or ``None``."""
+        best: VictimSet | None = None
+        names = [ask.required_node] if ask.required_node is not None else sorted(state.nodes)
+        for name in names:
+            node = state.nodes.get(name)
+            if node is None:
+                continue
+            chosen = self._task_set(state, node, ask, functools.partial(self._any_queue_tasks, node, ask))
+            if not chosen:
+                continue  # none there, or the room is free (the normal allocator's to give)
+            victims = [e[3] for e in chosen]
+            if not keep_guarantees(state, [v for v in victims if not v.opportunistic], self.leaving):
+                continue
+            cost = sum(max(e[1], 0.0) for e in chosen)
+            if best is None or cost < best.cost:
+                best = VictimSet(node, victims, cost, False)
+        return best
+
+    def _any_queue_tasks(self, node: Node, ask: Ask) -> list[tuple[bool, float, str, Allocation]]:
+        """Every container on ``node`` the queue relations allow for ``ask``, whatever its queue's quota,
+        except victims of last resort and those leaving: opportunistic ones first (free), then cheapest first."""
+        guarded = self.guarded
+        out: list[tuple[bool, float, str, Allocation]] = []
+        for aid in node.allocations:
+            alloc = self.state.allocations[aid]
+            if aid in self.taken or standing(alloc) is not None or not self._allowed(alloc, ask):
+                continue
+            if alloc.opportunistic:
+                out.append((False, -1.0, aid, alloc))
+            elif alloc.queue.is_leaf and not last_resort(alloc, guarded.get(alloc.app)):
+                out.append((False, self.cost_of(alloc, self.kill_at), aid, alloc))
+        out.sort(key=lambda e: (e[1], e[2]))
+        return out
+
+    def _task_set(
+        self,
+        state: PartitionState,
+        node: Node,
+        ask: Ask,
+        tasks: Callable[[], list[tuple[bool, float, str, Allocation]]],
+    ) -> list[tuple[bool, float, str, Allocation]] | None:
+        """A minimal set of ``tasks`` (candidates in order, built only for a node that may serve) that every
+        placement rule allows on ``node``: the ask accepts the node and no reservation blocks it there, the
+        set covers its room and every ``max`` deficit within the apps' budgets, and the ask's constraints
+        hold once it is gone (empty: the room is free already; ``None``: no such set). A set looked for,
+        not taken, passes nobody over (no budget refusal is counted)."""
+        if not node.schedulable or not ask.accepts(node) or node_reservation.blocks(state, ask, node.name):
+            return None
+        shortfall = self._shortfall(node, ask)
+        needs: list[tuple[Queue | None, dict[str, int]]] = [(None, shortfall)] if shortfall else []
+        needs.extend(self.deficits)
+        refused = set(self.budget_refused)
+        chosen = self._pick(node, ask, needs, within_quota=False, candidates=tasks()) if needs else []
+        self.budget_refused = refused
+        if chosen is None:
+            return None
+        if ask.constraints and not constraints.allows(state, ask, node, [e[3] for e in chosen]):
+            return None
+        return chosen
 
     def _shortfall(self, node: Node, ask: Ask) -> dict[str, int]:
         base = self._base_room(node)
@@ -492,8 +571,9 @@ class VictimPlacer:
     ) -> list[tuple[bool, float, str, Allocation]] | None:
         """Cheapest victims first until every need is covered, then trimmed to a minimal set. A need
         scoped to a queue counts only victims inside its subtree (``None``: the node's room).
-        ``candidates``: victims already chosen by a rule of their own (the required-node preemptor), in
-        order, taken as they come (no queue relation, no quota)."""
+        ``candidates``: victims already chosen by a rule of their own (the required-node preemptor, or the
+        tasks that could serve instead of victims of last resort), in order, taken as they come (no queue
+        relation, no quota)."""
         ruled = candidates is not None
         chosen: list[tuple[bool, float, str, Allocation]] = []
         got = [dict.fromkeys(need, 0) for _, need in needs]

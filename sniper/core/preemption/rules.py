@@ -11,7 +11,8 @@ And what apps and asks say of themselves (invariant 11):
 - an app's disruption budget (``max_disruption``, Kubernetes' ``maxUnavailable``): at most that many of
   its guaranteed containers under notice at once (:func:`disruption_room`, :func:`over_budget`);
 - an app that opted out (``allow_preemption: false``, YuniKorn's) gives victims of last resort only, as
-  application masters are (:func:`last_resort`);
+  application masters are (:func:`last_resort`), and is spared while other queues can give down to their
+  guarantees (:mod:`sniper.core.preemption.soft_opt_out`);
 - an ask with ``preemption_policy: never`` (Kubernetes') is never a beneficiary (:func:`may_preempt`).
 Opportunistic containers stand outside all three: always killable, never counted.
 Pure functions of the queue tree, the state and the apps' figures.

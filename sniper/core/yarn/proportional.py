@@ -15,8 +15,10 @@ tracking. It reproduces YARN's ``ProportionalCapacityPreemptionPolicy.editSchedu
    remembered; a container is taken while something remains to obtain (the last may overshoot) and only if
    it fits in what is left of the round's allowance. Then the remembered AMs, in order, while something
    remains and the queue's skipped AM total exceeds ``trunc(guaranteed * max_am_resource_percent)``.
-   Sniper's app limits, as YARN skips AMs: containers of an app that opted out of preemption are skipped
-   and taken, while something remains, after every other container of the leaf (before the AMs); an app
+   Sniper's app limits, as YARN skips AMs: containers of an app that opted out of preemption are skipped;
+   what only they could give is taken from other leaves' tasks, each leaf kept at or above its guarantee,
+   as far as leaves below their guarantee ask for it; they are taken, while something remains, after
+   every other container of the leaf (before the AMs) only when no other leaf could give; an app
    never has more than its disruption budget (``max_disruption``) killable at once, its own containers
    under notice counted, the rest of its containers passed over (``budget_refused``).
 4. Preempt-to-balance (optional): a second selection on an ideal assignment computed without the leaf cap,
@@ -45,7 +47,8 @@ from sniper.core.preemption.calculator import (
 )
 from sniper.core.preemption.ideal import IdealAssignment, compute_ideal
 from sniper.core.preemption.model import AppSnapshot, ClusterSnapshot, ContainerSnapshot, QueueSnapshot
-from sniper.core.resources import Resource, add, component_max, sub
+from sniper.core.preemption.quotas import guarantee_floor
+from sniper.core.resources import Resource, add, component_max, drf_below, sub
 
 if TYPE_CHECKING:
     from sniper.core.config import PreemptionConfig
@@ -316,8 +319,10 @@ class _Selection:
         self._taken_from: dict[str, Resource] = {}
         self._budget_left: dict[str, int] = {}  # app with a disruption budget -> containers it may still lose
         self.budget_refused: set[str] = set()
+        self.snapshot: ClusterSnapshot | None = None  # the one :meth:`run` selects from
 
     def run(self, snapshot: ClusterSnapshot, to_obtain: Mapping[str, Resource], *, balance: bool) -> None:
+        self.snapshot = snapshot
         for leaf in snapshot.leaves():
             if leaf.preemption_disabled:
                 continue
@@ -367,6 +372,8 @@ class _Selection:
                     opted_out.append((app, c))
                     continue
                 self._take(leaf, app, c, state, balance)
+        if opted_out and not state.done and not self._spare(leaf, state, balance):
+            return  # other queues can still give down to their guarantees: the opted-out app waits, and so do AMs
         for app, c in opted_out:
             if state.done:
                 break
@@ -377,6 +384,67 @@ class _Selection:
                 break
             if self._take(leaf, app, c, state, balance):
                 skipped_am_size = sub(skipped_am_size, c.resource)
+
+    def _spare(self, leaf: QueueSnapshot, state: _Target, balance: bool) -> bool:
+        """A soft opt-out: what is left to obtain from ``leaf`` only its opted-out apps could give. For leaves
+        below their guarantee with demand (what victims under notice and this round's do not cover yet),
+        tasks of other leaves are taken instead, each leaf kept at or above its guarantee; ``state`` is
+        charged with what they give. Whether the opted-out containers may then be taken: only when no other
+        leaf could still give a task down to its guarantee."""
+        assert self.snapshot is not None
+        others = [q for q in self.snapshot.leaves() if q is not leaf and not q.preemption_disabled]
+        need: Resource = {}
+        for q in self.snapshot.leaves():
+            if q is not leaf and any(v > 0 for v in q.pending.values()):
+                short = {k: min(q.pending.get(k, 0), g - q.used.get(k, 0)) for k, g in q.guaranteed.items()}
+                need = add(need, {k: v for k, v in short.items() if v > 0})
+        for q in self.snapshot.leaves():
+            for app in q.apps:
+                for c in app.containers:
+                    if c.killable and not c.reserved:
+                        need = sub(need, c.resource)
+        for cand in self.candidates:
+            need = sub(need, cand.container.resource)
+        shift = _Target({k: min(v, need.get(k, 0)) for k, v in state.remaining.items() if need.get(k, 0) > 0})
+        if self.calc.positive(self.cluster, shift.remaining):
+            given = dict(shift.remaining)
+            for q in others:
+                for app, c in self._spare_tasks(q):
+                    if shift.done:
+                        break
+                    self._take(q, app, c, shift, balance)
+            state.remaining = self.calc.rmax(
+                self.cluster, sub(state.remaining, sub(given, component_max(shift.remaining, {}))), {}
+            )
+            if self.calc.le(self.cluster, state.remaining, {}):
+                state.done = True
+        return not any(self._spare_tasks(q) for q in others)
+
+    def _spare_tasks(self, leaf: QueueSnapshot) -> list[tuple[AppSnapshot, ContainerSnapshot]]:
+        """``leaf``'s tasks (no AM, no opted-out app's) not yet leaving that it can lose, in the selection's
+        order, while it stays at or above its guarantee (in the DRF comparison and on every resource its
+        guarantee names, as far as it holds it)."""
+        usage = dict(leaf.used)
+        for app in leaf.apps:
+            for c in app.containers:
+                if c.killable and not c.reserved:
+                    usage = sub(usage, c.resource)
+        for cand in self.candidates:
+            if cand.queue == leaf.path:
+                usage = sub(usage, cand.container.resource)
+        out: list[tuple[AppSnapshot, ContainerSnapshot]] = []
+        for app in app_order(leaf.apps):
+            if not app.allow_preemption:
+                continue
+            for c in preemption_order(app.containers):
+                if c.am or c.reserved or c.killable or c.id in self._selected:
+                    continue
+                after = sub(usage, c.resource)
+                if not _keeps_guarantee(after, usage, leaf.guaranteed, self.cluster):
+                    continue
+                usage = after
+                out.append((app, c))
+        return out
 
     def _take(self, leaf: QueueSnapshot, app: AppSnapshot, c: ContainerSnapshot, state: _Target, balance: bool) -> bool:
         """:meth:`_try` within ``app``'s disruption budget (its containers already killable counted)."""
@@ -410,6 +478,16 @@ class _Selection:
         self._selected[c.id] = cand
         self.candidates.append(cand)
         return True
+
+
+def _keeps_guarantee(after: Resource, before: Resource, guaranteed: Resource, cluster: Resource) -> bool:
+    """Whether a leaf holding ``after`` (``before`` a victim) is at or above its guarantee: by dominant share,
+    and on every resource the guarantee names as far as it held it."""
+    if not guaranteed:
+        return all(v >= 0 for v in after.values())
+    if any(after.get(k, 0) < min(g, before.get(k, 0)) for k, g in guaranteed.items()):
+        return False
+    return not drf_below(after, guarantee_floor(after, guaranteed, cluster), cluster)
 
 
 @dataclasses.dataclass(slots=True)
