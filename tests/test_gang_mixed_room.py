@@ -11,9 +11,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sniper.core import node_reservation
+from sniper.core.config import SchedulerConfig, parse_config
 from sniper.messages import decisions as d
 from sniper.messages import feed as f
 from sniper.messages import protocol as p
+from sniper.simulator.run import SimulationSettings, run_simulation
 from tests.core_support import Harness, config_of, invariant_problems, queue
 from tests.preemption_support import PreemptHarness, preemption_raw, two_queues
 
@@ -234,3 +236,70 @@ def test_random_gangs_over_free_room_and_victims_are_whole_and_preempt_only_for_
     for x in h.preempts():
         ask = h.cache.state.ask((x.for_app, x.for_ask))
         assert ask is not None and ask.allocated + ask.reserved >= ask.gang_min
+
+
+@st.composite
+def mixed_traces(draw: st.DrawFn) -> tuple[SchedulerConfig, list[f.Feed]]:
+    """A small cluster that batch part-fills (free room left on some nodes, none on others), then gangs
+    in prod, some spread one member per node, beside large asks that reserve nodes and a node lost."""
+    n_nodes = draw(st.integers(3, 6))
+    leaves = [queue("prod", guaranteed={"memory": 60 * n_nodes}), queue("batch", guaranteed={"memory": 20 * n_nodes})]
+    raw = preemption_raw(*leaves, policy="sniper", total_preemption_per_round=draw(st.sampled_from([0.2, 1.0])))
+    raw["reservation"] = {"enabled": True, "timeout": 30.0}
+    events: list[f.Feed] = [
+        f.NodeAdded(node=f"n{i}", capacity={"memory": 100}, labels={"slot": f"s{i}"}) for i in range(n_nodes)
+    ]
+    for i in range(n_nodes):
+        used = draw(st.sampled_from([0, 40, 60, 100]))
+        size = draw(st.sampled_from([10, 20]))
+        if used:
+            app = f"b{i}"
+            budget = draw(st.sampled_from([None, None, 1]))
+            events.append(f.AppAdded(app=app, queue="root.batch", max_disruption=budget))
+            events.append(
+                f.AskAdded(
+                    app=app,
+                    ask="t",
+                    resource={"memory": size},
+                    count=used // size,
+                    node_selector={"slot": [f"s{i}"]},
+                    duration=400.0,
+                )
+            )
+    for j in range(draw(st.integers(1, 3))):
+        t = float(draw(st.integers(5, 40)))
+        app = f"g{j}"
+        k = draw(st.integers(2, 5))
+        spread = draw(st.booleans())
+        events.append(f.AppAdded(t=t, app=app, queue="root.prod"))
+        events.append(
+            f.AskAdded(
+                t=t,
+                app=app,
+                ask="g",
+                resource={"memory": draw(st.sampled_from([20, 30, 40, 60]))},
+                count=k + draw(st.integers(0, 2)),
+                gang_min=k,
+                duration=float(draw(st.integers(30, 120))),
+                tags=("g",) if spread else (),
+                constraints=(C(op="not_in", tags=["g"]),) if spread else (),
+            )
+        )
+    if draw(st.booleans()):
+        events.append(f.AppAdded(t=3.0, app="big", queue="root.batch"))
+        events.append(f.AskAdded(t=3.0, app="big", ask="b", resource={"memory": 90}, count=2, duration=60.0))
+    if draw(st.booleans()):
+        events.append(f.NodeRemoved(t=float(draw(st.integers(20, 80))), node=f"n{draw(st.integers(0, n_nodes - 1))}"))
+    events.sort(key=lambda e: e.t)
+    return parse_config({"partitions": [raw]}), events
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(trace=mixed_traces())
+def test_random_mixes_of_gangs_free_room_victims_and_node_reservations_keep_every_invariant(
+    trace: tuple[SchedulerConfig, list[f.Feed]],
+) -> None:
+    config, events = trace
+    for policy in ("sniper", "proportional", "none"):
+        result = run_simulation(events, config, SimulationSettings(until=200, policy=policy))
+        assert result.report["invariant_violations"] == 0, (policy, result.report["violations"][:3])
