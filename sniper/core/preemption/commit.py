@@ -14,7 +14,9 @@ within its user, group and application limits (an intra-queue victim of the same
 user above its limit); no app goes past its disruption budget and no beneficiary says ``preemption_policy:
 never`` (:mod:`sniper.core.preemption.rules`). A gang's missing members are one unit
 (:mod:`sniper.core.gang`): all validated, each counting the members before it, then all committed in the same
-view delta, or none; never one whose whole gang would take its queue above its ideal. Observe-only proposals
+view delta, or none (a member named no victim takes room free now and is allocated at once); never one
+whose whole gang would take its queue above its ideal, nor one that names no victim at all. A placement
+beyond ``gang_min`` follows its gang, refused when the gang was. Observe-only proposals
 publish what would be preempted and change nothing. Opportunistic victims stand outside those queue rules,
 quotas and ``max`` (they count in no queue) and are killed at once. A placement is committed as
 :func:`sniper.core.preemption_reservation.preempt` commits every preemption for an ask (notices, reservation,

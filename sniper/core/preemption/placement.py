@@ -12,10 +12,11 @@ Invariants: a victim is taken at most once per round; containers placed for a re
 victims; a queue loses at most its quota plus one whole container, never going below its guarantee
 (:func:`sniper.core.preemption.eligibility.may_take`); the round stops once the preempted total reaches its
 budget. A gang's members are one unit (:mod:`sniper.core.gang`): the budget is checked when a unit starts, not
-between its members, and a unit that fails, or would take its queue above its ideal, leaves the round as
-it found it. Opportunistic containers come before every guaranteed victim on a node, free of quota,
-budget and ``max`` (they count in no queue), and are killed at once by the commit
-(:mod:`sniper.core.opportunistic`).
+between its members; its search counts free room and victims together (a member may take room free now,
+an empty set at no cost, on any node); a unit that fails, names no victim at all, or would take its queue
+above its ideal, leaves the round as it found it. Opportunistic containers come before every guaranteed
+victim on a node, free of quota, budget and ``max`` (they count in no queue), and are killed at once by
+the commit (:mod:`sniper.core.opportunistic`).
 Apps' own limits (:mod:`sniper.core.preemption.rules`): a container of an app that opted out of preemption
 ranks with application masters, last; no set takes an app past its disruption budget, counting the
 victims taken this round; an ask with ``preemption_policy: never`` is never a candidate.
