@@ -110,6 +110,29 @@ def test_a_gang_that_free_room_alone_would_serve_is_left_to_normal_allocation() 
     h.allocator.missed[("a1", "g")] = 1
     r = h.preempt_round()
     assert not r.placements and not h.preempts()
+    h.starve()
+    assert held(h, "a1", "g") == 2
+
+
+@pytest.mark.parametrize(
+    ("count", "gang_min", "why"),
+    [
+        (1, 0, "no victim named: room already free is the normal allocator's to give"),
+        (2, 2, "gang of 2 names no victim: room already free is the normal allocator's to give"),
+    ],
+)
+def test_the_commit_refuses_preemption_placements_that_name_no_victim_outside_a_gang_that_preempts(
+    count: int, gang_min: int, why: str
+) -> None:
+    h = PreemptHarness(two_queues(250, 250))
+    h.nodes("n0", "n1", "n2")
+    h.fill("b0", "root.b", "n0", [20] * 5)
+    h.app("a1", "root.a")
+    h.feed(gang_ask("a1", "g", 50, count=count, gang_min=gang_min))
+    placements = [p.Victimized("a1", "g", f"n{i + 1}", []) for i in range(count)]
+    outcome, _ = h.commit(p.PreemptionProposal(id="t/f", view_seq=0, policy="sniper", placements=placements))
+    assert outcome.accepted == 0 and set(outcome.rejected.values()) == {why}
+    assert held(h, "a1", "g") == 0
 
 
 # ---------------------------------------------------------------------- members beyond the gang
