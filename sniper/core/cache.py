@@ -807,13 +807,26 @@ class Cache:
         # A gang's missing members are one unit, placements and evictions alike: all validated, then
         # all committed, or none. Units that evict go last, as the allocator planned them: after the
         # free room it placed guaranteed asks on, on nodes where it placed no opportunistic container.
+        # A member beyond gang_min goes with its gang's unit (after it), and is refused once it was.
         units = gang.units(self.state, items)
-        units.sort(key=lambda u: any(isinstance(items[i], p.Victimized) for i in u[0]))
+
+        def ask_of(unit: tuple[list[int], int]) -> AskKey:
+            return items[unit[0][0]].app, items[unit[0][0]].ask
+
+        def evicts(unit: tuple[list[int], int]) -> bool:
+            return any(isinstance(items[i], p.Victimized) for i in unit[0])
+
+        gang_evicts = {ask_of(u): evicts(u) for u in units if u[1] > 1}
+        units.sort(key=lambda u: evicts(u) or gang_evicts.get(ask_of(u), False))
+        followers = gang.Followers()
         for members, need in units:
             unit = [items[i] for i in members]
-            if need == 1:
+            key = (unit[0].app, unit[0].ask)
+            trial = limits
+            if (why := followers.refusal(key)) is not None:
+                pass
+            elif need == 1:
                 why = self._check_item(unit[0], limits)
-                trial = limits
             else:
                 # Each member is checked with those before it charged to a copy of the limits view.
                 trial = None if limits is None else limits.fork()
@@ -834,6 +847,7 @@ class Cache:
                     return why
 
                 why = gang.check_unit(self.state, unit, need, check)
+            followers.judged(key, need, why)
             for item in unit:
                 if why is not None:
                     rejected[f"{item.app}/{item.ask}@{item.node}#{len(rejected)}"] = why

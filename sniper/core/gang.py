@@ -4,7 +4,8 @@ The one definition every side uses: an ask still *needs a gang* while its contai
 ever, reserved, and in the allocator proposed) are fewer than ``gang_min``; its missing members then
 form one unit that normal allocation, preemption placement and the cache's commit treat as a whole.
 Once the gang is held the rest of the ask is ordinary. Invariant: a unit is placed, reserved or
-committed in full or not at all; a failed unit leaves no trace (holds and placer state are undone).
+committed in full or not at all; a failed unit leaves no trace (holds and placer state are undone);
+a member beyond ``gang_min`` is committed only after its gang is (:class:`Followers`).
 Checking a unit on the cache's state writes nothing: the members checked so far are tallied in a
 :class:`Held` that each member's check adds to what it reads of the state.
 """
@@ -86,8 +87,9 @@ class UnitPlacer(Protocol):
         """Whether a unit of ``members`` containers of ``ask`` may be tried now; marks the state."""
         ...
 
-    def close_unit(self, keep: bool) -> None:
-        """End the unit: keep what it took, or restore the state marked by ``open_unit``."""
+    def close_unit(self, keep: bool) -> bool:
+        """End the unit: keep what it took, or restore the state marked by ``open_unit``; whether it was
+        kept (a placer may still refuse a complete unit, and then restores it too)."""
         ...
 
 
@@ -125,11 +127,11 @@ def place_unit(
         hold_room(state, ask, node, 1)
         nodes.append(node)
     complete = len(nodes) == members
+    if unit is not None:
+        complete = unit.close_unit(complete)
     if not complete:
         for node in nodes:
             hold_room(state, ask, node, -1)
-    if unit is not None:
-        unit.close_unit(complete)
     return nodes if complete else None
 
 
@@ -174,6 +176,28 @@ def units(state: PartitionState, placements: Sequence[_Keyed]) -> list[tuple[lis
         else:
             out.append(([i], 1))
     return out
+
+
+FOLLOWS_REFUSED_GANG = "a member beyond gang_min follows its gang, and its gang was not placed"
+
+
+class Followers:
+    """A proposal's commit, unit by unit (:func:`units`): a placement beyond ``gang_min`` is a unit of
+    its own that comes after its gang's unit and is refused once that unit was."""
+
+    __slots__ = ("refused",)
+
+    def __init__(self) -> None:
+        self.refused: set[AskKey] = set()
+
+    def refusal(self, key: AskKey) -> str | None:
+        """Why a unit of ``key`` may not be committed because of its gang, or ``None``."""
+        return FOLLOWS_REFUSED_GANG if key in self.refused else None
+
+    def judged(self, key: AskKey, need: int, why: str | None) -> None:
+        """Record the verdict on a unit of ``need`` members of ``key`` (``why``: refused)."""
+        if why is not None and need > 1:
+            self.refused.add(key)
 
 
 @dataclass(frozen=True, slots=True)

@@ -109,7 +109,7 @@ class EvictingPlacer:
         self._gang = members > 1
         return True
 
-    def close_unit(self, keep: bool) -> None:
+    def close_unit(self, keep: bool) -> bool:
         evicted, placed = self._mark
         if not keep:
             for _, host, chosen in self.evictions[evicted:]:
@@ -121,6 +121,7 @@ class EvictingPlacer:
             del self.evictions[evicted:]
             del self.on_free_room[placed:]
         self._gang = False
+        return keep
 
     def _hosts_of(self, state: PartitionState, ask: Ask) -> list[Node]:
         shape = tuple(sorted(ask.resource.items()))

@@ -2,7 +2,7 @@
 the cache (:class:`sniper.core.cache.Cache` implements it) so that node reservations, opportunistic containers,
 the preemption commit and preemption contracts never import the cache: the state to read, ``commit``
 (the one mutation path: a change applied, then published in a view delta), ``decide`` (a decision
-published), preemption notices, a proposal's outcome, fresh ids and the reservation hooks.
+published), preemption notices, a proposal's outcome, fresh ids, the reservation hooks and allocation.
 """
 
 from __future__ import annotations
@@ -54,3 +54,7 @@ class Writer(Protocol):
     ) -> str | None: ...
 
     def move_beneficiary(self, r: Reservation, node_name: str, reason: str) -> None: ...
+
+    def allocate(
+        self, app_name: str, ask_name: str, node_name: str, reservation: Reservation | None = None
+    ) -> None: ...

@@ -15,7 +15,9 @@ within its user, group and application limits (an intra-queue victim of the same
 user above its limit); no app goes past its disruption budget and no beneficiary says ``preemption_policy:
 never`` (:mod:`sniper.core.preemption.rules`). A gang's missing members are one unit
 (:mod:`sniper.core.gang`): all validated, each counting the members before it, then all committed in the same
-view delta, or none; never one whose whole gang would take its queue above its ideal. Observe-only proposals
+view delta, or none (a member named no victim takes room free now and is allocated at once); never one
+whose whole gang would take its queue above its ideal, nor one that names no victim at all. A placement
+beyond ``gang_min`` follows its gang, refused when the gang was. Observe-only proposals
 publish what would be preempted and change nothing. Opportunistic victims stand outside those queue rules,
 quotas and ``max`` (they count in no queue) and are killed at once. A placement is committed as
 :func:`sniper.core.preemption_reservation.preempt` commits every preemption for an ask (notices, reservation,
@@ -115,14 +117,19 @@ def _commit_placements(cache: Writer, proposal: p.PreemptionProposal) -> None:
     placements = proposal.placements
     requests = Requests(cache, proposal.policy, proposal.observe_only)
     waiting: list[str] = []  # nodes of placements with contract victims: fulfilled once the requests are open
+    followers = gang.Followers()
     for members, need in gang.units(state, placements):
         unit = [placements[n] for n in members]
-        if need == 1:
+        key = (unit[0].app, unit[0].ask)
+        trial = limits
+        if (why := followers.refusal(key)) is not None:
+            pass
+        elif need == 1:
             why = _check(cache, unit[0], quotas, lose_left, intra, limits)
-            trial = limits
         else:
             trial = None if limits is None else limits.fork()
             why = _check_gang(cache, unit, need, quotas, lose_left, intra, trial)
+        followers.judged(key, need, why)
         for n, pl in zip(members, unit, strict=True):
             if why is not None:
                 rejected[f"{pl.app}/{pl.ask}@{pl.node}#{n}"] = why
@@ -185,6 +192,8 @@ def _check_gang(
     whole = res.add(queue.usage(), res.scale(ask.resource, need))
     if ideal is not None and not within_share(queue, whole, ideal, state.capacity):
         return f"gang of {need} would take {queue.path} above its ideal ({human_resource(ideal)}) and its guarantee"
+    if not any(pl.victims for pl in unit):
+        return f"gang of {need} names no victim: room already free is the normal allocator's to give"
     lose = {k: dict(v) for k, v in lose_left.items()}
     claimed: set[str] = set()
     taken = Taken()
@@ -291,6 +300,10 @@ def _check(
         path = quota_allows(guaranteed, lose_left, state.capacity, gone)
         if path is not None and not may_spare(state, app.queue, guaranteed, gone):
             return f"victims would take {path} below its guarantee or ideal, or it is within the deadzone"
+    if not victims:  # a gang's member on room free now, beside members that preempt
+        if held is None:
+            return "no victim named: room already free is the normal allocator's to give"
+        return None if held.can_hold(node, ask.resource) else "no victim named and the room is not free now"
     also = None if taken is None else taken.nodes.get(node.name)
     if held is not None and held.on(node):
         also = res.sub(also or {}, held.on(node))
@@ -354,6 +367,10 @@ def _commit_one(
     assert config is not None
     app = state.apps[pl.app]
     ask = app.asks[pl.ask]
+    if not pl.victims:  # a gang's member on room free now: allocated in the same step as its gang's reservations
+        if not proposal.observe_only:
+            cache.allocate(pl.app, pl.ask, pl.node)
+        return
     victims = [state.allocations[v] for v in pl.victims]
 
     def notice(v: Allocation, reservation: str) -> dict[str, Any] | None:

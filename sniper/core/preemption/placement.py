@@ -12,10 +12,11 @@ Invariants: a victim is taken at most once per round; containers placed for a re
 victims; a queue loses at most its quota plus one whole container, never going below its guarantee
 (:func:`sniper.core.preemption.eligibility.may_take`); the round stops once the preempted total reaches its
 budget. A gang's members are one unit (:mod:`sniper.core.gang`): the budget is checked when a unit starts, not
-between its members, and a unit that fails, or would take its queue above its ideal, leaves the round as
-it found it. Opportunistic containers come before every guaranteed victim on a node, free of quota,
-budget and ``max`` (they count in no queue), and are killed at once by the commit
-(:mod:`sniper.core.opportunistic`).
+between its members; its search counts free room and victims together (a member may take room free now,
+an empty set at no cost, on any node); a unit that fails, names no victim at all, or would take its queue
+above its ideal, leaves the round as it found it. Opportunistic containers come before every guaranteed
+victim on a node, free of quota, budget and ``max`` (they count in no queue), and are killed at once by
+the commit (:mod:`sniper.core.opportunistic`).
 Apps' own limits (:mod:`sniper.core.preemption.rules`): a container of an app that opted out of preemption
 ranks with application masters, last, and is spared while other queues' tasks could give the room down to
 their guarantees, by every placement rule (:mod:`sniper.core.preemption.soft_opt_out`); no set takes an app
@@ -231,17 +232,21 @@ class VictimPlacer:
             allowed = self._relations[pair] = refusal(alloc, ask, now=self.now) is None
         return allowed
 
-    def _lower_bound(self, node: Node, ask: Ask) -> float | None:
+    def _lower_bound(self, node: Node, ask: Ask, free_room: bool) -> float | None:
         """A lower bound of the cheapest victim set's cost on ``node`` (``None``: no set can exist).
 
         Any set covering the shortfall has at least ``k`` victims, ``k`` the most, over resources, of
-        shortfall over the largest single victim; each costs at least the node's cheapest victim."""
+        shortfall over the largest single victim; each costs at least the node's cheapest victim.
+        ``free_room``: a gang's member may take room already free (the empty set, at no cost)."""
         held = self.held.get(node.name)
-        if held is None:
+        if held is None and not free_room:
             return None
         shortfall = self._shortfall(node, ask)
         if not shortfall and not self.deficits:
-            return None  # room already free there is the normal allocator's to give, not preemption's
+            # Room already free there is the normal allocator's to give, not preemption's, but for a gang's unit.
+            return 0.0 if free_room else None
+        if held is None:
+            return None
         largest = self.largest[node.name]
         k = 1
         for r, v in shortfall.items():
@@ -320,11 +325,14 @@ class VictimPlacer:
         )
         return True
 
-    def close_unit(self, keep: bool) -> None:
-        """End the open unit; without ``keep`` every victim it took is given back to the round."""
+    def close_unit(self, keep: bool) -> bool:
+        """End the open unit; without ``keep``, or when it took no victim at all (free room alone is the
+        normal allocator's to give), every victim and room it took is given back to the round."""
         mark, self._unit = self._unit, None
-        if keep or mark is None:
-            return
+        if mark is None:
+            return keep
+        if keep and any(chosen.victims for chosen in self.sets[mark.sets :]):
+            return True
         self.quota_left, self.budget_left, self.taken = mark.quota_left, mark.budget_left, mark.taken
         self.freed, self.leaving, self._room, self.limits = mark.freed, mark.leaving, mark.room, mark.limits
         self.by_node, self.held, self.largest, self.cheapest = mark.by_node, mark.held, mark.largest, mark.cheapest
@@ -332,6 +340,7 @@ class VictimPlacer:
         self.disrupting = mark.disrupting
         del self.sets[mark.sets :]
         self.exhausted = False  # a unit opens only when the round was not exhausted
+        return False
 
     def _shape(self, ask: Ask) -> tuple[object, ...]:
         """Asks of one shape have the same candidate sets on every node (one search heap)."""
@@ -339,7 +348,9 @@ class VictimPlacer:
         selector = tuple(sorted((k, tuple(sorted(v))) for k, v in ask.node_selector.items()))
         if ask.constraints:  # its own rule per node (and, for namespace self, per app)
             who = (*who, ask.app.name, ask.constraints)
-        return (tuple(sorted(ask.resource.items())), ask.app.queue.path, bool(self.deficits), selector, *who)
+        # First: whether free room counts (a gang's unit searches every node, not only those with victims).
+        resource = tuple(sorted(ask.resource.items()))
+        return (self._unit is not None, resource, ask.app.queue.path, bool(self.deficits), selector, *who)
 
     def _search(self, state: PartitionState, ask: Ask) -> VictimSet | None:
         """Best-first over lower bounds: the first entry popped that is exact and current is the
@@ -348,8 +359,14 @@ class VictimPlacer:
         shape = self._shape(ask)
         search = self.heaps.get(shape)
         if search is None:
-            nodes = (state.nodes[name] for name in self.held)
-            heap = [e for e in (self._bound_entry(node, ask) for node in nodes if ask.accepts(node)) if e is not None]
+            free_room = self._unit is not None
+            nodes = (
+                (node for node in state.nodes.values() if node.schedulable)
+                if free_room
+                else (state.nodes[name] for name in self.held)
+            )
+            entries = (self._bound_entry(node, ask, free_room) for node in nodes if ask.accepts(node))
+            heap = [e for e in entries if e is not None]
             heapq.heapify(heap)
             search = self.heaps[shape] = (ask, heap)
         heap = search[1]
@@ -380,8 +397,8 @@ class VictimPlacer:
             heapq.heappush(heap, entry)
         return best
 
-    def _bound_entry(self, node: Node, ask: Ask) -> _Entry | None:
-        bound = self._lower_bound(node, ask)
+    def _bound_entry(self, node: Node, ask: Ask, free_room: bool) -> _Entry | None:
+        bound = self._lower_bound(node, ask, free_room)
         if bound is None:
             return None
         return (False, bound, node.name, self.version.get(node.name, 0), -1, self._next(), None)
@@ -515,7 +532,7 @@ class VictimPlacer:
         needs: list[tuple[Queue | None, dict[str, int]]] = [(None, shortfall)] if shortfall else []
         needs.extend(self.deficits)
         if not needs:
-            return None  # room already free there is the normal allocator's to give, not preemption's
+            return self._free_room_set(node, ask)
         chosen = self._pick(node, ask, needs, within_quota=True)
         if chosen is None and not self.intra:
             # The quota also counted cheap victims the trim drops again (a larger victim within the
@@ -530,6 +547,16 @@ class VictimPlacer:
             return None  # the ask's constraints would not hold there once these victims are gone
         return VictimSet(node, victims, sum(e[1] for e in chosen), any(e[0] for e in chosen))
 
+    def _free_room_set(self, node: Node, ask: Ask) -> VictimSet | None:
+        """The empty set where the ask fits room free now (not room victims will free: the member is
+        allocated at the commit, beside its gang's reservations): a gang's member only (outside a unit
+        that room is the normal allocator's to give, not preemption's), and only where its constraints hold."""
+        if self._unit is None or not node.can_hold(ask.resource):
+            return None
+        if ask.constraints and not constraints.allows(self.state, ask, node, []):
+            return None
+        return VictimSet(node, [], 0.0, False)
+
     def _required_node_set(self, node: Node, ask: Ask) -> VictimSet | None:
         """YuniKorn's required-node preemptor on the ask's node, whichever queue the victims are in and
         whatever the quotas: containers of the ask's priority or lower (``eligibility.required_node_order``), never one
@@ -541,7 +568,7 @@ class VictimPlacer:
         needs: list[tuple[Queue | None, dict[str, int]]] = [(None, shortfall)] if shortfall else []
         needs.extend(self.deficits)
         if not needs:
-            return None
+            return self._free_room_set(node, ask)
         allocations = self.state.allocations
         eligible = [
             alloc
@@ -678,8 +705,9 @@ class VictimPlacer:
         # (its freed surplus may make the next set cheaper): fresh bounds for it in every heap.
         self.epoch += 1
         self.version[name] = self.version.get(name, 0) + 1
-        for shape_ask, heap in self.heaps.values():
-            entry = self._bound_entry(chosen.node, shape_ask) if shape_ask.accepts(chosen.node) else None
+        for shape, (shape_ask, heap) in self.heaps.items():
+            accepts = shape_ask.accepts(chosen.node)
+            entry = self._bound_entry(chosen.node, shape_ask, bool(shape[0])) if accepts else None
             if entry is not None:
                 heapq.heappush(heap, entry)
         if any(v <= 0 for k, v in self.budget_left.items() if k in self.request.budget and self.request.budget[k] > 0):
