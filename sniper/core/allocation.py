@@ -22,7 +22,7 @@ from sniper.core import resources as res
 from sniper.core.limits import Limits
 from sniper.core.placing import Placer, hold_room
 from sniper.core.resources import Resource
-from sniper.core.state import App, Ask, AskKey, Node, PartitionState, Queue
+from sniper.core.state import STATIC_APP_ORDER, App, Ask, AskKey, Node, PartitionState, Queue
 
 QueueKey = Callable[[Queue, Resource], tuple[object, ...]]
 
@@ -56,12 +56,10 @@ def usage_key(
 
 
 def app_key(policy: str, app: App, selected: Resource | None, capacity: Resource) -> tuple[object, ...]:
-    if policy == "priority":
-        return (-app.priority, app.submit_seq)
     if policy == "fair":
         used = app.allocated if not selected else res.add(app.allocated, selected)
         return (res.dominant_share(used, capacity) if capacity else 0.0, app.submit_seq)
-    return (app.submit_seq,)
+    return STATIC_APP_ORDER[policy](app)
 
 
 class _AppCursor:
@@ -77,18 +75,43 @@ class _AppCursor:
 
 
 class _LeafCursor:
-    """Per-call iteration over one leaf queue's pending asks in app-policy order."""
+    """Per-call iteration over one leaf queue's pending asks in app-policy order.
 
-    __slots__ = ("apps", "policy")
+    A ``fair`` leaf keys its waiting apps by usage into a heap (re-keyed as the call picks); any other
+    leaf reads its apps lazily from :attr:`Queue.waiting_order`, so a call touches only the apps it
+    reaches, however many are waiting (the state does not change during a call)."""
+
+    __slots__ = ("apps", "ordered", "policy")
 
     def __init__(self, leaf: Queue, capacity: Resource, eligible: Callable[[App], bool] | None) -> None:
         self.policy = leaf.config.sort_policy
         heap: list[tuple[tuple[object, ...], int, _AppCursor]] = []
-        for app in leaf.waiting.values():
-            if eligible is None or eligible(app):
-                heap.append((app_key(self.policy, app, None, capacity), app.submit_seq, _AppCursor(app)))
-        heapq.heapify(heap)
+        self.ordered: Iterator[App] | None = None
+        if leaf.waiting_order is None:
+            for app in leaf.waiting.values():
+                if eligible is None or eligible(app):
+                    heap.append((app_key(self.policy, app, None, capacity), app.submit_seq, _AppCursor(app)))
+            heapq.heapify(heap)
+        else:
+            apps: Iterator[App] = iter(leaf.waiting_order)
+            self.ordered = apps if eligible is None else filter(eligible, apps)
         self.apps = heap
+        self._refill()
+
+    def _refill(self) -> None:
+        """With a fixed order, keep the next app (if any) as the only entry of :attr:`apps`."""
+        if self.ordered is not None and not self.apps:
+            app = next(self.ordered, None)
+            if app is not None:
+                self.apps.append(((), app.submit_seq, _AppCursor(app)))
+
+    def head(self) -> _AppCursor | None:
+        return self.apps[0][2] if self.apps else None
+
+    def drop_head(self) -> None:
+        """The first app has nothing more to give in this call."""
+        heapq.heappop(self.apps)
+        self._refill()
 
 
 @dataclass(slots=True)
@@ -232,10 +255,8 @@ class _CandidateWalk:
         cur = self.cursors.get(leaf.path)
         if cur is None:
             cur = self.cursors[leaf.path] = _LeafCursor(leaf, self.capacity, filters.app)
-        apps = cur.apps
         extra = self.extra
-        while apps:
-            _, seq, app_cur = apps[0]
+        while (app_cur := cur.head()) is not None:
             while (ask := app_cur.current) is not None:
                 if (
                     ask.key in filters.skip
@@ -258,9 +279,9 @@ class _CandidateWalk:
                 if cur.policy == "fair":
                     res.add_into(app_cur.selected, ask.resource)
                     new_key = app_key("fair", app_cur.app, app_cur.selected, self.capacity)
-                    heapq.heapreplace(apps, (new_key, seq, app_cur))
+                    heapq.heapreplace(cur.apps, (new_key, app_cur.app.submit_seq, app_cur))
                 return ask
-            heapq.heappop(apps)
+            cur.drop_head()
         return None
 
     def pick(self, parent: Queue) -> Ask | None:
