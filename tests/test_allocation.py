@@ -225,7 +225,10 @@ def test_one_entry_per_container_and_at_most_n() -> None:
 def test_filters_skip_asks_apps_and_queues() -> None:
     build = Build().app("A", "root.a").app("B", "root.b").ask("A", "x", 10).ask("A", "z", 10).ask("B", "y", 10)
     state = state_of([queue("a"), queue("b")], build.changes)
-    names = lambda flt: sorted(a.name for a in find_ask_candidates(state, 10, filters=flt))  # noqa: E731
+
+    def names(flt: CandidateFilter) -> list[str]:
+        return sorted(a.name for a in find_ask_candidates(state, 10, filters=flt))
+
     assert names(CandidateFilter(skip={("A", "x")})) == ["y", "z"]
     assert names(CandidateFilter(queue=lambda q: q.path != "root.b")) == ["x", "z"]
     assert names(CandidateFilter(app=lambda a: a.name == "B")) == ["y"]
