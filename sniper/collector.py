@@ -5,7 +5,9 @@ loop for seconds on a large partition. :class:`FreezeSurvivors` freezes what sur
 collection, so the next one scans only objects that survived young collections since. Invariant:
 cyclic garbage among frozen objects is never kept for good: once the frozen set has grown past
 ``thaw_factor`` times its size at the last thaw, it is thawed, and the next full collection scans (and
-frees) everything once; memory held by such garbage stays below that factor of the live objects.
+frees) everything once; memory held by such garbage stays below that factor of the live objects. A
+process that drops a large part of its objects (a partition stopped) calls :func:`thaw` so they are
+freed by the next full collection rather than at the next thaw.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from typing import Any
 YOUNG_THRESHOLD = 10_000  # new objects per young collection (the default 700 costs a third of the time)
 MIDDLE_THRESHOLD = 2  # young collections per middle one: bounds its pause
 FULL_THRESHOLD = 10  # middle collections per full one
-THAW_FACTOR = 4.0
+THAW_FACTOR = 2.0
 
 
 class FreezeSurvivors:
@@ -37,9 +39,14 @@ class FreezeSurvivors:
         gc.freeze()
         frozen = gc.get_freeze_count()  # a walk of the frozen list, far cheaper than a collection
         if frozen > self.thaw_factor * max(self.baseline, 1):
-            gc.unfreeze()  # the next full collection frees the garbage cycles that were frozen
-            self.baseline = frozen
-            self.thawed += 1
+            self.thaw(frozen)
+
+    def thaw(self, frozen: int) -> None:
+        """Thaw every frozen object (``frozen`` of them): the next full collection frees the garbage
+        cycles among them."""
+        gc.unfreeze()
+        self.baseline = frozen
+        self.thawed += 1
 
 
 def tune() -> FreezeSurvivors:
@@ -53,3 +60,12 @@ def tune() -> FreezeSurvivors:
     policy = FreezeSurvivors()
     gc.callbacks.append(policy)
     return policy
+
+
+def thaw() -> None:
+    """A large part of the objects was dropped (a partition stopped): thaw the frozen set, so the next
+    full collection frees their cycles, through the installed :class:`FreezeSurvivors` (nothing
+    without one: then nothing but start-up objects is frozen)."""
+    for callback in gc.callbacks:
+        if isinstance(callback, FreezeSurvivors):
+            callback.thaw(gc.get_freeze_count())

@@ -83,3 +83,17 @@ def test_tuning_twice_installs_one_policy() -> None:
             gc.callbacks[:] = [cb for cb in gc.callbacks if not isinstance(cb, collector.FreezeSurvivors)]
             gc.unfreeze()
         gc.set_threshold(*thresholds)
+
+
+def test_a_thaw_after_a_large_drop_frees_its_frozen_cycles_at_the_next_full_collection(
+    policy: collector.FreezeSurvivors,
+) -> None:
+    a, b = Node(), Node()
+    a.other, b.other = b, a
+    probe = weakref.ref(a)
+    gc.collect()  # frozen alive
+    del a, b
+    collector.thaw()  # what a process does when it drops a partition
+    assert policy.thawed == 1
+    gc.collect()
+    assert probe() is None
