@@ -9,6 +9,14 @@ from collections.abc import Iterator
 import pytest
 
 from sniper import collector
+from sniper.actors.allocator import AllocatorActor
+from sniper.actors.router import Router
+from sniper.core.allocator import Allocator
+from sniper.core.config import partition_to_raw
+from sniper.core.state import App
+from sniper.messages import protocol as p
+from sniper.transport.memory import MemoryBus
+from tests.core_support import config_of, queue
 
 
 class Node:
@@ -97,3 +105,23 @@ def test_a_thaw_after_a_large_drop_frees_its_frozen_cycles_at_the_next_full_coll
     assert policy.thawed == 1
     gc.collect()
     assert probe() is None
+
+
+async def test_a_replica_reset_frees_the_state_it_replaced_at_the_next_full_collection(
+    policy: collector.FreezeSurvivors,
+) -> None:
+    bus = MemoryBus()
+    actor = AllocatorActor(Allocator("default"), Router(bus))
+    config = p.ConfigSet(config=partition_to_raw(config_of(queue("a"))))
+    app = p.AppSet(app="A", queue="root.a", submit_seq=1)
+    ask = p.AskSet(app="A", ask="x", resource={"memory": 10}, count=1, seq=2)
+    try:
+        await actor.handle(p.ViewDelta(seq=1, changes=[config, app, ask], reset=True))
+        gc.collect()  # the state is alive: frozen (an app and its asks refer to each other: a cycle)
+        await actor.handle(p.ViewDelta(seq=2, changes=[config], reset=True))
+        gc.collect()
+    finally:
+        await actor.inbox.aclose()
+        await bus.aclose()
+    gc.unfreeze()  # what is still frozen comes back in sight: the old app must not be there
+    assert [obj for obj in gc.get_objects() if isinstance(obj, App) and obj.name == "A"] == []
