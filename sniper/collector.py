@@ -6,8 +6,8 @@ collection, so the next one scans only objects that survived young collections s
 cyclic garbage among frozen objects is never kept for good: once the frozen set has grown past
 ``thaw_factor`` times its size at the last thaw, it is thawed, and the next full collection scans (and
 frees) everything once; memory held by such garbage stays below that factor of the live objects. A
-process that drops a large part of its objects (a partition stopped) calls :func:`thaw` so they are
-freed by the next full collection rather than at the next thaw.
+process that drops a large part of its objects (a partition stopped, a replica's state replaced by a
+reset) calls :func:`thaw` so they are freed by the next full collection rather than at the next thaw.
 """
 
 from __future__ import annotations
@@ -63,9 +63,9 @@ def tune() -> FreezeSurvivors:
 
 
 def thaw() -> None:
-    """A large part of the objects was dropped (a partition stopped): thaw the frozen set, so the next
-    full collection frees their cycles, through the installed :class:`FreezeSurvivors` (nothing
-    without one: then nothing but start-up objects is frozen)."""
+    """A large part of the objects was dropped (a partition stopped, a replica reset): thaw the frozen
+    set, so the next full collection frees their cycles, through the installed
+    :class:`FreezeSurvivors` (nothing without one: then nothing but start-up objects is frozen)."""
     for callback in gc.callbacks:
         if isinstance(callback, FreezeSurvivors):
             callback.thaw(gc.get_freeze_count())
