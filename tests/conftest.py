@@ -14,9 +14,11 @@ import asyncio
 import contextlib
 import os
 import signal
+import subprocess
+import sys
 import threading
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import pytest
@@ -104,3 +106,15 @@ def pytest_asyncio_loop_factories(config: pytest.Config, item: pytest.Item) -> M
     if item.get_closest_marker("kafka") is not None:
         return {"uvloop": BoundedCloseLoop}
     return LOOPS
+
+
+@pytest.fixture
+def other_cpu_busy() -> Iterator[subprocess.Popen[bytes]]:
+    """A process spinning on one CPU for the whole test (killed at teardown): what the test checks must
+    hold while the core competes for the machine, as on a shared host."""
+    burner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        yield burner
+    finally:
+        burner.kill()
+        burner.wait()

@@ -17,7 +17,7 @@ from sniper.core.cache import Cache
 from sniper.core.config import PartitionConfig, parse_partition, partition_to_raw
 from sniper.core.node_index import NodeIndex
 from sniper.core.resources import Resource
-from sniper.core.state import PartitionState
+from sniper.core.state import STATIC_APP_ORDER, PartitionState
 from sniper.messages import decisions as d
 from sniper.messages import feed as f
 from sniper.messages import protocol as p
@@ -296,6 +296,11 @@ def consistency_problems(state: PartitionState) -> list[str]:
         waiting = {name for name, app in q.apps.items() if app.pending_asks}
         if set(q.waiting) != waiting or any(q.apps.get(name) is not app for name, app in q.waiting.items()):
             problems.append(f"queue {path}: waiting {sorted(q.waiting)} != apps with pending asks {sorted(waiting)}")
+        if q.waiting_order is not None:
+            in_order = [app.name for app in q.waiting_order]
+            expected = [app.name for app in sorted(q.waiting.values(), key=STATIC_APP_ORDER[q.config.sort_policy])]
+            if in_order != expected:
+                problems.append(f"queue {path}: waiting order {in_order} != {expected}")
         holding = {name for name, app in q.apps.items() if app.allocations}
         if set(q.holding) != holding or any(q.apps.get(name) is not app for name, app in q.holding.items()):
             problems.append(f"queue {path}: holding {sorted(q.holding)} != apps with containers {sorted(holding)}")

@@ -7,10 +7,11 @@ from typing import Any
 import pytest
 
 from sniper.core.allocation import CandidateFilter, FreeRoomPlacer, find_ask_candidates, try_allocate
+from sniper.core.config import partition_to_raw
 from sniper.core.node_index import NodeIndex
-from sniper.core.state import PartitionState
+from sniper.core.state import STATIC_APP_ORDER, App, PartitionState
 from sniper.messages import protocol as p
-from tests.core_support import Build, consistency_problems, queue, state_of
+from tests.core_support import Build, config_of, consistency_problems, queue, state_of
 
 
 def _first_queue(state: PartitionState) -> str:
@@ -224,7 +225,10 @@ def test_one_entry_per_container_and_at_most_n() -> None:
 def test_filters_skip_asks_apps_and_queues() -> None:
     build = Build().app("A", "root.a").app("B", "root.b").ask("A", "x", 10).ask("A", "z", 10).ask("B", "y", 10)
     state = state_of([queue("a"), queue("b")], build.changes)
-    names = lambda flt: sorted(a.name for a in find_ask_candidates(state, 10, filters=flt))  # noqa: E731
+
+    def names(flt: CandidateFilter) -> list[str]:
+        return sorted(a.name for a in find_ask_candidates(state, 10, filters=flt))
+
     assert names(CandidateFilter(skip={("A", "x")})) == ["y", "z"]
     assert names(CandidateFilter(queue=lambda q: q.path != "root.b")) == ["x", "z"]
     assert names(CandidateFilter(app=lambda a: a.name == "B")) == ["y"]
@@ -398,3 +402,59 @@ def test_node_index_moves_and_discards() -> None:
     assert list(index.candidates({"memory": 40})) == []  # binpacking: nothing holds 40
     with pytest.raises(ValueError, match="unknown node sort policy"):
         NodeIndex("random")
+
+
+# ---------------------------------------------------------------------- many waiting apps
+
+
+@pytest.mark.parametrize("policy", ["fifo", "priority"])
+@pytest.mark.parametrize("waiting", [50, 2_000])
+def test_a_call_reads_only_the_apps_it_reaches_however_many_wait(policy: str, waiting: int) -> None:
+    """With a fixed app order a call touches the apps it picks from, not every waiting one: the
+    filter sees five apps for five picks whether 50 or 2,000 wait."""
+    build = Build()
+    for i in range(waiting):
+        build.app(f"A{i}", "root.a", priority=i % 3).ask(f"A{i}", "x", 10)
+    state = state_of([queue("a", application_sort_policy=policy)], build.changes)
+    seen: list[str] = []
+
+    def eligible(app: App) -> bool:
+        seen.append(app.name)
+        return True
+
+    picked = find_ask_candidates(state, 5, filters=CandidateFilter(app=eligible))
+    first = sorted(state.queues["root.a"].waiting.values(), key=STATIC_APP_ORDER[policy])[:5]
+    assert [a.app.name for a in picked] == [app.name for app in first]
+    assert seen == [app.name for app in first]
+
+
+def test_the_waiting_order_follows_asks_apps_and_a_new_sort_policy() -> None:
+    """Apps enter the order with their first pending ask and leave with their last (placed or gone),
+    or with the app; a configuration that changes the sort policy orders them its own way."""
+    build = Build()
+    for i, prio in enumerate([0, 5, 1, 5]):
+        build.app(f"A{i}", "root.a", priority=prio).ask(f"A{i}", "x", 10)
+    build.app("idle", "root.a", priority=9)
+    state = state_of([queue("a", application_sort_policy="priority")], build.changes)
+    leaf = state.queues["root.a"]
+    assert leaf.waiting_order is not None
+    assert [app.name for app in leaf.waiting_order] == ["A1", "A3", "A2", "A0"]
+    state.apply_all(
+        [
+            p.AskGone(app="A3", ask="x"),
+            p.AllocationSet(allocation="c1", app="A1", ask="x", node="big", resource={"memory": 10}),
+            p.AskSet(app="idle", ask="y", resource={"memory": 10}, count=1, seq=100),
+            p.AppGone(app="A0"),
+        ]
+    )
+    assert [app.name for app in leaf.waiting_order] == ["idle", "A2"]
+    assert consistency_problems(state) == []
+    fifo = config_of(queue("a", application_sort_policy="fifo"))
+    state.apply(p.ConfigSet(config=partition_to_raw(fifo)))
+    leaf = state.queues["root.a"]
+    assert leaf.waiting_order is not None
+    assert [app.name for app in leaf.waiting_order] == ["A2", "idle"]
+    fair = config_of(queue("a", application_sort_policy="fair"))
+    state.apply(p.ConfigSet(config=partition_to_raw(fair)))
+    assert state.queues["root.a"].waiting_order is None
+    assert [a.app.name for a in find_ask_candidates(state, 5)] == ["A2", "idle"]

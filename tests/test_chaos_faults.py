@@ -2,9 +2,10 @@
 that loses everything (and topics re-created with its defaults), a flood of new partitions.
 
 Core processes are real ``sniper core`` subprocesses (SIGKILL, SIGSTOP/SIGCONT); an independent reader
-of the decisions topic (:class:`tests.kafka_support.TopicReader`) checks what they published. Every
-wait is on a condition, bounded by ``anyio.fail_after``; nothing asserts on timing (latencies are
-printed as figures).
+of the decisions topic (:class:`tests.kafka_support.TopicReader`) checks what they published. The
+paused-owner and broker-restart tests run with another process spinning on a CPU (``other_cpu_busy``),
+as on a shared host. Every wait is on a condition, bounded by ``anyio.fail_after``; nothing asserts on
+timing (latencies are printed as figures).
 """
 
 from __future__ import annotations
@@ -208,6 +209,7 @@ async def test_a_core_joining_takes_only_its_share_and_the_partitions_that_stay_
     assert [v for part in reader.checker.parts.values() for v in part.model.violations] == []
 
 
+@pytest.mark.usefixtures("other_cpu_busy")
 async def test_a_paused_owner_publishes_nothing_under_its_old_epoch_once_it_resumes(
     kafka_settings: KafkaSettings, bus: KafkaBus
 ) -> None:
@@ -256,6 +258,7 @@ async def test_a_paused_owner_publishes_nothing_under_its_old_epoch_once_it_resu
     assert violations == []
 
 
+@pytest.mark.usefixtures("other_cpu_busy")
 async def test_a_paused_owner_leaves_one_dead_letter_per_bad_record_across_the_pause(
     kafka_settings: KafkaSettings, bus: KafkaBus
 ) -> None:
@@ -325,6 +328,7 @@ async def test_a_paused_owner_leaves_one_dead_letter_per_bad_record_across_the_p
 # ---------------------------------------------------------------------------- the broker loses everything
 
 
+@pytest.mark.usefixtures("other_cpu_busy")
 async def test_a_core_whose_broker_lost_its_log_exits_with_status_3_and_a_restart_serves_again(
     kafka_settings: KafkaSettings,
 ) -> None:
@@ -370,6 +374,7 @@ async def test_a_core_whose_broker_lost_its_log_exits_with_status_3_and_a_restar
     assert served, "\n".join(cores[1].lines)
 
 
+@pytest.mark.usefixtures("other_cpu_busy")
 async def test_a_broker_restarted_empty_stops_every_core_loudly_refuses_a_foreign_layout_then_serves_everything(
     kafka_settings: KafkaSettings,
 ) -> None:

@@ -16,7 +16,6 @@ from __future__ import annotations
 import enum
 import errno
 import functools
-import gc
 import inspect
 import logging
 import sys
@@ -32,6 +31,7 @@ from rich.table import Table
 from rich.text import Text
 from typer.core import TyperGroup
 
+from sniper import collector
 from sniper.core.config import ConfigError, SchedulerConfig, load_config, parse_partition
 from sniper.core.printable import printable
 from sniper.messages import decisions as d
@@ -231,17 +231,10 @@ class Transport(enum.StrEnum):
 
 
 def tune_gc() -> None:
-    """Garbage collection for a process that runs the core (``sniper core``, the simulator, the benches).
-
-    What start-up built (modules, clients) lives as long as the process: keep it out of every garbage
-    collection, whose full passes otherwise stall the event loop for tens of ms. The state grows by a few
-    objects per event: collect the young generation every 10,000 new objects instead of 700 (a third of
-    the collector's time, and no full pass in a 10 s burst), and the middle one every second young pass,
-    which bounds its pause (measured under 2,000 events/s: at most 5-7 ms, against 14-28 ms when it
-    waited for ten). The simulator and the benches run the same core, so they run it the same way.
-    """
-    gc.freeze()
-    gc.set_threshold(10_000, 2, 10)
+    """Garbage collection for a process that runs the core (``sniper core``, the simulator, the benches):
+    :func:`sniper.collector.tune`. The simulator and the benches run the same core, so they run it the
+    same way."""
+    collector.tune()
 
 
 class PrintableFormatter(logging.Formatter):

@@ -22,7 +22,7 @@ from sniper.core import resources as res
 from sniper.core.limits import Limits
 from sniper.core.placing import Placer, hold_room
 from sniper.core.resources import Resource
-from sniper.core.state import App, Ask, AskKey, Node, PartitionState, Queue
+from sniper.core.state import STATIC_APP_ORDER, App, Ask, AskKey, Node, PartitionState, Queue
 
 QueueKey = Callable[[Queue, Resource], tuple[object, ...]]
 
@@ -56,12 +56,10 @@ def usage_key(
 
 
 def app_key(policy: str, app: App, selected: Resource | None, capacity: Resource) -> tuple[object, ...]:
-    if policy == "priority":
-        return (-app.priority, app.submit_seq)
     if policy == "fair":
         used = app.allocated if not selected else res.add(app.allocated, selected)
         return (res.dominant_share(used, capacity) if capacity else 0.0, app.submit_seq)
-    return (app.submit_seq,)
+    return STATIC_APP_ORDER[policy](app)
 
 
 class _AppCursor:
@@ -78,9 +76,13 @@ class _AppCursor:
 
 class _LeafCursor:
     """Per-call iteration over one leaf queue's pending asks in app-policy order (after the users' decayed
-    usage where the leaf has a ``fairshare.halflife``: ``history``)."""
+    usage where the leaf has a ``fairshare.halflife``: ``history``).
 
-    __slots__ = ("apps", "history", "policy")
+    A ``fair`` leaf, or one ordered by history, keys its waiting apps into a heap (re-keyed as the call
+    picks); any other leaf reads its apps lazily from :attr:`Queue.waiting_order`, so a call touches only
+    the apps it reaches, however many are waiting (the state does not change during a call)."""
+
+    __slots__ = ("apps", "history", "ordered", "policy")
 
     def __init__(
         self,
@@ -92,11 +94,32 @@ class _LeafCursor:
         self.policy = leaf.config.sort_policy
         self.history = history
         heap: list[tuple[tuple[object, ...], int, _AppCursor]] = []
-        for app in leaf.waiting.values():
-            if eligible is None or eligible(app):
-                heap.append((self.key(app, None, capacity), app.submit_seq, _AppCursor(app)))
-        heapq.heapify(heap)
+        self.ordered: Iterator[App] | None = None
+        if leaf.waiting_order is None or history is not None:
+            for app in leaf.waiting.values():
+                if eligible is None or eligible(app):
+                    heap.append((self.key(app, None, capacity), app.submit_seq, _AppCursor(app)))
+            heapq.heapify(heap)
+        else:
+            apps: Iterator[App] = iter(leaf.waiting_order)
+            self.ordered = apps if eligible is None else filter(eligible, apps)
         self.apps = heap
+        self._refill()
+
+    def _refill(self) -> None:
+        """With a fixed order, keep the next app (if any) as the only entry of :attr:`apps`."""
+        if self.ordered is not None and not self.apps:
+            app = next(self.ordered, None)
+            if app is not None:
+                self.apps.append(((), app.submit_seq, _AppCursor(app)))
+
+    def head(self) -> _AppCursor | None:
+        return self.apps[0][2] if self.apps else None
+
+    def drop_head(self) -> None:
+        """The first app has nothing more to give in this call."""
+        heapq.heappop(self.apps)
+        self._refill()
 
     def key(self, app: App, selected: Resource | None, capacity: Resource) -> tuple[object, ...]:
         own = app_key(self.policy, app, selected, capacity)
@@ -249,10 +272,8 @@ class _CandidateWalk:
         if cur is None:
             history = fair_share.app_history(state.fair_halflives, state.fair_usage, leaf.path, state.now)
             cur = self.cursors[leaf.path] = _LeafCursor(leaf, self.capacity, filters.app, history)
-        apps = cur.apps
         extra = self.extra
-        while apps:
-            _, seq, app_cur = apps[0]
+        while (app_cur := cur.head()) is not None:
             while (ask := app_cur.current) is not None:
                 if (
                     ask.key in filters.skip
@@ -275,9 +296,9 @@ class _CandidateWalk:
                 if cur.policy == "fair":
                     res.add_into(app_cur.selected, ask.resource)
                     new_key = cur.key(app_cur.app, app_cur.selected, self.capacity)
-                    heapq.heapreplace(apps, (new_key, seq, app_cur))
+                    heapq.heapreplace(cur.apps, (new_key, app_cur.app.submit_seq, app_cur))
                 return ask
-            heapq.heappop(apps)
+            cur.drop_head()
         return None
 
     def pick(self, parent: Queue) -> Ask | None:

@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Iterator, Mapping
 from typing import Any
 
-from sortedcontainers import SortedList
+from sortedcontainers import SortedKeyList, SortedList
 
 from sniper.core import constraints, fair_share, lifecycle, quota_clock, slo_plan
 from sniper.core import resources as res
@@ -152,6 +152,7 @@ class Queue:
         "priority",
         "reserved",
         "waiting",
+        "waiting_order",
     )
 
     def __init__(self, config: QueueConfig, parent: Queue | None) -> None:
@@ -175,6 +176,11 @@ class Queue:
         # them done): indexes kept by the state.
         self.waiting: dict[str, App] = {}
         self.holding: dict[str, App] = {}
+        # The waiting apps in the leaf's app order when that order is fixed for an app's life (``fifo``,
+        # ``priority``), kept on every change, so a cycle reads its first apps without sorting them all.
+        self.waiting_order: SortedKeyList | None = (
+            None if config.sort_policy == "fair" else SortedKeyList(key=STATIC_APP_ORDER[config.sort_policy])
+        )
 
     @property
     def is_leaf(self) -> bool:
@@ -324,6 +330,22 @@ class App:
         self.asked = 0  # containers its asks still ask for: count minus allocated, summed over them
         # Asks with pending containers in scheduling order: priority high first, then oldest.
         self.pending_asks: SortedList = SortedList(key=lambda a: a.sort_key)
+
+
+def _priority_order(app: App) -> tuple[object, ...]:
+    return (-app.priority, app.submit_seq)
+
+
+def _submission_order(app: App) -> tuple[object, ...]:
+    return (app.submit_seq,)
+
+
+# A leaf's app order for the sort policies that fix it for an app's life: ``priority`` (high first, then
+# the earliest submitted) and ``fifo`` (submission order). ``fair`` orders by usage, which changes.
+STATIC_APP_ORDER: dict[str, Callable[[App], tuple[object, ...]]] = {
+    "priority": _priority_order,
+    "fifo": _submission_order,
+}
 
 
 class Allocation:
@@ -861,8 +883,8 @@ class PartitionState:
         del self.apps[c.app]
         self.guarded.pop(c.app, None)
         del app.queue.apps[c.app]
-        app.queue.waiting.pop(c.app, None)
         app.queue.holding.pop(c.app, None)
+        self._sync_app(app)  # no pending ask is left: it leaves the waiting apps
 
     def _ask(self, c: p.AskSet) -> None:
         app = self.apps.get(c.app)
@@ -1275,9 +1297,12 @@ class PartitionState:
         :attr:`Queue.holding` exactly while it holds a container."""
         queue = app.queue
         if app.pending_asks:
-            queue.waiting[app.name] = app
-        else:
-            queue.waiting.pop(app.name, None)
+            if app.name not in queue.waiting:
+                queue.waiting[app.name] = app
+                if queue.waiting_order is not None:
+                    queue.waiting_order.add(app)
+        elif queue.waiting.pop(app.name, None) is not None and queue.waiting_order is not None:
+            queue.waiting_order.remove(app)
         if app.allocations:
             queue.holding[app.name] = app
         else:
