@@ -120,3 +120,143 @@ def test_a_topology_mode_outside_required_and_preferred_is_bad_input_naming_the_
     assert isinstance(bad, BadInput) and "topology.mode" in bad.reason
     [good] = list(decode_feed_lines([line.replace(b',"mode":"spread"', b"")], source="feed"))
     assert isinstance(good, f.AskAdded) and good.topology == f.AskTopology(level="rack", mode="required")
+
+
+# ---------------------------------------------------------------------- placement
+
+
+def rack(h: Harness, node: str) -> str | None:
+    return h.cache.state.nodes[node].labels.get("rack")
+
+
+def racks_of(h: Harness, name: str) -> list[str | None]:
+    return [rack(h, node) for node in nodes_of(h, name)]
+
+
+def released(h: Harness, name: str) -> list[f.AllocationReleased]:
+    return [f.AllocationReleased(allocation=x.allocation) for x in h.allocated() if x.ask == name]
+
+
+def test_a_required_gang_waits_while_no_rack_holds_it_whole_though_the_racks_together_do() -> None:
+    h = racks({"r0": ["n0", "n1"], "r1": ["n2", "n3"]})
+    h.feed(plain("fill0", 50, node="n0"), plain("fill2", 50, node="n2"))
+    h.feed(ask("g", 50, count=4, gang_min=4))  # 3 slots in each rack, 6 in all
+    h.settle()
+    assert nodes_of(h, "g") == []
+    h.feed(rack_node("n6", "r0"))
+    h.settle()
+    assert len(nodes_of(h, "g")) == 4 and set(racks_of(h, "g")) == {"r0"}
+    assert topology_violations(h.model) == []
+
+
+def test_a_required_ask_never_uses_a_node_without_its_level_label() -> None:
+    h = racks({"r0": ["n0"]})
+    h.feed(rack_node("loose", None, memory=1000))
+    h.feed(ask("g", 60, count=2, gang_min=2))
+    h.settle()
+    assert nodes_of(h, "g") == []
+    h.feed(plain("free", 60, count=2))
+    h.settle()
+    assert sorted(nodes_of(h, "free")) == ["loose", "n0"]  # the room was there, off every rack
+
+
+@pytest.mark.parametrize(("node_sort", "chosen"), [("binpacking", "r1"), ("fair", "r2")])
+def test_domains_are_tried_fullest_first_under_binpacking_and_emptiest_first_under_fair(
+    node_sort: str, chosen: str
+) -> None:
+    h = racks({"r0": ["n0", "n1"], "r1": ["n2", "n3"], "r2": ["n4", "n5"]}, node_sort=node_sort)
+    h.feed(plain("fill0", 50, node="n0"), plain("fill2", 20, node="n2"))
+    h.settle()
+    h.feed(ask("g", 60, count=2, gang_min=2))  # r0, the fullest, holds one; r1 two; r2, the emptiest, two
+    h.settle()
+    assert racks_of(h, "g") == [chosen, chosen]
+
+
+def test_the_rest_of_a_required_ask_follows_its_gang_into_its_rack_and_waits_there() -> None:
+    h = racks({"r0": ["n0", "n1"], "r1": ["n2", "n3"]})
+    h.feed(ask("g", 60, count=4, gang_min=2))
+    h.settle()
+    assert racks_of(h, "g") == ["r0", "r0"]  # r1, as empty, holds the other two but is another rack
+    first = released(h, "g")[0]
+    h.feed(first)
+    h.settle()
+    assert racks_of(h, "g") == ["r0", "r0", "r0"]
+    assert topology_violations(h.model) == []
+
+
+def test_two_gangs_wanting_the_only_rack_that_holds_them_take_it_in_turn_never_split() -> None:
+    h = racks({"r0": ["n0", "n1"], "r1": ["n2", "n3"], "r2": ["n4", "n5"]})
+    h.feed(plain("fill3", 100, node="n3"), plain("fill5", 100, node="n5"))
+    h.feed(ask("first", 100, count=2, gang_min=2), ask("second", 100, count=2, gang_min=2, app="a2"))
+    h.settle()
+    assert racks_of(h, "first") == ["r0", "r0"]
+    assert nodes_of(h, "second") == []  # n2 and n4 hold it, in two racks
+    h.feed(*released(h, "first"))
+    h.settle()
+    assert racks_of(h, "second") == ["r0", "r0"]
+    assert topology_violations(h.model) == []
+
+
+def test_a_preferred_gang_takes_the_smallest_domain_that_holds_it() -> None:
+    h = racks({"r0": ["n0", "n1"], "r1": ["n2"]}, node_sort="fair")
+    h.feed(ask("g", 40, count=2, gang_min=2, mode="preferred"))
+    h.settle()
+    [one, two] = nodes_of(h, "g")
+    assert one == two  # one host, though fair spreads plain containers
+    h.feed(plain("spread", 40, count=2))
+    h.settle()
+    assert len(set(nodes_of(h, "spread"))) == 2
+
+
+def test_a_preferred_gang_no_rack_holds_falls_back_to_the_fewest_racks() -> None:
+    h = racks({"r1": ["n0"], "r2": ["n1"], "r0": ["n4", "n5"]})
+    h.feed(ask("g", 100, count=3, gang_min=3, mode="preferred"))
+    h.settle()
+    assert len(nodes_of(h, "g")) == 3
+    assert sorted(map(str, racks_of(h, "g"))).count("r0") == 2  # r0 whole, and one more rack
+    h.feed(ask("strict", 100, count=3, gang_min=3, app="a2"))
+    h.settle()
+    assert nodes_of(h, "strict") == []
+
+
+def test_a_required_ask_stays_in_a_rack_that_loses_a_node_and_chooses_anew_once_it_holds_nothing() -> None:
+    h = racks({"r0": ["n0", "n1"], "r1": ["n2", "n3"]})
+    h.feed(ask("g", 60, count=4))
+    h.settle()
+    assert nodes_of(h, "g") == ["n0", "n1"]  # r1 would hold the rest
+    h.feed(f.NodeRemoved(node="n0"))
+    h.settle()
+    assert nodes_of(h, "g") == ["n0", "n1"]  # still pinned to r0 by the container on n1
+    h.feed(rack_node("n6", "r0"))
+    h.settle()
+    assert nodes_of(h, "g") == ["n0", "n1", "n6"]
+    h.feed(f.NodeRemoved(node="n1"), f.NodeRemoved(node="n6"))
+    h.settle()
+    assert [rack(h, node) for node in nodes_of(h, "g")[3:]] == ["r1"]  # holding nothing, it starts anew
+    assert topology_violations(h.model) == []
+
+
+# ---------------------------------------------------------------------- the independent checker
+
+
+def test_the_checker_flags_a_required_ask_placed_in_a_second_rack_or_off_every_rack() -> None:
+    model = ClusterModel("default", topology_config())
+    for event in (
+        rack_node("n0", "r0"),
+        rack_node("n2", "r1"),
+        rack_node("loose", None),
+        f.AppAdded(app="a1", queue="root.a"),
+        ask("g", 10, count=5),
+    ):
+        model.on_event(event)
+    for n, node in enumerate(("n0", "n0", "n2", "loose"), 1):
+        model.on_decision(
+            d.Allocated(
+                seq=n, allocation=f"c{n}", app="a1", ask="g", queue="root.a", node=node, resource={"memory": 10}
+            )
+        )
+    assert topology_violations(model) == [
+        "required topology broken: c3 of a1/g in rack r1, its other containers in r0",
+        "required topology broken: c4 of a1/g on loose, which has no rack label",
+    ]
+    assert model.topology.kept == 2

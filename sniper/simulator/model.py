@@ -33,6 +33,7 @@ from sniper.simulator.constraint_check import ConstraintChecker
 from sniper.simulator.model_allocation import ModelAllocation
 from sniper.simulator.overcommit_check import OvercommitChecker
 from sniper.simulator.slo_check import SloTracker
+from sniper.simulator.topology_check import TopologyChecker
 
 
 @dataclasses.dataclass(slots=True)
@@ -92,6 +93,7 @@ class ClusterModel:
         self.on_node: dict[str, set[str]] = defaultdict(set)  # node -> the allocations on it
         self.overcommit = OvercommitChecker(self)
         self.placement = ConstraintChecker()  # invariant 13: placement constraints
+        self.topology = TopologyChecker(self.placement.labels)  # invariant 15: required topology domains
         self.slo = SloTracker(self)  # SLO reservations: their plans (invariant 14) and deadlines
         self.seen_allocations: set[str] = set()
         self.reservations: dict[str, ModelReservation] = {}
@@ -195,6 +197,7 @@ class ClusterModel:
                     self.gangs[(a, k)] = g
                 if (a, k) not in self.asks:
                     self.placement.ask_added(event)
+                    self.topology.ask_added(event)
                 if (a, k) not in self.asks and event.usage is not None:
                     self.ask_usage[(a, k)] = res.normalized(event.usage)
                 self.asks.setdefault((a, k), (res.normalized(r), c))
@@ -549,6 +552,8 @@ class ClusterModel:
                     )
         for problem in self.placement.allocated(dec.allocation, dec.app, dec.ask, dec.node):
             self._violate(t, 13, f"placement constraint broken: {problem}")
+        for problem in self.topology.allocated(dec.allocation, dec.app, dec.ask, dec.node):
+            self._violate(t, 15, f"required topology broken: {problem}")
         overcommitted = self.overcommit.allocated(dec, resource)
         self.allocations[dec.allocation] = ModelAllocation(
             dec.allocation,
@@ -599,6 +604,7 @@ class ClusterModel:
     def _gone(self, aid: str) -> None:
         alloc = self.allocations.pop(aid, None)
         self.placement.gone(aid)
+        self.topology.gone(aid)
         if alloc is not None:
             self.on_node[alloc.node].discard(aid)
             if alloc.overcommit:

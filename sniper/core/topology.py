@@ -1,0 +1,137 @@
+"""Topology-aware placement: the domains an ask with a ``topology`` places its containers in.
+
+A domain of a level is the set of schedulable nodes sharing that level's label value (the partition's
+``topology.levels``); a node lacking the label is in no domain of that level. Each try places the unit
+through :func:`sniper.core.gang.place_unit` with the ask narrowed to one domain (or a chosen set of
+domains), so a failed try leaves no trace. Invariant: every container of a ``required`` ask is placed
+in the domain of its level its other live or in-flight containers are in, or, holding none, in one
+domain with room for the whole unit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection
+
+from sniper.core import gang
+from sniper.core import resources as res
+from sniper.core.limits import Limits
+from sniper.core.placing import Placer
+from sniper.core.state import Ask, Node, PartitionState
+
+
+def domains(state: PartitionState, level: str) -> dict[str, list[Node]]:
+    """The domains of ``level``: label value -> its schedulable nodes."""
+    out: dict[str, list[Node]] = {}
+    for node in state.nodes.values():
+        value = node.labels.get(level)
+        if value is not None and node.schedulable:
+            out.setdefault(value, []).append(node)
+    return out
+
+
+def _whole(resource: res.Resource, room: res.Resource) -> int:
+    """How many containers of ``resource`` fit in ``room``."""
+    return min((room.get(k, 0) // v for k, v in resource.items() if v > 0), default=0)
+
+
+def _takes(ask: Ask, nodes: list[Node], preemption: bool) -> int:
+    """Containers of ``ask`` the ``nodes`` can take: in their free room, or (preemption, where victims
+    leave) in their capacity."""
+    return sum(_whole(ask.resource, node.capacity if preemption else node.free()) for node in nodes)
+
+
+def ordered(state: PartitionState, groups: dict[str, list[Node]]) -> list[str]:
+    """Domain names in the node sort policy's order: ``binpacking``, the fullest (least free memory
+    over its nodes) first; ``fair``, the emptiest first; ties by name."""
+    sign = -1 if state.node_index.policy == "fair" else 1
+    free = {name: sum(node.free_of(res.MEMORY) for node in nodes) for name, nodes in groups.items()}
+    return sorted(groups, key=lambda name: (sign * free[name], name))
+
+
+def pinned(state: PartitionState, ask: Ask, level: str) -> str | None:
+    """The domain of ``level`` the ask's live containers are in, else the one its members in flight
+    (proposed or reserved) went to, else ``None``."""
+    for alloc_id in ask.app.allocations:
+        alloc = state.allocations.get(alloc_id)
+        if alloc is None or alloc.ask != ask.name:
+            continue
+        node = state.nodes.get(alloc.node)
+        value = None if node is None else node.labels.get(level)
+        if value is not None:
+            return value
+    return ask.domain if ask.allocating or ask.reserved else None
+
+
+def place_unit(
+    state: PartitionState,
+    ask: Ask,
+    placer: Placer,
+    members: int,
+    *,
+    preemption: bool = False,
+    limits: Limits | None = None,
+) -> list[Node] | None:
+    """:func:`sniper.core.gang.place_unit` for an ask with a ``topology``: ``members`` containers in
+    the domains its mode allows (the module's rule), or none."""
+    topology = ask.topology
+    if topology is None:
+        raise ValueError(f"ask {ask.key} has no topology")
+    level = topology.level
+    selector = ask.node_selector
+
+    def within(at: str, values: Collection[str]) -> list[Node] | None:
+        narrowed = frozenset(values)
+        ask.node_selector = {**selector, at: narrowed & selector[at] if at in selector else narrowed}
+        try:
+            return gang.place_unit(state, ask, placer, members, preemption=preemption, limits=limits)
+        finally:
+            ask.node_selector = selector
+
+    def first_fit(at: str) -> list[Node] | None:
+        groups = domains(state, at)
+        for name in ordered(state, groups):
+            if _takes(ask, groups[name], preemption) >= members:
+                nodes = within(at, (name,))
+                if nodes is not None:
+                    return nodes
+        return None
+
+    pin = pinned(state, ask, level)
+    if topology.mode == "required":
+        placed = first_fit(level) if pin is None else within(level, (pin,))
+    else:
+        placed = None if pin is None else within(level, (pin,))
+        levels = state.config.topology.levels if state.config is not None and state.config.topology else ()
+        inward = levels[levels.index(level) :] if level in levels else (level,)
+        for at in reversed(inward):
+            if placed is not None:
+                break
+            placed = first_fit(at)
+        if placed is None:
+            placed = _fewest_domains(state, ask, level, members, preemption, within)
+        if placed is None:
+            placed = gang.place_unit(state, ask, placer, members, preemption=preemption, limits=limits)
+    if placed is not None:
+        ask.domain = placed[0].labels.get(level)
+    return placed
+
+
+def _fewest_domains(
+    state: PartitionState,
+    ask: Ask,
+    level: str,
+    members: int,
+    preemption: bool,
+    within: Callable[[str, Collection[str]], list[Node] | None],
+) -> list[Node] | None:
+    """``members`` containers in the fewest domains of ``level``: those that take the most first."""
+    groups = domains(state, level)
+    takes = {name: _takes(ask, nodes, preemption) for name, nodes in groups.items()}
+    chosen: list[str] = []
+    total = 0
+    for name in sorted(ordered(state, groups), key=lambda name: -takes[name]):
+        if total >= members or takes[name] == 0:
+            break
+        chosen.append(name)
+        total += takes[name]
+    return within(level, chosen) if total >= members and len(chosen) > 1 else None
