@@ -14,6 +14,7 @@ from sniper.messages import feed as f
 from sniper.messages.codec import BadInput, decode_feed_lines
 from sniper.simulator.model import ClusterModel
 from tests.core_support import Harness, config_of, partition_raw, queue, rejected_reasons
+from tests.preemption_support import PreemptHarness, two_queues
 
 LEVELS = ["rack", "host"]
 
@@ -260,3 +261,37 @@ def test_the_checker_flags_a_required_ask_placed_in_a_second_rack_or_off_every_r
         "required topology broken: c4 of a1/g on loose, which has no rack label",
     ]
     assert model.topology.kept == 2
+
+
+# ---------------------------------------------------------------------- sniper preemption
+
+
+def preempting(topology: f.AskTopology | None) -> tuple[PreemptHarness, list[str]]:
+    """Racks r0 (n0, n1) and r1 (n2, n3) full of root.b's containers, the youngest on n1 and n2 (two
+    racks), after one sniper round for a1's gang of two 100s in root.a; the racks of the victims."""
+    raw = two_queues(200, 200)
+    raw["topology"] = {"levels": LEVELS}
+    h = PreemptHarness(raw)
+    h.feed(
+        *(rack_node(node, rack) for rack, nodes in {"r0": ["n0", "n1"], "r1": ["n2", "n3"]}.items() for node in nodes)
+    )
+    for start, node in enumerate(("n0", "n3", "n1", "n2")):
+        h.run(f"b{node}", 100, node, at=float(start), queue_path="root.b")
+    h.app("a1", "root.a")
+    h.feed(f.AskAdded(app="a1", ask="g", resource={"memory": 100}, count=2, gang_min=2, topology=topology))
+    h.starve()
+    h.preempt_round(now=10.0)
+    return h, sorted(str(rack(h, x.node)) for x in h.preempts())
+
+
+def test_sniper_preemption_frees_one_rack_for_a_required_gang() -> None:
+    _, spread = preempting(None)
+    assert spread == ["r0", "r1"]  # the cheapest victims, one in each rack
+    h, victims = preempting(f.AskTopology(level="rack"))
+    assert len(victims) == 2 and len(set(victims)) == 1
+    h.tick(h.now + 16)
+    h.release(*h.kills())
+    h.settle()
+    assert racks_of(h, "g") == victims
+    h.model.check(h.now)
+    assert h.model.violations == []
