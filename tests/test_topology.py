@@ -13,6 +13,8 @@ from sniper.messages import decisions as d
 from sniper.messages import feed as f
 from sniper.messages.codec import BadInput, decode_feed_lines
 from sniper.simulator.model import ClusterModel
+from sniper.simulator.rm import StandInRM
+from sniper.simulator.run import run_simulation
 from tests.core_support import Harness, config_of, partition_raw, queue, rejected_reasons
 from tests.preemption_support import PreemptHarness, two_queues
 
@@ -295,3 +297,49 @@ def test_sniper_preemption_frees_one_rack_for_a_required_gang() -> None:
     assert racks_of(h, "g") == victims
     h.model.check(h.now)
     assert h.model.violations == []
+
+
+# ---------------------------------------------------------------------- the simulator
+
+
+def test_the_stand_in_rm_asks_again_for_a_lost_container_with_its_topology() -> None:
+    rm = StandInRM()
+    rm.observe(f.AppAdded(app="a1", queue="root.a"))
+    rm.observe(ask("g", 10, count=2, gang_min=2, mode="preferred"))
+    rm.on_decision(
+        d.Allocated(allocation="x1", app="a1", ask="g", queue="root.a", node="n0", resource={"memory": 10}), now=1.0
+    )
+    lost = d.AllocationLost(allocation="x1", app="a1", ask="g", queue="root.a", node="n0", resource={})
+    (again,) = rm.on_decision(lost, now=2.0)
+    assert isinstance(again, f.AskAdded) and again.topology == f.AskTopology(level="rack", mode="preferred")
+
+
+def test_a_simulated_rack_that_loses_a_node_under_a_training_gang_breaks_no_invariant() -> None:
+    raw = partition_raw(queue("a"), queue("b"))
+    raw["topology"] = {"levels": LEVELS}
+    layout = {"r0": ["n0", "n1"], "r1": ["n2", "n3"]}
+    events: list[f.Feed] = [
+        f.PartitionConfigEvent(config=raw),
+        *(rack_node(node, r) for r, nodes in layout.items() for node in nodes),
+        f.AppAdded(t=1, app="batch", queue="root.b"),
+        f.AskAdded(t=1, app="batch", ask="w", resource={"memory": 50}, count=4, duration=100),
+        f.AppAdded(t=2, app="train", queue="root.a"),
+        f.AskAdded(
+            t=2,
+            app="train",
+            ask="g",
+            resource={"memory": 50},
+            count=4,
+            gang_min=4,
+            duration=50,
+            topology=f.AskTopology(level="rack"),
+        ),
+        f.NodeRemoved(t=20, node="n2"),
+    ]
+    result = run_simulation(events)
+    assert result.violations == 0
+    placed = [x.node for x in result.decisions if isinstance(x, d.Allocated) and x.ask == "g"]
+    assert sorted(placed) == ["n2", "n2", "n3", "n3"]  # r0 is full of batch work
+    retried = [x.node for x in result.decisions if isinstance(x, d.Allocated) and x.ask.startswith("g~")]
+    assert len(retried) == 2 and set(retried) <= {"n0", "n1", "n3"}
+    assert result.models["default"].topology.kept == 6

@@ -65,6 +65,7 @@ class AskInfo:
     usage: dict[str, int] | None = None
     tags: tuple[str, ...] = ()
     constraints: tuple[f.PlacementConstraint, ...] = ()
+    topology: f.AskTopology | None = None
 
 
 class StandInRM:
@@ -109,6 +110,7 @@ class StandInRM:
                 event.usage,
                 event.tags,
                 event.constraints,
+                event.topology,
             )
             if event.usage is not None:
                 self.measured.add(event.partition)
@@ -305,5 +307,6 @@ class StandInRM:
                 usage=info.usage,
                 tags=info.tags,
                 constraints=info.constraints,
+                topology=info.topology,
             )
         ]
