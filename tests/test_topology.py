@@ -14,7 +14,8 @@ from sniper.messages import feed as f
 from sniper.messages.codec import BadInput, decode_feed_lines
 from sniper.simulator.model import ClusterModel
 from sniper.simulator.rm import StandInRM
-from sniper.simulator.run import run_simulation
+from sniper.simulator.run import SimulationSettings, run_simulation
+from sniper.simulator.scenarios import scenario
 from tests.core_support import Harness, config_of, partition_raw, queue, rejected_reasons
 from tests.preemption_support import PreemptHarness, two_queues
 
@@ -44,7 +45,13 @@ def racks(layout: dict[str, list[str]], node_sort: str = "binpacking", memory: i
 
 
 def ask(
-    name: str, memory: int, count: int, gang_min: int = 0, mode: str = "required", level: str = "rack", app: str = "a1"
+    name: str,
+    memory: int,
+    count: int,
+    gang_min: int = 0,
+    mode: f.TopologyMode = "required",
+    level: str = "rack",
+    app: str = "a1",
 ) -> f.AskAdded:
     return f.AskAdded(
         app=app,
@@ -52,7 +59,7 @@ def ask(
         resource={"memory": memory},
         count=count,
         gang_min=gang_min,
-        topology=f.AskTopology(level=level, mode=mode),  # type: ignore[arg-type]
+        topology=f.AskTopology(level=level, mode=mode),
     )
 
 
@@ -343,3 +350,18 @@ def test_a_simulated_rack_that_loses_a_node_under_a_training_gang_breaks_no_inva
     retried = [x.node for x in result.decisions if isinstance(x, d.Allocated) and x.ask.startswith("g~")]
     assert len(retried) == 2 and set(retried) <= {"n0", "n1", "n3"}
     assert result.models["default"].topology.kept == 6
+
+
+def test_topology_scenario_sniper_frees_one_rack_for_the_required_gang_and_the_baseline_wastes() -> None:
+    sc = scenario("topology")
+    sniper = run_simulation(sc.events, sc.config, SimulationSettings(policy="sniper"))
+    assert sniper.report["invariant_violations"] == 0 and sniper.report["wasted_preemptions"] == 0
+    rack_of_node = {e.node: e.labels["rack"] for e in sc.events if isinstance(e, f.NodeAdded)}
+    gang = [x for x in sniper.decisions if isinstance(x, d.Allocated) and x.ask == "train-0-workers"]
+    victims = [x for x in sniper.decisions if isinstance(x, d.Preempt) and x.for_ask == "train-0-workers"]
+    assert len(gang) == 4 and len({rack_of_node[x.node] for x in gang}) == 1
+    assert victims and {rack_of_node[x.node] for x in victims} == {rack_of_node[gang[0].node]}
+    assert max(x.t for x in gang) < 120.0
+    baseline = run_simulation(sc.events, sc.config, SimulationSettings(until=200, policy="proportional"))
+    assert baseline.report["wasted_preemptions"] > 0 and baseline.report["invariant_violations"] == 0
+    assert not [x for x in baseline.decisions if isinstance(x, d.Allocated) and x.ask == "train-0-workers"]

@@ -164,6 +164,9 @@ class PlacementConstraint(msgspec.Struct, kw_only=True, frozen=True, gc=False):
     namespace: Literal["all", "self"] = "all"  # "self": only the ask's own app's containers count
 
 
+TopologyMode = Literal["required", "preferred"]
+
+
 class AskTopology(msgspec.Struct, kw_only=True, frozen=True, gc=False):
     """Where an ask's containers go together (Kueue's topology-aware scheduling): ``required``, all in
     one domain of ``level`` (a label the partition's ``topology.levels`` names) or none placed;
@@ -171,7 +174,7 @@ class AskTopology(msgspec.Struct, kw_only=True, frozen=True, gc=False):
     of ``level`` (``sniper.core.topology``)."""
 
     level: Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_LABEL_CHARS)]
-    mode: Literal["required", "preferred"] = "required"
+    mode: TopologyMode = "required"
 
 
 class AskAdded(FeedEvent, tag="ask_added", frozen=True, gc=False):
