@@ -365,3 +365,43 @@ def test_topology_scenario_sniper_frees_one_rack_for_the_required_gang_and_the_b
     baseline = run_simulation(sc.events, sc.config, SimulationSettings(until=200, policy="proportional"))
     assert baseline.report["wasted_preemptions"] > 0 and baseline.report["invariant_violations"] == 0
     assert not [x for x in baseline.decisions if isinstance(x, d.Allocated) and x.ask == "train-0-workers"]
+
+
+def test_the_checker_flags_victims_of_a_required_ask_outside_its_domain_or_split_in_one_round() -> None:
+    model = ClusterModel("default", topology_config())
+    for event in (
+        rack_node("n0", "r0"),
+        rack_node("n1", "r0"),
+        rack_node("n2", "r1"),
+        f.AppAdded(app="b1", queue="root.a"),
+        plain("w", 10, count=3, app="b1"),
+        f.AppAdded(app="a1", queue="root.a"),
+        ask("g", 100, count=2, gang_min=2),
+    ):
+        model.on_event(event)
+    for n, node in enumerate(("n0", "n1", "n2"), 1):
+        model.on_decision(
+            d.Allocated(
+                seq=n, allocation=f"w{n}", app="b1", ask="w", queue="root.a", node=node, resource={"memory": 10}
+            )
+        )
+    for seq, (victim, node) in enumerate((("w1", "n0"), ("w3", "n2")), 4):
+        model.on_decision(
+            d.Preempt(
+                seq=seq,
+                t=5.0,
+                allocation=victim,
+                app="b1",
+                queue="root.a",
+                node=node,
+                resource={"memory": 10},
+                for_ask="g",
+                for_app="a1",
+                for_queue="root.a",
+                deadline=20.0,
+                reservation=f"r{seq}",
+            )
+        )
+    assert [r for r in topology_violations(model) if "preemption" in r] == [
+        "topology preemption outside its domain: victim w3 for a1/g in rack r1, another victim of the round in r0"
+    ]

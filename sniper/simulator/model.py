@@ -264,6 +264,9 @@ class ClusterModel:
                 self._promoted(dec)
             case d.Preempt():
                 self._notice(dec)
+                if not dec.observe_only:
+                    for problem in self.topology.victim(dec.t, dec.allocation, dec.for_app, dec.for_ask, dec.node):
+                        self._violate(dec.t, 15, f"topology preemption outside its domain: {problem}")
             case d.PreemptRequest():
                 self._preempt_request(dec)
             case d.PreemptRequestEnded(request=rid):
