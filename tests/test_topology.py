@@ -405,3 +405,28 @@ def test_the_checker_flags_victims_of_a_required_ask_outside_its_domain_or_split
     assert [r for r in topology_violations(model) if "preemption" in r] == [
         "topology preemption outside its domain: victim w3 for a1/g in rack r1, another victim of the round in r0"
     ]
+
+
+def test_an_ask_with_a_topology_overtaken_by_small_asks_reserves_no_node() -> None:
+    raw = two_queues(100, 100)
+    raw["topology"] = {"levels": LEVELS}
+    h = PreemptHarness(raw)
+    h.feed(rack_node("n1", "r0"), rack_node("n2", "r1"))
+    on_node = {
+        node: h.fill("b1", "root.b", node, [10] * 10, start=start) for node, start in (("n1", 0.0), ("n2", 10.0))
+    }
+    h.ask("b1", "more", 10, count=100)
+    h.app("a1", "root.a")
+    h.feed(ask("big", 60, count=1))
+    h.settle()
+    for i in range(6):  # containers finish on both nodes in turn; small asks take the room each time
+        h.tick(h.now + 1)
+        h.release(on_node["n1" if i % 2 == 0 else "n2"].pop(0))
+        h.settle()
+    assert not [x for x in h.decisions if isinstance(x, d.NodeReserved)]
+    h.feed(plain("plain-big", 60))
+    for i in range(6, 12):
+        h.tick(h.now + 1)
+        h.release(on_node["n1" if i % 2 == 0 else "n2"].pop(0))
+        h.settle()
+    assert [x.ask for x in h.decisions if isinstance(x, d.NodeReserved)] == ["plain-big"]
