@@ -430,3 +430,36 @@ def test_an_ask_with_a_topology_overtaken_by_small_asks_reserves_no_node() -> No
         h.release(on_node["n1" if i % 2 == 0 else "n2"].pop(0))
         h.settle()
     assert [x.ask for x in h.decisions if isinstance(x, d.NodeReserved)] == ["plain-big"]
+
+
+# ---------------------------------------------------------------------- opportunistic containers
+
+
+def test_an_opportunistic_ask_with_a_topology_is_rejected_as_bad_topology() -> None:
+    h = racks({"r0": ["n0"]})
+    event = f.AskAdded(
+        app="a1", ask="o", resource={"memory": 10}, execution_type="opportunistic", topology=f.AskTopology(level="rack")
+    )
+    [rejected] = [x for x in h.feed(event) if isinstance(x, d.Rejected)]
+    assert rejected.code == "bad_topology"
+    assert rejected.reason == "ask a1/o: an opportunistic ask cannot have a topology"
+
+
+def test_a_required_gang_evicts_opportunistic_containers_in_one_rack_only() -> None:
+    h = racks({"r0": ["n0", "n1"], "r1": ["n2", "n3"]})
+    # One opportunistic container on each node: the cheapest to evict, the 60s, are in two racks.
+    for node, size in (("n0", 60), ("n1", 90), ("n2", 60), ("n3", 90)):
+        h.feed(f.AskAdded(app="a2", ask=f"o-{node}", resource={"memory": size}, execution_type="opportunistic"))
+        h.cache.allocate("a2", f"o-{node}", node)
+        h.pump()
+    h.feed(ask("g", 60, count=2, gang_min=2))
+    for _ in range(10):
+        h.settle()
+        killed = [a.id for a in h.cache.state.allocations.values() if a.killed]
+        if not killed:
+            break
+        h.feed(*(f.AllocationReleased(allocation=x) for x in killed))
+    evicted = {x.node for x in h.decisions if isinstance(x, d.Kill)}
+    assert len(nodes_of(h, "g")) == 2 and len(set(racks_of(h, "g"))) == 1
+    assert {rack(h, node) for node in evicted} == set(racks_of(h, "g"))
+    assert topology_violations(h.model) == []

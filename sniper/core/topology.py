@@ -34,10 +34,10 @@ def _whole(resource: res.Resource, room: res.Resource) -> int:
     return min((room.get(k, 0) // v for k, v in resource.items() if v > 0), default=0)
 
 
-def _takes(ask: Ask, nodes: list[Node], preemption: bool) -> int:
-    """Containers of ``ask`` the ``nodes`` can take: in their free room, or (preemption, where victims
-    leave) in their capacity."""
-    return sum(_whole(ask.resource, node.capacity if preemption else node.free()) for node in nodes)
+def _takes(ask: Ask, nodes: list[Node], free: bool) -> int:
+    """Containers of ``ask`` the ``nodes`` can take: in their free room, or (``free`` false: when what
+    runs there may leave, for preemption or eviction) in their capacity."""
+    return sum(_whole(ask.resource, node.free() if free else node.capacity) for node in nodes)
 
 
 def ordered(state: PartitionState, groups: dict[str, list[Node]]) -> list[str]:
@@ -90,7 +90,7 @@ def place_unit(
     def first_fit(at: str) -> list[Node] | None:
         groups = domains(state, at)
         for name in ordered(state, groups):
-            if _takes(ask, groups[name], preemption) >= members:
+            if _takes(ask, groups[name], free=False) >= members:  # the placer judges the room
                 nodes = within(at, (name,))
                 if nodes is not None:
                     return nodes
@@ -126,7 +126,7 @@ def _fewest_domains(
 ) -> list[Node] | None:
     """``members`` containers in the fewest domains of ``level``: those that take the most first."""
     groups = domains(state, level)
-    takes = {name: _takes(ask, nodes, preemption) for name, nodes in groups.items()}
+    takes = {name: _takes(ask, nodes, free=not preemption) for name, nodes in groups.items()}
     chosen: list[str] = []
     total = 0
     for name in sorted(ordered(state, groups), key=lambda name: -takes[name]):
