@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from sniper.core import topology
 from sniper.core.config import ConfigError, parse_partition, partition_to_raw
 from sniper.messages import decisions as d
 from sniper.messages import feed as f
@@ -463,3 +464,12 @@ def test_a_required_gang_evicts_opportunistic_containers_in_one_rack_only() -> N
     assert len(nodes_of(h, "g")) == 2 and len(set(racks_of(h, "g"))) == 1
     assert {rack(h, node) for node in evicted} == set(racks_of(h, "g"))
     assert topology_violations(h.model) == []
+
+
+def test_a_required_ask_holding_only_preemption_reservations_is_pinned_to_their_rack() -> None:
+    h, victims = preempting(f.AskTopology(level="rack"))
+    state = h.allocator.state
+    reserved = state.ask(("a1", "g"))
+    assert reserved is not None and reserved.reserved == 2 and reserved.allocated == 0
+    reserved.domain = None  # a replica that never placed it (rebuilt from a snapshot) knows only the state
+    assert topology.pinned(state, reserved, "rack") == victims[0]

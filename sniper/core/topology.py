@@ -49,13 +49,15 @@ def ordered(state: PartitionState, groups: dict[str, list[Node]]) -> list[str]:
 
 
 def pinned(state: PartitionState, ask: Ask, level: str) -> str | None:
-    """The domain of ``level`` the ask's live containers are in, else the one its members in flight
-    (proposed or reserved) went to, else ``None``."""
-    for alloc_id in ask.app.allocations:
-        alloc = state.allocations.get(alloc_id)
-        if alloc is None or alloc.ask != ask.name:
-            continue
-        node = state.nodes.get(alloc.node)
+    """The domain of ``level`` the ask's live containers are in, else the one its preemption
+    reservations are in, else the one its members in flight went to, else ``None``."""
+    held = [state.allocations.get(alloc_id) for alloc_id in ask.app.allocations]
+    nodes = [alloc.node for alloc in held if alloc is not None and alloc.ask == ask.name]
+    if ask.reserved:
+        app = ask.app.name
+        nodes += [r.node for r in state.reservations.values() if r.app == app and r.ask == ask.name]
+    for name in nodes:
+        node = state.nodes.get(name)
         value = None if node is None else node.labels.get(level)
         if value is not None:
             return value
