@@ -35,8 +35,8 @@ def _whole(resource: res.Resource, room: res.Resource) -> int:
 
 
 def _takes(ask: Ask, nodes: list[Node], free: bool) -> int:
-    """Containers of ``ask`` the ``nodes`` can take: in their free room, or (``free`` false: when what
-    runs there may leave, for preemption or eviction) in their capacity."""
+    """Containers of ``ask`` the ``nodes`` can take: in their free room, or (``free`` false: what runs
+    there may leave) in their capacity."""
     return sum(_whole(ask.resource, node.free() if free else node.capacity) for node in nodes)
 
 
@@ -80,6 +80,9 @@ def place_unit(
         raise ValueError(f"ask {ask.key} has no topology")
     level = topology.level
     selector = ask.node_selector
+    # Free room bounds what a placer that frees none can use; the placers that free room (victims,
+    # evictions) are those with per-unit state, and only capacity bounds them.
+    free = not preemption and not isinstance(placer, gang.UnitPlacer)
 
     def within(at: str, values: Collection[str]) -> list[Node] | None:
         narrowed = frozenset(values)
@@ -92,7 +95,7 @@ def place_unit(
     def first_fit(at: str) -> list[Node] | None:
         groups = domains(state, at)
         for name in ordered(state, groups):
-            if _takes(ask, groups[name], free=False) >= members:  # the placer judges the room
+            if _takes(ask, groups[name], free) >= members:
                 nodes = within(at, (name,))
                 if nodes is not None:
                     return nodes
@@ -110,7 +113,7 @@ def place_unit(
                 break
             placed = first_fit(at)
         if placed is None:
-            placed = _fewest_domains(state, ask, level, members, preemption, within)
+            placed = _fewest_domains(state, ask, level, members, free, within)
         if placed is None:
             placed = gang.place_unit(state, ask, placer, members, preemption=preemption, limits=limits)
     if placed is not None:
@@ -123,12 +126,12 @@ def _fewest_domains(
     ask: Ask,
     level: str,
     members: int,
-    preemption: bool,
+    free: bool,
     within: Callable[[str, Collection[str]], list[Node] | None],
 ) -> list[Node] | None:
     """``members`` containers in the fewest domains of ``level``: those that take the most first."""
     groups = domains(state, level)
-    takes = {name: _takes(ask, nodes, free=not preemption) for name, nodes in groups.items()}
+    takes = {name: _takes(ask, nodes, free) for name, nodes in groups.items()}
     chosen: list[str] = []
     total = 0
     for name in sorted(ordered(state, groups), key=lambda name: -takes[name]):
