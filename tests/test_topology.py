@@ -473,3 +473,25 @@ def test_a_required_ask_holding_only_preemption_reservations_is_pinned_to_their_
     assert reserved is not None and reserved.reserved == 2 and reserved.allocated == 0
     reserved.domain = None  # a replica that never placed it (rebuilt from a snapshot) knows only the state
     assert topology.pinned(state, reserved, "rack") == victims[0]
+
+
+def test_a_rack_losing_a_node_mid_grace_never_splits_the_required_gang_it_was_freed_for() -> None:
+    h, victims = preempting(f.AskTopology(level="rack"))
+    h.model.check(h.now)  # after every step, as the simulator checks
+    chosen = victims[0]
+    lost = sorted(x.node for x in h.preempts())[0]
+    h.tick(h.now + 5)  # mid-grace
+    h.feed(f.NodeRemoved(node=lost))
+    h.model.check(h.now)
+    h.feed(rack_node("n9", "r1" if chosen == "r0" else "r0"))  # free room, in the other rack
+    h.settle()
+    h.model.check(h.now)
+    for _ in range(4):
+        h.tick(h.now + 16)
+        h.release(*[x for x in h.kills() if x in h.cache.state.allocations])
+        h.starve()
+        h.preempt_round()
+        h.settle()
+        h.model.check(h.now)
+    assert racks_of(h, "g") == [chosen]  # the member still reserved, in its rack; none on n9
+    assert h.model.violations == []

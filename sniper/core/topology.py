@@ -10,7 +10,8 @@ domain with room for the whole unit.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Iterator
+from contextlib import contextmanager
 
 from sniper.core import gang
 from sniper.core import resources as res
@@ -64,6 +65,33 @@ def pinned(state: PartitionState, ask: Ask, level: str) -> str | None:
     return ask.domain if ask.allocating or ask.reserved else None
 
 
+@contextmanager
+def _narrowed(ask: Ask, level: str, values: Collection[str]) -> Iterator[None]:
+    """While open, ``ask`` accepts only nodes in the domains ``values`` of ``level`` (and its own selector)."""
+    selector = ask.node_selector
+    narrowed = frozenset(values)
+    ask.node_selector = {**selector, level: narrowed & selector[level] if level in selector else narrowed}
+    try:
+        yield
+    finally:
+        ask.node_selector = selector
+
+
+def place_beside(state: PartitionState, ask: Ask, placer: Placer) -> Node | None:
+    """A node for one more container of ``ask`` (a reserved beneficiary competing for free room) in
+    the domain its other containers are pinned to: ``required``, there or nowhere; ``preferred``,
+    there first. Nothing is held."""
+    topology = ask.topology
+    pin = None if topology is None else pinned(state, ask, topology.level)
+    if topology is None or pin is None:
+        return placer.place(state, ask)
+    with _narrowed(ask, topology.level, (pin,)):
+        node = placer.place(state, ask)
+    if node is None and topology.mode == "preferred":
+        node = placer.place(state, ask)
+    return node
+
+
 def place_unit(
     state: PartitionState,
     ask: Ask,
@@ -79,18 +107,13 @@ def place_unit(
     if topology is None:
         raise ValueError(f"ask {ask.key} has no topology")
     level = topology.level
-    selector = ask.node_selector
     # Free room bounds what a placer that frees none can use; the placers that free room (victims,
     # evictions) are those with per-unit state, and only capacity bounds them.
     free = not preemption and not isinstance(placer, gang.UnitPlacer)
 
     def within(at: str, values: Collection[str]) -> list[Node] | None:
-        narrowed = frozenset(values)
-        ask.node_selector = {**selector, at: narrowed & selector[at] if at in selector else narrowed}
-        try:
+        with _narrowed(ask, at, values):
             return gang.place_unit(state, ask, placer, members, preemption=preemption, limits=limits)
-        finally:
-            ask.node_selector = selector
 
     def first_fit(at: str) -> list[Node] | None:
         groups = domains(state, at)
