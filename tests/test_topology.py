@@ -495,3 +495,26 @@ def test_a_rack_losing_a_node_mid_grace_never_splits_the_required_gang_it_was_fr
         h.model.check(h.now)
     assert racks_of(h, "g") == [chosen]  # the member still reserved, in its rack; none on n9
     assert h.model.violations == []
+
+
+@pytest.mark.parametrize("protected", ["opt_out", "required_node"])
+def test_a_rack_whose_only_victims_are_protected_is_passed_over_for_one_that_has_others(protected: str) -> None:
+    raw = two_queues(200, 200)
+    raw["topology"] = {"levels": LEVELS}
+    h = PreemptHarness(raw)
+    h.feed(*(rack_node(node, r) for r, nodes in {"r0": ["n0", "n1"], "r1": ["n2", "n3"]}.items() for node in nodes))
+    for start, node in enumerate(("n0", "n1", "n2", "n3")):
+        app = f"b{node}"
+        if node in ("n0", "n1"):  # r0, first in the binpacking order (ties by name), is protected
+            h.feed(f.AppAdded(app=app, queue="root.b", allow_preemption=protected != "opt_out"))
+            h.feed(plain("run", 100, app=app, node=node if protected == "required_node" else None))
+            h.tick(float(start))
+            h.cache.allocate(app, "run", node)
+            h.pump()
+        else:
+            h.run(app, 100, node, at=float(start), queue_path="root.b")
+    h.app("a1", "root.a")
+    h.feed(ask("g", 100, count=2, gang_min=2))
+    h.starve()
+    h.preempt_round(now=10.0)
+    assert sorted(x.node for x in h.preempts()) == ["n2", "n3"]

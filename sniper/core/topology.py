@@ -17,6 +17,7 @@ from sniper.core import gang
 from sniper.core import resources as res
 from sniper.core.limits import Limits
 from sniper.core.placing import Placer
+from sniper.core.preemption.rules import last_resort
 from sniper.core.state import Ask, Node, PartitionState
 
 
@@ -39,6 +40,20 @@ def _takes(ask: Ask, nodes: list[Node], free: bool) -> int:
     """Containers of ``ask`` the ``nodes`` can take: in their free room, or (``free`` false: what runs
     there may leave) in their capacity."""
     return sum(_whole(ask.resource, node.free() if free else node.capacity) for node in nodes)
+
+
+def _without_last_resort(state: PartitionState, ask: Ask, nodes: list[Node]) -> int:
+    """Containers of ``ask`` the ``nodes`` can take once every victim but those of last resort
+    (application masters, apps that opted out of preemption) left."""
+    total = 0
+    for node in nodes:
+        room = dict(node.capacity)
+        for alloc_id in node.allocations:
+            alloc = state.allocations.get(alloc_id)
+            if alloc is not None and last_resort(alloc, state.apps.get(alloc.app)):
+                res.sub_into(room, alloc.resource)
+        total += _whole(ask.resource, room)
+    return total
 
 
 def ordered(state: PartitionState, groups: dict[str, list[Node]]) -> list[str]:
@@ -117,7 +132,10 @@ def place_unit(
 
     def first_fit(at: str) -> list[Node] | None:
         groups = domains(state, at)
-        for name in ordered(state, groups):
+        names = ordered(state, groups)
+        if preemption:  # as single asks: victims of last resort only where no domain has others
+            names.sort(key=lambda name: _without_last_resort(state, ask, groups[name]) < members)
+        for name in names:
             if _takes(ask, groups[name], free) >= members:
                 nodes = within(at, (name,))
                 if nodes is not None:
