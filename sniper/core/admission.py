@@ -5,10 +5,11 @@ it judges an ask's fit by (:class:`NodeShapes`).
 
 An ask is refused when it could never be placed or would go past the partition's bounds: its app is
 unknown, it asks for nothing, an application master asks to run opportunistic, it passes an ``admission``
-bound, its placement constraints are malformed, its gang is larger than its count, it (or its gang) can
-never fit a queue's ``max``, no node matches its node selector, no node (or its required node) can ever
-hold it, or no set of nodes can ever hold its gang together. The cache (:mod:`sniper.core.cache`) rejects
-what this refuses and commits the rest; nothing here changes the state.
+bound, its placement constraints are malformed, it has a topology while opportunistic or names a level
+the partition does not list, its gang is larger than its count, it (or its gang) can never fit a
+queue's ``max``, no node matches its node selector, no node (or its required node) can ever hold it,
+or no set of nodes can ever hold its gang together. The cache (:mod:`sniper.core.cache`) rejects what
+this refuses and commits the rest; nothing here changes the state.
 """
 
 from __future__ import annotations
@@ -70,6 +71,15 @@ def refusal(state: PartitionState, e: f.AskAdded, resource: Resource, shapes: No
     why = constraints.malformed(e.constraints, e.tags, opportunistic) if e.constraints else None
     if why is not None:
         return Rejection("bad_constraint", f"ask {e.app}/{e.ask}: {why}")
+    levels = () if state.config is None or state.config.topology is None else state.config.topology.levels
+    if e.topology is not None and opportunistic:
+        return Rejection("bad_topology", f"ask {e.app}/{e.ask}: an opportunistic ask cannot have a topology")
+    if e.topology is not None and e.topology.level not in levels:
+        listed = f"is not among the partition's topology levels ({', '.join(levels)})"
+        why = f"topology level {d.clipped(e.topology.level, d.MAX_QUOTE)} " + (
+            listed if levels else "is named, but the partition has no topology"
+        )
+        return Rejection("bad_topology", f"ask {e.app}/{e.ask}: {why}")
     if e.gang_min > e.count:
         why = f"gang_min {e.gang_min} is more than its count {e.count}"
         return Rejection("gang_over_count", f"ask {e.app}/{e.ask}: {why}")

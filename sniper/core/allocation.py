@@ -17,7 +17,7 @@ import math
 from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass, field
 
-from sniper.core import constraints, fair_share, gang, node_reservation
+from sniper.core import constraints, fair_share, gang, node_reservation, topology
 from sniper.core import resources as res
 from sniper.core.limits import Limits
 from sniper.core.placing import Placer, hold_room
@@ -383,7 +383,8 @@ def try_allocate(
     ask) so it is never proposed twice before the cache answers. ``preemption=True`` requires a
     ``placer`` that counts victims' room and checks every ``max`` with the victims gone (see
     :mod:`sniper.core.preemption.placement`). A gang that still misses members is placed as one unit
-    of them all, or not at all (:mod:`sniper.core.gang`).
+    of them all, or not at all (:mod:`sniper.core.gang`); an ask with a ``topology`` places each unit in
+    the domains it allows (:mod:`sniper.core.topology`).
     """
     if preemption and placer is None:
         raise ValueError("preemption mode needs a placer that knows the victims")
@@ -394,8 +395,9 @@ def try_allocate(
         if ask.key in result.failed:
             continue
         members = gang.unit_size(ask)
-        if members > 1:
-            unit = gang.place_unit(state, ask, placer, members, preemption=preemption, limits=limits.view)
+        if members > 1 or ask.topology is not None:
+            place_unit = gang.place_unit if ask.topology is None else topology.place_unit
+            unit = place_unit(state, ask, placer, members, preemption=preemption, limits=limits.view)
             if unit is None:
                 result.failed.add(ask.key)
                 continue

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from sniper.core import node_reservation, opportunistic
+from sniper.core import node_reservation, opportunistic, topology
 from sniper.core import resources as res
 from sniper.core.allocation import CandidateFilter, FreeRoomPlacer, find_ask_candidates, try_allocate
 from sniper.core.placing import hold_room
@@ -231,9 +231,10 @@ def _place_guaranteed(state: PartitionState, budget: int) -> _Walk:
 
 def place_reserved(state: PartitionState, budget: int) -> list[tuple[Ask, Node]]:
     """Reserved beneficiaries keep competing for free room (architecture: Actors): one container per
-    reservation whose ask still wants one, on free room anywhere, until its victims are killed; the
-    cache then ends that reservation and cancels its victims' notices. Served after the other asks, so
-    the ideal assignment's order stands (serving them first cost random_mix 16 s of time to guarantee)."""
+    reservation whose ask still wants one, on free room anywhere (an ask with a topology, in its
+    domain: :func:`sniper.core.topology.place_beside`), until its victims are killed; the cache then
+    ends that reservation and cancels its victims' notices. Served after the other asks, so the ideal
+    assignment's order stands (serving them first cost random_mix 16 s of time to guarantee)."""
     placer = FreeRoomPlacer()
     placed: list[tuple[Ask, Node]] = []
     for rid in sorted(state.reservations):
@@ -249,7 +250,7 @@ def place_reserved(state: PartitionState, budget: int) -> list[tuple[Ask, Node]]
         freed = {q.path: res.scale(ask.resource, -1) for q in ask.app.queue.lineage()}
         if not state.headroom_allows(ask.app.queue, ask.resource, freed):
             continue
-        node = placer.place(state, ask)
+        node = placer.place(state, ask) if ask.topology is None else topology.place_beside(state, ask, placer)
         if node is not None:
             placed.append((ask, node))
             hold_room(state, ask, node, 1)

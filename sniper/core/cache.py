@@ -554,6 +554,7 @@ class Cache:
                 usage=None if e.usage is None else res.normalized(e.usage),
                 tags=tuple(e.tags) if e.tags else (),
                 constraints=e.constraints,
+                topology=e.topology,
             )
         )
 
@@ -1102,6 +1103,7 @@ def _app_changes(state: PartitionState, app: App) -> list[p.ChangeMsg]:
                 usage=ask.usage,
                 tags=ask.tags,
                 constraints=tuple(c.raw() for c in ask.constraints),
+                topology=ask.topology,
             )
         )
     return out

@@ -170,6 +170,17 @@ class OvercommitConfig:
     preempt_above: dict[str, float]
 
 
+MAX_TOPOLOGY_LEVELS = 16  # zone, block, rack, host: real hierarchies have a handful
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class TopologyConfig:
+    """A partition's ``topology`` section (:mod:`sniper.core.topology`): the node labels naming each
+    node's domain at each level, outermost first, each named once."""
+
+    levels: tuple[str, ...]
+
+
 WILDCARD = "*"
 
 
@@ -266,6 +277,7 @@ class PartitionConfig:
     reservation: ReservationConfig = dataclasses.field(default_factory=ReservationConfig)
     admission: AdmissionConfig = dataclasses.field(default_factory=AdmissionConfig)
     overcommit: OvercommitConfig | None = None  # absent: no over-commit
+    topology: TopologyConfig | None = None  # absent: asks may not name a topology level
     placement_rules: tuple[PlacementRuleConfig, ...] = ()  # none: YuniKorn's default rules, in the shim
     # What the source said that Sniper accepted without acting on it; not part of the config's meaning.
     warnings: tuple[str, ...] = dataclasses.field(default=(), compare=False)
@@ -403,6 +415,12 @@ class _RawOvercommit(_Raw):
     preempt_above: Annotated[dict[str, Fraction], Meta(min_length=1)]
 
 
+class _RawTopology(_Raw):
+    levels: Annotated[
+        list[Annotated[str, Meta(min_length=1, max_length=256)]], Meta(min_length=1, max_length=MAX_TOPOLOGY_LEVELS)
+    ]
+
+
 class _RawPartition(_Raw):
     queues: Annotated[list[_RawQueue], Meta(min_length=1)]
     name: Annotated[str, Meta(min_length=1)] = "default"
@@ -411,6 +429,7 @@ class _RawPartition(_Raw):
     reservation: _RawReservation | None = None  # type: ignore[valid-type]
     admission: _RawAdmission | None = None  # type: ignore[valid-type]
     overcommit: _RawOvercommit | None = None
+    topology: _RawTopology | None = None
     placementrules: list[_RawPlacementRule] | None = None  # applied by the Kubernetes shim
     limits: list[_RawLimit] | None = None  # the root queue's (YuniKorn 1.5, YUNIKORN-2260)
     usergroupresolver: dict[str, Any] | None = None  # warned
@@ -426,6 +445,7 @@ _STRUCT_AT: dict[tuple[bool, str], type[msgspec.Struct]] = {
     (False, ".reservation"): _RawReservation,
     (False, ".admission"): _RawAdmission,
     (False, ".overcommit"): _RawOvercommit,
+    (False, ".topology"): _RawTopology,
     (False, ".nodesortpolicy"): _RawNodeSort,
     (False, ".placementrules[]"): _RawPlacementRule,
     (False, ".placementrules[].filter"): _RawPlacementFilter,
@@ -892,6 +912,7 @@ def parse_partition(raw: object, where: str = "partition") -> PartitionConfig:
     raw_admission = parsed.admission or _RawAdmission()
     admission = AdmissionConfig(**{f.name: getattr(raw_admission, f.name) for f in dataclasses.fields(AdmissionConfig)})
     overcommit = None if parsed.overcommit is None else _overcommit(parsed.overcommit, f"{label}.overcommit")
+    topology = None if parsed.topology is None else _topology(parsed.topology, f"{label}.topology")
     top = parsed.queues
     if len(top) == 1 and top[0].name == "root":
         raw_root = top[0]
@@ -914,6 +935,7 @@ def parse_partition(raw: object, where: str = "partition") -> PartitionConfig:
         reservation=reservation,
         admission=admission,
         overcommit=overcommit,
+        topology=topology,
         placement_rules=rules,
         warnings=tuple(warnings),
     )
@@ -978,6 +1000,14 @@ def placement_rule_to_raw(rule: PlacementRuleConfig) -> dict[str, Any]:
             filter_out["groups"] = list(rule.filter.groups)
         out["filter"] = filter_out
     return out
+
+
+def _topology(raw: _RawTopology, where: str) -> TopologyConfig:
+    """The ``topology`` section: each level's label named once."""
+    repeated = sorted({level for level in raw.levels if raw.levels.count(level) > 1})
+    if repeated:
+        raise ConfigError(f"{where}.levels: {', '.join(repeated)} named more than once; name each level once")
+    return TopologyConfig(levels=tuple(raw.levels))
 
 
 def _overcommit(raw: _RawOvercommit, where: str) -> OvercommitConfig:
@@ -1177,6 +1207,8 @@ def partition_to_raw(cfg: PartitionConfig) -> dict[str, Any]:
     }
     if cfg.overcommit is not None:
         out["overcommit"] = dataclasses.asdict(cfg.overcommit)
+    if cfg.topology is not None:
+        out["topology"] = {"levels": list(cfg.topology.levels)}
     if cfg.placement_rules:
         out["placementrules"] = [placement_rule_to_raw(rule) for rule in cfg.placement_rules]
     return out

@@ -1,7 +1,8 @@
 """Node reservations (YARN's reserved containers), sans-IO: who reserves, what it blocks, how it ends.
 
-A guaranteed ask that no node's free room holds, overtaken in the same allocation cycle by a smaller ask
-that did get a node it could have used, reserves the node where it would fit soonest (the most free room
+A guaranteed ask (not a gang still missing members, nor one with a ``topology``) that no node's free
+room holds, overtaken in the same allocation cycle by a smaller ask that did get a node it could have
+used, reserves the node where it would fit soonest (the most free room
 on the ask's dominant resource, ties by name) among the nodes whose capacity holds it. While reserved,
 nothing but that ask is placed on the node (normal allocation, opportunistic placement and preemption
 placement alike); the reservation holds no room and names no victim, so it is not a preemption
@@ -118,6 +119,7 @@ def choose(
             or ask.key in inflight
             or ask.pending <= 0
             or gang.unit_size(ask) > 1
+            or ask.topology is not None
             or not _overtaken(ask, shapes)
             or not within_max(state, ask)
             or _fits_somewhere(state, ask)

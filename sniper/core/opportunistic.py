@@ -20,7 +20,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 
-from sniper.core import constraints, gang, node_reservation, overcommit
+from sniper.core import constraints, gang, node_reservation, overcommit, topology
 from sniper.core import resources as res
 from sniper.core.allocation import FreeRoomPlacer
 from sniper.core.evictable import newest_first, running_on
@@ -183,9 +183,10 @@ def plan(state: PartitionState, starving: list[Ask], budget: int) -> Opportunist
         if ask.opportunistic or not may_preempt(ask):
             continue  # an ask that never preempts evicts nothing, a gang's members neither
         members = gang.members_missing(ask)
-        if members > 1:
-            if gang.place_unit(state, ask, evicting, members, limits=limits.view) is not None:
-                limits.held(ask, members)
+        if members > 1 or ask.topology is not None:  # one unit, in the domains its topology allows
+            place_unit = gang.place_unit if ask.topology is None else topology.place_unit
+            if place_unit(state, ask, evicting, max(1, members), limits=limits.view) is not None:
+                limits.held(ask, max(1, members))
             continue
         # One container at a time, as many as opportunistic room can make (the hold lowers pending).
         while ask.pending > 0 and state.headroom_allows(ask.app.queue, ask.resource):

@@ -225,6 +225,7 @@ class Ask:
         "count",
         "created",
         "damped_until",
+        "domain",
         "duration",
         "gang_min",
         "key",
@@ -242,6 +243,7 @@ class Ask:
         "seq",
         "sort_key",
         "tags",
+        "topology",
         "usage",
     )
 
@@ -276,6 +278,8 @@ class Ask:
         self.usage = change.usage  # what each container really uses (None: its resource)
         self.tags = change.tags  # allocation tags of its containers
         self.constraints = constraints.parse(change.constraints, change.tags) if change.constraints else ()
+        self.topology = change.topology  # the domain its containers share (core.topology; None: anywhere)
+        self.domain: str | None = None  # allocator only: the domain its members in flight went to
 
     def accepts(self, node: Node) -> bool:
         """Whether the ask may run on ``node`` at all (its required node, its node selector), room aside:

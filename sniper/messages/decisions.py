@@ -58,6 +58,7 @@ RejectionCode = Literal[
     "no_matching_node",  # no node matches its node selector
     "never_fits",  # no node (or its required node) can ever hold it
     "gang_never_fits",  # no set of nodes can ever hold its gang together
+    "bad_topology",  # its topology names a level the partition's topology does not list
     "bad_utilization",  # a node utilization report the partition cannot take
     "promotion_refused",  # an opportunistic container that cannot be promoted
 ]

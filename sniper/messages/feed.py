@@ -167,6 +167,19 @@ class PlacementConstraint(msgspec.Struct, kw_only=True, frozen=True, gc=False):
     namespace: Literal["all", "self"] = "all"  # "self": only the ask's own app's containers count
 
 
+TopologyMode = Literal["required", "preferred"]
+
+
+class AskTopology(msgspec.Struct, kw_only=True, frozen=True, gc=False):
+    """Where an ask's containers go together (Kueue's topology-aware scheduling): ``required``, all in
+    one domain of ``level`` (a label the partition's ``topology.levels`` names) or none placed;
+    ``preferred``, the smallest domain from ``level`` inward that holds them all, else the fewest domains
+    of ``level`` (``sniper.core.topology``)."""
+
+    level: Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_LABEL_CHARS)]
+    mode: TopologyMode = "required"
+
+
 class AskAdded(FeedEvent, tag="ask_added", frozen=True, gc=False):
     app: Name
     ask: Name
@@ -197,6 +210,8 @@ class AskAdded(FeedEvent, tag="ask_added", frozen=True, gc=False):
     # Tuples: an empty default costs no object per event (a list default is copied for each one).
     tags: Annotated[tuple[Tag, ...], msgspec.Meta(max_length=MAX_TAGS)] = ()
     constraints: Annotated[tuple[PlacementConstraint, ...], msgspec.Meta(max_length=MAX_TAGS)] = ()
+    # The topology domain its containers share (None: anywhere).
+    topology: AskTopology | None = None
 
     def __post_init__(self) -> None:
         _in_sniper_units(self, "resource", "usage")

@@ -11,7 +11,7 @@ from typing import Any
 
 import msgspec
 
-from sniper.messages.feed import PlacementConstraint
+from sniper.messages.feed import AskTopology, PlacementConstraint
 
 # ---------------------------------------------------------------- changes (the state's only mutations)
 
@@ -88,6 +88,7 @@ class AskSet(Change, tag="ask", frozen=True, gc=False):
     usage: dict[str, int] | None = None  # what each container really uses (None: its resource)
     tags: tuple[str, ...] = ()  # allocation tags of its containers (core.constraints)
     constraints: tuple[PlacementConstraint, ...] = ()  # validated by the cache
+    topology: AskTopology | None = None  # checked by the cache against the partition's levels
 
 
 class AskGone(Change, tag="ask_gone", frozen=True, gc=False):

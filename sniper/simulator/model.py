@@ -35,6 +35,7 @@ from sniper.simulator.model_allocation import ModelAllocation
 from sniper.simulator.overcommit_check import OvercommitChecker
 from sniper.simulator.quota_check import QuotaChecker
 from sniper.simulator.slo_check import SloTracker
+from sniper.simulator.topology_check import TopologyChecker
 
 
 @dataclasses.dataclass(slots=True)
@@ -98,6 +99,7 @@ class ClusterModel:
         self.failing: set[str] = set()
         self.overcommit = OvercommitChecker(self)
         self.placement = ConstraintChecker()  # invariant 13: placement constraints
+        self.topology = TopologyChecker(self.placement.labels)  # invariant 16: required topology domains
         self.slo = SloTracker(self)  # SLO reservations: their plans (invariant 14) and deadlines
         self.quota = QuotaChecker(self)  # invariant 15: quota preemption
         self.seen_allocations: set[str] = set()
@@ -210,6 +212,7 @@ class ClusterModel:
                     self.gangs[(a, k)] = g
                 if (a, k) not in self.asks:
                     self.placement.ask_added(event)
+                    self.topology.ask_added(event)
                 if (a, k) not in self.asks and event.usage is not None:
                     self.ask_usage[(a, k)] = res.normalized(event.usage)
                 self.asks.setdefault((a, k), (res.normalized(r), c))
@@ -277,6 +280,9 @@ class ClusterModel:
                 self._promoted(dec)
             case d.Preempt():
                 self._notice(dec)
+                if not dec.observe_only:
+                    for problem in self.topology.victim(dec.t, dec.allocation, dec.for_app, dec.for_ask, dec.node):
+                        self._violate(dec.t, 16, f"topology preemption outside its domain: {problem}")
             case d.PreemptRequest():
                 self._preempt_request(dec)
             case d.PreemptRequestEnded(request=rid):
@@ -599,6 +605,8 @@ class ClusterModel:
                     )
         for problem in self.placement.allocated(dec.allocation, dec.app, dec.ask, dec.node):
             self._violate(t, 13, f"placement constraint broken: {problem}")
+        for problem in self.topology.allocated(dec.allocation, dec.app, dec.ask, dec.node):
+            self._violate(t, 16, f"required topology broken: {problem}")
         overcommitted = self.overcommit.allocated(dec, resource)
         self.allocations[dec.allocation] = ModelAllocation(
             dec.allocation,
@@ -650,6 +658,7 @@ class ClusterModel:
     def _gone(self, aid: str) -> None:
         alloc = self.allocations.pop(aid, None)
         self.placement.gone(aid)
+        self.topology.gone(aid)
         if alloc is not None:
             self.on_node[alloc.node].discard(aid)
             self.touched.add(alloc.node)

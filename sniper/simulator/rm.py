@@ -70,6 +70,7 @@ class AskInfo:
     usage: dict[str, int] | None = None
     tags: tuple[str, ...] = ()
     constraints: tuple[f.PlacementConstraint, ...] = ()
+    topology: f.AskTopology | None = None
 
 
 class StandInRM:
@@ -117,6 +118,7 @@ class StandInRM:
                 event.usage,
                 event.tags,
                 event.constraints,
+                event.topology,
             )
             if event.usage is not None:
                 self.measured.add(event.partition)
@@ -326,5 +328,6 @@ class StandInRM:
                 usage=info.usage,
                 tags=info.tags,
                 constraints=info.constraints,
+                topology=info.topology,
             )
         ]

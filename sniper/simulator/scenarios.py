@@ -693,6 +693,49 @@ def constraints(seed: int = 0) -> Scenario:
     return Scenario("constraints", constraints.__doc__ or "", raw, events)
 
 
+def topology(seed: int = 0) -> Scenario:
+    """Topology-aware training: 16 nodes of 64 GiB in four racks (node label ``rack``, with the host
+    as the inner level). Queue batch borrowed the idle cluster with 8 GiB tasks, spread over every
+    rack; queue train (guarantee: 40% of the cluster) runs a gang of four 56 GiB workers that must
+    share one rack (``topology`` ``required``), then a gang of four 24 GiB workers that prefers one.
+    At 300 s node n000 (rack r0) is lost, and what ran there is asked again."""
+    rng = random.Random(seed)
+    nodes, per_rack = 16, 4
+    share = {"memory": nodes * 64 * GiB * 2 // 5, "vcore": nodes * 16_000 * 2 // 5}
+    rest = {"memory": nodes * 64 * GiB * 3 // 5, "vcore": nodes * 16_000 * 3 // 5}
+    raw = _partition([_queue("train", share), _queue("batch", rest)], dict(PREEMPTION))
+    raw["partitions"][0]["topology"] = {"levels": ["rack", "host"]}
+    events: list[f.Feed] = [
+        f.NodeAdded(
+            node=f"n{i:03d}",
+            capacity={"memory": 64 * GiB, "vcore": 16_000},
+            labels={"rack": f"r{i // per_rack}", "host": f"n{i:03d}"},
+        )
+        for i in range(nodes)
+    ]
+    for k in range(4):
+        _job(events, 1 + k, f"batch-{k}", "root.batch", 40, 8 * GiB, 2000, rng.uniform(500, 700))
+    gangs: list[tuple[float, int, f.TopologyMode]] = [(60.0, 56 * GiB, "required"), (120.0, 24 * GiB, "preferred")]
+    for n, (t, memory, mode) in enumerate(gangs):
+        app = f"train-{n}"
+        events.append(f.AppAdded(t=t, app=app, queue="root.train"))
+        events.append(
+            f.AskAdded(
+                t=t,
+                app=app,
+                ask=f"{app}-workers",
+                resource={"memory": memory, "vcore": 4000},
+                count=4,
+                gang_min=4,
+                duration=rng.uniform(400, 500),
+                topology=f.AskTopology(level="rack", mode=mode),
+            )
+        )
+    events.append(f.NodeRemoved(t=300, node="n000"))
+    events.sort(key=lambda e: e.t)
+    return Scenario("topology", topology.__doc__ or "", raw, events)
+
+
 def slo(seed: int = 0) -> Scenario:
     """SLO reservations (YARN's ReservationSystem) beside ad-hoc batch: on 10 nodes of 64 GiB and 16 cores,
     queue prod (guarantee: 60%) is reservable. At t=0 it takes an ETL reservation that recurs every 30
@@ -853,6 +896,7 @@ SCENARIOS: dict[str, ScenarioFn] = {
     "min_runtime": min_runtime,
     "stopped_queue": stopped_queue,
     "quota": quota,
+    "topology": topology,
 }
 
 
