@@ -2,8 +2,9 @@
 goes through ``PartitionState.apply`` (architecture: Actors; only the cache writes, and only through
 its one mutation path): no module outside ``core/state.py`` assigns an attribute of one, read from the
 source (an attribute write is caught whatever names the object). Nodes, queues, apps and asks likewise,
-but for the allocator's in-flight ``allocating`` counters, which only the allocator and
-:func:`sniper.core.placing.hold_room` write (the cache's checks, a gang's included, only read them)."""
+but for the allocator's in-flight ``allocating`` counters and ``domain`` (the topology domain its members
+in flight went to), which only the allocator, :func:`sniper.core.placing.hold_room` and
+:mod:`sniper.core.topology` write (the cache's checks, a gang's included, only read them)."""
 
 from __future__ import annotations
 
@@ -16,11 +17,13 @@ from sniper.core.state import Allocation, App, Ask, Contract, Node, NodeReservat
 
 ROOT = Path(__file__).resolve().parent.parent
 FIELDS = {name for cls in (Allocation, Reservation, NodeReservation, Contract) for name in cls.__slots__}
-HOLDERS = {name for cls in (Node, Queue, App, Ask) for name in cls.__slots__} - {"allocating"}
+HOLDERS = {name for cls in (Node, Queue, App, Ask) for name in cls.__slots__} - {"allocating", "domain"}
 # Writes of those names to objects that are not the state's (checked by hand: the module, the target).
 NOT_STATE = {
     ("sniper/cluster/process.py", "c.allocations"),  # a partition host's counters
     ("sniper/core/preemption/ideal.py", "q.pending"),  # the ideal assignment's own working queues
+    # a topology domain narrows an ask's selector for one synchronous placement and restores it (finally)
+    ("sniper/core/topology.py", "ask.node_selector"),
 }
 SOURCES = sorted(
     path
