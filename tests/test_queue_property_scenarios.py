@@ -87,6 +87,15 @@ def test_the_fair_share_scenario_serves_the_light_user_first_and_by_submission_w
     assert with_it["hank-day"] - CONTENDED_AT > 300 and without["lou-day"] - CONTENDED_AT > 300
 
 
+def test_the_fair_share_scenarios_report_shows_whom_each_configuration_kept_waiting() -> None:
+    sc = scenario("fair_share")
+    with_it = run(sc, "sniper").report["first_allocation_wait"]
+    without = run(sc.without_property(), "sniper").report["first_allocation_wait"]
+    assert with_it["lou"]["max"] == 0 and with_it["hank"]["max"] > 300
+    assert without["hank"]["max"] == 0 and without["lou"]["max"] > 300
+    assert with_it["lou"]["apps"] == with_it["hank"]["apps"] == 2
+
+
 def test_the_fair_share_scenario_decides_the_same_jumping_over_its_quiet_hour_as_ticking() -> None:
     sc = scenario("fair_share")
     jumped, ticked = run(sc, "sniper"), run(sc, "sniper", skip_idle=False)
