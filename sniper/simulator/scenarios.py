@@ -881,10 +881,11 @@ def quota(seed: int = 0) -> Scenario:
 def fair_share(seed: int = 0) -> Scenario:
     """Fair share with memory (``fairshare.halflife: 30m`` on root.team, Slurm's decayed usage): on 8 nodes
     of 64 GiB, hank runs a night job on almost the whole team queue for an hour while lou runs one short
-    job. At the top of the next hour both submit at once, hank first, each asking for more than the
-    cluster. Under the half-life lou, who held little, is served first and hank waits for lou's
-    containers to end; without it the queue serves in submission order, hank first, and lou waits for
-    an hour's heavy user. ``sniper compare fair_share`` runs the same trace without the property beside it."""
+    job. Soon after hank's hour both submit at once, hank first, each asking for more than the cluster.
+    Under the half-life lou, who held little, is served first and hank waits for lou's containers to
+    end; without it the queue serves in submission order, hank first, and lou waits for the user who
+    held the queue all hour. ``sniper compare fair_share`` runs the same trace without the property beside
+    it."""
     rng = random.Random(seed)
     nodes = 8
     cluster = {"memory": nodes * 64 * GiB, "vcore": nodes * 16_000}
