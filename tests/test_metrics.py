@@ -12,8 +12,8 @@ import msgspec
 from sniper.core.config import parse_partition
 from sniper.messages import decisions as d
 from sniper.messages import feed as f
-from sniper.simulator.compare import PolicyRun, compare, table_rows
-from sniper.simulator.metrics import Metrics, Sample
+from sniper.simulator.compare import USER_ROWS_UP_TO, PolicyRun, compare, table_rows
+from sniper.simulator.metrics import FirstAllocationWait, Metrics, Sample
 from sniper.simulator.model import ClusterModel
 from sniper.simulator.plot import scarcest_resource
 from sniper.simulator.report import Report
@@ -236,6 +236,22 @@ def test_compare_shows_one_lost_work_row_per_cause_any_run_lost_work_to() -> Non
     assert rows["lost work proportional (container-s)"] == ["0", "100"]
     assert rows["lost work node_lost (container-s)"] == ["3", "0"]
     assert "lost work opportunistic (container-s)" not in rows
+
+
+def test_compare_shows_each_users_longest_first_allocation_wait_only_for_a_few_users() -> None:
+    def waits(users: dict[str, float]) -> dict[str, FirstAllocationWait]:
+        return {u: FirstAllocationWait(apps=1, p50=w, max=w) for u, w in users.items()}
+
+    runs = {
+        "sniper": PolicyRun(Report(first_allocation_wait=waits({"hank": 584.1, "lou": 0.0})), {}, []),
+        "none": PolicyRun(Report(first_allocation_wait=waits({"hank": 0.0})), {}, []),
+    }
+    rows = {row[0]: row[1:] for row in table_rows(runs)}
+    assert rows["first allocation wait max hank (s)"] == ["584.1", "0"]
+    assert rows["first allocation wait max lou (s)"] == ["0", "-"]
+    many = {f"user{i}": float(i) for i in range(USER_ROWS_UP_TO + 1)}
+    crowded = {"sniper": PolicyRun(Report(first_allocation_wait=waits(many)), {}, [])}
+    assert not [row for row in table_rows(crowded) if row[0].startswith("first allocation wait")]
 
 
 def test_compare_runs_policies_in_parallel_processes_with_the_same_reports(tmp_path: Path) -> None:

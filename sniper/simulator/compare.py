@@ -6,7 +6,8 @@ actors stay in the worker). The table has a row per resource for utilization, fa
 capacity (idle while asks that could use it wait): preempted amounts in human units (``240 GiB``),
 shares of capacity in percent (:mod:`sniper.core.units`). Runs with opportunistic containers add their
 allocations, evictions and utilization; runs that over-commit add its kills and the utilization it gained;
-runs with placement constraints add the placements that held them and the containers still waiting.
+runs with placement constraints add the placements that held them and the containers still waiting; a trace
+that names a few users adds, per user, their apps' longest wait for a first allocation.
 """
 
 from __future__ import annotations
@@ -161,6 +162,10 @@ SLO_ROWS: tuple[tuple[str, Callable[[Report], Any]], ...] = (
 )
 
 
+# The users a table shows one row each for (their apps' longest wait for a first allocation), at most.
+USER_ROWS_UP_TO = 8
+
+
 def table_rows(results: dict[str, PolicyRun]) -> list[list[str]]:
     reports = [r.summary for r in results.values()]
     opportunistic = any(r.opportunistic.allocations for r in reports)
@@ -176,6 +181,13 @@ def table_rows(results: dict[str, PolicyRun]) -> list[list[str]]:
         rows += [[label] + [_fmt(get(r)) for r in reports] for label, get in ACTION_ROWS]
     if any(r.slo_reservations.get("accepted") or r.slo_reservations.get("rejected") for r in reports):
         rows += [[label] + [_fmt(get(r)) for r in reports] for label, get in SLO_ROWS]
+    users = sorted({u for r in reports for u in r.first_allocation_wait})
+    if len(users) <= USER_ROWS_UP_TO:
+        rows += [
+            [f"first allocation wait max {user} (s)"]
+            + [_fmt(w.max if (w := r.first_allocation_wait.get(user)) else None) for r in reports]
+            for user in users
+        ]
     causes = sorted({k for r in reports for k in r.lost_work_by_cause})
     rows += [
         [f"lost work {cause} (container-s)"] + [_fmt(round(r.lost_work_by_cause.get(cause, 0.0))) for r in reports]

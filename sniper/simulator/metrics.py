@@ -57,6 +57,12 @@ class TimeToGuarantee(msgspec.Struct, frozen=True):
     max: float | None
 
 
+class FirstAllocationWait(msgspec.Struct, frozen=True):
+    apps: int
+    p50: float
+    max: float
+
+
 class Preemptions(msgspec.Struct, frozen=True):
     victims: int = 0
     resources: dict[str, int] = {}
@@ -386,6 +392,24 @@ class Metrics:
             if isinstance(x, d.Preempt) and not x.opportunistic and x.allocation in started
         ]
         return round(min(ages), 3) if ages else None
+
+    def first_allocation_wait(self) -> dict[str, FirstAllocationWait]:
+        """Per user named in ``app_added``, how long their apps waited from submission to their first
+        allocation (apps never served are not counted): who a queue's order served first."""
+        first: dict[str, float] = {}
+        for x in self.decisions:
+            if isinstance(x, d.Allocated):
+                first.setdefault(x.app, x.t)
+        waits: dict[str, list[float]] = defaultdict(list)
+        submitted, users = self.model.app_submitted, self.model.app_user
+        for app, t in first.items():
+            user = users.get(app, "")
+            if user and app in submitted:
+                waits[user].append(t - submitted[app])
+        return {
+            user: FirstAllocationWait(apps=len(w), p50=round(_percentile(w, 0.5), 3), max=round(max(w), 3))
+            for user, w in sorted(waits.items())
+        }
 
     def actions(self) -> dict[str, int]:
         """The capacity monitor's actions, cheapest first: de-reservations, preemption requests, notices (without

@@ -87,6 +87,7 @@ class ClusterModel:
         self.ask_priority: dict[tuple[str, str], int] = {}
         self.required_nodes: dict[tuple[str, str], str] = {}  # asks that require a node -> that node
         self.app_user: dict[str, str] = {}
+        self.app_submitted: dict[str, float] = {}  # each app's first app_added time
         self.app_groups: dict[str, tuple[str, ...]] = {}
         self.ask_allocated: dict[tuple[str, str], int] = defaultdict(int)
         self.withdrawn: set[tuple[str, str]] = set()
@@ -189,6 +190,7 @@ class ClusterModel:
                     self.opted_out.add(a)
                 self.apps.setdefault(a, q)
                 self.app_user.setdefault(a, u)
+                self.app_submitted.setdefault(a, event.t)
                 self.app_groups.setdefault(a, tuple(g))
             case f.AppRemoved(app=a):
                 self.apps.pop(a, None)

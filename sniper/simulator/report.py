@@ -2,9 +2,9 @@
 simulator (memory and Kafka), ``sniper compare`` and ``sniper feed``; JSON is its encoding.
 
 A run's :class:`Report` carries every :class:`PartitionReport` field: one partition's figures as they
-are, or several partitions' summed (counts), merged (``time_to_guarantee`` keyed ``partition:queue``)
-or left empty where a sum means nothing (utilization, fairness, stranded, opportunistic utilization:
-read ``partitions``).
+are, or several partitions' summed (counts), merged (``time_to_guarantee`` keyed ``partition:queue``,
+``first_allocation_wait`` ``partition:user``) or left empty where a sum means nothing (utilization,
+fairness, stranded, opportunistic utilization: read ``partitions``).
 """
 
 from __future__ import annotations
@@ -17,7 +17,14 @@ import msgspec
 
 from sniper.core import resources as res
 from sniper.messages import decisions as d
-from sniper.simulator.metrics import Metrics, Opportunistic, PreemptionLogEntry, Preemptions, TimeToGuarantee
+from sniper.simulator.metrics import (
+    FirstAllocationWait,
+    Metrics,
+    Opportunistic,
+    PreemptionLogEntry,
+    Preemptions,
+    TimeToGuarantee,
+)
 
 if TYPE_CHECKING:
     from sniper.simulator.model import ClusterModel
@@ -48,6 +55,7 @@ class PartitionReport(msgspec.Struct, kw_only=True):
     lost_work_by_cause: dict[str, float] = {}  # the same seconds by what ended each container (docs/report.md)
     running_time_lost_seconds: float = 0.0  # the same containers' running time, checkpoints ignored
     time_to_guarantee: dict[str, TimeToGuarantee] = {}
+    first_allocation_wait: dict[str, FirstAllocationWait] = {}  # per user named in app_added
     utilization: dict[str, float] = {}  # time-averaged allocated over capacity, per resource (guaranteed only)
     opportunistic: Opportunistic = Opportunistic()
     node_reservations: dict[str, int] = {}  # made, and ended by reason
@@ -127,6 +135,7 @@ def partition_report(fig: PartitionFigures, cycle: float) -> PartitionReport:
         lost_work_by_cause={k: round(v, 3) for k, v in sorted(fig.lost_work_by_cause.items())},
         running_time_lost_seconds=round(fig.running_time_lost, 3),
         time_to_guarantee=m.time_to_guarantee(),
+        first_allocation_wait=m.first_allocation_wait(),
         utilization=m.utilization(),
         opportunistic=m.opportunistic(),
         node_reservations=node_reservations,
@@ -221,6 +230,9 @@ def build_report(
         },
         dereservations=sum(r.dereservations for r in per.values()),
         time_to_guarantee={f"{name}:{q}": v for name, r in per.items() for q, v in r.time_to_guarantee.items()},
+        first_allocation_wait={
+            f"{name}:{user}": v for name, r in per.items() for user, v in r.first_allocation_wait.items()
+        },
         pending_at_end=sum(r.pending_at_end for r in per.values()),
         constraint_satisfied_placements=sum(r.constraint_satisfied_placements for r in per.values()),
         constrained_pending_at_end=sum(r.constrained_pending_at_end for r in per.values()),

@@ -212,8 +212,9 @@ def _job(
     *,
     am: bool = False,
     priority: int = 0,
+    user: str = "",
 ) -> None:
-    events.append(f.AppAdded(t=t, app=app, queue=queue, priority=priority))
+    events.append(f.AppAdded(t=t, app=app, queue=queue, priority=priority, user=user))
     if am:
         events.append(
             f.AskAdded(
@@ -874,7 +875,29 @@ def quota(seed: int = 0) -> Scenario:
     halved = partition({k: v * 3 // 2 for k, v in quarter.items()})["partitions"][0]
     events.append(f.PartitionConfigEvent(t=300, config=halved))
     events.sort(key=lambda e: e.t)
-    return Scenario("quota", quota.__doc__ or "", raw, events)
+    return Scenario("quota", quota.__doc__ or "", raw, events, shows="quota.preemption.delay")
+
+
+def fair_share(seed: int = 0) -> Scenario:
+    """Fair share with memory (``fairshare.halflife: 30m`` on root.team, Slurm's decayed usage): on 8 nodes
+    of 64 GiB, hank runs a night job on almost the whole team queue for an hour while lou runs one short
+    job. Soon after hank's hour both submit at once, hank first, each asking for more than the cluster.
+    Under the half-life lou, who held little, is served first and hank waits for lou's containers to
+    end; without it the queue serves in submission order, hank first, and lou waits for the user who
+    held the queue all hour. ``sniper compare fair_share`` runs the same trace without the property beside
+    it."""
+    rng = random.Random(seed)
+    nodes = 8
+    cluster = {"memory": nodes * 64 * GiB, "vcore": nodes * 16_000}
+    raw = _partition([_queue("team", cluster, fairshare_halflife="30m")], dict(PREEMPTION))
+    events: list[f.Feed] = list(_nodes(nodes, 64 * GiB, 16_000))
+    slots = nodes * 64 // 8  # 8 GiB containers the cluster holds
+    _job(events, 1, "hank-night", "root.team", slots - 8, 8 * GiB, 1000, 3600, user="hank")
+    _job(events, 2, "lou-check", "root.team", 8, 8 * GiB, 1000, rng.uniform(200, 400), user="lou")
+    for user in ("hank", "lou"):
+        _job(events, 3700, f"{user}-day", "root.team", slots + 16, 8 * GiB, 1000, rng.uniform(500, 700), user=user)
+    events.sort(key=lambda e: e.t)
+    return Scenario("fair_share", fair_share.__doc__ or "", raw, events, shows="fairshare.halflife")
 
 
 SCENARIOS: dict[str, ScenarioFn] = {
@@ -896,6 +919,7 @@ SCENARIOS: dict[str, ScenarioFn] = {
     "min_runtime": min_runtime,
     "stopped_queue": stopped_queue,
     "quota": quota,
+    "fair_share": fair_share,
     "topology": topology,
 }
 
