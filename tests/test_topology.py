@@ -307,16 +307,26 @@ def test_sniper_preemption_frees_one_rack_for_a_required_gang() -> None:
     assert h.model.violations == []
 
 
-def racks_of_victims(running: list[tuple[str, int, float]], topology: f.AskTopology) -> PreemptHarness:
-    """Racks r0 (n0, n1) and r1 (n2, n3) of 100 each, root.b's containers ``(node, memory, start)`` in
-    them (r0 first in the binpacking order: as full as r1, first by name), after one sniper round for
-    a1's gang of two 100s in root.a."""
-    raw = two_queues(200, 200)
+def racks_of_victims(
+    running: list[tuple[str, int, float]],
+    topology: f.AskTopology,
+    *,
+    raw: dict[str, Any] | None = None,
+    queue_of: dict[str, str] | None = None,
+    priority_of: dict[str, int] | None = None,
+) -> PreemptHarness:
+    """Racks r0 (n0, n1) and r1 (n2, n3) of 100 each, containers ``(node, memory, start)`` in them (in
+    root.b unless ``queue_of`` names another queue for the node; of priority 0 unless ``priority_of``
+    says otherwise; r0 first in the binpacking order: as full as r1, first by name), after one sniper
+    round for a1's gang of two 100s in root.a (``raw``: the partition, by default ``two_queues(200, 200)``)."""
+    raw = two_queues(200, 200) if raw is None else raw
     raw["topology"] = {"levels": LEVELS}
     h = PreemptHarness(raw)
     h.feed(*(rack_node(node, r) for r, nodes in {"r0": ["n0", "n1"], "r1": ["n2", "n3"]}.items() for node in nodes))
     for n, (node, memory, start) in enumerate(sorted(running, key=lambda x: x[2])):
-        h.run(f"b{n}", memory, node, at=start, queue_path="root.b")
+        queue_path = (queue_of or {}).get(node, "root.b")
+        priority = (priority_of or {}).get(node, 0)
+        h.run(f"b{n}", memory, node, at=start, priority=priority, queue_path=queue_path)
     h.app("a1", "root.a")
     h.feed(f.AskAdded(app="a1", ask="g", resource={"memory": 100}, count=2, gang_min=2, topology=topology))
     h.starve()
@@ -355,6 +365,26 @@ def test_a_rack_of_cheap_application_masters_loses_to_a_rack_of_costlier_tasks()
     h.starve()
     h.preempt_round(now=10.0)
     assert sorted(x.node for x in h.preempts()) == ["n0", "n1"]
+
+
+@pytest.mark.parametrize(("victim_cost", "freed"), [("running_time", ["n2", "n3"]), ("priority", ["n0", "n1"])])
+def test_racks_are_weighed_by_the_partitions_victim_cost(victim_cost: str, freed: list[str]) -> None:
+    # r0's containers are older, r1's of a higher priority: each cost function finds the other rack cheaper.
+    h = racks_of_victims(
+        OLDER_IN_R0,
+        f.AskTopology(level="rack"),
+        raw=two_queues(200, 200, victim_cost=victim_cost),
+        priority_of={"n2": 5, "n3": 5},
+    )
+    assert sorted(x.node for x in h.preempts()) == freed
+
+
+def test_a_cheaper_rack_whose_victims_their_queues_guarantee_protects_is_passed_over() -> None:
+    raw = preemption_raw(
+        queue("a", guaranteed={"memory": 200}), queue("b", guaranteed={}), queue("c", guaranteed={"memory": 200})
+    )
+    h = racks_of_victims(OLDER_IN_R0, f.AskTopology(level="rack"), raw=raw, queue_of={"n2": "root.c", "n3": "root.c"})
+    assert sorted(x.node for x in h.preempts()) == ["n0", "n1"]  # root.c holds no more than its guarantee
 
 
 def test_racks_whose_victims_cost_the_same_are_freed_in_the_node_sort_order() -> None:
