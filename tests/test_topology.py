@@ -387,6 +387,22 @@ def test_a_cheaper_rack_whose_victims_their_queues_guarantee_protects_is_passed_
     assert sorted(x.node for x in h.preempts()) == ["n0", "n1"]  # root.c holds no more than its guarantee
 
 
+def test_a_cheaper_rack_whose_app_disruption_budget_allows_one_victim_is_passed_over_and_counted() -> None:
+    raw = two_queues(200, 200)
+    raw["topology"] = {"levels": LEVELS}
+    h = PreemptHarness(raw)
+    h.feed(*(rack_node(node, r) for r, nodes in {"r0": ["n0", "n1"], "r1": ["n2", "n3"]}.items() for node in nodes))
+    h.feed(f.AppAdded(app="svc", queue="root.b", max_disruption=1))
+    for start, node in enumerate(("n0", "n1", "n2", "n3")):  # r1, the younger rack, runs svc alone
+        h.run("svc" if node in ("n2", "n3") else f"b{node}", 100, node, at=float(start), queue_path="root.b")
+    h.app("a1", "root.a")
+    h.feed(ask("g", 100, count=2, gang_min=2))
+    h.starve()
+    r = h.preempt_round(now=10.0)
+    assert sorted(x.node for x in h.preempts()) == ["n0", "n1"]
+    assert r.reply is not None and r.reply.budget_refusals == 1  # svc's second container, once
+
+
 def test_racks_whose_victims_cost_the_same_are_freed_in_the_node_sort_order() -> None:
     same = [("n0", 100, 1.0), ("n1", 100, 1.0), ("n2", 100, 1.0), ("n3", 100, 1.0)]
     h = racks_of_victims(same, f.AskTopology(level="rack"))

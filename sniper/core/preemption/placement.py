@@ -351,15 +351,18 @@ class VictimPlacer:
 
     def weigh(self, place: Callable[[], object]) -> UnitCost | None:
         """Run ``place`` (one gang unit placed through this placer) as a trial: the unit gives back all it
-        took (:meth:`close_unit` keeps nothing) and so do the budget refusals it counted. What the victim
-        sets of the unit it would have kept cost, as ``(holds a victim of last resort, total cost)``, or
-        ``None`` (no unit, or one taking no victim)."""
+        took (:meth:`close_unit` keeps nothing). What the victim sets of the unit it would have kept cost,
+        as ``(holds a victim of last resort, total cost)``, or ``None`` (no unit, or one taking no victim).
+        The budget refusals of a unit that fails stay counted, as any failed unit's do; one that would be
+        kept gives them back (placed for real, it counts them again)."""
         refused = set(self.budget_refused)
         self._weighing, self._weighed = True, None
         try:
             place()
         finally:
-            self._weighing, self.budget_refused = False, refused
+            self._weighing = False
+        if self._weighed is not None:
+            self.budget_refused = refused
         return self._weighed
 
     def _shape(self, ask: Ask) -> tuple[object, ...]:
