@@ -174,7 +174,7 @@ DECISION_HASHES = {
     ("constraints", "sniper"): "785617c59efe935f",
     ("constraints", "proportional"): "b55b2093e2c95140",
     ("slo", "sniper"): "c773193423f6bfa0",
-    ("topology", "sniper"): "51bc81839ec7958c",
+    ("topology", "sniper"): "b8dc6efcd086aeff",
 }
 
 

@@ -18,7 +18,7 @@ from sniper.simulator.rm import StandInRM
 from sniper.simulator.run import SimulationSettings, run_simulation
 from sniper.simulator.scenarios import scenario
 from tests.core_support import Harness, config_of, partition_raw, queue, rejected_reasons
-from tests.preemption_support import PreemptHarness, two_queues
+from tests.preemption_support import PreemptHarness, preemption_raw, two_queues
 
 LEVELS = ["rack", "host"]
 
@@ -305,6 +305,133 @@ def test_sniper_preemption_frees_one_rack_for_a_required_gang() -> None:
     assert racks_of(h, "g") == victims
     h.model.check(h.now)
     assert h.model.violations == []
+
+
+def racks_of_victims(
+    running: list[tuple[str, int, float]],
+    topology: f.AskTopology,
+    *,
+    raw: dict[str, Any] | None = None,
+    queue_of: dict[str, str] | None = None,
+    priority_of: dict[str, int] | None = None,
+) -> PreemptHarness:
+    """Racks r0 (n0, n1) and r1 (n2, n3) of 100 each, containers ``(node, memory, start)`` in them (in
+    root.b unless ``queue_of`` names another queue for the node; of priority 0 unless ``priority_of``
+    says otherwise; r0 first in the binpacking order: as full as r1, first by name), after one sniper
+    round for a1's gang of two 100s in root.a (``raw``: the partition, by default ``two_queues(200, 200)``)."""
+    raw = two_queues(200, 200) if raw is None else raw
+    raw["topology"] = {"levels": LEVELS}
+    h = PreemptHarness(raw)
+    h.feed(*(rack_node(node, r) for r, nodes in {"r0": ["n0", "n1"], "r1": ["n2", "n3"]}.items() for node in nodes))
+    for n, (node, memory, start) in enumerate(sorted(running, key=lambda x: x[2])):
+        queue_path = (queue_of or {}).get(node, "root.b")
+        priority = (priority_of or {}).get(node, 0)
+        h.run(f"b{n}", memory, node, at=start, priority=priority, queue_path=queue_path)
+    h.app("a1", "root.a")
+    h.feed(f.AskAdded(app="a1", ask="g", resource={"memory": 100}, count=2, gang_min=2, topology=topology))
+    h.starve()
+    h.preempt_round(now=10.0)
+    return h
+
+
+OLDER_IN_R0 = [("n0", 100, 0.0), ("n1", 100, 1.0), ("n2", 100, 4.0), ("n3", 100, 5.0)]
+MORE_IN_R0 = [("n0", 50, 5.0), ("n0", 50, 5.0), ("n1", 50, 5.0), ("n1", 50, 5.0), ("n2", 100, 4.0), ("n3", 100, 4.0)]
+
+
+@pytest.mark.parametrize("mode", ["required", "preferred"])
+@pytest.mark.parametrize("running", [OLDER_IN_R0, MORE_IN_R0], ids=["older", "more"])
+def test_sniper_preemption_frees_the_rack_whose_victims_cost_least_not_the_first_in_order(
+    running: list[tuple[str, int, float]], mode: f.TopologyMode
+) -> None:
+    h = racks_of_victims(running, f.AskTopology(level="rack", mode=mode))
+    assert sorted(x.node for x in h.preempts()) == ["n2", "n3"]
+    h.tick(h.now + 16)
+    h.release(*h.kills())
+    h.settle()
+    assert sorted(nodes_of(h, "g")) == ["n2", "n3"]
+    h.model.check(h.now)
+    assert h.model.violations == []
+
+
+def test_a_rack_of_cheap_application_masters_loses_to_a_rack_of_costlier_tasks() -> None:
+    raw = two_queues(200, 200)
+    raw["topology"] = {"levels": LEVELS}
+    h = PreemptHarness(raw)
+    h.feed(*(rack_node(node, r) for r, nodes in {"r0": ["n0", "n1"], "r1": ["n2", "n3"]}.items() for node in nodes))
+    for start, node in enumerate(("n0", "n1", "n2", "n3")):  # r1's masters are the youngest
+        h.run(f"b{node}", 100, node, at=float(start), am=node in ("n2", "n3"), queue_path="root.b")
+    h.app("a1", "root.a")
+    h.feed(ask("g", 100, count=2, gang_min=2))
+    h.starve()
+    h.preempt_round(now=10.0)
+    assert sorted(x.node for x in h.preempts()) == ["n0", "n1"]
+
+
+@pytest.mark.parametrize(("victim_cost", "freed"), [("running_time", ["n2", "n3"]), ("priority", ["n0", "n1"])])
+def test_racks_are_weighed_by_the_partitions_victim_cost(victim_cost: str, freed: list[str]) -> None:
+    # r0's containers are older, r1's of a higher priority: each cost function finds the other rack cheaper.
+    h = racks_of_victims(
+        OLDER_IN_R0,
+        f.AskTopology(level="rack"),
+        raw=two_queues(200, 200, victim_cost=victim_cost),
+        priority_of={"n2": 5, "n3": 5},
+    )
+    assert sorted(x.node for x in h.preempts()) == freed
+
+
+def test_a_cheaper_rack_whose_victims_their_queues_guarantee_protects_is_passed_over() -> None:
+    raw = preemption_raw(
+        queue("a", guaranteed={"memory": 200}), queue("b", guaranteed={}), queue("c", guaranteed={"memory": 200})
+    )
+    h = racks_of_victims(OLDER_IN_R0, f.AskTopology(level="rack"), raw=raw, queue_of={"n2": "root.c", "n3": "root.c"})
+    assert sorted(x.node for x in h.preempts()) == ["n0", "n1"]  # root.c holds no more than its guarantee
+
+
+def test_a_cheaper_rack_whose_app_disruption_budget_allows_one_victim_is_passed_over_and_counted() -> None:
+    raw = two_queues(200, 200)
+    raw["topology"] = {"levels": LEVELS}
+    h = PreemptHarness(raw)
+    h.feed(*(rack_node(node, r) for r, nodes in {"r0": ["n0", "n1"], "r1": ["n2", "n3"]}.items() for node in nodes))
+    h.feed(f.AppAdded(app="svc", queue="root.b", max_disruption=1))
+    for start, node in enumerate(("n0", "n1", "n2", "n3")):  # r1, the younger rack, runs svc alone
+        h.run("svc" if node in ("n2", "n3") else f"b{node}", 100, node, at=float(start), queue_path="root.b")
+    h.app("a1", "root.a")
+    h.feed(ask("g", 100, count=2, gang_min=2))
+    h.starve()
+    r = h.preempt_round(now=10.0)
+    assert sorted(x.node for x in h.preempts()) == ["n0", "n1"]
+    assert r.reply is not None and r.reply.budget_refusals == 1  # svc's second container, once
+
+
+def test_racks_whose_victims_cost_the_same_are_freed_in_the_node_sort_order() -> None:
+    same = [("n0", 100, 1.0), ("n1", 100, 1.0), ("n2", 100, 1.0), ("n3", 100, 1.0)]
+    h = racks_of_victims(same, f.AskTopology(level="rack"))
+    assert sorted(x.node for x in h.preempts()) == ["n0", "n1"]
+
+
+def test_racks_weighed_for_a_gang_leave_no_trace_the_next_gang_of_the_round_frees_the_other_rack() -> None:
+    raw = preemption_raw(
+        queue("a", guaranteed={"memory": 200}), queue("c", guaranteed={"memory": 200}), queue("b", guaranteed={})
+    )
+    raw["topology"] = {"levels": LEVELS}
+    h = PreemptHarness(raw)
+    h.feed(*(rack_node(node, r) for r, nodes in {"r0": ["n0", "n1"], "r1": ["n2", "n3"]}.items() for node in nodes))
+    for n, (node, memory, start) in enumerate(OLDER_IN_R0):
+        h.run(f"b{n}", memory, node, at=start, queue_path="root.b")
+    h.app("a1", "root.a")
+    h.app("c1", "root.c")
+    for app in ("a1", "c1"):
+        h.feed(
+            f.AskAdded(
+                app=app, ask="g", resource={"memory": 100}, count=2, gang_min=2, topology=f.AskTopology(level="rack")
+            )
+        )
+    h.starve()
+    round_ = h.preempt_round(now=10.0)
+    by_app = {app: sorted(x.node for x in round_.placements if x.app == app) for app in ("a1", "c1")}
+    assert sorted(by_app.values()) == [["n0", "n1"], ["n2", "n3"]]
+    assert len({v for x in round_.placements for v in x.victims}) == 4  # each victim taken once
+    assert sorted(x.node for x in h.preempts()) == ["n0", "n1", "n2", "n3"]
 
 
 # ---------------------------------------------------------------------- the simulator

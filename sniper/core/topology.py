@@ -3,15 +3,18 @@
 A domain of a level is the set of schedulable nodes sharing that level's label value (the partition's
 ``topology.levels``); a node lacking the label is in no domain of that level. Each try places the unit
 through :func:`sniper.core.gang.place_unit` with the ask narrowed to one domain (or a chosen set of
-domains), so a failed try leaves no trace. Invariant: every container of a ``required`` ask is placed
-in the domain of its level its other live or in-flight containers are in, or, holding none, in one
-domain with room for the whole unit.
+domains), so a failed try leaves no trace. Under preemption, a placer that can weigh a unit
+(:class:`WeighingPlacer`) tries each domain that could hold it without taking anything, and the unit
+goes to the domain whose victims cost least (ties in the node sort policy's order). Invariant: every
+container of a ``required`` ask is placed in the domain of its level its other live or in-flight
+containers are in, or, holding none, in one domain with room for the whole unit.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Iterator
 from contextlib import contextmanager
+from typing import Protocol, runtime_checkable
 
 from sniper.core import gang
 from sniper.core import resources as res
@@ -19,6 +22,19 @@ from sniper.core.limits import Limits
 from sniper.core.placing import Placer
 from sniper.core.preemption.rules import last_resort
 from sniper.core.state import Ask, Node, PartitionState
+
+UnitCost = tuple[bool, float]
+"""What a unit's victims cost: whether any is of last resort, then their total cost (the lower the better)."""
+
+
+@runtime_checkable
+class WeighingPlacer(Protocol):
+    """A unit placer that can weigh a unit without taking it (preemption's victim placer)."""
+
+    def weigh(self, place: Callable[[], object]) -> UnitCost | None:
+        """Run ``place`` (one unit placed through this placer) as a trial that takes nothing: what its
+        unit's victims would cost, or ``None`` when no unit would be kept."""
+        ...
 
 
 def domains(state: PartitionState, level: str) -> dict[str, list[Node]]:
@@ -135,11 +151,13 @@ def place_unit(
         names = ordered(state, groups)
         if preemption:  # as single asks: victims of last resort only where no domain has others
             names.sort(key=lambda name: _without_last_resort(state, ask, groups[name]) < members)
+        names = [name for name in names if _takes(ask, groups[name], free) >= members]
+        if isinstance(placer, WeighingPlacer) and len(names) > 1:
+            names = _cheapest_first(names, lambda name: placer.weigh(lambda: within(at, (name,))))
         for name in names:
-            if _takes(ask, groups[name], free) >= members:
-                nodes = within(at, (name,))
-                if nodes is not None:
-                    return nodes
+            nodes = within(at, (name,))
+            if nodes is not None:
+                return nodes
         return None
 
     pin = pinned(state, ask, level)
@@ -160,6 +178,12 @@ def place_unit(
     if placed is not None:
         ask.domain = placed[0].labels.get(level)
     return placed
+
+
+def _cheapest_first(names: list[str], weigh: Callable[[str], UnitCost | None]) -> list[str]:
+    """The domains ``names`` (in order) whose unit ``weigh`` finds, cheapest first, ties in order."""
+    weighed = [(cost, i, name) for i, name in enumerate(names) if (cost := weigh(name)) is not None]
+    return [name for _, _, name in sorted(weighed)]
 
 
 def _fewest_domains(

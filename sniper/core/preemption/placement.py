@@ -14,7 +14,8 @@ victims; a queue loses at most its quota plus one whole container, never going b
 budget. A gang's members are one unit (:mod:`sniper.core.gang`): the budget is checked when a unit starts, not
 between its members; its search counts free room and victims together (a member may take room free now,
 an empty set at no cost, on any node); a unit that fails, names no victim at all, or would take its queue
-above its ideal, leaves the round as it found it. Opportunistic containers come before every guaranteed
+above its ideal, leaves the round as it found it; a unit weighed (:meth:`VictimPlacer.weigh`: a topology
+domain tried for its cost) always does. Opportunistic containers come before every guaranteed
 victim on a node, free of quota, budget and ``max`` (they count in no queue), and are killed at once by
 the commit (:mod:`sniper.core.opportunistic`).
 Apps' own limits (:mod:`sniper.core.preemption.rules`): a container of an app that opted out of preemption
@@ -58,6 +59,7 @@ from sniper.core.preemption.rules import (
 from sniper.core.preemption.soft_opt_out import below_guarantee, keep_guarantees
 from sniper.core.resources import Resource
 from sniper.core.state import Allocation, App, Ask, AskKey, Node, PartitionState, Queue, ask_label
+from sniper.core.topology import UnitCost
 from sniper.messages import protocol as p
 
 
@@ -150,6 +152,8 @@ class VictimPlacer:
         self.deficits: list[tuple[Queue, dict[str, int]]] = []  # the current ask's max deficits
         self.heaps: dict[tuple[object, ...], tuple[Ask, list[_Entry]]] = {}  # shape -> (an ask of it, heap)
         self._unit: _RoundMark | None = None  # the round as it was when the open gang unit started
+        self._weighing = False  # units are tried, never kept (:meth:`weigh`)
+        self._weighed: UnitCost | None = None  # the cost of the last unit weighed
 
     def _victims_on(self, name: str) -> list[tuple[bool, float, str, Allocation]]:
         entries = self.by_node.get(name)
@@ -331,8 +335,11 @@ class VictimPlacer:
         mark, self._unit = self._unit, None
         if mark is None:
             return keep
-        if keep and any(chosen.victims for chosen in self.sets[mark.sets :]):
-            return True
+        found = self.sets[mark.sets :]
+        if keep and any(chosen.victims for chosen in found):
+            if not self._weighing:
+                return True
+            self._weighed = (any(chosen.has_am for chosen in found), sum(chosen.cost for chosen in found))
         self.quota_left, self.budget_left, self.taken = mark.quota_left, mark.budget_left, mark.taken
         self.freed, self.leaving, self._room, self.limits = mark.freed, mark.leaving, mark.room, mark.limits
         self.by_node, self.held, self.largest, self.cheapest = mark.by_node, mark.held, mark.largest, mark.cheapest
@@ -341,6 +348,22 @@ class VictimPlacer:
         del self.sets[mark.sets :]
         self.exhausted = False  # a unit opens only when the round was not exhausted
         return False
+
+    def weigh(self, place: Callable[[], object]) -> UnitCost | None:
+        """Run ``place`` (one gang unit placed through this placer) as a trial: the unit gives back all it
+        took (:meth:`close_unit` keeps nothing). What the victim sets of the unit it would have kept cost,
+        as ``(holds a victim of last resort, total cost)``, or ``None`` (no unit, or one taking no victim).
+        The budget refusals of a unit that fails stay counted, as any failed unit's do; one that would be
+        kept gives them back (placed for real, it counts them again)."""
+        refused = set(self.budget_refused)
+        self._weighing, self._weighed = True, None
+        try:
+            place()
+        finally:
+            self._weighing = False
+        if self._weighed is not None:
+            self.budget_refused = refused
+        return self._weighed
 
     def _shape(self, ask: Ask) -> tuple[object, ...]:
         """Asks of one shape have the same candidate sets on every node (one search heap)."""
