@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from sniper.messages import feed as f
 from tests.core_support import Harness, config_of, consistency_problems, queue
+from tests.preemption_support import PreemptHarness, preemption_raw
 
 T4 = {"gpu_model": "T4"}
 G2 = {"gpu_model": "G2"}
@@ -133,3 +134,22 @@ def test_a_node_added_again_under_its_name_with_another_label_is_judged_by_the_n
     h.feed(f.NodeAdded(node="g2", capacity={"memory": 45}, labels=T4))
     h.feed(f.NodeAdded(node="bare", capacity={"memory": 300}))
     assert place_anywhere(h) == "bare"
+
+
+def test_a_selector_ask_holding_a_preemption_reservation_no_longer_counts_as_waiting() -> None:
+    h = PreemptHarness(preemption_raw(queue("a", guaranteed={"memory": 100}), queue("b", guaranteed={"memory": 100})))
+    h.feed(
+        f.NodeAdded(node="t4", capacity={"memory": 100}, labels=T4),
+        f.NodeAdded(node="g2", capacity={"memory": 100}, labels=G2),
+    )
+    h.fill("b1", "root.b", "t4", [50, 50], start=0.0)
+    h.fill("b1", "root.b", "g2", [50, 50], start=10.0)
+    h.app("a1", "root.a")
+    h.feed(f.AskAdded(app="a1", ask="t", resource={"memory": 50}, node_selector={"gpu_model": ["T4"]}))
+    assert h.cache.state.selector_demand.counts() == {(("gpu_model", frozenset({"T4"})),): 1}
+    h.starve()
+    assert h.preempt_round(now=20.0).preempts(), "a is below its guarantee and may preempt b on t4"
+    state = h.cache.state
+    assert state.apps["a1"].asks["t"].reserved == 1
+    assert not state.selector_demand and not h.allocator.state.selector_demand
+    assert consistency_problems(state) == [] and consistency_problems(h.allocator.state) == []
