@@ -4,9 +4,9 @@ The cache owns the authoritative copy; the allocator and the policies own replic
 only through :meth:`PartitionState.apply` of committed :mod:`sniper.messages.protocol` changes, so a replica
 that applied the same changes in the same order is identical to the cache. Derived totals (node
 allocated / reserved, queue allocated / pending / preempting / reserved up the hierarchy, ask
-allocated counts, the containers still asked for per app and per partition) are maintained
-incrementally by ``apply`` and are never written elsewhere, except the allocator's ``allocating``
-counters, which only the allocator touches (proposals in flight).
+allocated counts, the containers still asked for per app and per partition, the node selectors of the
+waiting asks) are maintained incrementally by ``apply`` and are never written elsewhere, except the
+allocator's ``allocating`` counters, which only the allocator touches (proposals in flight).
 Node reservations (YARN's reserved containers, :mod:`sniper.core.node_reservation`) hold no room: at most
 one per node and one per app, counted in their queues' ``node_reserved`` total only.
 Opportunistic asks and allocations (YARN's execution type) count on their node only: never in a queue's
