@@ -153,3 +153,17 @@ def test_a_selector_ask_holding_a_preemption_reservation_no_longer_counts_as_wai
     assert state.apps["a1"].asks["t"].reserved == 1
     assert not state.selector_demand and not h.allocator.state.selector_demand
     assert consistency_problems(state) == [] and consistency_problems(h.allocator.state) == []
+
+
+def test_a_gang_free_to_run_anywhere_places_every_member_off_the_required_node() -> None:
+    h = Harness(config_of(queue("a")))
+    h.feed(f.NodeAdded(node="t4", capacity={"memory": 100}, labels=T4))
+    h.feed(f.NodeAdded(node="g2", capacity={"memory": 200}, labels=G2))
+    waiting_for_t4(h)
+    h.feed(
+        f.AppAdded(app="y", queue="root.a"),
+        f.AskAdded(app="y", ask="gang", resource={"memory": 30}, count=2, gang_min=2),
+    )
+    h.settle()
+    # Bin packing alone puts the first member on t4 (40 free) and the second on g2.
+    assert [n for a, n in h.placements() if a == "gang"] == ["g2", "g2"]
