@@ -310,6 +310,14 @@ def consistency_problems(state: PartitionState) -> list[str]:
             problems.append(f"queue {path}: pending {q.pending} != sum {pending[path]}")
         if res.normalized(opportunistic[path]) != res.normalized(q.opportunistic):
             problems.append(f"queue {path}: opportunistic {q.opportunistic} != sum {opportunistic[path]}")
+    waiting_selectors = Counter(
+        tuple(sorted(ask.node_selector.items(), key=lambda item: item[0]))
+        for app in state.apps.values()
+        for ask in app.pending_asks
+        if ask.node_selector
+    )
+    if dict(waiting_selectors) != state.selector_demand.counts():
+        problems.append(f"selector demand {state.selector_demand.counts()} != waiting asks' {dict(waiting_selectors)}")
     asked = sum(app.asked for app in state.apps.values())
     if asked != state.asked:
         problems.append(f"partition: asked {state.asked} != sum over apps {asked}")

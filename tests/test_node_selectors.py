@@ -9,7 +9,7 @@ from sniper.core.cache import state_changes
 from sniper.core.state import PartitionState, selector_matches
 from sniper.messages import decisions as d
 from sniper.messages import feed as f
-from tests.core_support import PARTITION, Harness, config_of, queue
+from tests.core_support import PARTITION, Harness, config_of, consistency_problems, queue
 from tests.preemption_support import PreemptHarness, preemption_raw
 
 MODELS = ["T4", "P100", "V100M16", "V100M32"]
@@ -122,7 +122,7 @@ def test_nothing_ever_lands_on_a_non_matching_node(
     h.feed(f.AskAdded(app="b1", ask="fill", resource={"memory": 25}, count=3 * len(labels)))
     h.settle()
     h.app("a1", "root.a")
-    selector_of = {"fill": {}}
+    selector_of: dict[str, dict[str, list[str]]] = {"fill": {}}
     for i, (selector, memory, count) in enumerate(asks):
         name = f"s{i}"
         selector_of[name] = selector
@@ -135,6 +135,7 @@ def test_nothing_ever_lands_on_a_non_matching_node(
         h.preempt_round(now=float(second))
         h.release(*h.kills())  # the resource manager confirms the kills
         h.settle()
+    assert consistency_problems(h.cache.state) == []  # the waiting selectors' count among them
     for x in h.decisions:
         if isinstance(x, d.Allocated):
             assert selector_matches(selector_of[x.ask], node_labels_of[x.node]), (x.ask, x.node)

@@ -172,7 +172,7 @@ DECISION_HASHES = {
     ("budgets", "sniper"): "53713099f0fb75f2",
     ("budgets", "proportional"): "654d84f52bcd6807",
     ("constraints", "sniper"): "785617c59efe935f",
-    ("constraints", "proportional"): "b55b2093e2c95140",
+    ("constraints", "proportional"): "979b4d2b70533ad3",
     ("slo", "sniper"): "c773193423f6bfa0",
     ("topology", "sniper"): "b8dc6efcd086aeff",
 }

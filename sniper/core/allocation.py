@@ -333,7 +333,9 @@ def _free_room(state: PartitionState) -> Resource:
 
 class FreeRoomPlacer:
     """Normal mode: the first node in the partition's node order with free room for the ask, never a
-    node reserved for another ask (:mod:`sniper.core.node_reservation`)."""
+    node reserved for another ask (:mod:`sniper.core.node_reservation`). An ask free to run anywhere (no
+    node selector, no required node) takes the first such node that no waiting ask's node selector
+    requires (:mod:`sniper.core.selector_demand`), and a required one only when no other fits."""
 
     def __init__(self, exclude: Collection[str] = ()) -> None:
         self.exclude = exclude  # nodes not to use (opportunistic placement skips nodes it evicts on)
@@ -350,6 +352,8 @@ class FreeRoomPlacer:
             return node if constraints.allows(state, ask, node) else None
         reserved = state.node_reservations
         constrained = bool(ask.constraints)
+        demand = state.selector_demand if state.selector_demand and not ask.node_selector else None
+        required: Node | None = None  # the first fitting node a waiting ask requires
         for name in state.node_index.candidates(request):
             node = nodes[name]
             if (
@@ -359,8 +363,11 @@ class FreeRoomPlacer:
                 and (not reserved or not node_reservation.blocks(state, ask, name))
                 and (not constrained or constraints.refusal(state, ask, node) is None)
             ):
-                return node
-        return None
+                if demand is None or not demand.requires(node):
+                    return node
+                if required is None:
+                    required = node
+        return required
 
 
 @dataclass(slots=True)

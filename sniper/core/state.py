@@ -4,9 +4,9 @@ The cache owns the authoritative copy; the allocator and the policies own replic
 only through :meth:`PartitionState.apply` of committed :mod:`sniper.messages.protocol` changes, so a replica
 that applied the same changes in the same order is identical to the cache. Derived totals (node
 allocated / reserved, queue allocated / pending / preempting / reserved up the hierarchy, ask
-allocated counts, the containers still asked for per app and per partition) are maintained
-incrementally by ``apply`` and are never written elsewhere, except the allocator's ``allocating``
-counters, which only the allocator touches (proposals in flight).
+allocated counts, the containers still asked for per app and per partition, the node selectors of the
+waiting asks) are maintained incrementally by ``apply`` and are never written elsewhere, except the
+allocator's ``allocating`` counters, which only the allocator touches (proposals in flight).
 Node reservations (YARN's reserved containers, :mod:`sniper.core.node_reservation`) hold no room: at most
 one per node and one per app, counted in their queues' ``node_reserved`` total only.
 Opportunistic asks and allocations (YARN's execution type) count on their node only: never in a queue's
@@ -21,7 +21,7 @@ transition tables in :mod:`sniper.core.lifecycle` allow: ``apply`` raises :class
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from sortedcontainers import SortedKeyList, SortedList
@@ -31,6 +31,10 @@ from sniper.core import resources as res
 from sniper.core.config import PartitionConfig, QueueConfig, parse_partition
 from sniper.core.node_index import NodeIndex
 from sniper.core.resources import MEMORY, Resource
+from sniper.core.selector_demand import SelectorDemand
+
+# The node-selector rule lives beside the demand it counts; Ask.accepts applies it, its users import it here.
+from sniper.core.selector_demand import selector_matches as selector_matches
 from sniper.messages import protocol as p
 
 AskKey = tuple[str, str]  # (app, ask)
@@ -44,15 +48,6 @@ def allocation_number(allocation_id: str) -> int:
     """The commit order of an ``alloc-N`` id (ids from elsewhere sort first)."""
     tail = allocation_id.rsplit("-", 1)[-1]
     return int(tail) if tail.isdigit() else -1
-
-
-def selector_matches(selector: Mapping[str, Collection[str]], labels: Mapping[str, str]) -> bool:
-    """The one node-selector rule (Kubernetes ``nodeSelector`` with a list of accepted values, YARN node
-    labels): every key the selector names is on the node with one of its accepted values."""
-    for key, accepted in selector.items():
-        if labels.get(key) not in accepted:
-            return False
-    return True
 
 
 class Node:
@@ -552,6 +547,7 @@ class PartitionState:
         self.version = 0
         self.node_index = NodeIndex(config.node_sort_policy if config else "binpacking")
         self.tags = constraints.TagIndex()  # allocation tags per scope (core.constraints)
+        self.selector_demand = SelectorDemand()  # node selectors of the waiting asks (core.selector_demand)
         self.on_allocation_gone: Callable[[Allocation], None] | None = None
         self._handlers: dict[type, Callable[[Any], None]] = {
             p.ConfigSet: self._config,
@@ -906,7 +902,7 @@ class PartitionState:
             return
         if ask.count > 0:
             self._add_pending(app.queue, ask.resource, ask.count)
-            app.pending_asks.add(ask)
+            self._start_waiting(app, ask)
             self._sync_app(app)
 
     def _ask_gone(self, c: p.AskGone) -> None:
@@ -921,7 +917,7 @@ class PartitionState:
             self.opportunistic_asks.pop(ask.key, None)
         elif remaining > 0:
             self._add_pending(app.queue, ask.resource, -remaining)
-            app.pending_asks.discard(ask)
+            self._stop_waiting(app, ask)
             self._sync_app(app)
         del app.asks[c.ask]
         app.asked -= remaining
@@ -975,7 +971,7 @@ class PartitionState:
                     used[k] = used.get(k, 0) + v
                     pending[k] = pending.get(k, 0) - v
             if ask.count - ask.allocated - ask.reserved <= 0:
-                app.pending_asks.discard(ask)
+                self._stop_waiting(app, ask)
                 self._sync_app(app)
         else:
             if ask is not None:  # a promoted container of an opportunistic ask (from a snapshot)
@@ -1099,7 +1095,7 @@ class PartitionState:
         self._add_pending(app.queue, ask.resource, -1)
         self._add_usage(app.queue, "reserved", r.resource, 1)
         if ask.count - ask.allocated - ask.reserved <= 0:
-            app.pending_asks.discard(ask)
+            self._stop_waiting(app, ask)
             self._sync_app(app)
         self._mark_victims(r.victims, c.deadline, r.id, c)
         self._index(node)
@@ -1266,7 +1262,7 @@ class PartitionState:
             # The reserved container is wanted again: back to pending.
             self._add_pending(app.queue, ask.resource, 1)
             if ask not in app.pending_asks:
-                app.pending_asks.add(ask)
+                self._start_waiting(app, ask)
                 self._sync_app(app)
 
     def _end_reservation(self, rid: str) -> None:
@@ -1294,6 +1290,18 @@ class PartitionState:
     def _add_usage(queue: Queue, attr: str, amount: Resource, times: int) -> None:
         for q in queue.lineage():
             res.add_into(getattr(q, attr), amount, times)
+
+    def _start_waiting(self, app: App, ask: Ask) -> None:
+        """``ask`` (not among its app's pending asks) wants containers again: list it, count its selector."""
+        app.pending_asks.add(ask)
+        if ask.node_selector:
+            self.selector_demand.add(ask.node_selector, 1)
+
+    def _stop_waiting(self, app: App, ask: Ask) -> None:
+        """``ask`` wants no more containers (or is gone): unlist it and uncount its selector."""
+        if ask.node_selector and ask in app.pending_asks:
+            self.selector_demand.add(ask.node_selector, -1)
+        app.pending_asks.discard(ask)
 
     @staticmethod
     def _sync_app(app: App) -> None:
