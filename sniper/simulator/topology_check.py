@@ -26,6 +26,10 @@ class TopologyChecker:
         self.kept = 0  # placements of required asks that stayed in their domain
         self.freeing: dict[AskKey, tuple[float, str]] = {}  # required ask -> (time, domain) of its last victim
 
+    def _domain(self, node: str, level: str) -> str | None:
+        """The domain of ``level`` that ``node`` is in, by the labels the feed gave it (None: none)."""
+        return self.labels.get(node, {}).get(level)
+
     def ask_added(self, event: f.AskAdded) -> None:
         key = (event.app, event.ask)
         if event.topology is not None and event.topology.mode == "required":
@@ -39,7 +43,7 @@ class TopologyChecker:
         level = self.levels.get(key)
         if level is None:
             return []
-        domain = self.labels.get(node, {}).get(level)
+        domain = self._domain(node, level)
         if domain is None:
             return [f"{allocation} of {app}/{ask} on {node}, which has no {level} label"]
         held = self.domains.setdefault(key, {})
@@ -57,7 +61,7 @@ class TopologyChecker:
         level = self.levels.get(key)
         if level is None:
             return []
-        domain = self.labels.get(node, {}).get(level)
+        domain = self._domain(node, level)
         if domain is None:
             return [f"victim {allocation} for {app}/{ask} on {node}, which has no {level} label"]
         running = sorted(d for d, n in self.domains.get(key, {}).items() if n)
