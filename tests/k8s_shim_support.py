@@ -145,7 +145,8 @@ class WholePath:
         await self.until(lambda: set(keys) <= set(self.api.bound()))
 
     def allocations_of(self, ask: str) -> list[str]:
-        """The allocations of every ``allocated`` decision for ``ask``, in order."""
+        """The allocations of every ``allocated`` decision for ``ask`` read so far, in order (the decisions
+        reach the test after the binding the API shows: wait with :meth:`until` for the ones expected)."""
         return [a.allocation for a in self.of(d.Allocated) if a.ask == ask]
 
     def released(self) -> set[str]:

@@ -161,7 +161,7 @@ async def test_a_pod_gone_while_the_watch_was_down_is_released_after_the_relist(
         shim = (await world.start_leading()).shim
         add_app_pods(api, "batch", "a", "a", "b")
         await world.until_bound("batch/a", "batch/b")
-        (allocation,) = world.allocations_of("batch/a")
+        (allocation,) = await world.until(lambda: world.allocations_of("batch/a"))
         # In one step of the event loop: the watches drop, the pod goes, the history is compacted; the
         # shim's watch cannot see the deletion, and resuming it is a 410.
         api.drop_watches()
@@ -202,13 +202,14 @@ async def test_a_pod_deleted_while_no_shim_ran_is_released_by_the_restarted_one_
         first = await world.start_leading()
         add_app_pods(api, "prod", "web", "web-0", "web-1")
         await world.until_bound("prod/web-0", "prod/web-1")
-        (allocation,) = world.allocations_of("prod/web-0")
+        (allocation,) = await world.until(lambda: world.allocations_of("prod/web-0"))
         await world.kill(first)
         api.remove("pods", "web-0", "prod", grace=0)  # no list will ever show this deletion
         api.create(pod("web-0", "prod", labels={"applicationId": "web"}))  # its StatefulSet makes it again
         await world.start_leading()
         await world.until(lambda: allocation in world.released())
         await world.until_bound("prod/web-0")  # the room and the name are free again
+        await world.until(lambda: len(world.allocations_of("prod/web-0")) >= 2)
         assert len(world.allocations_of("prod/web-0")) == 2
 
 
@@ -223,7 +224,7 @@ async def test_a_shim_reading_old_decisions_never_binds_a_new_pod_with_an_alloca
         first = await world.start_leading()
         add_app_pods(api, "prod", "web", "web-0", "web-1")
         await world.until_bound("prod/web-0", "prod/web-1")
-        (old,) = world.allocations_of("prod/web-0")
+        (old,) = await world.until(lambda: world.allocations_of("prod/web-0"))
         api.remove("pods", "web-0", "prod", grace=0)
         await world.until(lambda: old in world.released())
         await world.kill(first)

@@ -287,4 +287,5 @@ async def test_a_pod_deleted_and_created_again_under_its_name_is_scheduled_again
         api.create(pod("web-0", "prod", labels={"applicationId": "web"}))
         await world.until_bound("prod/web-0")
         assert api.get("pods", "web-0", "prod")["metadata"]["uid"] != first
+        await world.until(lambda: len(world.allocations_of("prod/web-0")) >= 2)
         assert len(world.allocations_of("prod/web-0")) == 2
