@@ -15,6 +15,8 @@ from sniper.core.config import SchedulerConfig, parse_config
 from sniper.messages import decisions as d
 from sniper.messages import feed as f
 from sniper.simulator.run import SimulationResult, SimulationSettings, run_simulation
+from tests.contract_support import assert_clean, ended, requests
+from tests.preemption_support import GRACE, PreemptHarness, two_queues
 
 GUARANTEE = {"memory": "96Gi", "vcore": "24"}
 SMALL = {"memory": 4096, "vcore": 500}
@@ -181,7 +183,40 @@ MID_GRACE: dict[str, Callable[[], dict[str, object]]] = {
 def test_no_request_closes_given_back_with_a_named_beneficiary_left_waiting(case: str, policy: str) -> None:
     result = simulate(policy, **MID_GRACE[case]())
     assert [v["reason"] for v in result.report["violations"]] == []
-    requests = [x for x in result.decisions if isinstance(x, d.PreemptRequest) and x.app in ("b0", "b1")]
+    asked = [x for x in result.decisions if isinstance(x, d.PreemptRequest) and x.app in ("b0", "b1")]
     ends = {x.request for x in result.decisions if isinstance(x, d.PreemptRequestEnded)}
-    assert requests, "the contract apps must be asked to give back"
-    assert {x.request for x in requests if x.deadline <= 140.0} <= ends
+    assert asked, "the contract apps must be asked to give back"
+    assert {x.request for x in asked if x.deadline <= 140.0} <= ends
+
+
+def test_the_room_given_back_stays_the_reservations_after_the_request_closes_while_it_waits_for_others() -> None:
+    """b1 (contract) and b2 (none) share n1 and n2; a1's 100 needs a whole node. b1's AM gives back
+    what it was asked for and asks for it again at once, at a higher priority than a1's: the request
+    closes given back while the reservation still waits for b2's victims, and the room b1 gave back
+    stays the reservation's until a1 is placed there; b1's asks wait."""
+    h = PreemptHarness(two_queues(150, 50))
+    h.nodes("n1", "n2")
+    h.feed(f.AppAdded(app="b1", queue="root.b", preemption_contract=True))
+    h.app("b2", "root.b")
+    for node, start in (("n1", 0), ("n2", 4)):
+        for i, app in enumerate(["b1", "b2", "b1", "b2"]):
+            h.run(app, 25, node, at=start + i)
+    h.app("a1", "root.a")
+    h.ask("a1", "whole", 100)
+    h.starve()
+    h.preempt_round(10.0)
+    [req] = requests(h)
+    [node] = {c.node for c in req.containers}
+    rid = req.containers[0].reservation
+    h.tick(14.0)
+    h.release(*(c.allocation for c in req.containers))
+    h.ask("b1", "again", 25, count=2, priority=9)
+    h.tick(15.0)
+    h.starve(3)
+    assert [x.outcome for x in ended(h)] == ["given_back"]
+    assert rid in h.cache.state.reservations
+    assert not [x for x in h.allocated() if x.app == "b1" and x.ask == "again"]
+    h.tick(10.0 + GRACE)
+    h.release(*h.kills())
+    assert [(x.app, x.node, x.reservation) for x in h.allocated() if x.ask in ("whole", "again")] == [("a1", node, rid)]
+    assert_clean(h)
