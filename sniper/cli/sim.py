@@ -450,6 +450,10 @@ def _describe_partition(part: PartitionConfig) -> list[str]:
             + (f", victims after {q.preemption_min_runtime:g} s of run" if q.preemption_min_runtime else "")
             + ("" if q.max_applications is None else f"; at most {q.max_applications} apps")
             + ("; stopped (no new app)" if q.stopped else "")
+            + (f"; quota preempted {q.quota_preemption_delay:g} s over its max" if q.quota_preemption_delay else "")
+            + (f"; fair share half-life {q.fairshare_halflife:g} s" if q.fairshare_halflife else "")
+            + ("; reservable (SLO reservations)" if q.reservable else "")
+            + ("; parent for placement rules (a leaf until they add queues)" if q.declared_parent and q.is_leaf else "")
         )
         lines.extend(f"  {indent}  {_describe_limit(lim)}" for lim in q.limits)
     return lines

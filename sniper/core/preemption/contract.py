@@ -14,7 +14,8 @@ baseline's) counts any release. Every tick each open request is settled (:func:`
 when the policy no longer needs any of its victims, closed when the app gave back enough, and at the
 deadline what is still missing is killed, the containers it named still under notice first, then the
 app's newest, just enough to cover it, never more of them than the app's disruption budget has room
-for (the named ones are under notice, counted already).
+for (the named ones are under notice, counted already). A request that closes leaves alone the
+containers a later request to its app names again: their notice and their room are that request's.
 Invariants: no container of such an app is killed by preemption before its request's deadline; room
 the app gives back goes to the request's beneficiaries before any other ask (the app's re-asks
 included), so a request closes given back only once each beneficiary was placed or holds its room.
@@ -249,6 +250,14 @@ def _gather(cache: Writer, contract: Contract, r: Reservation, node_name: str, r
     return True
 
 
+def _named_again(state: PartitionState, contract: Contract) -> set[str]:
+    """The containers a request opened after ``contract`` names too: their notice is that request's (a
+    container under notice is never a victim, so it is named again only once its notice was cancelled),
+    and so is the room its reservation counts on."""
+    later = list(state.contracts)[list(state.contracts).index(contract.id) + 1 :]
+    return {v for cid in later for v in state.contracts[cid].victims}
+
+
 def _waiting(state: PartitionState, contract: Contract) -> list[Reservation]:
     """The reservations holding room for the beneficiaries of ``contract``'s named containers still under
     notice, by deadline."""
@@ -278,13 +287,15 @@ def newest_covering(candidates: Iterable[tuple[str, float, Resource]], need: Res
 
 
 def _cancel_named(cache: Writer, contract: Contract, reason: str) -> None:
-    """The named victims still under notice and not killed keep running; reservations that counted on
-    their room end when it can no longer be promised."""
+    """The named victims still under notice and not killed keep running (those a later request names
+    again aside: their notice and their room are that request's); reservations that counted on their
+    room end when it can no longer be promised."""
     state = cache.state
+    named_again = _named_again(state, contract)
     keep = [
         a
         for a in (state.allocations.get(v) for v in contract.victims)
-        if a is not None and a.preempting and not a.killed
+        if a is not None and a.preempting and not a.killed and a.id not in named_again
     ]
     if not keep:
         return
