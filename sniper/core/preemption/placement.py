@@ -38,7 +38,7 @@ from sniper.core import resources as res
 from sniper.core.allocation import CandidateFilter, find_ask_candidates, try_allocate, usage_key
 from sniper.core.allocator import Allocator
 from sniper.core.limits import Limits
-from sniper.core.preemption.costs import victim_cost
+from sniper.core.preemption.costs import VICTIM_COST_FLOORS, victim_cost
 from sniper.core.preemption.eligibility import (
     may_take,
     queue_refusal,
@@ -129,7 +129,13 @@ class VictimPlacer:
         self.limits = Limits.of(state) if self.intra else None
         # Candidate victims per node, cheapest first and AM containers last (cost is fixed for the
         # round), with per-node aggregates for the lower bound: every resource they hold, the largest
-        # single victim per resource and the cheapest victim's cost.
+        # single victim per resource and the cheapest victim's cost. Built for a node when the search
+        # first costs a set there, bounded before from its container bounds (:meth:`_coarse`), when the
+        # cost has a floor; else, or when which nodes are costed shows (the candidate cap, the apps'
+        # budget refusals, the wake-up of young candidates), for every node now.
+        self.floor = VICTIM_COST_FLOORS.get(request.victim_cost)
+        if request.max_candidate_nodes is not None or self.aging or self.guarded:
+            self.floor = None
         self.by_node: dict[str, list[tuple[bool, float, str, Allocation]]] = {}
         self.held: dict[str, Resource] = {}
         self.largest: dict[str, Resource] = {}
@@ -141,9 +147,10 @@ class VictimPlacer:
             for path, q in state.queues.items()
             if q.is_leaf and (queue_refusal(q) is None if self.intra else path in self.quota_left)
         }
-        for name, node in state.nodes.items():
-            if node.schedulable:
-                self._victims_on(name)
+        if self.floor is None:
+            for name, node in state.nodes.items():
+                if node.schedulable:
+                    self._victims_on(name)
         # Lazy best-first search per ask shape: heap entries are lower bounds of a node's cheapest set
         # (exact when computed at the current ``epoch`` and the node's current ``version``).
         self.epoch = 0  # bumped whenever quotas or budget shrink (every other node's cost may rise)
@@ -241,8 +248,19 @@ class VictimPlacer:
 
         Any set covering the shortfall has at least ``k`` victims, ``k`` the most, over resources, of
         shortfall over the largest single victim; each costs at least the node's cheapest victim.
-        ``free_room``: a gang's member may take room already free (the empty set, at no cost)."""
-        held = self.held.get(node.name)
+        ``free_room``: a gang's member may take room already free (the empty set, at no cost).
+        On a node whose candidates are not listed yet the same bound is taken over what bounds them
+        (:meth:`_coarse`): they hold at most what their queues hold there, no one of them more than the
+        largest container there, and none costs less than the floor, so no set of them covers the
+        shortfall with fewer victims or costs less, and where those queues cannot cover it no set can."""
+        name = node.name
+        held: Resource | None
+        if self.floor is not None and name not in self.by_node:
+            coarse = self._coarse(node)
+            held, largest, cheapest = (None, {}, 0.0) if coarse is None else coarse
+        else:
+            held = self.held.get(name)
+            largest, cheapest = ({}, 0.0) if held is None else (self.largest[name], self.cheapest[name])
         if held is None and not free_room:
             return None
         shortfall = self._shortfall(node, ask)
@@ -251,14 +269,37 @@ class VictimPlacer:
             return 0.0 if free_room else None
         if held is None:
             return None
-        largest = self.largest[node.name]
         k = 1
         for r, v in shortfall.items():
             if v > held.get(r, 0):
                 return None
             k = max(k, -(-v // largest[r]))
-        cheapest = self.cheapest[node.name]
         return k * cheapest if cheapest >= 0 else -math.inf
+
+    def _coarse(self, node: Node) -> tuple[Resource, Resource, float] | None:
+        """What bounds the candidates on a node not listed yet, from its container bounds alone: every
+        resource its candidate queues' containers and its opportunistic containers hold (taken, pinned,
+        young and leaving ones included), the most of each one of them holds, and the cost floor
+        (an opportunistic container costs nothing); ``None``: the node holds no candidate."""
+        ok = self.victim_paths
+        held: Resource | None = None
+        largest: Resource = {}
+        latest = -math.inf
+        for path, bounds in node.container_bounds.items():
+            if path not in ok:
+                continue
+            if held is None:  # the state's own figures, read, never written
+                held, largest, latest = node.by_queue[path], bounds.largest, bounds.latest_start
+                continue
+            held, largest = res.add(held, node.by_queue[path]), res.component_max(largest, bounds.largest)
+            latest = max(latest, bounds.latest_start)
+        opportunistic = node.opportunistic
+        if any(opportunistic.values()):
+            return res.add(held or {}, opportunistic), res.component_max(largest, opportunistic), 0.0
+        if held is None:
+            return None
+        assert self.floor is not None
+        return held, largest, self.floor(latest, self.kill_at)
 
     # ------------------------------------------------------------------ Placer
 
@@ -385,7 +426,7 @@ class VictimPlacer:
             free_room = self._unit is not None
             nodes = (
                 (node for node in state.nodes.values() if node.schedulable)
-                if free_room
+                if free_room or self.floor is not None
                 else (state.nodes[name] for name in self.held)
             )
             entries = (self._bound_entry(node, ask, free_room) for node in nodes if ask.accepts(node))
@@ -433,9 +474,16 @@ class VictimPlacer:
     def _tasks_could_make_room(self, state: PartitionState, ask: Ask) -> bool:
         """Whether some node holds a victim set without victims of last resort that every placement rule
         allows (:meth:`_task_set`), the quota aside, among the victims the queue relations allow."""
-        names = [ask.required_node] if ask.required_node is not None else list(self.held)
+        if ask.required_node is not None:
+            names = [ask.required_node]
+        else:
+            names = (
+                list(self.held) if self.floor is None else [n for n, node in state.nodes.items() if node.schedulable]
+            )
         for name in names:
             node = state.nodes.get(name)
+            if node is not None and node.schedulable and self.floor is not None:
+                self._victims_on(name)  # listed on first use
             if node is None or name not in self.held:
                 continue
             if self._task_set(state, node, ask, functools.partial(self._allowed_tasks, node, ask)) is not None:
@@ -511,9 +559,20 @@ class VictimPlacer:
         return chosen
 
     def _shortfall(self, node: Node, ask: Ask) -> dict[str, int]:
-        base = self._base_room(node)
         freed_here = self.freed.get(node.name) or {}
         shortfall: dict[str, int] = {}
+        base = self._room.get(node.name)
+        if base is None:
+            # No set taken there this round (:meth:`_take` caches the room first): the state's room is
+            # what :meth:`_base_room` would cache, read without building it.
+            cap, used, held, holding = node.capacity, node.allocated, node.reserved, node.allocating
+            leaving = node.preempting
+            for k, v in ask.resource.items():
+                have = cap.get(k, 0) - used.get(k, 0) - held.get(k, 0) - holding.get(k, 0) + leaving.get(k, 0)
+                have += freed_here.get(k, 0)
+                if v > have:
+                    shortfall[k] = v - have
+            return shortfall
         for k, v in ask.resource.items():
             have = base.get(k, 0) + freed_here.get(k, 0)
             if v > have:
