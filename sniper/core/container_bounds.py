@@ -1,10 +1,10 @@
 """Per node and leaf queue, bounds over the guaranteed containers running there, kept by the state.
 
 :class:`ContainerBounds` holds how many there are, the largest amount of each resource one of them holds
-and when the newest of them started. Invariants: ``count`` is exact; every such container started at or
-before ``latest_start`` and holds at most ``largest`` of each resource (both are recomputed exactly from
-the node's containers when the newest leaves, and are otherwise upper bounds); an entry exists only while
-``count`` is positive. The preemption search reads them to bound, without looking at a node's
+and when the newest of them started. Invariants: ``count`` and ``latest_start`` are exact; no such
+container holds more than ``largest`` of any resource (exact until one leaves, an upper bound after, exact
+again whenever the newest leaves and the rest are counted anew); an entry exists only while ``count`` is
+positive. The preemption search reads them to bound, without looking at a node's
 containers, how many victims there it needs at least and what each costs at least.
 """
 
