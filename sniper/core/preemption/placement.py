@@ -424,13 +424,16 @@ class VictimPlacer:
         search = self.heaps.get(shape)
         if search is None:
             free_room = self._unit is not None
-            nodes = (
-                (node for node in state.nodes.values() if node.schedulable)
-                if free_room or self.floor is not None
-                else (state.nodes[name] for name in self.held)
-            )
-            entries = (self._bound_entry(node, ask, free_room) for node in nodes if ask.accepts(node))
-            heap = [e for e in entries if e is not None]
+            if self.floor is not None and not free_room:
+                heap = self._first_bounds(state, ask)
+            else:
+                nodes = (
+                    (node for node in state.nodes.values() if node.schedulable)
+                    if free_room or self.floor is not None
+                    else (state.nodes[name] for name in self.held)
+                )
+                entries = (self._bound_entry(node, ask, free_room) for node in nodes if ask.accepts(node))
+                heap = [e for e in entries if e is not None]
             heapq.heapify(heap)
             search = self.heaps[shape] = (ask, heap)
         heap = search[1]
@@ -460,6 +463,61 @@ class VictimPlacer:
         for entry in pushed_back:
             heapq.heappush(heap, entry)
         return best
+
+    def _first_bounds(self, state: PartitionState, ask: Ask) -> list[_Entry]:
+        """:meth:`_bound_entry` of every schedulable node ``ask`` accepts, where nodes are listed on first
+        use and free room does not count: the same entries, :meth:`_lower_bound` over :meth:`_coarse`
+        written out for the nodes holding only guaranteed containers, with no set taken there (the
+        state's room, no room freed): the one loop of the round over every node."""
+        floor, at, ok = self.floor, self.kill_at, self.victim_paths
+        assert floor is not None
+        listed, rooms, versions = self.by_node, self._room, self.version
+        need = list(ask.resource.items())
+        anywhere = ask.required_node is None and not ask.node_selector
+        deficits = bool(self.deficits)
+        out: list[_Entry] = []
+        for name, node in state.nodes.items():
+            if not node.schedulable or not (anywhere or ask.accepts(node)):
+                continue
+            if name in listed or name in rooms or any(node.opportunistic.values()):
+                entry = self._bound_entry(node, ask, False)
+                if entry is not None:
+                    out.append(entry)
+                continue
+            held: Resource | None = None
+            largest: Resource = {}
+            latest = -math.inf
+            for path, bounds in node.container_bounds.items():
+                if path in ok:
+                    if held is None:
+                        held, largest, latest = node.by_queue[path], bounds.largest, bounds.latest_start
+                    else:
+                        held, largest = res.add(held, node.by_queue[path]), res.component_max(largest, bounds.largest)
+                        latest = max(latest, bounds.latest_start)
+            if held is None:
+                continue
+            cap, used, reserved, holding, leaving = (
+                node.capacity,
+                node.allocated,
+                node.reserved,
+                node.allocating,
+                node.preempting,
+            )
+            k, short = 1, False
+            for r, v in need:
+                gap = v - (cap.get(r, 0) - used.get(r, 0) - reserved.get(r, 0) - holding.get(r, 0) + leaving.get(r, 0))
+                if gap > 0:
+                    if gap > held.get(r, 0):
+                        break
+                    short = True
+                    k = max(k, -(-gap // largest[r]))
+            else:
+                if short or deficits:
+                    cheapest = floor(latest, at)
+                    self.entries += 1
+                    bound = k * cheapest if cheapest >= 0 else -math.inf
+                    out.append((False, bound, name, versions.get(name, 0), -1, self.entries, None))
+        return out
 
     def _bound_entry(self, node: Node, ask: Ask, free_room: bool) -> _Entry | None:
         bound = self._lower_bound(node, ask, free_room)

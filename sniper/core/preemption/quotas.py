@@ -132,9 +132,13 @@ def usable_capacity(state: PartitionState) -> Resource:
         if not node.schedulable:
             continue
         cap, held, reserved = node.capacity, node.allocated, node.reserved
-        if all(cap.get(k, 0) - held.get(k, 0) - reserved.get(k, 0) >= v for k, v in needs):
+        for k, v in needs:
+            if cap.get(k, 0) - held.get(k, 0) - reserved.get(k, 0) < v:
+                break
+        else:
             continue  # the smallest ask fits: nothing here is unusable (checked without building dicts)
-        free = res.clamp_min_zero(res.sub(res.sub(node.capacity, node.allocated), node.reserved))
+        # The positive part of capacity - allocated - reserved (a resource the node lacks is never free).
+        free = {k: f for k, c in cap.items() if (f := c - held.get(k, 0) - reserved.get(k, 0)) > 0}
         if free and not res.fits(smallest, free):
             # Only the resources too short for the ask: the rest becomes usable once those are freed
             # (a node full on vcores keeps its free memory; dropping it would shrink the capacity below
