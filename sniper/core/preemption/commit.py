@@ -372,6 +372,16 @@ def _commit_one(
             cache.allocate(pl.app, pl.ask, pl.node)
         return
     victims = [state.allocations[v] for v in pl.victims]
+    # Per victim queue: what its net usage holds above its ideal, and as people read it. Noticing changes
+    # no state (the reservation marks the victims after all are noticed): the same for every victim here.
+    excess: dict[str, tuple[Resource, str]] = {}
+
+    def over_its_ideal(queue: Queue, ideal: Resource) -> tuple[Resource, str]:
+        known = excess.get(queue.path)
+        if known is None:
+            over = res.clamp_min_zero(res.sub(net_usage(queue), ideal))
+            known = excess[queue.path] = (over, human_resource(over))
+        return known
 
     def notice(v: Allocation, reservation: str) -> dict[str, Any] | None:
         ideal = quotas.ideal.get(v.queue.path, {}) if quotas is not None else {}
@@ -385,8 +395,9 @@ def _commit_one(
         elif quotas is not None:
             left = lose_left.get(v.queue.path)
             if left is not None and res.any_positive(left):
-                over_ideal = res.clamp_min_zero(res.sub(net_usage(v.queue), ideal))
-                why = f"{v.queue.path} over its ideal by {human_resource(over_ideal)}"
+                shared, text = over_its_ideal(v.queue, ideal)
+                over_ideal = dict(shared)  # each decision its own
+                why = f"{v.queue.path} over its ideal by {text}"
             else:
                 why = f"{v.queue.path} down to its guarantee at most, sparing an app that opted out of preemption"
             if left is not None:

@@ -479,7 +479,7 @@ class VictimPlacer:
         for name, node in state.nodes.items():
             if not node.schedulable or not (anywhere or ask.accepts(node)):
                 continue
-            if name in listed or name in rooms or any(node.opportunistic.values()):
+            if name in listed or name in rooms or (node.opportunistic and any(node.opportunistic.values())):
                 entry = self._bound_entry(node, ask, False)
                 if entry is not None:
                     out.append(entry)
@@ -505,7 +505,13 @@ class VictimPlacer:
             )
             k, short = 1, False
             for r, v in need:
-                gap = v - (cap.get(r, 0) - used.get(r, 0) - reserved.get(r, 0) - holding.get(r, 0) + leaving.get(r, 0))
+                gap = v - cap.get(r, 0) + used.get(r, 0)
+                if reserved:
+                    gap += reserved.get(r, 0)
+                if holding:
+                    gap += holding.get(r, 0)
+                if leaving:
+                    gap -= leaving.get(r, 0)
                 if gap > 0:
                     if gap > held.get(r, 0):
                         break

@@ -138,7 +138,11 @@ def usable_capacity(state: PartitionState) -> Resource:
         else:
             continue  # the smallest ask fits: nothing here is unusable (checked without building dicts)
         # The positive part of capacity - allocated - reserved (a resource the node lacks is never free).
-        free = {k: f for k, c in cap.items() if (f := c - held.get(k, 0) - reserved.get(k, 0)) > 0}
+        free: Resource = {}
+        for k, c in cap.items():
+            f = c - held.get(k, 0) - reserved.get(k, 0)
+            if f > 0:
+                free[k] = f
         if free and not res.fits(smallest, free):
             # Only the resources too short for the ask: the rest becomes usable once those are freed
             # (a node full on vcores keeps its free memory; dropping it would shrink the capacity below
