@@ -158,6 +158,7 @@ class VictimPlacer:
         self.entries = 0
         self.deficits: list[tuple[Queue, dict[str, int]]] = []  # the current ask's max deficits
         self.heaps: dict[tuple[object, ...], tuple[Ask, list[_Entry]]] = {}  # shape -> (an ask of it, heap)
+        self._own_shapes: dict[AskKey, tuple[object, ...]] = {}  # per ask: its part of its shape
         self._unit: _RoundMark | None = None  # the round as it was when the open gang unit started
         self._weighing = False  # units are tried, never kept (:meth:`weigh`)
         self._weighed: UnitCost | None = None  # the cost of the last unit weighed
@@ -408,13 +409,15 @@ class VictimPlacer:
 
     def _shape(self, ask: Ask) -> tuple[object, ...]:
         """Asks of one shape have the same candidate sets on every node (one search heap)."""
-        who = (ask.app.name, ask.priority) if self.intra else ()
-        selector = tuple(sorted((k, tuple(sorted(v))) for k, v in ask.node_selector.items()))
-        if ask.constraints:  # its own rule per node (and, for namespace self, per app)
-            who = (*who, ask.app.name, ask.constraints)
+        own = self._own_shapes.get(ask.key)
+        if own is None:  # what the ask itself says, which a round does not change
+            who = (ask.app.name, ask.priority) if self.intra else ()
+            selector = tuple(sorted((k, tuple(sorted(v))) for k, v in ask.node_selector.items()))
+            if ask.constraints:  # its own rule per node (and, for namespace self, per app)
+                who = (*who, ask.app.name, ask.constraints)
+            own = self._own_shapes[ask.key] = (tuple(sorted(ask.resource.items())), ask.app.queue.path, selector, *who)
         # First: whether free room counts (a gang's unit searches every node, not only those with victims).
-        resource = tuple(sorted(ask.resource.items()))
-        return (self._unit is not None, resource, ask.app.queue.path, bool(self.deficits), selector, *who)
+        return (self._unit is not None, own[0], own[1], bool(self.deficits), *own[2:])
 
     def _search(self, state: PartitionState, ask: Ask) -> VictimSet | None:
         """Best-first over lower bounds: the first entry popped that is exact and current is the
@@ -879,11 +882,15 @@ def answer_placement_request(core: Allocator, request: p.PlacementRequest) -> p.
     pinned = required_node_leaves(state) if request.required_node else set()
     eligible = beneficiaries | pinned
 
+    served: dict[str, bool] = {}  # per queue, while the state stands still (one search for candidates)
+
     def serves(q: Queue) -> bool:
-        if q.path not in beneficiaries:
-            return False
-        target = targets.get(q.path)
-        return target is None or below_ideal(q.usage(), target, state.capacity)
+        known = served.get(q.path)
+        if known is None:
+            target = targets.get(q.path)
+            known = q.path in beneficiaries and (target is None or below_ideal(q.usage(), target, state.capacity))
+            served[q.path] = known
+        return known
 
     def queue_ok(q: Queue) -> bool:
         if q.is_leaf:
@@ -907,6 +914,7 @@ def answer_placement_request(core: Allocator, request: p.PlacementRequest) -> p.
     failed: set[AskKey] = set()
     placed: list[tuple[Ask, Node]] = []
     while not placer.exhausted:
+        served.clear()  # the last placements changed the queues' usage
         candidates = find_ask_candidates(
             state,
             max(1, len(eligible)),
