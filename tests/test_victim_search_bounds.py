@@ -111,6 +111,25 @@ def test_the_newest_container_leaving_brings_the_bounds_back_to_those_still_runn
     assert "root.b" not in h.allocator.state.nodes["n1"].container_bounds
 
 
+def test_containers_of_one_ask_and_a_larger_one_after_them_are_all_bounded() -> None:
+    h = PreemptHarness(three_queues())
+    h.nodes("n1", memory=1000, vcore=100)
+    h.app("b1", "root.b")
+    h.feed(f.AskAdded(app="b1", ask="many", resource={"memory": 10, "vcore": 2}, count=3))
+    for _ in range(3):
+        h.cache.allocate("b1", "many", "n1")
+    h.pump()
+    bounds = h.allocator.state.nodes["n1"].container_bounds["root.b"]
+    assert (bounds.count, bounds.largest) == (3, {"memory": 10, "vcore": 2})
+    h.tick(5.0)
+    big = h.run("b1", 30, "n1", vcore=1)
+    assert (bounds.count, bounds.largest, bounds.latest_start) == (4, {"memory": 30, "vcore": 2}, 5.0)
+    h.release(big)
+    bounds = h.allocator.state.nodes["n1"].container_bounds["root.b"]
+    assert (bounds.count, bounds.largest, bounds.latest_start) == (3, {"memory": 10, "vcore": 2}, 0.0)
+    assert_bounds_hold(h.cache.state)
+
+
 # ---------------------------------------------------------------------- the same answer as listing every node
 
 NODE_CONTENTS = st.lists(  # per node: (queue, memory, vcore, start) of each container, at most ~100 memory

@@ -16,20 +16,23 @@ from sniper.core.resources import Resource, ResourceLike
 
 
 class ContainerBounds:
-    __slots__ = ("count", "largest", "latest_start")
+    __slots__ = ("count", "largest", "last", "latest_start")
 
     def __init__(self) -> None:
         self.count = 0
         self.largest: Resource = {}
+        self.last: ResourceLike | None = None  # the resource last counted into ``largest``
         self.latest_start = float("-inf")
 
     def include(self, resource: ResourceLike, start: float) -> None:
         """Count one more container holding ``resource``, started at ``start``."""
         self.count += 1
-        largest = self.largest
-        for k, v in resource.items():
-            if v > largest.get(k, 0):
-                largest[k] = v
+        if resource is not self.last:  # containers of one ask share their resource: counted in already
+            largest = self.largest
+            for k, v in resource.items():
+                if v > largest.get(k, 0):
+                    largest[k] = v
+            self.last = resource
         if start > self.latest_start:
             self.latest_start = start
 
