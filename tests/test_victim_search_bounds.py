@@ -258,6 +258,27 @@ def test_a_cheaper_node_is_found_behind_every_node_of_equal_bounds() -> None:
     assert listed_for_one_ask(h) == (name, 1)
 
 
+@pytest.mark.parametrize(("change", "winner"), [("cordoned", "n0000"), ("shrunk", "n0000"), ("grown", "n9999")])
+def test_the_cheapest_node_cordoned_or_resized_after_its_containers_started_is_bounded_as_it_is_now(
+    change: str, winner: str
+) -> None:
+    h = full_nodes(30)
+    name = "n9999"
+    h.nodes(name, memory=100)
+    h.run("b1", 50, name)
+    h.run("b1", 50, name)  # the cheapest node: started at 50, not at 1
+    if change == "cordoned":
+        h.feed(f.NodeUpdated(node=name, schedulable=False))
+    elif change == "shrunk":  # its containers hold more than it has: still no room for more
+        h.feed(f.NodeUpdated(node=name, capacity={"memory": 60}), allow_rejected=True)
+    else:  # room for the ask with one victim gone
+        h.feed(f.NodeUpdated(node=name, capacity={"memory": 150}))
+    node, _ = listed_for_one_ask(h)
+    assert node == winner
+    with patch.dict(costs.VICTIM_COST_FLOORS, clear=True):
+        assert listed_for_one_ask(h)[0] == winner  # every schedulable node listed first: the same answer
+
+
 @pytest.mark.parametrize("fields", [{"max_candidate_nodes": 3}, {"victim_cost": "priority"}])
 def test_a_cap_or_a_cost_without_a_floor_lists_every_node_up_front(fields: dict[str, Any]) -> None:
     node, listed = listed_for_one_ask(full_nodes(40), **fields)
