@@ -172,12 +172,14 @@ class VictimPlacer:
             if any(node.opportunistic.values()) or any(path in ok for path in node.by_queue):
                 allocations = self.state.allocations
                 cost_of, now, guarded, refused = self.cost_of, self.kill_at, self.guarded, standing
+                free = False  # an opportunistic container is among them
                 for aid in node.allocations:
                     alloc = allocations[aid]
                     if refused(alloc) is not None:
                         continue  # refused whatever the ask
                     if alloc.opportunistic:
                         entries.append((False, 0.0, aid, alloc))  # free: no queue loses anything
+                        free = True
                     elif self.aging and young(alloc, self.now):
                         if alloc.queue.path in ok:
                             self._wait_for(alloc)  # refused whatever the ask (the required-node preemptor's aside)
@@ -186,16 +188,20 @@ class VictimPlacer:
                         entries.append((last, cost_of(alloc, now), aid, alloc))
                 # Opportunistic containers first, newest first (YARN's NodeManager kills them LIFO),
                 # then (last resort last, AM after opted-out apps' tasks, cost, id): ids are unique,
-                # the allocation is never compared.
-                entries.sort(
-                    key=lambda e: (
-                        not e[3].opportunistic,
-                        e[0],
-                        e[3].am,
-                        -e[3].start if e[3].opportunistic else e[1],
-                        e[2],
+                # the allocation is never compared. Without opportunistic containers or guarded apps the
+                # last resort is the AM flag: the entries' own order (last resort, cost, id) is that order.
+                if guarded or free:
+                    entries.sort(
+                        key=lambda e: (
+                            not e[3].opportunistic,
+                            e[0],
+                            e[3].am,
+                            -e[3].start if e[3].opportunistic else e[1],
+                            e[2],
+                        )
                     )
-                )
+                else:
+                    entries.sort()
             self.by_node[name] = entries
             self._aggregate(name)
         return entries
