@@ -911,7 +911,7 @@ def answer_placement_request(core: Allocator, request: p.PlacementRequest) -> p.
             return False  # younger than its queue's preemption.delay (YuniKorn's ask age check)
         if not (ask.required_node is not None and request.required_node) and not serves(ask.app.queue):
             return False
-        if ask_label(ask.key) in mask:
+        if mask and ask_label(ask.key) in mask:
             mask_hits += 1
             return False
         return may_preempt(ask)
