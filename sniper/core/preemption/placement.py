@@ -475,11 +475,11 @@ class VictimPlacer:
 
     def _first_bounds(self, state: PartitionState, ask: Ask) -> list[_Entry]:
         """:meth:`_bound_entry` of every schedulable node ``ask`` accepts, where nodes are listed on first
-        use and free room does not count: the same entries, :meth:`_lower_bound` over :meth:`_coarse`
-        written out for the nodes holding only guaranteed containers, with no set taken there (the
-        state's room, no room freed): the one loop of the round over every node."""
-        floor, at, ok = self.floor, self.kill_at, self.victim_paths
-        assert floor is not None
+        use and free room does not count: the same entries, with :meth:`_lower_bound`'s arithmetic
+        written out for the nodes not listed and with no set taken there (the state's room, no room
+        freed, :meth:`_coarse`'s figures): the one loop of the round over every node."""
+        at_floor = self.floor
+        assert at_floor is not None
         listed, rooms, versions = self.by_node, self._room, self.version
         need = list(ask.resource.items())
         anywhere = ask.required_node is None and not ask.node_selector
@@ -488,23 +488,15 @@ class VictimPlacer:
         for name, node in state.nodes.items():
             if not node.schedulable or not (anywhere or ask.accepts(node)):
                 continue
-            if name in listed or name in rooms or (node.opportunistic and any(node.opportunistic.values())):
+            if name in listed or name in rooms:
                 entry = self._bound_entry(node, ask, False)
                 if entry is not None:
                     out.append(entry)
                 continue
-            held: Resource | None = None
-            largest: Resource = {}
-            latest = -math.inf
-            for path, bounds in node.container_bounds.items():
-                if path in ok:
-                    if held is None:
-                        held, largest, latest = node.by_queue[path], bounds.largest, bounds.latest_start
-                    else:
-                        held, largest = res.add(held, node.by_queue[path]), res.component_max(largest, bounds.largest)
-                        latest = max(latest, bounds.latest_start)
-            if held is None:
+            coarse = self._coarse(node)
+            if coarse is None:
                 continue
+            held, largest, cheapest = coarse
             cap, used, reserved, holding, leaving = (
                 node.capacity,
                 node.allocated,
@@ -528,7 +520,6 @@ class VictimPlacer:
                     k = max(k, -(-gap // largest[r]))
             else:
                 if short or deficits:
-                    cheapest = floor(latest, at)
                     self.entries += 1
                     bound = k * cheapest if cheapest >= 0 else -math.inf
                     out.append((False, bound, name, versions.get(name, 0), -1, self.entries, None))
