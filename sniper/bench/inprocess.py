@@ -126,7 +126,12 @@ def bench_allocate(nodes: int, queues: int, asks: int, apps_per_queue: int = 10)
 
 
 def bench_preempt(
-    nodes: int, running: int, starving: int, ask_gib: int = 16, candidates: int | None = None
+    nodes: int,
+    running: int,
+    starving: int,
+    ask_gib: int = 16,
+    candidates: int | None = None,
+    profile: str | None = None,
 ) -> dict[str, Any]:
     """One full sniper preemption round on a packed cluster, timed through the functions the actors run.
 
@@ -134,8 +139,10 @@ def bench_preempt(
     far over its guarantee); queue ``a`` has ``starving`` asks of ``ask_gib`` GiB that missed a cycle.
     The round is the policy's quota computation, the allocator's preemption-mode placement and the
     cache's commit; ``candidates`` is ``preemption.max_candidate_nodes`` (``None``: the exact search
-    over every node).
+    over every node). ``profile``: a file to write the round's cProfile statistics to (the round alone).
     """
+    import cProfile
+
     from sniper.core.allocator import Allocator
     from sniper.core.cache import Cache
     from sniper.core.preemption.placement import answer_placement_request
@@ -187,14 +194,21 @@ def bench_preempt(
     )
     allocator.cycle()  # the starving asks miss a cycle: they become preemption candidates
     policy = SniperPolicy("default", config.preemption)
+    profiler = cProfile.Profile() if profile is not None else None
     start, cpu_start = time.perf_counter(), time.process_time()
+    if profiler is not None:
+        profiler.enable()
     request = policy.round(allocator.state, allocator.view_seq, 10.0)
     assert isinstance(request, pm.PlacementRequest)
     reply = answer_placement_request(allocator, request)
     proposal = policy.on_reply(reply, 10.0)
     if proposal is not None:
         cache.handle_proposal(proposal)
+    if profiler is not None:
+        profiler.disable()
     round_s, cpu = time.perf_counter() - start, time.process_time() - cpu_start
+    if profiler is not None and profile is not None:
+        profiler.dump_stats(profile)
     decisions = cache.drain().decisions
     victims = sum(1 for x in decisions if isinstance(x, dm.Preempt))
     return {

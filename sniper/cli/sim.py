@@ -331,13 +331,18 @@ def bench_preempt_cmd(
     candidates: Annotated[
         int | None, typer.Option(min=1, help="preemption.max_candidate_nodes (default: none, the exact search)")
     ] = None,
+    profile: Annotated[
+        Path | None, typer.Option(help="write the round's cProfile statistics to this file (pstats format)")
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="one JSON object on stdout")] = False,
 ) -> None:
     """One full sniper preemption round on a packed cluster: round time and targeted victims per second."""
     from sniper.bench.inprocess import bench_preempt
 
     tune_gc()
-    result = bench_preempt(nodes, running, starving, candidates=candidates)
+    result = bench_preempt(
+        nodes, running, starving, candidates=candidates, profile=None if profile is None else str(profile)
+    )
     if as_json:
         sys.stdout.write(json.dumps(result) + "\n")
     else:

@@ -14,7 +14,8 @@ allocated, pending, preempting or reserved totals, only in its separate ``opport
 An app's ``disrupted`` counts its guaranteed containers under notice (its disruption budget's use);
 ``guarded`` indexes the apps with a budget or that opted out of preemption.
 A node's last utilization report and its over-commit totals (:mod:`sniper.core.overcommit`: the containers
-placed since that report, those placed beyond its allocated room) are kept the same way.
+placed since that report, those placed beyond its allocated room) are kept the same way, as are per node
+and leaf queue the bounds over its guaranteed containers there (:mod:`sniper.core.container_bounds`).
 Allocations, preemption reservations, node reservations and preemption contracts move only as their
 transition tables in :mod:`sniper.core.lifecycle` allow: ``apply`` raises :class:`StateError` on any other move.
 """
@@ -26,7 +27,7 @@ from typing import Any
 
 from sortedcontainers import SortedKeyList, SortedList
 
-from sniper.core import constraints, fair_share, lifecycle, quota_clock, slo_plan
+from sniper.core import constraints, container_bounds, fair_share, lifecycle, quota_clock, slo_plan
 from sniper.core import resources as res
 from sniper.core.config import PartitionConfig, QueueConfig, parse_partition
 from sniper.core.node_index import NodeIndex
@@ -57,6 +58,7 @@ class Node:
         "allocations",
         "by_queue",
         "capacity",
+        "container_bounds",
         "held",
         "labels",
         "name",
@@ -85,6 +87,8 @@ class Node:
         self.allocations: set[str] = set()
         self.reservations: set[str] = set()
         self.by_queue: dict[str, Resource] = {}  # allocated per leaf queue path
+        # Per leaf queue path: bounds over its guaranteed containers here (:mod:`sniper.core.container_bounds`).
+        self.container_bounds: dict[str, container_bounds.ContainerBounds] = {}
         self.preempting: Resource = {}  # allocated to victims already preempting
         self.opportunistic: Resource = {}  # allocated to opportunistic containers not yet evicted
         # Over-commit (core.overcommit): the last reported utilization (None: never reported), the
@@ -950,6 +954,7 @@ class PartitionState:
             self._alloc_opportunistic(alloc, app, node)
             return
         res.add_into(node.by_queue.setdefault(alloc.queue.path, {}), alloc.resource)
+        container_bounds.placed(node.container_bounds, alloc.queue.path, alloc.resource, alloc.start)
         if self.fair_halflives:
             self._fair_charge(alloc, 1)
         app.allocations.add(alloc.id)
@@ -1006,7 +1011,16 @@ class PartitionState:
         if alloc.opportunistic:
             self._opportunistic_gone(alloc, node)
             return
-        res.sub_into(node.by_queue[alloc.queue.path], alloc.resource)
+        path = alloc.queue.path
+        res.sub_into(node.by_queue[path], alloc.resource)
+        allocations = self.allocations
+        remaining = (allocations[aid] for aid in node.allocations)
+        container_bounds.released(
+            node.container_bounds,
+            path,
+            alloc.start,
+            ((a.resource, a.start) for a in remaining if not a.opportunistic and a.queue.path == path),
+        )
         if alloc.preempting:
             res.sub_into(node.preempting, alloc.resource)
         if self.fair_halflives:
@@ -1063,6 +1077,7 @@ class PartitionState:
         node = self.nodes[alloc.node]
         res.sub_into(node.opportunistic, alloc.resource)
         res.add_into(node.by_queue.setdefault(alloc.queue.path, {}), alloc.resource)
+        container_bounds.placed(node.container_bounds, alloc.queue.path, alloc.resource, alloc.start)
         app = self.apps.get(alloc.app)
         if app is not None:
             res.add_into(app.allocated, alloc.resource)

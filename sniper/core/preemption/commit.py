@@ -30,6 +30,8 @@ Victims of apps with a preemption contract get no notice of their own: their app
 from __future__ import annotations
 
 import dataclasses
+import functools
+from collections.abc import Callable
 from typing import Any
 
 from sniper.core import constraints, gang, node_reservation
@@ -38,7 +40,7 @@ from sniper.core.limits import Limits
 from sniper.core.preemption.contract import Requests
 from sniper.core.preemption.eligibility import explain, quota_allows, refusal, spend
 from sniper.core.preemption.quotas import Quotas, compute_quotas, net_usage, within_share
-from sniper.core.preemption.rules import budget_refusal, may_preempt, over_budget
+from sniper.core.preemption.rules import budget_refusal, may_preempt, may_preempt_for, over_budget
 from sniper.core.preemption.soft_opt_out import may_spare
 from sniper.core.preemption_reservation import evict, preempt
 from sniper.core.resources import Resource
@@ -118,6 +120,8 @@ def _commit_placements(cache: Writer, proposal: p.PreemptionProposal) -> None:
     requests = Requests(cache, proposal.policy, proposal.observe_only)
     waiting: list[str] = []  # nodes of placements with contract victims: fulfilled once the requests are open
     followers = gang.Followers()
+    # The queue relations, judged once per pair of queues: nothing in a commit changes the configuration.
+    related = functools.cache(may_preempt_for)
     for members, need in gang.units(state, placements):
         unit = [placements[n] for n in members]
         key = (unit[0].app, unit[0].ask)
@@ -125,10 +129,10 @@ def _commit_placements(cache: Writer, proposal: p.PreemptionProposal) -> None:
         if (why := followers.refusal(key)) is not None:
             pass
         elif need == 1:
-            why = _check(cache, unit[0], quotas, lose_left, intra, limits)
+            why = _check(cache, unit[0], quotas, lose_left, intra, limits, related=related)
         else:
             trial = None if limits is None else limits.fork()
-            why = _check_gang(cache, unit, need, quotas, lose_left, intra, trial)
+            why = _check_gang(cache, unit, need, quotas, lose_left, intra, trial, related)
         followers.judged(key, need, why)
         for n, pl in zip(members, unit, strict=True):
             if why is not None:
@@ -178,6 +182,7 @@ def _check_gang(
     lose_left: dict[str, Resource],
     intra: bool,
     limits: Limits | None,
+    related: Callable[[Queue, Queue], bool] = may_preempt_for,
 ) -> str | None:
     """:func:`_check` for every member of a gang, each seeing the room, victims, quotas and limits the
     members before it took (tallied in a :class:`Taken`, a :class:`sniper.core.gang.Held` and a copy of the
@@ -201,7 +206,7 @@ def _check_gang(
     def check(pl: p.Victimized, held: gang.Held) -> str | None:
         if claimed.intersection(pl.victims):
             return "a victim is named for two members"
-        why = _check(cache, pl, quotas, lose, intra, limits, taken, held)
+        why = _check(cache, pl, quotas, lose, intra, limits, taken, held, related=related)
         if why is not None:
             return why
         claimed.update(pl.victims)
@@ -229,9 +234,12 @@ def _check(
     limits: Limits | None,
     taken: Taken | None = None,
     held: gang.Held | None = None,
+    *,
+    related: Callable[[Queue, Queue], bool] = may_preempt_for,
 ) -> str | None:
     """Why placement ``pl`` cannot be committed (``None``: it can), with what earlier members of its gang
-    take (``taken``) counted as leaving and what they hold (``held``) counted as taken."""
+    take (``taken``) counted as leaving and what they hold (``held``) counted as taken; ``related``: the
+    queue relations (:func:`sniper.core.preemption.rules.may_preempt_for`)."""
     state = cache.state
     app = state.apps.get(pl.app)
     ask: Ask | None = None if app is None else app.asks.get(pl.ask)
@@ -290,7 +298,16 @@ def _check(
         return f"beneficiary's queue {app.queue.path} is not below its ideal"
     taking_from: list[Allocation] = []  # victims checked so far
     for v in victims:
-        why = refusal(v, ask, now=state.now, intra=intra, required_node=required, limits=limits, chosen=taking_from)
+        why = refusal(
+            v,
+            ask,
+            now=state.now,
+            intra=intra,
+            required_node=required,
+            limits=limits,
+            chosen=taking_from,
+            related=related,
+        )
         if why is not None:
             return explain(why, v, ask)
         if not v.opportunistic:
@@ -372,21 +389,33 @@ def _commit_one(
             cache.allocate(pl.app, pl.ask, pl.node)
         return
     victims = [state.allocations[v] for v in pl.victims]
+    # Per victim queue: what its net usage holds above its ideal, and as people read it. Noticing changes
+    # no state (the reservation marks the victims after all are noticed): the same for every victim here.
+    excess: dict[str, tuple[Resource, str]] = {}
+    required = required_node_rule(state, ask, pl.node, quotas is None)  # the same for every victim here
+
+    def over_its_ideal(queue: Queue, ideal: Resource) -> tuple[Resource, str]:
+        known = excess.get(queue.path)
+        if known is None:
+            over = res.clamp_min_zero(res.sub(net_usage(queue), ideal))
+            known = excess[queue.path] = (over, human_resource(over))
+        return known
 
     def notice(v: Allocation, reservation: str) -> dict[str, Any] | None:
         ideal = quotas.ideal.get(v.queue.path, {}) if quotas is not None else {}
         over_ideal: Resource = {}
         if v.opportunistic:
             why = f"{d.KILL_OPPORTUNISTIC}: first to go"
-        elif required_node_rule(state, ask, pl.node, quotas is None):
+        elif required:
             why = f"{v.queue.path}: priority {v.priority} on {pl.node}, required by an ask of priority {ask.priority}"
             if quotas is not None and v.queue.path in lose_left:
                 spend(lose_left[v.queue.path], quotas.may_lose.get(v.queue.path, {}), v.resource)
         elif quotas is not None:
             left = lose_left.get(v.queue.path)
             if left is not None and res.any_positive(left):
-                over_ideal = res.clamp_min_zero(res.sub(net_usage(v.queue), ideal))
-                why = f"{v.queue.path} over its ideal by {human_resource(over_ideal)}"
+                shared, text = over_its_ideal(v.queue, ideal)
+                over_ideal = dict(shared)  # each decision its own
+                why = f"{v.queue.path} over its ideal by {text}"
             else:
                 why = f"{v.queue.path} down to its guarantee at most, sparing an app that opted out of preemption"
             if left is not None:

@@ -8,6 +8,8 @@ Each function is pure: ``(allocation, at) -> float``, ``at`` the moment the vict
 round's time plus the grace, :class:`sniper.core.preemption.placement.VictimPlacer`): a victim keeps running, and
 its work keeps growing, until then, so a running-time cost is the work its kill throws away and a set of
 more victims pays every victim's grace. A set's cost is the sum of its victims'.
+A cost may have a floor (:data:`VICTIM_COST_FLOORS`): from when the newest of some containers started, a
+cost none of them is below at ``at``; the victim search bounds a node's sets with it without costing them.
 """
 
 from __future__ import annotations
@@ -46,6 +48,17 @@ VICTIM_COSTS: dict[str, VictimCost] = {
     "priority": priority,
     "priority_then_running_time": priority_then_running_time,
 }
+
+
+VictimCostFloor = Callable[[float, float], float]  # (latest start, at) -> no container started by then costs less
+
+
+def running_time_floor(latest_start: float, at: float) -> float:
+    """:func:`running_time` is monotone in the start: the newest container costs the least."""
+    return max(0.0, at - latest_start)
+
+
+VICTIM_COST_FLOORS: dict[str, VictimCostFloor] = {"running_time": running_time_floor}
 
 
 def victim_cost(name: str) -> VictimCost:

@@ -38,7 +38,7 @@ from sniper.core import resources as res
 from sniper.core.allocation import CandidateFilter, find_ask_candidates, try_allocate, usage_key
 from sniper.core.allocator import Allocator
 from sniper.core.limits import Limits
-from sniper.core.preemption.costs import victim_cost
+from sniper.core.preemption.costs import VICTIM_COST_FLOORS, victim_cost
 from sniper.core.preemption.eligibility import (
     may_take,
     queue_refusal,
@@ -129,7 +129,13 @@ class VictimPlacer:
         self.limits = Limits.of(state) if self.intra else None
         # Candidate victims per node, cheapest first and AM containers last (cost is fixed for the
         # round), with per-node aggregates for the lower bound: every resource they hold, the largest
-        # single victim per resource and the cheapest victim's cost.
+        # single victim per resource and the cheapest victim's cost. Built for a node when the search
+        # first costs a set there, bounded before from its container bounds (:meth:`_coarse`), when the
+        # cost has a floor; else, or when which nodes are costed shows (the candidate cap, the apps'
+        # budget refusals, the wake-up of young candidates), for every node now.
+        self.floor = VICTIM_COST_FLOORS.get(request.victim_cost)
+        if request.max_candidate_nodes is not None or self.aging or self.guarded:
+            self.floor = None
         self.by_node: dict[str, list[tuple[bool, float, str, Allocation]]] = {}
         self.held: dict[str, Resource] = {}
         self.largest: dict[str, Resource] = {}
@@ -141,9 +147,10 @@ class VictimPlacer:
             for path, q in state.queues.items()
             if q.is_leaf and (queue_refusal(q) is None if self.intra else path in self.quota_left)
         }
-        for name, node in state.nodes.items():
-            if node.schedulable:
-                self._victims_on(name)
+        if self.floor is None:
+            for name, node in state.nodes.items():
+                if node.schedulable:
+                    self._victims_on(name)
         # Lazy best-first search per ask shape: heap entries are lower bounds of a node's cheapest set
         # (exact when computed at the current ``epoch`` and the node's current ``version``).
         self.epoch = 0  # bumped whenever quotas or budget shrink (every other node's cost may rise)
@@ -151,6 +158,7 @@ class VictimPlacer:
         self.entries = 0
         self.deficits: list[tuple[Queue, dict[str, int]]] = []  # the current ask's max deficits
         self.heaps: dict[tuple[object, ...], tuple[Ask, list[_Entry]]] = {}  # shape -> (an ask of it, heap)
+        self._own_shapes: dict[AskKey, tuple[object, ...]] = {}  # per ask: its part of its shape
         self._unit: _RoundMark | None = None  # the round as it was when the open gang unit started
         self._weighing = False  # units are tried, never kept (:meth:`weigh`)
         self._weighed: UnitCost | None = None  # the cost of the last unit weighed
@@ -164,12 +172,14 @@ class VictimPlacer:
             if any(node.opportunistic.values()) or any(path in ok for path in node.by_queue):
                 allocations = self.state.allocations
                 cost_of, now, guarded, refused = self.cost_of, self.kill_at, self.guarded, standing
+                free = False  # an opportunistic container is among them
                 for aid in node.allocations:
                     alloc = allocations[aid]
                     if refused(alloc) is not None:
                         continue  # refused whatever the ask
                     if alloc.opportunistic:
                         entries.append((False, 0.0, aid, alloc))  # free: no queue loses anything
+                        free = True
                     elif self.aging and young(alloc, self.now):
                         if alloc.queue.path in ok:
                             self._wait_for(alloc)  # refused whatever the ask (the required-node preemptor's aside)
@@ -178,16 +188,20 @@ class VictimPlacer:
                         entries.append((last, cost_of(alloc, now), aid, alloc))
                 # Opportunistic containers first, newest first (YARN's NodeManager kills them LIFO),
                 # then (last resort last, AM after opted-out apps' tasks, cost, id): ids are unique,
-                # the allocation is never compared.
-                entries.sort(
-                    key=lambda e: (
-                        not e[3].opportunistic,
-                        e[0],
-                        e[3].am,
-                        -e[3].start if e[3].opportunistic else e[1],
-                        e[2],
+                # the allocation is never compared. Without opportunistic containers or guarded apps the
+                # last resort is the AM flag: the entries' own order (last resort, cost, id) is that order.
+                if guarded or free:
+                    entries.sort(
+                        key=lambda e: (
+                            not e[3].opportunistic,
+                            e[0],
+                            e[3].am,
+                            -e[3].start if e[3].opportunistic else e[1],
+                            e[2],
+                        )
                     )
-                )
+                else:
+                    entries.sort()
             self.by_node[name] = entries
             self._aggregate(name)
         return entries
@@ -241,8 +255,19 @@ class VictimPlacer:
 
         Any set covering the shortfall has at least ``k`` victims, ``k`` the most, over resources, of
         shortfall over the largest single victim; each costs at least the node's cheapest victim.
-        ``free_room``: a gang's member may take room already free (the empty set, at no cost)."""
-        held = self.held.get(node.name)
+        ``free_room``: a gang's member may take room already free (the empty set, at no cost).
+        On a node whose candidates are not listed yet the same bound is taken over what bounds them
+        (:meth:`_coarse`): they hold at most what their queues hold there, no one of them more than the
+        largest container there, and none costs less than the floor, so no set of them covers the
+        shortfall with fewer victims or costs less, and where those queues cannot cover it no set can."""
+        name = node.name
+        held: Resource | None
+        if self.floor is not None and name not in self.by_node:
+            coarse = self._coarse(node)
+            held, largest, cheapest = (None, {}, 0.0) if coarse is None else coarse
+        else:
+            held = self.held.get(name)
+            largest, cheapest = ({}, 0.0) if held is None else (self.largest[name], self.cheapest[name])
         if held is None and not free_room:
             return None
         shortfall = self._shortfall(node, ask)
@@ -251,14 +276,37 @@ class VictimPlacer:
             return 0.0 if free_room else None
         if held is None:
             return None
-        largest = self.largest[node.name]
         k = 1
         for r, v in shortfall.items():
             if v > held.get(r, 0):
                 return None
             k = max(k, -(-v // largest[r]))
-        cheapest = self.cheapest[node.name]
         return k * cheapest if cheapest >= 0 else -math.inf
+
+    def _coarse(self, node: Node) -> tuple[Resource, Resource, float] | None:
+        """What bounds the candidates on a node not listed yet, from its container bounds alone: every
+        resource its candidate queues' containers and its opportunistic containers hold (taken, pinned,
+        young and leaving ones included), the most of each one of them holds, and the cost floor
+        (an opportunistic container costs nothing); ``None``: the node holds no candidate."""
+        ok = self.victim_paths
+        held: Resource | None = None
+        largest: Resource = {}
+        latest = -math.inf
+        for path, bounds in node.container_bounds.items():
+            if path not in ok:
+                continue
+            if held is None:  # the state's own figures, read, never written
+                held, largest, latest = node.by_queue[path], bounds.largest, bounds.latest_start
+                continue
+            held, largest = res.add(held, node.by_queue[path]), res.component_max(largest, bounds.largest)
+            latest = max(latest, bounds.latest_start)
+        opportunistic = node.opportunistic
+        if any(opportunistic.values()):
+            return res.add(held or {}, opportunistic), res.component_max(largest, opportunistic), 0.0
+        if held is None:
+            return None
+        assert self.floor is not None
+        return held, largest, self.floor(latest, self.kill_at)
 
     # ------------------------------------------------------------------ Placer
 
@@ -367,13 +415,15 @@ class VictimPlacer:
 
     def _shape(self, ask: Ask) -> tuple[object, ...]:
         """Asks of one shape have the same candidate sets on every node (one search heap)."""
-        who = (ask.app.name, ask.priority) if self.intra else ()
-        selector = tuple(sorted((k, tuple(sorted(v))) for k, v in ask.node_selector.items()))
-        if ask.constraints:  # its own rule per node (and, for namespace self, per app)
-            who = (*who, ask.app.name, ask.constraints)
+        own = self._own_shapes.get(ask.key)
+        if own is None:  # what the ask itself says, which a round does not change
+            who = (ask.app.name, ask.priority) if self.intra else ()
+            selector = tuple(sorted((k, tuple(sorted(v))) for k, v in ask.node_selector.items()))
+            if ask.constraints:  # its own rule per node (and, for namespace self, per app)
+                who = (*who, ask.app.name, ask.constraints)
+            own = self._own_shapes[ask.key] = (tuple(sorted(ask.resource.items())), ask.app.queue.path, selector, *who)
         # First: whether free room counts (a gang's unit searches every node, not only those with victims).
-        resource = tuple(sorted(ask.resource.items()))
-        return (self._unit is not None, resource, ask.app.queue.path, bool(self.deficits), selector, *who)
+        return (self._unit is not None, own[0], own[1], bool(self.deficits), *own[2:])
 
     def _search(self, state: PartitionState, ask: Ask) -> VictimSet | None:
         """Best-first over lower bounds: the first entry popped that is exact and current is the
@@ -383,13 +433,16 @@ class VictimPlacer:
         search = self.heaps.get(shape)
         if search is None:
             free_room = self._unit is not None
-            nodes = (
-                (node for node in state.nodes.values() if node.schedulable)
-                if free_room
-                else (state.nodes[name] for name in self.held)
-            )
-            entries = (self._bound_entry(node, ask, free_room) for node in nodes if ask.accepts(node))
-            heap = [e for e in entries if e is not None]
+            if self.floor is not None and not free_room:
+                heap = self._first_bounds(state, ask)
+            else:
+                nodes = (
+                    (node for node in state.nodes.values() if node.schedulable)
+                    if free_room or self.floor is not None
+                    else (state.nodes[name] for name in self.held)
+                )
+                entries = (self._bound_entry(node, ask, free_room) for node in nodes if ask.accepts(node))
+                heap = [e for e in entries if e is not None]
             heapq.heapify(heap)
             search = self.heaps[shape] = (ask, heap)
         heap = search[1]
@@ -420,6 +473,58 @@ class VictimPlacer:
             heapq.heappush(heap, entry)
         return best
 
+    def _first_bounds(self, state: PartitionState, ask: Ask) -> list[_Entry]:
+        """:meth:`_bound_entry` of every schedulable node ``ask`` accepts, where nodes are listed on first
+        use and free room does not count: the same entries, with :meth:`_lower_bound`'s arithmetic
+        written out for the nodes not listed and with no set taken there (the state's room, no room
+        freed, :meth:`_coarse`'s figures): the one loop of the round over every node."""
+        at_floor = self.floor
+        assert at_floor is not None
+        listed, rooms, versions = self.by_node, self._room, self.version
+        need = list(ask.resource.items())
+        anywhere = ask.required_node is None and not ask.node_selector
+        deficits = bool(self.deficits)
+        out: list[_Entry] = []
+        for name, node in state.nodes.items():
+            if not node.schedulable or not (anywhere or ask.accepts(node)):
+                continue
+            if name in listed or name in rooms:
+                entry = self._bound_entry(node, ask, False)
+                if entry is not None:
+                    out.append(entry)
+                continue
+            coarse = self._coarse(node)
+            if coarse is None:
+                continue
+            held, largest, cheapest = coarse
+            cap, used, reserved, holding, leaving = (
+                node.capacity,
+                node.allocated,
+                node.reserved,
+                node.allocating,
+                node.preempting,
+            )
+            k, short = 1, False
+            for r, v in need:
+                gap = v - cap.get(r, 0) + used.get(r, 0)
+                if reserved:
+                    gap += reserved.get(r, 0)
+                if holding:
+                    gap += holding.get(r, 0)
+                if leaving:
+                    gap -= leaving.get(r, 0)
+                if gap > 0:
+                    if gap > held.get(r, 0):
+                        break
+                    short = True
+                    k = max(k, -(-gap // largest[r]))
+            else:
+                if short or deficits:
+                    self.entries += 1
+                    bound = k * cheapest if cheapest >= 0 else -math.inf
+                    out.append((False, bound, name, versions.get(name, 0), -1, self.entries, None))
+        return out
+
     def _bound_entry(self, node: Node, ask: Ask, free_room: bool) -> _Entry | None:
         bound = self._lower_bound(node, ask, free_room)
         if bound is None:
@@ -433,9 +538,16 @@ class VictimPlacer:
     def _tasks_could_make_room(self, state: PartitionState, ask: Ask) -> bool:
         """Whether some node holds a victim set without victims of last resort that every placement rule
         allows (:meth:`_task_set`), the quota aside, among the victims the queue relations allow."""
-        names = [ask.required_node] if ask.required_node is not None else list(self.held)
+        if ask.required_node is not None:
+            names = [ask.required_node]
+        else:
+            names = (
+                list(self.held) if self.floor is None else [n for n, node in state.nodes.items() if node.schedulable]
+            )
         for name in names:
             node = state.nodes.get(name)
+            if node is not None and node.schedulable and self.floor is not None:
+                self._victims_on(name)  # listed on first use
             if node is None or name not in self.held:
                 continue
             if self._task_set(state, node, ask, functools.partial(self._allowed_tasks, node, ask)) is not None:
@@ -511,9 +623,20 @@ class VictimPlacer:
         return chosen
 
     def _shortfall(self, node: Node, ask: Ask) -> dict[str, int]:
-        base = self._base_room(node)
         freed_here = self.freed.get(node.name) or {}
         shortfall: dict[str, int] = {}
+        base = self._room.get(node.name)
+        if base is None:
+            # No set taken there this round (:meth:`_take` caches the room first): the state's room is
+            # what :meth:`_base_room` would cache, read without building it.
+            cap, used, held, holding = node.capacity, node.allocated, node.reserved, node.allocating
+            leaving = node.preempting
+            for k, v in ask.resource.items():
+                have = cap.get(k, 0) - used.get(k, 0) - held.get(k, 0) - holding.get(k, 0) + leaving.get(k, 0)
+                have += freed_here.get(k, 0)
+                if v > have:
+                    shortfall[k] = v - have
+            return shortfall
         for k, v in ask.resource.items():
             have = base.get(k, 0) + freed_here.get(k, 0)
             if v > have:
@@ -756,11 +879,15 @@ def answer_placement_request(core: Allocator, request: p.PlacementRequest) -> p.
     pinned = required_node_leaves(state) if request.required_node else set()
     eligible = beneficiaries | pinned
 
+    served: dict[str, bool] = {}  # per queue, while the state stands still (one search for candidates)
+
     def serves(q: Queue) -> bool:
-        if q.path not in beneficiaries:
-            return False
-        target = targets.get(q.path)
-        return target is None or below_ideal(q.usage(), target, state.capacity)
+        known = served.get(q.path)
+        if known is None:
+            target = targets.get(q.path)
+            known = q.path in beneficiaries and (target is None or below_ideal(q.usage(), target, state.capacity))
+            served[q.path] = known
+        return known
 
     def queue_ok(q: Queue) -> bool:
         if q.is_leaf:
@@ -775,7 +902,7 @@ def answer_placement_request(core: Allocator, request: p.PlacementRequest) -> p.
             return False  # younger than its queue's preemption.delay (YuniKorn's ask age check)
         if not (ask.required_node is not None and request.required_node) and not serves(ask.app.queue):
             return False
-        if ask_label(ask.key) in mask:
+        if mask and ask_label(ask.key) in mask:
             mask_hits += 1
             return False
         return may_preempt(ask)
@@ -784,6 +911,7 @@ def answer_placement_request(core: Allocator, request: p.PlacementRequest) -> p.
     failed: set[AskKey] = set()
     placed: list[tuple[Ask, Node]] = []
     while not placer.exhausted:
+        served.clear()  # the last placements changed the queues' usage
         candidates = find_ask_candidates(
             state,
             max(1, len(eligible)),

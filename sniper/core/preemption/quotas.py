@@ -132,14 +132,30 @@ def usable_capacity(state: PartitionState) -> Resource:
         if not node.schedulable:
             continue
         cap, held, reserved = node.capacity, node.allocated, node.reserved
-        if all(cap.get(k, 0) - held.get(k, 0) - reserved.get(k, 0) >= v for k, v in needs):
+        for k, v in needs:
+            if cap.get(k, 0) - held.get(k, 0) - reserved.get(k, 0) < v:
+                break
+        else:
             continue  # the smallest ask fits: nothing here is unusable (checked without building dicts)
-        free = res.clamp_min_zero(res.sub(res.sub(node.capacity, node.allocated), node.reserved))
-        if free and not res.fits(smallest, free):
-            # Only the resources too short for the ask: the rest becomes usable once those are freed
-            # (a node full on vcores keeps its free memory; dropping it would shrink the capacity below
-            # the guarantees and leave every queue "below its guarantee" under DRF).
-            res.add_into(unusable, {k: v for k, v in free.items() if v < smallest.get(k, 0)})
+        # The positive part of capacity - allocated - reserved (a resource the node lacks is never free).
+        free: Resource = {}
+        for k, c in cap.items():
+            f = c - held.get(k, 0) - reserved.get(k, 0)
+            if f > 0:
+                free[k] = f
+        if not free:
+            continue
+        for k, v in needs:
+            if v > free.get(k, 0):
+                break
+        else:
+            continue  # the smallest ask fits the free room
+        # Only the resources too short for the ask: the rest becomes usable once those are freed
+        # (a node full on vcores keeps its free memory; dropping it would shrink the capacity below
+        # the guarantees and leave every queue "below its guarantee" under DRF).
+        for k, f in free.items():
+            if f < smallest.get(k, 0):
+                unusable[k] = unusable.get(k, 0) + f
     return res.clamp_min_zero(res.sub(state.capacity, unusable)) if unusable else state.capacity
 
 

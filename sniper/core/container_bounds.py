@@ -1,0 +1,67 @@
+"""Per node and leaf queue, bounds over the guaranteed containers running there, kept by the state.
+
+:class:`ContainerBounds` holds how many there are, the largest amount of each resource one of them holds
+and when the newest of them started. Invariants: ``count`` and ``latest_start`` are exact; no such
+container holds more than ``largest`` of any resource (exact until one leaves, an upper bound after, exact
+again whenever the newest leaves and the rest are counted anew); an entry exists only while ``count`` is
+positive. The preemption search reads them to bound, without looking at a node's
+containers, how many victims there it needs at least and what each costs at least.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from sniper.core.resources import Resource, ResourceLike
+
+
+class ContainerBounds:
+    __slots__ = ("count", "largest", "last", "latest_start")
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.largest: Resource = {}
+        self.last: ResourceLike | None = None  # the resource last counted into ``largest``
+        self.latest_start = float("-inf")
+
+    def include(self, resource: ResourceLike, start: float) -> None:
+        """Count one more container holding ``resource``, started at ``start``."""
+        self.count += 1
+        if resource is not self.last:  # containers of one ask share their resource: counted in already
+            largest = self.largest
+            for k, v in resource.items():
+                if v > largest.get(k, 0):
+                    largest[k] = v
+            self.last = resource
+        if start > self.latest_start:
+            self.latest_start = start
+
+
+def placed(bounds: dict[str, ContainerBounds], path: str, resource: ResourceLike, start: float) -> None:
+    """A guaranteed container of leaf queue ``path`` started on the node whose bounds these are."""
+    entry = bounds.get(path)
+    if entry is None:
+        entry = bounds[path] = ContainerBounds()
+    entry.include(resource, start)
+
+
+def released(
+    bounds: dict[str, ContainerBounds], path: str, start: float, remaining: Iterable[tuple[ResourceLike, float]]
+) -> None:
+    """A guaranteed container of ``path`` that started at ``start`` left the node; ``remaining`` yields the
+    resource and start of every guaranteed container of ``path`` still there (read only when the newest
+    left, to recompute the bounds exactly)."""
+    entry = bounds[path]
+    if entry.count <= 1:
+        del bounds[path]
+        return
+    if start < entry.latest_start:
+        entry.count -= 1
+        return
+    fresh = ContainerBounds()
+    for resource, begun in remaining:
+        fresh.include(resource, begun)
+    if fresh.count:
+        bounds[path] = fresh
+    else:
+        del bounds[path]
