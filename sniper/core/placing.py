@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Protocol
 
 from sniper.core import resources as res
-from sniper.core.state import Ask, Node, PartitionState, Queue
+from sniper.core.state import Ask, Node, PartitionState
 
 
 class Placer(Protocol):
@@ -24,12 +24,10 @@ def hold_room(state: PartitionState, ask: Ask, node: Node, times: int) -> None:
     resource = ask.resource
     res.add_into(node.allocating, resource, times)
     if not ask.opportunistic:  # opportunistic room counts on its node only
-        q: Queue | None = ask.app.queue
-        while q is not None:
+        for q in ask.app.queue.line:
             held = q.allocating
             for k, v in resource.items():
                 held[k] = held.get(k, 0) + v * times
-            q = q.parent
     if ask.tags:  # its containers in flight count in their scopes (a gang's members count each other)
         state.tags.add(node, ask.app.name, ask.tags, times)
     if state.nodes.get(node.name) is node:

@@ -21,15 +21,16 @@ transition tables in :mod:`sniper.core.lifecycle` allow: ``apply`` raises :class
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
-from sortedcontainers import SortedKeyList, SortedList
+from sortedcontainers import SortedKeyList
 
 from sniper.core import constraints, fair_share, lifecycle, quota_clock, slo_plan
 from sniper.core import resources as res
 from sniper.core.config import PartitionConfig, QueueConfig, parse_partition
 from sniper.core.node_index import NodeIndex
+from sniper.core.pending_asks import PendingAsks
 from sniper.core.resources import MEMORY, Resource
 from sniper.core.selector_demand import SelectorDemand
 
@@ -136,6 +137,7 @@ class Queue:
         "config",
         "guaranteed",
         "holding",
+        "line",
         "max",
         "name",
         "node_reserved",
@@ -155,6 +157,7 @@ class Queue:
         self.name = config.name
         self.path = config.path
         self.parent = parent
+        self.line: tuple[Queue, ...] = (self,) if parent is None else (self, *parent.line)
         self.children: list[Queue] = []
         self.guaranteed: Resource = dict(config.guaranteed)
         self.max: Resource | None = None if config.max is None else dict(config.max)
@@ -189,12 +192,9 @@ class Queue:
         """The apps holding containers, in the order of :attr:`apps` (submission order)."""
         return sorted(self.holding.values(), key=lambda a: a.submit_seq)
 
-    def lineage(self) -> Iterator[Queue]:
+    def lineage(self) -> tuple[Queue, ...]:
         """This queue and its ancestors up to the root."""
-        q: Queue | None = self
-        while q is not None:
-            yield q
-            q = q.parent
+        return self.line
 
     def is_within(self, other: Queue) -> bool:
         """True when this queue is ``other`` or one of its descendants."""
@@ -328,7 +328,7 @@ class App:
         self.allocations: set[str] = set()
         self.asked = 0  # containers its asks still ask for: count minus allocated, summed over them
         # Asks with pending containers in scheduling order: priority high first, then oldest.
-        self.pending_asks: SortedList = SortedList(key=lambda a: a.sort_key)
+        self.pending_asks = PendingAsks()
 
 
 def _priority_order(app: App) -> tuple[object, ...]:
@@ -604,7 +604,7 @@ class PartitionState:
     ) -> bool:
         """True when ``request`` on top of each queue's usage stays within every ``max`` up the tree
         (``ancestors=False``: the queue's own only)."""
-        for q in queue.lineage() if ancestors else (queue,):
+        for q in queue.line if ancestors else (queue,):
             if q.max is None:
                 continue
             add = extra.get(q.path) if extra else None
@@ -965,7 +965,7 @@ class PartitionState:
         elif ask is not None and not ask.opportunistic:
             self._filled(ask)
             resource = alloc.resource
-            for q in app.queue.lineage():  # usage up, pending down, in one walk
+            for q in app.queue.line:  # usage up, pending down, in one walk
                 used, pending = q.allocated, q.pending
                 for k, v in resource.items():
                     used[k] = used.get(k, 0) + v
@@ -1322,7 +1322,7 @@ class PartitionState:
 
     @staticmethod
     def _add_pending(queue: Queue, amount: Resource, times: int) -> None:
-        q: Queue | None = queue
-        while q is not None:
-            res.add_into(q.pending, amount, times)
-            q = q.parent
+        for q in queue.line:
+            pending = q.pending
+            for k, v in amount.items():
+                pending[k] = pending.get(k, 0) + v * times

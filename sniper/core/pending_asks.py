@@ -1,0 +1,73 @@
+"""An app's asks that still want containers, in scheduling order: higher priority first, then the oldest.
+
+Invariant: iteration yields exactly the asks added and not discarded since, ordered by ``Ask.sort_key``
+(``(-priority, seq)``; asks of equal key in the order they were added). Asks are held in one
+insertion-ordered bucket per priority, so adding the newest ask of its priority (the usual case: the
+cache numbers asks in arrival order), removing any ask and testing membership cost O(1); an ask older
+than the newest of its priority (one wanted again after its reservation ended) re-sorts its bucket.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from sniper.core.state import Ask
+
+
+class PendingAsks:
+    __slots__ = ("_buckets", "_keys", "_size")
+
+    def __init__(self) -> None:
+        self._buckets: dict[int, dict[str, Ask]] = {}  # -priority -> ask name -> ask, in seq order
+        self._keys: list[int] = []  # the buckets' -priority, ascending: the highest priority first
+        self._size = 0
+
+    def __len__(self) -> int:
+        return self._size
+
+    def __bool__(self) -> bool:
+        return self._size > 0
+
+    def __contains__(self, ask: object) -> bool:
+        key = getattr(ask, "sort_key", None)
+        if key is None:
+            return False
+        bucket = self._buckets.get(key[0])
+        return bucket is not None and bucket.get(ask.name) is ask  # type: ignore[attr-defined]
+
+    def __iter__(self) -> Iterator[Ask]:
+        buckets = self._buckets
+        for key in self._keys:
+            yield from buckets[key].values()
+
+    def add(self, ask: Ask) -> None:
+        first, seq = ask.sort_key
+        bucket = self._buckets.get(first)
+        if bucket is None:
+            self._buckets[first] = {ask.name: ask}
+            bisect.insort(self._keys, first)
+        elif next(reversed(bucket.values())).sort_key[1] <= seq:
+            bucket[ask.name] = ask
+        else:
+            ordered = sorted([*bucket.values(), ask], key=_seq)  # stable: ``ask`` after its equals
+            bucket.clear()
+            bucket.update((a.name, a) for a in ordered)
+        self._size += 1
+
+    def discard(self, ask: Ask) -> None:
+        first = ask.sort_key[0]
+        bucket = self._buckets.get(first)
+        if bucket is None or bucket.get(ask.name) is not ask:
+            return
+        del bucket[ask.name]
+        self._size -= 1
+        if not bucket:
+            del self._buckets[first]
+            self._keys.remove(first)
+
+
+def _seq(ask: Ask) -> int:
+    return ask.sort_key[1]
