@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import random
+from typing import cast
+
+import pytest
 
 from sniper.core.config import partition_to_raw
-from sniper.core.state import PartitionState
+from sniper.core.pending_asks import PendingAsks
+from sniper.core.state import Ask, PartitionState
 from sniper.messages import protocol as p
 from tests.core_support import config_of, queue
 
@@ -51,3 +55,40 @@ def test_a_filled_ask_leaves_the_list_and_is_no_longer_a_member() -> None:
     assert old not in app.pending_asks
     assert app.asks["new"] in app.pending_asks
     assert [a.name for a in app.pending_asks] == ["new"]
+
+
+class _CountedAsk:
+    """Stands for an ask and counts how often its order is read."""
+
+    reads = 0
+
+    def __init__(self, name: str, priority: int, seq: int) -> None:
+        self.name = name
+        self._key = (-priority, seq)
+
+    @property
+    def sort_key(self) -> tuple[int, int]:
+        _CountedAsk.reads += 1
+        return self._key
+
+
+@pytest.mark.parametrize("waiting", [10, 20_000])
+def test_adding_the_newest_ask_and_removing_any_read_a_bounded_number_of_keys_however_many_wait(waiting: int) -> None:
+    pending = PendingAsks()
+    asks = [_CountedAsk(f"k{i}", i % 3, i) for i in range(waiting)]
+    for ask in asks:
+        pending.add(cast(Ask, ask))
+    newest = [_CountedAsk(f"new{i}", i % 3, waiting + i) for i in range(100)]
+    _CountedAsk.reads = 0
+    for ask in newest:
+        pending.add(cast(Ask, ask))
+    assert _CountedAsk.reads <= 2 * len(newest)
+    removed = asks[waiting // 2 :][:100]
+    _CountedAsk.reads = 0
+    for ask in removed:
+        pending.discard(cast(Ask, ask))
+    assert _CountedAsk.reads <= len(removed)
+    assert len(pending) == waiting + len(newest) - len(removed)
+    gone = {a.name for a in removed}
+    remaining = sorted((a for a in asks + newest if a.name not in gone), key=lambda a: a._key)
+    assert [a.name for a in pending] == [a.name for a in remaining]

@@ -266,7 +266,13 @@ class Cache:
             self._reject("invalid", f"{type(event).__name__}: {err}", event=event.id)
 
     def _dispatch(self, event: f.Feed) -> None:
-        match event:
+        match event:  # (the event types are disjoint: the commonest first)
+            case f.AskAdded():
+                self._ask_added(event)
+            case f.AllocationReleased(allocation=aid):
+                alloc = self.state.allocations.get(aid)
+                if alloc is not None:
+                    self._release(alloc)
             case f.PartitionConfigEvent(config=raw):
                 self._configure(raw, event.t)
             case f.PartitionRemoved(reason=reason):
@@ -295,14 +301,8 @@ class Cache:
                 self._app_added(event)
             case f.AppRemoved(app=name):
                 self._app_removed(name)
-            case f.AskAdded():
-                self._ask_added(event)
             case f.AskRemoved(app=app, ask=ask):
                 self._ask_removed((app, ask))
-            case f.AllocationReleased(allocation=aid):
-                alloc = self.state.allocations.get(aid)
-                if alloc is not None:
-                    self._release(alloc)
             case f.AllocationPromoted(allocation=aid):
                 self._promote(aid, event.id)
             case f.AllocationCheckpointed(allocation=aid, t=at):
@@ -817,8 +817,9 @@ class Cache:
         def evicts(unit: tuple[list[int], int]) -> bool:
             return any(isinstance(items[i], p.Victimized) for i in unit[0])
 
-        gang_evicts = {ask_of(u): evicts(u) for u in units if u[1] > 1}
-        units.sort(key=lambda u: evicts(u) or gang_evicts.get(ask_of(u), False))
+        if proposal.evictions:  # (without, no unit evicts: the order stands)
+            gang_evicts = {ask_of(u): evicts(u) for u in units if u[1] > 1}
+            units.sort(key=lambda u: evicts(u) or gang_evicts.get(ask_of(u), False))
         followers = gang.Followers()
         for members, need in units:
             unit = [items[i] for i in members]

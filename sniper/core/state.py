@@ -925,12 +925,8 @@ class PartitionState:
 
     def _alloc(self, c: p.AllocationSet) -> None:
         existing = self.allocations.get(c.allocation)
-        _require(
-            lifecycle.ALLOCATION,
-            lifecycle.ABSENT if existing is None else existing.phase,
-            c,
-            f"allocation {c.allocation} committed twice",
-        )
+        if existing is not None:  # (an absent allocation may always be set)
+            _require(lifecycle.ALLOCATION, existing.phase, c, f"allocation {c.allocation} committed twice")
         if c.reservation is not None:  # it fulfils a held reservation
             phase = "held" if c.reservation in self.reservations else lifecycle.ABSENT
             _require(lifecycle.PREEMPTION_RESERVATION, phase, c, f"allocation {c.allocation}: no {c.reservation} held")
@@ -941,7 +937,10 @@ class PartitionState:
         alloc = Allocation(c, app.queue, app.checkpoint_interval)
         self.allocations[alloc.id] = alloc
         node.allocations.add(alloc.id)
-        res.add_into(node.allocated, alloc.resource)
+        resource = alloc.resource
+        on_node = node.allocated
+        for k, v in resource.items():
+            on_node[k] = on_node.get(k, 0) + v
         if node.utilization is not None or alloc.overcommit:
             self._measure(node, alloc, 1)
         if alloc.tags:
@@ -949,12 +948,15 @@ class PartitionState:
         if alloc.opportunistic:
             self._alloc_opportunistic(alloc, app, node)
             return
-        res.add_into(node.by_queue.setdefault(alloc.queue.path, {}), alloc.resource)
+        of_queue = node.by_queue.setdefault(alloc.queue.path, {})
+        of_app = app.allocated
+        for k, v in resource.items():
+            of_queue[k] = of_queue.get(k, 0) + v
+            of_app[k] = of_app.get(k, 0) + v
         if self.fair_halflives:
             self._fair_charge(alloc, 1)
         app.allocations.add(alloc.id)
         app.queue.holding[app.name] = app
-        res.add_into(app.allocated, alloc.resource)
         ask = app.asks.get(c.ask)
         if c.reservation is not None:
             # The reserved container was already taken out of pending when it was reserved.
@@ -964,7 +966,6 @@ class PartitionState:
                 self._filled(ask)
         elif ask is not None and not ask.opportunistic:
             self._filled(ask)
-            resource = alloc.resource
             for q in app.queue.line:  # usage up, pending down, in one walk
                 used, pending = q.allocated, q.pending
                 for k, v in resource.items():
