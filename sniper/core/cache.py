@@ -860,9 +860,10 @@ class Cache:
                     continue
                 self._end_reservation_placed_elsewhere(item.app, item.ask, item.node)
                 self.allocate(item.app, item.ask, item.node)
-                ask = self.state.apps[item.app].asks[item.ask]
-                if limits is not None and need == 1 and not ask.opportunistic:
-                    limits.charge(ask)
+                if limits is not None and need == 1:
+                    ask = self.state.apps[item.app].asks[item.ask]
+                    if not ask.opportunistic:
+                        limits.charge(ask)
             if why is None:
                 limits = trial
         if proposal.reservations:

@@ -18,11 +18,13 @@ if TYPE_CHECKING:
 
 
 class PendingAsks:
-    __slots__ = ("_buckets", "_keys", "_size")
+    __slots__ = ("_buckets", "_keys", "_newest", "_size")
 
     def __init__(self) -> None:
         self._buckets: dict[int, dict[str, Ask]] = {}  # -priority -> ask name -> ask, in seq order
         self._keys: list[int] = []  # the buckets' -priority, ascending: the highest priority first
+        # Per bucket, at least the largest seq in it (a removal leaves it: an older ask then re-sorts).
+        self._newest: dict[int, int] = {}
         self._size = 0
 
     def __len__(self) -> int:
@@ -49,8 +51,10 @@ class PendingAsks:
         if bucket is None:
             self._buckets[first] = {ask.name: ask}
             bisect.insort(self._keys, first)
-        elif next(reversed(bucket.values())).sort_key[1] <= seq:
+            self._newest[first] = seq
+        elif self._newest[first] <= seq:
             bucket[ask.name] = ask
+            self._newest[first] = seq
         else:
             ordered = sorted([*bucket.values(), ask], key=_seq)  # stable: ``ask`` after its equals
             bucket.clear()
@@ -66,6 +70,7 @@ class PendingAsks:
         self._size -= 1
         if not bucket:
             del self._buckets[first]
+            del self._newest[first]
             self._keys.remove(first)
 
 
