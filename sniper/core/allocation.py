@@ -431,7 +431,7 @@ def try_allocate(
     for ask in candidates:
         if ask.key in result.failed:
             continue
-        members = gang.unit_size(ask)
+        members = gang.unit_size(ask) if ask.gang_min > 1 else 1
         if members > 1 or ask.topology is not None:
             place_unit = gang.place_unit if ask.topology is None else topology.place_unit
             unit = place_unit(state, ask, placer, members, preemption=preemption, limits=limits.view)

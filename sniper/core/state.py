@@ -903,7 +903,8 @@ class PartitionState:
         if ask.count > 0:
             self._add_pending(app.queue, ask.resource, ask.count)
             self._start_waiting(app, ask)
-            self._sync_app(app)
+            if app.name not in app.queue.waiting:  # (its holding is as it was)
+                self._sync_app(app)
 
     def _ask_gone(self, c: p.AskGone) -> None:
         app = self.apps.get(c.app)
@@ -973,7 +974,8 @@ class PartitionState:
                     pending[k] = pending.get(k, 0) - v
             if ask.count - ask.allocated - ask.reserved <= 0:
                 self._stop_waiting(app, ask)
-                self._sync_app(app)
+                if not app.pending_asks:  # (it holds a container, as above)
+                    self._sync_app(app)
         else:
             if ask is not None:  # a promoted container of an opportunistic ask (from a snapshot)
                 self._filled(ask)
