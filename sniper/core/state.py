@@ -133,6 +133,7 @@ class Queue:
         "allocated",
         "allocating",
         "apps",
+        "capped",
         "children",
         "config",
         "guaranteed",
@@ -158,9 +159,10 @@ class Queue:
         self.path = config.path
         self.parent = parent
         self.line: tuple[Queue, ...] = (self,) if parent is None else (self, *parent.line)
+        self.max: Resource | None = None if config.max is None else dict(config.max)
+        self.capped = tuple(q for q in self.line if q.max is not None)  # the queues of its line with a max
         self.children: list[Queue] = []
         self.guaranteed: Resource = dict(config.guaranteed)
-        self.max: Resource | None = None if config.max is None else dict(config.max)
         self.priority = config.priority_offset
         self.allocated: Resource = {}
         self.pending: Resource = {}
@@ -604,7 +606,7 @@ class PartitionState:
     ) -> bool:
         """True when ``request`` on top of each queue's usage stays within every ``max`` up the tree
         (``ancestors=False``: the queue's own only)."""
-        for q in queue.line if ancestors else (queue,):
+        for q in queue.capped if ancestors else (queue,):
             if q.max is None:
                 continue
             add = extra.get(q.path) if extra else None
