@@ -202,7 +202,8 @@ def find_ask_candidates(
         ask = walk.pick(root)
         if ask is None:
             break
-        res.add_into(extra.setdefault(root.path, {}), ask.resource)
+        if root.max is not None:
+            res.add_into(extra.setdefault(root.path, {}), ask.resource)
         picked[ask.key] = picked.get(ask.key, 0) + 1
         out.append(ask)
     return out
@@ -245,7 +246,7 @@ class _CandidateWalk:
         self.ranks: dict[str, QueueRank] = {}  # per queue, what its key needs that does not change during a call
         self.key_of: QueueKey = queue_key or self.default_key
         self.limits = Limits.of(state) if limits is None else limits
-        # Usage picked in this call (plus what the caller holds), per queue path, all levels.
+        # Usage picked in this call (plus what the caller holds), per path of a queue with a max.
         self.extra: dict[str, Resource] = {k: dict(v) for k, v in headroom_extra.items()} if headroom_extra else {}
         self.picked: dict[AskKey, int] = {}
         self.heaps: dict[str, list[tuple[tuple[object, ...], Queue]]] = {}
@@ -339,7 +340,8 @@ class _CandidateWalk:
             if ask is None:
                 heapq.heappop(h)
                 continue
-            res.add_into(self.extra.setdefault(child.path, {}), ask.resource)
+            if child.max is not None:  # (only a max reads what the call picked below it)
+                res.add_into(self.extra.setdefault(child.path, {}), ask.resource)
             used = self.used[child.path]
             res.add_into(used, ask.resource)
             heapq.heapreplace(h, (self.key_of(child, used), child))
