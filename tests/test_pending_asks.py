@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import random
-from typing import cast
 
 import pytest
 
 from sniper.core.config import partition_to_raw
 from sniper.core.pending_asks import PendingAsks
-from sniper.core.state import Ask, PartitionState
+from sniper.core.state import PartitionState
 from sniper.messages import protocol as p
 from tests.core_support import config_of, queue
 
@@ -74,19 +73,19 @@ class _CountedAsk:
 
 @pytest.mark.parametrize("waiting", [10, 20_000])
 def test_adding_the_newest_ask_and_removing_any_read_a_bounded_number_of_keys_however_many_wait(waiting: int) -> None:
-    pending = PendingAsks()
+    pending: PendingAsks[_CountedAsk] = PendingAsks()
     asks = [_CountedAsk(f"k{i}", i % 3, i) for i in range(waiting)]
     for ask in asks:
-        pending.add(cast(Ask, ask))
+        pending.add(ask)
     newest = [_CountedAsk(f"new{i}", i % 3, waiting + i) for i in range(100)]
     _CountedAsk.reads = 0
     for ask in newest:
-        pending.add(cast(Ask, ask))
+        pending.add(ask)
     assert _CountedAsk.reads <= 2 * len(newest)
     removed = asks[waiting // 2 :][:100]
     _CountedAsk.reads = 0
     for ask in removed:
-        pending.discard(cast(Ask, ask))
+        pending.discard(ask)
     assert _CountedAsk.reads <= len(removed)
     assert len(pending) == waiting + len(newest) - len(removed)
     gone = {a.name for a in removed}

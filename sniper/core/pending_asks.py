@@ -11,13 +11,23 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from sniper.core.state import Ask
+from typing import Generic, Protocol, TypeVar
 
 
-class PendingAsks:
+class Waiting(Protocol):
+    """What the list reads of an ask: its name (unique in its app) and ``sort_key``, ``(-priority, seq)``."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def sort_key(self) -> tuple[int, int]: ...
+
+
+Ask = TypeVar("Ask", bound=Waiting)
+
+
+class PendingAsks(Generic[Ask]):
     __slots__ = ("_buckets", "_keys", "_newest", "_size")
 
     def __init__(self) -> None:
@@ -74,5 +84,5 @@ class PendingAsks:
             self._keys.remove(first)
 
 
-def _seq(ask: Ask) -> int:
+def _seq(ask: Waiting) -> int:
     return ask.sort_key[1]

@@ -330,7 +330,7 @@ class App:
         self.allocations: set[str] = set()
         self.asked = 0  # containers its asks still ask for: count minus allocated, summed over them
         # Asks with pending containers in scheduling order: priority high first, then oldest.
-        self.pending_asks = PendingAsks()
+        self.pending_asks: PendingAsks[Ask] = PendingAsks()
 
 
 def _priority_order(app: App) -> tuple[object, ...]:
