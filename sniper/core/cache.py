@@ -549,7 +549,7 @@ class Cache:
                 retry=e.retry,
                 gang_min=e.gang_min,
                 opportunistic=e.execution_type == "opportunistic",
-                damped_until=self._damped_until((e.app, e.ask)),
+                damped_until=self._damped_until((e.app, e.ask)) if self.flaps else 0.0,
                 never_preempts=e.preemption_policy == "never",
                 usage=None if e.usage is None else res.normalized(e.usage),
                 tags=tuple(e.tags) if e.tags else (),
@@ -858,7 +858,8 @@ class Cache:
                 if isinstance(item, p.Victimized):
                     opportunistic.commit_eviction(self, item)
                     continue
-                self._end_reservation_placed_elsewhere(item.app, item.ask, item.node)
+                if self.state.reservations:
+                    self._end_reservation_placed_elsewhere(item.app, item.ask, item.node)
                 self.allocate(item.app, item.ask, item.node)
                 if limits is not None and need == 1:
                     ask = self.state.apps[item.app].asks[item.ask]
