@@ -9,7 +9,7 @@ import pytest
 from sniper.core.allocation import CandidateFilter, FreeRoomPlacer, find_ask_candidates, try_allocate
 from sniper.core.config import partition_to_raw
 from sniper.core.node_index import NodeIndex
-from sniper.core.state import STATIC_APP_ORDER, App, PartitionState
+from sniper.core.state import STATIC_APP_ORDER, App, Node, PartitionState
 from sniper.messages import protocol as p
 from tests.core_support import Build, config_of, consistency_problems, queue, state_of
 
@@ -458,3 +458,36 @@ def test_the_waiting_order_follows_asks_apps_and_a_new_sort_policy() -> None:
     state.apply(p.ConfigSet(config=partition_to_raw(fair)))
     assert state.queues["root.a"].waiting_order is None
     assert [a.app.name for a in find_ask_candidates(state, 5)] == ["A2", "idle"]
+
+
+class _CountedNodes(dict[str, Node]):
+    """The state's nodes, counting every lookup by name (what a placement examines)."""
+
+    looked = 0
+
+    def __getitem__(self, name: str) -> Node:
+        _CountedNodes.looked += 1
+        return super().__getitem__(name)
+
+
+@pytest.mark.parametrize("policy", ["binpacking", "fair"])
+@pytest.mark.parametrize("full", [20, 3_000])
+def test_a_placement_examines_the_nodes_with_room_not_the_full_ones(policy: str, full: int) -> None:
+    """Nodes with too little free memory are never looked at: placing on the three nodes with room costs
+    the same lookups whether 20 or 3,000 nodes are full."""
+    changes: list[p.ChangeMsg] = [p.AppSet(app="A", queue="root.a", submit_seq=1), p.AppSet(app="B", queue="root.a")]
+    for i in range(full):
+        changes.append(p.NodeSet(node=f"full{i:05d}", capacity={"memory": 8192, "vcore": 8000}))
+    for i in range(full):
+        used = {"memory": 8192 - 512, "vcore": 1000}  # a little memory left, less than an ask
+        changes.append(p.AskSet(app="B", ask=f"b{i}", resource=used, count=1, seq=i + 1))
+        changes.append(p.AllocationSet(allocation=f"b{i}", app="B", ask=f"b{i}", node=f"full{i:05d}", resource=used))
+    for i in range(3):
+        changes.append(p.NodeSet(node=f"room{i}", capacity={"memory": 8192, "vcore": 8000}))
+    changes.append(p.AskSet(app="A", ask="x", resource={"memory": 4096, "vcore": 1000}, count=6, seq=full + 1))
+    state = state_of([queue("a")], changes, node_sort=policy)
+    state.nodes = _CountedNodes(state.nodes)
+    _CountedNodes.looked = 0
+    result = try_allocate(state, find_ask_candidates(state, 6))
+    assert sorted(node.name for _, node in result.placed) == ["room0", "room0", "room1", "room1", "room2", "room2"]
+    assert _CountedNodes.looked <= 6 * 4  # each placement looks at the nodes with room only

@@ -32,27 +32,59 @@ def usage_key(
     usage: Resource,
     capacity: Resource,
     pending_share: float | None = None,
-    guaranteed_vector: tuple[float, ...] | None = None,
 ) -> tuple[object, ...]:
     """Normal-mode queue order, the ideal assignment's: queues below their guarantee (DRF) first,
     so each keeps its elastic minimum min(used + pending, guaranteed) whatever its business priority; then
     higher priority, lower share (of the guarantee, or of the cluster without one), more pending.
-    ``pending_share`` and ``guaranteed_vector`` (the guarantee's ``share_vector``) are what a caller
-    keying the same queue many times computes once."""
-    guaranteed = queue.guaranteed
-    if not capacity:
-        below = 1
-    else:
-        if guaranteed_vector is None:
-            guaranteed_vector = res.share_vector(guaranteed, capacity)
-        below = 0 if res.share_vector(usage, capacity) < guaranteed_vector else 1
-    if res.any_positive(guaranteed):
-        share = res.dominant_share({k: v for k, v in usage.items() if k in guaranteed}, guaranteed)
-    else:
-        share = res.dominant_share(usage, capacity) if capacity else (math.inf if res.any_positive(usage) else 0.0)
-    if pending_share is None:
-        pending_share = res.dominant_share(queue.pending, capacity) if capacity else 0.0
-    return (below, -queue.priority, share, -pending_share, queue.path)
+    ``pending_share`` is what a caller keying the same queue many times computes once (as
+    :class:`QueueRank` keeps it)."""
+    return QueueRank(queue, capacity, pending_share).key(usage)
+
+
+class QueueRank:
+    """:func:`usage_key` of one queue for any usage, with what does not depend on the usage computed once:
+    the capacity's and the guarantee's resources, the guarantee's share vector, the pending share."""
+
+    __slots__ = ("capacity", "guaranteed", "guaranteed_vector", "priority", "queue", "scaled", "tail")
+
+    def __init__(self, queue: Queue, capacity: Resource, pending_share: float | None = None) -> None:
+        self.queue = queue
+        self.capacity = capacity
+        self.priority = -queue.priority
+        # The capacity's resources with their amounts (the share vector's), and the guarantee's, when it has one.
+        self.scaled = [(k, c) for k, c in capacity.items() if c > 0]
+        guaranteed = queue.guaranteed
+        self.guaranteed = list(guaranteed.items()) if res.any_positive(guaranteed) else None
+        self.guaranteed_vector = res.share_vector(guaranteed, capacity) if capacity else None
+        if pending_share is None:
+            pending_share = res.dominant_share(queue.pending, capacity) if capacity else 0.0
+        self.tail = (-pending_share, queue.path)
+
+    def key(self, usage: Resource) -> tuple[object, ...]:
+        get = usage.get
+        if self.guaranteed_vector is None:
+            below = 1
+        else:  # the share vector's comparison with the guarantee's (DRF), as res.share_vector computes it
+            shares = [get(k, 0) / c for k, c in self.scaled]
+            shares.sort(reverse=True)
+            below = 0 if tuple(shares) < self.guaranteed_vector else 1
+        if self.guaranteed is not None:  # the dominant share of the guaranteed resources, as res.dominant_share
+            share = 0.0
+            for k, base in self.guaranteed:
+                v = get(k, 0)
+                if v <= 0:
+                    continue
+                if base <= 0:
+                    share = math.inf
+                    break
+                ratio = v / base
+                if ratio > share:
+                    share = ratio
+        elif self.capacity:
+            share = res.dominant_share(usage, self.capacity)
+        else:
+            share = math.inf if res.any_positive(usage) else 0.0
+        return (below, self.priority, share, *self.tail)
 
 
 def app_key(policy: str, app: App, selected: Resource | None, capacity: Resource) -> tuple[object, ...]:
@@ -170,7 +202,8 @@ def find_ask_candidates(
         ask = walk.pick(root)
         if ask is None:
             break
-        res.add_into(extra.setdefault(root.path, {}), ask.resource)
+        if root.max is not None:
+            res.add_into(extra.setdefault(root.path, {}), ask.resource)
         picked[ask.key] = picked.get(ask.key, 0) + 1
         out.append(ask)
     return out
@@ -183,7 +216,6 @@ class _CandidateWalk:
 
     __slots__ = (
         "capacity",
-        "constants",
         "cursors",
         "extra",
         "filters",
@@ -192,8 +224,10 @@ class _CandidateWalk:
         "limits",
         "picked",
         "preemption",
+        "ranks",
         "room",
         "state",
+        "used",
     )
 
     def __init__(
@@ -209,25 +243,24 @@ class _CandidateWalk:
         self.preemption = preemption
         self.filters = filters
         self.capacity = state.capacity
-        # Per queue, what does not change during a call: pending's dominant share, the guarantee's share vector.
-        self.constants: dict[str, tuple[float, tuple[float, ...]]] = {}
+        self.ranks: dict[str, QueueRank] = {}  # per queue, what its key needs that does not change during a call
         self.key_of: QueueKey = queue_key or self.default_key
         self.limits = Limits.of(state) if limits is None else limits
-        # Usage picked in this call (plus what the caller holds), per queue path, all levels.
+        # Usage picked in this call (plus what the caller holds), per path of a queue with a max.
         self.extra: dict[str, Resource] = {k: dict(v) for k, v in headroom_extra.items()} if headroom_extra else {}
         self.picked: dict[AskKey, int] = {}
         self.heaps: dict[str, list[tuple[tuple[object, ...], Queue]]] = {}
+        # The usage of each queue in a heap: its own plus what this call picked below it (``extra``).
+        self.used: dict[str, Resource] = {}
         self.cursors: dict[str, _LeafCursor] = {}
         self.room: list[Resource] = []  # free room of the schedulable nodes, summed once when first needed
 
     def default_key(self, q: Queue, u: Resource) -> tuple[object, ...]:
         """:func:`usage_key` with the queue's constants computed once per call."""
-        capacity = self.capacity
-        known = self.constants.get(q.path)
-        if known is None:
-            share = res.dominant_share(q.pending, capacity) if capacity else 0.0
-            known = self.constants[q.path] = (share, res.share_vector(q.guaranteed, capacity))
-        key = usage_key(q, u, capacity, known[0], known[1])
+        rank = self.ranks.get(q.path)
+        if rank is None:
+            rank = self.ranks[q.path] = QueueRank(q, self.capacity)
+        key = rank.key(u)
         state = self.state
         if state.fair_halflives and q.parent is not None:
             return fair_share.ranked(key, state.fair_halflives, state.fair_usage, q.parent.path, q.path, state.now)
@@ -241,24 +274,20 @@ class _CandidateWalk:
         free = room[0]
         return all(free.get(name, 0) >= (times + 1) * amount for name, amount in ask.resource.items() if amount > 0)
 
-    def usage(self, q: Queue) -> Resource:
-        """The queue's usage plus what this call picked below it."""
-        u = q.usage()
-        more = self.extra.get(q.path)
-        if more:
-            res.add_into(u, more)
-        return u
-
     def heap_of(self, parent: Queue) -> list[tuple[tuple[object, ...], Queue]]:
-        """The heap of ``parent``'s children with pending asks (that the filter admits), made on first use."""
+        """The heap of ``parent``'s children with pending asks (that the filter admits), made on first use,
+        each child's usage (plus what the caller holds) kept in :attr:`used` from then on."""
         h = self.heaps.get(parent.path)
         if h is None:
-            queue_filter = self.filters.queue
-            h = [
-                (self.key_of(c, self.usage(c)), c)
-                for c in parent.children
-                if res.any_positive(c.pending) and (queue_filter is None or queue_filter(c))
-            ]
+            queue_filter, extra, used = self.filters.queue, self.extra, self.used
+            h = []
+            for c in parent.children:
+                if res.any_positive(c.pending) and (queue_filter is None or queue_filter(c)):
+                    u = used[c.path] = c.usage()
+                    more = extra.get(c.path)
+                    if more:
+                        res.add_into(u, more)
+                    h.append((self.key_of(c, u), c))
             heapq.heapify(h)
             self.heaps[parent.path] = h
         return h
@@ -311,8 +340,11 @@ class _CandidateWalk:
             if ask is None:
                 heapq.heappop(h)
                 continue
-            res.add_into(self.extra.setdefault(child.path, {}), ask.resource)
-            heapq.heapreplace(h, (self.key_of(child, self.usage(child)), child))
+            if child.max is not None:  # (only a max reads what the call picked below it)
+                res.add_into(self.extra.setdefault(child.path, {}), ask.resource)
+            used = self.used[child.path]
+            res.add_into(used, ask.resource)
+            heapq.heapreplace(h, (self.key_of(child, used), child))
             return ask
         return None
 
@@ -401,7 +433,7 @@ def try_allocate(
     for ask in candidates:
         if ask.key in result.failed:
             continue
-        members = gang.unit_size(ask)
+        members = gang.unit_size(ask) if ask.gang_min > 1 else 1
         if members > 1 or ask.topology is not None:
             place_unit = gang.place_unit if ask.topology is None else topology.place_unit
             unit = place_unit(state, ask, placer, members, preemption=preemption, limits=limits.view)

@@ -14,7 +14,7 @@ import dataclasses
 from sniper.core import node_reservation, opportunistic, topology
 from sniper.core import resources as res
 from sniper.core.allocation import CandidateFilter, FreeRoomPlacer, find_ask_candidates, try_allocate
-from sniper.core.placing import hold_room
+from sniper.core.placing import hold_room, release_room
 from sniper.core.replica import ViewReplica
 from sniper.core.state import Ask, AskKey, Node, PartitionState
 from sniper.messages import protocol as p
@@ -73,8 +73,7 @@ class Allocator(ViewReplica):
             return
         self.stats.accepted += outcome.accepted
         self.stats.rejected += len(outcome.rejected)
-        for ask, node in placed:
-            hold_room(self.state, ask, node, -1)
+        release_room(self.state, placed)
         if outcome.rejected:
             self.dirty = True
 

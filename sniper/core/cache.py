@@ -266,7 +266,13 @@ class Cache:
             self._reject("invalid", f"{type(event).__name__}: {err}", event=event.id)
 
     def _dispatch(self, event: f.Feed) -> None:
-        match event:
+        match event:  # (the event types are disjoint: the commonest first)
+            case f.AskAdded():
+                self._ask_added(event)
+            case f.AllocationReleased(allocation=aid):
+                alloc = self.state.allocations.get(aid)
+                if alloc is not None:
+                    self._release(alloc)
             case f.PartitionConfigEvent(config=raw):
                 self._configure(raw, event.t)
             case f.PartitionRemoved(reason=reason):
@@ -295,14 +301,8 @@ class Cache:
                 self._app_added(event)
             case f.AppRemoved(app=name):
                 self._app_removed(name)
-            case f.AskAdded():
-                self._ask_added(event)
             case f.AskRemoved(app=app, ask=ask):
                 self._ask_removed((app, ask))
-            case f.AllocationReleased(allocation=aid):
-                alloc = self.state.allocations.get(aid)
-                if alloc is not None:
-                    self._release(alloc)
             case f.AllocationPromoted(allocation=aid):
                 self._promote(aid, event.id)
             case f.AllocationCheckpointed(allocation=aid, t=at):
@@ -549,7 +549,7 @@ class Cache:
                 retry=e.retry,
                 gang_min=e.gang_min,
                 opportunistic=e.execution_type == "opportunistic",
-                damped_until=self._damped_until((e.app, e.ask)),
+                damped_until=self._damped_until((e.app, e.ask)) if self.flaps else 0.0,
                 never_preempts=e.preemption_policy == "never",
                 usage=None if e.usage is None else res.normalized(e.usage),
                 tags=tuple(e.tags) if e.tags else (),
@@ -817,8 +817,9 @@ class Cache:
         def evicts(unit: tuple[list[int], int]) -> bool:
             return any(isinstance(items[i], p.Victimized) for i in unit[0])
 
-        gang_evicts = {ask_of(u): evicts(u) for u in units if u[1] > 1}
-        units.sort(key=lambda u: evicts(u) or gang_evicts.get(ask_of(u), False))
+        if proposal.evictions:  # (without, no unit evicts: the order stands)
+            gang_evicts = {ask_of(u): evicts(u) for u in units if u[1] > 1}
+            units.sort(key=lambda u: evicts(u) or gang_evicts.get(ask_of(u), False))
         followers = gang.Followers()
         for members, need in units:
             unit = [items[i] for i in members]
@@ -857,11 +858,13 @@ class Cache:
                 if isinstance(item, p.Victimized):
                     opportunistic.commit_eviction(self, item)
                     continue
-                self._end_reservation_placed_elsewhere(item.app, item.ask, item.node)
+                if self.state.reservations:
+                    self._end_reservation_placed_elsewhere(item.app, item.ask, item.node)
                 self.allocate(item.app, item.ask, item.node)
-                ask = self.state.apps[item.app].asks[item.ask]
-                if limits is not None and need == 1 and not ask.opportunistic:
-                    limits.charge(ask)
+                if limits is not None and need == 1:
+                    ask = self.state.apps[item.app].asks[item.ask]
+                    if not ask.opportunistic:
+                        limits.charge(ask)
             if why is None:
                 limits = trial
         if proposal.reservations:
@@ -955,9 +958,10 @@ class Cache:
         return None
 
     def allocate(self, app_name: str, ask_name: str, node_name: str, reservation: Reservation | None = None) -> None:
-        node_reservation.on_allocate(self, app_name, ask_name, node_name, fulfils=reservation is not None)
         app = self.state.apps[app_name]
         ask = app.asks[ask_name]
+        if ask.node_reserved is not None:
+            node_reservation.on_allocate(self, app_name, ask_name, node_name, fulfils=reservation is not None)
         node = self.state.nodes[node_name]
         self.counters["alloc"] += 1
         aid = f"alloc-{self.counters['alloc']}"

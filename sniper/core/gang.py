@@ -159,16 +159,22 @@ def units(state: PartitionState, placements: Sequence[_Keyed]) -> list[tuple[lis
     out: list[tuple[list[int], int]] = []
     filling: dict[AskKey, tuple[list[int], int]] = {}
     seen: set[AskKey] = set()
+    apps = state.apps
     for i, pl in enumerate(placements):
-        key = (pl.app, pl.ask)
-        open_unit = filling.get(key) if filling else None
-        if open_unit is not None:
-            open_unit[0].append(i)
-            if len(open_unit[0]) == open_unit[1]:
-                del filling[key]
+        if filling:
+            open_unit = filling.get((pl.app, pl.ask))
+            if open_unit is not None:
+                open_unit[0].append(i)
+                if len(open_unit[0]) == open_unit[1]:
+                    del filling[(pl.app, pl.ask)]
+                continue
+        app = apps.get(pl.app)
+        ask = None if app is None else app.asks.get(pl.ask)
+        if ask is None or ask.gang_min <= 1:
+            out.append(([i], 1))
             continue
-        ask = None if key in seen else state.ask(key)
-        need = 0 if ask is None or ask.gang_min <= 1 else members_missing(ask)
+        key = (pl.app, pl.ask)
+        need = 0 if key in seen else members_missing(ask)
         if need > 1:
             seen.add(key)  # its later placements, once the unit is full, are ordinary
             filling[key] = ([i], need)

@@ -50,14 +50,16 @@ class NodeIndex:
     def candidates(self, request: ResourceLike) -> Iterator[str]:
         """Node names in placement order; nodes that cannot hold the request's memory come last or never."""
         need = request.get(MEMORY, 0)
+        ordered = self._sorted
         if self._sign > 0:
-            start = self._sorted.bisect_left((need, ""))
-            for _, name in self._sorted.islice(start):
-                yield name
+            start, stop = ordered.bisect_left((need, "")), len(ordered)
         else:
-            stop = self._sorted.bisect_right((-need, "\U0010ffff"))
-            for _, name in self._sorted.islice(0, stop):
-                yield name
+            start, stop = 0, ordered.bisect_right((-need, "\U0010ffff"))
+        if start >= stop:
+            return
+        yield ordered[start][1]  # the first by position: most placements look no further
+        for _, name in ordered.islice(start + 1, stop):
+            yield name
 
     def ordered(self) -> list[str]:
         return [name for _, name in self._sorted]

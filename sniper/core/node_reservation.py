@@ -103,6 +103,9 @@ def choose(
     config = state.config
     if config is None or not config.reservation.enabled:
         return []
+    failing = sorted(failed, key=lambda a: (a.sort_key, a.key))
+    if not failing:
+        return []
     # What the cycle placed, by app and shape (a few shapes, however many containers), with the nodes.
     shapes: dict[tuple[str, tuple[tuple[str, int], ...]], tuple[Resource, list[Node]]] = {}
     for other, where in placed:
@@ -111,7 +114,7 @@ def choose(
     out: list[tuple[Ask, Node]] = []
     taken = set(inflight_nodes)
     apps = reserving_apps(state) | {key[0] for key in inflight}
-    for ask in sorted(failed, key=lambda a: (a.sort_key, a.key)):
+    for ask in failing:
         if (
             ask.key[0] in apps
             or ask.opportunistic

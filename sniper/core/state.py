@@ -22,15 +22,16 @@ transition tables in :mod:`sniper.core.lifecycle` allow: ``apply`` raises :class
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
-from sortedcontainers import SortedKeyList, SortedList
+from sortedcontainers import SortedKeyList
 
 from sniper.core import constraints, container_bounds, fair_share, lifecycle, quota_clock, slo_plan
 from sniper.core import resources as res
 from sniper.core.config import PartitionConfig, QueueConfig, parse_partition
 from sniper.core.node_index import NodeIndex
+from sniper.core.pending_asks import PendingAsks
 from sniper.core.resources import MEMORY, Resource
 from sniper.core.selector_demand import SelectorDemand
 
@@ -136,10 +137,12 @@ class Queue:
         "allocated",
         "allocating",
         "apps",
+        "capped",
         "children",
         "config",
         "guaranteed",
         "holding",
+        "line",
         "max",
         "name",
         "node_reserved",
@@ -159,9 +162,11 @@ class Queue:
         self.name = config.name
         self.path = config.path
         self.parent = parent
+        self.line: tuple[Queue, ...] = (self,) if parent is None else (self, *parent.line)
+        self.max: Resource | None = None if config.max is None else dict(config.max)
+        self.capped = tuple(q for q in self.line if q.max is not None)  # the queues of its line with a max
         self.children: list[Queue] = []
         self.guaranteed: Resource = dict(config.guaranteed)
-        self.max: Resource | None = None if config.max is None else dict(config.max)
         self.priority = config.priority_offset
         self.allocated: Resource = {}
         self.pending: Resource = {}
@@ -193,12 +198,9 @@ class Queue:
         """The apps holding containers, in the order of :attr:`apps` (submission order)."""
         return sorted(self.holding.values(), key=lambda a: a.submit_seq)
 
-    def lineage(self) -> Iterator[Queue]:
+    def lineage(self) -> tuple[Queue, ...]:
         """This queue and its ancestors up to the root."""
-        q: Queue | None = self
-        while q is not None:
-            yield q
-            q = q.parent
+        return self.line
 
     def is_within(self, other: Queue) -> bool:
         """True when this queue is ``other`` or one of its descendants."""
@@ -332,7 +334,7 @@ class App:
         self.allocations: set[str] = set()
         self.asked = 0  # containers its asks still ask for: count minus allocated, summed over them
         # Asks with pending containers in scheduling order: priority high first, then oldest.
-        self.pending_asks: SortedList = SortedList(key=lambda a: a.sort_key)
+        self.pending_asks: PendingAsks[Ask] = PendingAsks()
 
 
 def _priority_order(app: App) -> tuple[object, ...]:
@@ -608,7 +610,7 @@ class PartitionState:
     ) -> bool:
         """True when ``request`` on top of each queue's usage stays within every ``max`` up the tree
         (``ancestors=False``: the queue's own only)."""
-        for q in queue.lineage() if ancestors else (queue,):
+        for q in queue.capped if ancestors else (queue,):
             if q.max is None:
                 continue
             add = extra.get(q.path) if extra else None
@@ -907,7 +909,8 @@ class PartitionState:
         if ask.count > 0:
             self._add_pending(app.queue, ask.resource, ask.count)
             self._start_waiting(app, ask)
-            self._sync_app(app)
+            if app.name not in app.queue.waiting:  # (its holding is as it was)
+                self._sync_app(app)
 
     def _ask_gone(self, c: p.AskGone) -> None:
         app = self.apps.get(c.app)
@@ -929,12 +932,8 @@ class PartitionState:
 
     def _alloc(self, c: p.AllocationSet) -> None:
         existing = self.allocations.get(c.allocation)
-        _require(
-            lifecycle.ALLOCATION,
-            lifecycle.ABSENT if existing is None else existing.phase,
-            c,
-            f"allocation {c.allocation} committed twice",
-        )
+        if existing is not None:  # (an absent allocation may always be set)
+            _require(lifecycle.ALLOCATION, existing.phase, c, f"allocation {c.allocation} committed twice")
         if c.reservation is not None:  # it fulfils a held reservation
             phase = "held" if c.reservation in self.reservations else lifecycle.ABSENT
             _require(lifecycle.PREEMPTION_RESERVATION, phase, c, f"allocation {c.allocation}: no {c.reservation} held")
@@ -945,7 +944,10 @@ class PartitionState:
         alloc = Allocation(c, app.queue, app.checkpoint_interval)
         self.allocations[alloc.id] = alloc
         node.allocations.add(alloc.id)
-        res.add_into(node.allocated, alloc.resource)
+        resource = alloc.resource
+        on_node = node.allocated
+        for k, v in resource.items():
+            on_node[k] = on_node.get(k, 0) + v
         if node.utilization is not None or alloc.overcommit:
             self._measure(node, alloc, 1)
         if alloc.tags:
@@ -953,13 +955,16 @@ class PartitionState:
         if alloc.opportunistic:
             self._alloc_opportunistic(alloc, app, node)
             return
-        res.add_into(node.by_queue.setdefault(alloc.queue.path, {}), alloc.resource)
+        of_queue = node.by_queue.setdefault(alloc.queue.path, {})
+        of_app = app.allocated
+        for k, v in resource.items():
+            of_queue[k] = of_queue.get(k, 0) + v
+            of_app[k] = of_app.get(k, 0) + v
         container_bounds.placed(node.container_bounds, alloc.queue.path, alloc.resource, alloc.start)
         if self.fair_halflives:
             self._fair_charge(alloc, 1)
         app.allocations.add(alloc.id)
         app.queue.holding[app.name] = app
-        res.add_into(app.allocated, alloc.resource)
         ask = app.asks.get(c.ask)
         if c.reservation is not None:
             # The reserved container was already taken out of pending when it was reserved.
@@ -969,15 +974,15 @@ class PartitionState:
                 self._filled(ask)
         elif ask is not None and not ask.opportunistic:
             self._filled(ask)
-            resource = alloc.resource
-            for q in app.queue.lineage():  # usage up, pending down, in one walk
+            for q in app.queue.line:  # usage up, pending down, in one walk
                 used, pending = q.allocated, q.pending
                 for k, v in resource.items():
                     used[k] = used.get(k, 0) + v
                     pending[k] = pending.get(k, 0) - v
             if ask.count - ask.allocated - ask.reserved <= 0:
                 self._stop_waiting(app, ask)
-                self._sync_app(app)
+                if not app.pending_asks:  # (it holds a container, as above)
+                    self._sync_app(app)
         else:
             if ask is not None:  # a promoted container of an opportunistic ask (from a snapshot)
                 self._filled(ask)
@@ -1337,7 +1342,7 @@ class PartitionState:
 
     @staticmethod
     def _add_pending(queue: Queue, amount: Resource, times: int) -> None:
-        q: Queue | None = queue
-        while q is not None:
-            res.add_into(q.pending, amount, times)
-            q = q.parent
+        for q in queue.line:
+            pending = q.pending
+            for k, v in amount.items():
+                pending[k] = pending.get(k, 0) + v * times
