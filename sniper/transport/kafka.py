@@ -15,9 +15,9 @@ count, checked), the msgpack wire format and the dead-letter path. Invariants:
   one key would miss it). Topic names are ``settings.prefix + name``.
 - **Producer**: ``acks="all"``, never idempotent, never transactional (the bundled broker supports
   neither, and architecture: Transports forbids relying on them). :meth:`KafkaBus.publish` returns once the
-  broker acknowledged the record; :meth:`KafkaBus.send_many` only hands records to the producer and
-  returns a future of their acknowledgement. Messages larger than ``max_message_bytes`` are refused
-  before sending.
+  broker acknowledged the record; :meth:`KafkaBus.send_many` only hands records to the producer (a
+  batch per Kafka partition where it can) and returns a future of their acknowledgement. Messages
+  larger than ``max_message_bytes`` are refused before sending.
 - **Subscriptions**: a subscription buffers at most ``capacity`` records (one more in a rare race with a
   rebalance): it pauses fetching while its inbox is full, so a slow reader applies backpressure
   instead of growing memory. Where it starts reading is fixed before it reports an assignment: with
@@ -597,7 +597,7 @@ class KafkaBus(Bus):
             s for part, records in by_partition.items() for s in await hand_over(producer, name, part, records, headers)
         ]
         self.published += count
-        return asyncio.ensure_future(landed(sent))
+        return landed(sent)
 
     async def flush(self) -> None:
         """Wait until every record handed to the producer so far was sent (or failed)."""

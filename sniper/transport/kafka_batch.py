@@ -10,6 +10,7 @@ metadata look-up, a future and an acknowledgement callback each; a batch costs t
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import Sequence
 from typing import Any
 
@@ -58,13 +59,33 @@ async def hand_over(
     return sent
 
 
-async def landed(sent: list[Sent]) -> dict[int, int]:
-    """Per Kafka partition, one past the highest offset the records of ``sent`` got, once every one of
-    them was acknowledged; raises the first failure among them."""
+def landed(sent: list[Sent]) -> asyncio.Future[dict[int, int]]:
+    """A future of, per Kafka partition, one past the highest offset the records of ``sent`` got, done
+    once every one of them was acknowledged; it fails with the first failure among them."""
+    out: asyncio.Future[dict[int, int]] = asyncio.get_running_loop().create_future()
     ends: dict[int, int] = {}
-    for future, count in sent:
-        metadata = await future  # a batch's metadata names its first record's offset
+    waiting = [len(sent)]
+
+    def one(count: int, future: asyncio.Future[Any]) -> None:
+        if out.done():
+            if not future.cancelled():
+                future.exception()  # retrieved: the first failure is the one reported
+            return
+        if future.cancelled():
+            out.cancel()
+            return
+        error = future.exception()
+        if error is not None:
+            out.set_exception(error)
+            return
+        metadata = future.result()  # a batch's metadata names its first record's offset
         end = metadata.offset + count
         if end > ends.get(metadata.partition, -1):
             ends[metadata.partition] = end
-    return ends
+        waiting[0] -= 1
+        if not waiting[0]:
+            out.set_result(ends)
+
+    for future, count in sent:
+        future.add_done_callback(functools.partial(one, count))
+    return out
