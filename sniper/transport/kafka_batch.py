@@ -24,7 +24,7 @@ def _has_open_batch(producer: AIOKafkaProducer, tp: TopicPartition) -> bool:
 
     aiokafka's :meth:`~aiokafka.AIOKafkaProducer.send_batch` waits for such a batch to be taken; this
     looks at its accumulator (internals, like the lease's hold-back); without them it says yes, and
-    every record goes on its own, as before batches existed.
+    every record goes on its own.
     """
     batches = getattr(getattr(producer, "_message_accumulator", None), "_batches", None)
     return batches is None or bool(batches.get(tp))
