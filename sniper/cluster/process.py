@@ -129,9 +129,9 @@ class LogRead:
     end: int
 
 
-def _end_offset(sent: list[asyncio.Future[Any]]) -> int:
-    """One past the highest Kafka offset among acknowledged sends (each a list of record metadata)."""
-    return max((md.offset + 1 for future in sent for md in future.result()), default=-1)
+def _end_offset(sent: list[asyncio.Future[dict[int, int]]]) -> int:
+    """One past the highest Kafka offset among acknowledged hand-overs (:meth:`KafkaBus.send_many`)."""
+    return max((end for future in sent for end in future.result().values()), default=-1)
 
 
 class DecisionsLost(RuntimeError):

@@ -46,6 +46,9 @@ def content_type(headers: Iterable[tuple[str, bytes | None]] | None) -> str | No
 
 def format_of_media_type(media_type: str) -> WireFormat:
     """The format a ``content-type`` value names (parameters such as ``; charset=utf-8`` are ignored)."""
+    fmt = _FORMAT_OF_MEDIA_TYPE.get(media_type)  # spelled as this bus writes it: nothing to parse
+    if fmt is not None:
+        return fmt
     bare = media_type.split(";", 1)[0].strip().lower()
     fmt = _FORMAT_OF_MEDIA_TYPE.get(bare)
     if fmt is None:

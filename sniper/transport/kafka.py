@@ -15,9 +15,9 @@ count, checked), the msgpack wire format and the dead-letter path. Invariants:
   one key would miss it). Topic names are ``settings.prefix + name``.
 - **Producer**: ``acks="all"``, never idempotent, never transactional (the bundled broker supports
   neither, and architecture: Transports forbids relying on them). :meth:`KafkaBus.publish` returns once the
-  broker acknowledged the record; :meth:`KafkaBus.send_many` only hands records to the producer and
-  returns a future of their acknowledgement. Messages larger than ``max_message_bytes`` are refused
-  before sending.
+  broker acknowledged the record; :meth:`KafkaBus.send_many` only hands records to the producer (a
+  batch per Kafka partition where it can) and returns a future of their acknowledgement. Messages
+  larger than ``max_message_bytes`` are refused before sending.
 - **Subscriptions**: a subscription buffers at most ``capacity`` records (one more in a rare race with a
   rebalance): it pauses fetching while its inbox is full, so a slow reader applies backpressure
   instead of growing memory. Where it starts reading is fixed before it reports an assignment: with
@@ -104,6 +104,7 @@ from sniper.messages.wire import HEADERS, WireDecoder, WireFormat, content_type,
 from sniper.transport.broker import BOOTSTRAP_ENV, resolve_bootstrap
 from sniper.transport.bus import DEADLETTER, DECISIONS, FEED, PROPOSALS, SNAPSHOTS, VIEW, Bus, Subscription
 from sniper.transport.handshake import security_failure
+from sniper.transport.kafka_batch import hand_over, landed
 from sniper.transport.layout import Layout, TopicLayoutError, ensure_layout, layout_problem
 
 log = logging.getLogger(__name__)
@@ -174,7 +175,10 @@ class KafkaSettings:
     ssl_keyfile: str | None = None
     max_message_bytes: int = 1 << 20
     client_id: str = "sniper"
-    fetch_max_wait_ms: int = 5
+    # How long the broker may hold a fetch that finds nothing new. Kafka answers as soon as a record
+    # arrives whatever this is; the bundled broker looks again at a fraction of it, so a lower value buys
+    # a few ms of latency there at the cost of an empty fetch (hundreds of µs of CPU) every few ms.
+    fetch_max_wait_ms: int = 20
     auto_offset_reset: OffsetReset = "earliest"
     commit_interval: float = 1.0
     close_timeout: float = 10.0
@@ -549,28 +553,37 @@ class KafkaBus(Bus):
 
     async def send_many(
         self, topic: str, items: Iterable[tuple[str, Any]], *, partition: int | None = None
-    ) -> asyncio.Future[Any] | None:
+    ) -> asyncio.Future[dict[int, int]] | None:
         """Hand several ``(key, message)`` pairs to the producer in order, without waiting for the broker.
 
         Returns a future that is done once the broker acknowledged every one of them (it fails with the
-        first error), or ``None`` if there was nothing to send. Records handed over while a request is
-        in flight are batched into the next one, so a caller that awaits the future later (or never
-        blocks on it) pays no round trip per call. Returns after the records are in the producer's
-        buffer: it waits only when that buffer is full.
+        first error), or ``None`` if there was nothing to send; its result says, per Kafka partition,
+        one past the highest offset they got there. The records of one Kafka partition go to the
+        producer as one batch where they can (:mod:`sniper.transport.kafka_batch`). Records handed over
+        while a request is in flight are batched into the next one, so a caller that awaits the future
+        later (or never blocks on it) pays no round trip per call. Returns after the records are in the
+        producer's buffer: it waits only when that buffer is full.
         """
         if topic not in self._decoders:
             raise ValueError(f"unknown topic {topic!r} (known: {sorted(self._decoders)})")
-        encoded: list[tuple[bytes, bytes, int]] = []
+        by_partition: dict[int, list[tuple[bytes, bytes]]] = {}
         fmt = self.settings.format_of(topic)
+        limit = self.settings.max_message_bytes
+        count = 0
         for key, message in items:
             payload = encode(message, fmt)
-            if len(payload) > self.settings.max_message_bytes:
+            if len(payload) > limit:
                 raise MessageTooLarge(
-                    f"{type(message).__name__} on {topic} is {len(payload)} bytes, "
-                    f"over max_message_bytes={self.settings.max_message_bytes}"
+                    f"{type(message).__name__} on {topic} is {len(payload)} bytes, over max_message_bytes={limit}"
                 )
-            encoded.append((key.encode(), payload, self.partition_for(key) if partition is None else partition))
-        if not encoded:
+            # The partition is the memoised one: aiokafka's murmur2 is pure Python, once per record.
+            part = self.partition_for(key) if partition is None else partition
+            records = by_partition.get(part)
+            if records is None:
+                records = by_partition[part] = []
+            records.append((key.encode(), payload))
+            count += 1
+        if not count:
             return None
         if self._closed:
             raise anyio.ClosedResourceError("the Kafka bus is closed")
@@ -579,14 +592,12 @@ class KafkaBus(Bus):
         if producer is None:
             raise anyio.ClosedResourceError("the Kafka bus is closed")
         name = self.settings.topic(topic)
-        # The partition is the memoised one: aiokafka's murmur2 is pure Python, once per record.
         headers = HEADERS[fmt]
-        futures = [
-            await producer.send(name, payload, key=key, partition=part, headers=headers)
-            for key, payload, part in encoded
+        sent = [
+            s for part, records in by_partition.items() for s in await hand_over(producer, name, part, records, headers)
         ]
-        self.published += len(futures)
-        return asyncio.gather(*futures)
+        self.published += count
+        return landed(sent)
 
     async def flush(self) -> None:
         """Wait until every record handed to the producer so far was sent (or failed)."""
@@ -1047,34 +1058,47 @@ class KafkaSubscription(Subscription):
             await self._ingest_all(await consumer.getmany(timeout_ms=keepalive_ms, max_records=free))
 
     async def _ingest_all(self, batches: Mapping[Any, list[Any]]) -> None:
-        for tp, records in batches.items():
-            for record in records:
-                await self._ingest(tp, record)
+        """Take in a fetch's records: the good ones go to the inbox, its receiver woken once per fetch."""
+        queued = len(self._queue)
+        try:
+            for tp, records in batches.items():
+                part = self._parts.get(tp.partition)
+                if part is None or tp.topic != self.kafka_topic:
+                    continue  # records of a partition revoked meanwhile: its new owner reads them
+                for record in records:
+                    if not part.live:
+                        break  # revoked while a dead letter was published: its new owner reads the rest
+                    letter = self._ingest(tp.partition, part, record)
+                    if letter is not None:
+                        await self._set_aside(tp, part, letter)
+        finally:
+            if len(self._queue) > queued:
+                self._nonempty.set()
 
-    async def _ingest(self, tp: Any, record: Any) -> None:
-        part = self._parts.get(tp.partition)
-        if part is None or not part.live or tp.topic != self.kafka_topic:
-            return  # a record of a partition revoked meanwhile: its new owner reads it
-        if part.fetched is not None and record.offset < part.fetched:
-            return  # fetched again after a rebalance that kept the partition here: taken already
-        part.fetched = record.offset + 1
-        self._read_to[tp.partition] = max(self._read_to.get(tp.partition, 0), record.offset + 1)
-        if self._key_bytes is not None and record.key != self._key_bytes:
+    def _ingest(self, number: int, part: _Partition, record: Any) -> tuple[_Record, DeadLetter] | None:
+        """Take in one record of Kafka partition ``number``: queued if good, else the dead letter it needs."""
+        offset = record.offset
+        if part.fetched is not None and offset < part.fetched:
+            return None  # fetched again after a rebalance that kept the partition here: taken already
+        part.fetched = offset + 1
+        if self._read_to.get(number, 0) <= offset:
+            self._read_to[number] = offset + 1
+        key = record.key
+        if self._key_bytes is not None and key != self._key_bytes:
             self.skipped += 1  # handled by skipping it: nothing to keep
-            return
+            return None
         value: bytes | None = record.value
-        message, reason = self._bus.decode(self.topic, value, record.headers, record.key or b"")
-        entry = _Record(part, record.offset, message, value if self.bad == "deliver" else None)
+        message, reason = self._bus.decode(self.topic, value, record.headers, key or b"")
+        entry = _Record(part, offset, message, value if self.bad == "deliver" else None)
         part.pending.append(entry)
         if not reason:
             self._queue.append(entry)
-            self._nonempty.set()
-            return
+            return None
         letter = DeadLetter(
             topic=self.topic,
-            partition=tp.partition,
-            offset=record.offset,
-            key=(record.key or b"").decode(errors="replace"),
+            partition=number,
+            offset=offset,
+            key=(key or b"").decode(errors="replace"),
             reason=reason,
             payload=value or b"",
             t=time.time(),
@@ -1082,12 +1106,19 @@ class KafkaSubscription(Subscription):
         if self.bad == "deliver":
             entry.message = letter  # the receiver dead-letters it (once) and acknowledges it
             self._queue.append(entry)
-            self._nonempty.set()
-            return
+            return None
+        return entry, letter
+
+    async def _set_aside(self, tp: Any, part: _Partition, bad: tuple[_Record, DeadLetter]) -> None:
+        """A bad record this subscription handles itself: logged (on the deadletter topic, or ``skip``)
+        or dead-lettered, then handled."""
+        entry, letter = bad
         if self.topic == DEADLETTER:
-            log.error("bad record on the deadletter topic %s[%d]@%d: %s", tp.topic, tp.partition, record.offset, reason)
+            log.error(
+                "bad record on the deadletter topic %s[%d]@%d: %s", tp.topic, tp.partition, entry.offset, letter.reason
+            )
         elif self.bad == "skip":
-            log.debug("bad record skipped: %s[%d]@%d: %s", tp.topic, tp.partition, record.offset, reason)
+            log.debug("bad record skipped: %s[%d]@%d: %s", tp.topic, tp.partition, entry.offset, letter.reason)
         else:
             await self._bus.dead_letter(letter)
         self.dead_lettered += 1
