@@ -208,7 +208,8 @@ class MemoryBus(Bus):
     # ---- quiescence
     def _delivering(self) -> None:
         self._in_flight += 1
-        self._idle.clear()
+        if self._idle.is_set():  # a new event: one bound to no loop yet, as the bus may outlive a loop
+            self._idle = asyncio.Event()
 
     def _handled(self, count: int) -> None:
         self._in_flight -= count
