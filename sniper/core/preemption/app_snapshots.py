@@ -3,9 +3,10 @@
 A caller snapshotting round after round (:func:`~sniper.core.preemption.view.snapshot_from_state` with
 containers) builds again only the apps a change touched since: the app itself, one of its allocations,
 a notice on one. Any other change that may touch an app (configuration, preemption reservations and
-requests, nodes leaving, the partition cleared) drops them all, and so do a new state (a reset), a
-state changed without the caller hearing of it (its version moved by more than the changes heard) and
-a partition whose queues set a minimum runtime (what a container offers then depends on the clock).
+requests, SLO reservations and their queues, nodes leaving, the partition cleared) drops them all, and
+so do a new state (a reset), a state changed without the caller hearing of it (its version moved by
+more than the changes heard) and a partition whose queues set a minimum runtime (what a container
+offers then depends on the clock).
 Invariant: the snapshot of an app is the one building it from the state at that moment gives.
 """
 
@@ -27,8 +28,6 @@ _UNTOUCHING: frozenset[type] = frozenset(
         p.AllocationCheckpointed,
         p.NodeReservationSet,
         p.NodeReservationGone,
-        p.SloReservationSet,
-        p.SloReservationGone,
     }
 )
 
