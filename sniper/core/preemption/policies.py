@@ -20,10 +20,10 @@ from sniper.core import resources as res
 from sniper.core.config import PreemptionConfig
 from sniper.core.limits import Limits
 from sniper.core.opportunistic import first_victims
+from sniper.core.preemption.app_snapshots import AppSnapshots
 from sniper.core.preemption.idle_round import no_pending_demand
 from sniper.core.preemption.mask import PreemptionMask
 from sniper.core.preemption.min_runtime import next_of_age
-from sniper.core.preemption.model import ContainerSnapshot
 from sniper.core.preemption.quotas import Quotas, compute_quotas, net_usage
 from sniper.core.preemption.rules import required_node_leaves
 from sniper.core.preemption.view import snapshot_from_state
@@ -239,7 +239,7 @@ class ProportionalBaseline:
         self.rounds = 0
         self.idle_view: tuple[PartitionState, int] | None = None  # state and version of a round that chose none
         self.wake_at: float | None = None  # when that round's first young container comes of age
-        self.containers: dict[str, ContainerSnapshot] = {}  # the last round's, reused while unchanged
+        self.snapshots = AppSnapshots()  # the apps' snapshots of the last round, rebuilt when changed
         self.budget_refusals = 0
         # Guaranteed containers YARN's selection chose whose room opportunistic containers covered once:
         # chosen again, they go themselves (the opportunistic room did not bring their queue down to its
@@ -247,6 +247,7 @@ class ProportionalBaseline:
         self.covered: set[str] = set()
 
     def on_change(self, change: p.ChangeMsg) -> None:
+        self.snapshots.on_change(change)
         if isinstance(change, p.AllocationGone):
             self.covered.discard(change.allocation)
 
@@ -269,7 +270,7 @@ class ProportionalBaseline:
         # container come of age now, it would choose none again (nor de-reserve: that reads the view alone).
         if self.settled(state) and not self.policy.forgets_at(now_ms):
             return None
-        snapshot = snapshot_from_state(state, with_containers=True, containers=self.containers)
+        snapshot = snapshot_from_state(state, with_containers=True, kept=self.snapshots)
         result = self.policy.round(snapshot, now_ms)
         self.budget_refusals += len(result.budget_refused)
         self.idle_view = None if result.candidates else (state, state.version)

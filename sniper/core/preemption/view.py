@@ -14,12 +14,12 @@ from collections.abc import Mapping
 from sniper.core import resources as res
 from sniper.core.config import PartitionConfig, QueueConfig
 from sniper.core.limits import pending_demand
+from sniper.core.preemption.app_snapshots import AppSnapshots
 from sniper.core.preemption.calculator import DominantCalculator
 from sniper.core.preemption.ideal import IdealAssignment, compute_ideal
-from sniper.core.preemption.min_runtime import aging, young
-from sniper.core.preemption.model import AppSnapshot, ClusterSnapshot, ContainerSnapshot, QueueSnapshot
+from sniper.core.preemption.model import AppSnapshot, ClusterSnapshot, QueueSnapshot
 from sniper.core.resources import Resource
-from sniper.core.state import Allocation, PartitionState, allocation_number
+from sniper.core.state import PartitionState
 
 
 def snapshot_from_figures(
@@ -141,7 +141,7 @@ def snapshot_from_state(
     *,
     with_containers: bool = False,
     capacity: Resource | None = None,
-    containers: dict[str, ContainerSnapshot] | None = None,
+    kept: AppSnapshots | None = None,
 ) -> ClusterSnapshot:
     """The replica's queues as a snapshot: usage, demand, smallest asks.
 
@@ -156,9 +156,8 @@ def snapshot_from_state(
     is gross, every leaf carries its apps that hold containers and their running containers (but those
     younger than their queue's ``preemption.min.runtime``, which no policy may take), those already
     preempting marked ``killable``, and every queue keeps the guarantee its config names, as
-    YARN reads it. ``containers`` (a caller snapshotting round after round) holds the last snapshot's
-    containers by allocation id: one whose allocation did not change since is reused, and the dict is
-    left holding this snapshot's.
+    YARN reads it. ``kept`` (a caller snapshotting round after round, told of every change) holds the
+    apps' snapshots of the last round: only those a change touched since are built again.
     """
     if state.config is None:
         raise ValueError(f"partition {state.name} has no configuration")
@@ -168,24 +167,9 @@ def snapshot_from_state(
     pending = pending_demand(state)
     smallest: dict[str, Resource] = {}
     apps: dict[str, tuple[AppSnapshot, ...]] = {}
-    known = containers if containers is not None else {}
-    seen: dict[str, ContainerSnapshot] = {}
-    now = state.now if with_containers and aging(state) else None  # None: no container is young
-
-    def container(a: Allocation) -> ContainerSnapshot:
-        snap = known.get(a.id)
-        if snap is None or snap.killable != a.preempting:
-            snap = ContainerSnapshot(
-                id=a.id,
-                app=a.app,
-                resource=a.resource,
-                am=a.am,
-                seq=max(0, allocation_number(a.id)),
-                killable=a.preempting,
-                node=a.node,
-            )
-        seen[a.id] = snap
-        return snap
+    snapshots = (kept if kept is not None else AppSnapshots()) if with_containers else None
+    if snapshots is not None:
+        snapshots.begin(state)
 
     for path, q in state.queues.items():
         gross = res.add(q.allocated, q.reserved)
@@ -201,27 +185,11 @@ def snapshot_from_state(
             asks = [a.resource for a in waiting]
             if asks:
                 smallest[path] = min(asks, key=lambda r: (sum(r.values()), sorted(r.items())))
-            if with_containers:
-                apps[path] = tuple(
-                    AppSnapshot(
-                        id=app.name,
-                        queue=path,
-                        submit_order=app.submit_seq,
-                        priority=app.priority,
-                        containers=tuple(
-                            container(a)
-                            for a in (state.allocations[x] for x in sorted(app.allocations))
-                            # Opportunistic ones are outside every queue: YARN's policy never sees them.
-                            if not a.opportunistic and (now is None or not young(a, now))
-                        ),
-                        max_disruption=app.max_disruption,
-                        allow_preemption=app.allow_preemption,
-                    )
-                    for app in q.holding_apps()  # an app holding nothing offers YARN's selection nothing
-                )
-    if containers is not None:
-        containers.clear()
-        containers.update(seen)
+            if snapshots is not None:
+                # An app holding nothing offers YARN's selection nothing.
+                apps[path] = tuple(snapshots.of(state, app) for app in q.holding_apps())
+    if snapshots is not None:
+        snapshots.end()
     total = state.capacity if capacity is None else capacity
     return snapshot_from_figures(
         state.config, total, used, pending, smallest_ask=smallest, apps=apps, compose=not with_containers
