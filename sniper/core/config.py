@@ -151,6 +151,7 @@ class AdmissionConfig:
     # running plus still asked for, per app, then per partition
     max_containers_per_app: Annotated[int, Meta(ge=1, le=COUNT_MAX)] = 20_000
     max_containers: Annotated[int, Meta(ge=1, le=COUNT_MAX)] = 20_000
+    max_apps: Annotated[int, Meta(ge=1, le=COUNT_MAX)] = 100_000  # apps in the partition, from added to removed
     max_clock_skew: Seconds = 86_400.0  # a feed event stamped further ahead of the clock is refused
 
 
