@@ -24,10 +24,12 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from sortedcontainers import SortedKeyList, SortedList
+import msgspec
+from sortedcontainers import SortedKeyList
 
 from sniper.core import constraints, fair_share, lifecycle, quota_clock, slo_plan
 from sniper.core import resources as res
+from sniper.core.ask_order import AskOrder
 from sniper.core.config import PartitionConfig, QueueConfig, parse_partition
 from sniper.core.node_index import NodeIndex
 from sniper.core.resources import MEMORY, Resource
@@ -328,7 +330,7 @@ class App:
         self.allocations: set[str] = set()
         self.asked = 0  # containers its asks still ask for: count minus allocated, summed over them
         # Asks with pending containers in scheduling order: priority high first, then oldest.
-        self.pending_asks: SortedList = SortedList(key=lambda a: a.sort_key)
+        self.pending_asks: AskOrder[Ask] = AskOrder()
 
 
 def _priority_order(app: App) -> tuple[object, ...]:
@@ -347,50 +349,54 @@ STATIC_APP_ORDER: dict[str, Callable[[App], tuple[object, ...]]] = {
 }
 
 
-class Allocation:
-    __slots__ = (
-        "am",
-        "app",
-        "ask",
-        "checkpoint_interval",
-        "checkpointed",
-        "id",
-        "killed",
-        "node",
-        "opportunistic",
-        "overcommit",
-        "pinned",
-        "preempt_deadline",
-        "priority",
-        "queue",
-        "reservation",
-        "resource",
-        "start",
-        "tags",
-        "usage",
-    )
+class Allocation(msgspec.Struct, gc=False, eq=False, kw_only=True):
+    """A committed container. Never tracked by the garbage collector (``gc=False``): nothing an
+    allocation refers to (its queue, its resources, its tags) refers back to an allocation (indexes
+    hold allocation ids), so it is never in a reference cycle and its reference count frees it; a
+    partition holds one per container in each replica, which the collector then never scans."""
 
-    def __init__(self, change: p.AllocationSet, queue: Queue, checkpoint_interval: float | None = None) -> None:
-        self.id = change.allocation
-        self.app = change.app
-        self.ask = change.ask
-        self.node = change.node
-        self.resource: Resource = change.resource  # normalised once, when the ask was created
-        self.start = change.start
-        self.am = change.am
-        self.queue = queue
-        self.priority = change.priority
-        self.opportunistic = change.opportunistic
-        self.pinned = change.pinned
-        self.usage: Resource = change.resource if change.usage is None else change.usage
-        self.overcommit = change.overcommit
-        self.tags = change.tags  # counted per scope by the state's tag index
-        self.reservation: str | None = None  # set while it is a victim held for this reservation
-        self.preempt_deadline: float | None = None  # set while it is a victim
-        self.killed = False
-        # Its app's checkpoints (core.checkpoints): every interval from its start, and the last reported.
-        self.checkpoint_interval = checkpoint_interval
-        self.checkpointed = change.checkpointed
+    id: str
+    app: str
+    ask: str
+    node: str
+    resource: Resource  # normalised once, when the ask was created
+    start: float
+    am: bool
+    queue: Queue
+    priority: int
+    opportunistic: bool
+    pinned: bool
+    usage: Resource
+    overcommit: bool
+    tags: tuple[str, ...]  # counted per scope by the state's tag index
+    reservation: str | None = None  # set while it is a victim held for this reservation
+    preempt_deadline: float | None = None  # set while it is a victim
+    killed: bool = False
+    # Its app's checkpoints (core.checkpoints): every interval from its start, and the last reported.
+    checkpoint_interval: float | None = None
+    checkpointed: float | None = None
+
+    @classmethod
+    def committed(cls, change: p.AllocationSet, queue: Queue, checkpoint_interval: float | None = None) -> Allocation:
+        """The allocation ``change`` commits, in leaf ``queue``."""
+        return cls(
+            id=change.allocation,
+            app=change.app,
+            ask=change.ask,
+            node=change.node,
+            resource=change.resource,
+            start=change.start,
+            am=change.am,
+            queue=queue,
+            priority=change.priority,
+            opportunistic=change.opportunistic,
+            pinned=change.pinned,
+            usage=change.resource if change.usage is None else change.usage,
+            overcommit=change.overcommit,
+            tags=change.tags,
+            checkpoint_interval=checkpoint_interval,
+            checkpointed=change.checkpointed,
+        )
 
     @property
     def preempting(self) -> bool:
@@ -938,7 +944,7 @@ class PartitionState:
         node = self.nodes.get(c.node)
         if app is None or node is None:
             raise StateError(f"allocation {c.allocation}: unknown app {c.app} or node {c.node}")
-        alloc = Allocation(c, app.queue, app.checkpoint_interval)
+        alloc = Allocation.committed(c, app.queue, app.checkpoint_interval)
         self.allocations[alloc.id] = alloc
         node.allocations.add(alloc.id)
         res.add_into(node.allocated, alloc.resource)
