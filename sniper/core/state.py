@@ -327,7 +327,8 @@ class App:
         self.disrupted = 0  # guaranteed containers under notice (preempting), kept by the state
         self.asks: dict[str, Ask] = {}
         self.allocated: Resource = {}
-        self.allocations: set[str] = set()
+        # The ids of its containers, in commit order: a dict of ids is not tracked by the collector (a set is).
+        self.allocations: dict[str, None] = {}
         self.asked = 0  # containers its asks still ask for: count minus allocated, summed over them
         # Asks with pending containers in scheduling order: priority high first, then oldest.
         self.pending_asks: AskOrder[Ask] = AskOrder()
@@ -958,7 +959,7 @@ class PartitionState:
         res.add_into(node.by_queue.setdefault(alloc.queue.path, {}), alloc.resource)
         if self.fair_halflives:
             self._fair_charge(alloc, 1)
-        app.allocations.add(alloc.id)
+        app.allocations[alloc.id] = None
         app.queue.holding[app.name] = app
         res.add_into(app.allocated, alloc.resource)
         ask = app.asks.get(c.ask)
@@ -1019,7 +1020,7 @@ class PartitionState:
             self._fair_charge(alloc, -1)
         app = self.apps.get(alloc.app)
         if app is not None:
-            app.allocations.discard(alloc.id)
+            app.allocations.pop(alloc.id, None)
             self._sync_app(app)
             res.sub_into(app.allocated, alloc.resource)
             if alloc.preempting:
@@ -1036,7 +1037,7 @@ class PartitionState:
     def _alloc_opportunistic(self, alloc: Allocation, app: App, node: Node) -> None:
         """Counted on its node, in its queue's separate total, never in the queue's accounting."""
         res.add_into(node.opportunistic, alloc.resource)
-        app.allocations.add(alloc.id)
+        app.allocations[alloc.id] = None
         app.queue.holding[app.name] = app
         self._add_usage(alloc.queue, "opportunistic", alloc.resource, 1)
         ask = app.asks.get(alloc.ask)
@@ -1050,7 +1051,7 @@ class PartitionState:
         res.sub_into(node.preempting if alloc.preempting else node.opportunistic, alloc.resource)
         app = self.apps.get(alloc.app)
         if app is not None:
-            app.allocations.discard(alloc.id)
+            app.allocations.pop(alloc.id, None)
             self._sync_app(app)
         self._add_usage(alloc.queue, "opportunistic", alloc.resource, -1)
         self._index(node)
