@@ -80,7 +80,6 @@ import anyio
 import msgspec
 from anyio.abc import TaskGroup, TaskStatus
 
-from sniper import collector
 from sniper.actors.base import Actor, ActorFactory, in_slices
 from sniper.actors.clock import TimeBase, clock_actor
 from sniper.actors.durable_cache import Delivery, DurableCacheActor
@@ -529,7 +528,7 @@ class HostedPartition:
             with anyio.move_on_after(limit / 2):
                 await self.publish_snapshot()
         await self.close_inboxes()
-        collector.thaw()  # its state is garbage once dropped: the next full collection frees it
+        self.runtime.dispose()  # its states are freed now, without a full collection
 
     async def close_inboxes(self) -> None:
         if self._closed:
