@@ -283,6 +283,7 @@ class HostedPartition:
             self.process._lost(self)
             with anyio.CancelScope(shield=True):
                 await self.close_inboxes()
+            self.runtime.dispose()  # restored from the log, never from these states: freed now
             if not started:  # a second call would raise into the process's task group
                 task_status.started()
         finally:

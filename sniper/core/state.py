@@ -610,7 +610,9 @@ class PartitionState:
         """Empty a state nobody uses any more (a replica's state replaced by a reset, a stopped
         partition's), breaking the reference cycles among its records (queue and parent, queue and app,
         app and ask, the state and its handlers): reference counting frees them at once, with no full
-        collection, even those the collector froze (:mod:`sniper.collector`)."""
+        collection, even those the collector froze (:mod:`sniper.collector`). Disposing twice does nothing."""
+        if not vars(self):
+            return
         for app in self.apps.values():
             app.asks.clear()
             app.pending_asks.clear()
