@@ -62,7 +62,7 @@ def test_the_defaults_bound_an_ask_an_app_and_a_partition() -> None:
 def test_an_ask_of_ten_million_is_refused_with_the_reason_whatever_its_shape(resource: dict[str, int]) -> None:
     cache = _cache()
     reasons = _ask(cache, "a1", "huge", 10_000_000, resource)
-    assert reasons == ["ask a1/huge (count 10000000): over admission.max_pending_per_ask (20000)"]
+    assert reasons == ["ask a1/huge (count 10000000): over admission.max_pending_per_ask (100000)"]
     assert "huge" not in cache.state.apps["a1"].asks
 
 
@@ -202,7 +202,7 @@ def test_simulate_refuses_the_ten_million_ask_at_once_and_goes_on() -> None:
     result = run_simulation(events)
     rejected = [x for x in result.decisions if isinstance(x, d.Rejected)]
     assert [(x.ask, x.reason) for x in rejected] == [
-        ("huge", "ask a1/huge (count 10000000): over admission.max_pending_per_ask (20000)")
+        ("huge", "ask a1/huge (count 10000000): over admission.max_pending_per_ask (100000)")
     ]
     assert sum(isinstance(x, d.Allocated) and x.ask == "small" for x in result.decisions) == 3
 
@@ -226,7 +226,7 @@ async def test_on_kafka_the_ten_million_ask_is_refused_with_the_reason_and_the_p
             await reader.until(lambda _: len(reader.of(d.Allocated)) == 2)
             tg.cancel_scope.cancel()
     assert [(x.ask, x.reason) for x in reader.of(d.Rejected)] == [
-        ("huge", "ask a1/huge (count 10000000): over admission.max_pending_per_ask (20000)")
+        ("huge", "ask a1/huge (count 10000000): over admission.max_pending_per_ask (100000)")
     ]
     assert {x.ask for x in reader.of(d.Allocated)} == {"small"}
 
