@@ -5,9 +5,11 @@ loop for seconds on a large partition. :class:`FreezeSurvivors` freezes what sur
 collection, so the next one scans only objects that survived young collections since. Invariant:
 cyclic garbage among frozen objects is never kept for good: once the frozen set has grown past
 ``thaw_factor`` times its size at the last thaw, it is thawed, and the next full collection scans (and
-frees) everything once; memory held by such garbage stays below that factor of the live objects. A
-process that drops a large part of its objects (a partition stopped, a replica's state replaced by a
-reset) calls :func:`thaw` so they are freed by the next full collection rather than at the next thaw.
+frees) everything once; memory held by such garbage stays below that factor of the live objects. Each
+thaw costs a full scan of every object, which holds the event loop as long, so what a process drops in
+bulk never waits for one: a partition's states are emptied when they are dropped (a partition stopped,
+a replica's state replaced by a reset: :meth:`sniper.core.state.PartitionState.dispose`), their
+reference cycles broken, and reference counting frees them at once.
 """
 
 from __future__ import annotations
@@ -60,12 +62,3 @@ def tune() -> FreezeSurvivors:
     policy = FreezeSurvivors()
     gc.callbacks.append(policy)
     return policy
-
-
-def thaw() -> None:
-    """A large part of the objects was dropped (a partition stopped, a replica reset): thaw the frozen
-    set, so the next full collection frees their cycles, through the installed
-    :class:`FreezeSurvivors` (nothing without one: then nothing but start-up objects is frozen)."""
-    for callback in gc.callbacks:
-        if isinstance(callback, FreezeSurvivors):
-            callback.thaw(gc.get_freeze_count())

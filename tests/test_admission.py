@@ -62,7 +62,7 @@ def test_the_defaults_bound_an_ask_an_app_and_a_partition() -> None:
 def test_an_ask_of_ten_million_is_refused_with_the_reason_whatever_its_shape(resource: dict[str, int]) -> None:
     cache = _cache()
     reasons = _ask(cache, "a1", "huge", 10_000_000, resource)
-    assert reasons == ["ask a1/huge (count 10000000): over admission.max_pending_per_ask (20000)"]
+    assert reasons == ["ask a1/huge (count 10000000): over admission.max_pending_per_ask (100000)"]
     assert "huge" not in cache.state.apps["a1"].asks
 
 
@@ -130,6 +130,57 @@ def test_the_partition_bound_follows_containers_placed_released_withdrawn_and_go
     assert cache.state.held(cache.state.apps["b1"]) == held() == 10
 
 
+def _apps_added(cache: Cache, *names: str, queue_path: str = "root.a") -> list[tuple[str, str]]:
+    for name in names:
+        cache.handle_event(f.AppAdded(app=name, queue=queue_path))
+    return [(x.code, x.reason) for x in cache.drain().decisions if isinstance(x, d.Rejected)]
+
+
+def test_a_partition_takes_apps_up_to_max_apps_and_refuses_the_next_with_the_reason() -> None:
+    cache = _cache(max_apps=4)  # a1 and b1 are in already
+    assert _apps_added(cache, "a2", "b2") == []
+    refused = _apps_added(cache, "a3", queue_path="root.b")
+    assert refused == [("over_admission", "app a3: the partition holds 4 apps, the most admission.max_apps (4) allows")]
+    assert "a3" not in cache.state.apps and len(cache.state.apps) == 4
+    assert _ask(cache, "a3", "x", 1) == ["ask x: unknown app a3"]  # the refused app holds nothing
+
+
+def test_an_app_added_again_is_no_new_app_under_max_apps() -> None:
+    cache = _cache(max_apps=2)
+    assert _apps_added(cache, "a1") == []  # a repeat of an app the partition holds
+    assert _apps_added(cache, "a2") == [
+        ("over_admission", "app a2: the partition holds 2 apps, the most admission.max_apps (2) allows")
+    ]
+
+
+def test_a_removed_app_makes_room_for_the_next_however_much_it_held() -> None:
+    cache = _cache(max_apps=2)
+    assert _ask(cache, "a1", "x", 3) == []
+    cache.allocate("a1", "x", "big")
+    cache.drain()
+    cache.handle_event(f.AppRemoved(app="a1"))
+    assert _apps_added(cache, "a2") == []
+    assert sorted(cache.state.apps) == ["a2", "b1"]
+    assert consistency_problems(cache.state) == []
+
+
+def test_a_stopped_queue_is_named_before_the_app_bound() -> None:
+    raw = partition_raw(queue("a"), queue("s", queue_state="stopped"))
+    raw["admission"] = {"max_apps": 1}
+    cache = Cache("default", parse_partition(raw))
+    assert _apps_added(cache, "a1") == []
+    assert [code for code, _ in _apps_added(cache, "s1", queue_path="root.s")] == ["queue_stopped"]
+    assert [code for code, _ in _apps_added(cache, "a2")] == ["over_admission"]
+
+
+@pytest.mark.parametrize("bound", [0, -1, 2**53 + 1, "many", 1.5, None], ids=repr)
+def test_a_max_apps_out_of_its_range_or_not_a_count_is_refused_naming_it(bound: object) -> None:
+    raw = partition_raw(queue("a"))
+    raw["admission"] = {"max_apps": bound}
+    with pytest.raises(ConfigError, match="max_apps"):
+        parse_partition(raw)
+
+
 def test_bad_bounds_are_refused_with_where_they_are() -> None:
     raw = partition_raw(queue("a"))
     raw["admission"] = {"max_pending_per_ask": 0}
@@ -151,7 +202,7 @@ def test_simulate_refuses_the_ten_million_ask_at_once_and_goes_on() -> None:
     result = run_simulation(events)
     rejected = [x for x in result.decisions if isinstance(x, d.Rejected)]
     assert [(x.ask, x.reason) for x in rejected] == [
-        ("huge", "ask a1/huge (count 10000000): over admission.max_pending_per_ask (20000)")
+        ("huge", "ask a1/huge (count 10000000): over admission.max_pending_per_ask (100000)")
     ]
     assert sum(isinstance(x, d.Allocated) and x.ask == "small" for x in result.decisions) == 3
 
@@ -175,7 +226,7 @@ async def test_on_kafka_the_ten_million_ask_is_refused_with_the_reason_and_the_p
             await reader.until(lambda _: len(reader.of(d.Allocated)) == 2)
             tg.cancel_scope.cancel()
     assert [(x.ask, x.reason) for x in reader.of(d.Rejected)] == [
-        ("huge", "ask a1/huge (count 10000000): over admission.max_pending_per_ask (20000)")
+        ("huge", "ask a1/huge (count 10000000): over admission.max_pending_per_ask (100000)")
     ]
     assert {x.ask for x in reader.of(d.Allocated)} == {"small"}
 

@@ -249,7 +249,7 @@ def test_a_huge_pending_count_is_refused_with_the_admission_bound_and_simulate_g
     result = _invoke("simulate", str(_trace(tmp_path, events)), "--report", str(report), "--show-rejections")
     assert result.exit_code == 0, result.output
     assert json.loads(report.read_text())["pending_at_end"] == 0
-    assert "over admission.max_pending_per_ask (20000)" in " ".join(result.stderr.split())
+    assert "over admission.max_pending_per_ask (100000)" in " ".join(result.stderr.split())
 
 
 def test_simulate_refuses_an_ask_over_the_pending_bound_with_the_bound_it_passed(tmp_path: Path) -> None:
@@ -259,7 +259,7 @@ def test_simulate_refuses_an_ask_over_the_pending_bound_with_the_bound_it_passed
     report = tmp_path / "report.json"
     result = _invoke("simulate", str(_trace(tmp_path, events)), "--report", str(report))
     assert result.exit_code == EXIT_INPUT, result.output
-    assert "over admission.max_pending_per_ask (20000)" in result.stderr
+    assert "over admission.max_pending_per_ask (100000)" in result.stderr
     summary = json.loads(report.read_text())
     assert summary["pending_at_end"] == 0 and summary["allocations"] == 0
 

@@ -517,6 +517,28 @@ async def test_the_loop_lag_histogram_counts_a_step_that_held_the_event_loop() -
     assert sample("sum") >= 0.29  # the probe woke at least that late
 
 
+async def test_the_longest_hold_is_kept_in_cpu_seconds_of_the_step_that_held_the_loop() -> None:
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from sniper.bench.bigpartition import longest_hold_cpu
+    from sniper.cluster.timings import CoreHistograms, watch_loop_lag
+
+    registry = CollectorRegistry()
+    timings = CoreHistograms(registry)
+    assert longest_hold_cpu(generate_latest(registry).decode()) == 0.0  # no hold yet
+    with anyio.fail_after(30):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(watch_loop_lag, timings.loop_lag, 0.001, timings.longest_hold_cpu)
+            await anyio.wait_all_tasks_blocked()  # the probe waits on its timer
+            began = time.process_time()
+            while time.process_time() - began < 0.3:  # a step that holds the loop for 0.3 CPU seconds
+                pass
+            while (registry.get_sample_value("sniper_event_loop_lag_seconds_count") or 0.0) < 1:
+                await anyio.lowlevel.checkpoint()
+            tg.cancel_scope.cancel()
+    assert longest_hold_cpu(generate_latest(registry).decode()) >= 0.3
+
+
 def test_the_big_partition_bench_reads_the_loop_lag_p99_and_the_highest_bucket_from_a_core_page() -> None:
     from prometheus_client import CollectorRegistry, generate_latest
 

@@ -48,7 +48,7 @@ def test_apply_keeps_totals_up_the_tree() -> None:
     for path in ("root.p.x", "root.p", "root"):
         assert state.queues[path].allocated == {"memory": 1024, "vcore": 100}
         assert state.queues[path].pending == {"memory": 2048, "vcore": 200}
-    assert state.apps["a1"].allocations == {"x1"}
+    assert list(state.apps["a1"].allocations) == ["x1"]
     assert consistency_problems(state) == []
 
 

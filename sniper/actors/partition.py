@@ -15,6 +15,7 @@ from anyio.abc import TaskStatus
 from sniper.actors.allocator import AllocatorActor
 from sniper.actors.base import Actor, ActorFactory, supervise
 from sniper.actors.cache import CacheActor
+from sniper.actors.replica import ReplicaActor
 from sniper.actors.router import Router
 from sniper.core.allocator import DEFAULT_BATCH, Allocator
 from sniper.core.cache import Cache
@@ -54,6 +55,15 @@ class PartitionRuntime:
     def _track(self, actor: Actor) -> Actor:
         self.actors = [a for a in self.actors if a.kind != actor.kind] + [actor]
         return actor
+
+    def dispose(self) -> None:
+        """The partition stopped here for good: empty the cache's state and every replica's, so that
+        reference counting frees them at once (:meth:`sniper.core.state.PartitionState.dispose`)."""
+        if self.cache_core is not None:
+            self.cache_core.state.dispose()
+        for actor in self.actors:
+            if isinstance(actor, ReplicaActor):
+                actor.replica.state.dispose()
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         await supervise(f"partition {self.partition}", self._factories(), task_status=task_status)

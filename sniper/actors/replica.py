@@ -10,7 +10,6 @@ import abc
 from collections.abc import Callable
 from typing import Any
 
-from sniper import collector
 from sniper.actors.base import Actor, in_slices
 from sniper.actors.router import Router
 from sniper.core.replica import ViewReplica
@@ -55,7 +54,6 @@ class ReplicaActor(Actor):
             self.awaiting_reset = False
             if message.reset:
                 await in_slices(self.replica.reset_in_slices(message))
-                collector.thaw()  # the state it replaced is garbage: the next full collection frees it
             elif not self.replica.apply_view(message):
                 self.log.warning(
                     "view gap after seq %d (got %d): asking for a reset", self.replica.view_seq, message.seq

@@ -7,7 +7,8 @@ raised past the defaults so that the whole partition is built) and publishes
 ``apps`` ``app_added`` events with one single-container ``ask_added`` each, in batches as fast as the
 producer goes. Figures: the placement time (first publish to the last ``allocated`` read back), the
 core's event-loop lag p99 and the highest bucket any lag reached (from its
-``sniper_event_loop_lag_seconds`` histogram: bucket upper bounds), its peak RSS, the epochs the
+``sniper_event_loop_lag_seconds`` histogram: bucket upper bounds), the CPU seconds of the longest step
+that held its loop (``sniper_event_loop_longest_hold_cpu_seconds``), its peak RSS, the epochs the
 partition went through (each past the first is a restart: a lapsed lease or a crash) and the core's
 exit code if it ended. Figures only: nothing here asserts.
 """
@@ -35,6 +36,7 @@ from sniper.transport.kafka import KafkaBus, KafkaSettings
 PARTITION = "big"
 BATCH = 1_000  # feed records per publish
 LAG_METRIC = "sniper_event_loop_lag_seconds"
+HOLD_METRIC = "sniper_event_loop_longest_hold_cpu_seconds"
 
 
 def _free_port() -> int:
@@ -63,6 +65,14 @@ def loop_lag(text: str) -> tuple[float, float]:
     p99 = next(le for le, seen in buckets if seen >= 0.99 * count)
     highest = next(le for le, seen in buckets if seen >= count)
     return p99, highest
+
+
+def longest_hold_cpu(text: str) -> float:
+    """The CPU seconds of the longest step that held the loop, from a metrics page (NaN: not on it)."""
+    for family in text_string_to_metric_families(text):
+        if family.name == HOLD_METRIC:
+            return round(float(family.samples[0].value), 3)
+    return math.nan
 
 
 def _peak_rss_mib(pid: int) -> float:
@@ -152,9 +162,11 @@ async def bench_bigpartition(
                 result["placed"] = len(placed)
                 result["placement_s"] = round(placed[-1] - began, 1) if placed else None
                 if core.returncode is None:
-                    p99, highest = loop_lag(await anyio.to_thread.run_sync(_scrape, port))
+                    page = await anyio.to_thread.run_sync(_scrape, port)
+                    p99, highest = loop_lag(page)
                     result["loop_lag_p99_s"] = p99
                     result["loop_lag_highest_bucket_s"] = highest
+                    result["loop_longest_hold_cpu_s"] = longest_hold_cpu(page)
                     result["core_peak_rss_mib"] = _peak_rss_mib(core.pid)
                 result["epochs"] = len(epochs)
                 result["core_exit_code"] = core.returncode

@@ -26,11 +26,11 @@ from typing import ClassVar, Generic, Protocol, TypeVar
 
 import anyio
 from anyio.abc import TaskGroup, TaskStatus
-from prometheus_client import Histogram
+from prometheus_client import Gauge, Histogram
 
 from sniper.actors.base import Actor
 from sniper.cluster.audit import PreemptionTally
-from sniper.cluster.timings import watch_loop_lag
+from sniper.cluster.timings import LOOP_LAG_INTERVAL, watch_loop_lag
 from sniper.transport.bus import DEADLETTER, DECISIONS, SNAPSHOTS
 from sniper.transport.kafka import (
     BadRecords,
@@ -105,6 +105,7 @@ class GroupMember(RebalanceListener, Generic[H]):
         self.subscription: KafkaSubscription | None = None
         self.ready = anyio.Event()
         self.loop_lag: Histogram | None = None  # set by the metrics endpoint: the event loop's lag is observed
+        self.longest_hold_cpu: Gauge | None = None  # with the CPU time of its longest hold
         self._hosting_changed = anyio.Event()
         self._tg: TaskGroup | None = None
 
@@ -133,7 +134,7 @@ class GroupMember(RebalanceListener, Generic[H]):
             async with anyio.create_task_group() as tg:
                 self._tg = tg
                 if self.loop_lag is not None:
-                    tg.start_soon(watch_loop_lag, self.loop_lag)
+                    tg.start_soon(watch_loop_lag, self.loop_lag, LOOP_LAG_INTERVAL, self.longest_hold_cpu)
                 self.subscription = self.bus.subscribe(
                     self.topic, group=self.group, capacity=4096, listener=self, bad=self.bad_records
                 )

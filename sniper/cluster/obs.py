@@ -373,6 +373,7 @@ class CoreMetrics:
         if isinstance(process, CoreProcess):  # split replica processes time no partition work
             process.histograms = self.histograms
         process.loop_lag = self.histograms.loop_lag  # every process times its event loop
+        process.longest_hold_cpu = self.histograms.longest_hold_cpu
         self.state = StateView(process, interval=state_interval, limit=state_limit)
         self.port: int | None = None
         self._server: _Server | None = None

@@ -80,7 +80,6 @@ import anyio
 import msgspec
 from anyio.abc import TaskGroup, TaskStatus
 
-from sniper import collector
 from sniper.actors.base import Actor, ActorFactory, in_slices
 from sniper.actors.clock import TimeBase, clock_actor
 from sniper.actors.durable_cache import Delivery, DurableCacheActor
@@ -284,6 +283,7 @@ class HostedPartition:
             self.process._lost(self)
             with anyio.CancelScope(shield=True):
                 await self.close_inboxes()
+            self.runtime.dispose()  # restored from the log, never from these states: freed now
             if not started:  # a second call would raise into the process's task group
                 task_status.started()
         finally:
@@ -529,7 +529,7 @@ class HostedPartition:
             with anyio.move_on_after(limit / 2):
                 await self.publish_snapshot()
         await self.close_inboxes()
-        collector.thaw()  # its state is garbage once dropped: the next full collection frees it
+        self.runtime.dispose()  # its states are freed now, without a full collection
 
     async def close_inboxes(self) -> None:
         if self._closed:
@@ -554,7 +554,7 @@ class CoreProcess(GroupMember[HostedPartition]):
             raise ValueError(f"role {self.options.role!r} runs in the process cluster.roles.core_process builds")
         self._starting: dict[str, anyio.Event] = {}
         self._start_slots = anyio.Semaphore(STARTS_AT_ONCE)
-        self._waiting: dict[str, list[Delivery]] = {}  # records of partitions being started, in order
+        self._waiting: dict[str, deque[Delivery]] = {}  # records of partitions being started, in order
         self._lettered: dict[int, set[int]] = {}  # per owned Kafka partition: feed offsets dead-lettered
         self._lettered_lock = anyio.Lock()
         self._inflight: deque[Delivery] = deque()
@@ -660,7 +660,7 @@ class CoreProcess(GroupMember[HostedPartition]):
             self._dead_letter(delivery, reason)
             return
         assert self._tg is not None
-        self._waiting[name] = [delivery]
+        self._waiting[name] = deque([delivery])
         self._tg.start_soon(self._start_then_deliver, name, kp)
 
     def _room_for(self, name: str) -> bool:
@@ -692,7 +692,7 @@ class CoreProcess(GroupMember[HostedPartition]):
         try:
             host = await self.ensure(name, kp)
             while waiting:
-                delivery = waiting.pop(0)
+                delivery = waiting.popleft()
                 failing = self.failing.get(name)
                 if host is None and failing is not None:
                     reason = f"partition {name!r} cannot be served ({failing}); the record is replayed once it is"

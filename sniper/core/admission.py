@@ -1,7 +1,8 @@
 """Admission: the one home of "may this ask be admitted?" (:func:`refusal`, its checks in order, each
 with its rejection code), of "may this queue take a new app?" (:func:`app_refusal`: not when it or a
-queue above it is stopped, YARN's queue states, which :func:`queue_state` names), and of the node shapes
-it judges an ask's fit by (:class:`NodeShapes`).
+queue above it is stopped, YARN's queue states, which :func:`queue_state` names, nor when the partition
+holds ``admission.max_apps`` apps already), and of the node shapes it judges an ask's fit by
+(:class:`NodeShapes`).
 
 An ask is refused when it could never be placed or would go past the partition's bounds: its app is
 unknown, it asks for nothing, an application master asks to run opportunistic, it passes an ``admission``
@@ -112,14 +113,20 @@ def refusal(state: PartitionState, e: f.AskAdded, resource: Resource, shapes: No
 QueueState = Literal["running", "draining", "stopped"]
 
 
-def app_refusal(queue: Queue, app: str) -> Rejection | None:
-    """Why leaf ``queue`` may not take the new app ``app``, or ``None`` when it may: the queue is stopped
-    (``queue.state``), or a queue above it is (the reason names the highest one)."""
-    if not queue.config.stopped:
-        return None
-    stopped = [q.path for q in queue.lineage() if q.config.stopped][-1]
-    why = f"queue {stopped} is stopped" if stopped == queue.path else f"its parent {stopped} is stopped"
-    return Rejection("queue_stopped", f"app {app}: {queue.path} admits no new app, {why} (queue.state)")
+def app_refusal(state: PartitionState, queue: Queue, app: str) -> Rejection | None:
+    """Why leaf ``queue`` of ``state`` may not take the new app ``app``, or ``None`` when it may: the
+    queue is stopped (``queue.state``), or a queue above it is (the reason names the highest one), or
+    the partition holds ``admission.max_apps`` apps already (apps count from ``app_added`` to
+    ``app_removed``, whatever they hold)."""
+    if queue.config.stopped:
+        stopped = [q.path for q in queue.lineage() if q.config.stopped][-1]
+        why = f"queue {stopped} is stopped" if stopped == queue.path else f"its parent {stopped} is stopped"
+        return Rejection("queue_stopped", f"app {app}: {queue.path} admits no new app, {why} (queue.state)")
+    limit = (state.config.admission if state.config is not None else AdmissionConfig()).max_apps
+    if len(state.apps) >= limit:
+        why = f"the partition holds {len(state.apps)} apps, the most admission.max_apps ({limit}) allows"
+        return Rejection("over_admission", f"app {app}: {why}")
+    return None
 
 
 def queue_state(queue: Queue) -> QueueState:

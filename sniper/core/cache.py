@@ -483,9 +483,9 @@ class Cache:
             else:
                 self._reject("unknown_queue", f"app {e.app}: {e.queue} is an unknown queue", app=e.app, event=e.id)
             return
-        stopped = admission.app_refusal(leaf, e.app)
-        if stopped is not None:
-            self._reject(stopped.code, stopped.reason, app=e.app, event=e.id)
+        refused = admission.app_refusal(self.state, leaf, e.app)
+        if refused is not None:
+            self._reject(refused.code, refused.reason, app=e.app, event=e.id)
             return
         self.counters["app"] += 1
         self.commit(

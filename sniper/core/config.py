@@ -146,11 +146,12 @@ class AdmissionConfig:
     stamped. Events over a bound are refused with the reason, so no input grows a partition without end."""
 
     # Sized to what one core serves with its event loop never held past a heartbeat (docs/benchmarks.md,
-    # ``sniper bench bigpartition``): 20,000 single-container apps, not 50,000, on two shared vCPUs.
-    max_pending_per_ask: Annotated[int, Meta(ge=1, le=COUNT_MAX)] = 20_000  # an ask's count
+    # ``sniper bench bigpartition``): 100,000 single-container apps on two shared vCPUs.
+    max_pending_per_ask: Annotated[int, Meta(ge=1, le=COUNT_MAX)] = 100_000  # an ask's count
     # running plus still asked for, per app, then per partition
-    max_containers_per_app: Annotated[int, Meta(ge=1, le=COUNT_MAX)] = 20_000
-    max_containers: Annotated[int, Meta(ge=1, le=COUNT_MAX)] = 20_000
+    max_containers_per_app: Annotated[int, Meta(ge=1, le=COUNT_MAX)] = 100_000
+    max_containers: Annotated[int, Meta(ge=1, le=COUNT_MAX)] = 100_000
+    max_apps: Annotated[int, Meta(ge=1, le=COUNT_MAX)] = 100_000  # apps in the partition, from added to removed
     max_clock_skew: Seconds = 86_400.0  # a feed event stamped further ahead of the clock is refused
 
 

@@ -50,7 +50,8 @@ class ViewReplica:
         """Replace the state by the reset ``delta``'s, in slices (:mod:`sniper.core.slicing`): the
         replica's owner handles nothing else until it returns."""
         self.resets += 1
-        self.state = PartitionState(self.partition)
+        replaced, self.state = self.state, PartitionState(self.partition)
+        replaced.dispose()  # freed now by reference counting, even where the collector froze it
         yield from apply_in_slices(self.state, delta.changes)
         self.view_seq = delta.seq
         self.on_reset()

@@ -25,13 +25,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import msgspec
 from sortedcontainers import SortedKeyList
 
 from sniper.core import constraints, container_bounds, fair_share, lifecycle, quota_clock, slo_plan
 from sniper.core import resources as res
+from sniper.core.ask_order import AskOrder
 from sniper.core.config import PartitionConfig, QueueConfig, parse_partition
 from sniper.core.node_index import NodeIndex
-from sniper.core.pending_asks import PendingAsks
 from sniper.core.resources import MEMORY, Resource
 from sniper.core.selector_demand import SelectorDemand
 
@@ -331,10 +332,11 @@ class App:
         self.disrupted = 0  # guaranteed containers under notice (preempting), kept by the state
         self.asks: dict[str, Ask] = {}
         self.allocated: Resource = {}
-        self.allocations: set[str] = set()
+        # The ids of its containers, in commit order: a dict of ids is not tracked by the collector (a set is).
+        self.allocations: dict[str, None] = {}
         self.asked = 0  # containers its asks still ask for: count minus allocated, summed over them
         # Asks with pending containers in scheduling order: priority high first, then oldest.
-        self.pending_asks: PendingAsks[Ask] = PendingAsks()
+        self.pending_asks: AskOrder[Ask] = AskOrder()
 
 
 def _priority_order(app: App) -> tuple[object, ...]:
@@ -353,50 +355,54 @@ STATIC_APP_ORDER: dict[str, Callable[[App], tuple[object, ...]]] = {
 }
 
 
-class Allocation:
-    __slots__ = (
-        "am",
-        "app",
-        "ask",
-        "checkpoint_interval",
-        "checkpointed",
-        "id",
-        "killed",
-        "node",
-        "opportunistic",
-        "overcommit",
-        "pinned",
-        "preempt_deadline",
-        "priority",
-        "queue",
-        "reservation",
-        "resource",
-        "start",
-        "tags",
-        "usage",
-    )
+class Allocation(msgspec.Struct, gc=False, eq=False, kw_only=True):
+    """A committed container. Never tracked by the garbage collector (``gc=False``): nothing an
+    allocation refers to (its queue, its resources, its tags) refers back to an allocation (indexes
+    hold allocation ids), so it is never in a reference cycle and its reference count frees it; a
+    partition holds one per container in each replica, which the collector then never scans."""
 
-    def __init__(self, change: p.AllocationSet, queue: Queue, checkpoint_interval: float | None = None) -> None:
-        self.id = change.allocation
-        self.app = change.app
-        self.ask = change.ask
-        self.node = change.node
-        self.resource: Resource = change.resource  # normalised once, when the ask was created
-        self.start = change.start
-        self.am = change.am
-        self.queue = queue
-        self.priority = change.priority
-        self.opportunistic = change.opportunistic
-        self.pinned = change.pinned
-        self.usage: Resource = change.resource if change.usage is None else change.usage
-        self.overcommit = change.overcommit
-        self.tags = change.tags  # counted per scope by the state's tag index
-        self.reservation: str | None = None  # set while it is a victim held for this reservation
-        self.preempt_deadline: float | None = None  # set while it is a victim
-        self.killed = False
-        # Its app's checkpoints (core.checkpoints): every interval from its start, and the last reported.
-        self.checkpoint_interval = checkpoint_interval
-        self.checkpointed = change.checkpointed
+    id: str
+    app: str
+    ask: str
+    node: str
+    resource: Resource  # normalised once, when the ask was created
+    start: float
+    am: bool
+    queue: Queue
+    priority: int
+    opportunistic: bool
+    pinned: bool
+    usage: Resource
+    overcommit: bool
+    tags: tuple[str, ...]  # counted per scope by the state's tag index
+    reservation: str | None = None  # set while it is a victim held for this reservation
+    preempt_deadline: float | None = None  # set while it is a victim
+    killed: bool = False
+    # Its app's checkpoints (core.checkpoints): every interval from its start, and the last reported.
+    checkpoint_interval: float | None = None
+    checkpointed: float | None = None
+
+    @classmethod
+    def committed(cls, change: p.AllocationSet, queue: Queue, checkpoint_interval: float | None = None) -> Allocation:
+        """The allocation ``change`` commits, in leaf ``queue``."""
+        return cls(
+            id=change.allocation,
+            app=change.app,
+            ask=change.ask,
+            node=change.node,
+            resource=change.resource,
+            start=change.start,
+            am=change.am,
+            queue=queue,
+            priority=change.priority,
+            opportunistic=change.opportunistic,
+            pinned=change.pinned,
+            usage=change.resource if change.usage is None else change.usage,
+            overcommit=change.overcommit,
+            tags=change.tags,
+            checkpoint_interval=checkpoint_interval,
+            checkpointed=change.checkpointed,
+        )
 
     @property
     def preempting(self) -> bool:
@@ -604,6 +610,25 @@ class PartitionState:
         if app is None:
             return len(self.allocations) + self.asked
         return len(app.allocations) + app.asked
+
+    def dispose(self) -> None:
+        """Empty a state nobody uses any more (a replica's state replaced by a reset, a stopped
+        partition's), breaking the reference cycles among its records (queue and parent, queue and app,
+        app and ask, the state and its handlers): reference counting frees them at once, with no full
+        collection, even those the collector froze (:mod:`sniper.collector`). Disposing twice does nothing."""
+        if not vars(self):
+            return
+        for app in self.apps.values():
+            app.asks.clear()
+            app.pending_asks.clear()
+        for queue in self.queues.values():
+            queue.parent = None
+            queue.children.clear()
+            queue.apps.clear()
+            queue.waiting.clear()
+            queue.holding.clear()
+            queue.waiting_order = None
+        self.__dict__.clear()
 
     def headroom_allows(
         self, queue: Queue, request: Resource, extra: dict[str, Resource] | None = None, *, ancestors: bool = True
@@ -941,7 +966,7 @@ class PartitionState:
         node = self.nodes.get(c.node)
         if app is None or node is None:
             raise StateError(f"allocation {c.allocation}: unknown app {c.app} or node {c.node}")
-        alloc = Allocation(c, app.queue, app.checkpoint_interval)
+        alloc = Allocation.committed(c, app.queue, app.checkpoint_interval)
         self.allocations[alloc.id] = alloc
         node.allocations.add(alloc.id)
         resource = alloc.resource
@@ -963,7 +988,7 @@ class PartitionState:
         container_bounds.placed(node.container_bounds, alloc.queue.path, alloc.resource, alloc.start)
         if self.fair_halflives:
             self._fair_charge(alloc, 1)
-        app.allocations.add(alloc.id)
+        app.allocations[alloc.id] = None
         app.queue.holding[app.name] = app
         ask = app.asks.get(c.ask)
         if c.reservation is not None:
@@ -1032,7 +1057,7 @@ class PartitionState:
             self._fair_charge(alloc, -1)
         app = self.apps.get(alloc.app)
         if app is not None:
-            app.allocations.discard(alloc.id)
+            app.allocations.pop(alloc.id, None)
             self._sync_app(app)
             res.sub_into(app.allocated, alloc.resource)
             if alloc.preempting:
@@ -1049,7 +1074,7 @@ class PartitionState:
     def _alloc_opportunistic(self, alloc: Allocation, app: App, node: Node) -> None:
         """Counted on its node, in its queue's separate total, never in the queue's accounting."""
         res.add_into(node.opportunistic, alloc.resource)
-        app.allocations.add(alloc.id)
+        app.allocations[alloc.id] = None
         app.queue.holding[app.name] = app
         self._add_usage(alloc.queue, "opportunistic", alloc.resource, 1)
         ask = app.asks.get(alloc.ask)
@@ -1063,7 +1088,7 @@ class PartitionState:
         res.sub_into(node.preempting if alloc.preempting else node.opportunistic, alloc.resource)
         app = self.apps.get(alloc.app)
         if app is not None:
-            app.allocations.discard(alloc.id)
+            app.allocations.pop(alloc.id, None)
             self._sync_app(app)
         self._add_usage(alloc.queue, "opportunistic", alloc.resource, -1)
         self._index(node)

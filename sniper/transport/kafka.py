@@ -37,7 +37,12 @@ count, checked), the msgpack wire format and the dead-letter path. Invariants:
   assignment). :meth:`KafkaSubscription.leased` waits for that; a process paused longer than the
   session (SIGSTOP, a stalled loop) is deposed by the group meanwhile and must not publish on resume.
   :meth:`KafkaBus.fence` ties topics to a subscription's lease: records of those topics still in the
-  producer's buffer when the lease has lapsed are failed instead of sent (their senders see the error).
+  producer's buffer when the lease has lapsed are held there, not sent, until a heartbeat renews it
+  (sent then, they are sent while the membership is known current, as any record); they are failed
+  instead (their senders see the error) when a rebalance begins while the lease is lapsed (the member
+  may have been deposed and its partitions served elsewhere meanwhile) or once the subscription
+  failed or closed. A lapse alone, a loop too busy to hear a heartbeat's answer in time, so loses no
+  record and repeats none.
 - **At-least-once**: offsets are committed manually, periodically, on revocation and on close, and
   only up to the first record that is not handled yet (a record is handled once acknowledged, skipped
   or dead-lettered). A record is never committed before it was handled; after a crash or a
@@ -364,6 +369,7 @@ class KafkaBus(Bus):
         self.dead_lettered = 0
         self._partition_of: dict[str, int] = {}  # partition_for's memo (murmur2 is pure Python)
         self._fence: tuple[KafkaSubscription, frozenset[str]] | None = None
+        self._held: HeldBack | None = None  # the producer's records of unleased topics (see the lease invariant)
 
     # ---- lifecycle
     async def start(self) -> None:
@@ -403,7 +409,7 @@ class KafkaBus(Bus):
             if self._closed:  # closed while starting
                 await self._bounded(producer.stop(), "producer stop")
                 raise anyio.ClosedResourceError("the Kafka bus is closed")
-            _hold_back_unleased(producer, self._unleased_topics)
+            self._held = _hold_back_unleased(producer, self._unleased_topics, self._lost_topics)
             self._producer = producer
 
     async def _first_contact(self) -> None:
@@ -448,6 +454,23 @@ class KafkaBus(Bus):
         if fence is None or fence[0].lease_valid():
             return frozenset()
         return fence[1]
+
+    def _lost_topics(self) -> frozenset[str]:
+        """The fenced topics whose lease can never be renewed: their subscription failed or closed."""
+        fence = self._fence
+        if fence is None or not fence[0].over():
+            return frozenset()
+        return fence[1]
+
+    def lease_renewed(self, subscription: KafkaSubscription) -> None:
+        """``subscription``'s lease was renewed: send what was held back for it."""
+        if self._held is not None and self._fence is not None and self._fence[0] is subscription:
+            self._held.wake()
+
+    def lease_lost(self, subscription: KafkaSubscription) -> None:
+        """A rebalance began while ``subscription``'s lease was lapsed: fail what was held back for it."""
+        if self._held is not None and self._fence is not None and self._fence[0] is subscription:
+            self._held.fail(self._fence[1])
 
     def topic_configs(self, topic: str) -> dict[str, str]:
         """Kafka topic configuration of a topic this bus creates (snapshots are compacted)."""
@@ -945,8 +968,11 @@ class KafkaSubscription(Subscription):
         """The broker knew this member as current at monotonic time ``since`` (a heartbeat's send)."""
         until = since + self._bus.settings.session_timeout_ms / 1000
         if until > self._lease_until:
+            lapsed = not self.lease_valid()
             self._lease_until = until
             self._lease_renewed.set()
+            if lapsed:
+                self._bus.lease_renewed(self)
 
     async def receive_record(self) -> Received:
         """Like :meth:`receive`, with where the record was and, with ``bad="deliver"``, its bytes."""
@@ -988,6 +1014,10 @@ class KafkaSubscription(Subscription):
         self._unacked.append(record)
         self._space.set()
         return Received(record.part.tp.partition, record.offset, record.message, value)
+
+    def over(self) -> bool:
+        """The subscription failed or closed: it receives nothing more and its lease never comes back."""
+        return self._error is not None or self._end is not None
 
     def _raise_if_over(self) -> None:
         if self._error is not None:
@@ -1259,6 +1289,7 @@ class KafkaSubscription(Subscription):
             return
         generation = _generation(self._consumer)
         if generation < 0 or not self.lease_valid():  # this member may have been deposed meanwhile
+            self._bus.lease_lost(self)
             await self._revoke(numbers)
             return
         log.debug("%s group %s rebalancing %s", self.kafka_topic, self.group, sorted(numbers))
@@ -1351,13 +1382,25 @@ def _sticky_assignor() -> type[StickyPartitionAssignor]:
     return type("StickyPartitionAssignor", (StickyPartitionAssignor,), {"member_assignment": None})
 
 
-def _hold_back_unleased(producer: Any, unleased: Callable[[], frozenset[str]]) -> None:
-    """Fail, instead of sending, the batches of the topics ``unleased()`` names when they would be sent.
+@dataclasses.dataclass(frozen=True)
+class HeldBack:
+    """What :func:`_hold_back_unleased` lets the bus do with the records it holds back."""
+
+    fail: Callable[[frozenset[str]], None]  # fail the buffered records of these topics
+    wake: Callable[[], None]  # have the producer look at its buffer again (a lease was renewed)
+
+
+def _hold_back_unleased(
+    producer: Any, unleased: Callable[[], frozenset[str]], lost: Callable[[], frozenset[str]]
+) -> HeldBack | None:
+    """Hold back, instead of sending, the batches of the topics ``unleased()`` names; fail those of the
+    topics ``lost()`` names (and those the returned :class:`HeldBack` fails).
 
     aiokafka's sender drains its accumulator, then sends a produce request once the connection is ready;
     a process may stop in between. Both steps are wrapped (internals, like :func:`_watch_heartbeats`;
-    without them nothing is held back, and a warning says so): the drain fails the buffered batches of
-    those topics, and a produce request holding any is refused just before it is written.
+    without them nothing is held back, and a warning says so): the drain leaves the buffered batches of
+    unleased topics in the buffer (their partitions muted for it), and a produce request holding any is
+    refused just before it is written (the lease lapsed between the two: its batches fail).
     """
     accumulator: Any = getattr(producer, "_message_accumulator", None)
     original = getattr(accumulator, "drain_by_nodes", None)
@@ -1365,9 +1408,16 @@ def _hold_back_unleased(producer: Any, unleased: Callable[[], frozenset[str]]) -
     client: Any = getattr(producer, "client", None)
     send = getattr(client, "send", None)
     ready = getattr(client, "ready", None)
-    if original is None or batches is None or not hasattr(accumulator, "_pop_batch") or send is None or ready is None:
+    if (
+        original is None
+        or batches is None
+        or not hasattr(accumulator, "_pop_batch")
+        or not hasattr(accumulator, "_waiter_future")
+        or send is None
+        or ready is None
+    ):
         log.warning("aiokafka's producer is not as expected: records are not held back when the lease lapses")
-        return
+        return None
 
     async def send_if_leased(node_id: Any, request: Any, **options: Any) -> Any:
         if isinstance(request, ProduceRequest):
@@ -1378,16 +1428,28 @@ def _hold_back_unleased(producer: Any, unleased: Callable[[], frozenset[str]]) -
                 raise LeaseLapsed(f"not sent to {held[0]}: lease lapsed")
         return await send(node_id, request, **options)
 
+    def fail(topics: frozenset[str]) -> None:
+        for tp in [tp for tp in batches if tp.topic in topics]:
+            while tp in batches:
+                accumulator._pop_batch(tp).failure(exception=LeaseLapsed(f"not sent to {tp.topic}: lease lapsed"))
+
+    def wake() -> None:
+        waiter = accumulator._waiter_future
+        if not waiter.done():
+            waiter.set_result(None)
+
     def drain(ignore_nodes: Any, muted_partitions: Any = frozenset()) -> Any:
+        gone = lost()
+        if gone:
+            fail(gone)
         topics = unleased()
         if topics:
-            for tp in [tp for tp in batches if tp.topic in topics]:
-                while tp in batches:
-                    accumulator._pop_batch(tp).failure(exception=LeaseLapsed(f"not sent to {tp.topic}: lease lapsed"))
+            muted_partitions = frozenset(muted_partitions) | {tp for tp in batches if tp.topic in topics}
         return original(ignore_nodes, muted_partitions)
 
     accumulator.drain_by_nodes = drain
     client.send = send_if_leased
+    return HeldBack(fail, wake)
 
 
 def _watch_heartbeats(consumer: Any, renewed: Callable[[float], None]) -> None:
