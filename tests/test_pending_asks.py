@@ -83,10 +83,11 @@ def test_adding_the_newest_ask_reads_two_keys_and_removing_any_reads_logarithmic
         pending.add(ask)
     assert _CountedAsk.reads <= 2 * len(newest)
     removed = asks[waiting // 2 :][:100]
+    size = len(pending)
     _CountedAsk.reads = 0
     for ask in removed:
         pending.discard(ask)
-    assert _CountedAsk.reads <= len(removed) * (waiting.bit_length() + 2)
+    assert _CountedAsk.reads <= len(removed) * (size.bit_length() + 2)
     assert len(pending) == waiting + len(newest) - len(removed)
     gone = {a.name for a in removed}
     remaining = sorted((a for a in asks + newest if a.name not in gone), key=lambda a: a._key)
