@@ -8,7 +8,8 @@ closes. A rebalance stops only the hosts of the partitions it moves elsewhere: w
 every output waits, and the hosts of moved partitions publish nothing more (their new owner may
 already read the log), so those kept run on without a restart. Hosts publish their output
 (decisions, snapshots and dead letters) only under the membership's lease (:meth:`GroupMember.leased`;
-records still buffered when it lapses are failed, not sent: ``KafkaBus.fence``), and only for Kafka
+records still buffered when it lapses are held until a heartbeat renews it, and failed, never sent,
+when a rebalance begins meanwhile: ``KafkaBus.fence``), and only for Kafka
 partitions still owned (:meth:`GroupMember.may_write`).
 A member with a metrics endpoint observes its event loop's lag (:func:`~sniper.cluster.timings.watch_loop_lag`).
 A member also watches its topics (:mod:`sniper.transport.layout`): one that is gone or has another partition
