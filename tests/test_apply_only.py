@@ -22,6 +22,8 @@ HOLDERS = {name for cls in (Node, Queue, App, Ask) for name in cls.__slots__} - 
 NOT_STATE = {
     ("sniper/cluster/process.py", "c.allocations"),  # a partition host's counters
     ("sniper/core/preemption/ideal.py", "q.pending"),  # the ideal assignment's own working queues
+    # a node's container bounds, which only the state's apply keeps, through this module's functions
+    ("sniper/core/container_bounds.py", "entry.count"),
     # a topology domain narrows an ask's selector for one synchronous placement and restores it (finally)
     ("sniper/core/topology.py", "ask.node_selector"),
 }

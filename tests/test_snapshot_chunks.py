@@ -7,9 +7,11 @@ from __future__ import annotations
 import dataclasses
 import random
 import string
+from typing import Any
 
 import anyio
 import msgspec
+import pytest
 
 from sniper.cluster.logread import read_partition
 from sniper.cluster.process import CoreProcess
@@ -119,7 +121,7 @@ def test_records_of_other_partitions_and_garbage_are_told_apart() -> None:
 
 
 async def test_a_state_over_one_record_snapshots_in_chunks_and_a_successor_restores_it_identically(
-    kafka_settings: KafkaSettings,
+    kafka_settings: KafkaSettings, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     settings = dataclasses.replace(kafka_settings, max_message_bytes=8 << 10)
     events = [workload("wide", 0)[0], *_wide(60), *workload("wide", 2)[3:]]
@@ -134,14 +136,23 @@ async def test_a_state_over_one_record_snapshots_in_chunks_and_a_successor_resto
                 await first.ready.wait()
                 await bus.publish_many(FEED, [(e.partition, e) for e in events])
                 await reader.until(lambda _: len(reader.of(d.Allocated, "wide")) == 2)
-                owner = first.hosts["wide"].core
+                host = first.hosts["wide"]
+                owner, dispose = host.core, host.runtime.dispose
+                at_stop: list[dict[str, Any]] = []
+
+                def fingerprint_then_dispose() -> None:  # the state as the final snapshot saw it
+                    at_stop.append(fingerprint(owner.state))
+                    dispose()
+
+                monkeypatch.setattr(host.runtime, "dispose", fingerprint_then_dispose)
                 first_group.cancel_scope.cancel()  # a clean stop publishes a final snapshot
-            expected = fingerprint(owner.state)
+            [expected] = at_stop
             second = CoreProcess(settings, options())
             await tg.start(second.run)
             restored = (await second.wait_hosting("wide")).core
+            got = fingerprint(restored.state)  # before the stop empties it
             tg.cancel_scope.cancel()
-    assert fingerprint(restored.state) == expected and sorted(restored.seen) == sorted(owner.seen)
+    assert got == expected and sorted(restored.seen) == sorted(owner.seen)
     records = await read_partition(settings, SNAPSHOTS, bus.partition_for("wide"))
     headers = [snapshot_msgpack.decode(r.value or b"") for r in records if r.key == b"wide"]
     assert headers and all(h.chunks > 1 and h.body == b"" for h in headers)
