@@ -960,8 +960,7 @@ class Cache:
     def allocate(self, app_name: str, ask_name: str, node_name: str, reservation: Reservation | None = None) -> None:
         app = self.state.apps[app_name]
         ask = app.asks[ask_name]
-        if ask.node_reserved is not None:
-            node_reservation.on_allocate(self, app_name, ask_name, node_name, fulfils=reservation is not None)
+        node_reservation.on_allocate(self, ask, node_name, fulfils=reservation is not None)
         node = self.state.nodes[node_name]
         self.counters["alloc"] += 1
         aid = f"alloc-{self.counters['alloc']}"

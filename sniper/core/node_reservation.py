@@ -288,10 +288,9 @@ def node_changed(cache: Writer, name: str, capacity: Resource, schedulable: bool
         end(cache, r, "node_removed")
 
 
-def on_allocate(cache: Writer, app: str, ask_name: str, node: str, fulfils: bool) -> None:
-    """Before a container of the ask is committed on ``node`` (``fulfils``: for a preemption reservation):
+def on_allocate(cache: Writer, ask: Ask, node: str, fulfils: bool) -> None:
+    """Before a container of ``ask`` is committed on ``node`` (``fulfils``: for a preemption reservation):
     its node reservation ends (``placed``) when the container lands there or is the last one it wants."""
-    ask = cache.state.apps[app].asks[ask_name]
     if ask.node_reserved is None:
         return
     wanted_after = ask.count - ask.allocated - ask.reserved - (0 if fulfils else 1)
