@@ -1,8 +1,9 @@
 """The preemption-contract scenario the contract tests share, and what they read off its decisions.
 
 :func:`borrowed` is queue a (guarantee 150) and b (50) on n1 and n2 (100 each), b's contract app b1
-holding both nodes; :func:`gives_back` plays b1's application master as the simulator's stand-in
-resource manager does (it releases containers and asks for their work again at once).
+holding both nodes (:func:`mixed_starving`: b1 beside an app b2 without one, a1 starving for a whole
+node); :func:`gives_back` plays b1's application master as the simulator's stand-in resource manager
+does (it releases containers and asks for their work again at once).
 """
 
 from __future__ import annotations
@@ -76,6 +77,22 @@ def borrowed(
     h.fill("b1", "root.b", "n1", [sizes] * per_node)
     h.fill("b1", "root.b", "n2", [sizes] * per_node, start=per_node)
     h.app("a1", "root.a")
+    return h
+
+
+def mixed_starving() -> PreemptHarness:
+    """b1 (a contract app) and b2 (none) share n1 and n2 in containers of 25, alternating, n1's first; a1
+    asks for 100, a whole node, and starves."""
+    h = PreemptHarness(two_queues(150, 50))
+    h.nodes("n1", "n2")
+    h.feed(f.AppAdded(app="b1", queue="root.b", preemption_contract=True))
+    h.app("b2", "root.b")
+    for node, start in (("n1", 0), ("n2", 4)):
+        for i, app in enumerate(["b1", "b2", "b1", "b2"]):
+            h.run(app, 25, node, at=start + i)
+    h.app("a1", "root.a")
+    h.ask("a1", "whole", 100)
+    h.starve()
     return h
 
 

@@ -15,8 +15,8 @@ from sniper.core.config import SchedulerConfig, parse_config
 from sniper.messages import decisions as d
 from sniper.messages import feed as f
 from sniper.simulator.run import SimulationResult, SimulationSettings, run_simulation
-from tests.contract_support import assert_clean, ended, requests
-from tests.preemption_support import GRACE, PreemptHarness, two_queues
+from tests.contract_support import assert_clean, ended, mixed_starving, requests
+from tests.preemption_support import GRACE
 
 GUARANTEE = {"memory": "96Gi", "vcore": "24"}
 SMALL = {"memory": 4096, "vcore": 500}
@@ -194,16 +194,7 @@ def test_the_room_given_back_stays_the_reservations_after_the_request_closes_whi
     what it was asked for and asks for it again at once, at a higher priority than a1's: the request
     closes given back while the reservation still waits for b2's victims, and the room b1 gave back
     stays the reservation's until a1 is placed there; b1's asks wait."""
-    h = PreemptHarness(two_queues(150, 50))
-    h.nodes("n1", "n2")
-    h.feed(f.AppAdded(app="b1", queue="root.b", preemption_contract=True))
-    h.app("b2", "root.b")
-    for node, start in (("n1", 0), ("n2", 4)):
-        for i, app in enumerate(["b1", "b2", "b1", "b2"]):
-            h.run(app, 25, node, at=start + i)
-    h.app("a1", "root.a")
-    h.ask("a1", "whole", 100)
-    h.starve()
+    h = mixed_starving()
     h.preempt_round(10.0)
     [req] = requests(h)
     [node] = {c.node for c in req.containers}

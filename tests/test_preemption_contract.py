@@ -22,9 +22,9 @@ from sniper.messages import feed as f
 from sniper.messages import protocol as p
 from sniper.messages.snapshot import snapshot_msgpack
 from sniper.simulator.run import SimulationResult, SimulationSettings, run_simulation
-from tests.contract_support import asked, assert_clean, ended, kills, requests
+from tests.contract_support import asked, assert_clean, ended, kills, mixed_starving, requests
 from tests.core_support import consistency_problems, queue
-from tests.preemption_support import GRACE, PARTITION, PreemptHarness, two_queues
+from tests.preemption_support import GRACE, PARTITION, PreemptHarness
 from tests.recovery_support import durable_fingerprint, owner_with_a_contract_request, recover
 
 
@@ -239,16 +239,7 @@ def test_replay_of_the_log_keeps_open_requests_and_their_end() -> None:
 def test_mixed_apps_in_one_round_request_for_one_notices_for_the_other() -> None:
     """b1 (contract) and b2 (none) share n1 and n2; a1's 100 needs a whole node: one reservation, b2's
     victims get notices, b1 one request; b1's AM gives back in time, b2's are killed at the grace."""
-    h = PreemptHarness(two_queues(150, 50))
-    h.nodes("n1", "n2")
-    h.feed(f.AppAdded(app="b1", queue="root.b", preemption_contract=True))
-    h.app("b2", "root.b")
-    for node, start in (("n1", 0), ("n2", 4)):
-        for i, app in enumerate(["b1", "b2", "b1", "b2"]):
-            h.run(app, 25, node, at=start + i)
-    h.app("a1", "root.a")
-    h.ask("a1", "whole", 100)
-    h.starve()
+    h = mixed_starving()
     result = h.preempt_round(10.0)
     assert result.outcome is not None and result.outcome.accepted == 1
     notices = result.preempts()
