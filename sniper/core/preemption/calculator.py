@@ -19,11 +19,12 @@ from __future__ import annotations
 import math
 import struct
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from sniper.core.resources import MEMORY, Resource, ResourceLike
 
 CALCULATORS: tuple[str, ...] = ("default", "dominant")
+_SINGLE = struct.Struct("f")
 
 
 def java_float(x: float) -> float:
@@ -31,7 +32,7 @@ def java_float(x: float) -> float:
     if math.isnan(x) or math.isinf(x):
         return x
     try:
-        return float(struct.unpack("f", struct.pack("f", x))[0])
+        return float(_SINGLE.unpack(_SINGLE.pack(x))[0])
     except OverflowError:
         return math.copysign(math.inf, x)
 
@@ -194,13 +195,36 @@ class DominantCalculator(ResourceCalculator):
     def _shares(self, total: ResourceLike, r: ResourceLike) -> list[float]:
         return [java_div(float(r.get(n, 0)), float(total.get(n, 0))) for n in self.names]
 
+    def share_key(self, total: ResourceLike) -> Callable[[ResourceLike], tuple[float, ...]] | None:
+        """A sort key equivalent to :meth:`compare` against ``total``: ``compare(total, a, b)`` is the sign of
+        ``key(a)`` against ``key(b)`` (shares of ``total``, largest first). ``None`` when ``total`` lacks one of
+        the types: the comparison is then component-wise, a partial order no key reproduces."""
+        divisors = [(n, float(total.get(n, 0))) for n in self.names]
+        if any(d == 0 for _, d in divisors):
+            return None
+
+        def key(r: ResourceLike) -> tuple[float, ...]:
+            get = r.get
+            shares = [float(get(n, 0)) / d for n, d in divisors]
+            shares.sort(reverse=True)
+            return tuple(shares)
+
+        return key
+
     def compare(self, total: ResourceLike, a: ResourceLike, b: ResourceLike) -> int:
-        if all(a.get(n, 0) == b.get(n, 0) for n in self._keys(a, b)):
+        # Equal on every type this calculator knows means equal: other names never decide (below, every
+        # comparison reads ``self.names`` only).
+        names, a_get, b_get = self.names, a.get, b.get
+        for n in names:
+            if a_get(n, 0) != b_get(n, 0):
+                break
+        else:
             return 0
-        if any(total.get(n, 0) == 0 for n in self.names):
+        key = self.share_key(total)
+        if key is None:
             a_greater = b_greater = False
-            for n in self.names:
-                x, y = a.get(n, 0), b.get(n, 0)
+            for n in names:
+                x, y = a_get(n, 0), b_get(n, 0)
                 if x > y:
                     a_greater = True
                 elif x < y:
@@ -208,13 +232,19 @@ class DominantCalculator(ResourceCalculator):
             if a_greater == b_greater:
                 return 0
             return 1 if a_greater else -1
-        sa = sorted(self._shares(total, a), reverse=True)
-        sb = sorted(self._shares(total, b), reverse=True)
-        for share_a, share_b in zip(sa, sb, strict=True):
-            diff = share_a - share_b
-            if diff != 0.0:
-                return 1 if diff > 0 else -1
-        return 0
+        # Shares are finite (a positive divisor): tuples compare as the first share that differs, and
+        # ``-0.0 == 0.0`` as YARN's ``diff != 0`` test has it.
+        ka, kb = key(a), key(b)
+        return (ka > kb) - (ka < kb)
+
+    def positive(self, total: ResourceLike, r: ResourceLike) -> bool:
+        """``compare(total, r, {}) > 0`` without the shares: with a divisor missing, some type positive and
+        none negative; else some share positive (its largest share decides against all zeros), that is some
+        type of the same sign as its divisor."""
+        pairs = [(r.get(n, 0), total.get(n, 0)) for n in self.names]
+        if any(t == 0 for _, t in pairs):
+            return any(v > 0 for v, _ in pairs) and not any(v < 0 for v, _ in pairs)
+        return any(v > 0 if t > 0 else v < 0 for v, t in pairs)
 
     def divide(self, total: ResourceLike, numerator: ResourceLike, denominator: ResourceLike) -> float:
         top = _max_share(self._shares(total, numerator))

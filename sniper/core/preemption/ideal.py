@@ -171,6 +171,10 @@ class _Q:
     to_be_preempted: Resource = dataclasses.field(default_factory=dict)
     weight: dict[str, float] = dataclasses.field(default_factory=dict)
     excluded: bool = False
+    # The ideal its ordering ratio was last computed for, and that ratio: the ratio is a function of the
+    # ideal alone within a level (the level's total, the guarantee and the capacity are fixed), and an ideal
+    # is replaced, never changed in place.
+    ratio_of: tuple[Resource, float] | None = None
 
     @property
     def guaranteed(self) -> Resource:
@@ -306,6 +310,7 @@ class _Solver:
         self.layers = layers
         self.avoid_ineffective = avoid_ineffective
         self.cap_by_demand = cap_by_demand
+        self.weights: dict[tuple[bool, frozenset[str]], dict[str, dict[str, float]]] = {}
 
     def solve(self, root: _Q) -> None:
         self._update_extras(root)
@@ -419,6 +424,14 @@ class _Solver:
         return unassigned
 
     def _ratio(self, tot: Resource, q: _Q) -> float:
+        known = q.ratio_of
+        if known is not None and known[0] is q.ideal:
+            return known[1]
+        ratio = self._fresh_ratio(tot, q)
+        q.ratio_of = (q.ideal, ratio)
+        return ratio
+
+    def _fresh_ratio(self, tot: Resource, q: _Q) -> float:
         if not self.calc.positive(tot, q.guaranteed):
             return _ZERO_GUARANTEE_RATIO
         if self.cap_by_demand:
@@ -444,21 +457,31 @@ class _Solver:
         return group
 
     def _reset_weights(self, queues: list[_Q], ignore_guarantee: bool) -> None:
+        # The weights are a function of which queues are needy (and of the pass): a set seen before in this
+        # computation gets the same weight dicts again (they are read, never changed).
+        key = (ignore_guarantee, frozenset(q.snap.path for q in queues))
+        known = self.weights.get(key)
+        if known is None:
+            known = self.weights[key] = self._fresh_weights(queues, ignore_guarantee)
+        for q in queues:
+            q.weight = known[q.snap.path]
+
+    def _fresh_weights(self, queues: list[_Q], ignore_guarantee: bool) -> dict[str, dict[str, float]]:
         names = self.calc.names
         if ignore_guarantee:
             share = java_float_div(1, len(queues))
-            for q in queues:
-                q.weight = {n: share for n in names}
-            return
+            return {q.snap.path: {n: share for n in names} for q in queues}
         active = total(q.guaranteed for q in queues)
         # A resource no needy queue's guarantee names is nobody's: YARN offers none of it; Sniper
         # (``cap_by_demand``) shares it evenly, so an ask using it is not starved of it by the weights.
         unnamed = java_float_div(1, len(queues)) if self.cap_by_demand else 0.0
-        for q in queues:
-            q.weight = {
+        return {
+            q.snap.path: {
                 n: java_float_div(q.guaranteed.get(n, 0), active.get(n, 0)) if active.get(n, 0) != 0 else unnamed
                 for n in names
             }
+            for q in queues
+        }
 
     def _offer(self, tot: Resource, q: _Q, avail: Resource) -> Resource:
         """``TempQueuePerPartition.offer``: what ``q`` accepts of ``avail``; its ideal grows by that much."""

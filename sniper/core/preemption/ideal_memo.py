@@ -1,0 +1,104 @@
+"""A bounded memo of ideal assignments, keyed by the exact figures of their snapshots.
+
+Owns :class:`IdealMemo`. The ideal assignment is a pure function of its snapshot and options
+(:func:`sniper.core.preemption.ideal.compute_ideal`), so a snapshot whose every figure the ideal may read
+equals one seen before gets that answer again. Invariants: the key holds every field of the snapshot and
+of each queue but the applications, and a snapshot whose queues hold applications (their killable
+containers count) is never memoized; every answer handed out is a fresh copy, so no caller can change
+another's; at most ``size`` answers are kept, the least recently used dropped first.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import OrderedDict
+from collections.abc import Callable, Hashable, Mapping
+
+from sniper.core.preemption.ideal import IdealAssignment
+from sniper.core.preemption.model import ClusterSnapshot, QueueSnapshot
+
+
+def _items(r: Mapping[str, int] | None) -> tuple[tuple[str, int], ...] | None:
+    # In the resource's own order: two snapshots with the same figures in another order are different keys
+    # (never a wrong answer, only a computation more).
+    return None if r is None else tuple(r.items())
+
+
+def _queue_key(q: QueueSnapshot) -> tuple[Hashable, ...]:
+    return (
+        q.path,
+        q.parent,
+        q.children,
+        q.is_leaf,
+        _items(q.guaranteed),
+        _items(q.max),
+        _items(q.used),
+        _items(q.pending),
+        _items(q.pending_considering_reserved),
+        _items(q.reserved),
+        q.priority,
+        q.preemption_disabled,
+        q.fenced,
+        q.max_am_resource_percent,
+        _items(q.smallest_pending_ask),
+    )
+
+
+def snapshot_key(snapshot: ClusterSnapshot) -> tuple[Hashable, ...] | None:
+    """Every figure of ``snapshot`` as a hashable value; ``None`` when a queue holds applications."""
+    if any(q.apps for q in snapshot.queues):
+        return None
+    return (_items(snapshot.resource), snapshot.resource_names, tuple(_queue_key(q) for q in snapshot.queues))
+
+
+def _copy(assignment: IdealAssignment) -> IdealAssignment:
+    return IdealAssignment(
+        {
+            path: dataclasses.replace(
+                q,
+                ideal_assigned=dict(q.ideal_assigned),
+                to_be_preempted=dict(q.to_be_preempted),
+                preemptable_extra=dict(q.preemptable_extra),
+                untouchable_extra=dict(q.untouchable_extra),
+                pending=dict(q.pending),
+            )
+            for path, q in assignment.queues.items()
+        }
+    )
+
+
+class IdealMemo:
+    """The last ``size`` ideal assignments by snapshot and options; :attr:`hits` and :attr:`misses` count
+    the answers reused and computed."""
+
+    def __init__(self, size: int) -> None:
+        if size < 1:
+            raise ValueError("an ideal memo keeps at least one answer")
+        self.size = size
+        self.hits = 0
+        self.misses = 0
+        self._answers: OrderedDict[Hashable, IdealAssignment] = OrderedDict()
+
+    def get(
+        self,
+        snapshot: ClusterSnapshot,
+        options: Hashable,
+        compute: Callable[[ClusterSnapshot], IdealAssignment],
+    ) -> IdealAssignment:
+        """``compute(snapshot)``, or a copy of its answer for equal figures and ``options`` seen before."""
+        figures = snapshot_key(snapshot)
+        if figures is None:
+            self.misses += 1
+            return compute(snapshot)
+        key = (options, figures)
+        answers = self._answers
+        known = answers.get(key)
+        if known is not None:
+            self.hits += 1
+            answers.move_to_end(key)
+            return _copy(known)
+        self.misses += 1
+        known = answers[key] = compute(snapshot)
+        if len(answers) > self.size:
+            answers.popitem(last=False)
+        return _copy(known)
