@@ -15,9 +15,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sniper.core.preemption.calculator import DominantCalculator
+from sniper.core.preemption.calculator import DominantCalculator, make_calculator
 from sniper.core.preemption.ideal import IdealAssignment, compute_ideal
-from sniper.core.preemption.ideal_memo import IdealMemo, snapshot_key
+from sniper.core.preemption.ideal_memo import IdealMemo
 from sniper.core.preemption.model import AppSnapshot, ClusterSnapshot, ContainerSnapshot, QueueSnapshot
 from sniper.core.preemption.view import SNIPER_IDEALS, ideal_of
 from sniper.core.resources import Resource
@@ -39,6 +39,20 @@ def sniper_ideal(snapshot: ClusterSnapshot, avoid_ineffective: bool = True) -> I
 def resources(names: tuple[str, ...], top: int, *, zero: bool = True) -> st.SearchStrategy[Resource]:
     low = 0 if zero else 1
     return st.fixed_dictionaries({n: st.integers(low, top) for n in names})
+
+
+def apps(queue: str, names: tuple[str, ...]) -> st.SearchStrategy[tuple[AppSnapshot, ...]]:
+    """One app of one or two containers, killable or not: the killable ones count in the ideal."""
+    container = st.builds(
+        ContainerSnapshot,
+        id=st.sampled_from(["a", "b"]).map(lambda c: f"{queue}/{c}"),
+        app=st.just(f"{queue}/app"),
+        resource=resources(names, 60),
+        killable=st.booleans(),
+    )
+    return st.lists(container, min_size=1, max_size=2, unique_by=lambda c: c.id).map(
+        lambda cs: (AppSnapshot(id=f"{queue}/app", queue=queue, submit_order=1, containers=tuple(cs)),)
+    )
 
 
 @st.composite
@@ -64,6 +78,7 @@ def snapshots(draw: st.DrawFn) -> ClusterSnapshot:
             priority=draw(st.integers(0, 2)),
             fenced=fenced,
             smallest_pending_ask=draw(st.one_of(st.none(), resources(names, 50))) if leaf else None,
+            apps=draw(st.one_of(st.just(()), apps(path, names))) if leaf else (),
         )
 
     tops = [f"root.q{i}" for i in range(len(shape))]
@@ -93,6 +108,23 @@ def changed(snapshot: ClusterSnapshot, index: int, field: str, by: int) -> Clust
     return dataclasses.replace(snapshot, queues=tuple(queues))
 
 
+# The option sets the callers use: Sniper's (with and without dropping ineffective demand) and YARN's round
+# on either calculator, with an allowance, with and without preemption to balance.
+OPTIONS: dict[str, Callable[[ClusterSnapshot], IdealAssignment]] = {
+    "sniper": sniper_ideal,
+    "sniper-keeping-ineffective": functools.partial(sniper_ideal, avoid_ineffective=False),
+    "yarn-default": lambda snap: compute_ideal(
+        snap, make_calculator("default", snap.resource_names), total_preemption_allowed={"memory": 40}
+    ),
+    "yarn-dominant-balance": lambda snap: compute_ideal(
+        snap,
+        make_calculator("dominant", snap.resource_names),
+        total_preemption_allowed={"memory": 60, "vcore": 60},
+        preempt_to_balance=True,
+    ),
+}
+
+
 @given(
     base=snapshots(),
     steps=st.lists(
@@ -100,23 +132,23 @@ def changed(snapshot: ClusterSnapshot, index: int, field: str, by: int) -> Clust
             st.sampled_from(["used", "pending", "guaranteed", "max", "smallest_pending_ask", "same"]),
             st.integers(0, 7),
             st.integers(-30, 30),
-            st.booleans(),
+            st.sampled_from(sorted(OPTIONS)),
         ),
         min_size=1,
         max_size=8,
     ),
 )
 def test_a_memoized_ideal_equals_the_computed_one_over_repeats_and_single_changes(
-    base: ClusterSnapshot, steps: list[tuple[str, int, int, bool]]
+    base: ClusterSnapshot, steps: list[tuple[str, int, int, str]]
 ) -> None:
     memo = IdealMemo(4)
     seen = [base]
-    for field, index, by, avoid in steps:
+    for field, index, by, options in steps:
         # Back to an earlier snapshot, or one figure changed from the last.
         snapshot = seen[index % len(seen)] if field == "same" else changed(seen[-1], index, field, by)
         seen.append(snapshot)
-        got = memo.get(snapshot, avoid, functools.partial(sniper_ideal, avoid_ineffective=avoid))
-        assert got == sniper_ideal(snapshot, avoid)
+        got = memo.get(snapshot, options, OPTIONS[options])
+        assert got == OPTIONS[options](snapshot)
     assert memo.hits + memo.misses == len(steps)
 
 
@@ -184,17 +216,28 @@ def test_other_options_or_one_other_figure_are_computed_again() -> None:
     assert other == sniper_ideal(two_queues(used_a=31))
 
 
-def test_a_snapshot_whose_queues_hold_applications_is_never_memoized() -> None:
-    snapshot = two_queues()
-    container = ContainerSnapshot(id="c1", app="app1", resource={"memory": 5, "vcore": 5}, killable=True)
-    app = AppSnapshot(id="app1", queue="root.b", submit_order=1, containers=(container,))
+def holding(snapshot: ClusterSnapshot, *containers: ContainerSnapshot) -> ClusterSnapshot:
+    """``snapshot`` with ``root.b`` holding one app of ``containers``."""
+    app = AppSnapshot(id="app1", queue="root.b", submit_order=1, containers=containers)
     queues = (*snapshot.queues[:2], dataclasses.replace(snapshot.queues[2], apps=(app,)))
-    with_apps = dataclasses.replace(snapshot, queues=queues)
-    assert snapshot_key(with_apps) is None
+    return dataclasses.replace(snapshot, queues=queues)
+
+
+def test_killable_containers_are_figures_of_the_key_and_other_containers_are_not() -> None:
+    def container(cid: str, killable: bool, reserved: bool = False) -> ContainerSnapshot:
+        return ContainerSnapshot(
+            id=cid, app="app1", resource={"memory": 5, "vcore": 5}, killable=killable, reserved=reserved
+        )
+
+    killable = holding(two_queues(), container("c1", True))
+    running = holding(two_queues(), container("c1", False))
+    other_running = holding(two_queues(), container("c2", False), container("c3", True, reserved=True))
     memo, calls = IdealMemo(8), list[ClusterSnapshot]()
-    memo.get(with_apps, True, counting(calls))
-    memo.get(with_apps, True, counting(calls))
-    assert len(calls) == 2 and memo.hits == 0
+    for snapshot in (killable, running, other_running, killable):
+        assert memo.get(snapshot, True, counting(calls)) == sniper_ideal(snapshot)
+    # A killable container changes the ideal's usage; running ones and killable reservations do not.
+    assert calls == [killable, running]
+    assert sniper_ideal(killable) != sniper_ideal(running)
 
 
 def test_the_least_recently_used_answer_is_dropped_first() -> None:
@@ -242,3 +285,16 @@ def test_dominant_compare_ignores_types_it_does_not_know() -> None:
     assert not calc.positive(total, {"pods": 3})
     assert calc.positive({"memory": 100, "vcore": 0}, {"memory": 1})
     assert not calc.positive({"memory": 100, "vcore": 0}, {"memory": 1, "vcore": -1})
+
+
+def test_a_smallest_ask_that_makes_an_increment_ineffective_is_a_figure_of_the_key() -> None:
+    def asking(size: int) -> ClusterSnapshot:
+        snapshot = two_queues()
+        a = dataclasses.replace(snapshot.queues[1], smallest_pending_ask={"memory": size, "vcore": size})
+        return dataclasses.replace(snapshot, queues=(snapshot.queues[0], a, snapshot.queues[2]))
+
+    memo, calls = IdealMemo(8), list[ClusterSnapshot]()
+    fits, too_large = memo.get(asking(10), True, counting(calls)), memo.get(asking(25), True, counting(calls))
+    assert len(calls) == 2
+    assert fits["root.a"].ideal_assigned == {"memory": 50, "vcore": 50}  # its increment of 20 starts an ask of 10
+    assert too_large["root.a"].ineffective and too_large == sniper_ideal(asking(25))

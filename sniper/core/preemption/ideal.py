@@ -197,19 +197,24 @@ class _Q:
         return {} if self.excluded else self.pcr
 
 
+def killable_of(snap: QueueSnapshot) -> Resource:
+    """What a leaf's containers the scheduler already holds as killable (not reservations) add up to: all the
+    ideal reads of its applications (a parent's is empty)."""
+    if not snap.is_leaf:
+        return {}
+    return total(c.resource for app in snap.apps for c in app.containers if c.killable and not c.reserved)
+
+
 def _build(snapshot: ClusterSnapshot) -> dict[str, _Q]:
     """Working queues in pre-order, parents' pending aggregated from their children (as YARN's ``addChild``)."""
     work: dict[str, _Q] = {}
     for snap in snapshot.queues:
-        killable: Resource = {}
-        if snap.is_leaf:
-            killable = total(c.resource for app in snap.apps for c in app.containers if c.killable and not c.reserved)
         work[snap.path] = _Q(
             snap=snap,
             children=[],
             pending=dict(snap.pending) if snap.is_leaf else {},
             pcr=dict(snap.pending_considering_reserved) if snap.is_leaf else {},
-            killable=killable,
+            killable=killable_of(snap),
         )
     for snap in snapshot.queues:
         if snap.parent is not None:

@@ -3,9 +3,9 @@
 Owns :class:`IdealMemo`. The ideal assignment is a pure function of its snapshot and options
 (:func:`sniper.core.preemption.ideal.compute_ideal`), so a snapshot whose every figure the ideal may read
 equals one seen before gets that answer again. Invariants: the key holds every field of the snapshot and
-of each queue but the applications, and a snapshot whose queues hold applications (their killable
-containers count) is never memoized; every answer handed out is a fresh copy, so no caller can change
-another's; at most ``size`` answers are kept, the least recently used dropped first.
+of each queue but the applications, and of those what the ideal reads (:func:`killable_of`); every answer
+handed out is a fresh copy, so no caller can change another's; at most ``size`` answers are kept, the
+least recently used dropped first.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import dataclasses
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Mapping
 
-from sniper.core.preemption.ideal import IdealAssignment
+from sniper.core.preemption.ideal import IdealAssignment, killable_of
 from sniper.core.preemption.model import ClusterSnapshot, QueueSnapshot
 
 
@@ -41,13 +41,12 @@ def _queue_key(q: QueueSnapshot) -> tuple[Hashable, ...]:
         q.fenced,
         q.max_am_resource_percent,
         _items(q.smallest_pending_ask),
+        _items(killable_of(q)),
     )
 
 
-def snapshot_key(snapshot: ClusterSnapshot) -> tuple[Hashable, ...] | None:
-    """Every figure of ``snapshot`` as a hashable value; ``None`` when a queue holds applications."""
-    if any(q.apps for q in snapshot.queues):
-        return None
+def snapshot_key(snapshot: ClusterSnapshot) -> tuple[Hashable, ...]:
+    """Every figure of ``snapshot`` the ideal reads, as a hashable value."""
     return (_items(snapshot.resource), snapshot.resource_names, tuple(_queue_key(q) for q in snapshot.queues))
 
 
@@ -86,11 +85,7 @@ class IdealMemo:
         compute: Callable[[ClusterSnapshot], IdealAssignment],
     ) -> IdealAssignment:
         """``compute(snapshot)``, or a copy of its answer for equal figures and ``options`` seen before."""
-        figures = snapshot_key(snapshot)
-        if figures is None:
-            self.misses += 1
-            return compute(snapshot)
-        key = (options, figures)
+        key = (options, snapshot_key(snapshot))
         answers = self._answers
         known = answers.get(key)
         if known is not None:
