@@ -268,14 +268,19 @@ totals = st.fixed_dictionaries({n: st.integers(0, 300) for n in NAMES})
 
 
 @given(total=totals, a=signed, b=signed)
-def test_dominant_positive_and_share_keys_agree_with_compare(total: Resource, a: Resource, b: Resource) -> None:
+def test_a_dominant_order_agrees_with_compare_and_its_share_keys(total: Resource, a: Resource, b: Resource) -> None:
     calc = DominantCalculator(NAMES)
-    assert calc.positive(total, a) == (calc.compare(total, a, {}) > 0)
-    assert calc.compare(total, a, b) == -calc.compare(total, b, a)
-    key = calc.share_key(total)
-    assert (key is None) == any(total[n] == 0 for n in NAMES)
-    if key is not None:
-        assert calc.compare(total, a, b) == (key(a) > key(b)) - (key(a) < key(b))
+    order = calc.against(total)
+    assert order.compare(a, b) == calc.compare(total, a, b) == -calc.compare(total, b, a)
+    assert order.positive(a) == (order.compare(a, {}) > 0)
+    assert order.rmin(a, b) == (a if order.compare(a, b) <= 0 else b)
+    assert order.rmax(a, b) == (a if order.compare(a, b) >= 0 else b)
+    assert (order.key is None) == any(total[n] == 0 for n in NAMES)
+    if order.key is not None:
+        ka, kb = order.key(a), order.key(b)
+        assert order.compare(a, b) == (ka > kb) - (ka < kb)
+        # The largest share first: what YARN's comparator reads before the next one.
+        assert ka[0] == max(a[n] / total[n] for n in NAMES)
 
 
 def test_dominant_compare_ignores_types_it_does_not_know() -> None:

@@ -2,10 +2,11 @@
 
 Owns: :class:`ResourceCalculator` with :class:`DefaultCalculator` (YARN's ``DefaultResourceCalculator``: every
 comparison and ratio looks at memory only) and :class:`DominantCalculator` (YARN's
-``DominantResourceCalculator``: DRF; shares against a total, compared from the largest share down), the
-factory :func:`make_calculator`, and the Java number semantics the policy's exact figures depend on
-(``float`` weights and ratios, truncating ``(long)`` casts). Products are rounded to integers as each YARN
-calculator does: the default one half up (``(long)(x + 0.5)``), the dominant one up
+``DominantResourceCalculator``: DRF; shares against a total, compared from the largest share down), each
+calculator's :class:`Order` against one total (``against``: what it needs of the total worked out once; every
+comparison goes through it), the factory :func:`make_calculator`, and the Java number semantics the policy's
+exact figures depend on (``float`` weights and ratios, truncating ``(long)`` casts). Products are rounded to
+integers as each YARN calculator does: the default one half up (``(long)(x + 0.5)``), the dominant one up
 (``(long) Math.ceil((float) x)``; YARN's DRF tests, e.g. the natural termination factor one, depend on it).
 Under the default calculator only the memory component of a result is meaningful (as in YARN).
 
@@ -78,6 +79,41 @@ def multiply_trunc(r: ResourceLike, factor: float) -> Resource:
     return {k: java_long(v * factor) for k, v in r.items()}
 
 
+class Order:
+    """A calculator's comparison against one fixed total, with what it needs of that total worked out once
+    (the fix-point compares many resources against each level's total). ``key``, where the calculator has
+    one, is a sort key equivalent to ``compare``."""
+
+    __slots__ = ("compare", "key", "positive")
+
+    def __init__(
+        self,
+        compare: Callable[[ResourceLike, ResourceLike], int],
+        positive: Callable[[ResourceLike], bool],
+        key: Callable[[ResourceLike], tuple[float, ...]] | None = None,
+    ) -> None:
+        self.compare = compare
+        self.positive = positive
+        self.key = key
+
+    def gt(self, a: ResourceLike, b: ResourceLike) -> bool:
+        return self.compare(a, b) > 0
+
+    def lt(self, a: ResourceLike, b: ResourceLike) -> bool:
+        return self.compare(a, b) < 0
+
+    def ge(self, a: ResourceLike, b: ResourceLike) -> bool:
+        return self.compare(a, b) >= 0
+
+    def rmin(self, a: ResourceLike, b: ResourceLike) -> Resource:
+        """YARN's ``Resources.min``: ``a`` when ``a <= b``, else ``b`` (whole, not component-wise)."""
+        return dict(a) if self.compare(a, b) <= 0 else dict(b)
+
+    def rmax(self, a: ResourceLike, b: ResourceLike) -> Resource:
+        """YARN's ``Resources.max``: ``a`` when ``a >= b``, else ``b`` (whole, not component-wise)."""
+        return dict(a) if self.compare(a, b) >= 0 else dict(b)
+
+
 class ResourceCalculator(ABC):
     """Comparison, division and rounding of resources, relative to a ``total`` (YARN's ``clusterResource``)."""
 
@@ -87,8 +123,12 @@ class ResourceCalculator(ABC):
         self.names: tuple[str, ...] = tuple(names)
 
     @abstractmethod
+    def against(self, total: ResourceLike) -> Order:
+        """This calculator's comparison relative to ``total``."""
+
     def compare(self, total: ResourceLike, a: ResourceLike, b: ResourceLike) -> int:
         """-1, 0 or 1 as ``a`` is smaller than, as large as or larger than ``b`` (relative to ``total``)."""
+        return self.against(total).compare(a, b)
 
     @abstractmethod
     def divide(self, total: ResourceLike, numerator: ResourceLike, denominator: ResourceLike) -> float:
@@ -116,15 +156,15 @@ class ResourceCalculator(ABC):
 
     def positive(self, total: ResourceLike, r: ResourceLike) -> bool:
         """``r > none`` in this calculator's order."""
-        return self.compare(total, r, {}) > 0
+        return self.against(total).positive(r)
 
     def rmin(self, total: ResourceLike, a: ResourceLike, b: ResourceLike) -> Resource:
         """YARN's ``Resources.min``: ``a`` when ``a <= b``, else ``b`` (whole, not component-wise)."""
-        return dict(a) if self.compare(total, a, b) <= 0 else dict(b)
+        return self.against(total).rmin(a, b)
 
     def rmax(self, total: ResourceLike, a: ResourceLike, b: ResourceLike) -> Resource:
         """YARN's ``Resources.max``: ``a`` when ``a >= b``, else ``b`` (whole, not component-wise)."""
-        return dict(a) if self.compare(total, a, b) >= 0 else dict(b)
+        return self.against(total).rmax(a, b)
 
     def _keys(self, *rs: ResourceLike) -> list[str]:
         keys = list(self.names)
@@ -163,9 +203,14 @@ class DefaultCalculator(ResourceCalculator):
         super().__init__(names)
         self.memory = memory
 
-    def compare(self, total: ResourceLike, a: ResourceLike, b: ResourceLike) -> int:
-        x, y = a.get(self.memory, 0), b.get(self.memory, 0)
-        return (x > y) - (x < y)
+    def against(self, total: ResourceLike) -> Order:
+        memory = self.memory
+
+        def compare(a: ResourceLike, b: ResourceLike) -> int:
+            x, y = a.get(memory, 0), b.get(memory, 0)
+            return (x > y) - (x < y)
+
+        return Order(compare, lambda r: r.get(memory, 0) > 0)
 
     def divide(self, total: ResourceLike, numerator: ResourceLike, denominator: ResourceLike) -> float:
         return java_float_div(numerator.get(self.memory, 0), denominator.get(self.memory, 0))
@@ -195,13 +240,28 @@ class DominantCalculator(ResourceCalculator):
     def _shares(self, total: ResourceLike, r: ResourceLike) -> list[float]:
         return [java_div(float(r.get(n, 0)), float(total.get(n, 0))) for n in self.names]
 
-    def share_key(self, total: ResourceLike) -> Callable[[ResourceLike], tuple[float, ...]] | None:
-        """A sort key equivalent to :meth:`compare` against ``total``: ``compare(total, a, b)`` is the sign of
-        ``key(a)`` against ``key(b)`` (shares of ``total``, largest first). ``None`` when ``total`` lacks one of
-        the types: the comparison is then component-wise, a partial order no key reproduces."""
-        divisors = [(n, float(total.get(n, 0))) for n in self.names]
+    def against(self, total: ResourceLike) -> Order:
+        names = self.names
+        divisors = [(n, float(total.get(n, 0))) for n in names]
         if any(d == 0 for _, d in divisors):
-            return None
+            # A type the total lacks: component-wise, larger only when larger in some type and smaller in none.
+            def componentwise(a: ResourceLike, b: ResourceLike) -> int:
+                a_greater = b_greater = False
+                for n in names:
+                    x, y = a.get(n, 0), b.get(n, 0)
+                    if x > y:
+                        a_greater = True
+                    elif x < y:
+                        b_greater = True
+                if a_greater == b_greater:
+                    return 0
+                return 1 if a_greater else -1
+
+            def some_positive_none_negative(r: ResourceLike) -> bool:
+                values = [r.get(n, 0) for n in names]
+                return any(v > 0 for v in values) and not any(v < 0 for v in values)
+
+            return Order(componentwise, some_positive_none_negative)
 
         def key(r: ResourceLike) -> tuple[float, ...]:
             get = r.get
@@ -209,42 +269,25 @@ class DominantCalculator(ResourceCalculator):
             shares.sort(reverse=True)
             return tuple(shares)
 
-        return key
-
-    def compare(self, total: ResourceLike, a: ResourceLike, b: ResourceLike) -> int:
-        # Equal on every type this calculator knows means equal: other names never decide (below, every
-        # comparison reads ``self.names`` only).
-        names, a_get, b_get = self.names, a.get, b.get
-        for n in names:
-            if a_get(n, 0) != b_get(n, 0):
-                break
-        else:
-            return 0
-        key = self.share_key(total)
-        if key is None:
-            a_greater = b_greater = False
+        def by_shares(a: ResourceLike, b: ResourceLike) -> int:
+            # Equal on every type this calculator knows is equal: other names never decide.
+            a_get, b_get = a.get, b.get
             for n in names:
-                x, y = a_get(n, 0), b_get(n, 0)
-                if x > y:
-                    a_greater = True
-                elif x < y:
-                    b_greater = True
-            if a_greater == b_greater:
+                if a_get(n, 0) != b_get(n, 0):
+                    break
+            else:
                 return 0
-            return 1 if a_greater else -1
-        # Shares are finite (a positive divisor): tuples compare as the first share that differs, and
-        # ``-0.0 == 0.0`` as YARN's ``diff != 0`` test has it.
-        ka, kb = key(a), key(b)
-        return (ka > kb) - (ka < kb)
+            # Shares are finite (no divisor is zero): tuples compare as the first share that differs, and
+            # ``-0.0 == 0.0`` as YARN's ``diff != 0`` test has it.
+            ka, kb = key(a), key(b)
+            return (ka > kb) - (ka < kb)
 
-    def positive(self, total: ResourceLike, r: ResourceLike) -> bool:
-        """``compare(total, r, {}) > 0`` without the shares: with a divisor missing, some type positive and
-        none negative; else some share positive (its largest share decides against all zeros), that is some
-        type of the same sign as its divisor."""
-        pairs = [(r.get(n, 0), total.get(n, 0)) for n in self.names]
-        if any(t == 0 for _, t in pairs):
-            return any(v > 0 for v, _ in pairs) and not any(v < 0 for v, _ in pairs)
-        return any(v > 0 if t > 0 else v < 0 for v, t in pairs)
+        def some_share_positive(r: ResourceLike) -> bool:
+            # Against all zeros the largest share decides: some type of the same sign as its divisor.
+            get = r.get
+            return any(get(n, 0) > 0 if d > 0 else get(n, 0) < 0 for n, d in divisors)
+
+        return Order(by_shares, some_share_positive, key)
 
     def divide(self, total: ResourceLike, numerator: ResourceLike, denominator: ResourceLike) -> float:
         top = _max_share(self._shares(total, numerator))

@@ -58,6 +58,7 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Generic, TypeVar
 
 from sniper.core.preemption.calculator import (
+    Order,
     ResourceCalculator,
     double_compare,
     java_float_div,
@@ -316,6 +317,15 @@ class _Solver:
         self.avoid_ineffective = avoid_ineffective
         self.cap_by_demand = cap_by_demand
         self.weights: dict[tuple[bool, frozenset[str]], dict[str, dict[str, float]]] = {}
+        self.orders: dict[int, tuple[Resource, Order]] = {}
+
+    def _at(self, tot: Resource) -> Order:
+        """The calculator's comparison against ``tot``, worked out once per total (by identity: a level's total
+        and the capacity are never changed in place; the entry holds the total, so its id is not reused)."""
+        known = self.orders.get(id(tot))
+        if known is None or known[0] is not tot:
+            known = self.orders[id(tot)] = (tot, self.calc.against(tot))
+        return known[1]
 
     def solve(self, root: _Q) -> None:
         self._update_extras(root)
@@ -338,9 +348,9 @@ class _Solver:
     def _update_extras(self, q: _Q) -> None:
         for child in q.children:
             self._update_extras(child)
-        calc, cluster = self.calc, self.cluster
+        order = self._at(self.cluster)
         extra = sub(q.used, q.guaranteed)
-        if calc.lt(cluster, extra, {}):
+        if order.lt(extra, {}):
             extra = {}
         if q.is_leaf:
             if q.snap.preemption_disabled:
@@ -349,8 +359,8 @@ class _Solver:
                 q.untouchable, q.preemptable = {}, extra
             return
         children_preemptable = total(c.preemptable for c in q.children)
-        q.untouchable = {} if calc.ge(cluster, children_preemptable, extra) else sub(extra, children_preemptable)
-        q.preemptable = calc.rmin(cluster, children_preemptable, extra)
+        q.untouchable = {} if order.ge(children_preemptable, extra) else sub(extra, children_preemptable)
+        q.preemptable = order.rmin(children_preemptable, extra)
 
     # --- one level ---------------------------------------------------------------------------------------
 
@@ -366,25 +376,25 @@ class _Solver:
         self._assign_preemption(queues, tot)
 
     def _distribute_once(self, queues: list[_Q], tot: Resource) -> None:
-        calc = self.calc
+        order = self._at(tot)
         for q in queues:
             q.ideal = {}
         unassigned: Resource = dict(tot)
         if not self.layers:
-            nonzero = [q for q in queues if calc.positive(tot, q.guaranteed)]
-            zero = [q for q in queues if not calc.positive(tot, q.guaranteed)]
+            nonzero = [q for q in queues if order.positive(q.guaranteed)]
+            zero = [q for q in queues if not order.positive(q.guaranteed)]
             unassigned = self._fixpoint(tot, nonzero, unassigned, ignore_guarantee=False, initialize=True)
-            if zero and calc.positive(tot, unassigned):
+            if zero and order.positive(unassigned):
                 unassigned = self._fixpoint(tot, zero, unassigned, ignore_guarantee=True, initialize=True)
             return
         for q in queues:
             q.ideal = self._initial(tot, q)
             unassigned = sub(unassigned, q.ideal)
         for layer in _priority_layers(queues):
-            nonzero = [q for q in layer if calc.positive(tot, q.guaranteed)]
-            zero = [q for q in layer if not calc.positive(tot, q.guaranteed)]
+            nonzero = [q for q in layer if order.positive(q.guaranteed)]
+            zero = [q for q in layer if not order.positive(q.guaranteed)]
             unassigned = self._fixpoint(tot, nonzero, unassigned, ignore_guarantee=False, initialize=False)
-            if zero and calc.positive(tot, unassigned):
+            if zero and order.positive(unassigned):
                 unassigned = self._fixpoint(tot, zero, unassigned, ignore_guarantee=True, initialize=False)
 
     def _initial(self, tot: Resource, q: _Q) -> Resource:
@@ -393,7 +403,7 @@ class _Solver:
             # A guaranteed resource the parent's ideal has none of (nobody uses it) would make the
             # guarantee look infinite there and protect all the queue holds: it is left out.
             guaranteed = {n: v for n, v in guaranteed.items() if tot.get(n, 0)}
-        if self.calc.gt(tot, q.used, guaranteed):
+        if self._at(tot).gt(q.used, guaranteed):
             protected = add(q.guaranteed, q.untouchable)
             return component_min(protected, add(q.used, q.pending_eff)) if self.cap_by_demand else protected
         if self.cap_by_demand:
@@ -406,15 +416,15 @@ class _Solver:
     def _fixpoint(
         self, tot: Resource, queues: list[_Q], unassigned: Resource, *, ignore_guarantee: bool, initialize: bool
     ) -> Resource:
-        calc = self.calc
+        calc, order = self.calc, self._at(tot)
         heap: _JavaPriorityQueue[_Q] = _JavaPriorityQueue(lambda a, b: self._order(tot, a, b))
         for q in queues:
             if initialize:
                 q.ideal = self._initial(tot, q)
                 unassigned = sub(unassigned, q.ideal)
-            if calc.lt(tot, q.ideal, add(q.used, q.pending_eff)):
+            if order.lt(q.ideal, add(q.used, q.pending_eff)):
                 heap.add(q)
-        while len(heap) and calc.positive(tot, unassigned):
+        while len(heap) and order.positive(unassigned):
             self._reset_weights(heap.items(), ignore_guarantee)
             underserved = self._most_underserved(tot, heap)
             at_start = dict(unassigned)
@@ -423,7 +433,7 @@ class _Solver:
                     break
                 offer = component_min(calc.multiply_round(at_start, q.weight), unassigned)
                 accepted = self._offer(tot, q, offer)
-                if calc.positive(tot, accepted):
+                if order.positive(accepted):
                     heap.add(q)
                 unassigned = component_max(sub(unassigned, accepted), {})
         return unassigned
@@ -437,7 +447,7 @@ class _Solver:
         return ratio
 
     def _fresh_ratio(self, tot: Resource, q: _Q) -> float:
-        if not self.calc.positive(tot, q.guaranteed):
+        if not self._at(tot).positive(q.guaranteed):
             return _ZERO_GUARANTEE_RATIO
         if self.cap_by_demand:
             # How far a queue is towards its guarantee: dominant shares of the partition's capacity, of the
@@ -490,10 +500,10 @@ class _Solver:
 
     def _offer(self, tot: Resource, q: _Q, avail: Resource) -> Resource:
         """``TempQueuePerPartition.offer``: what ``q`` accepts of ``avail``; its ideal grows by that much."""
-        calc = self.calc
+        order = self._at(tot)
         room_to_max = component_max(sub(q.snap.max, q.ideal), {})
         wanted = sub(add(q.used, q.pcr_eff), q.ideal)
-        accepted = component_min(room_to_max, calc.rmin(tot, avail, wanted))
+        accepted = component_min(room_to_max, order.rmin(avail, wanted))
         if self.cap_by_demand:
             accepted = component_min(accepted, component_max(wanted, {}))
         if q.is_leaf and not self.balance and not (self.cap_by_demand and not any_positive(q.guaranteed)):
@@ -508,8 +518,8 @@ class _Solver:
                     for n, v in accepted.items()
                 }
             else:
-                cap = calc.rmax(tot, sub(calc.rmax(tot, q.used, q.guaranteed), q.ideal), {})
-                accepted = calc.rmin(tot, accepted, cap)
+                cap = order.rmax(sub(order.rmax(q.used, q.guaranteed), q.ideal), {})
+                accepted = order.rmin(accepted, cap)
         accepted = component_min(component_max(accepted, {}), avail)
         q.ideal = add(q.ideal, accepted)
         return accepted
@@ -539,30 +549,30 @@ class _Solver:
             if q.excluded:
                 continue
             increment = component_max(sub(q.ideal, q.used), {})
-            if not calc.positive(tot, increment):
+            if not self._at(tot).positive(increment):
                 continue
             asks = self._asks(q)
             if not asks or any(calc.fits_in(ask, add(increment, room)) for ask, room in asks):
                 continue
-            if worst is None or calc.gt(tot, increment, worst_increment):
+            if worst is None or self._at(tot).gt(increment, worst_increment):
                 worst, worst_increment = q, increment
         return worst
 
     # --- preemption targets --------------------------------------------------------------------------------
 
     def _assign_preemption(self, queues: list[_Q], tot: Resource) -> None:
-        calc = self.calc
+        calc, order = self.calc, self._at(tot)
         needed: Resource = {}
         for q in queues:
-            if calc.gt(tot, q.used, q.ideal):
+            if order.gt(q.used, q.ideal):
                 needed = add(needed, sub(q.used, q.ideal))
         scaling = 1.0
-        if self.allowance is not None and calc.gt(tot, needed, self.allowance):
+        if self.allowance is not None and order.gt(needed, self.allowance):
             scaling = calc.divide(tot, self.allowance, needed)
         for q in queues:
             used = sub(q.used, q.killable)
-            minimum = calc.rmax(tot, calc.rmin(tot, add(q.used, q.pending_eff), q.guaranteed), q.ideal)
-            q.to_be_preempted = multiply_trunc(sub(used, minimum), scaling) if calc.gt(tot, used, minimum) else {}
+            minimum = order.rmax(order.rmin(add(q.used, q.pending_eff), q.guaranteed), q.ideal)
+            q.to_be_preempted = multiply_trunc(sub(used, minimum), scaling) if order.gt(used, minimum) else {}
 
 
 def _priority_layers(queues: list[_Q]) -> list[list[_Q]]:
