@@ -10,56 +10,53 @@ least recently used dropped first.
 
 from __future__ import annotations
 
-import dataclasses
 from collections import OrderedDict
-from collections.abc import Callable, Hashable, Mapping
+from collections.abc import Callable, Hashable
 
-from sniper.core.preemption.ideal import IdealAssignment, killable_of
+from sniper.core.preemption.ideal import IdealAssignment, QueueIdeal, killable_of
 from sniper.core.preemption.model import ClusterSnapshot, QueueSnapshot
 
 
-def _items(r: Mapping[str, int] | None) -> tuple[tuple[str, int], ...] | None:
-    # In the resource's own order: two snapshots with the same figures in another order are different keys
-    # (never a wrong answer, only a computation more).
-    return None if r is None else tuple(r.items())
-
-
 def _queue_key(q: QueueSnapshot) -> tuple[Hashable, ...]:
+    # Resources in their own order: two snapshots with the same figures in another order are different keys
+    # (never a wrong answer, only a computation more).
+    ask = q.smallest_pending_ask
     return (
         q.path,
         q.parent,
         q.children,
         q.is_leaf,
-        _items(q.guaranteed),
-        _items(q.max),
-        _items(q.used),
-        _items(q.pending),
-        _items(q.pending_considering_reserved),
-        _items(q.reserved),
+        tuple(q.guaranteed.items()),
+        tuple(q.max.items()),
+        tuple(q.used.items()),
+        tuple(q.pending.items()),
+        tuple(q.pending_considering_reserved.items()),
+        tuple(q.reserved.items()),
         q.priority,
         q.preemption_disabled,
         q.fenced,
         q.max_am_resource_percent,
-        _items(q.smallest_pending_ask),
-        _items(killable_of(q)),
+        None if ask is None else tuple(ask.items()),
+        tuple(killable_of(q).items()) if q.apps else (),
     )
 
 
 def snapshot_key(snapshot: ClusterSnapshot) -> tuple[Hashable, ...]:
     """Every figure of ``snapshot`` the ideal reads, as a hashable value."""
-    return (_items(snapshot.resource), snapshot.resource_names, tuple(_queue_key(q) for q in snapshot.queues))
+    return (tuple(snapshot.resource.items()), snapshot.resource_names, tuple(map(_queue_key, snapshot.queues)))
 
 
 def _copy(assignment: IdealAssignment) -> IdealAssignment:
     return IdealAssignment(
         {
-            path: dataclasses.replace(
-                q,
-                ideal_assigned=dict(q.ideal_assigned),
-                to_be_preempted=dict(q.to_be_preempted),
-                preemptable_extra=dict(q.preemptable_extra),
-                untouchable_extra=dict(q.untouchable_extra),
-                pending=dict(q.pending),
+            path: QueueIdeal(
+                path,
+                dict(q.ideal_assigned),
+                dict(q.to_be_preempted),
+                dict(q.preemptable_extra),
+                dict(q.untouchable_extra),
+                dict(q.pending),
+                q.ineffective,
             )
             for path, q in assignment.queues.items()
         }
