@@ -2,10 +2,11 @@
 
 Owns: :class:`ResourceCalculator` with :class:`DefaultCalculator` (YARN's ``DefaultResourceCalculator``: every
 comparison and ratio looks at memory only) and :class:`DominantCalculator` (YARN's
-``DominantResourceCalculator``: DRF; shares against a total, compared from the largest share down), the
-factory :func:`make_calculator`, and the Java number semantics the policy's exact figures depend on
-(``float`` weights and ratios, truncating ``(long)`` casts). Products are rounded to integers as each YARN
-calculator does: the default one half up (``(long)(x + 0.5)``), the dominant one up
+``DominantResourceCalculator``: DRF; shares against a total, compared from the largest share down), each
+calculator's :class:`Order` against one total (``against``: what it needs of the total worked out once; every
+comparison goes through it), the factory :func:`make_calculator`, and the Java number semantics the policy's
+exact figures depend on (``float`` weights and ratios, truncating ``(long)`` casts). Products are rounded to
+integers as each YARN calculator does: the default one half up (``(long)(x + 0.5)``), the dominant one up
 (``(long) Math.ceil((float) x)``; YARN's DRF tests, e.g. the natural termination factor one, depend on it).
 Under the default calculator only the memory component of a result is meaningful (as in YARN).
 
@@ -19,11 +20,12 @@ from __future__ import annotations
 import math
 import struct
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from sniper.core.resources import MEMORY, Resource, ResourceLike
 
 CALCULATORS: tuple[str, ...] = ("default", "dominant")
+_SINGLE = struct.Struct("f")
 
 
 def java_float(x: float) -> float:
@@ -31,7 +33,7 @@ def java_float(x: float) -> float:
     if math.isnan(x) or math.isinf(x):
         return x
     try:
-        return float(struct.unpack("f", struct.pack("f", x))[0])
+        return float(_SINGLE.unpack(_SINGLE.pack(x))[0])
     except OverflowError:
         return math.copysign(math.inf, x)
 
@@ -77,6 +79,41 @@ def multiply_trunc(r: ResourceLike, factor: float) -> Resource:
     return {k: java_long(v * factor) for k, v in r.items()}
 
 
+class Order:
+    """A calculator's comparison against one fixed total, with what it needs of that total worked out once
+    (the fix-point compares many resources against each level's total). ``key``, where the calculator has
+    one, is a sort key equivalent to ``compare``."""
+
+    __slots__ = ("compare", "key", "positive")
+
+    def __init__(
+        self,
+        compare: Callable[[ResourceLike, ResourceLike], int],
+        positive: Callable[[ResourceLike], bool],
+        key: Callable[[ResourceLike], tuple[float, ...]] | None = None,
+    ) -> None:
+        self.compare = compare
+        self.positive = positive
+        self.key = key
+
+    def gt(self, a: ResourceLike, b: ResourceLike) -> bool:
+        return self.compare(a, b) > 0
+
+    def lt(self, a: ResourceLike, b: ResourceLike) -> bool:
+        return self.compare(a, b) < 0
+
+    def ge(self, a: ResourceLike, b: ResourceLike) -> bool:
+        return self.compare(a, b) >= 0
+
+    def rmin(self, a: ResourceLike, b: ResourceLike) -> Resource:
+        """YARN's ``Resources.min``: ``a`` when ``a <= b``, else ``b`` (whole, not component-wise)."""
+        return dict(a) if self.compare(a, b) <= 0 else dict(b)
+
+    def rmax(self, a: ResourceLike, b: ResourceLike) -> Resource:
+        """YARN's ``Resources.max``: ``a`` when ``a >= b``, else ``b`` (whole, not component-wise)."""
+        return dict(a) if self.compare(a, b) >= 0 else dict(b)
+
+
 class ResourceCalculator(ABC):
     """Comparison, division and rounding of resources, relative to a ``total`` (YARN's ``clusterResource``)."""
 
@@ -86,8 +123,12 @@ class ResourceCalculator(ABC):
         self.names: tuple[str, ...] = tuple(names)
 
     @abstractmethod
+    def against(self, total: ResourceLike) -> Order:
+        """This calculator's comparison relative to ``total``."""
+
     def compare(self, total: ResourceLike, a: ResourceLike, b: ResourceLike) -> int:
         """-1, 0 or 1 as ``a`` is smaller than, as large as or larger than ``b`` (relative to ``total``)."""
+        return self.against(total).compare(a, b)
 
     @abstractmethod
     def divide(self, total: ResourceLike, numerator: ResourceLike, denominator: ResourceLike) -> float:
@@ -115,15 +156,15 @@ class ResourceCalculator(ABC):
 
     def positive(self, total: ResourceLike, r: ResourceLike) -> bool:
         """``r > none`` in this calculator's order."""
-        return self.compare(total, r, {}) > 0
+        return self.against(total).positive(r)
 
     def rmin(self, total: ResourceLike, a: ResourceLike, b: ResourceLike) -> Resource:
         """YARN's ``Resources.min``: ``a`` when ``a <= b``, else ``b`` (whole, not component-wise)."""
-        return dict(a) if self.compare(total, a, b) <= 0 else dict(b)
+        return self.against(total).rmin(a, b)
 
     def rmax(self, total: ResourceLike, a: ResourceLike, b: ResourceLike) -> Resource:
         """YARN's ``Resources.max``: ``a`` when ``a >= b``, else ``b`` (whole, not component-wise)."""
-        return dict(a) if self.compare(total, a, b) >= 0 else dict(b)
+        return self.against(total).rmax(a, b)
 
     def _keys(self, *rs: ResourceLike) -> list[str]:
         keys = list(self.names)
@@ -162,9 +203,14 @@ class DefaultCalculator(ResourceCalculator):
         super().__init__(names)
         self.memory = memory
 
-    def compare(self, total: ResourceLike, a: ResourceLike, b: ResourceLike) -> int:
-        x, y = a.get(self.memory, 0), b.get(self.memory, 0)
-        return (x > y) - (x < y)
+    def against(self, total: ResourceLike) -> Order:
+        memory = self.memory
+
+        def compare(a: ResourceLike, b: ResourceLike) -> int:
+            x, y = a.get(memory, 0), b.get(memory, 0)
+            return (x > y) - (x < y)
+
+        return Order(compare, lambda r: r.get(memory, 0) > 0)
 
     def divide(self, total: ResourceLike, numerator: ResourceLike, denominator: ResourceLike) -> float:
         return java_float_div(numerator.get(self.memory, 0), denominator.get(self.memory, 0))
@@ -194,27 +240,54 @@ class DominantCalculator(ResourceCalculator):
     def _shares(self, total: ResourceLike, r: ResourceLike) -> list[float]:
         return [java_div(float(r.get(n, 0)), float(total.get(n, 0))) for n in self.names]
 
-    def compare(self, total: ResourceLike, a: ResourceLike, b: ResourceLike) -> int:
-        if all(a.get(n, 0) == b.get(n, 0) for n in self._keys(a, b)):
-            return 0
-        if any(total.get(n, 0) == 0 for n in self.names):
-            a_greater = b_greater = False
-            for n in self.names:
-                x, y = a.get(n, 0), b.get(n, 0)
-                if x > y:
-                    a_greater = True
-                elif x < y:
-                    b_greater = True
-            if a_greater == b_greater:
+    def against(self, total: ResourceLike) -> Order:
+        names = self.names
+        divisors = [(n, float(total.get(n, 0))) for n in names]
+        if any(d == 0 for _, d in divisors):
+            # A type the total lacks: component-wise, larger only when larger in some type and smaller in none.
+            def componentwise(a: ResourceLike, b: ResourceLike) -> int:
+                a_greater = b_greater = False
+                for n in names:
+                    x, y = a.get(n, 0), b.get(n, 0)
+                    if x > y:
+                        a_greater = True
+                    elif x < y:
+                        b_greater = True
+                if a_greater == b_greater:
+                    return 0
+                return 1 if a_greater else -1
+
+            def some_positive_none_negative(r: ResourceLike) -> bool:
+                values = [r.get(n, 0) for n in names]
+                return any(v > 0 for v in values) and not any(v < 0 for v in values)
+
+            return Order(componentwise, some_positive_none_negative)
+
+        def key(r: ResourceLike) -> tuple[float, ...]:
+            get = r.get
+            shares = [float(get(n, 0)) / d for n, d in divisors]
+            shares.sort(reverse=True)
+            return tuple(shares)
+
+        def by_shares(a: ResourceLike, b: ResourceLike) -> int:
+            # Equal on every type this calculator knows is equal: other names never decide.
+            a_get, b_get = a.get, b.get
+            for n in names:
+                if a_get(n, 0) != b_get(n, 0):
+                    break
+            else:
                 return 0
-            return 1 if a_greater else -1
-        sa = sorted(self._shares(total, a), reverse=True)
-        sb = sorted(self._shares(total, b), reverse=True)
-        for share_a, share_b in zip(sa, sb, strict=True):
-            diff = share_a - share_b
-            if diff != 0.0:
-                return 1 if diff > 0 else -1
-        return 0
+            # Shares are finite (no divisor is zero): tuples compare as the first share that differs, and
+            # ``-0.0 == 0.0`` as YARN's ``diff != 0`` test has it.
+            ka, kb = key(a), key(b)
+            return (ka > kb) - (ka < kb)
+
+        def some_share_positive(r: ResourceLike) -> bool:
+            # Against all zeros the largest share decides: some type of the same sign as its divisor.
+            get = r.get
+            return any(get(n, 0) > 0 if d > 0 else get(n, 0) < 0 for n, d in divisors)
+
+        return Order(by_shares, some_share_positive, key)
 
     def divide(self, total: ResourceLike, numerator: ResourceLike, denominator: ResourceLike) -> float:
         top = _max_share(self._shares(total, numerator))

@@ -58,6 +58,7 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Generic, TypeVar
 
 from sniper.core.preemption.calculator import (
+    Order,
     ResourceCalculator,
     double_compare,
     java_float_div,
@@ -171,6 +172,10 @@ class _Q:
     to_be_preempted: Resource = dataclasses.field(default_factory=dict)
     weight: dict[str, float] = dataclasses.field(default_factory=dict)
     excluded: bool = False
+    # The ideal its ordering ratio was last computed for, and that ratio: the ratio is a function of the
+    # ideal alone within a level (the level's total, the guarantee and the capacity are fixed), and an ideal
+    # is replaced, never changed in place.
+    ratio_of: tuple[Resource, float] | None = None
 
     @property
     def guaranteed(self) -> Resource:
@@ -193,19 +198,24 @@ class _Q:
         return {} if self.excluded else self.pcr
 
 
+def killable_of(snap: QueueSnapshot) -> Resource:
+    """What a leaf's containers the scheduler already holds as killable (not reservations) add up to: all the
+    ideal reads of its applications (a parent's is empty)."""
+    if not snap.is_leaf:
+        return {}
+    return total(c.resource for app in snap.apps for c in app.containers if c.killable and not c.reserved)
+
+
 def _build(snapshot: ClusterSnapshot) -> dict[str, _Q]:
     """Working queues in pre-order, parents' pending aggregated from their children (as YARN's ``addChild``)."""
     work: dict[str, _Q] = {}
     for snap in snapshot.queues:
-        killable: Resource = {}
-        if snap.is_leaf:
-            killable = total(c.resource for app in snap.apps for c in app.containers if c.killable and not c.reserved)
         work[snap.path] = _Q(
             snap=snap,
             children=[],
             pending=dict(snap.pending) if snap.is_leaf else {},
             pcr=dict(snap.pending_considering_reserved) if snap.is_leaf else {},
-            killable=killable,
+            killable=killable_of(snap),
         )
     for snap in snapshot.queues:
         if snap.parent is not None:
@@ -306,6 +316,16 @@ class _Solver:
         self.layers = layers
         self.avoid_ineffective = avoid_ineffective
         self.cap_by_demand = cap_by_demand
+        self.weights: dict[tuple[bool, frozenset[str]], dict[str, dict[str, float]]] = {}
+        self.orders: dict[int, tuple[Resource, Order]] = {}
+
+    def _at(self, tot: Resource) -> Order:
+        """The calculator's comparison against ``tot``, worked out once per total (by identity: a level's total
+        and the capacity are never changed in place; the entry holds the total, so its id is not reused)."""
+        known = self.orders.get(id(tot))
+        if known is None or known[0] is not tot:
+            known = self.orders[id(tot)] = (tot, self.calc.against(tot))
+        return known[1]
 
     def solve(self, root: _Q) -> None:
         self._update_extras(root)
@@ -328,9 +348,9 @@ class _Solver:
     def _update_extras(self, q: _Q) -> None:
         for child in q.children:
             self._update_extras(child)
-        calc, cluster = self.calc, self.cluster
+        order = self._at(self.cluster)
         extra = sub(q.used, q.guaranteed)
-        if calc.lt(cluster, extra, {}):
+        if order.lt(extra, {}):
             extra = {}
         if q.is_leaf:
             if q.snap.preemption_disabled:
@@ -339,8 +359,8 @@ class _Solver:
                 q.untouchable, q.preemptable = {}, extra
             return
         children_preemptable = total(c.preemptable for c in q.children)
-        q.untouchable = {} if calc.ge(cluster, children_preemptable, extra) else sub(extra, children_preemptable)
-        q.preemptable = calc.rmin(cluster, children_preemptable, extra)
+        q.untouchable = {} if order.ge(children_preemptable, extra) else sub(extra, children_preemptable)
+        q.preemptable = order.rmin(children_preemptable, extra)
 
     # --- one level ---------------------------------------------------------------------------------------
 
@@ -356,25 +376,25 @@ class _Solver:
         self._assign_preemption(queues, tot)
 
     def _distribute_once(self, queues: list[_Q], tot: Resource) -> None:
-        calc = self.calc
+        order = self._at(tot)
         for q in queues:
             q.ideal = {}
         unassigned: Resource = dict(tot)
         if not self.layers:
-            nonzero = [q for q in queues if calc.positive(tot, q.guaranteed)]
-            zero = [q for q in queues if not calc.positive(tot, q.guaranteed)]
+            nonzero = [q for q in queues if order.positive(q.guaranteed)]
+            zero = [q for q in queues if not order.positive(q.guaranteed)]
             unassigned = self._fixpoint(tot, nonzero, unassigned, ignore_guarantee=False, initialize=True)
-            if zero and calc.positive(tot, unassigned):
+            if zero and order.positive(unassigned):
                 unassigned = self._fixpoint(tot, zero, unassigned, ignore_guarantee=True, initialize=True)
             return
         for q in queues:
             q.ideal = self._initial(tot, q)
             unassigned = sub(unassigned, q.ideal)
         for layer in _priority_layers(queues):
-            nonzero = [q for q in layer if calc.positive(tot, q.guaranteed)]
-            zero = [q for q in layer if not calc.positive(tot, q.guaranteed)]
+            nonzero = [q for q in layer if order.positive(q.guaranteed)]
+            zero = [q for q in layer if not order.positive(q.guaranteed)]
             unassigned = self._fixpoint(tot, nonzero, unassigned, ignore_guarantee=False, initialize=False)
-            if zero and calc.positive(tot, unassigned):
+            if zero and order.positive(unassigned):
                 unassigned = self._fixpoint(tot, zero, unassigned, ignore_guarantee=True, initialize=False)
 
     def _initial(self, tot: Resource, q: _Q) -> Resource:
@@ -383,7 +403,7 @@ class _Solver:
             # A guaranteed resource the parent's ideal has none of (nobody uses it) would make the
             # guarantee look infinite there and protect all the queue holds: it is left out.
             guaranteed = {n: v for n, v in guaranteed.items() if tot.get(n, 0)}
-        if self.calc.gt(tot, q.used, guaranteed):
+        if self._at(tot).gt(q.used, guaranteed):
             protected = add(q.guaranteed, q.untouchable)
             return component_min(protected, add(q.used, q.pending_eff)) if self.cap_by_demand else protected
         if self.cap_by_demand:
@@ -396,15 +416,15 @@ class _Solver:
     def _fixpoint(
         self, tot: Resource, queues: list[_Q], unassigned: Resource, *, ignore_guarantee: bool, initialize: bool
     ) -> Resource:
-        calc = self.calc
+        calc, order = self.calc, self._at(tot)
         heap: _JavaPriorityQueue[_Q] = _JavaPriorityQueue(lambda a, b: self._order(tot, a, b))
         for q in queues:
             if initialize:
                 q.ideal = self._initial(tot, q)
                 unassigned = sub(unassigned, q.ideal)
-            if calc.lt(tot, q.ideal, add(q.used, q.pending_eff)):
+            if order.lt(q.ideal, add(q.used, q.pending_eff)):
                 heap.add(q)
-        while len(heap) and calc.positive(tot, unassigned):
+        while len(heap) and order.positive(unassigned):
             self._reset_weights(heap.items(), ignore_guarantee)
             underserved = self._most_underserved(tot, heap)
             at_start = dict(unassigned)
@@ -413,13 +433,21 @@ class _Solver:
                     break
                 offer = component_min(calc.multiply_round(at_start, q.weight), unassigned)
                 accepted = self._offer(tot, q, offer)
-                if calc.positive(tot, accepted):
+                if order.positive(accepted):
                     heap.add(q)
                 unassigned = component_max(sub(unassigned, accepted), {})
         return unassigned
 
     def _ratio(self, tot: Resource, q: _Q) -> float:
-        if not self.calc.positive(tot, q.guaranteed):
+        known = q.ratio_of
+        if known is not None and known[0] is q.ideal:
+            return known[1]
+        ratio = self._fresh_ratio(tot, q)
+        q.ratio_of = (q.ideal, ratio)
+        return ratio
+
+    def _fresh_ratio(self, tot: Resource, q: _Q) -> float:
+        if not self._at(tot).positive(q.guaranteed):
             return _ZERO_GUARANTEE_RATIO
         if self.cap_by_demand:
             # How far a queue is towards its guarantee: dominant shares of the partition's capacity, of the
@@ -444,28 +472,38 @@ class _Solver:
         return group
 
     def _reset_weights(self, queues: list[_Q], ignore_guarantee: bool) -> None:
+        # The weights are a function of which queues are needy (and of the pass): a set seen before in this
+        # computation gets the same weight dicts again (they are read, never changed).
+        key = (ignore_guarantee, frozenset(q.snap.path for q in queues))
+        known = self.weights.get(key)
+        if known is None:
+            known = self.weights[key] = self._fresh_weights(queues, ignore_guarantee)
+        for q in queues:
+            q.weight = known[q.snap.path]
+
+    def _fresh_weights(self, queues: list[_Q], ignore_guarantee: bool) -> dict[str, dict[str, float]]:
         names = self.calc.names
         if ignore_guarantee:
             share = java_float_div(1, len(queues))
-            for q in queues:
-                q.weight = {n: share for n in names}
-            return
+            return {q.snap.path: {n: share for n in names} for q in queues}
         active = total(q.guaranteed for q in queues)
         # A resource no needy queue's guarantee names is nobody's: YARN offers none of it; Sniper
         # (``cap_by_demand``) shares it evenly, so an ask using it is not starved of it by the weights.
         unnamed = java_float_div(1, len(queues)) if self.cap_by_demand else 0.0
-        for q in queues:
-            q.weight = {
+        return {
+            q.snap.path: {
                 n: java_float_div(q.guaranteed.get(n, 0), active.get(n, 0)) if active.get(n, 0) != 0 else unnamed
                 for n in names
             }
+            for q in queues
+        }
 
     def _offer(self, tot: Resource, q: _Q, avail: Resource) -> Resource:
         """``TempQueuePerPartition.offer``: what ``q`` accepts of ``avail``; its ideal grows by that much."""
-        calc = self.calc
+        order = self._at(tot)
         room_to_max = component_max(sub(q.snap.max, q.ideal), {})
         wanted = sub(add(q.used, q.pcr_eff), q.ideal)
-        accepted = component_min(room_to_max, calc.rmin(tot, avail, wanted))
+        accepted = component_min(room_to_max, order.rmin(avail, wanted))
         if self.cap_by_demand:
             accepted = component_min(accepted, component_max(wanted, {}))
         if q.is_leaf and not self.balance and not (self.cap_by_demand and not any_positive(q.guaranteed)):
@@ -480,8 +518,8 @@ class _Solver:
                     for n, v in accepted.items()
                 }
             else:
-                cap = calc.rmax(tot, sub(calc.rmax(tot, q.used, q.guaranteed), q.ideal), {})
-                accepted = calc.rmin(tot, accepted, cap)
+                cap = order.rmax(sub(order.rmax(q.used, q.guaranteed), q.ideal), {})
+                accepted = order.rmin(accepted, cap)
         accepted = component_min(component_max(accepted, {}), avail)
         q.ideal = add(q.ideal, accepted)
         return accepted
@@ -511,30 +549,30 @@ class _Solver:
             if q.excluded:
                 continue
             increment = component_max(sub(q.ideal, q.used), {})
-            if not calc.positive(tot, increment):
+            if not self._at(tot).positive(increment):
                 continue
             asks = self._asks(q)
             if not asks or any(calc.fits_in(ask, add(increment, room)) for ask, room in asks):
                 continue
-            if worst is None or calc.gt(tot, increment, worst_increment):
+            if worst is None or self._at(tot).gt(increment, worst_increment):
                 worst, worst_increment = q, increment
         return worst
 
     # --- preemption targets --------------------------------------------------------------------------------
 
     def _assign_preemption(self, queues: list[_Q], tot: Resource) -> None:
-        calc = self.calc
+        calc, order = self.calc, self._at(tot)
         needed: Resource = {}
         for q in queues:
-            if calc.gt(tot, q.used, q.ideal):
+            if order.gt(q.used, q.ideal):
                 needed = add(needed, sub(q.used, q.ideal))
         scaling = 1.0
-        if self.allowance is not None and calc.gt(tot, needed, self.allowance):
+        if self.allowance is not None and order.gt(needed, self.allowance):
             scaling = calc.divide(tot, self.allowance, needed)
         for q in queues:
             used = sub(q.used, q.killable)
-            minimum = calc.rmax(tot, calc.rmin(tot, add(q.used, q.pending_eff), q.guaranteed), q.ideal)
-            q.to_be_preempted = multiply_trunc(sub(used, minimum), scaling) if calc.gt(tot, used, minimum) else {}
+            minimum = order.rmax(order.rmin(add(q.used, q.pending_eff), q.guaranteed), q.ideal)
+            q.to_be_preempted = multiply_trunc(sub(used, minimum), scaling) if order.gt(used, minimum) else {}
 
 
 def _priority_layers(queues: list[_Q]) -> list[list[_Q]]:

@@ -17,6 +17,7 @@ from sniper.core.limits import pending_demand
 from sniper.core.preemption.app_snapshots import AppSnapshots
 from sniper.core.preemption.calculator import DominantCalculator
 from sniper.core.preemption.ideal import IdealAssignment, compute_ideal
+from sniper.core.preemption.ideal_memo import IdealMemo
 from sniper.core.preemption.model import AppSnapshot, ClusterSnapshot, QueueSnapshot
 from sniper.core.resources import Resource
 from sniper.core.state import PartitionState
@@ -125,15 +126,25 @@ def composed_guarantees(
     return out
 
 
+# Sniper's ideals of recent snapshots: the policy's rounds and the simulator's samples often see figures
+# they saw a few changes before (a container ends, another of the same shape starts).
+SNIPER_IDEALS = IdealMemo(256)
+
+
 def ideal_of(snapshot: ClusterSnapshot, *, avoid_ineffective: bool = True) -> IdealAssignment:
-    """Sniper's ideal: YARN's fix-point under DRF, layered by business priority."""
-    return compute_ideal(
-        snapshot,
-        DominantCalculator(snapshot.resource_names),
-        priority_layers=True,
-        avoid_ineffective=avoid_ineffective,
-        cap_by_demand=True,
-    )
+    """Sniper's ideal: YARN's fix-point under DRF, layered by business priority (memoized by
+    :data:`SNIPER_IDEALS` on the snapshot's exact figures)."""
+
+    def compute(snap: ClusterSnapshot) -> IdealAssignment:
+        return compute_ideal(
+            snap,
+            DominantCalculator(snap.resource_names),
+            priority_layers=True,
+            avoid_ineffective=avoid_ineffective,
+            cap_by_demand=True,
+        )
+
+    return SNIPER_IDEALS.get(snapshot, avoid_ineffective, compute)
 
 
 def snapshot_from_state(
