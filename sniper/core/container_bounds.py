@@ -18,16 +18,19 @@ from sniper.core.resources import Resource, ResourceLike
 class ContainerBounds:
     __slots__ = ("count", "largest", "last", "latest_start")
 
-    def __init__(self) -> None:
-        self.count = 0
-        self.largest: Resource = {}
-        self.last: ResourceLike | None = None  # the resource last counted into ``largest``
-        self.latest_start = float("-inf")
+    def __init__(self, resource: ResourceLike, start: float) -> None:
+        """The bounds over one container holding ``resource``, started at ``start``."""
+        self.count = 1
+        self.largest: Resource = {k: v for k, v in resource.items() if v > 0}
+        self.last: ResourceLike = resource  # the resource last counted into ``largest``
+        self.latest_start = start
 
     def include(self, resource: ResourceLike, start: float) -> None:
         """Count one more container holding ``resource``, started at ``start``."""
         self.count += 1
-        if resource is not self.last:  # containers of one ask share their resource: counted in already
+        last = self.last
+        # Containers of one ask share their resource, and many asks ask alike: counted in already.
+        if resource is not last and resource != last:
             largest = self.largest
             for k, v in resource.items():
                 if v > largest.get(k, 0):
@@ -41,8 +44,9 @@ def placed(bounds: dict[str, ContainerBounds], path: str, resource: ResourceLike
     """A guaranteed container of leaf queue ``path`` started on the node whose bounds these are."""
     entry = bounds.get(path)
     if entry is None:
-        entry = bounds[path] = ContainerBounds()
-    entry.include(resource, start)
+        bounds[path] = ContainerBounds(resource, start)
+    else:
+        entry.include(resource, start)
 
 
 def released(
@@ -58,10 +62,13 @@ def released(
     if start < entry.latest_start:
         entry.count -= 1
         return
-    fresh = ContainerBounds()
+    fresh: ContainerBounds | None = None
     for resource, begun in remaining:
-        fresh.include(resource, begun)
-    if fresh.count:
-        bounds[path] = fresh
-    else:
+        if fresh is None:
+            fresh = ContainerBounds(resource, begun)
+        else:
+            fresh.include(resource, begun)
+    if fresh is None:
         del bounds[path]
+    else:
+        bounds[path] = fresh
