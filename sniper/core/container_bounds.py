@@ -12,18 +12,24 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+import msgspec
+
 from sniper.core.resources import Resource, ResourceLike
 
 
-class ContainerBounds:
-    __slots__ = ("count", "largest", "last", "latest_start")
+class ContainerBounds(msgspec.Struct, gc=False):
+    """Never tracked by the garbage collector (``gc=False``): it refers to resources only, so it is never
+    in a reference cycle; a node holds one per leaf queue with containers there, in each replica."""
 
-    def __init__(self, resource: ResourceLike, start: float) -> None:
+    count: int
+    largest: Resource
+    last: ResourceLike  # the resource last counted into ``largest``
+    latest_start: float
+
+    @classmethod
+    def first(cls, resource: ResourceLike, start: float) -> ContainerBounds:
         """The bounds over one container holding ``resource``, started at ``start``."""
-        self.count = 1
-        self.largest: Resource = {k: v for k, v in resource.items() if v > 0}
-        self.last: ResourceLike = resource  # the resource last counted into ``largest``
-        self.latest_start = start
+        return cls(1, {k: v for k, v in resource.items() if v > 0}, resource, start)
 
     def include(self, resource: ResourceLike, start: float) -> None:
         """Count one more container holding ``resource``, started at ``start``."""
@@ -44,7 +50,7 @@ def placed(bounds: dict[str, ContainerBounds], path: str, resource: ResourceLike
     """A guaranteed container of leaf queue ``path`` started on the node whose bounds these are."""
     entry = bounds.get(path)
     if entry is None:
-        bounds[path] = ContainerBounds(resource, start)
+        bounds[path] = ContainerBounds.first(resource, start)
     else:
         entry.include(resource, start)
 
@@ -65,7 +71,7 @@ def released(
     fresh: ContainerBounds | None = None
     for resource, begun in remaining:
         if fresh is None:
-            fresh = ContainerBounds(resource, begun)
+            fresh = ContainerBounds.first(resource, begun)
         else:
             fresh.include(resource, begun)
     if fresh is None:
