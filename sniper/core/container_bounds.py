@@ -14,24 +14,26 @@ from collections.abc import Iterable
 
 import msgspec
 
-from sniper.core.resources import Resource, ResourceLike
+from sniper.core import resources as res
+from sniper.core.resources import Resource
 
 
 class ContainerBounds(msgspec.Struct, gc=False):
     """Never tracked by the garbage collector (``gc=False``): it refers to resources only, so it is never
-    in a reference cycle; a node holds one per leaf queue with containers there, in each replica."""
+    in a reference cycle; a node holds one per leaf queue with containers there, in each replica.
+    ``largest`` is replaced, never written: it may be a container's own resource."""
 
     count: int
     largest: Resource
-    last: ResourceLike  # the resource last counted into ``largest``
+    last: Resource  # the resource last counted into ``largest``
     latest_start: float
 
     @classmethod
-    def first(cls, resource: ResourceLike, start: float) -> ContainerBounds:
+    def first(cls, resource: Resource, start: float) -> ContainerBounds:
         """The bounds over one container holding ``resource``, started at ``start``."""
-        return cls(1, {k: v for k, v in resource.items() if v > 0}, resource, start)
+        return cls(1, resource if 0 not in resource.values() else res.normalized(resource), resource, start)
 
-    def include(self, resource: ResourceLike, start: float) -> None:
+    def include(self, resource: Resource, start: float) -> None:
         """Count one more container holding ``resource``, started at ``start``."""
         self.count += 1
         last = self.last
@@ -40,13 +42,14 @@ class ContainerBounds(msgspec.Struct, gc=False):
             largest = self.largest
             for k, v in resource.items():
                 if v > largest.get(k, 0):
-                    largest[k] = v
+                    self.largest = res.normalized(res.component_max(largest, resource))
+                    break
             self.last = resource
         if start > self.latest_start:
             self.latest_start = start
 
 
-def placed(bounds: dict[str, ContainerBounds], path: str, resource: ResourceLike, start: float) -> None:
+def placed(bounds: dict[str, ContainerBounds], path: str, resource: Resource, start: float) -> None:
     """A guaranteed container of leaf queue ``path`` started on the node whose bounds these are."""
     entry = bounds.get(path)
     if entry is None:
@@ -56,7 +59,7 @@ def placed(bounds: dict[str, ContainerBounds], path: str, resource: ResourceLike
 
 
 def released(
-    bounds: dict[str, ContainerBounds], path: str, start: float, remaining: Iterable[tuple[ResourceLike, float]]
+    bounds: dict[str, ContainerBounds], path: str, start: float, remaining: Iterable[tuple[Resource, float]]
 ) -> None:
     """A guaranteed container of ``path`` that started at ``start`` left the node; ``remaining`` yields the
     resource and start of every guaranteed container of ``path`` still there (read only when the newest

@@ -253,8 +253,8 @@ class Ask:
         self.app = app
         self.name = change.ask
         self.key: AskKey = (change.app, change.ask)
-        resource = change.resource  # the cache sends it normalized; a copy then costs less than a filter
-        self.resource: Resource = dict(resource) if 0 not in resource.values() else res.normalized(resource)
+        resource = change.resource  # the cache sends it normalized: then held as it is (a resource is never written)
+        self.resource: Resource = resource if 0 not in resource.values() else res.normalized(resource)
         self.count = change.count
         self.priority = change.priority
         self.am = change.am
