@@ -519,7 +519,7 @@ class Cache:
         app = self.state.apps.get(e.app)
         if app is not None and e.ask in app.asks:
             return  # asked already
-        resource = res.normalized(e.resource)
+        resource = res.shared(e.resource)
         refused = admission.refusal(self.state, e, resource, self.shapes)
         if refused is not None:
             self._reject(

@@ -31,7 +31,7 @@ class ContainerBounds(msgspec.Struct, gc=False):
     @classmethod
     def first(cls, resource: Resource, start: float) -> ContainerBounds:
         """The bounds over one container holding ``resource``, started at ``start``."""
-        return cls(1, resource if 0 not in resource.values() else res.normalized(resource), resource, start)
+        return cls(1, res.shared(resource), resource, start)
 
     def include(self, resource: Resource, start: float) -> None:
         """Count one more container holding ``resource``, started at ``start``."""

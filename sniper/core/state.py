@@ -22,7 +22,8 @@ transition tables in :mod:`sniper.core.lifecycle` allow: ``apply`` raises :class
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from types import MappingProxyType
 from typing import Any
 
 import msgspec
@@ -41,6 +42,8 @@ from sniper.core.selector_demand import selector_matches as selector_matches
 from sniper.messages import protocol as p
 
 AskKey = tuple[str, str]  # (app, ask)
+# The node selector of the asks without one: shared, so read-only.
+ANYWHERE: Mapping[str, frozenset[str]] = MappingProxyType({})
 
 
 def ask_label(key: AskKey) -> str:
@@ -253,8 +256,7 @@ class Ask:
         self.app = app
         self.name = change.ask
         self.key: AskKey = (change.app, change.ask)
-        resource = change.resource  # the cache sends it normalized: then held as it is (a resource is never written)
-        self.resource: Resource = resource if 0 not in resource.values() else res.normalized(resource)
+        self.resource: Resource = res.shared(change.resource)  # the change's own (the cache sends it normalized)
         self.count = change.count
         self.priority = change.priority
         self.am = change.am
@@ -262,8 +264,8 @@ class Ask:
         self.created = change.created
         self.required_node = change.required_node
         selector = change.node_selector
-        self.node_selector: dict[str, frozenset[str]] = (
-            {k: frozenset(v) for k, v in selector.items()} if selector else {}
+        self.node_selector: Mapping[str, frozenset[str]] = (
+            {k: frozenset(v) for k, v in selector.items()} if selector else ANYWHERE
         )
         self.duration = change.duration
         self.retry = change.retry
