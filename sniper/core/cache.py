@@ -14,6 +14,8 @@ from collections import Counter, OrderedDict
 from collections.abc import Callable, Collection, Iterator, Sequence
 from typing import Any, Literal
 
+import msgspec
+
 from sniper.core import (
     admission,
     constraints,
@@ -533,30 +535,47 @@ class Cache:
             )
             return
         self.counters["ask"] += 1
-        self.commit(
-            p.AskSet(
-                app=e.app,
-                ask=e.ask,
-                resource=resource,
-                count=e.count,
-                priority=e.priority,
-                am=e.am,
-                seq=self.counters["ask"],
-                created=self.state.now,
-                required_node=e.node,
-                node_selector=e.node_selector,
-                duration=e.duration,
-                retry=e.retry,
+        change = p.AskSet(
+            app=e.app,
+            ask=e.ask,
+            resource=resource,
+            count=e.count,
+            priority=e.priority,
+            am=e.am,
+            seq=self.counters["ask"],
+            created=self.state.now,
+            required_node=e.node,
+            node_selector=e.node_selector,
+            duration=e.duration,
+            retry=e.retry,
+        )
+        # What most asks leave at its default is set apart: a call of more than 15 keyword arguments
+        # builds a dictionary first, which costs four times the call.
+        opportunistic = e.execution_type == "opportunistic"
+        damped_until = self._damped_until((e.app, e.ask)) if self.flaps else 0.0
+        never_preempts = e.preemption_policy == "never"
+        if (
+            e.gang_min
+            or opportunistic
+            or damped_until
+            or never_preempts
+            or e.usage is not None
+            or e.tags
+            or e.constraints
+            or e.topology is not None
+        ):
+            change = msgspec.structs.replace(
+                change,
                 gang_min=e.gang_min,
-                opportunistic=e.execution_type == "opportunistic",
-                damped_until=self._damped_until((e.app, e.ask)) if self.flaps else 0.0,
-                never_preempts=e.preemption_policy == "never",
+                opportunistic=opportunistic,
+                damped_until=damped_until,
+                never_preempts=never_preempts,
                 usage=None if e.usage is None else res.normalized(e.usage),
-                tags=tuple(e.tags) if e.tags else (),
+                tags=tuple(e.tags),
                 constraints=e.constraints,
                 topology=e.topology,
             )
-        )
+        self.commit(change)
 
     def _damped_until(self, key: AskKey) -> float:
         """Flapping damper: an ask withdrawn while it held a reservation, and asked again, may not
@@ -980,24 +999,17 @@ class Cache:
                 self.state.now,
             )
         )
-        # The commonest decision, built here rather than by decide, whose keyword dictionaries cost four times it.
-        self.decision_seq += 1
-        self._decisions.append(
-            d.Allocated(
-                partition=self.partition,
-                seq=self.decision_seq,
-                epoch=self.epoch,
-                t=self.state.now,
-                allocation=aid,
-                app=app_name,
-                ask=ask_name,
-                queue=app.queue.path,
-                node=node_name,
-                resource=ask.resource,
-                am=ask.am,
-                reservation=rid,
-                opportunistic=ask.opportunistic,
-            )
+        self.decide(
+            d.Allocated,
+            allocation=aid,
+            app=app_name,
+            ask=ask_name,
+            queue=app.queue.path,
+            node=node_name,
+            resource=ask.resource,
+            am=ask.am,
+            reservation=rid,
+            opportunistic=ask.opportunistic,
         )
         if reservation is not None:
             self._release_victims(reservation, "its beneficiary was placed before its victims were gone")
