@@ -98,9 +98,12 @@ class Cache:
         if isinstance(reason, str) and len(reason) > d.MAX_REASON:
             fields["reason"] = d.clipped(reason)
         self.decision_seq += 1
-        self._decisions.append(
-            decision_type(partition=self.partition, seq=self.decision_seq, epoch=self.epoch, t=self.state.now, **fields)
-        )
+        # Into ``fields`` itself: a call with one dictionary of keywords and nothing else copies none.
+        fields["partition"] = self.partition
+        fields["seq"] = self.decision_seq
+        fields["epoch"] = self.epoch
+        fields["t"] = self.state.now
+        self._decisions.append(decision_type(**fields))
 
     def _reject(
         self,
