@@ -553,7 +553,7 @@ class Cache:
             retry=e.retry,
         )
         # What most asks leave at its default is set apart: a call of more than 15 keyword arguments
-        # builds a dictionary first, which costs four times the call.
+        # builds a dictionary first, which costs several times the call.
         opportunistic = e.execution_type == "opportunistic"
         damped_until = self._damped_until((e.app, e.ask)) if self.flaps else 0.0
         never_preempts = e.preemption_policy == "never"

@@ -387,7 +387,7 @@ class Allocation(msgspec.Struct, gc=False, eq=False, kw_only=True):
     @classmethod
     def committed(cls, change: p.AllocationSet, queue: Queue, checkpoint_interval: float | None = None) -> Allocation:
         """The allocation ``change`` commits, in leaf ``queue``. (Its checkpoints are set apart: a call of
-        more than 15 keyword arguments builds a dictionary first, which costs three times the call.)"""
+        more than 15 keyword arguments builds a dictionary first, which costs several times the call.)"""
         alloc = cls(
             id=change.allocation,
             app=change.app,
