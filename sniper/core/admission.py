@@ -72,9 +72,9 @@ def refusal(state: PartitionState, e: f.AskAdded, resource: Resource, shapes: No
     why = constraints.malformed(e.constraints, e.tags, opportunistic) if e.constraints else None
     if why is not None:
         return Rejection("bad_constraint", f"ask {e.app}/{e.ask}: {why}")
-    levels = () if state.config is None or state.config.topology is None else state.config.topology.levels
     if e.topology is not None and opportunistic:
         return Rejection("bad_topology", f"ask {e.app}/{e.ask}: an opportunistic ask cannot have a topology")
+    levels = () if state.config is None or state.config.topology is None else state.config.topology.levels
     if e.topology is not None and e.topology.level not in levels:
         listed = f"is not among the partition's topology levels ({', '.join(levels)})"
         why = f"topology level {d.clipped(e.topology.level, d.MAX_QUOTE)} " + (
@@ -85,7 +85,7 @@ def refusal(state: PartitionState, e: f.AskAdded, resource: Resource, shapes: No
         why = f"gang_min {e.gang_min} is more than its count {e.count}"
         return Rejection("gang_over_count", f"ask {e.app}/{e.ask}: {why}")
     whole = res.scale(resource, e.gang_min) if e.gang_min > 1 else resource  # a gang's members fit together
-    for q in () if opportunistic else app.queue.lineage():  # no max for those
+    for q in () if opportunistic else app.queue.capped:  # its line's queues with a max (none for those)
         if q.max is not None and not res.fits({k: v for k, v in whole.items() if k in q.max}, q.max):
             what = f": its gang of {e.gang_min}" if e.gang_min > 1 else ""
             reason = (

@@ -39,7 +39,9 @@ class AskOrder(list[T]):
             self.insert(bisect_right(self, key, key=_key), item)
 
     def _find(self, item: T) -> int:
-        """The index of ``item`` itself, or -1."""
+        """The index of ``item`` itself, or -1; the first ask, the one a placement usually fills, without a search."""
+        if self and self[0] is item:
+            return 0
         key = item.sort_key
         at = bisect_left(self, key, key=_key)
         while at < len(self) and self[at].sort_key == key:

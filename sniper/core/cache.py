@@ -14,6 +14,8 @@ from collections import Counter, OrderedDict
 from collections.abc import Callable, Collection, Iterator, Sequence
 from typing import Any, Literal
 
+import msgspec
+
 from sniper.core import (
     admission,
     constraints,
@@ -96,9 +98,12 @@ class Cache:
         if isinstance(reason, str) and len(reason) > d.MAX_REASON:
             fields["reason"] = d.clipped(reason)
         self.decision_seq += 1
-        self._decisions.append(
-            decision_type(partition=self.partition, seq=self.decision_seq, epoch=self.epoch, t=self.state.now, **fields)
-        )
+        # Into ``fields`` itself: a call with one dictionary of keywords and nothing else copies none.
+        fields["partition"] = self.partition
+        fields["seq"] = self.decision_seq
+        fields["epoch"] = self.epoch
+        fields["t"] = self.state.now
+        self._decisions.append(decision_type(**fields))
 
     def _reject(
         self,
@@ -519,7 +524,7 @@ class Cache:
         app = self.state.apps.get(e.app)
         if app is not None and e.ask in app.asks:
             return  # asked already
-        resource = res.normalized(e.resource)
+        resource = res.shared(e.resource)
         refused = admission.refusal(self.state, e, resource, self.shapes)
         if refused is not None:
             self._reject(
@@ -533,30 +538,47 @@ class Cache:
             )
             return
         self.counters["ask"] += 1
-        self.commit(
-            p.AskSet(
-                app=e.app,
-                ask=e.ask,
-                resource=resource,
-                count=e.count,
-                priority=e.priority,
-                am=e.am,
-                seq=self.counters["ask"],
-                created=self.state.now,
-                required_node=e.node,
-                node_selector=e.node_selector,
-                duration=e.duration,
-                retry=e.retry,
+        change = p.AskSet(
+            app=e.app,
+            ask=e.ask,
+            resource=resource,
+            count=e.count,
+            priority=e.priority,
+            am=e.am,
+            seq=self.counters["ask"],
+            created=self.state.now,
+            required_node=e.node,
+            node_selector=e.node_selector,
+            duration=e.duration,
+            retry=e.retry,
+        )
+        # What most asks leave at its default is set apart: a call of more than 15 keyword arguments
+        # builds a dictionary first, which costs several times the call.
+        opportunistic = e.execution_type == "opportunistic"
+        damped_until = self._damped_until((e.app, e.ask)) if self.flaps else 0.0
+        never_preempts = e.preemption_policy == "never"
+        if (
+            e.gang_min
+            or opportunistic
+            or damped_until
+            or never_preempts
+            or e.usage is not None
+            or e.tags
+            or e.constraints
+            or e.topology is not None
+        ):
+            change = msgspec.structs.replace(
+                change,
                 gang_min=e.gang_min,
-                opportunistic=e.execution_type == "opportunistic",
-                damped_until=self._damped_until((e.app, e.ask)) if self.flaps else 0.0,
-                never_preempts=e.preemption_policy == "never",
+                opportunistic=opportunistic,
+                damped_until=damped_until,
+                never_preempts=never_preempts,
                 usage=None if e.usage is None else res.normalized(e.usage),
-                tags=tuple(e.tags) if e.tags else (),
+                tags=tuple(e.tags),
                 constraints=e.constraints,
                 topology=e.topology,
             )
-        )
+        self.commit(change)
 
     def _damped_until(self, key: AskKey) -> float:
         """Flapping damper: an ask withdrawn while it held a reservation, and asked again, may not
@@ -989,7 +1011,7 @@ class Cache:
             node=node_name,
             resource=ask.resource,
             am=ask.am,
-            reservation=None if reservation is None else reservation.id,
+            reservation=rid,
             opportunistic=ask.opportunistic,
         )
         if reservation is not None:

@@ -12,41 +12,54 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from sniper.core.resources import Resource, ResourceLike
+import msgspec
+
+from sniper.core import resources as res
+from sniper.core.resources import Resource
 
 
-class ContainerBounds:
-    __slots__ = ("count", "largest", "last", "latest_start")
+class ContainerBounds(msgspec.Struct, gc=False):
+    """Never tracked by the garbage collector (``gc=False``): it refers to resources only, so it is never
+    in a reference cycle; a node holds one per leaf queue with containers there, in each replica.
+    ``largest`` is replaced, never written: it may be a container's own resource."""
 
-    def __init__(self) -> None:
-        self.count = 0
-        self.largest: Resource = {}
-        self.last: ResourceLike | None = None  # the resource last counted into ``largest``
-        self.latest_start = float("-inf")
+    count: int
+    largest: Resource
+    last: Resource  # the resource last counted into ``largest``
+    latest_start: float
 
-    def include(self, resource: ResourceLike, start: float) -> None:
+    @classmethod
+    def first(cls, resource: Resource, start: float) -> ContainerBounds:
+        """The bounds over one container holding ``resource``, started at ``start``."""
+        return cls(1, res.shared(resource), resource, start)
+
+    def include(self, resource: Resource, start: float) -> None:
         """Count one more container holding ``resource``, started at ``start``."""
         self.count += 1
-        if resource is not self.last:  # containers of one ask share their resource: counted in already
+        last = self.last
+        # Containers of one ask share their resource, and many asks ask alike: counted in already.
+        if resource is not last and resource != last:
             largest = self.largest
             for k, v in resource.items():
                 if v > largest.get(k, 0):
-                    largest[k] = v
+                    self.largest = res.normalized(res.component_max(largest, resource))
+                    break
             self.last = resource
         if start > self.latest_start:
             self.latest_start = start
 
 
-def placed(bounds: dict[str, ContainerBounds], path: str, resource: ResourceLike, start: float) -> None:
+def placed(bounds: dict[str, ContainerBounds], path: str, resource: Resource, start: float) -> None:
     """A guaranteed container of leaf queue ``path`` started on the node whose bounds these are."""
     entry = bounds.get(path)
     if entry is None:
-        entry = bounds[path] = ContainerBounds()
-    entry.include(resource, start)
+        bounds[path] = ContainerBounds.first(resource, start)
+    else:
+        entry.include(resource, start)
 
 
 def released(
-    bounds: dict[str, ContainerBounds], path: str, start: float, remaining: Iterable[tuple[ResourceLike, float]]
+    bounds: dict[str, ContainerBounds], path: str, start: float, remaining: Iterable[tuple[Resource, float]]
 ) -> None:
     """A guaranteed container of ``path`` that started at ``start`` left the node; ``remaining`` yields the
     resource and start of every guaranteed container of ``path`` still there (read only when the newest
@@ -58,10 +71,13 @@ def released(
     if start < entry.latest_start:
         entry.count -= 1
         return
-    fresh = ContainerBounds()
+    fresh: ContainerBounds | None = None
     for resource, begun in remaining:
-        fresh.include(resource, begun)
-    if fresh.count:
-        bounds[path] = fresh
-    else:
+        if fresh is None:
+            fresh = ContainerBounds.first(resource, begun)
+        else:
+            fresh.include(resource, begun)
+    if fresh is None:
         del bounds[path]
+    else:
+        bounds[path] = fresh

@@ -187,3 +187,9 @@ def drf_below(a: ResourceLike, b: ResourceLike, capacity: ResourceLike) -> bool:
 def normalized(a: ResourceLike) -> Resource:
     """Drop zero entries so equal resources compare equal."""
     return {k: v for k, v in a.items() if v}
+
+
+def shared(a: Resource) -> Resource:
+    """``a`` normalized, ``a`` itself when it has no zero entry: a resource an event, a change, an ask, an
+    allocation or container bounds hold is never written, so they may all hold the same one."""
+    return a if 0 not in a.values() else normalized(a)

@@ -22,7 +22,8 @@ transition tables in :mod:`sniper.core.lifecycle` allow: ``apply`` raises :class
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from types import MappingProxyType
 from typing import Any
 
 import msgspec
@@ -41,6 +42,8 @@ from sniper.core.selector_demand import selector_matches as selector_matches
 from sniper.messages import protocol as p
 
 AskKey = tuple[str, str]  # (app, ask)
+# The node selector of the asks without one: shared, so read-only.
+ANYWHERE: Mapping[str, frozenset[str]] = MappingProxyType({})
 
 
 def ask_label(key: AskKey) -> str:
@@ -253,8 +256,7 @@ class Ask:
         self.app = app
         self.name = change.ask
         self.key: AskKey = (change.app, change.ask)
-        resource = change.resource  # the cache sends it normalized; a copy then costs less than a filter
-        self.resource: Resource = dict(resource) if 0 not in resource.values() else res.normalized(resource)
+        self.resource: Resource = res.shared(change.resource)  # the change's own (the cache sends it normalized)
         self.count = change.count
         self.priority = change.priority
         self.am = change.am
@@ -262,8 +264,8 @@ class Ask:
         self.created = change.created
         self.required_node = change.required_node
         selector = change.node_selector
-        self.node_selector: dict[str, frozenset[str]] = (
-            {k: frozenset(v) for k, v in selector.items()} if selector else {}
+        self.node_selector: Mapping[str, frozenset[str]] = (
+            {k: frozenset(v) for k, v in selector.items()} if selector else ANYWHERE
         )
         self.duration = change.duration
         self.retry = change.retry
@@ -384,8 +386,9 @@ class Allocation(msgspec.Struct, gc=False, eq=False, kw_only=True):
 
     @classmethod
     def committed(cls, change: p.AllocationSet, queue: Queue, checkpoint_interval: float | None = None) -> Allocation:
-        """The allocation ``change`` commits, in leaf ``queue``."""
-        return cls(
+        """The allocation ``change`` commits, in leaf ``queue``. (Its checkpoints are set apart: a call of
+        more than 15 keyword arguments builds a dictionary first, which costs several times the call.)"""
+        alloc = cls(
             id=change.allocation,
             app=change.app,
             ask=change.ask,
@@ -400,9 +403,11 @@ class Allocation(msgspec.Struct, gc=False, eq=False, kw_only=True):
             usage=change.resource if change.usage is None else change.usage,
             overcommit=change.overcommit,
             tags=change.tags,
-            checkpoint_interval=checkpoint_interval,
-            checkpointed=change.checkpointed,
         )
+        if checkpoint_interval is not None or change.checkpointed is not None:
+            alloc.checkpoint_interval = checkpoint_interval
+            alloc.checkpointed = change.checkpointed
+        return alloc
 
     @property
     def preempting(self) -> bool:
@@ -966,30 +971,34 @@ class PartitionState:
         node = self.nodes.get(c.node)
         if app is None or node is None:
             raise StateError(f"allocation {c.allocation}: unknown app {c.app} or node {c.node}")
-        alloc = Allocation.committed(c, app.queue, app.checkpoint_interval)
+        queue = app.queue
+        alloc = Allocation.committed(c, queue, app.checkpoint_interval)
         self.allocations[alloc.id] = alloc
         node.allocations.add(alloc.id)
         resource = alloc.resource
-        on_node = node.allocated
-        for k, v in resource.items():
-            on_node[k] = on_node.get(k, 0) + v
         if node.utilization is not None or alloc.overcommit:
             self._measure(node, alloc, 1)
         if alloc.tags:
             self.tags.add(node, alloc.app, alloc.tags, 1)
+        on_node = node.allocated
         if alloc.opportunistic:
+            res.add_into(on_node, resource)
             self._alloc_opportunistic(alloc, app, node)
             return
-        of_queue = node.by_queue.setdefault(alloc.queue.path, {})
+        path = queue.path
+        of_queue = node.by_queue.get(path)
+        if of_queue is None:
+            of_queue = node.by_queue[path] = {}
         of_app = app.allocated
-        for k, v in resource.items():
+        for k, v in resource.items():  # the node's, its queue's there and the app's, in one pass
+            on_node[k] = on_node.get(k, 0) + v
             of_queue[k] = of_queue.get(k, 0) + v
             of_app[k] = of_app.get(k, 0) + v
-        container_bounds.placed(node.container_bounds, alloc.queue.path, alloc.resource, alloc.start)
+        container_bounds.placed(node.container_bounds, path, resource, alloc.start)
         if self.fair_halflives:
             self._fair_charge(alloc, 1)
         app.allocations[alloc.id] = None
-        app.queue.holding[app.name] = app
+        queue.holding[app.name] = app
         ask = app.asks.get(c.ask)
         if c.reservation is not None:
             # The reserved container was already taken out of pending when it was reserved.
@@ -999,7 +1008,7 @@ class PartitionState:
                 self._filled(ask)
         elif ask is not None and not ask.opportunistic:
             self._filled(ask)
-            for q in app.queue.line:  # usage up, pending down, in one walk
+            for q in queue.line:  # usage up, pending down, in one walk
                 used, pending = q.allocated, q.pending
                 for k, v in resource.items():
                     used[k] = used.get(k, 0) + v
