@@ -1,7 +1,7 @@
 """A lingering Kafka subscription (``linger_ms``, the core's ``feed_linger_ms``) against a real broker.
 
-After a fetch brings records, the subscription goes on fetching for the linger before its receiver sees
-any of them, without ever buffering more than its capacity and without reordering a key's records.
+When a fetch brings records to an empty inbox, the subscription goes on fetching for the linger before
+its reader sees any of them, without ever buffering more than its capacity or reordering a key's records.
 """
 
 from __future__ import annotations
@@ -23,16 +23,25 @@ def node(i: int) -> NodeAdded:
     return NodeAdded(partition="p0", id=f"e{i}", node=f"n{i}", capacity={})
 
 
-async def test_records_published_one_after_the_other_within_the_linger_reach_the_reader_together(
+async def test_a_waiting_reader_gets_records_published_one_after_the_other_within_the_linger_together(
     kafka_settings: KafkaSettings,
 ) -> None:
+    seen: list[object] = []
     with anyio.fail_after(WAIT):
         async with KafkaBus(kafka_settings) as bus:
             sub = await bus.subscribe_ready(FEED, group="lingering", linger_ms=LINGER_MS)
-            await bus.publish(FEED, "p0", node(0))  # acknowledged by the broker: a fetch of its own
-            await bus.publish(FEED, "p0", node(1))
-            assert await sub.receive() == node(0)
-            assert sub.depth() == 1  # the second came within the linger: handed over with the first
+            witness = await bus.subscribe_ready(FEED, group="witness")  # reads as soon as a record is there
+
+            async def read() -> None:
+                seen.append(await sub.receive())
+                seen.append(sub.depth())  # what came with the first record
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(read)
+                await bus.publish(FEED, "p0", node(0))
+                assert await witness.receive() == node(0)  # fetched: a reader without a linger has it too
+                await bus.publish(FEED, "p0", node(1))
+            assert seen == [node(0), 1]  # the second came within the linger: handed over with the first
             assert sub.receive_nowait() == node(1)
             sub.ack()
             sub.ack()

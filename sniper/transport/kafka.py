@@ -20,7 +20,9 @@ count, checked), the msgpack wire format and the dead-letter path. Invariants:
   larger than ``max_message_bytes`` are refused before sending.
 - **Subscriptions**: a subscription buffers at most ``capacity`` records (one more in a rare race with a
   rebalance): it pauses fetching while its inbox is full, so a slow reader applies backpressure
-  instead of growing memory. Where it starts reading is fixed before it reports an assignment: with
+  instead of growing memory. A subscription with a linger (``linger_ms``) that finds its inbox empty
+  when a fetch brings records goes on fetching for that long (or until the inbox is full) and hands
+  over everything it took in at once, at the end. Where it starts reading is fixed before it reports an assignment: with
   ``auto_offset_reset="latest"`` every record published after :meth:`KafkaSubscription.ready` returned
   is delivered. Records whose key differs from the wanted key are skipped. A record that is larger than
   ``max_message_bytes``, cannot be decoded, or fails the topic's validator (``validators``: a reason or
@@ -891,6 +893,7 @@ class KafkaSubscription(Subscription):
         self._bus = bus
         self.bad = bad
         self.linger = linger_ms / 1000
+        self._gathering = False  # records taken in within a linger are not handed over before it ends
         self.topic = topic
         self.kafka_topic = bus.settings.topic(topic)
         self.group = group
@@ -927,7 +930,7 @@ class KafkaSubscription(Subscription):
         return (await self.receive_record()).message
 
     def receive_nowait(self) -> Any:
-        if self._queue:
+        if self._queue and not self._gathering:
             return self._take().message
         self._raise_if_over()
         raise anyio.WouldBlock
@@ -940,7 +943,7 @@ class KafkaSubscription(Subscription):
             record.part.handled(record)
 
     def depth(self) -> int:
-        return len(self._queue)
+        return 0 if self._gathering else len(self._queue)
 
     async def aclose(self) -> None:
         """Commit what was handled, report the partitions revoked and leave the group (bounded in time)."""
@@ -996,7 +999,7 @@ class KafkaSubscription(Subscription):
     async def receive_record(self) -> Received:
         """Like :meth:`receive`, with where the record was and, with ``bad="deliver"``, its bytes."""
         while True:
-            if self._queue:
+            if self._queue and not self._gathering:
                 return self._take()
             self._raise_if_over()
             self._nonempty.clear()
@@ -1105,16 +1108,17 @@ class KafkaSubscription(Subscription):
                 consumer.resume(*consumer.assignment())
                 paused = False
             batches = await consumer.getmany(timeout_ms=keepalive_ms, max_records=free)
-            if batches and self.linger:
+            if batches and self.linger and not self._queue:  # a reader still behind batches anyway
                 await self._gather(consumer, batches)
             else:
                 await self._ingest_all(batches)
 
     async def _gather(self, consumer: Any, batches: Mapping[Any, list[Any]]) -> None:
         """Take in ``batches`` and whatever further fetches bring within the linger (or until the inbox is
-        full), then wake the receiver once."""
+        full), then hand them all over at once (the inbox was empty: none is held back that was there)."""
         queued = len(self._queue)
         deadline = time.monotonic() + self.linger
+        self._gathering = True
         try:
             while True:
                 await self._ingest_all(batches, wake=False)
@@ -1124,6 +1128,7 @@ class KafkaSubscription(Subscription):
                     return
                 batches = await consumer.getmany(timeout_ms=max(1, int(left * 1000)), max_records=free)
         finally:
+            self._gathering = False
             if len(self._queue) > queued:
                 self._nonempty.set()
 
