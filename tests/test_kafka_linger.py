@@ -9,6 +9,7 @@ from __future__ import annotations
 import anyio
 import pytest
 
+from sniper.bench.e2e import bench_e2e
 from sniper.messages.feed import NodeAdded
 from sniper.transport.bus import FEED
 from sniper.transport.kafka import KafkaBus, KafkaSettings
@@ -77,3 +78,13 @@ async def test_subscribe_refuses_a_negative_linger(kafka_settings: KafkaSettings
     async with KafkaBus(kafka_settings) as bus:
         with pytest.raises(ValueError, match="linger_ms"):
             bus.subscribe(FEED, group="never", linger_ms=-5)
+
+
+async def test_a_core_whose_feed_lingers_decides_every_event(
+    kafka_settings: KafkaSettings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SNIPER_KAFKA_FEED_LINGER_MS", "50")  # the core subprocess reads its settings from here
+    result = await bench_e2e(kafka_settings, events=400, rate=2000.0, partitions=4, cores=1, limit=240.0)
+    (run,) = result["runs"]
+    assert run["events"] == 400  # the bench returns once it read an allocation for every event published
+    assert 0 < run["p50_ms"] <= run["p99_ms"] <= run["max_ms"]
