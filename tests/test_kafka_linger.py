@@ -64,12 +64,14 @@ async def test_a_lingering_subscription_never_buffers_more_than_its_capacity_and
     assert got == events
 
 
-def test_a_negative_linger_is_refused_and_the_feed_linger_comes_from_the_environment() -> None:
+def test_a_negative_linger_or_fetch_wait_is_refused_and_the_feed_linger_comes_from_the_environment() -> None:
     assert KafkaSettings(bootstrap="x:1").feed_linger_ms == 0  # by default records are handed over at once
     env = {"SNIPER_KAFKA_BOOTSTRAP": "x:1", "SNIPER_KAFKA_FEED_LINGER_MS": "20"}
     assert KafkaSettings.from_env(env).feed_linger_ms == 20
     with pytest.raises(ValueError, match="feed_linger_ms"):
         KafkaSettings(bootstrap="x:1", feed_linger_ms=-1)
+    with pytest.raises(ValueError, match="fetch_max_wait_ms"):
+        KafkaSettings(bootstrap="x:1", fetch_max_wait_ms=-1)
     with pytest.raises(ValueError, match="not an integer"):
         KafkaSettings.from_env({**env, "SNIPER_KAFKA_FEED_LINGER_MS": "soon"})
 
