@@ -22,9 +22,9 @@ count, checked), the msgpack wire format and the dead-letter path. Invariants:
   rebalance): it pauses fetching while its inbox is full, so a slow reader applies backpressure
   instead of growing memory. A subscription with a linger (``linger_ms``) that finds its inbox empty
   when a fetch brings records goes on fetching for that long (or until the inbox is full) and hands
-  over everything it took in at once, at the end. Where it starts reading is fixed before it reports an assignment: with
-  ``auto_offset_reset="latest"`` every record published after :meth:`KafkaSubscription.ready` returned
-  is delivered. Records whose key differs from the wanted key are skipped. A record that is larger than
+  over everything it took in at once, at the end. Where it starts reading is fixed before it reports
+  an assignment: with ``auto_offset_reset="latest"`` every record published after
+  :meth:`KafkaSubscription.ready` returned is delivered. Records whose key differs from the wanted key are skipped. A record that is larger than
   ``max_message_bytes``, cannot be decoded, or fails the topic's validator (``validators``: a reason or
   None) is bad. What happens to it is the subscription's ``bad`` choice: ``dead_letter`` (the default)
   publishes it on the ``deadletter`` topic with the reason and skips it; ``deliver`` hands the receiver
@@ -701,8 +701,8 @@ class KafkaBus(Bus):
 
         Use ``await subscription.ready()`` to wait until it joined its group and got its partitions.
         ``bad`` says what becomes of bad records (see the module invariants). ``linger_ms``: after a
-        fetch brought records, go on fetching for that long (or until the inbox is full) before the
-        receiver sees any of them, so that it takes them as one batch.
+        fetch brought records to an empty inbox, go on fetching for that long (or until the inbox is
+        full) before the receiver sees any of them, so that it takes them as one batch.
         """
         if self._closed:
             raise anyio.ClosedResourceError("the Kafka bus is closed")
