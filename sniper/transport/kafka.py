@@ -24,10 +24,11 @@ count, checked), the msgpack wire format and the dead-letter path. Invariants:
   when a fetch brings records goes on fetching for that long (or until the inbox is full) and hands
   over everything it took in at once, at the end. Where it starts reading is fixed before it reports
   an assignment: with ``auto_offset_reset="latest"`` every record published after
-  :meth:`KafkaSubscription.ready` returned is delivered. Records whose key differs from the wanted key are skipped. A record that is larger than
-  ``max_message_bytes``, cannot be decoded, or fails the topic's validator (``validators``: a reason or
-  None) is bad. What happens to it is the subscription's ``bad`` choice: ``dead_letter`` (the default)
-  publishes it on the ``deadletter`` topic with the reason and skips it; ``deliver`` hands the receiver
+  :meth:`KafkaSubscription.ready` returned is delivered. Records whose key differs from the wanted key
+  are skipped. A record that is larger than ``max_message_bytes``, cannot be decoded, or fails the
+  topic's validator (``validators``: a reason or None) is bad. What happens to it is the
+  subscription's ``bad`` choice: ``dead_letter`` (the default) publishes it on the ``deadletter``
+  topic with the reason and skips it; ``deliver`` hands the receiver
   the :class:`DeadLetter` instead of a message (the owner of the records writes it, once), and
   :meth:`KafkaSubscription.receive_record` hands it every record's value bytes as produced, for the
   dead letters it may write later (kept only until the record is received; the other choices keep
