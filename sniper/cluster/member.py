@@ -32,7 +32,7 @@ from prometheus_client import Gauge, Histogram
 from sniper.actors.base import Actor
 from sniper.cluster.audit import PreemptionTally
 from sniper.cluster.timings import LOOP_LAG_INTERVAL, watch_loop_lag
-from sniper.transport.bus import DEADLETTER, DECISIONS, SNAPSHOTS
+from sniper.transport.bus import DEADLETTER, DECISIONS, FEED, SNAPSHOTS
 from sniper.transport.kafka import (
     BadRecords,
     KafkaBus,
@@ -136,8 +136,9 @@ class GroupMember(RebalanceListener, Generic[H]):
                 self._tg = tg
                 if self.loop_lag is not None:
                     tg.start_soon(watch_loop_lag, self.loop_lag, LOOP_LAG_INTERVAL, self.longest_hold_cpu)
+                linger = self.settings.feed_linger_ms if self.topic == FEED else 0
                 self.subscription = self.bus.subscribe(
-                    self.topic, group=self.group, capacity=4096, listener=self, bad=self.bad_records
+                    self.topic, group=self.group, capacity=4096, listener=self, bad=self.bad_records, linger_ms=linger
                 )
                 self.bus.fence(self.subscription, (DECISIONS, SNAPSHOTS, DEADLETTER))
                 tg.start_soon(self._watch_layout)
