@@ -14,6 +14,7 @@ import dataclasses
 from sniper.core import node_reservation, opportunistic, topology
 from sniper.core import resources as res
 from sniper.core.allocation import CandidateFilter, FreeRoomPlacer, find_ask_candidates, try_allocate
+from sniper.core.placement_memo import RememberingPlacer
 from sniper.core.placing import hold_room, release_room
 from sniper.core.replica import ViewReplica
 from sniper.core.state import Ask, AskKey, Node, PartitionState
@@ -42,6 +43,7 @@ class Allocator(ViewReplica):
         self.missed: dict[AskKey, int] = {}
         self.last_tried: frozenset[AskKey] = frozenset()  # the asks the last cycle tried
         self.stats = AllocatorStats()
+        self.placer = RememberingPlacer()  # free-room placement, failures remembered until a node changes
         self.dirty = False  # something changed since the last cycle that may allow an allocation
         self._next_proposal = 0
         self._rebuilds = 0  # the state's queue rebuilds seen (config changes, SLO plans' boundaries)
@@ -117,7 +119,7 @@ class Allocator(ViewReplica):
             for key in self.last_tried:
                 missed[key] = missed.get(key, 0) + 1
             return None
-        walk = _place_guaranteed(state, n_alloc)
+        walk = _place_guaranteed(state, n_alloc, self.placer)
         placed_all = walk.placed
         n_alloc -= len(placed_all)
         reserved = place_reserved(state, n_alloc)  # after the queues in the ideal assignment's order
@@ -204,7 +206,7 @@ class _Walk:
     blocked: set[AskKey] = dataclasses.field(default_factory=set)
 
 
-def _place_guaranteed(state: PartitionState, budget: int) -> _Walk:
+def _place_guaranteed(state: PartitionState, budget: int, placer: FreeRoomPlacer) -> _Walk:
     """Up to ``budget`` containers on free room, in the ideal assignment's order (each held as placed);
     asks that failed no longer hide the ones behind them (batch, headroom), so it looks again until a
     look places nothing new and fails no new ask."""
@@ -216,7 +218,7 @@ def _place_guaranteed(state: PartitionState, budget: int) -> _Walk:
         )
         if not candidates:
             break
-        result = try_allocate(state, candidates, preemption=False)
+        result = try_allocate(state, candidates, preemption=False, placer=placer)
         for ask in candidates:
             walk.tried.add(ask.key)
         walk.placed.extend(result.placed)
