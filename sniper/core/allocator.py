@@ -43,7 +43,8 @@ class Allocator(ViewReplica):
         self.missed: dict[AskKey, int] = {}
         self.last_tried: frozenset[AskKey] = frozenset()  # the asks the last cycle tried
         self.stats = AllocatorStats()
-        self.placer = RememberingPlacer()  # free-room placement, failures remembered until a node changes
+        # Free-room placement, failures remembered until a node changes (any FreeRoomPlacer decides the same).
+        self.placer: FreeRoomPlacer = RememberingPlacer()
         self.dirty = False  # something changed since the last cycle that may allow an allocation
         self._next_proposal = 0
         self._rebuilds = 0  # the state's queue rebuilds seen (config changes, SLO plans' boundaries)
