@@ -2,7 +2,9 @@
 (room freed by another queue, a node added, relabelled or back in service, a node reservation ended, a
 max's headroom grown, another resource shape, gangs, a required node) runs twice, once with the
 remembering placer and once with a placer that searches every time, and both decide the same at every
-cycle; the remembering one answers some placements without a search."""
+cycle; the remembering one answers some placements without a search. A cycle looks for candidates
+again after a look that placed nothing only when that look held some ask back (a max, a limit, the
+batch), and the asks it held back are placed in that cycle."""
 
 from __future__ import annotations
 
@@ -11,12 +13,13 @@ from collections.abc import Callable
 import pytest
 
 from sniper.core.allocation import FreeRoomPlacer
+from sniper.core.config import PartitionConfig, parse_partition
 from sniper.core.placement_memo import RememberingPlacer
 from sniper.core.state import Node
 from sniper.messages import decisions as d
 from sniper.messages import feed as f
 from sniper.messages import protocol as p
-from tests.core_support import Harness, config_of, queue
+from tests.core_support import Harness, config_of, partition_raw, queue
 from tests.test_node_reservation import churn, crowded, reserved
 
 CONFIG = config_of(queue("a", maximum={"memory": 12288}), queue("b"))
@@ -26,9 +29,9 @@ NODE = f.NodeAdded(node="n1", capacity={"memory": 8192, "vcore": 8000})
 class Twins:
     """The same harness twice: the allocator's own placer and one that always searches."""
 
-    def __init__(self, *events: f.Feed) -> None:
-        self.memo = Harness(CONFIG)
-        self.plain = Harness(CONFIG)
+    def __init__(self, *events: f.Feed, config: PartitionConfig = CONFIG) -> None:
+        self.memo = Harness(config)
+        self.plain = Harness(config)
         self.plain.allocator.placer = FreeRoomPlacer()
         self.feed(*events)
 
@@ -229,3 +232,60 @@ def test_a_node_reservation_timing_out_frees_its_node_for_the_asks_it_kept_off()
         assert after == ["n1"]  # the room the reservation held goes to b at once
         runs.append(h.decisions)
     assert runs[0] == runs[1]
+
+
+def test_an_ask_a_max_held_back_behind_a_failing_one_is_placed_in_the_same_cycle() -> None:
+    t = Twins(NODE, f.AppAdded(app="a1", queue="root.a"))
+    t.feed(f.AskAdded(app="a1", ask="first", resource={"memory": 2048}))
+    assert t.cycle() == [("first", "n1")]
+    # "big" comes first and finds no room; counted against a's max (12 GiB) it keeps "small" out of the
+    # first look, and the next look (without the failed "big") places "small".
+    t.feed(f.AskAdded(app="a1", ask="big", resource={"memory": 8192}, priority=5))
+    t.feed(f.AskAdded(app="a1", ask="small", resource={"memory": 4096}))
+    assert t.cycle() == [("small", "n1")]
+
+
+def test_a_cycle_where_every_ask_fails_looks_for_candidates_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    from sniper.core import allocator
+    from sniper.core.allocation import find_ask_candidates as find
+
+    looks: list[int] = []
+
+    def counted(*args: object, **kwargs: object) -> object:
+        looks.append(1)
+        return find(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(allocator, "find_ask_candidates", counted)
+    t = Twins(NODE, f.AppAdded(app="a1", queue="root.a"), f.AppAdded(app="b1", queue="root.b"))
+    t.feed(f.AskAdded(app="a1", ask="first", resource={"memory": 6144}))
+    assert t.cycle() == [("first", "n1")]
+    t.feed(*(f.AskAdded(app="b1", ask=f"wide{i}", resource={"memory": 4096}) for i in range(5)))
+    looks.clear()
+    assert t.memo.propose() is None
+    assert len(looks) == 1  # every ask listed failed, none was held back: a second look would list nothing
+    assert t.memo.allocator.missed == {("b1", f"wide{i}"): 1 for i in range(5)}
+
+
+def test_an_ask_a_user_limit_held_back_behind_a_failing_one_is_placed_in_the_same_cycle() -> None:
+    limited = queue("a")
+    limited["limits"] = [{"users": ["*"], "maxresources": {"memory": "80Mi"}}]
+    node = f.NodeAdded(node="n1", capacity={"memory": 60})
+    t = Twins(node, f.AppAdded(app="a1", queue="root.a", user="hank"), config=parse_partition(partition_raw(limited)))
+    t.feed(f.AskAdded(app="a1", ask="first", resource={"memory": 10}))
+    assert t.cycle() == [("first", "n1")]
+    # "big" (60) finds no room; charged to hank's limit (10 + 60 of 80) it keeps "small" (20) out of the
+    # first look, and the next look places "small".
+    t.feed(f.AskAdded(app="a1", ask="big", resource={"memory": 60}, priority=5))
+    t.feed(f.AskAdded(app="a1", ask="small", resource={"memory": 20}))
+    assert t.cycle() == [("small", "n1")]
+
+
+def test_asks_behind_a_batch_of_failing_ones_are_looked_at_in_the_same_cycle() -> None:
+    t = Twins(NODE, f.AppAdded(app="a1", queue="root.a"), f.AppAdded(app="b1", queue="root.b"))
+    for h in (t.memo, t.plain):
+        h.allocator.batch = 2
+    t.feed(f.AskAdded(app="a1", ask="first", resource={"memory": 6144}))
+    assert t.cycle() == [("first", "n1")]
+    t.feed(*(f.AskAdded(app="b1", ask=f"wide{i}", resource={"memory": 4096}, priority=5) for i in range(2)))
+    t.feed(f.AskAdded(app="b1", ask="small", resource={"memory": 1024}))
+    assert t.cycle() == [("small", "n1")]  # the first look's batch held only the two that fail

@@ -210,13 +210,16 @@ class _Walk:
 def _place_guaranteed(state: PartitionState, budget: int, placer: FreeRoomPlacer) -> _Walk:
     """Up to ``budget`` containers on free room, in the ideal assignment's order (each held as placed);
     asks that failed no longer hide the ones behind them (batch, headroom), so it looks again until a
-    look places nothing new and fails no new ask."""
+    look places nothing new and fails no new ask.
+
+    A look that placed nothing, ended before the budget and passed over no ask for a ``max`` or a limit
+    is the last: the next would pass over the same asks, now failed, and list nothing."""
     walk = _Walk()
     failed = walk.failed
     while budget > 0:
-        candidates = find_ask_candidates(
-            state, budget, preemption=False, filters=CandidateFilter(skip=failed, blocked=walk.blocked)
-        )
+        held_back: set[AskKey] = set()
+        filters = CandidateFilter(skip=failed, blocked=walk.blocked, held_back=held_back)
+        candidates = find_ask_candidates(state, budget, preemption=False, filters=filters)
         if not candidates:
             break
         result = try_allocate(state, candidates, preemption=False, placer=placer)
@@ -225,9 +228,9 @@ def _place_guaranteed(state: PartitionState, budget: int, placer: FreeRoomPlacer
         walk.placed.extend(result.placed)
         progress = bool(result.placed) or not result.failed <= failed
         failed |= result.failed
-        budget -= len(result.placed)
-        if not progress:
+        if not progress or (not result.placed and not held_back and len(candidates) < budget):
             break
+        budget -= len(result.placed)
     return walk
 
 
