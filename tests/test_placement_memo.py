@@ -289,3 +289,61 @@ def test_asks_behind_a_batch_of_failing_ones_are_looked_at_in_the_same_cycle() -
     t.feed(*(f.AskAdded(app="b1", ask=f"wide{i}", resource={"memory": 4096}, priority=5) for i in range(2)))
     t.feed(f.AskAdded(app="b1", ask="small", resource={"memory": 1024}))
     assert t.cycle() == [("small", "n1")]  # the first look's batch held only the two that fail
+
+
+def test_a_cycle_where_every_waiting_ask_is_known_to_fail_lists_no_candidates(monkeypatch: pytest.MonkeyPatch) -> None:
+    from sniper.core import allocator
+    from sniper.core.allocation import find_ask_candidates as find
+
+    looks: list[int] = []
+
+    def counted(*args: object, **kwargs: object) -> object:
+        looks.append(1)
+        return find(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(allocator, "find_ask_candidates", counted)
+    t = Twins(NODE, f.AppAdded(app="a1", queue="root.a"), f.AppAdded(app="b1", queue="root.b"))
+    for h in (t.memo, t.plain):
+        h.allocator.batch = 2  # the looks list two at a time
+    t.feed(f.AskAdded(app="b1", ask="first", resource={"memory": 6144}))
+    assert t.cycle() == [("first", "n1")]
+    t.feed(*(f.AskAdded(app="b1", ask=f"wide{i}", resource={"memory": 4096}, count=2) for i in range(3)))
+    assert t.cycle() == []
+    _waiting(t)
+    t.feed(f.AppAdded(app="idle", queue="root.b"))
+    looks.clear()
+    assert t.memo.propose() is None
+    assert looks == []  # every waiting ask known to find no node: no look
+    assert t.plain.propose() is None
+    assert len(looks) == 2  # the batch of two, then the one left
+    assert t.memo.allocator.missed == t.plain.allocator.missed
+    t.feed(f.AskAdded(app="a1", ask="small", resource={"memory": 2048}))  # not known: the cycle looks
+    assert t.cycle() == [("small", "n1")]
+    assert t.memo.allocator.missed == {("b1", f"wide{i}"): 6 for i in range(3)}
+
+
+def test_an_app_its_queue_may_not_start_yet_misses_nothing_in_a_cycle_known_to_fail() -> None:
+    capped = queue("b")
+    capped["maxapplications"] = 1
+    t = Twins(NODE, f.AppAdded(app="b1", queue="root.b"), config=config_of(queue("a"), capped))
+    t.feed(f.AskAdded(app="b1", ask="first", resource={"memory": 6144}))
+    assert t.cycle() == [("first", "n1")]
+    t.feed(f.AskAdded(app="b1", ask="wide", resource={"memory": 4096}))
+    t.feed(f.AppAdded(app="b2", queue="root.b"), f.AskAdded(app="b2", ask="late", resource={"memory": 4096}))
+    _waiting(t)
+    assert ("b2", "late") not in t.memo.allocator.missed  # b2 may not start while b1 runs: never tried
+    t.feed(f.AllocationReleased(allocation=t.allocation("first")))
+    assert t.cycle() == [("wide", "n1")]
+
+
+def test_an_ask_its_queues_max_keeps_out_is_never_tried_though_its_shape_is_known_to_fail() -> None:
+    two = f.NodeAdded(node="n2", capacity={"memory": 8192, "vcore": 8000})
+    t = Twins(NODE, two, f.AppAdded(app="a1", queue="root.a"), f.AppAdded(app="b1", queue="root.b"))
+    t.feed(f.AskAdded(app="a1", ask="first", resource={"memory": 8192}))
+    t.feed(f.AskAdded(app="b1", ask="wide", resource={"memory": 8192}))
+    assert sorted(t.cycle()) == [("first", "n1"), ("wide", "n2")]
+    t.feed(f.AskAdded(app="b1", ask="more", resource={"memory": 8192}))
+    t.feed(f.AskAdded(app="a1", ask="over", resource={"memory": 8192}))  # 16 GiB: over a's max of 12 GiB
+    _waiting(t)
+    assert ("b1", "more") in t.memo.allocator.missed
+    assert ("a1", "over") not in t.memo.allocator.missed  # its own queue's max: no opportunity to miss

@@ -14,6 +14,7 @@ import dataclasses
 from sniper.core import node_reservation, opportunistic, topology
 from sniper.core import resources as res
 from sniper.core.allocation import CandidateFilter, FreeRoomPlacer, find_ask_candidates, try_allocate
+from sniper.core.limits import has_limits
 from sniper.core.placement_memo import RememberingPlacer
 from sniper.core.placing import hold_room, release_room
 from sniper.core.replica import ViewReplica
@@ -120,7 +121,8 @@ class Allocator(ViewReplica):
             for key in self.last_tried:
                 missed[key] = missed.get(key, 0) + 1
             return None
-        walk = _place_guaranteed(state, n_alloc, self.placer)
+        known = _known_fruitless(state, self.placer)
+        walk = _place_guaranteed(state, n_alloc, self.placer) if known is None else known
         placed_all = walk.placed
         n_alloc -= len(placed_all)
         reserved = place_reserved(state, n_alloc)  # after the queues in the ideal assignment's order
@@ -232,6 +234,28 @@ def _place_guaranteed(state: PartitionState, budget: int, placer: FreeRoomPlacer
             break
         budget -= len(result.placed)
     return walk
+
+
+def _known_fruitless(state: PartitionState, placer: FreeRoomPlacer) -> _Walk | None:
+    """What :func:`_place_guaranteed` would do when it is known without a walk: no ``max`` or limit can
+    hold an ask back, and every ask a look would list (each waiting ask with a container to place, in a
+    leaf with pending demand) is known to find no node. Then the looks list them all (a batch at a time)
+    and place nothing. ``None`` when that is not known."""
+    if not isinstance(placer, RememberingPlacer) or has_limits(state):
+        return None
+    listed: set[AskKey] = set()
+    for leaf in state.queues.values():
+        if not leaf.is_leaf or not res.any_positive(leaf.pending):
+            continue
+        if leaf.capped:
+            return None
+        for app in leaf.waiting.values():
+            for ask in app.pending_asks:
+                if ask.pending > 0:
+                    if not placer.known_to_fail(state, ask):
+                        return None
+                    listed.add(ask.key)
+    return _Walk(tried=listed, failed=set(listed))
 
 
 def place_reserved(state: PartitionState, budget: int) -> list[tuple[Ask, Node]]:

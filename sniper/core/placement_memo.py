@@ -15,11 +15,12 @@ from sniper.core import node_reservation
 from sniper.core.allocation import FreeRoomPlacer
 from sniper.core.state import Ask, Node, PartitionState
 
-Shape = tuple[frozenset[tuple[str, int]], frozenset[tuple[str, frozenset[str]]]]
+Shape = tuple[tuple[tuple[str, int], ...], tuple[tuple[str, frozenset[str]], ...]]
 
 
 def shape_of(ask: Ask) -> Shape | None:
-    """What a free-room placement of ``ask`` depends on besides the nodes; ``None`` when it depends on more."""
+    """What a free-room placement of ``ask`` depends on besides the nodes; ``None`` when it depends on more.
+    (Equal resources listed in another order make another shape: remembered apart, answered alike.)"""
     if (
         ask.required_node is not None
         or ask.constraints
@@ -28,7 +29,8 @@ def shape_of(ask: Ask) -> Shape | None:
         or ask.node_reserved is not None
     ):
         return None
-    return frozenset(ask.resource.items()), frozenset(ask.node_selector.items())
+    selector = ask.node_selector
+    return tuple(ask.resource.items()), tuple(selector.items()) if selector else ()
 
 
 class RememberingPlacer(FreeRoomPlacer):
@@ -37,30 +39,33 @@ class RememberingPlacer(FreeRoomPlacer):
     def __init__(self) -> None:
         super().__init__()
         self._state: PartitionState | None = None
-        self._failed: dict[Shape, int] = {}  # shape -> the touch after which it found no node
+        self._failed: dict[Shape, int] = {}  # shape -> a touch at which it found no node
         self.searched = 0  # placements that searched the nodes
         self.remembered = 0  # placements answered by a remembered failure
 
-    def place(self, state: PartitionState, ask: Ask) -> Node | None:
+    def known_to_fail(self, state: PartitionState, ask: Ask) -> bool:
+        """Whether a search for ``ask`` would find no node, known without one."""
         failed = self._failed
         if state is not self._state:  # a reset replica: other nodes
             self._state = state
             failed.clear()
+            return False
+        if not failed or (shape := shape_of(ask)) is None or (seq := failed.get(shape)) is None:
+            return False
         changes = state.node_changes
-        shape = shape_of(ask) if failed else None
-        if shape is not None:
-            seq = failed.get(shape)
-            if seq is not None and not any(_may_take(state, ask, name) for name in changes.since(seq)):
-                failed[shape] = changes.seq
-                self.remembered += 1
-                return None
+        if seq != changes.seq and any(_may_take(state, ask, name) for name in changes.since(seq)):
+            return False
+        failed[shape] = changes.seq
+        self.remembered += 1
+        return True
+
+    def place(self, state: PartitionState, ask: Ask) -> Node | None:
+        if self.known_to_fail(state, ask):
+            return None
         self.searched += 1
         node = super().place(state, ask)
-        if node is not None:
-            if shape is not None:
-                failed.pop(shape, None)
-        elif shape is not None or (shape := shape_of(ask)) is not None:
-            failed[shape] = changes.seq
+        if node is None and (shape := shape_of(ask)) is not None:
+            self._failed[shape] = state.node_changes.seq
         return node
 
 
