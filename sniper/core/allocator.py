@@ -151,7 +151,10 @@ class Allocator(ViewReplica):
 
     def _node_reservations(self, walk: _Walk, placed: list[tuple[Ask, Node]]) -> list[tuple[Ask, Node]]:
         """The node reservations this cycle asks for (:func:`sniper.core.node_reservation.choose`): for asks the
-        free room could not hold (a ``max`` aside), not already reserving or reserved in flight."""
+        free room could not hold (a ``max`` aside), not already reserving or reserved in flight. None when
+        the cycle placed nothing: a node reservation is for an ask another app's smaller container overtook."""
+        if not placed:
+            return []
         state = self.state
         reserving = [pair for pairs in self.reserving.values() for pair in pairs]
         return node_reservation.choose(
