@@ -347,3 +347,16 @@ def test_an_ask_its_queues_max_keeps_out_is_never_tried_though_its_shape_is_know
     _waiting(t)
     assert ("b1", "more") in t.memo.allocator.missed
     assert ("a1", "over") not in t.memo.allocator.missed  # its own queue's max: no opportunity to miss
+
+
+def test_an_allocator_with_no_batch_tries_nothing_though_every_ask_is_known_to_fail() -> None:
+    t = Twins(NODE, f.AppAdded(app="b1", queue="root.b"))
+    t.feed(f.AskAdded(app="b1", ask="first", resource={"memory": 6144}))
+    assert t.cycle() == [("first", "n1")]
+    t.feed(f.AskAdded(app="b1", ask="wide", resource={"memory": 4096}))
+    _waiting(t)
+    for h in (t.memo, t.plain):
+        h.allocator.batch = 0
+    t.feed(f.AppAdded(app="idle", queue="root.b"))
+    assert t.cycle() == []
+    assert t.memo.allocator.missed == {("b1", "wide"): 3}  # no look: no opportunity missed

@@ -121,7 +121,7 @@ class Allocator(ViewReplica):
             for key in self.last_tried:
                 missed[key] = missed.get(key, 0) + 1
             return None
-        known = _known_fruitless(state, self.placer)
+        known = _known_fruitless(state, self.placer, n_alloc)
         walk = _place_guaranteed(state, n_alloc, self.placer) if known is None else known
         placed_all = walk.placed
         n_alloc -= len(placed_all)
@@ -239,12 +239,12 @@ def _place_guaranteed(state: PartitionState, budget: int, placer: FreeRoomPlacer
     return walk
 
 
-def _known_fruitless(state: PartitionState, placer: FreeRoomPlacer) -> _Walk | None:
+def _known_fruitless(state: PartitionState, placer: FreeRoomPlacer, budget: int) -> _Walk | None:
     """What :func:`_place_guaranteed` would do when it is known without a walk: no ``max`` or limit can
     hold an ask back, and every ask a look would list (each waiting ask with a container to place, in a
     leaf with pending demand) is known to find no node. Then the looks list them all (a batch at a time)
-    and place nothing. ``None`` when that is not known."""
-    if not isinstance(placer, RememberingPlacer) or has_limits(state):
+    and place nothing (no look at all without a ``budget``). ``None`` when that is not known."""
+    if budget <= 0 or not isinstance(placer, RememberingPlacer) or has_limits(state):
         return None
     listed: set[AskKey] = set()
     for leaf in state.queues.values():
