@@ -4,7 +4,8 @@ max's headroom grown, another resource shape, gangs, a required node) runs twice
 remembering placer and once with a placer that searches every time, and both decide the same at every
 cycle; the remembering one answers some placements without a search. A cycle looks for candidates
 again after a look that placed nothing only when that look held some ask back (a max, a limit, the
-batch), and the asks it held back are placed in that cycle."""
+batch), and the asks it held back are placed in that cycle. A cycle whose every waiting ask is known to
+find no node, where no max or limit applies, lists no candidates and counts the same misses."""
 
 from __future__ import annotations
 
