@@ -164,6 +164,7 @@ class CandidateFilter:
 
     skip: set[AskKey] = field(default_factory=set)
     blocked: set[AskKey] | None = None  # when set, collects the asks an ancestor's ``max`` kept out
+    held_back: set[AskKey] | None = None  # when set, collects the asks any ``max`` or a limit passed over
     queue: Callable[[Queue], bool] | None = None
     app: Callable[[App], bool] | None = None
     ask: Callable[[Ask], bool] | None = None
@@ -309,8 +310,12 @@ class _CandidateWalk:
                     or (filters.ask is not None and not filters.ask(ask))
                     or ask.pending - (times := picked.get(ask.key, 0)) <= 0
                     or (times and not preemption and not self.fits_again(ask, times))
-                    or (limits is not None and not limits.allows(ask))
                 ):
+                    app_cur.current = next(app_cur.rest, None)
+                    continue
+                if limits is not None and not limits.allows(ask):
+                    if filters.held_back is not None:
+                        filters.held_back.add(ask.key)
                     app_cur.current = next(app_cur.rest, None)
                     continue
                 if not preemption and not state.headroom_allows(leaf, ask.resource, extra):
@@ -318,6 +323,8 @@ class _CandidateWalk:
                     blocked = filters.blocked
                     if blocked is not None and state.headroom_allows(leaf, ask.resource, extra, ancestors=False):
                         blocked.add(ask.key)
+                    if filters.held_back is not None:
+                        filters.held_back.add(ask.key)
                     app_cur.current = next(app_cur.rest, None)
                     continue
                 if limits is not None:

@@ -14,6 +14,8 @@ import dataclasses
 from sniper.core import node_reservation, opportunistic, topology
 from sniper.core import resources as res
 from sniper.core.allocation import CandidateFilter, FreeRoomPlacer, find_ask_candidates, try_allocate
+from sniper.core.limits import has_limits
+from sniper.core.placement_memo import RememberingPlacer
 from sniper.core.placing import hold_room, release_room
 from sniper.core.replica import ViewReplica
 from sniper.core.state import Ask, AskKey, Node, PartitionState
@@ -42,6 +44,8 @@ class Allocator(ViewReplica):
         self.missed: dict[AskKey, int] = {}
         self.last_tried: frozenset[AskKey] = frozenset()  # the asks the last cycle tried
         self.stats = AllocatorStats()
+        # Free-room placement, failures remembered until a node changes (any FreeRoomPlacer decides the same).
+        self.placer: FreeRoomPlacer = RememberingPlacer()
         self.dirty = False  # something changed since the last cycle that may allow an allocation
         self._next_proposal = 0
         self._rebuilds = 0  # the state's queue rebuilds seen (config changes, SLO plans' boundaries)
@@ -117,7 +121,8 @@ class Allocator(ViewReplica):
             for key in self.last_tried:
                 missed[key] = missed.get(key, 0) + 1
             return None
-        walk = _place_guaranteed(state, n_alloc)
+        known = _known_fruitless(state, self.placer, n_alloc)
+        walk = _place_guaranteed(state, n_alloc, self.placer) if known is None else known
         placed_all = walk.placed
         n_alloc -= len(placed_all)
         reserved = place_reserved(state, n_alloc)  # after the queues in the ideal assignment's order
@@ -146,7 +151,10 @@ class Allocator(ViewReplica):
 
     def _node_reservations(self, walk: _Walk, placed: list[tuple[Ask, Node]]) -> list[tuple[Ask, Node]]:
         """The node reservations this cycle asks for (:func:`sniper.core.node_reservation.choose`): for asks the
-        free room could not hold (a ``max`` aside), not already reserving or reserved in flight."""
+        free room could not hold (a ``max`` aside), not already reserving or reserved in flight. None when
+        the cycle placed nothing: a node reservation is for an ask another app's smaller container overtook."""
+        if not placed:
+            return []
         state = self.state
         reserving = [pair for pairs in self.reserving.values() for pair in pairs]
         return node_reservation.choose(
@@ -204,28 +212,53 @@ class _Walk:
     blocked: set[AskKey] = dataclasses.field(default_factory=set)
 
 
-def _place_guaranteed(state: PartitionState, budget: int) -> _Walk:
+def _place_guaranteed(state: PartitionState, budget: int, placer: FreeRoomPlacer) -> _Walk:
     """Up to ``budget`` containers on free room, in the ideal assignment's order (each held as placed);
     asks that failed no longer hide the ones behind them (batch, headroom), so it looks again until a
-    look places nothing new and fails no new ask."""
+    look places nothing new and fails no new ask.
+
+    A look that placed nothing, ended before the budget and passed over no ask for a ``max`` or a limit
+    is the last: the next would pass over the same asks, now failed, and list nothing."""
     walk = _Walk()
     failed = walk.failed
     while budget > 0:
-        candidates = find_ask_candidates(
-            state, budget, preemption=False, filters=CandidateFilter(skip=failed, blocked=walk.blocked)
-        )
+        held_back: set[AskKey] = set()
+        filters = CandidateFilter(skip=failed, blocked=walk.blocked, held_back=held_back)
+        candidates = find_ask_candidates(state, budget, preemption=False, filters=filters)
         if not candidates:
             break
-        result = try_allocate(state, candidates, preemption=False)
+        result = try_allocate(state, candidates, preemption=False, placer=placer)
         for ask in candidates:
             walk.tried.add(ask.key)
         walk.placed.extend(result.placed)
         progress = bool(result.placed) or not result.failed <= failed
         failed |= result.failed
-        budget -= len(result.placed)
-        if not progress:
+        if not progress or (not result.placed and not held_back and len(candidates) < budget):
             break
+        budget -= len(result.placed)
     return walk
+
+
+def _known_fruitless(state: PartitionState, placer: FreeRoomPlacer, budget: int) -> _Walk | None:
+    """What :func:`_place_guaranteed` would do when it is known without a walk: no ``max`` or limit can
+    hold an ask back, and every ask a look would list (each waiting ask with a container to place, in a
+    leaf with pending demand) is known to find no node. Then the looks list them all (a batch at a time)
+    and place nothing (no look at all without a ``budget``). ``None`` when that is not known."""
+    if budget <= 0 or not isinstance(placer, RememberingPlacer) or has_limits(state):
+        return None
+    listed: set[AskKey] = set()
+    for leaf in state.queues.values():
+        if not leaf.is_leaf or not res.any_positive(leaf.pending):
+            continue
+        if leaf.capped:
+            return None
+        for app in leaf.waiting.values():
+            for ask in app.pending_asks:
+                if ask.pending > 0:
+                    if not placer.known_to_fail(state, ask):
+                        return None
+                    listed.add(ask.key)
+    return _Walk(tried=listed, failed=set(listed))
 
 
 def place_reserved(state: PartitionState, budget: int) -> list[tuple[Ask, Node]]:

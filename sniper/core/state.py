@@ -33,6 +33,7 @@ from sniper.core import constraints, container_bounds, fair_share, lifecycle, qu
 from sniper.core import resources as res
 from sniper.core.ask_order import AskOrder
 from sniper.core.config import PartitionConfig, QueueConfig, parse_partition
+from sniper.core.node_changes import NodeChanges
 from sniper.core.node_index import NodeIndex
 from sniper.core.resources import MEMORY, Resource
 from sniper.core.selector_demand import SelectorDemand
@@ -563,6 +564,7 @@ class PartitionState:
         # contents except ``now`` (what a policy round may reuse its last result on).
         self.version = 0
         self.node_index = NodeIndex(config.node_sort_policy if config else "binpacking")
+        self.node_changes = NodeChanges()  # (kept only where nodes are indexed: the allocator's)
         self.tags = constraints.TagIndex()  # allocation tags per scope (core.constraints)
         self.selector_demand = SelectorDemand()  # node selectors of the waiting asks (core.selector_demand)
         self.on_allocation_gone: Callable[[Allocation], None] | None = None
@@ -822,6 +824,7 @@ class PartitionState:
         if self._deferred is not None:
             self._deferred.add(node)
             return
+        self.node_changes.touch(node.name)
         if node.schedulable:
             self.node_index.update(node.name, node.free_of(MEMORY))
         else:
@@ -871,6 +874,7 @@ class PartitionState:
             raise StateError(f"node {c.node} still holds allocations or reservations")
         del self.nodes[c.node]
         self.node_index.discard(c.node)
+        self.node_changes.forget(c.node)
         self.tags.forget(c.node)
         self._count_capacity(node, -1)
 
@@ -1172,6 +1176,7 @@ class PartitionState:
         phase = lifecycle.ABSENT if r is None else "held"
         _require(lifecycle.NODE_RESERVATION, phase, c, f"node {c.node} holds no node reservation")
         assert r is not None
+        self.node_changes.touch(c.node)  # other asks may use the node again
         app = self.apps[r.app]
         ask = app.asks.get(r.ask)
         if ask is not None:
