@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import os
 import signal
 import subprocess
@@ -40,6 +41,21 @@ if os.environ.get("SNIPER_HYPOTHESIS", "repeatable") == "repeatable":
     _providers._get_local_constants = lambda: _providers._local_constants
 
 pytest_plugins = ["tests.kafka_support", "tests.kube_apiserver"]
+
+
+@pytest.fixture(autouse=True)
+def collector_as_found() -> Iterator[None]:
+    """A test that runs the CLI in this process tunes the collector for a core (:func:`sniper.collector.tune`:
+    thresholds, a callback that freezes survivors); put it back, so no later test runs under it (frozen
+    objects are invisible to ``gc.get_referrers``, which Hypothesis uses to check its own random
+    generator)."""
+    thresholds, callbacks = gc.get_threshold(), list(gc.callbacks)
+    yield
+    gc.callbacks[:] = callbacks
+    gc.set_threshold(*thresholds)
+    if gc.get_freeze_count():
+        gc.unfreeze()
+
 
 CLOSE_LIMIT = 60.0
 
