@@ -21,7 +21,7 @@ from sniper.messages import decisions as d
 from sniper.messages import feed as f
 from sniper.messages import protocol as p
 from tests.core_support import Harness, config_of, partition_raw, queue
-from tests.test_node_reservation import churn, crowded, reserved
+from tests.node_reservation_support import churn, crowded, reserved
 
 CONFIG = config_of(queue("a", maximum={"memory": 12288}), queue("b"))
 NODE = f.NodeAdded(node="n1", capacity={"memory": 8192, "vcore": 8000})
