@@ -35,7 +35,6 @@ selected twice in one round; ties are broken by snapshot order, then by ids.
 from __future__ import annotations
 
 import dataclasses
-import functools
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING
 
@@ -47,7 +46,6 @@ from sniper.core.preemption.calculator import (
     multiply_trunc,
 )
 from sniper.core.preemption.ideal import IdealAssignment, compute_ideal
-from sniper.core.preemption.ideal_memo import IdealMemo
 from sniper.core.preemption.model import AppSnapshot, ClusterSnapshot, ContainerSnapshot, QueueSnapshot
 from sniper.core.preemption.quotas import guarantee_floor
 from sniper.core.resources import Resource, add, component_max, drf_below, sub
@@ -205,7 +203,6 @@ class ProportionalPolicy:
     def __init__(self, config: ProportionalConfig | None = None) -> None:
         self._config = config or ProportionalConfig()
         self._first_marked: dict[str, int] = {}
-        self.ideals = IdealMemo(64)  # rounds on figures seen a few changes before reuse their ideal
 
     @property
     def config(self) -> ProportionalConfig:
@@ -243,18 +240,13 @@ class ProportionalPolicy:
         wait_of: dict[str, int] = {}
         figures: dict[str, QueueFigures] = {}
         for balance, wait in passes:
-            allowance = dict(selection.allowance)
-            ideal = self.ideals.get(
+            ideal = compute_ideal(
                 snapshot,
-                (calc.name, tuple(allowance.items()), balance, cfg.priority_layers, cfg.avoid_ineffective),
-                functools.partial(
-                    compute_ideal,
-                    calculator=calc,
-                    total_preemption_allowed=allowance,
-                    preempt_to_balance=balance,
-                    priority_layers=cfg.priority_layers,
-                    avoid_ineffective=cfg.avoid_ineffective,
-                ),
+                calc,
+                total_preemption_allowed=selection.allowance,
+                preempt_to_balance=balance,
+                priority_layers=cfg.priority_layers,
+                avoid_ineffective=cfg.avoid_ineffective,
             )
             to_obtain = self._to_obtain(snapshot, ideal, calc, cluster)
             before = len(selection.candidates)
