@@ -246,17 +246,23 @@ def test_an_ask_a_max_held_back_behind_a_failing_one_is_placed_in_the_same_cycle
     assert t.cycle() == [("small", "n1")]
 
 
-def test_a_cycle_where_every_ask_fails_looks_for_candidates_once(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.fixture
+def looks(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """One entry per look for candidates the allocator makes (calls of ``find_ask_candidates``)."""
     from sniper.core import allocator
     from sniper.core.allocation import find_ask_candidates as find
 
-    looks: list[int] = []
+    counted: list[int] = []
 
-    def counted(*args: object, **kwargs: object) -> object:
-        looks.append(1)
+    def counting(*args: object, **kwargs: object) -> object:
+        counted.append(1)
         return find(*args, **kwargs)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(allocator, "find_ask_candidates", counted)
+    monkeypatch.setattr(allocator, "find_ask_candidates", counting)
+    return counted
+
+
+def test_a_cycle_where_every_ask_fails_looks_for_candidates_once(looks: list[int]) -> None:
     t = Twins(NODE, f.AppAdded(app="a1", queue="root.a"), f.AppAdded(app="b1", queue="root.b"))
     t.feed(f.AskAdded(app="a1", ask="first", resource={"memory": 6144}))
     assert t.cycle() == [("first", "n1")]
@@ -292,17 +298,7 @@ def test_asks_behind_a_batch_of_failing_ones_are_looked_at_in_the_same_cycle() -
     assert t.cycle() == [("small", "n1")]  # the first look's batch held only the two that fail
 
 
-def test_a_cycle_where_every_waiting_ask_is_known_to_fail_lists_no_candidates(monkeypatch: pytest.MonkeyPatch) -> None:
-    from sniper.core import allocator
-    from sniper.core.allocation import find_ask_candidates as find
-
-    looks: list[int] = []
-
-    def counted(*args: object, **kwargs: object) -> object:
-        looks.append(1)
-        return find(*args, **kwargs)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(allocator, "find_ask_candidates", counted)
+def test_a_cycle_where_every_waiting_ask_is_known_to_fail_lists_no_candidates(looks: list[int]) -> None:
     t = Twins(NODE, f.AppAdded(app="a1", queue="root.a"), f.AppAdded(app="b1", queue="root.b"))
     for h in (t.memo, t.plain):
         h.allocator.batch = 2  # the looks list two at a time
