@@ -20,20 +20,10 @@ from sniper.core.preemption.ideal import IdealAssignment, compute_ideal
 from sniper.core.preemption.ideal_memo import IdealMemo
 from sniper.core.preemption.model import AppSnapshot, ClusterSnapshot, ContainerSnapshot, QueueSnapshot
 from sniper.core.preemption.view import SNIPER_IDEALS, ideal_of
+from sniper.core.preemption.view import computed_ideal as sniper_ideal
 from sniper.core.resources import Resource
 
 NAMES = ("memory", "vcore", "gpu")
-
-
-def sniper_ideal(snapshot: ClusterSnapshot, avoid_ineffective: bool = True) -> IdealAssignment:
-    """Sniper's options on the dominant calculator, computed without any memo."""
-    return compute_ideal(
-        snapshot,
-        DominantCalculator(snapshot.resource_names),
-        priority_layers=True,
-        avoid_ineffective=avoid_ineffective,
-        cap_by_demand=True,
-    )
 
 
 def resources(names: tuple[str, ...], top: int, *, zero: bool = True) -> st.SearchStrategy[Resource]:

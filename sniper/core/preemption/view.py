@@ -9,6 +9,7 @@ simulator's independent model both go through it, so they agree on what "ideal" 
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 
 from sniper.core import resources as res
@@ -131,20 +132,22 @@ def composed_guarantees(
 SNIPER_IDEALS = IdealMemo(256)
 
 
+def computed_ideal(snapshot: ClusterSnapshot, avoid_ineffective: bool = True) -> IdealAssignment:
+    """Sniper's ideal: YARN's fix-point under DRF, layered by business priority, computed afresh."""
+    return compute_ideal(
+        snapshot,
+        DominantCalculator(snapshot.resource_names),
+        priority_layers=True,
+        avoid_ineffective=avoid_ineffective,
+        cap_by_demand=True,
+    )
+
+
 def ideal_of(snapshot: ClusterSnapshot, *, avoid_ineffective: bool = True) -> IdealAssignment:
-    """Sniper's ideal: YARN's fix-point under DRF, layered by business priority (memoized by
-    :data:`SNIPER_IDEALS` on the snapshot's exact figures)."""
-
-    def compute(snap: ClusterSnapshot) -> IdealAssignment:
-        return compute_ideal(
-            snap,
-            DominantCalculator(snap.resource_names),
-            priority_layers=True,
-            avoid_ineffective=avoid_ineffective,
-            cap_by_demand=True,
-        )
-
-    return SNIPER_IDEALS.get(snapshot, avoid_ineffective, compute)
+    """:func:`computed_ideal`, memoized by :data:`SNIPER_IDEALS` on the snapshot's exact figures."""
+    return SNIPER_IDEALS.get(
+        snapshot, avoid_ineffective, functools.partial(computed_ideal, avoid_ineffective=avoid_ineffective)
+    )
 
 
 def snapshot_from_state(
