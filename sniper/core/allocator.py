@@ -217,8 +217,10 @@ def _place_guaranteed(state: PartitionState, budget: int, placer: FreeRoomPlacer
     asks that failed no longer hide the ones behind them (batch, headroom), so it looks again until a
     look places nothing new and fails no new ask.
 
-    A look that placed nothing, ended before the budget and passed over no ask for a ``max`` or a limit
-    is the last: the next would pass over the same asks, now failed, and list nothing."""
+    A look that ended before the budget and passed over no ask for a ``max`` or a limit is the last when
+    every ask it listed failed or has no container left to place: the next would list only asks the
+    look listed (holding room only shrinks what an ask or a queue still wants, and the free room), so
+    it would list nothing."""
     walk = _Walk()
     failed = walk.failed
     while budget > 0:
@@ -233,7 +235,9 @@ def _place_guaranteed(state: PartitionState, budget: int, placer: FreeRoomPlacer
         walk.placed.extend(result.placed)
         progress = bool(result.placed) or not result.failed <= failed
         failed |= result.failed
-        if not progress or (not result.placed and not held_back and len(candidates) < budget):
+        if not progress or (
+            not held_back and len(candidates) < budget and all(a.key in failed or a.pending <= 0 for a in candidates)
+        ):
             break
         budget -= len(result.placed)
     return walk
