@@ -3,10 +3,13 @@
 cycle's last (a further look would list nothing). A look after which some ask still has containers to
 place (the free room held fewer of them than it wants), or that held an ask back, is followed by another.
 
-Every cycle decides as a cycle that looks until a look lists nothing or changes nothing: the same
-proposals, decisions and missed-opportunity counts, on runs of asks of several shapes, priorities and
-node selectors, gangs, a parent's ``max``, a user limit, releases, withdrawals and nodes changing
-between cycles and with proposals in flight."""
+A cycle where no ask waits (no queue has pending demand, no reservation, no opportunistic ask) does not
+look at all, and misses nothing; an ask that waits alone still misses at every cycle.
+
+Every cycle decides as a cycle that looks until a look lists nothing or changes nothing, whether or not an
+ask waits: the same walk, proposals, decisions and missed-opportunity counts, on runs of asks of several
+shapes, priorities and node selectors, gangs, opportunistic asks, a parent's ``max``, a user limit,
+releases, withdrawals and nodes changing between cycles and with proposals in flight."""
 
 from __future__ import annotations
 
@@ -110,6 +113,40 @@ def test_a_cycle_that_fills_its_batch_leaves_the_rest_to_the_next_cycle(looks: l
     assert second is not None and [pl.ask for pl in second.placements] == ["k2"]
 
 
+def test_a_cycle_where_no_ask_waits_looks_for_nothing_and_misses_nothing(looks: list[int]) -> None:
+    h = Harness(config_of(queue("a")))
+    h.feed(NODE, f.AppAdded(app="a1", queue="root.a"))
+    h.feed(f.AskAdded(app="a1", ask="one", resource={"memory": 2048}, count=2))
+    h.settle()
+    h.feed(f.AllocationReleased(allocation=h.allocated()[0].allocation))
+    looks.clear()
+    cycles = h.allocator.stats.cycles
+    assert h.propose() is None
+    assert looks == [] and h.allocator.missed == {} and h.allocator.last_tried == frozenset()
+    assert h.allocator.stats.cycles == cycles + 1
+
+
+def test_an_ask_that_does_not_fit_misses_at_every_cycle_though_nothing_else_waits() -> None:
+    h = Harness(config_of(queue("a")))
+    h.feed(NODE, f.AppAdded(app="a1", queue="root.a"))
+    h.feed(f.AskAdded(app="a1", ask="first", resource={"memory": 4096}))
+    h.settle()
+    h.feed(f.AskAdded(app="a1", ask="wide", resource={"memory": 6144}))
+    for cycle in range(1, 4):
+        h.feed(f.AppAdded(app=f"idle{cycle}", queue="root.a"))  # a change: the cycle is not a repeat
+        assert h.propose() is None
+        assert h.allocator.missed == {("a1", "wide"): cycle}
+
+
+def test_an_opportunistic_ask_is_placed_though_no_queue_has_pending_demand() -> None:
+    h = Harness(config_of(queue("a")))
+    h.feed(NODE, f.AppAdded(app="a1", queue="root.a"))
+    h.feed(f.AskAdded(app="a1", ask="spare", resource={"memory": 2048}, execution_type="opportunistic"))
+    assert h.cache.state.root is not None and not any(h.cache.state.root.pending.values())
+    proposal = h.propose()
+    assert proposal is not None and [(pl.ask, pl.node) for pl in proposal.placements] == [("spare", "n1")]
+
+
 # ---------------------------------------------------------------------- every cycle decides alike
 
 NODES = ("n1", "n2", "n3")
@@ -155,8 +192,13 @@ class Twins:
         for harness, walk in ((self.early, allocator._place_guaranteed), (self.every, every_look)):
             with pytest.MonkeyPatch.context() as patch:
                 patch.setattr(allocator, "_place_guaranteed", _recorded(walk, walks))
+                if harness is self.every:  # every cycle that is not a repeat walks, whether or not an ask waits
+                    patch.setattr(allocator, "_nothing_waits", lambda state: False)
                 proposals.append(harness.propose())
-        assert walks[1:] == walks[:1]  # each walked alike (or neither: a cycle known to place nothing)
+        if len(walks) == 1:  # one cycle skipped its walk: no ask waited, and the other's walk found none
+            assert walks == [([], [], [], [])]
+        else:
+            assert walks[1:] == walks[:1]
         assert proposals[0] == proposals[1]
         assert self.early.allocator.missed == self.every.allocator.missed
         return proposals[0]
@@ -177,7 +219,9 @@ class Twins:
 
 # One step: (what, which, memory, count, priority).
 STEP = st.tuples(
-    st.sampled_from(["ask", "gang", "selector", "cycle", "deliver", "settle", "release", "withdraw", "resize", "lose"]),
+    st.sampled_from(
+        ["ask", "gang", "selector", "spare", "cycle", "deliver", "settle", "release", "withdraw", "resize", "lose"]
+    ),
     st.integers(0, 30),
     st.sampled_from([512, 1024, 2048, 3072, 4096, 6144, 8192]),
     st.integers(1, 4),
@@ -188,7 +232,7 @@ STEP = st.tuples(
 def play(t: Twins, steps: list[tuple[str, int, int, int, int]]) -> None:
     for i, (what, which, memory, count, priority) in enumerate(steps):
         state = t.early.cache.state
-        if what in ("ask", "gang", "selector"):
+        if what in ("ask", "gang", "selector", "spare"):
             app = sorted(APPS)[which % len(APPS)]
             t.feed(
                 f.AskAdded(
@@ -199,6 +243,7 @@ def play(t: Twins, steps: list[tuple[str, int, int, int, int]]) -> None:
                     priority=priority,
                     gang_min=count if what == "gang" else 0,
                     node_selector={"zone": [NODES[which % 3]]} if what == "selector" else {},
+                    execution_type="opportunistic" if what == "spare" else "guaranteed",
                 )
             )
         elif what == "cycle":
