@@ -133,6 +133,24 @@ def pytest_asyncio_loop_factories(config: pytest.Config, item: pytest.Item) -> M
 
 
 @pytest.fixture
+def looks(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """One entry per look for candidates the allocator makes (calls of ``find_ask_candidates``): the
+    number of containers it listed."""
+    from sniper.core import allocator
+    from sniper.core.allocation import find_ask_candidates as find
+
+    counted: list[int] = []
+
+    def counting(*args: object, **kwargs: object) -> object:
+        listed = find(*args, **kwargs)  # type: ignore[arg-type]
+        counted.append(len(listed))
+        return listed
+
+    monkeypatch.setattr(allocator, "find_ask_candidates", counting)
+    return counted
+
+
+@pytest.fixture
 def other_cpu_busy() -> Iterator[subprocess.Popen[bytes]]:
     """A process spinning on one CPU for the whole test (killed at teardown): what the test checks must
     hold while the core competes for the machine, as on a shared host."""

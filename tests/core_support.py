@@ -258,6 +258,9 @@ def consistency_problems(state: PartitionState) -> list[str]:
             problems.append(f"node {node.name}: reserved {node.reserved} != reservations and holds {promised}")
         if any(x.hold_contract not in state.contracts for x in holds):
             problems.append(f"node {node.name}: room held for a closed preemption request")
+    noticed = sum(1 for alloc in state.allocations.values() if alloc.preempting)
+    if noticed != state.noticed:
+        problems.append(f"{state.noticed} allocations counted under notice, {noticed} are")
     for alloc in state.allocations.values():
         if alloc.id not in state.nodes[alloc.node].allocations:
             problems.append(f"allocation {alloc.id} missing from node {alloc.node}")

@@ -491,3 +491,25 @@ def test_a_placement_examines_the_nodes_with_room_not_the_full_ones(policy: str,
     result = try_allocate(state, find_ask_candidates(state, 6))
     assert sorted(node.name for _, node in result.placed) == ["room0", "room0", "room1", "room1", "room2", "room2"]
     assert _CountedNodes.looked <= 6 * 4  # each placement looks at the nodes with room only
+
+
+def test_queues_are_keyed_only_where_several_with_pending_asks_compete() -> None:
+    leaves = [queue("a", queue("x"), queue("y")), queue("b")]
+    build = Build().app("X", "root.a.x").app("Y", "root.a.y").app("B", "root.b")
+    state = state_of(leaves, build.ask("X", "x", 100, count=3).changes)
+    keyed: list[str] = []
+
+    def counting(q: Any, usage: Any) -> tuple[object, ...]:
+        keyed.append(q.path)
+        return (q.path,)
+
+    # Only a.x waits: each level has one child with pending asks, so nothing is ordered.
+    assert [ask.name for ask in find_ask_candidates(state, 3, queue_key=counting)] == ["x"] * 3
+    assert keyed == []
+    # a.x and a.y wait under a: a's two children are keyed as they are built and as each is picked;
+    # the root's only child (a) still is not.
+    state = state_of(leaves, build.ask("Y", "y", 100, count=2).changes)
+    picked = find_ask_candidates(state, 5, queue_key=counting)
+    assert sorted(ask.name for ask in picked) == ["x", "x", "x", "y", "y"]
+    assert "root.a" not in keyed and "root.b" not in keyed
+    assert len(keyed) == 2 + 3  # built, then re-keyed after each pick while both still wait

@@ -246,22 +246,6 @@ def test_an_ask_a_max_held_back_behind_a_failing_one_is_placed_in_the_same_cycle
     assert t.cycle() == [("small", "n1")]
 
 
-@pytest.fixture
-def looks(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """One entry per look for candidates the allocator makes (calls of ``find_ask_candidates``)."""
-    from sniper.core import allocator
-    from sniper.core.allocation import find_ask_candidates as find
-
-    counted: list[int] = []
-
-    def counting(*args: object, **kwargs: object) -> object:
-        counted.append(1)
-        return find(*args, **kwargs)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(allocator, "find_ask_candidates", counting)
-    return counted
-
-
 def test_a_cycle_where_every_ask_fails_looks_for_candidates_once(looks: list[int]) -> None:
     t = Twins(NODE, f.AppAdded(app="a1", queue="root.a"), f.AppAdded(app="b1", queue="root.b"))
     t.feed(f.AskAdded(app="a1", ask="first", resource={"memory": 6144}))

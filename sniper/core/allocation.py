@@ -277,19 +277,24 @@ class _CandidateWalk:
 
     def heap_of(self, parent: Queue) -> list[tuple[tuple[object, ...], Queue]]:
         """The heap of ``parent``'s children with pending asks (that the filter admits), made on first use,
-        each child's usage (plus what the caller holds) kept in :attr:`used` from then on."""
+        each child's usage (plus what the caller holds) kept in :attr:`used` from then on. A lone child
+        is not keyed: nothing is ordered against it (:meth:`pick` keys children only while several are left)."""
         h = self.heaps.get(parent.path)
         if h is None:
             queue_filter, extra, used = self.filters.queue, self.extra, self.used
-            h = []
+            children = []
             for c in parent.children:
                 if res.any_positive(c.pending) and (queue_filter is None or queue_filter(c)):
                     u = used[c.path] = c.usage()
                     more = extra.get(c.path)
                     if more:
                         res.add_into(u, more)
-                    h.append((self.key_of(c, u), c))
-            heapq.heapify(h)
+                    children.append(c)
+            if len(children) == 1:
+                h = [((), children[0])]
+            else:
+                h = [(self.key_of(c, used[c.path]), c) for c in children]
+                heapq.heapify(h)
             self.heaps[parent.path] = h
         return h
 
@@ -351,7 +356,8 @@ class _CandidateWalk:
                 res.add_into(self.extra.setdefault(child.path, {}), ask.resource)
             used = self.used[child.path]
             res.add_into(used, ask.resource)
-            heapq.heapreplace(h, (self.key_of(child, used), child))
+            if len(h) > 1:
+                heapq.heapreplace(h, (self.key_of(child, used), child))
             return ask
         return None
 

@@ -110,7 +110,8 @@ class Allocator(ViewReplica):
 
         A cycle on the state a cycle placed nothing on (the clock aside: same object, same version, no
         room held or answered since, no reservation whose deadline the clock moves) would try the same
-        asks and place nothing again: it only counts their missed opportunity."""
+        asks and place nothing again: it only counts their missed opportunity. A cycle where no ask
+        waits (no queue has pending demand, no reservation, no opportunistic ask) tries nothing."""
         self.dirty = False
         n_alloc = self.batch if budget is None else budget
         state = self.state
@@ -120,6 +121,12 @@ class Allocator(ViewReplica):
             missed = self.missed
             for key in self.last_tried:
                 missed[key] = missed.get(key, 0) + 1
+            return None
+        if n_alloc > 0 and _nothing_waits(state):
+            self.stats.cycles += 1
+            self.last_tried = frozenset()
+            if budget is None:
+                self._fruitless = (state, state.version)
             return None
         known = _known_fruitless(state, self.placer, n_alloc)
         walk = _place_guaranteed(state, n_alloc, self.placer) if known is None else known
@@ -217,8 +224,10 @@ def _place_guaranteed(state: PartitionState, budget: int, placer: FreeRoomPlacer
     asks that failed no longer hide the ones behind them (batch, headroom), so it looks again until a
     look places nothing new and fails no new ask.
 
-    A look that placed nothing, ended before the budget and passed over no ask for a ``max`` or a limit
-    is the last: the next would pass over the same asks, now failed, and list nothing."""
+    A look that ended before the budget and passed over no ask for a ``max`` or a limit is the last when
+    every ask it listed failed or has no container left to place: the next would list only asks the
+    look listed (holding room only shrinks what an ask or a queue still wants, and the free room), so
+    it would list nothing."""
     walk = _Walk()
     failed = walk.failed
     while budget > 0:
@@ -233,10 +242,21 @@ def _place_guaranteed(state: PartitionState, budget: int, placer: FreeRoomPlacer
         walk.placed.extend(result.placed)
         progress = bool(result.placed) or not result.failed <= failed
         failed |= result.failed
-        if not progress or (not result.placed and not held_back and len(candidates) < budget):
+        if not progress or (
+            not held_back and len(candidates) < budget and all(a.key in failed or a.pending <= 0 for a in candidates)
+        ):
             break
         budget -= len(result.placed)
     return walk
+
+
+def _nothing_waits(state: PartitionState) -> bool:
+    """Whether no ask waits for a container: no pending demand (the root's totals every leaf's), no
+    reservation, no opportunistic ask. Then a cycle lists no candidate, places nothing and misses nothing."""
+    root = state.root
+    return (
+        (root is None or not res.any_positive(root.pending)) and not state.reservations and not state.opportunistic_asks
+    )
 
 
 def _known_fruitless(state: PartitionState, placer: FreeRoomPlacer, budget: int) -> _Walk | None:

@@ -188,6 +188,8 @@ class Cache:
             slo_reservations.retire(self)
 
     def _kill_overdue(self) -> None:
+        if not self.state.noticed:
+            return
         now = self.state.now
         overdue = [
             alloc

@@ -548,6 +548,7 @@ class PartitionState:
         self.nodes: dict[str, Node] = {}
         self.apps: dict[str, App] = {}
         self.allocations: dict[str, Allocation] = {}
+        self.noticed = 0  # allocations under a preemption notice, killed or not
         self.asked = 0  # containers every app's asks still ask for (the sum of :attr:`App.asked`)
         self.reservations: dict[str, Reservation] = {}
         self.contracts: dict[str, Contract] = {}  # open preemption requests, oldest first
@@ -1044,6 +1045,8 @@ class PartitionState:
             f"allocation {c.allocation} is not known",
         )
         assert alloc is not None
+        if alloc.preempting:
+            self.noticed -= 1
         node = self.nodes[alloc.node]
         node.allocations.discard(alloc.id)
         res.sub_into(node.allocated, alloc.resource)
@@ -1188,6 +1191,7 @@ class PartitionState:
         for vid in victims:
             victim = _allocation_moves(self.allocations.get(vid), change, vid)
             if not victim.preempting:
+                self.noticed += 1
                 node = self.nodes[victim.node]
                 res.add_into(node.preempting, victim.resource)
                 if victim.opportunistic:
@@ -1209,6 +1213,7 @@ class PartitionState:
     def _victims_released(self, c: p.VictimsReleased) -> None:
         for vid in c.victims:
             victim = _allocation_moves(self.allocations.get(vid), c, vid)  # under notice, not killed yet
+            self.noticed -= 1
             node = self.nodes[victim.node]
             if victim.opportunistic:
                 res.add_into(node.opportunistic, victim.resource)
