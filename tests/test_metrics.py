@@ -8,7 +8,10 @@ from itertools import count
 from pathlib import Path
 
 import msgspec
+from hypothesis import given
+from hypothesis import strategies as st
 
+from sniper.core import resources as res
 from sniper.core.config import parse_partition
 from sniper.messages import decisions as d
 from sniper.messages import feed as f
@@ -61,6 +64,31 @@ def test_time_to_guarantee_uses_the_drf_comparison() -> None:
     metrics.sample(31.0)
     ttg = metrics.time_to_guarantee()["root.a"]
     assert (ttg.episodes, ttg.unmet, ttg.max) == (1, 0, 30.0)
+
+
+amounts = st.dictionaries(st.sampled_from(["memory", "vcore", "gpu"]), st.integers(0, 100))
+
+
+@given(usage=amounts, guaranteed=amounts, capacity=amounts, released=amounts)
+def test_without_demand_a_queues_target_is_never_drf_above_its_usage(
+    usage: dict[str, int], guaranteed: dict[str, int], capacity: dict[str, int], released: dict[str, int]
+) -> None:
+    """What lets a sample call a queue with nothing pending satisfied without comparing."""
+    nothing = {k: -v for k, v in released.items()}
+    assert not res.drf_below(usage, res.component_min(guaranteed, res.add(usage, nothing)), capacity)
+
+
+def test_a_queue_below_its_guarantee_with_nothing_waiting_is_not_waiting_for_it() -> None:
+    model, metrics = _gpu_model()
+    model.on_event(f.AskAdded(app="a1", ask="g", resource={"memory": 5, "vcore": 5, "gpu": 1}))
+    model.on_decision(_alloc("x1", "a1", "g", "root.a", {"memory": 5, "vcore": 5, "gpu": 1}, 0.0))
+    metrics.sample(0.0)
+    model.on_event(f.AskAdded(app="a1", ask="more", resource={"memory": 5, "vcore": 5, "gpu": 2}))
+    metrics.sample(10.0)
+    model.on_event(f.AskRemoved(app="a1", ask="more"))
+    metrics.sample(25.0)
+    ttg = metrics.time_to_guarantee()["root.a"]
+    assert (ttg.episodes, ttg.unmet, ttg.max) == (1, 0, 15.0)
 
 
 def test_idle_gpus_while_gpu_asks_wait_are_stranded_per_resource() -> None:

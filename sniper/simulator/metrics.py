@@ -142,10 +142,15 @@ class Metrics:
             if cfg.children or not cfg.guaranteed:
                 continue
             u, p = usage.get(path, {}), derived.demand.get(path, {})  # asks a limit holds back are no demand
-            target = res.component_min(cfg.guaranteed, res.add(u, p))
-            satisfied = not res.drf_below(u, target, capacity) or not any(
-                within_guarantee(res.add(u, shape), cfg.guaranteed, capacity) for shape in derived.shapes.get(path, ())
-            )
+            if any(v > 0 for v in p.values()):
+                target = res.component_min(cfg.guaranteed, res.add(u, p))
+                satisfied = not res.drf_below(u, target, capacity) or not any(
+                    within_guarantee(res.add(u, shape), cfg.guaranteed, capacity)
+                    for shape in derived.shapes.get(path, ())
+                )
+            else:
+                # Without demand the target is at most the usage on every resource: never DRF-below it.
+                satisfied = True
             if not satisfied and path not in self._open:
                 self._open[path] = t
             elif satisfied and path in self._open:

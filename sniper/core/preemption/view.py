@@ -85,14 +85,41 @@ def snapshot_from_figures(
 
 def composed_guarantees(
     config: PartitionConfig, capacity: Resource, used: Mapping[str, Resource], pending: Mapping[str, Resource]
-) -> dict[str, Resource]:
+) -> Mapping[str, Resource]:
     """Every queue's guarantee as absolute guarantees compose (YuniKorn's; architecture: Vocabulary).
 
     A queue without ``guaranteed`` whose subtree names some guarantees guarantees their sum (so a leaf's
     guarantee counts when its ancestors have none), and limits nothing. A queue whose subtree names none
     shares, by demand (``used + pending``), what its parent's guarantee (the root's: the capacity) leaves
     over its siblings' guarantees, never more than its demand on any resource.
+
+    When every queue below the root names a guarantee in its subtree the answer reads no demand: it is
+    kept per config (by identity) and capacity, and shared between callers, who never change it.
     """
+    declared = _declared_guarantees(config)
+    if all(declared.values()):
+        key = tuple(capacity.items())
+        known = _COMPOSED.get(id(config))
+        if known is None or known[0] is not config or known[1] != key:
+            known = _COMPOSED[id(config)] = (config, key, _composed(config, declared, capacity, {}, {}))
+            while len(_COMPOSED) > _KEPT_CONFIGS:
+                del _COMPOSED[next(iter(_COMPOSED))]
+        return known[2]
+    return _composed(config, declared, capacity, used, pending)
+
+
+# The last configs' guarantees as their trees name them (``declared``) and, where those read no demand,
+# their composition for the last capacity: the callers see a handful of configs, each for a whole run.
+_KEPT_CONFIGS = 8
+_DECLARED: dict[int, tuple[PartitionConfig, dict[str, Resource]]] = {}
+_COMPOSED: dict[int, tuple[PartitionConfig, tuple[tuple[str, int], ...], dict[str, Resource]]] = {}
+
+
+def _declared_guarantees(config: PartitionConfig) -> dict[str, Resource]:
+    """Each queue below the root's own guarantee, or the sum of its subtree's when it names none."""
+    known = _DECLARED.get(id(config))
+    if known is not None and known[0] is config:
+        return known[1]
     declared: dict[str, Resource] = {}
 
     def up(q: QueueConfig) -> Resource:
@@ -101,7 +128,21 @@ def composed_guarantees(
         declared[q.path] = own if own else below
         return declared[q.path]
 
-    up(config.root)
+    for top in config.root.children:
+        up(top)
+    _DECLARED[id(config)] = (config, declared)
+    while len(_DECLARED) > _KEPT_CONFIGS:
+        del _DECLARED[next(iter(_DECLARED))]
+    return declared
+
+
+def _composed(
+    config: PartitionConfig,
+    declared: Mapping[str, Resource],
+    capacity: Resource,
+    used: Mapping[str, Resource],
+    pending: Mapping[str, Resource],
+) -> dict[str, Resource]:
     out: dict[str, Resource] = {config.root.path: dict(capacity)}
 
     def down(q: QueueConfig) -> None:
