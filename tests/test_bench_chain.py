@@ -8,9 +8,10 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from sniper.bench.chain import NODE, PHASES, bench_chain, problems
+from sniper.bench.chain import NODE, PARTITION, PHASES, Chain, bench_chain, problems, setup_events
 from sniper.cli import app
 from sniper.messages import decisions as d
+from sniper.messages import feed as f
 
 
 def _allocated(ask: str, node: str = NODE) -> d.Allocated:
@@ -62,3 +63,11 @@ def test_the_check_finds_a_missing_a_doubled_a_stray_and_a_misplaced_allocation(
 
 def test_the_check_passes_every_ask_allocated_once_on_the_node() -> None:
     assert problems([_allocated(f"k{i}") for i in range(4)], 4) == []
+
+
+def test_a_view_the_replica_cannot_apply_is_a_problem_of_the_chain() -> None:
+    chain = Chain()
+    chain.take(setup_events())
+    chain.cache.view_seq += 1  # the next view skips one: the replica sees a gap
+    chain.take([f.AskAdded(partition=PARTITION, app="app", ask="k0", resource={"memory": 1, "vcore": 1})])
+    assert chain.gaps == ["the replica found a gap at view 3"]
