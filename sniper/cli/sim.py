@@ -323,6 +323,27 @@ def bench_allocate_cmd(
         print_table("bench allocate", result)
 
 
+@bench_app.command("chain")
+def bench_chain_cmd(
+    events: Annotated[int, typer.Option(min=1, help="asks fed to the partition")] = 20_000,
+    batch: Annotated[int, typer.Option(min=1, help="events the cache takes before each cycle")] = 5,
+    as_json: Annotated[bool, typer.Option("--json", help="one JSON object on stdout")] = False,
+) -> None:
+    """The decision work of one partition's chain: µs of CPU per event in each phase (exit 1 if an ask
+    was not allocated as the feed implies)."""
+    from sniper.bench.chain import bench_chain
+
+    tune_gc()
+    result = bench_chain(events, batch)
+    if as_json:
+        sys.stdout.write(json.dumps(result) + "\n")
+    else:
+        print_table("bench chain", result)
+    if result["problems"]:
+        sys.stderr.write(f"bench chain: {result['problems'][0]}\n")
+        raise typer.Exit(EXIT_INVARIANT)
+
+
 @bench_app.command("preempt")
 def bench_preempt_cmd(
     nodes: Annotated[int, typer.Option(min=1)] = 10_000,
