@@ -17,7 +17,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from sniper.bench.e2e import _config as e2e_partition_config
+from sniper.bench.e2e import partition_config as e2e_partition_config
 from sniper.core.allocator import Allocator
 from sniper.core.cache import Cache
 from sniper.messages import decisions as d

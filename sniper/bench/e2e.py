@@ -171,7 +171,7 @@ async def one_run(
                 setup: list[tuple[str, Any]] = []
                 for name in names:
                     setup += [
-                        (name, f.PartitionConfigEvent(partition=name, config=_config(name))),
+                        (name, f.PartitionConfigEvent(partition=name, config=partition_config(name))),
                         (name, f.NodeAdded(partition=name, node="n1", capacity={"memory": 2**39, "vcore": 2**39})),
                         (name, f.AppAdded(partition=name, app="app", queue="root.a")),
                         (name, f.AskAdded(partition=name, id=f"marker-{name}", app="none", ask="m", resource={"m": 1})),
@@ -223,7 +223,7 @@ async def one_run(
     }
 
 
-def _config(name: str) -> dict[str, Any]:
+def partition_config(name: str) -> dict[str, Any]:
     return {
         "name": name,
         "preemption": {"policy": "none"},
