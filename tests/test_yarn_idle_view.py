@@ -20,7 +20,7 @@ from sniper.core.preemption.policies import ProportionalBaseline
 from sniper.core.preemption.view import snapshot_from_state
 from sniper.core.resources import Resource
 from sniper.core.state import PartitionState
-from sniper.core.yarn.idle_view import chooses_nothing
+from sniper.core.yarn.idle_view import chooses_nothing, leaf_deadzones
 from sniper.core.yarn.proportional import ProportionalConfig, ProportionalPolicy
 from sniper.messages import protocol as p
 from tests.core_support import PARTITION, queue
@@ -164,7 +164,7 @@ def test_a_view_the_guard_reads_off_gets_no_container_from_either_pass(
             preemption_to_balance_queues_beyond_guaranteed=True,
             resource_calculator="dominant",
         )
-    skipped = chooses_nothing(state, cfg)
+    skipped = chooses_nothing(state, leaf_deadzones(config, cfg))
     event(f"guard answers: {skipped}")
     result = ProportionalPolicy(cfg).round(snapshot_from_state(state, with_containers=True), round(NOW * 1000))
     if skipped:

@@ -17,7 +17,7 @@ from typing import Protocol
 
 from sniper.core import node_reservation
 from sniper.core import resources as res
-from sniper.core.config import PreemptionConfig
+from sniper.core.config import PartitionConfig, PreemptionConfig
 from sniper.core.limits import Limits
 from sniper.core.opportunistic import first_victims
 from sniper.core.preemption.app_snapshots import AppSnapshots
@@ -28,7 +28,7 @@ from sniper.core.preemption.quotas import Quotas, compute_quotas, net_usage
 from sniper.core.preemption.rules import required_node_leaves
 from sniper.core.preemption.view import snapshot_from_state
 from sniper.core.state import PartitionState
-from sniper.core.yarn.idle_view import chooses_nothing
+from sniper.core.yarn.idle_view import LeafDeadzones, chooses_nothing, leaf_deadzones
 from sniper.core.yarn.proportional import ProportionalConfig, ProportionalPolicy
 from sniper.messages import protocol as p
 
@@ -242,6 +242,7 @@ class ProportionalBaseline:
         self.wake_at: float | None = None  # when that round's first young container comes of age
         self.snapshots = AppSnapshots()  # the apps' snapshots of the last round, rebuilt when changed
         self.budget_refusals = 0
+        self.deadzones: tuple[PartitionConfig, LeafDeadzones] | None = None  # the leaves' of the config last read
         # Guaranteed containers YARN's selection chose whose room opportunistic containers covered once:
         # chosen again, they go themselves (the opportunistic room did not bring their queue down to its
         # ideal, and opportunistic work re-placed there would be covered round after round).
@@ -268,7 +269,11 @@ class ProportionalBaseline:
         no_dereservation = not state.node_reservations or not any(
             q.is_leaf and res.any_positive(q.pending) for q in state.queues.values()
         )
-        return no_dereservation and chooses_nothing(state, self.policy.config)
+        if not no_dereservation or state.config is None:
+            return False
+        if self.deadzones is None or self.deadzones[0] is not state.config:
+            self.deadzones = (state.config, leaf_deadzones(state.config, self.policy.config))
+        return chooses_nothing(state, self.deadzones[1])
 
     def round(self, state: PartitionState, view_seq: int, now: float) -> Output:
         if state.config is None or not state.capacity:

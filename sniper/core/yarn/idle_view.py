@@ -1,6 +1,7 @@
 """Whether YARN's proportional round chooses no container on a partition's view, read off the view alone.
 
-Owns :func:`chooses_nothing`. When it answers ``True`` the round (:meth:`ProportionalPolicy.round` on
+Owns :func:`chooses_nothing` and the leaves' deadzones it reads (:func:`leaf_deadzones`, a function of the
+config alone). When it answers ``True`` the round (:meth:`ProportionalPolicy.round` on
 :func:`~sniper.core.preemption.view.snapshot_from_state` with containers) selects, marks, kills and
 unreserves nothing and refuses no app's budget, in either pass, whatever its ideal assignment; the only
 state it changes is the horizon expiry of the marks it tracks (:meth:`ProportionalPolicy.expire`). On
@@ -37,22 +38,37 @@ to cancel) must establish on its own that it would not.
 
 from __future__ import annotations
 
-from sniper.core.resources import add
+from sniper.core.config import PartitionConfig
+from sniper.core.resources import Resource, add
 from sniper.core.state import PartitionState
 from sniper.core.yarn.proportional import ProportionalConfig, deadzone
 
+LeafDeadzones = tuple[tuple[str, Resource], ...]
 
-def chooses_nothing(state: PartitionState, cfg: ProportionalConfig) -> bool:
-    """Whether every leaf whose preemption is not disabled uses at most its deadzone on every resource
-    (the capacity holding no negative figure): then YARN's round on ``state`` chooses no container."""
+
+def leaf_deadzones(config: PartitionConfig, cfg: ProportionalConfig) -> LeafDeadzones:
+    """Every leaf whose preemption is not disabled, in pre-order, with its deadzone under ``cfg``."""
+    return tuple(
+        (q.path, deadzone(q.guaranteed, cfg))
+        for q in config.queues()
+        if q.is_leaf and q.preemption_policy != "disabled"
+    )
+
+
+def chooses_nothing(state: PartitionState, deadzones: LeafDeadzones) -> bool:
+    """Whether every leaf of ``deadzones`` (:func:`leaf_deadzones` of the state's config) uses at most its
+    deadzone on every resource, the capacity holding no negative figure: then YARN's round on ``state``
+    chooses no container."""
     if state.config is None or any(v < 0 for v in state.capacity.values()):
         return False
-    for q in state.config.queues():
-        if not q.is_leaf or q.preemption_policy == "disabled":
-            continue
-        held = state.queues.get(q.path)
+    queues = state.queues
+    for path, limit in deadzones:
+        held = queues.get(path)
         used = {} if held is None else add(held.allocated, held.reserved)
-        limit = deadzone(q.guaranteed, cfg)
-        if any(v > limit.get(k, 0) for k, v in used.items()) or any(v < 0 and k not in used for k, v in limit.items()):
-            return False
+        for k, v in used.items():
+            if v > limit.get(k, 0):
+                return False
+        for k, v in limit.items():
+            if v < 0 and k not in used:
+                return False
     return True
