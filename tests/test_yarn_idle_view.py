@@ -2,10 +2,11 @@
 and the fix-point and leaves everything as the full round does.
 
 Random partitions (nested queues, guarantees on some resources or none, preemption disabled or fenced on
-some, nodes without some resource, usage around the deadzones, pending asks or none, tracked marks old
-and young, observe-only or not): the guarded :class:`ProportionalBaseline` and one that always runs the
-round answer the same, leave the same marks, idle view, wake-up and budget refusals, and their next
-round on a changed view agrees too; whenever the guard answers, the full round chose no container.
+some, nodes without some resource, usage around the deadzones, pending asks or none, a node reservation
+or none, tracked marks old and young, observe-only or not): the guarded :class:`ProportionalBaseline` and
+one that always runs the round answer the same, leave the same marks, idle view, wake-up and budget
+refusals, and their next round on a changed view agrees too; whenever the guard answers, the full round
+chose no container. A node reservation to cancel keeps the round computing.
 """
 
 from __future__ import annotations
@@ -76,6 +77,7 @@ def views(draw: st.DrawFn) -> tuple[PartitionConfig, PartitionState, dict[str, i
     capacity["memory"] = max(capacity["memory"], 1)
     changes: list[p.ChangeMsg] = [p.NodeSet(node="n1", capacity=capacity)]
     seq = 0
+    reserving = False
     for path, guaranteed in leaves:
         app = f"app-{path}"
         seq += 1
@@ -96,6 +98,14 @@ def views(draw: st.DrawFn) -> tuple[PartitionConfig, PartitionState, dict[str, i
             seq += 1
             ask = resources(40) or {"memory": 1}
             changes.append(p.AskSet(app=app, ask="more", resource=ask, count=draw(st.integers(1, 3)), seq=seq))
+            if not reserving and draw(st.booleans()):
+                # A node reservation a leaf below its ideal may have cancelled: the round reads the ideal.
+                reserving = True
+                changes.append(
+                    p.NodeReservationSet(
+                        reservation="held", app=app, ask="more", node="n1", resource=ask, expires=NOW + 100.0
+                    )
+                )
     changes.append(p.Clock(now=NOW))
     state.apply_all(changes)
     ids = [a for a in state.allocations]
@@ -194,3 +204,35 @@ def test_a_leaf_one_unit_beyond_its_deadzone_on_one_resource_is_not_read_off() -
     state.apply(p.AllocationSet(allocation="x3", app="x", ask="done", node="n1", resource={"vcore": 1}))
     state.apply(p.AllocationGone(allocation="x2"))
     assert policy.chooses_nothing(state)  # vcore 11 of a deadzone of 110
+
+
+def test_a_node_reservation_is_cancelled_for_a_leaf_below_its_ideal_though_every_leaf_is_within_its_deadzone() -> None:
+    raw = preemption_raw(
+        queue("a", guaranteed={"memory": 50}),
+        queue("b", guaranteed={"memory": 150}),
+        policy="proportional",
+    )
+    config = parse_partition(raw)
+    state = PartitionState(PARTITION)
+    state.apply(p.ConfigSet(config=partition_to_raw(config)))
+    state.apply_all(
+        [
+            p.NodeSet(node="n1", capacity={"memory": 200}),
+            p.AppSet(app="x", queue="root.a", priority=0, submit_seq=1),
+            p.AppSet(app="y", queue="root.b", priority=0, submit_seq=2),
+            p.AllocationSet(allocation="x1", app="x", ask="done", node="n1", resource={"memory": 55}),
+            p.AllocationSet(allocation="y1", app="y", ask="done", node="n1", resource={"memory": 145}),
+            p.AskSet(app="x", ask="more", resource={"memory": 10}, count=1, seq=3),
+            p.AskSet(app="y", ask="more", resource={"memory": 10}, count=1, seq=4),
+            p.NodeReservationSet(
+                reservation="held", app="x", ask="more", node="n1", resource={"memory": 10}, expires=NOW
+            ),
+        ]
+    )
+    # root.a holds 55 (its deadzone) above its ideal of 50; root.b is below its ideal with an ask n1 accepts.
+    guarded, full = _pair(config, {})
+    assert chooses_nothing(state, leaf_deadzones(config, guarded.policy.config))
+    assert not guarded.chooses_nothing(state)
+    proposal = guarded.round(state, 1, 1.0)
+    assert proposal == full.round(state, 1, 1.0)
+    assert isinstance(proposal, p.PreemptionProposal) and proposal.dereserve == ["n1"]
