@@ -242,7 +242,8 @@ class ProportionalBaseline:
         self.wake_at: float | None = None  # when that round's first young container comes of age
         self.snapshots = AppSnapshots()  # the apps' snapshots of the last round, rebuilt when changed
         self.budget_refusals = 0
-        self.deadzones: tuple[PartitionConfig, LeafDeadzones] | None = None  # the config last read, its leaves' deadzones
+        # The config the last guard read and its leaves' deadzones (a function of the config alone).
+        self.deadzones: tuple[PartitionConfig, LeafDeadzones] | None = None
         # Guaranteed containers YARN's selection chose whose room opportunistic containers covered once:
         # chosen again, they go themselves (the opportunistic room did not bring their queue down to its
         # ideal, and opportunistic work re-placed there would be covered round after round).
