@@ -17,7 +17,7 @@ from typing import Protocol
 
 from sniper.core import node_reservation
 from sniper.core import resources as res
-from sniper.core.config import PreemptionConfig
+from sniper.core.config import PartitionConfig, PreemptionConfig
 from sniper.core.limits import Limits
 from sniper.core.opportunistic import first_victims
 from sniper.core.preemption.app_snapshots import AppSnapshots
@@ -28,6 +28,7 @@ from sniper.core.preemption.quotas import Quotas, compute_quotas, net_usage
 from sniper.core.preemption.rules import required_node_leaves
 from sniper.core.preemption.view import snapshot_from_state
 from sniper.core.state import PartitionState
+from sniper.core.yarn.idle_view import LeafDeadzones, chooses_nothing, leaf_deadzones
 from sniper.core.yarn.proportional import ProportionalConfig, ProportionalPolicy
 from sniper.messages import protocol as p
 
@@ -241,6 +242,8 @@ class ProportionalBaseline:
         self.wake_at: float | None = None  # when that round's first young container comes of age
         self.snapshots = AppSnapshots()  # the apps' snapshots of the last round, rebuilt when changed
         self.budget_refusals = 0
+        # The config the last guard read and its leaves' deadzones (a function of the config alone).
+        self.deadzones: tuple[PartitionConfig, LeafDeadzones] | None = None
         # Guaranteed containers YARN's selection chose whose room opportunistic containers covered once:
         # chosen again, they go themselves (the opportunistic room did not bring their queue down to its
         # ideal, and opportunistic work re-placed there would be covered round after round).
@@ -261,6 +264,18 @@ class ProportionalBaseline:
         young = self.wake_at is not None and state.now >= self.wake_at
         return idle is not None and idle[0] is state and idle[1] == state.version and not young
 
+    def chooses_nothing(self, state: PartitionState) -> bool:
+        """Whether a round on ``state`` provably outputs nothing, read off the view: every leaf within its
+        deadzone, and no node reservation to cancel (none, or no leaf with pending demand to cancel it for)."""
+        no_dereservation = not state.node_reservations or not any(
+            q.is_leaf and res.any_positive(q.pending) for q in state.queues.values()
+        )
+        if not no_dereservation or state.config is None:
+            return False
+        if self.deadzones is None or self.deadzones[0] is not state.config:
+            self.deadzones = (state.config, leaf_deadzones(state.config, self.policy.config))
+        return chooses_nothing(state, self.deadzones[1])
+
     def round(self, state: PartitionState, view_seq: int, now: float) -> Output:
         if state.config is None or not state.capacity:
             return None
@@ -269,6 +284,14 @@ class ProportionalBaseline:
         # take: on the view of a round that chose no container, with no tracked mark to expire and no young
         # container come of age now, it would choose none again (nor de-reserve: that reads the view alone).
         if self.settled(state) and not self.policy.forgets_at(now_ms):
+            return None
+        if self.chooses_nothing(state):
+            # The round would choose no container, cancel no reservation and change nothing but the marks'
+            # expiry (:mod:`sniper.core.yarn.idle_view`): no snapshot, no fix-point.
+            if not self.config.observe_only:
+                self.policy.expire(now_ms)
+            self.idle_view = (state, state.version)
+            self.wake_at = next_of_age(state, state.now)
             return None
         snapshot = snapshot_from_state(state, with_containers=True, kept=self.snapshots)
         result = self.policy.round(snapshot, now_ms)

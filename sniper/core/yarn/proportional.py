@@ -222,6 +222,13 @@ class ProportionalPolicy:
         horizon = 2 * self._config.max_wait_before_kill_ms
         return any(first + horizon < now_ms for first in self._first_marked.values())
 
+    def expire(self, now_ms: int) -> None:
+        """Drop every tracked container whose mark is older than the horizon (twice the wait), as a round
+        at ``now_ms`` does after selecting; in observe-only mode nothing is tracked."""
+        horizon = 2 * self._config.max_wait_before_kill_ms
+        for cid in [cid for cid, first in self._first_marked.items() if first + horizon < now_ms]:
+            del self._first_marked[cid]
+
     def forget(self, container_ids: Iterable[str]) -> None:
         """Forget containers marked but not preempted after all (a later round may select them again)."""
         for cid in container_ids:
@@ -278,9 +285,7 @@ class ProportionalPolicy:
             elif first is None:
                 marked.append(cand)
                 self._first_marked[cid] = now_ms
-        horizon = 2 * cfg.max_wait_before_kill_ms
-        for cid in [cid for cid, first in self._first_marked.items() if first + horizon < now_ms]:
-            del self._first_marked[cid]
+        self.expire(now_ms)
         unreserved = tuple(selection.unreserved)
         return RoundResult(now_ms, candidates, tuple(marked), tuple(killable), unreserved, figures, refused)
 
@@ -294,8 +299,7 @@ class ProportionalPolicy:
         for leaf in snapshot.leaves():
             if leaf.preemption_disabled:
                 continue
-            threshold = multiply_trunc(leaf.guaranteed, 1.0 + cfg.max_ignored_over_capacity)
-            if not calc.gt(cluster, leaf.used, threshold):
+            if not calc.gt(cluster, leaf.used, deadzone(leaf.guaranteed, cfg)):
                 out[leaf.path] = {}
                 continue
             target = ideal[leaf.path].to_be_preempted
@@ -303,6 +307,12 @@ class ProportionalPolicy:
                 target = calc.multiply_round_scalar(target, factor)
             out[leaf.path] = target
         return out
+
+
+def deadzone(guaranteed: Resource, cfg: ProportionalConfig) -> Resource:
+    """The usage a leaf guaranteed ``guaranteed`` must exceed (in the calculator's order) to be acted on:
+    ``trunc(guaranteed * (1 + max_ignored_over_capacity))``."""
+    return multiply_trunc(guaranteed, 1.0 + cfg.max_ignored_over_capacity)
 
 
 class _Selection:
