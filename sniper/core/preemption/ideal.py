@@ -502,9 +502,10 @@ class _Solver:
         """``TempQueuePerPartition.offer``: what ``q`` accepts of ``avail``; its ideal grows by that much."""
         room_to_max = _sub_at_least_zero(q.snap.max, q.ideal)
         wanted = sub(add(q.used, q.pcr_eff), q.ideal)
-        accepted = component_min(room_to_max, order.rmin(avail, wanted))
+        # YARN's ``Resources.min`` of the two, whole; read only here, so not copied.
+        accepted = component_min(room_to_max, avail if order.compare(avail, wanted) <= 0 else wanted)
         if self.cap_by_demand:
-            accepted = component_min(accepted, component_max(wanted, {}))
+            accepted = component_min(accepted, _at_least_zero(wanted))
         if q.is_leaf and not self.balance and not (self.cap_by_demand and not any_positive(q.guaranteed)):
             if self.cap_by_demand:
                 # Resource by resource: up to ``max(used, guaranteed)`` on what the guarantee names; a
@@ -519,7 +520,7 @@ class _Solver:
             else:
                 cap = order.rmax(sub(order.rmax(q.used, q.guaranteed), q.ideal), {})
                 accepted = order.rmin(accepted, cap)
-        accepted = component_min(component_max(accepted, {}), avail)
+        accepted = component_min(_at_least_zero(accepted), avail)
         q.ideal = add(q.ideal, accepted)
         return accepted
 
@@ -578,6 +579,11 @@ def _priority_layers(queues: list[_Q]) -> list[list[_Q]]:
     """Siblings grouped by priority, highest first; each group keeps the snapshot order."""
     priorities = sorted({q.snap.priority for q in queues}, reverse=True)
     return [[q for q in queues if q.snap.priority == p] for p in priorities]
+
+
+def _at_least_zero(a: Resource) -> Resource:
+    """``max(a, 0)`` component-wise, same names."""
+    return {k: v if v > 0 else 0 for k, v in a.items()}
 
 
 def _sub_at_least_zero(a: Resource, b: Resource) -> Resource:
