@@ -21,19 +21,21 @@ import math
 import struct
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from operator import truediv
 
 from sniper.core.resources import MEMORY, Resource, ResourceLike
 
 CALCULATORS: tuple[str, ...] = ("default", "dominant")
 _SINGLE = struct.Struct("f")
+_pack_single, _unpack_single = _SINGLE.pack, _SINGLE.unpack
 
 
 def java_float(x: float) -> float:
     """``x`` rounded to the nearest IEEE single (Java ``(float) x``)."""
-    if math.isnan(x) or math.isinf(x):
-        return x
     try:
-        return float(_SINGLE.unpack(_SINGLE.pack(x))[0])
+        # Packing rounds to nearest single and keeps NaN and the infinities; only a finite double beyond the
+        # single range overflows, which Java rounds to the infinity of its sign.
+        return _unpack_single(_pack_single(x))[0]  # type: ignore[no-any-return]
     except OverflowError:
         return math.copysign(math.inf, x)
 
@@ -121,6 +123,7 @@ class ResourceCalculator(ABC):
 
     def __init__(self, names: Sequence[str]) -> None:
         self.names: tuple[str, ...] = tuple(names)
+        self._known: frozenset[str] = frozenset(self.names)
 
     @abstractmethod
     def against(self, total: ResourceLike) -> Order:
@@ -182,7 +185,9 @@ class ResourceCalculator(ABC):
         This is the offer of the fix-point; names missing from ``by`` get a factor of 0. The rounding is the
         calculator's (:meth:`round_up`).
         """
-        return {k: self.round_up(r.get(k, 0) * by.get(k, 0.0)) for k in self._keys(r)}
+        keys = self.names if self._known.issuperset(r) else self._keys(r)
+        round_up, get, factor = self.round_up, r.get, by.get
+        return {k: round_up(get(k, 0) * factor(k, 0.0)) for k in keys}
 
     def multiply_round_scalar(self, r: ResourceLike, factor: float) -> Resource:
         """Every component times ``factor``, rounded as :meth:`multiply_round` (the natural termination)."""
@@ -263,11 +268,17 @@ class DominantCalculator(ResourceCalculator):
 
             return Order(componentwise, some_positive_none_negative)
 
-        def key(r: ResourceLike) -> tuple[float, ...]:
-            get = r.get
-            shares = [float(get(n, 0)) / d for n, d in divisors]
+        divs = tuple(d for _, d in divisors)
+        zeros = (0,) * len(names)
+
+        def descending(r: ResourceLike) -> list[float]:
+            # ``int / float`` converts the int exactly as ``float()`` does: the same shares, without the calls.
+            shares: list[float] = list(map(truediv, map(r.get, names, zeros), divs))
             shares.sort(reverse=True)
-            return tuple(shares)
+            return shares
+
+        def key(r: ResourceLike) -> tuple[float, ...]:
+            return tuple(descending(r))
 
         def by_shares(a: ResourceLike, b: ResourceLike) -> int:
             # Equal on every type this calculator knows is equal: other names never decide.
@@ -279,7 +290,7 @@ class DominantCalculator(ResourceCalculator):
                 return 0
             # Shares are finite (no divisor is zero): tuples compare as the first share that differs, and
             # ``-0.0 == 0.0`` as YARN's ``diff != 0`` test has it.
-            ka, kb = key(a), key(b)
+            ka, kb = descending(a), descending(b)
             return (ka > kb) - (ka < kb)
 
         def some_share_positive(r: ResourceLike) -> bool:

@@ -213,8 +213,8 @@ def _build(snapshot: ClusterSnapshot) -> dict[str, _Q]:
         work[snap.path] = _Q(
             snap=snap,
             children=[],
-            pending=dict(snap.pending) if snap.is_leaf else {},
-            pcr=dict(snap.pending_considering_reserved) if snap.is_leaf else {},
+            pending=snap.pending if snap.is_leaf else {},
+            pcr=snap.pending_considering_reserved if snap.is_leaf else {},
             killable=killable_of(snap),
         )
     for snap in snapshot.queues:
@@ -388,7 +388,7 @@ class _Solver:
                 unassigned = self._fixpoint(tot, zero, unassigned, ignore_guarantee=True, initialize=True)
             return
         for q in queues:
-            q.ideal = self._initial(tot, q)
+            q.ideal = self._initial(order, tot, q)
             unassigned = sub(unassigned, q.ideal)
         for layer in _priority_layers(queues):
             nonzero = [q for q in layer if order.positive(q.guaranteed)]
@@ -397,13 +397,13 @@ class _Solver:
             if zero and order.positive(unassigned):
                 unassigned = self._fixpoint(tot, zero, unassigned, ignore_guarantee=True, initialize=False)
 
-    def _initial(self, tot: Resource, q: _Q) -> Resource:
+    def _initial(self, order: Order, tot: Resource, q: _Q) -> Resource:
         guaranteed = q.guaranteed
         if self.cap_by_demand:
             # A guaranteed resource the parent's ideal has none of (nobody uses it) would make the
             # guarantee look infinite there and protect all the queue holds: it is left out.
             guaranteed = {n: v for n, v in guaranteed.items() if tot.get(n, 0)}
-        if self._at(tot).gt(q.used, guaranteed):
+        if order.gt(q.used, guaranteed):
             protected = add(q.guaranteed, q.untouchable)
             return component_min(protected, add(q.used, q.pending_eff)) if self.cap_by_demand else protected
         if self.cap_by_demand:
@@ -420,7 +420,7 @@ class _Solver:
         heap: _JavaPriorityQueue[_Q] = _JavaPriorityQueue(lambda a, b: self._order(tot, a, b))
         for q in queues:
             if initialize:
-                q.ideal = self._initial(tot, q)
+                q.ideal = self._initial(order, tot, q)
                 unassigned = sub(unassigned, q.ideal)
             if order.lt(q.ideal, add(q.used, q.pending_eff)):
                 heap.add(q)
@@ -432,10 +432,10 @@ class _Solver:
                 if not calc.any_major_above_zero(unassigned):
                     break
                 offer = component_min(calc.multiply_round(at_start, q.weight), unassigned)
-                accepted = self._offer(tot, q, offer)
+                accepted = self._offer(order, q, offer)
                 if order.positive(accepted):
                     heap.add(q)
-                unassigned = component_max(sub(unassigned, accepted), {})
+                unassigned = _sub_at_least_zero(unassigned, accepted)
         return unassigned
 
     def _ratio(self, tot: Resource, q: _Q) -> float:
@@ -498,14 +498,14 @@ class _Solver:
             for q in queues
         }
 
-    def _offer(self, tot: Resource, q: _Q, avail: Resource) -> Resource:
+    def _offer(self, order: Order, q: _Q, avail: Resource) -> Resource:
         """``TempQueuePerPartition.offer``: what ``q`` accepts of ``avail``; its ideal grows by that much."""
-        order = self._at(tot)
-        room_to_max = component_max(sub(q.snap.max, q.ideal), {})
+        room_to_max = _sub_at_least_zero(q.snap.max, q.ideal)
         wanted = sub(add(q.used, q.pcr_eff), q.ideal)
-        accepted = component_min(room_to_max, order.rmin(avail, wanted))
+        # YARN's ``Resources.min`` of the two, whole; read only here, so not copied.
+        accepted = component_min(room_to_max, avail if order.compare(avail, wanted) <= 0 else wanted)
         if self.cap_by_demand:
-            accepted = component_min(accepted, component_max(wanted, {}))
+            accepted = component_min(accepted, _at_least_zero(wanted))
         if q.is_leaf and not self.balance and not (self.cap_by_demand and not any_positive(q.guaranteed)):
             if self.cap_by_demand:
                 # Resource by resource: up to ``max(used, guaranteed)`` on what the guarantee names; a
@@ -520,7 +520,7 @@ class _Solver:
             else:
                 cap = order.rmax(sub(order.rmax(q.used, q.guaranteed), q.ideal), {})
                 accepted = order.rmin(accepted, cap)
-        accepted = component_min(component_max(accepted, {}), avail)
+        accepted = component_min(_at_least_zero(accepted), avail)
         q.ideal = add(q.ideal, accepted)
         return accepted
 
@@ -548,7 +548,7 @@ class _Solver:
         for q in queues:
             if q.excluded:
                 continue
-            increment = component_max(sub(q.ideal, q.used), {})
+            increment = _sub_at_least_zero(q.ideal, q.used)
             if not self._at(tot).positive(increment):
                 continue
             asks = self._asks(q)
@@ -579,3 +579,18 @@ def _priority_layers(queues: list[_Q]) -> list[list[_Q]]:
     """Siblings grouped by priority, highest first; each group keeps the snapshot order."""
     priorities = sorted({q.snap.priority for q in queues}, reverse=True)
     return [[q for q in queues if q.snap.priority == p] for p in priorities]
+
+
+def _at_least_zero(a: Resource) -> Resource:
+    """``max(a, 0)`` component-wise, same names."""
+    return {k: v if v > 0 else 0 for k, v in a.items()}
+
+
+def _sub_at_least_zero(a: Resource, b: Resource) -> Resource:
+    """``max(a - b, 0)`` component-wise, with the names of ``a`` then those only ``b`` has, in one pass."""
+    a_get, b_get = a.get, b.get
+    out = {k: v - b_get(k, 0) if v > b_get(k, 0) else 0 for k, v in a.items()}
+    for k, v in b.items():
+        if a_get(k) is None:
+            out[k] = 0 if v >= 0 else -v
+    return out
