@@ -29,9 +29,12 @@ from hypothesis import Phase, settings
 # The test command is a gate: the same examples every run, so a run fails only on a change. Hunting for
 # new failing examples is a separate run: ``SNIPER_HYPOTHESIS=explore python -m pytest -q``. The gate
 # shrinks a failing example but does not trace it line by line (the explain phase), which can outlast
-# the test's timeout on a large simulation.
-settings.register_profile("repeatable", derandomize=True, phases=[p for p in Phase if p is not Phase.explain])
-settings.register_profile("explore", derandomize=False)
+# the test's timeout on a large simulation. No test times itself: an example's duration (Hypothesis's
+# deadline) depends on the machine and the collector, not on the code under test.
+settings.register_profile(
+    "repeatable", derandomize=True, deadline=None, phases=[p for p in Phase if p is not Phase.explain]
+)
+settings.register_profile("explore", derandomize=False, deadline=None)
 settings.load_profile(os.environ.get("SNIPER_HYPOTHESIS", "repeatable"))
 if os.environ.get("SNIPER_HYPOTHESIS", "repeatable") == "repeatable":
     # Hypothesis mixes in literals mined from every local module loaded so far, so a test's examples
