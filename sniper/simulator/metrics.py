@@ -142,7 +142,7 @@ class Metrics:
             if cfg.children or not cfg.guaranteed:
                 continue
             u, p = usage.get(path, {}), derived.demand.get(path, {})  # asks a limit holds back are no demand
-            if any(v > 0 for v in p.values()):
+            if res.any_positive(p):
                 target = res.component_min(cfg.guaranteed, res.add(u, p))
                 satisfied = not res.drf_below(u, target, capacity) or not any(
                     within_guarantee(res.add(u, shape), cfg.guaranteed, capacity)
