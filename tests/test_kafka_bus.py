@@ -13,7 +13,8 @@ from typing import Any
 import anyio
 import msgspec
 import pytest
-from aiokafka import AIOKafkaProducer
+from aiokafka import AIOKafkaProducer, TopicPartition
+from aiokafka.structs import ConsumerRecord
 
 from sniper.messages.codec import json_encoder, msgpack_encoder
 from sniper.messages.deadletter import DeadLetter
@@ -31,6 +32,7 @@ from sniper.transport.kafka import (
     RebalanceListener,
     kafka_partition,
 )
+from sniper.transport.kafka import _Partition
 
 pytestmark = pytest.mark.kafka
 
@@ -209,6 +211,51 @@ async def test_malformed_records_go_to_the_deadletter_topic(kafka_settings: Kafk
     assert dead[1].reason.startswith("invalid feed message") and "node" in dead[1].reason
     assert dead[2].reason.startswith("invalid feed message") and "no_such_event" in dead[2].reason
     assert feed.dead_lettered == 3
+
+
+async def test_a_record_taken_in_after_the_receiver_drained_the_inbox_during_a_dead_letter_wakes_it() -> None:
+    """A fetch brings a bad record then a good one while the inbox still holds an earlier good one. The
+    receiver takes that one while the bad record's dead letter is being published; the good record
+    that follows must wake it, though the inbox is no longer than when the fetch began."""
+    settings = KafkaSettings(bootstrap="127.0.0.1:1", prefix="sniper-test.inbox.")  # never connected
+    bus = KafkaBus(settings)
+    publishing = anyio.Event()
+    published = anyio.Event()
+    letters: list[DeadLetter] = []
+
+    async def dead_letter(letter: DeadLetter, **_: Any) -> bool:
+        letters.append(letter)
+        publishing.set()
+        await published.wait()
+        return True
+
+    bus.dead_letter = dead_letter  # type: ignore[method-assign]
+    sub = KafkaSubscription(bus, FEED, group="cache", key=None, capacity=16, listener=None)
+    tp = TopicPartition(settings.topic(FEED), 0)
+    sub._parts[0] = _Partition(tp)
+    first = NodeAdded(partition="p0", id="a", node="n1", capacity={"cpu": 1})
+    second = NodeAdded(partition="p0", id="c", node="n2", capacity={"cpu": 1})
+
+    def record(offset: int, value: bytes) -> ConsumerRecord[bytes, bytes]:
+        return ConsumerRecord(tp.topic, 0, offset, 0, 0, b"p0", value, None, 2, len(value), [])
+
+    await sub._ingest_all({tp: [record(0, msgpack_encoder.encode(first))]})
+    got: list[Any] = []
+    with anyio.fail_after(WAIT):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(sub._ingest_all, {tp: [record(1, b"\xc1 bad"), record(2, msgpack_encoder.encode(second))]})
+            await publishing.wait()
+            got.append(await sub.receive())  # the inbox is empty again; the dead letter is still on its way
+            sub.ack()
+
+            async def receive_next() -> None:
+                got.append(await sub.receive())
+
+            tg.start_soon(receive_next)
+            await anyio.wait_all_tasks_blocked()
+            published.set()
+    assert got == [first, second]
+    assert [letter.offset for letter in letters] == [1]
 
 
 async def test_a_subscription_that_delivers_bad_records_hands_over_each_records_bytes_and_keeps_none(

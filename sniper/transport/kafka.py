@@ -1117,7 +1117,6 @@ class KafkaSubscription(Subscription):
     async def _gather(self, consumer: Any, batches: Mapping[Any, list[Any]]) -> None:
         """Take in ``batches`` and whatever further fetches bring within the linger (or until the inbox is
         full), then hand them all over at once (the inbox was empty: none is held back that was there)."""
-        queued = len(self._queue)
         deadline = time.monotonic() + self.linger
         self._gathering = True
         try:
@@ -1130,13 +1129,14 @@ class KafkaSubscription(Subscription):
                 batches = await consumer.getmany(timeout_ms=max(1, int(left * 1000)), max_records=free)
         finally:
             self._gathering = False
-            if len(self._queue) > queued:
+            if self._queue:
                 self._nonempty.set()
 
     async def _ingest_all(self, batches: Mapping[Any, list[Any]], *, wake: bool = True) -> None:
         """Take in a fetch's records: the good ones go to the inbox, its receiver woken (unless ``wake`` is
-        false: the caller wakes it) once per fetch."""
-        queued = len(self._queue)
+        false: the caller wakes it) once per fetch whenever the inbox holds records. The wake-up does not
+        count what was added: while a bad record's dead letter is published, the receiver may drain the
+        inbox, so a record added after it would leave the length unchanged and the receiver asleep."""
         try:
             for tp, records in batches.items():
                 part = self._parts.get(tp.partition)
@@ -1149,7 +1149,7 @@ class KafkaSubscription(Subscription):
                     if letter is not None:
                         await self._set_aside(tp, part, letter)
         finally:
-            if wake and len(self._queue) > queued:
+            if wake and self._queue:
                 self._nonempty.set()
 
     def _ingest(self, number: int, part: _Partition, record: Any) -> tuple[_Record, DeadLetter] | None:
