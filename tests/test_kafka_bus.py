@@ -30,9 +30,9 @@ from sniper.transport.kafka import (
     KafkaTransportError,
     MessageTooLarge,
     RebalanceListener,
+    _Partition,
     kafka_partition,
 )
-from sniper.transport.kafka import _Partition
 
 pytestmark = pytest.mark.kafka
 

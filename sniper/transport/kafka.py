@@ -22,7 +22,9 @@ count, checked), the msgpack wire format and the dead-letter path. Invariants:
   rebalance): it pauses fetching while its inbox is full, so a slow reader applies backpressure
   instead of growing memory. A subscription with a linger (``linger_ms``) that finds its inbox empty
   when a fetch brings records goes on fetching for that long (or until the inbox is full) and hands
-  over everything it took in at once, at the end. Where it starts reading is fixed before it reports
+  over everything it took in at once, at the end. A receiver waiting on an empty inbox is woken by
+  every fetch that leaves records there (also when it drained the inbox while a dead letter of that fetch
+  was being published). Where it starts reading is fixed before it reports
   an assignment: with ``auto_offset_reset="latest"`` every record published after
   :meth:`KafkaSubscription.ready` returned is delivered. Records whose key differs from the wanted key
   are skipped. A record that is larger than ``max_message_bytes``, cannot be decoded, or fails the
