@@ -439,6 +439,22 @@ async def test_close_is_bounded_and_ends_receivers(kafka_settings: KafkaSettings
             await bus.publish(FEED, "p0", NodeAdded(partition="p0", node="n", capacity={}))
 
 
+async def test_a_bus_whose_owner_is_cancelled_still_closes_and_leaves_its_groups(kafka_settings: KafkaSettings) -> None:
+    """The block that owns the bus is cancelled (a deadline, a shutdown): the close still runs to its end
+    within its own bound, so the member leaves its group at once and the next member gets every partition."""
+    with anyio.fail_after(WAIT):
+        with anyio.CancelScope() as owner:
+            async with KafkaBus(kafka_settings) as bus:
+                first = await bus.subscribe_ready(FEED, group="cache")
+                owner.cancel()
+                await anyio.lowlevel.checkpoint()
+        assert owner.cancelled_caught
+        assert bus.closed and first.over() and first._consumer is None
+        async with KafkaBus(kafka_settings) as other:
+            second = await other.subscribe_ready(FEED, group="cache")
+            assert second.assigned == frozenset(range(kafka_settings.partitions))
+
+
 async def test_close_is_bounded_when_the_broker_is_gone(kafka_settings: KafkaSettings) -> None:
     with anyio.fail_after(WAIT):
         async with EmbeddedBroker() as broker:

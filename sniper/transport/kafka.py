@@ -68,7 +68,9 @@ count, checked), the msgpack wire format and the dead-letter path. Invariants:
   or a group that lost offsets it had committed, means the broker lost its
   log (an in-memory broker restarted, a topic deleted): the subscription fails with :class:`LogLost`
   and its receivers get the error, so the process stops instead of serving state the log no longer has.
-- **Shutdown** is bounded by ``close_timeout`` (aiokafka's ``stop()`` can hang on a dead broker).
+- **Shutdown** is bounded by ``close_timeout`` (aiokafka's ``stop()`` can hang on a dead broker) and
+  shielded: a close runs to its end when its caller is cancelled, so members leave their groups and
+  no connection stays open.
 
 The consumer and committer run as asyncio tasks (aiokafka is asyncio-only) owned by the subscription.
 """
@@ -526,18 +528,22 @@ class KafkaBus(Bus):
     async def aclose(self) -> None:
         """Close every subscription (their receivers get ``EndOfStream``), then the producer.
 
-        Bounded by ``close_timeout`` plus short graces: a step that overruns is cancelled or abandoned.
+        Bounded by ``close_timeout`` plus short graces: a step that overruns is cancelled or abandoned. It
+        runs to its end even when its caller is cancelled (a deadline, a shutdown): members leave their
+        groups at once rather than a session timeout later, and no connection is left open.
         """
         if self._closed:
             return
         self._closed = True
         deadline = time.monotonic() + self.settings.close_timeout
-        subscriptions = list(self._subscriptions)
-        if subscriptions:
-            await asyncio.gather(*(sub._close(anyio.EndOfStream, deadline) for sub in subscriptions))
-        producer, self._producer = self._producer, None
-        if producer is not None:
-            await self._bounded(producer.stop(), "producer stop", max(deadline - time.monotonic(), _ABANDON_GRACE))
+        with anyio.CancelScope(shield=True):
+            subscriptions = list(self._subscriptions)
+            if subscriptions:
+                await asyncio.gather(*(sub._close(anyio.EndOfStream, deadline) for sub in subscriptions))
+            producer, self._producer = self._producer, None
+            if producer is not None:
+                grace = max(deadline - time.monotonic(), _ABANDON_GRACE)
+                await self._bounded(producer.stop(), "producer stop", grace)
 
     async def __aenter__(self) -> Self:
         await self.start()
@@ -742,8 +748,7 @@ class KafkaBus(Bus):
         try:
             await sub.ready()
         except BaseException:
-            with anyio.CancelScope(shield=True):
-                await sub.aclose()
+            await sub.aclose()
             raise
         return sub
 
@@ -949,8 +954,10 @@ class KafkaSubscription(Subscription):
         return 0 if self._gathering else len(self._queue)
 
     async def aclose(self) -> None:
-        """Commit what was handled, report the partitions revoked and leave the group (bounded in time)."""
-        await self._close(anyio.ClosedResourceError, time.monotonic() + self._bus.settings.close_timeout)
+        """Commit what was handled, report the partitions revoked and leave the group (bounded in time, and
+        run to its end even when the caller is cancelled, as :meth:`KafkaBus.aclose`)."""
+        with anyio.CancelScope(shield=True):
+            await self._close(anyio.ClosedResourceError, time.monotonic() + self._bus.settings.close_timeout)
 
     # ---- extras
     async def ready(self) -> frozenset[int]:
