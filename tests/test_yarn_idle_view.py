@@ -38,6 +38,13 @@ class FullRound(ProportionalBaseline):
         return False
 
 
+def configured(config: PartitionConfig) -> PartitionState:
+    """An empty state under ``config``."""
+    state = PartitionState(PARTITION)
+    state.apply(p.ConfigSet(config=partition_to_raw(config)))
+    return state
+
+
 @st.composite
 def views(draw: st.DrawFn) -> tuple[PartitionConfig, PartitionState, dict[str, int]]:
     """A partition's config, a state of it, and marks tracked since (container id to ms)."""
@@ -71,8 +78,7 @@ def views(draw: st.DrawFn) -> tuple[PartitionConfig, PartitionState, dict[str, i
         config = parse_partition(raw)
     except ConfigError:
         reject()  # children guaranteed more than their parent
-    state = PartitionState(PARTITION)
-    state.apply(p.ConfigSet(config=partition_to_raw(config)))
+    state = configured(config)
     capacity = {n: draw(st.sampled_from([0, 50, 400, 1000])) for n in NAMES}
     capacity["memory"] = max(capacity["memory"], 1)
     changes: list[p.ChangeMsg] = [p.NodeSet(node="n1", capacity=capacity)]
@@ -188,8 +194,7 @@ def test_a_leaf_one_unit_beyond_its_deadzone_on_one_resource_is_not_read_off() -
         policy="proportional",
     )
     config = parse_partition(raw)
-    state = PartitionState(PARTITION)
-    state.apply(p.ConfigSet(config=partition_to_raw(config)))
+    state = configured(config)
     state.apply_all(
         [
             p.NodeSet(node="n1", capacity={"memory": 400, "vcore": 400}),
@@ -213,8 +218,7 @@ def test_a_node_reservation_is_cancelled_for_a_leaf_below_its_ideal_though_every
         policy="proportional",
     )
     config = parse_partition(raw)
-    state = PartitionState(PARTITION)
-    state.apply(p.ConfigSet(config=partition_to_raw(config)))
+    state = configured(config)
     state.apply_all(
         [
             p.NodeSet(node="n1", capacity={"memory": 200}),
